@@ -1,0 +1,19 @@
+//! `keel-controller` process entry point. The process logic lands with its issue; for now the
+//! binary parses its command line so `--help` documents what it will accept.
+
+use clap::Parser;
+
+/// Command line of `keel-controller`.
+#[derive(Debug, Parser)]
+#[command(name = "keel-controller", version, about = "Keel controller (not yet runnable: see the README's status section)")]
+struct Args {
+    /// TOML configuration file (keys: see the README's configuration table).
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+}
+
+fn main() {
+    let args = Args::parse();
+    eprintln!("keel-controller: not implemented yet (config: {:?})", args.config);
+    std::process::exit(2);
+}
