@@ -1,1 +1,23 @@
-//! placeholder
+//! `keel-metadata-log`: the `__cluster_metadata` log (DESIGN §3).
+//!
+//! - [`image`]: [`MetadataImage`], the immutable cluster state at one offset, and its parts;
+//! - [`delta`]: [`MetadataDelta`], replay of records on an image, with epoch derivation;
+//! - [`snapshot`]: the snapshot file format (image as records + header + CRC32C);
+//! - [`raft_types`]: openraft's type configuration (entries carry record batches);
+//! - [`store`]: openraft log and state-machine storage on sled.
+//!
+//! Data flows one way: committed records -> `MetadataDelta::replay` -> `apply` -> a new
+//! `MetadataImage`, on controllers (state machine) and brokers (metadata tailer) alike.
+
+pub mod delta;
+pub mod image;
+pub mod raft_types;
+pub mod snapshot;
+pub mod store;
+
+pub use delta::{MetadataDelta, ReplayError};
+pub use image::{
+    BrokerRegistration, ConfigResource, ImageDigest, MetadataImage, NO_LEADER,
+    PartitionRegistration, Provenance, TopicImage, TopicsImage,
+};
+pub use keel_proto::metadata as records;

@@ -1,0 +1,569 @@
+//! `MetadataDelta`: a base image plus the records replayed since (Kafka: `MetadataDelta`).
+//!
+//! `replay` validates one record against the current view (base + changes so far) and only
+//! then records its effect; a record that fails validation returns a [`ReplayError`] and
+//! leaves the delta exactly as it was. `apply` builds the next [`MetadataImage`], reusing every
+//! part of the base that no record touched.
+//!
+//! Epochs are derived here, on the same path on every node (DESIGN §3):
+//! - `PartitionChangeRecord`: `partition_epoch + 1` always; `leader_epoch + 1` iff the record
+//!   carries a leader (the controller sets it only when the leader changes; Kafka:
+//!   `PartitionRegistration.merge`).
+//! - `RegisterBrokerRecord` with `broker_epoch == 0`: the broker epoch is the metadata offset
+//!   of the entry holding the record (set with [`MetadataDelta::set_provenance`]); snapshots
+//!   write the epoch explicitly.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use keel_proto::metadata::{
+    BrokerRegistrationChangeRecord, ConfigRecord, FencingChange, LeaderRecoveryState,
+    MetadataRecord, PartitionChangeRecord, PartitionRecord, RegisterBrokerRecord, ShutdownChange,
+    metadata_record::Record,
+};
+use uuid::Uuid;
+
+use crate::image::{
+    BrokerRegistration, ConfigResource, MetadataImage, PartitionRegistration, Provenance,
+    TopicImage, TopicsImage, uuid_from_bytes,
+};
+
+/// Why a record could not be replayed. The delta is unchanged when `replay` returns one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    /// The record's `oneof` is unset: written by a newer version or corrupt.
+    #[error("record has no known type")]
+    EmptyRecord,
+    /// A 16-byte UUID field had another length.
+    #[error("{field} must be a 16-byte UUID, got {len} bytes")]
+    InvalidUuid {
+        /// Field name.
+        field: &'static str,
+        /// Length found.
+        len: usize,
+    },
+    /// A record names a topic id that does not exist.
+    #[error("unknown topic id {topic_id}")]
+    UnknownTopicId {
+        /// The topic id.
+        topic_id: Uuid,
+    },
+    /// A config record names a topic that does not exist.
+    #[error("unknown topic {name:?}")]
+    UnknownTopicName {
+        /// The topic name.
+        name: String,
+    },
+    /// `TopicRecord` for a name already in use.
+    #[error("topic name {name:?} already exists")]
+    DuplicateTopicName {
+        /// The topic name.
+        name: String,
+    },
+    /// `TopicRecord` for an id already in use.
+    #[error("topic id {topic_id} already exists")]
+    DuplicateTopicId {
+        /// The topic id.
+        topic_id: Uuid,
+    },
+    /// A change for a partition that does not exist.
+    #[error("unknown partition {topic}-{partition}")]
+    UnknownPartition {
+        /// Topic name.
+        topic: String,
+        /// Partition id.
+        partition: i32,
+    },
+    /// The resulting partition state breaks an invariant (ISR not in replicas, ...).
+    #[error("invalid state for partition {topic}-{partition}: {reason}")]
+    InvalidPartition {
+        /// Topic name.
+        topic: String,
+        /// Partition id.
+        partition: i32,
+        /// Which invariant broke.
+        reason: String,
+    },
+    /// A record names a broker that is not registered.
+    #[error("broker {broker_id} is not registered")]
+    UnknownBroker {
+        /// Broker id.
+        broker_id: i32,
+    },
+    /// A record's broker epoch does not match the registration.
+    #[error("broker {broker_id} has epoch {current}, record carries {record}")]
+    BrokerEpochMismatch {
+        /// Broker id.
+        broker_id: i32,
+        /// Epoch of the current registration.
+        current: i64,
+        /// Epoch in the record.
+        record: i64,
+    },
+    /// A registration asks for its epoch to be assigned on replay (`broker_epoch == 0`) but
+    /// no offset was set with `set_provenance`.
+    #[error("broker {broker_id} registration needs an offset to derive its epoch")]
+    NoOffsetForBrokerEpoch {
+        /// Broker id.
+        broker_id: i32,
+    },
+    /// A config record's resource is not usable.
+    #[error("invalid config resource: {reason}")]
+    InvalidConfigResource {
+        /// What was wrong.
+        reason: String,
+    },
+    /// `ProducerIdsRecord` does not move the next producer id forward.
+    #[error("next producer id {record} does not exceed current {current}")]
+    ProducerIdNotIncreasing {
+        /// Current next producer id.
+        current: i64,
+        /// Value in the record.
+        record: i64,
+    },
+    /// An enum field holds a value this build does not know.
+    #[error("{field} has unknown value {value}")]
+    UnknownEnumValue {
+        /// Field name.
+        field: &'static str,
+        /// Raw value.
+        value: i32,
+    },
+}
+
+/// A base image plus replayed records. See the module doc.
+#[derive(Debug, Clone)]
+pub struct MetadataDelta {
+    base: MetadataImage,
+    provenance: Provenance,
+    /// Whole feature map once any feature changed (it is tiny).
+    features: Option<BTreeMap<String, i32>>,
+    /// Changed brokers; `None` = unregistered.
+    brokers: BTreeMap<i32, Option<BrokerRegistration>>,
+    /// Changed topics (copied from the base on first change); `None` = removed.
+    topics: HashMap<Uuid, Option<TopicImage>>,
+    /// Name index changes; `None` = name freed.
+    names: HashMap<String, Option<Uuid>>,
+    /// Changed config maps (whole map per resource); `None` = all configs removed.
+    configs: BTreeMap<ConfigResource, Option<BTreeMap<String, String>>>,
+    next_producer_id: Option<i64>,
+}
+
+impl MetadataDelta {
+    /// A delta with no changes on top of `base`.
+    pub fn new(base: MetadataImage) -> Self {
+        Self {
+            provenance: base.provenance(),
+            base,
+            features: None,
+            brokers: BTreeMap::new(),
+            topics: HashMap::new(),
+            names: HashMap::new(),
+            configs: BTreeMap::new(),
+            next_producer_id: None,
+        }
+    }
+
+    /// The image this delta started from.
+    pub fn base(&self) -> &MetadataImage {
+        &self.base
+    }
+
+    /// Sets the metadata offset and term of the entry whose records are replayed next. The
+    /// applied image carries the last value set. Offsets never go backwards.
+    pub fn set_provenance(&mut self, provenance: Provenance) {
+        debug_assert!(
+            provenance >= self.provenance,
+            "provenance went backwards: {:?} -> {provenance:?}",
+            self.provenance
+        );
+        self.provenance = provenance;
+    }
+
+    /// Replays one record. On error nothing changed.
+    pub fn replay(&mut self, record: &MetadataRecord) -> Result<(), ReplayError> {
+        match record.record.as_ref().ok_or(ReplayError::EmptyRecord)? {
+            Record::RegisterBroker(r) => self.replay_register_broker(r),
+            Record::UnregisterBroker(r) => {
+                self.check_broker_epoch(r.broker_id, r.broker_epoch)?;
+                self.brokers.insert(r.broker_id, None);
+                Ok(())
+            }
+            Record::BrokerRegistrationChange(r) => self.replay_broker_change(r),
+            Record::Topic(r) => {
+                let id = parse_uuid("topic_id", &r.topic_id)?;
+                if self.topic_id(&r.name).is_some() {
+                    return Err(ReplayError::DuplicateTopicName {
+                        name: r.name.clone(),
+                    });
+                }
+                if self.topic(id).is_some() {
+                    return Err(ReplayError::DuplicateTopicId { topic_id: id });
+                }
+                let t = TopicImage {
+                    name: r.name.clone(),
+                    id,
+                    partitions: BTreeMap::new(),
+                };
+                self.topics.insert(id, Some(t));
+                self.names.insert(r.name.clone(), Some(id));
+                Ok(())
+            }
+            Record::Partition(r) => self.replay_partition(r),
+            Record::PartitionChange(r) => self.replay_partition_change(r),
+            Record::RemoveTopic(r) => {
+                let id = parse_uuid("topic_id", &r.topic_id)?;
+                let name = self
+                    .topic(id)
+                    .ok_or(ReplayError::UnknownTopicId { topic_id: id })?
+                    .name
+                    .clone();
+                // Kafka drops a deleted topic's configs with it (MetadataDelta.replay).
+                let res = ConfigResource::Topic(name.clone());
+                if self.config_map(&res).is_some() {
+                    self.configs.insert(res, None);
+                }
+                self.topics.insert(id, None);
+                self.names.insert(name, None);
+                Ok(())
+            }
+            Record::Config(r) => self.replay_config(r),
+            Record::ProducerIds(r) => {
+                let current = self.next_producer_id.unwrap_or(self.base.next_producer_id);
+                if r.next_producer_id <= current {
+                    return Err(ReplayError::ProducerIdNotIncreasing {
+                        current,
+                        record: r.next_producer_id,
+                    });
+                }
+                self.next_producer_id = Some(r.next_producer_id);
+                Ok(())
+            }
+            Record::FeatureLevel(r) => {
+                let f = self
+                    .features
+                    .get_or_insert_with(|| (*self.base.features).clone());
+                // Kafka: level 0 removes the feature.
+                if r.feature_level == 0 {
+                    f.remove(&r.name);
+                } else {
+                    f.insert(r.name.clone(), r.feature_level);
+                }
+                Ok(())
+            }
+            Record::NoOp(_) => Ok(()),
+        }
+    }
+
+    fn replay_register_broker(&mut self, r: &RegisterBrokerRecord) -> Result<(), ReplayError> {
+        let incarnation_id = parse_uuid("incarnation_id", &r.incarnation_id)?;
+        let epoch = match r.broker_epoch {
+            0 if self.provenance.offset == 0 => {
+                return Err(ReplayError::NoOffsetForBrokerEpoch {
+                    broker_id: r.broker_id,
+                });
+            }
+            0 => self.provenance.offset as i64,
+            e => e,
+        };
+        let reg = BrokerRegistration {
+            id: r.broker_id,
+            incarnation_id,
+            epoch,
+            endpoints: r.endpoints.clone(),
+            rack: (!r.rack.is_empty()).then(|| r.rack.clone()),
+            fenced: r.fenced,
+            in_controlled_shutdown: r.in_controlled_shutdown,
+        };
+        self.brokers.insert(r.broker_id, Some(reg));
+        Ok(())
+    }
+
+    fn replay_broker_change(
+        &mut self,
+        r: &BrokerRegistrationChangeRecord,
+    ) -> Result<(), ReplayError> {
+        self.check_broker_epoch(r.broker_id, r.broker_epoch)?;
+        let fencing =
+            FencingChange::try_from(r.fenced).map_err(|_| ReplayError::UnknownEnumValue {
+                field: "fenced",
+                value: r.fenced,
+            })?;
+        let shutdown = ShutdownChange::try_from(r.in_controlled_shutdown).map_err(|_| {
+            ReplayError::UnknownEnumValue {
+                field: "in_controlled_shutdown",
+                value: r.in_controlled_shutdown,
+            }
+        })?;
+        let mut reg = self.broker(r.broker_id).expect("epoch checked").clone();
+        match fencing {
+            FencingChange::None => {}
+            FencingChange::Fence => reg.fenced = true,
+            FencingChange::Unfence => reg.fenced = false,
+        }
+        if shutdown == ShutdownChange::InControlledShutdown {
+            reg.in_controlled_shutdown = true;
+        }
+        self.brokers.insert(r.broker_id, Some(reg));
+        Ok(())
+    }
+
+    fn replay_partition(&mut self, r: &PartitionRecord) -> Result<(), ReplayError> {
+        let id = parse_uuid("topic_id", &r.topic_id)?;
+        let topic = self
+            .topic(id)
+            .ok_or(ReplayError::UnknownTopicId { topic_id: id })?;
+        let reg = PartitionRegistration {
+            replicas: r.replicas.clone(),
+            isr: r.isr.clone(),
+            removing_replicas: r.removing_replicas.clone(),
+            adding_replicas: r.adding_replicas.clone(),
+            leader: r.leader,
+            leader_recovery_state: recovery_state(r.leader_recovery_state)?,
+            leader_epoch: r.leader_epoch,
+            partition_epoch: r.partition_epoch,
+            elr: r.eligible_leader_replicas.clone(),
+            last_known_elr: r.last_known_elr.clone(),
+        };
+        reg.validate()
+            .map_err(|reason| ReplayError::InvalidPartition {
+                topic: topic.name.clone(),
+                partition: r.partition_id,
+                reason,
+            })?;
+        self.topic_mut(id).partitions.insert(r.partition_id, reg);
+        Ok(())
+    }
+
+    fn replay_partition_change(&mut self, r: &PartitionChangeRecord) -> Result<(), ReplayError> {
+        let id = parse_uuid("topic_id", &r.topic_id)?;
+        let topic = self
+            .topic(id)
+            .ok_or(ReplayError::UnknownTopicId { topic_id: id })?;
+        let old =
+            topic
+                .partitions
+                .get(&r.partition_id)
+                .ok_or_else(|| ReplayError::UnknownPartition {
+                    topic: topic.name.clone(),
+                    partition: r.partition_id,
+                })?;
+        let mut reg = old.clone();
+        if let Some(isr) = &r.isr {
+            reg.isr = isr.ids.clone();
+        }
+        if let Some(replicas) = &r.replicas {
+            reg.replicas = replicas.ids.clone();
+        }
+        if let Some(l) = &r.removing_replicas {
+            reg.removing_replicas = l.ids.clone();
+        }
+        if let Some(l) = &r.adding_replicas {
+            reg.adding_replicas = l.ids.clone();
+        }
+        if let Some(l) = &r.eligible_leader_replicas {
+            reg.elr = l.ids.clone();
+        }
+        if let Some(l) = &r.last_known_elr {
+            reg.last_known_elr = l.ids.clone();
+        }
+        if let Some(s) = r.leader_recovery_state {
+            reg.leader_recovery_state = recovery_state(s)?;
+        }
+        if let Some(leader) = r.leader {
+            reg.leader = leader;
+            reg.leader_epoch += 1;
+        }
+        reg.partition_epoch += 1;
+        reg.validate()
+            .map_err(|reason| ReplayError::InvalidPartition {
+                topic: topic.name.clone(),
+                partition: r.partition_id,
+                reason,
+            })?;
+        self.topic_mut(id).partitions.insert(r.partition_id, reg);
+        Ok(())
+    }
+
+    fn replay_config(&mut self, r: &ConfigRecord) -> Result<(), ReplayError> {
+        let res = ConfigResource::from_record(r)
+            .map_err(|reason| ReplayError::InvalidConfigResource { reason })?;
+        if let ConfigResource::Topic(name) = &res
+            && self.topic_id(name).is_none()
+        {
+            return Err(ReplayError::UnknownTopicName { name: name.clone() });
+        }
+        let mut map = self.config_map(&res).cloned().unwrap_or_default();
+        match &r.value {
+            Some(v) => map.insert(r.name.clone(), v.clone()),
+            None => map.remove(&r.name),
+        };
+        self.configs.insert(res, (!map.is_empty()).then_some(map));
+        Ok(())
+    }
+
+    fn check_broker_epoch(&self, broker_id: i32, epoch: i64) -> Result<(), ReplayError> {
+        let b = self
+            .broker(broker_id)
+            .ok_or(ReplayError::UnknownBroker { broker_id })?;
+        if b.epoch != epoch {
+            return Err(ReplayError::BrokerEpochMismatch {
+                broker_id,
+                current: b.epoch,
+                record: epoch,
+            });
+        }
+        Ok(())
+    }
+
+    /// The current view of one broker (base + changes).
+    pub fn broker(&self, id: i32) -> Option<&BrokerRegistration> {
+        match self.brokers.get(&id) {
+            Some(changed) => changed.as_ref(),
+            None => self.base.broker(id),
+        }
+    }
+
+    /// The current view of one topic.
+    pub fn topic(&self, id: Uuid) -> Option<&TopicImage> {
+        match self.topics.get(&id) {
+            Some(changed) => changed.as_ref(),
+            None => self.base.topics.by_id.get(&id).map(|t| t.as_ref()),
+        }
+    }
+
+    /// The current id of a topic name.
+    pub fn topic_id(&self, name: &str) -> Option<Uuid> {
+        match self.names.get(name) {
+            Some(changed) => *changed,
+            None => self.base.topics.by_name.get(name).copied(),
+        }
+    }
+
+    fn config_map(&self, res: &ConfigResource) -> Option<&BTreeMap<String, String>> {
+        match self.configs.get(res) {
+            Some(changed) => changed.as_ref(),
+            None => self.base.configs.get(res).map(|m| m.as_ref()),
+        }
+    }
+
+    /// Copy-on-write access to an existing topic. Precondition: `self.topic(id)` is `Some`.
+    fn topic_mut(&mut self, id: Uuid) -> &mut TopicImage {
+        let base = &self.base;
+        self.topics
+            .entry(id)
+            .or_insert_with(|| Some(base.topics.by_id[&id].as_ref().clone()))
+            .as_mut()
+            .expect("precondition: topic exists")
+    }
+
+    /// True when no record changed anything (provenance aside).
+    pub fn is_empty(&self) -> bool {
+        self.features.is_none()
+            && self.brokers.is_empty()
+            && self.topics.is_empty()
+            && self.configs.is_empty()
+            && self.next_producer_id.is_none()
+    }
+
+    /// Builds the next image. Parts no record touched are shared with the base.
+    pub fn apply(self) -> MetadataImage {
+        let base = self.base;
+        let features = match self.features {
+            Some(f) => Arc::new(f),
+            None => base.features,
+        };
+        let brokers = if self.brokers.is_empty() {
+            base.brokers
+        } else {
+            let mut m = (*base.brokers).clone();
+            for (id, reg) in self.brokers {
+                match reg {
+                    Some(r) => m.insert(id, Arc::new(r)),
+                    None => m.remove(&id),
+                };
+            }
+            Arc::new(m)
+        };
+        let topics = if self.topics.is_empty() {
+            base.topics
+        } else {
+            let mut t: TopicsImage = (*base.topics).clone();
+            for (id, topic) in self.topics {
+                match topic {
+                    Some(topic) => {
+                        debug_assert!(
+                            topic.partitions.values().all(|p| p.validate().is_ok()),
+                            "invalid partition entered topic {}",
+                            topic.name
+                        );
+                        t.by_id.insert(id, Arc::new(topic));
+                    }
+                    None => {
+                        t.by_id.remove(&id);
+                    }
+                }
+            }
+            for (name, id) in self.names {
+                match id {
+                    Some(id) => t.by_name.insert(name, id),
+                    None => t.by_name.remove(&name),
+                };
+            }
+            debug_assert_eq!(t.by_id.len(), t.by_name.len(), "topic indexes diverged");
+            Arc::new(t)
+        };
+        let configs = if self.configs.is_empty() {
+            base.configs
+        } else {
+            let mut c = (*base.configs).clone();
+            for (res, map) in self.configs {
+                match map {
+                    Some(m) => c.insert(res, Arc::new(m)),
+                    None => c.remove(&res),
+                };
+            }
+            Arc::new(c)
+        };
+        MetadataImage {
+            provenance: self.provenance,
+            features,
+            brokers,
+            topics,
+            configs,
+            next_producer_id: self.next_producer_id.unwrap_or(base.next_producer_id),
+        }
+    }
+}
+
+impl MetadataImage {
+    /// Replays `records` on top of this image and applies them, stamping `provenance`.
+    /// Atomic: on error the first failing record's index and error are returned and no image
+    /// is built.
+    pub fn with_records<'a>(
+        &self,
+        provenance: Provenance,
+        records: impl IntoIterator<Item = &'a MetadataRecord>,
+    ) -> Result<MetadataImage, (usize, ReplayError)> {
+        let mut delta = MetadataDelta::new(self.clone());
+        delta.set_provenance(provenance);
+        for (i, r) in records.into_iter().enumerate() {
+            delta.replay(r).map_err(|e| (i, e))?;
+        }
+        Ok(delta.apply())
+    }
+}
+
+fn parse_uuid(field: &'static str, b: &[u8]) -> Result<Uuid, ReplayError> {
+    uuid_from_bytes(b).ok_or(ReplayError::InvalidUuid {
+        field,
+        len: b.len(),
+    })
+}
+
+fn recovery_state(v: i32) -> Result<LeaderRecoveryState, ReplayError> {
+    LeaderRecoveryState::try_from(v).map_err(|_| ReplayError::UnknownEnumValue {
+        field: "leader_recovery_state",
+        value: v,
+    })
+}

@@ -1,0 +1,201 @@
+//! `LogStore`: openraft's `RaftLogStorage` on [`RaftDisk`].
+//!
+//! Durability (DESIGN §1): `save_vote`, `append` (before the `LogFlushed` callback fires),
+//! `truncate` and `purge` flush to disk before they return. A vote or an entry whose append
+//! callback fired survives a crash (kill -9) of the process.
+
+use std::fmt::Debug;
+use std::io;
+use std::ops::{Bound, RangeBounds};
+
+use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
+use openraft::{AnyError, ErrorSubject, ErrorVerb, OptionalSend, StorageIOError, Vote};
+
+use crate::raft_types::{Entry, LogId, StorageError, TypeConfig};
+use crate::store::disk::RaftDisk;
+
+const KEY_VOTE: &str = "vote";
+const KEY_COMMITTED: &str = "committed";
+const KEY_LAST_PURGED: &str = "last_purged";
+
+/// Upper bound on entries returned by one read (openraft asks for bounded ranges; this keeps
+/// a bad range from loading the whole log).
+const MAX_ENTRIES_PER_READ: usize = 65_536;
+
+/// The Raft log of `__cluster_metadata`. Cheap to clone; clones share the same disk.
+#[derive(Debug, Clone)]
+pub struct LogStore {
+    disk: RaftDisk,
+}
+
+impl LogStore {
+    /// Opens the log stored in `disk`.
+    pub fn new(disk: RaftDisk) -> Self {
+        Self { disk }
+    }
+
+    fn get<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StorageError> {
+        let read_err = |e: &dyn std::error::Error| {
+            StorageIOError::new(
+                ErrorSubject::Store,
+                ErrorVerb::Read,
+                AnyError::error(e.to_string()),
+            )
+        };
+        match self.disk.get_meta(key).map_err(|e| read_err(&e))? {
+            Some(bytes) => Ok(Some(
+                postcard::from_bytes(&bytes).map_err(|e| read_err(&e))?,
+            )),
+            None => Ok(None),
+        }
+    }
+
+    fn put<T: serde::Serialize>(&self, key: &str, value: &T) -> io::Result<()> {
+        let bytes = postcard::to_stdvec(value).map_err(io::Error::other)?;
+        self.disk.put_meta(key, &bytes)
+    }
+}
+
+fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry, StorageError> {
+    postcard::from_bytes(bytes).map_err(|e| StorageIOError::read_log_at_index(index, &e).into())
+}
+
+impl RaftLogReader<TypeConfig> for LogStore {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError> {
+        let range = (range.start_bound().cloned(), range.end_bound().cloned());
+        let raw = self
+            .disk
+            .entries(range, MAX_ENTRIES_PER_READ)
+            .map_err(|e| StorageIOError::read_logs(&e))?;
+        raw.iter().map(|(i, b)| decode_entry(*i, b)).collect()
+    }
+}
+
+impl RaftLogStorage<TypeConfig> for LogStore {
+    type LogReader = Self;
+
+    async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
+        let last_purged_log_id: Option<LogId> = self.get(KEY_LAST_PURGED)?;
+        let last = self
+            .disk
+            .last_entry()
+            .map_err(|e| StorageIOError::read_logs(&e))?;
+        let last_log_id = match last {
+            Some((i, b)) => Some(decode_entry(i, &b)?.log_id),
+            None => last_purged_log_id,
+        };
+        Ok(LogState {
+            last_purged_log_id,
+            last_log_id,
+        })
+    }
+
+    async fn get_log_reader(&mut self) -> Self::LogReader {
+        self.clone()
+    }
+
+    async fn save_vote(&mut self, vote: &Vote<u64>) -> Result<(), StorageError> {
+        self.put(KEY_VOTE, vote)
+            .map_err(|e| StorageIOError::write_vote(&e))?;
+        // The vote must be on disk before we answer any vote request with it.
+        self.disk
+            .flush()
+            .await
+            .map_err(|e| StorageIOError::write_vote(&e))?;
+        Ok(())
+    }
+
+    async fn read_vote(&mut self) -> Result<Option<Vote<u64>>, StorageError> {
+        self.get(KEY_VOTE)
+    }
+
+    async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        // Not flushed: losing it only means re-learning the commit index from the leader.
+        self.put(KEY_COMMITTED, &committed)
+            .map_err(|e| StorageIOError::write(&e))?;
+        Ok(())
+    }
+
+    async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
+        Ok(self.get::<Option<LogId>>(KEY_COMMITTED)?.flatten())
+    }
+
+    async fn append<I>(
+        &mut self,
+        entries: I,
+        callback: LogFlushed<TypeConfig>,
+    ) -> Result<(), StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut encoded = Vec::new();
+        for e in entries {
+            let bytes = postcard::to_stdvec(&e)
+                .map_err(|err| StorageIOError::write_log_entry(e.log_id, &err))?;
+            encoded.push((e.log_id.index, bytes));
+        }
+        debug_assert!(
+            encoded.windows(2).all(|w| w[0].0 + 1 == w[1].0),
+            "appended entries are not contiguous"
+        );
+        let res = match self.disk.put_entries(encoded) {
+            // Entries must be on disk before openraft is told they are (they count toward
+            // the commit quorum from that moment).
+            Ok(()) => self.disk.flush().await,
+            Err(e) => Err(e),
+        };
+        let report = res
+            .as_ref()
+            .map(|_| ())
+            .map_err(|e| io::Error::new(e.kind(), e.to_string()));
+        callback.log_io_completed(report);
+        res.map_err(|e| StorageIOError::write_logs(&e).into())
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.disk
+            .remove_from(log_id.index)
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        self.disk
+            .flush()
+            .await
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        Ok(())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        // Record the purge point first: a crash in between leaves extra entries below it,
+        // which are never read, never a hole above it.
+        self.put(KEY_LAST_PURGED, &log_id)
+            .map_err(|e| StorageIOError::write(&e))?;
+        self.disk
+            .remove_through(log_id.index)
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        self.disk
+            .flush()
+            .await
+            .map_err(|e| StorageIOError::write_logs(&e))?;
+        Ok(())
+    }
+}
+
+/// Reads entries in `[from, to)` (metadata offsets = Raft indexes) without a Raft node, e.g.
+/// for `ReadMetadataLog` and tests. At most `max` entries.
+pub fn read_entries(
+    disk: &RaftDisk,
+    from: u64,
+    to: u64,
+    max: usize,
+) -> Result<Vec<Entry>, StorageError> {
+    let raw = disk
+        .entries(
+            (Bound::Included(from), Bound::Excluded(to)),
+            max.min(MAX_ENTRIES_PER_READ),
+        )
+        .map_err(|e| StorageIOError::read_logs(&e))?;
+    raw.iter().map(|(i, b)| decode_entry(*i, b)).collect()
+}

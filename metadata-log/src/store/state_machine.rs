@@ -1,0 +1,281 @@
+//! `StateMachineStore`: openraft's `RaftStateMachine` for `__cluster_metadata`.
+//!
+//! The state machine is the [`MetadataImage`] in memory plus snapshot files on disk
+//! (`<dir>/snapshot-<index:020>-<term:020>.snap`, the format of [`crate::snapshot`]). Applying
+//! an entry replays its records into a delta; a batch that fails replay is rejected as a whole
+//! (identically on every node) and reported in [`ApplyOutcome::rejected`]. On open the newest
+//! snapshot file is loaded; openraft then re-applies the log above it.
+//!
+//! Every applied image is published on a `tokio::sync::watch` channel, which is how the
+//! controller's write path and metadata readers see committed state.
+//!
+//! Invariant: `image.provenance().offset == last_applied.index` (0 when nothing applied).
+
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
+use openraft::{EntryPayload, OptionalSend, StorageIOError};
+use tokio::sync::watch;
+
+use crate::image::{MetadataImage, Provenance};
+use crate::raft_types::{
+    ApplyOutcome, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
+};
+use crate::snapshot;
+
+const SNAPSHOT_PREFIX: &str = "snapshot-";
+const SNAPSHOT_SUFFIX: &str = ".snap";
+
+/// The metadata state machine. See the module doc.
+#[derive(Debug)]
+pub struct StateMachineStore {
+    dir: PathBuf,
+    last_applied: Option<LogId>,
+    membership: StoredMembership,
+    image: MetadataImage,
+    image_tx: watch::Sender<MetadataImage>,
+    /// Counter making snapshot ids unique within this process.
+    snapshots_built: u64,
+}
+
+impl StateMachineStore {
+    /// Opens the state machine whose snapshots live in `dir`, loading the newest snapshot.
+    ///
+    /// Errors: `dir` cannot be created or listed; the newest snapshot file is unreadable or
+    /// corrupt (the error names the file and byte offset).
+    pub fn open(dir: &Path) -> Result<Self, StorageError> {
+        std::fs::create_dir_all(dir).map_err(|e| StorageIOError::read_state_machine(&e))?;
+        let mut sm = Self {
+            dir: dir.to_path_buf(),
+            last_applied: None,
+            membership: StoredMembership::default(),
+            image: MetadataImage::empty(),
+            image_tx: watch::channel(MetadataImage::empty()).0,
+            snapshots_built: 0,
+        };
+        if let Some(path) = newest_snapshot(dir)? {
+            let snap =
+                snapshot::read_file(&path).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+            let meta: SnapshotMeta = postcard::from_bytes(&snap.header.raft_meta)
+                .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+            sm.image = snap
+                .to_image(&path)
+                .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+            sm.last_applied = meta.last_log_id;
+            sm.membership = meta.last_membership;
+            tracing::info!(path = %path.display(), offset = sm.image.provenance().offset, "loaded metadata snapshot");
+        }
+        sm.image_tx.send_replace(sm.image.clone());
+        Ok(sm)
+    }
+
+    /// The image after the last applied entry.
+    pub fn image(&self) -> &MetadataImage {
+        &self.image
+    }
+
+    /// A receiver that sees every newly applied image.
+    pub fn subscribe(&self) -> watch::Receiver<MetadataImage> {
+        self.image_tx.subscribe()
+    }
+
+    fn check_invariant(&self) {
+        debug_assert_eq!(
+            self.image.provenance().offset,
+            self.last_applied.map_or(0, |l| l.index),
+            "image provenance and last applied diverged"
+        );
+    }
+}
+
+/// The newest snapshot file in `dir`, by index.
+fn newest_snapshot(dir: &Path) -> Result<Option<PathBuf>, StorageError> {
+    Ok(snapshot_files(dir)?
+        .into_iter()
+        .max_by_key(|(i, _)| *i)
+        .map(|(_, p)| p))
+}
+
+/// Snapshot files in `dir` with the index their name carries.
+fn snapshot_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StorageError> {
+    let mut out = Vec::new();
+    let rd = std::fs::read_dir(dir).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+    for ent in rd {
+        let ent = ent.map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        let name = ent.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let Some(rest) = name
+            .strip_prefix(SNAPSHOT_PREFIX)
+            .and_then(|r| r.strip_suffix(SNAPSHOT_SUFFIX))
+        else {
+            continue;
+        };
+        if let Some(index) = rest.split('-').next().and_then(|i| i.parse::<u64>().ok()) {
+            out.push((index, ent.path()));
+        }
+    }
+    Ok(out)
+}
+
+fn snapshot_path(dir: &Path, last: Option<LogId>) -> PathBuf {
+    let (index, term) = last.map_or((0, 0), |l| (l.index, l.leader_id.term));
+    dir.join(format!(
+        "{SNAPSHOT_PREFIX}{index:020}-{term:020}{SNAPSHOT_SUFFIX}"
+    ))
+}
+
+/// Writes `bytes` as the snapshot for `last` and removes older snapshot files.
+fn store_snapshot(dir: &Path, last: Option<LogId>, bytes: &[u8]) -> Result<PathBuf, StorageError> {
+    let path = snapshot_path(dir, last);
+    let sig = None;
+    snapshot::write_atomic(&path, bytes)
+        .map_err(|e| StorageIOError::write_snapshot(sig.clone(), &e))?;
+    let keep = last.map_or(0, |l| l.index);
+    for (index, old) in snapshot_files(dir)? {
+        if index < keep {
+            // A leftover older file is harmless (the newest is loaded), so log and go on.
+            if let Err(e) = std::fs::remove_file(&old) {
+                tracing::warn!(path = %old.display(), error = %e, "could not remove old snapshot");
+            }
+        }
+    }
+    Ok(path)
+}
+
+/// Builds snapshots from a frozen copy of the state (cheap: the image is `Arc`-shared).
+#[derive(Debug)]
+pub struct SnapshotBuilder {
+    dir: PathBuf,
+    image: MetadataImage,
+    meta: SnapshotMeta,
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let raft_meta = postcard::to_stdvec(&self.meta)
+            .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
+        let bytes = snapshot::encode(&self.image, &raft_meta);
+        let path = store_snapshot(&self.dir, self.meta.last_log_id, &bytes)?;
+        tracing::info!(path = %path.display(), bytes = bytes.len(), "built metadata snapshot");
+        Ok(Snapshot {
+            meta: self.meta.clone(),
+            snapshot: Box::new(Cursor::new(bytes)),
+        })
+    }
+}
+
+impl RaftStateMachine<TypeConfig> for StateMachineStore {
+    type SnapshotBuilder = SnapshotBuilder;
+
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, StoredMembership), StorageError> {
+        Ok((self.last_applied, self.membership.clone()))
+    }
+
+    async fn apply<I>(&mut self, entries: I) -> Result<Vec<ApplyOutcome>, StorageError>
+    where
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
+    {
+        let mut out = Vec::new();
+        for entry in entries {
+            let log_id = entry.log_id;
+            let provenance = Provenance {
+                offset: log_id.index,
+                term: log_id.leader_id.term,
+            };
+            let mut outcome = ApplyOutcome {
+                offset: log_id.index,
+                rejected: None,
+            };
+            let records: &[_] = match &entry.payload {
+                EntryPayload::Normal(batch) => &batch.0,
+                EntryPayload::Blank => &[],
+                EntryPayload::Membership(m) => {
+                    self.membership = StoredMembership::new(Some(log_id), m.clone());
+                    &[]
+                }
+            };
+            match self.image.with_records(provenance, records) {
+                Ok(image) => self.image = image,
+                Err((index, e)) => {
+                    tracing::error!(offset = log_id.index, record = index, error = %e, "rejected metadata batch");
+                    outcome.rejected = Some(format!("record {index}: {e}"));
+                    // The entry still counts as applied; only its records are dropped.
+                    self.image = self.image.with_records(provenance, []).expect("no records");
+                }
+            }
+            self.last_applied = Some(log_id);
+            self.check_invariant();
+            out.push(outcome);
+        }
+        self.image_tx.send_replace(self.image.clone());
+        Ok(out)
+    }
+
+    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
+        self.snapshots_built += 1;
+        let snapshot_id = match self.last_applied {
+            Some(l) => format!("{}-{}-{}", l.leader_id.term, l.index, self.snapshots_built),
+            None => format!("0-0-{}", self.snapshots_built),
+        };
+        SnapshotBuilder {
+            dir: self.dir.clone(),
+            image: self.image.clone(),
+            meta: SnapshotMeta {
+                last_log_id: self.last_applied,
+                last_membership: self.membership.clone(),
+                snapshot_id,
+            },
+        }
+    }
+
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
+        Ok(Box::new(Cursor::new(Vec::new())))
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<Cursor<Vec<u8>>>,
+    ) -> Result<(), StorageError> {
+        let bytes = snapshot.into_inner();
+        let label = Path::new("<received snapshot>");
+        let sig = Some(meta.signature());
+        let snap = snapshot::decode(label, &bytes)
+            .map_err(|e| StorageIOError::read_snapshot(sig.clone(), &e))?;
+        let expected = meta.last_log_id.map_or(0, |l| l.index);
+        if snap.header.provenance.offset != expected {
+            let e = std::io::Error::other(format!(
+                "snapshot header offset {} does not match meta last log id {expected}",
+                snap.header.provenance.offset
+            ));
+            return Err(StorageIOError::read_snapshot(sig, &e).into());
+        }
+        let image = snap
+            .to_image(label)
+            .map_err(|e| StorageIOError::read_snapshot(sig.clone(), &e))?;
+        store_snapshot(&self.dir, meta.last_log_id, &bytes)?;
+        self.image = image;
+        self.last_applied = meta.last_log_id;
+        self.membership = meta.last_membership.clone();
+        self.check_invariant();
+        self.image_tx.send_replace(self.image.clone());
+        Ok(())
+    }
+
+    async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+        let Some(path) = newest_snapshot(&self.dir)? else {
+            return Ok(None);
+        };
+        let bytes = std::fs::read(&path).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        let snap =
+            snapshot::decode(&path, &bytes).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        let meta: SnapshotMeta = postcard::from_bytes(&snap.header.raft_meta)
+            .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        Ok(Some(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(bytes)),
+        }))
+    }
+}
