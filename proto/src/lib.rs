@@ -25,3 +25,17 @@ pub mod metadata {
 pub mod raft {
     tonic::include_proto!("keel.raft");
 }
+
+/// The controller API used by brokers, clients and operators (`keel.controller`).
+pub mod controller {
+    tonic::include_proto!("keel.controller");
+}
+
+/// The broker API: produce, fetch, replication and admin reads (`keel.broker`).
+pub mod broker {
+    tonic::include_proto!("keel.broker");
+}
+
+pub mod error;
+
+pub use error::ErrorCode;
