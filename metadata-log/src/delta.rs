@@ -131,6 +131,20 @@ pub enum ReplayError {
     },
 }
 
+/// The changes to one topic. Partitions are tracked one by one so that a change costs one
+/// registration, not a copy of the topic.
+#[derive(Debug, Clone)]
+struct TopicDelta {
+    name: String,
+    /// Created by this delta: base partitions (if any, from an earlier incarnation of the
+    /// same id) do not show through.
+    fresh: bool,
+    /// Removed by this delta.
+    removed: bool,
+    /// New or changed partitions.
+    partitions: BTreeMap<i32, PartitionRegistration>,
+}
+
 /// A base image plus replayed records. See the module doc.
 #[derive(Debug, Clone)]
 pub struct MetadataDelta {
@@ -140,8 +154,8 @@ pub struct MetadataDelta {
     features: Option<BTreeMap<String, i32>>,
     /// Changed brokers; `None` = unregistered.
     brokers: BTreeMap<i32, Option<BrokerRegistration>>,
-    /// Changed topics (copied from the base on first change); `None` = removed.
-    topics: HashMap<Uuid, Option<TopicImage>>,
+    /// Changed topics: created, removed, or with changed partitions.
+    topics: HashMap<Uuid, TopicDelta>,
     /// Name index changes; `None` = name freed.
     names: HashMap<String, Option<Uuid>>,
     /// Changed config maps (whole map per resource); `None` = all configs removed.
@@ -197,15 +211,16 @@ impl MetadataDelta {
                         name: r.name.clone(),
                     });
                 }
-                if self.topic(id).is_some() {
+                if self.topic_name(id).is_some() {
                     return Err(ReplayError::DuplicateTopicId { topic_id: id });
                 }
-                let t = TopicImage {
+                let t = TopicDelta {
                     name: r.name.clone(),
-                    id,
+                    fresh: true,
+                    removed: false,
                     partitions: BTreeMap::new(),
                 };
-                self.topics.insert(id, Some(t));
+                self.topics.insert(id, t);
                 self.names.insert(r.name.clone(), Some(id));
                 Ok(())
             }
@@ -214,16 +229,17 @@ impl MetadataDelta {
             Record::RemoveTopic(r) => {
                 let id = parse_uuid("topic_id", &r.topic_id)?;
                 let name = self
-                    .topic(id)
+                    .topic_name(id)
                     .ok_or(ReplayError::UnknownTopicId { topic_id: id })?
-                    .name
-                    .clone();
+                    .to_string();
                 // Kafka drops a deleted topic's configs with it (MetadataDelta.replay).
                 let res = ConfigResource::Topic(name.clone());
                 if self.config_map(&res).is_some() {
                     self.configs.insert(res, None);
                 }
-                self.topics.insert(id, None);
+                let t = self.topic_delta(id);
+                t.removed = true;
+                t.partitions.clear();
                 self.names.insert(name, None);
                 Ok(())
             }
@@ -311,7 +327,7 @@ impl MetadataDelta {
     fn replay_partition(&mut self, r: &PartitionRecord) -> Result<(), ReplayError> {
         let id = parse_uuid("topic_id", &r.topic_id)?;
         let topic = self
-            .topic(id)
+            .topic_name(id)
             .ok_or(ReplayError::UnknownTopicId { topic_id: id })?;
         let reg = PartitionRegistration {
             replicas: r.replicas.clone(),
@@ -327,25 +343,23 @@ impl MetadataDelta {
         };
         reg.validate()
             .map_err(|reason| ReplayError::InvalidPartition {
-                topic: topic.name.clone(),
+                topic: topic.to_string(),
                 partition: r.partition_id,
                 reason,
             })?;
-        self.topic_mut(id).partitions.insert(r.partition_id, reg);
+        self.topic_delta(id).partitions.insert(r.partition_id, reg);
         Ok(())
     }
 
     fn replay_partition_change(&mut self, r: &PartitionChangeRecord) -> Result<(), ReplayError> {
         let id = parse_uuid("topic_id", &r.topic_id)?;
         let topic = self
-            .topic(id)
+            .topic_name(id)
             .ok_or(ReplayError::UnknownTopicId { topic_id: id })?;
         let old =
-            topic
-                .partitions
-                .get(&r.partition_id)
+            self.partition(id, r.partition_id)
                 .ok_or_else(|| ReplayError::UnknownPartition {
-                    topic: topic.name.clone(),
+                    topic: topic.to_string(),
                     partition: r.partition_id,
                 })?;
         let mut reg = old.clone();
@@ -377,11 +391,11 @@ impl MetadataDelta {
         reg.partition_epoch += 1;
         reg.validate()
             .map_err(|reason| ReplayError::InvalidPartition {
-                topic: topic.name.clone(),
+                topic: topic.to_string(),
                 partition: r.partition_id,
                 reason,
             })?;
-        self.topic_mut(id).partitions.insert(r.partition_id, reg);
+        self.topic_delta(id).partitions.insert(r.partition_id, reg);
         Ok(())
     }
 
@@ -424,12 +438,29 @@ impl MetadataDelta {
         }
     }
 
-    /// The current view of one topic.
-    pub fn topic(&self, id: Uuid) -> Option<&TopicImage> {
+    /// The current name of a topic id, if the topic exists.
+    pub fn topic_name(&self, id: Uuid) -> Option<&str> {
         match self.topics.get(&id) {
-            Some(changed) => changed.as_ref(),
-            None => self.base.topics.by_id.get(&id).map(|t| t.as_ref()),
+            Some(t) if t.removed => None,
+            Some(t) => Some(&t.name),
+            None => self.base.topics.by_id.get(&id).map(|t| t.name.as_str()),
         }
+    }
+
+    /// The current view of one partition.
+    pub fn partition(&self, id: Uuid, partition: i32) -> Option<&PartitionRegistration> {
+        if let Some(t) = self.topics.get(&id) {
+            if t.removed {
+                return None;
+            }
+            if let Some(p) = t.partitions.get(&partition) {
+                return Some(p);
+            }
+            if t.fresh {
+                return None;
+            }
+        }
+        self.base.partition(id, partition)
     }
 
     /// The current id of a topic name.
@@ -447,14 +478,15 @@ impl MetadataDelta {
         }
     }
 
-    /// Copy-on-write access to an existing topic. Precondition: `self.topic(id)` is `Some`.
-    fn topic_mut(&mut self, id: Uuid) -> &mut TopicImage {
+    /// The change entry of an existing topic. Precondition: `self.topic_name(id)` is `Some`.
+    fn topic_delta(&mut self, id: Uuid) -> &mut TopicDelta {
         let base = &self.base;
-        self.topics
-            .entry(id)
-            .or_insert_with(|| Some(base.topics.by_id[&id].as_ref().clone()))
-            .as_mut()
-            .expect("precondition: topic exists")
+        self.topics.entry(id).or_insert_with(|| TopicDelta {
+            name: base.topics.by_id[&id].name.clone(),
+            fresh: false,
+            removed: false,
+            partitions: BTreeMap::new(),
+        })
     }
 
     /// True when no record changed anything (provenance aside).
@@ -488,30 +520,47 @@ impl MetadataDelta {
         let topics = if self.topics.is_empty() {
             base.topics
         } else {
-            let mut t: TopicsImage = (*base.topics).clone();
-            for (id, topic) in self.topics {
-                match topic {
-                    Some(topic) => {
-                        debug_assert!(
-                            topic.partitions.values().all(|p| p.validate().is_ok()),
-                            "invalid partition entered topic {}",
-                            topic.name
-                        );
-                        t.by_id.insert(id, Arc::new(topic));
-                    }
-                    None => {
-                        t.by_id.remove(&id);
-                    }
+            let mut by_id = base.topics.by_id.clone();
+            for (id, change) in self.topics {
+                if change.removed {
+                    by_id.remove(&id);
+                    continue;
                 }
-            }
-            for (name, id) in self.names {
-                match id {
-                    Some(id) => t.by_name.insert(name, id),
-                    None => t.by_name.remove(&name),
+                let mut partitions = match base.topics.by_id.get(&id) {
+                    Some(t) if !change.fresh => t.partitions.clone(),
+                    _ => imbl::OrdMap::new(),
                 };
+                for (p, reg) in change.partitions {
+                    debug_assert!(
+                        reg.validate().is_ok(),
+                        "invalid partition {}-{p}",
+                        change.name
+                    );
+                    partitions.insert(p, Arc::new(reg));
+                }
+                by_id.insert(
+                    id,
+                    Arc::new(TopicImage {
+                        name: change.name,
+                        id,
+                        partitions,
+                    }),
+                );
             }
-            debug_assert_eq!(t.by_id.len(), t.by_name.len(), "topic indexes diverged");
-            Arc::new(t)
+            let by_name = if self.names.is_empty() {
+                base.topics.by_name.clone()
+            } else {
+                let mut by_name = base.topics.by_name.clone();
+                for (name, id) in self.names {
+                    match id {
+                        Some(id) => by_name.insert(name, id),
+                        None => by_name.remove(&name),
+                    };
+                }
+                by_name
+            };
+            debug_assert_eq!(by_id.len(), by_name.len(), "topic indexes diverged");
+            Arc::new(TopicsImage { by_id, by_name })
         };
         let configs = if self.configs.is_empty() {
             base.configs

@@ -151,8 +151,8 @@ fn scripted_history_derives_epochs_and_applies_like_one_delta() {
     );
 
     // image_k + records[k..] == image_n, for every k.
-    for k in 0..=batches.len() {
-        assert_eq!(&replay_rest(&imgs[k], &batches, k), last, "split at {k}");
+    for (k, img) in imgs.iter().enumerate() {
+        assert_eq!(&replay_rest(img, &batches, k), last, "split at {k}");
     }
     // image -> records -> image at every prefix.
     for (k, img) in imgs.iter().enumerate() {
@@ -169,7 +169,8 @@ fn replay_errors_are_typed_and_leave_the_delta_unchanged() {
     let base = images(&batches[..6]).pop().unwrap();
     let orders = topic_id(1);
     let unknown = topic_id(99);
-    let cases: Vec<(MetadataRecord, fn(&ReplayError) -> bool)> = vec![
+    type Expect = fn(&ReplayError) -> bool;
+    let cases: Vec<(MetadataRecord, Expect)> = vec![
         (change_isr(unknown, 0, &[1]), |e| {
             matches!(e, ReplayError::UnknownTopicId { .. })
         }),

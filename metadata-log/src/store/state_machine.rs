@@ -18,6 +18,7 @@ use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, OptionalSend, StorageIOError};
 use tokio::sync::watch;
 
+use crate::delta::MetadataDelta;
 use crate::image::{MetadataImage, Provenance};
 use crate::raft_types::{
     ApplyOutcome, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
@@ -86,6 +87,13 @@ impl StateMachineStore {
             self.last_applied.map_or(0, |l| l.index),
             "image provenance and last applied diverged"
         );
+    }
+}
+
+fn provenance(log_id: LogId) -> Provenance {
+    Provenance {
+        offset: log_id.index,
+        term: log_id.leader_id.term,
     }
 }
 
@@ -177,13 +185,16 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let mut out = Vec::new();
-        for entry in entries {
+        // One delta for all entries of this call (one `apply()` of the image, not one per
+        // entry). Entries are atomic: when a record fails, the delta is rebuilt from the
+        // entries before it, so none of the failing entry's records remain.
+        let entries: Vec<Entry> = entries.into_iter().collect();
+        let mut out = Vec::with_capacity(entries.len());
+        let mut delta = MetadataDelta::new(self.image.clone());
+        let mut accepted: Vec<usize> = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.iter().enumerate() {
             let log_id = entry.log_id;
-            let provenance = Provenance {
-                offset: log_id.index,
-                term: log_id.leader_id.term,
-            };
+            delta.set_provenance(provenance(log_id));
             let mut outcome = ApplyOutcome {
                 offset: log_id.index,
                 rejected: None,
@@ -196,19 +207,33 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     &[]
                 }
             };
-            match self.image.with_records(provenance, records) {
-                Ok(image) => self.image = image,
-                Err((index, e)) => {
-                    tracing::error!(offset = log_id.index, record = index, error = %e, "rejected metadata batch");
-                    outcome.rejected = Some(format!("record {index}: {e}"));
-                    // The entry still counts as applied; only its records are dropped.
-                    self.image = self.image.with_records(provenance, []).expect("no records");
+            if let Some((index, e)) = records
+                .iter()
+                .enumerate()
+                .find_map(|(k, r)| delta.replay(r).err().map(|e| (k, e)))
+            {
+                tracing::error!(offset = log_id.index, record = index, error = %e, "rejected metadata batch");
+                outcome.rejected = Some(format!("record {index}: {e}"));
+                delta = MetadataDelta::new(self.image.clone());
+                for &j in &accepted {
+                    let prev = &entries[j];
+                    delta.set_provenance(provenance(prev.log_id));
+                    if let EntryPayload::Normal(batch) = &prev.payload {
+                        for r in &batch.0 {
+                            delta.replay(r).expect("replayed once already");
+                        }
+                    }
                 }
+                // The entry still counts as applied; only its records are dropped.
+                delta.set_provenance(provenance(log_id));
+            } else {
+                accepted.push(i);
             }
             self.last_applied = Some(log_id);
-            self.check_invariant();
             out.push(outcome);
         }
+        self.image = delta.apply();
+        self.check_invariant();
         self.image_tx.send_replace(self.image.clone());
         Ok(out)
     }

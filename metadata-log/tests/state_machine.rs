@@ -1,0 +1,122 @@
+//! The metadata state machine: atomic entries (a rejected batch leaves no record behind, on
+//! every node alike), snapshot build/install/reload, and the published image.
+
+mod common;
+
+use common::*;
+use keel_metadata_log::raft_types::{Entry, LogId, MetadataRecords};
+use keel_metadata_log::records::MetadataRecord;
+use keel_metadata_log::store::{self, StateMachineStore};
+use keel_metadata_log::{MetadataImage, Provenance};
+use openraft::storage::{RaftSnapshotBuilder, RaftStateMachine};
+use openraft::{CommittedLeaderId, EntryPayload};
+
+fn entry(index: u64, records: Vec<MetadataRecord>) -> Entry {
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(2, 1), index),
+        payload: EntryPayload::Normal(MetadataRecords(records)),
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_failing_record_rejects_its_whole_entry_and_nothing_else() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let (_, mut sm) = store::open(dir.path()).unwrap();
+        let t = topic_id(1);
+        let good1 = vec![register(1), register(2)];
+        // First record valid, second refers to an unknown topic: the entry must vanish whole.
+        let bad = vec![topic("half", t), change_isr(topic_id(9), 0, &[1])];
+        let good2 = vec![topic("orders", t), partition(t, 0, &[1, 2], &[1, 2], 1)];
+        let out = sm
+            .apply([
+                entry(1, good1.clone()),
+                entry(2, bad),
+                entry(3, good2.clone()),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(out.len(), 3);
+        assert!(out[0].rejected.is_none() && out[2].rejected.is_none());
+        assert!(
+            out[1]
+                .rejected
+                .as_deref()
+                .unwrap()
+                .starts_with("record 1: unknown topic id")
+        );
+
+        let expected = MetadataImage::empty()
+            .with_records(Provenance { offset: 1, term: 2 }, &good1)
+            .unwrap()
+            .with_records(Provenance { offset: 3, term: 2 }, &good2)
+            .unwrap();
+        assert_eq!(sm.image(), &expected);
+        assert!(sm.image().topics().get_by_name("half").is_none());
+        let (last, _) = sm.applied_state().await.unwrap();
+        assert_eq!(last.unwrap().index, 3);
+        // Registrations in entry 1 got epoch 1 (their offset).
+        assert_eq!(sm.image().broker(2).unwrap().epoch, 1);
+        assert_eq!(sm.subscribe().borrow().provenance().offset, 3);
+    });
+}
+
+#[test]
+fn snapshot_builds_installs_on_another_node_and_reloads_on_open() {
+    rt().block_on(async {
+        let a_dir = tempfile::tempdir().unwrap();
+        let b_dir = tempfile::tempdir().unwrap();
+        let (_, mut a) = store::open(a_dir.path()).unwrap();
+        let t = topic_id(1);
+        a.apply([
+            entry(1, vec![register(1), register(2), register(3)]),
+            entry(
+                2,
+                vec![
+                    topic("orders", t),
+                    partition(t, 0, &[1, 2, 3], &[1, 2, 3], 1),
+                ],
+            ),
+            entry(3, vec![change_leader(t, 0, 2, Some(&[2, 3]))]),
+        ])
+        .await
+        .unwrap();
+        let snap = a
+            .get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        assert_eq!(snap.meta.last_log_id.unwrap().index, 3);
+
+        let (_, mut b) = store::open(b_dir.path()).unwrap();
+        let mut data = b.begin_receiving_snapshot().await.unwrap();
+        data.get_mut().extend_from_slice(snap.snapshot.get_ref());
+        b.install_snapshot(&snap.meta, data).await.unwrap();
+        assert_eq!(b.image(), a.image());
+        assert_eq!(b.image().digest(), a.image().digest());
+
+        // A restart of b loads the installed snapshot.
+        drop(b);
+        let b2 = StateMachineStore::open(&b_dir.path().join("snapshots")).unwrap();
+        assert_eq!(b2.image(), a.image());
+
+        // A damaged snapshot is refused and leaves the receiver unchanged.
+        let (_, mut c) = store::open(tempfile::tempdir().unwrap().path()).unwrap();
+        let mut bad = snap.snapshot.get_ref().clone();
+        let mid = bad.len() / 2;
+        bad[mid] ^= 0x40;
+        let mut data = c.begin_receiving_snapshot().await.unwrap();
+        data.get_mut().extend_from_slice(&bad);
+        let err = c.install_snapshot(&snap.meta, data).await.unwrap_err();
+        assert!(err.to_string().contains("checksum mismatch"), "{err}");
+        assert!(c.image().is_empty());
+    });
+}
