@@ -57,7 +57,7 @@ fn state_machine_apply(create: &[MetadataRecord], changes: &[MetadataRecord]) ->
     use openraft::{CommittedLeaderId, EntryPayload};
     let entry = |index: u64, records: &[MetadataRecord]| Entry {
         log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-        payload: EntryPayload::Normal(MetadataRecords(records.to_vec())),
+        payload: EntryPayload::Normal(MetadataRecords::new(records.to_vec())),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()

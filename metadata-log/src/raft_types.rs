@@ -36,29 +36,59 @@ pub type SnapshotMeta = openraft::SnapshotMeta<u64, openraft::BasicNode>;
 /// Stored membership with Keel's types.
 pub type StoredMembership = openraft::StoredMembership<u64, openraft::BasicNode>;
 
-/// The application payload of one Raft entry: the metadata records proposed together.
+/// The application payload of one Raft entry: the metadata records proposed together, and
+/// when (informational).
 #[derive(Clone, Default, PartialEq)]
-pub struct MetadataRecords(pub Vec<MetadataRecord>);
+pub struct MetadataRecords {
+    /// Records, applied atomically and in order.
+    pub records: Vec<MetadataRecord>,
+    /// Wall-clock proposal time, ms since the Unix epoch (0 = unknown). Display only.
+    pub append_timestamp_ms: i64,
+}
+
+impl MetadataRecords {
+    /// A batch of `records` with no timestamp.
+    pub fn new(records: Vec<MetadataRecord>) -> Self {
+        Self {
+            records,
+            append_timestamp_ms: 0,
+        }
+    }
+}
 
 impl fmt::Debug for MetadataRecords {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "MetadataRecords({} records)", self.0.len())
+        write!(
+            f,
+            "MetadataRecords({} records @{})",
+            self.records.len(),
+            self.append_timestamp_ms
+        )
     }
 }
 
 impl fmt::Display for MetadataRecords {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} metadata records", self.0.len())
+        write!(f, "{} metadata records", self.records.len())
     }
 }
 
 impl Serialize for MetadataRecords {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        // Encode through a borrowed batch without cloning the records.
-        let mut buf = Vec::with_capacity(self.0.iter().map(|r| r.encoded_len() + 5).sum());
-        for r in &self.0 {
-            // Field 1 of MetadataBatch, length-delimited: the batch encoding.
+        // The protobuf encoding of a MetadataBatch, written field by field so the records
+        // are not cloned into a temporary batch.
+        let mut buf = Vec::with_capacity(
+            self.records
+                .iter()
+                .map(|r| r.encoded_len() + 5)
+                .sum::<usize>()
+                + 11,
+        );
+        for r in &self.records {
             prost::encoding::message::encode(1, r, &mut buf);
+        }
+        if self.append_timestamp_ms != 0 {
+            prost::encoding::int64::encode(2, &self.append_timestamp_ms, &mut buf);
         }
         s.serialize_bytes(&buf)
     }
@@ -74,7 +104,10 @@ impl<'de> Deserialize<'de> for MetadataRecords {
             }
             fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Self::Value, E> {
                 MetadataBatch::decode(v)
-                    .map(|b| MetadataRecords(b.records))
+                    .map(|b| MetadataRecords {
+                        records: b.records,
+                        append_timestamp_ms: b.append_timestamp_ms,
+                    })
                     .map_err(|e| E::custom(format!("MetadataBatch does not decode: {e}")))
             }
             fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Self::Value, E> {
@@ -103,4 +136,38 @@ pub struct ApplyOutcome {
     /// Set when the batch was rejected by replay (a controller bug: every node rejects the
     /// same batch, so state stays identical). Holds the failing record index and error.
     pub rejected: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_proto::metadata::{NoOpRecord, TopicRecord, metadata_record::Record};
+
+    #[test]
+    fn payload_round_trips_through_postcard_as_protobuf_bytes() {
+        let batch = MetadataRecords {
+            records: vec![
+                MetadataRecord {
+                    record: Some(Record::NoOp(NoOpRecord {})),
+                },
+                MetadataRecord {
+                    record: Some(Record::Topic(TopicRecord {
+                        name: "t".into(),
+                        topic_id: bytes::Bytes::from_static(&[7; 16]),
+                    })),
+                },
+            ],
+            append_timestamp_ms: 1_764_000_000_000,
+        };
+        let bytes = postcard::to_stdvec(&batch).unwrap();
+        let back: MetadataRecords = postcard::from_bytes(&bytes).unwrap();
+        assert_eq!(back, batch);
+        // The inner bytes are exactly a protobuf MetadataBatch.
+        let (len, rest) = postcard::take_from_bytes::<u32>(&bytes).unwrap();
+        let decoded = MetadataBatch::decode(&rest[..len as usize]).unwrap();
+        assert_eq!(decoded.records, batch.records);
+        assert_eq!(decoded.append_timestamp_ms, batch.append_timestamp_ms);
+        // Garbage is an error, not a panic.
+        assert!(postcard::from_bytes::<MetadataRecords>(&[3, 0xff, 0xff, 0xff]).is_err());
+    }
 }

@@ -34,7 +34,7 @@ fn entry(index: u64) -> Entry {
     };
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(3, 1), index),
-        payload: EntryPayload::Normal(MetadataRecords(vec![rec])),
+        payload: EntryPayload::Normal(MetadataRecords::new(vec![rec])),
     }
 }
 

@@ -14,7 +14,7 @@ use openraft::{CommittedLeaderId, EntryPayload};
 fn entry(index: u64, records: Vec<MetadataRecord>) -> Entry {
     Entry {
         log_id: LogId::new(CommittedLeaderId::new(2, 1), index),
-        payload: EntryPayload::Normal(MetadataRecords(records)),
+        payload: EntryPayload::Normal(MetadataRecords::new(records)),
     }
 }
 

@@ -200,7 +200,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                 rejected: None,
             };
             let records: &[_] = match &entry.payload {
-                EntryPayload::Normal(batch) => &batch.0,
+                EntryPayload::Normal(batch) => &batch.records,
                 EntryPayload::Blank => &[],
                 EntryPayload::Membership(m) => {
                     self.membership = StoredMembership::new(Some(log_id), m.clone());
@@ -219,7 +219,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
                     let prev = &entries[j];
                     delta.set_provenance(provenance(prev.log_id));
                     if let EntryPayload::Normal(batch) = &prev.payload {
-                        for r in &batch.0 {
+                        for r in &batch.records {
                             delta.replay(r).expect("replayed once already");
                         }
                     }
