@@ -5,7 +5,11 @@ use clap::Parser;
 
 /// Command line of `keel-broker`.
 #[derive(Debug, Parser)]
-#[command(name = "keel-broker", version, about = "Keel broker (not yet runnable: see the README's status section)")]
+#[command(
+    name = "keel-broker",
+    version,
+    about = "Keel broker (not yet runnable: see the README's status section)"
+)]
 struct Args {
     /// TOML configuration file (keys: see the README's configuration table).
     #[arg(long, value_name = "FILE")]
@@ -14,6 +18,9 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    eprintln!("keel-broker: not implemented yet (config: {:?})", args.config);
+    eprintln!(
+        "keel-broker: not implemented yet (config: {:?})",
+        args.config
+    );
     std::process::exit(2);
 }

@@ -5,7 +5,11 @@ use clap::Parser;
 
 /// Command line of `keelctl`.
 #[derive(Debug, Parser)]
-#[command(name = "keelctl", version, about = "Keel operator CLI (commands not yet available)")]
+#[command(
+    name = "keelctl",
+    version,
+    about = "Keel operator CLI (commands not yet available)"
+)]
 struct Args {}
 
 fn main() {

@@ -1,0 +1,384 @@
+//! Leader-epoch cache: `epoch -> start offset` (the first offset written in that epoch),
+//! persisted in `leader-epoch-checkpoint` (Kafka `LeaderEpochFileCache`, KIP-101, KIP-279).
+//! It answers OffsetsForLeaderEpoch, which followers use to find the point where their log
+//! diverges from the leader's.
+//!
+//! Invariant: entries are sorted with strictly increasing epochs AND strictly increasing
+//! start offsets; every epoch and start offset is >= 0. Every change is written to the file
+//! atomically before the call returns (temp + fsync + rename + fsync dir).
+
+use std::path::{Path, PathBuf};
+
+use super::checkpoint::{format_checkpoint, read_checkpoint_lines, write_atomically};
+use super::error::{LogError, LogResult};
+
+/// File name of the cache inside a partition directory.
+pub const LEADER_EPOCH_CHECKPOINT: &str = "leader-epoch-checkpoint";
+/// Epoch answered when no epoch is known (Kafka `UNDEFINED_EPOCH`).
+pub const UNDEFINED_EPOCH: i32 = -1;
+/// Offset answered when no epoch is known (Kafka `UNDEFINED_EPOCH_OFFSET`).
+pub const UNDEFINED_EPOCH_OFFSET: i64 = -1;
+
+/// One cache entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochEntry {
+    /// Leader epoch.
+    pub epoch: i32,
+    /// First offset of the epoch (inclusive).
+    pub start_offset: i64,
+}
+
+/// The cache; see the module doc for its invariant.
+#[derive(Debug)]
+pub struct LeaderEpochCache {
+    /// `None` = in memory only (tests).
+    path: Option<PathBuf>,
+    entries: Vec<EpochEntry>,
+}
+
+impl LeaderEpochCache {
+    /// An in-memory cache that never touches disk.
+    pub fn in_memory() -> Self {
+        Self {
+            path: None,
+            entries: Vec::new(),
+        }
+    }
+
+    /// Loads `<dir>/leader-epoch-checkpoint` (empty if absent). A malformed or non-monotonic
+    /// file is an error.
+    pub fn open(dir: &Path) -> LogResult<Self> {
+        let path = dir.join(LEADER_EPOCH_CHECKPOINT);
+        let mut entries = Vec::new();
+        if let Some(lines) = read_checkpoint_lines(&path)? {
+            for line in lines {
+                let bad = |reason: String| LogError::MalformedFile {
+                    path: path.clone(),
+                    reason,
+                };
+                let mut it = line.split_whitespace();
+                let (Some(e), Some(o), None) = (it.next(), it.next(), it.next()) else {
+                    return Err(bad(format!("bad line {line:?}")));
+                };
+                let epoch: i32 = e.parse().map_err(|_| bad(format!("bad epoch {e:?}")))?;
+                let start_offset: i64 = o.parse().map_err(|_| bad(format!("bad offset {o:?}")))?;
+                let entry = EpochEntry {
+                    epoch,
+                    start_offset,
+                };
+                let monotonic = entries
+                    .last()
+                    .is_none_or(|l: &EpochEntry| l.epoch < epoch && l.start_offset < start_offset);
+                if epoch < 0 || start_offset < 0 || !monotonic {
+                    return Err(bad(format!("entry {line:?} breaks monotonicity")));
+                }
+                entries.push(entry);
+            }
+        }
+        let cache = Self {
+            path: Some(path),
+            entries,
+        };
+        cache.check_invariant();
+        Ok(cache)
+    }
+
+    fn check_invariant(&self) {
+        debug_assert!(
+            self.entries
+                .iter()
+                .all(|e| e.epoch >= 0 && e.start_offset >= 0)
+        );
+        debug_assert!(
+            self.entries
+                .windows(2)
+                .all(|w| w[0].epoch < w[1].epoch && w[0].start_offset < w[1].start_offset)
+        );
+    }
+
+    fn flush(&self) -> LogResult<()> {
+        self.check_invariant();
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let lines: Vec<String> = self
+            .entries
+            .iter()
+            .map(|e| format!("{} {}", e.epoch, e.start_offset))
+            .collect();
+        write_atomically(path, format_checkpoint(&lines).as_bytes())
+    }
+
+    /// All entries, oldest first.
+    pub fn entries(&self) -> &[EpochEntry] {
+        &self.entries
+    }
+
+    /// The newest epoch, if any.
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.entries.last().map(|e| e.epoch)
+    }
+
+    /// The oldest entry, if any.
+    pub fn earliest_entry(&self) -> Option<EpochEntry> {
+        self.entries.first().copied()
+    }
+
+    /// Records that `epoch` starts at `start_offset` (Kafka `LeaderEpochFileCache.assign`).
+    /// No-op when the latest entry has the same epoch and a start offset <= `start_offset`.
+    /// Otherwise every entry at the end with an epoch >= `epoch` or a start offset >=
+    /// `start_offset` is removed (they conflict with the new entry) and the entry appended,
+    /// which keeps both columns strictly increasing. Negative arguments are ignored.
+    /// Returns whether the cache changed (and was persisted).
+    pub fn assign(&mut self, epoch: i32, start_offset: i64) -> LogResult<bool> {
+        if epoch < 0 || start_offset < 0 {
+            return Ok(false);
+        }
+        if let Some(last) = self.entries.last()
+            && last.epoch == epoch
+            && last.start_offset <= start_offset
+        {
+            return Ok(false);
+        }
+        let keep = self
+            .entries
+            .iter()
+            .position(|e| e.epoch >= epoch || e.start_offset >= start_offset)
+            .unwrap_or(self.entries.len());
+        let removed = self.entries.len() - keep;
+        if removed > 0 {
+            tracing::debug!(
+                epoch,
+                start_offset,
+                removed,
+                "leader epoch cache: removed entries"
+            );
+        }
+        self.entries.truncate(keep);
+        self.entries.push(EpochEntry {
+            epoch,
+            start_offset,
+        });
+        self.flush()?;
+        Ok(true)
+    }
+
+    /// OffsetsForLeaderEpoch answer for `requested_epoch` given the log end offset
+    /// `log_end_offset` (Kafka `LeaderEpochFileCache.endOffsetFor`, KIP-101/KIP-279):
+    /// - requested == latest epoch: `(requested, log_end_offset)`;
+    /// - requested undefined (-1), above the latest epoch, or cache empty: `(-1, -1)`;
+    /// - otherwise the largest epoch <= requested and the start offset of the next higher
+    ///   epoch; when requested is below the earliest epoch, Kafka answers
+    ///   `(requested, earliest start offset)` (the data before it was deleted, so the follower
+    ///   truncates to the leader's first known epoch start).
+    pub fn end_offset_for(&self, requested_epoch: i32, log_end_offset: i64) -> (i32, i64) {
+        if requested_epoch == UNDEFINED_EPOCH {
+            return (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET);
+        }
+        if self.latest_epoch() == Some(requested_epoch) {
+            return (requested_epoch, log_end_offset);
+        }
+        // First entry with an epoch > requested.
+        let higher = self.entries.partition_point(|e| e.epoch <= requested_epoch);
+        let Some(higher_entry) = self.entries.get(higher) else {
+            return (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET);
+        };
+        if higher == 0 {
+            return (requested_epoch, higher_entry.start_offset);
+        }
+        (self.entries[higher - 1].epoch, higher_entry.start_offset)
+    }
+
+    /// The log was truncated to `end_offset` (exclusive): removes entries starting at or
+    /// after it (Kafka `truncateFromEnd`). Persists if anything changed.
+    pub fn truncate_from_end(&mut self, end_offset: i64) -> LogResult<()> {
+        let keep = self
+            .entries
+            .partition_point(|e| e.start_offset < end_offset);
+        if keep == self.entries.len() {
+            return Ok(());
+        }
+        self.entries.truncate(keep);
+        self.flush()
+    }
+
+    /// The log start moved to `start_offset`: removes entries starting at or before it and
+    /// re-adds the newest removed epoch starting exactly at `start_offset` (Kafka
+    /// `truncateFromStart`). Persists if anything changed.
+    pub fn truncate_from_start(&mut self, start_offset: i64) -> LogResult<()> {
+        let removed = self
+            .entries
+            .partition_point(|e| e.start_offset <= start_offset);
+        if removed == 0 {
+            return Ok(());
+        }
+        let last_removed = self.entries[removed - 1];
+        if removed == 1 && last_removed.start_offset == start_offset {
+            return Ok(());
+        }
+        self.entries.drain(..removed);
+        self.entries.insert(
+            0,
+            EpochEntry {
+                epoch: last_removed.epoch,
+                start_offset,
+            },
+        );
+        self.flush()
+    }
+
+    /// Removes every entry (the log was fully truncated) and persists.
+    pub fn clear(&mut self) -> LogResult<()> {
+        if self.entries.is_empty() {
+            return Ok(());
+        }
+        self.entries.clear();
+        self.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    /// The reference model: a map epoch -> start offset with brute-force rules written
+    /// straight from the KIP text, no binary searches or positions.
+    #[derive(Default, Debug)]
+    struct Model(BTreeMap<i32, i64>);
+
+    impl Model {
+        fn assign(&mut self, epoch: i32, start: i64) {
+            if let Some((&le, &ls)) = self.0.iter().next_back()
+                && le == epoch
+                && ls <= start
+            {
+                return;
+            }
+            self.0.retain(|&e, &mut s| e < epoch && s < start);
+            self.0.insert(epoch, start);
+        }
+        fn end_offset_for(&self, req: i32, leo: i64) -> (i32, i64) {
+            if req == -1 {
+                return (-1, -1);
+            }
+            if self.0.keys().next_back() == Some(&req) {
+                return (req, leo);
+            }
+            let floor = self
+                .0
+                .iter()
+                .filter(|(e, _)| **e <= req)
+                .map(|(e, _)| *e)
+                .max();
+            let next_start = self
+                .0
+                .iter()
+                .filter(|(e, _)| **e > req)
+                .map(|(_, s)| *s)
+                .min();
+            match (floor, next_start) {
+                (_, None) => (-1, -1),
+                (None, Some(s)) => (req, s),
+                (Some(e), Some(s)) => (e, s),
+            }
+        }
+        fn truncate_end(&mut self, off: i64) {
+            self.0.retain(|_, s| *s < off);
+        }
+        fn truncate_start(&mut self, off: i64) {
+            let last_removed = self
+                .0
+                .iter()
+                .filter(|(_, s)| **s <= off)
+                .max_by_key(|(e, _)| **e);
+            if let Some((&e, _)) = last_removed {
+                self.0.retain(|_, s| *s > off);
+                self.0.insert(e, off);
+            }
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Assign(i32, i64),
+        TruncEnd(i64),
+        TruncStart(i64),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0i32..12, 0i64..60).prop_map(|(e, s)| Op::Assign(e, s)),
+            1 => (0i64..60).prop_map(Op::TruncEnd),
+            1 => (0i64..60).prop_map(Op::TruncStart),
+        ]
+    }
+
+    proptest! {
+        // Every change is persisted with fsyncs: fewer cases keep the test quick.
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn matches_reference_model(ops in proptest::collection::vec(op(), 0..40)) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut cache = LeaderEpochCache::open(dir.path()).unwrap();
+            let mut model = Model::default();
+            for op in &ops {
+                match *op {
+                    Op::Assign(e, s) => { cache.assign(e, s).unwrap(); model.assign(e, s); }
+                    Op::TruncEnd(o) => { cache.truncate_from_end(o).unwrap(); model.truncate_end(o); }
+                    Op::TruncStart(o) => { cache.truncate_from_start(o).unwrap(); model.truncate_start(o); }
+                }
+                let got: Vec<(i32, i64)> = cache.entries().iter().map(|e| (e.epoch, e.start_offset)).collect();
+                let want: Vec<(i32, i64)> = model.0.iter().map(|(e, s)| (*e, *s)).collect();
+                prop_assert_eq!(&got, &want, "after {:?}", op);
+                for req in -1..14 {
+                    prop_assert_eq!(cache.end_offset_for(req, 100), model.end_offset_for(req, 100), "req {}", req);
+                }
+            }
+            // The persisted file reloads to the same entries.
+            let reloaded = LeaderEpochCache::open(dir.path()).unwrap();
+            prop_assert_eq!(reloaded.entries(), cache.entries());
+        }
+    }
+
+    #[test]
+    fn kip_101_examples() {
+        let mut c = LeaderEpochCache::in_memory();
+        c.assign(1, 0).unwrap();
+        c.assign(3, 10).unwrap();
+        c.assign(5, 20).unwrap();
+        assert_eq!(c.end_offset_for(5, 25), (5, 25));
+        assert_eq!(c.end_offset_for(4, 25), (3, 20));
+        assert_eq!(c.end_offset_for(3, 25), (3, 20));
+        assert_eq!(c.end_offset_for(2, 25), (1, 10));
+        assert_eq!(c.end_offset_for(0, 25), (0, 0));
+        assert_eq!(
+            c.end_offset_for(6, 25),
+            (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
+        );
+        assert_eq!(
+            c.end_offset_for(-1, 25),
+            (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET)
+        );
+        // Same epoch, later offset: no-op. Lower start offset: replaces conflicting entries.
+        assert!(!c.assign(5, 30).unwrap());
+        assert!(c.assign(6, 15).unwrap());
+        let e: Vec<_> = c
+            .entries()
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect();
+        assert_eq!(e, vec![(1, 0), (3, 10), (6, 15)]);
+        c.truncate_from_start(12).unwrap();
+        let e: Vec<_> = c
+            .entries()
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect();
+        assert_eq!(e, vec![(3, 12), (6, 15)]);
+        c.truncate_from_end(15).unwrap();
+        assert_eq!(c.latest_epoch(), Some(3));
+        assert_eq!(LeaderEpochCache::in_memory().end_offset_for(0, 5), (-1, -1));
+    }
+}

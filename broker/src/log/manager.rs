@@ -1,0 +1,187 @@
+//! [`LogManager`]: owner of one data directory and every partition log in it (Kafka
+//! `LogManager`). It reads the per-directory `recovery-point-offset-checkpoint` and the
+//! clean-shutdown marker on open, loads each `<topic>-<partition>` directory, and writes the
+//! checkpoints (recovery points, and high watermarks handed in by the replica manager).
+//!
+//! The marker `.kafka_cleanshutdown` is written last on a clean close and deleted (durably)
+//! first on open, so its presence proves that every log was flushed and closed.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::checkpoint::{OffsetCheckpointFile, TopicPartition, fsync_dir, write_atomically};
+use super::config::{Clock, LogConfig};
+use super::error::{LogResult, io_err};
+use super::partition_log::{Log, LogOpenOptions};
+use super::segment::remove_if_exists;
+
+/// Clean-shutdown marker file (Kafka's `.kafka_cleanshutdown`).
+pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
+/// Per-directory recovery points.
+pub const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
+/// Per-directory high watermarks.
+pub const REPLICATION_OFFSET_CHECKPOINT: &str = "replication-offset-checkpoint";
+
+/// Owner of a data directory's partition logs.
+#[derive(Debug)]
+pub struct LogManager {
+    data_dir: PathBuf,
+    default_config: LogConfig,
+    clock: Arc<dyn Clock>,
+    logs: BTreeMap<TopicPartition, Log>,
+    recovery_checkpoint: OffsetCheckpointFile,
+    hw_checkpoint: OffsetCheckpointFile,
+    /// Whether the previous shutdown was clean (marker found on open).
+    had_clean_shutdown: bool,
+}
+
+impl LogManager {
+    /// Opens `data_dir` (creating it), consumes the clean-shutdown marker and loads every
+    /// partition directory with its recovery point (recovering it unless the shutdown was
+    /// clean). `configs` overrides `default_config` per partition.
+    pub fn open(
+        data_dir: &Path,
+        default_config: LogConfig,
+        configs: &BTreeMap<TopicPartition, LogConfig>,
+        clock: Arc<dyn Clock>,
+    ) -> LogResult<LogManager> {
+        fs::create_dir_all(data_dir).map_err(io_err(data_dir))?;
+        let marker = data_dir.join(CLEAN_SHUTDOWN_FILE);
+        let had_clean_shutdown = marker.exists();
+        if had_clean_shutdown {
+            // Durably gone before any log changes, so a crash from here on is not "clean".
+            remove_if_exists(&marker)?;
+            fsync_dir(data_dir)?;
+        }
+        let recovery_checkpoint =
+            OffsetCheckpointFile::new(data_dir.join(RECOVERY_POINT_CHECKPOINT));
+        let hw_checkpoint = OffsetCheckpointFile::new(data_dir.join(REPLICATION_OFFSET_CHECKPOINT));
+        let recovery_points = recovery_checkpoint.read()?;
+        let mut logs = BTreeMap::new();
+        for e in fs::read_dir(data_dir).map_err(io_err(data_dir))? {
+            let e = e.map_err(io_err(data_dir))?;
+            if !e.file_type().map_err(io_err(e.path()))?.is_dir() {
+                continue;
+            }
+            let Some(tp) = e
+                .file_name()
+                .to_str()
+                .and_then(TopicPartition::from_dir_name)
+            else {
+                continue;
+            };
+            let config = configs
+                .get(&tp)
+                .cloned()
+                .unwrap_or_else(|| default_config.clone());
+            let opts = LogOpenOptions {
+                recovery_point: recovery_points.get(&tp).copied().unwrap_or(0),
+                clean_shutdown: had_clean_shutdown,
+            };
+            let log = Log::open(&e.path(), config, clock.clone(), opts)?;
+            logs.insert(tp, log);
+        }
+        Ok(LogManager {
+            data_dir: data_dir.to_path_buf(),
+            default_config,
+            clock,
+            logs,
+            recovery_checkpoint,
+            hw_checkpoint,
+            had_clean_shutdown,
+        })
+    }
+
+    /// Whether the previous shutdown left the clean-shutdown marker.
+    pub fn had_clean_shutdown(&self) -> bool {
+        self.had_clean_shutdown
+    }
+
+    /// The log of `tp`, if present.
+    pub fn log(&self, tp: &TopicPartition) -> Option<&Log> {
+        self.logs.get(tp)
+    }
+
+    /// The log of `tp` for writing, if present.
+    pub fn log_mut(&mut self, tp: &TopicPartition) -> Option<&mut Log> {
+        self.logs.get_mut(tp)
+    }
+
+    /// The log of `tp`, created empty (with `config` or the default) if absent.
+    pub fn get_or_create_log(
+        &mut self,
+        tp: &TopicPartition,
+        config: Option<LogConfig>,
+    ) -> LogResult<&mut Log> {
+        if !self.logs.contains_key(tp) {
+            let dir = self.data_dir.join(tp.dir_name());
+            let config = config.unwrap_or_else(|| self.default_config.clone());
+            let log = Log::open(&dir, config, self.clock.clone(), LogOpenOptions::default())?;
+            fsync_dir(&self.data_dir)?;
+            self.logs.insert(tp.clone(), log);
+        }
+        Ok(self.logs.get_mut(tp).expect("inserted"))
+    }
+
+    /// Deletes the log of `tp` and its directory.
+    pub fn delete_log(&mut self, tp: &TopicPartition) -> LogResult<bool> {
+        let Some(log) = self.logs.remove(tp) else {
+            return Ok(false);
+        };
+        log.delete()?;
+        fsync_dir(&self.data_dir)?;
+        Ok(true)
+    }
+
+    /// Partitions present, sorted.
+    pub fn partitions(&self) -> Vec<TopicPartition> {
+        self.logs.keys().cloned().collect()
+    }
+
+    /// Writes every log's recovery point to `recovery-point-offset-checkpoint` (Kafka does
+    /// this every `log.flush.offset.checkpoint.interval.ms`).
+    pub fn checkpoint_recovery_points(&self) -> LogResult<()> {
+        let points = self
+            .logs
+            .iter()
+            .map(|(tp, l)| (tp.clone(), l.recovery_point()))
+            .collect();
+        self.recovery_checkpoint.write(&points)
+    }
+
+    /// Writes the high watermarks to `replication-offset-checkpoint`.
+    pub fn write_high_watermarks(&self, hws: &BTreeMap<TopicPartition, i64>) -> LogResult<()> {
+        self.hw_checkpoint.write(hws)
+    }
+
+    /// Reads `replication-offset-checkpoint` (empty if absent).
+    pub fn read_high_watermarks(&self) -> LogResult<BTreeMap<TopicPartition, i64>> {
+        self.hw_checkpoint.read()
+    }
+
+    /// Runs the `flush.ms` policy on every log; returns how many flushed.
+    pub fn flush_due_logs(&mut self) -> LogResult<usize> {
+        let mut n = 0;
+        for log in self.logs.values_mut() {
+            n += usize::from(log.flush_if_due()?);
+        }
+        Ok(n)
+    }
+
+    /// Clean shutdown: closes every log (flush + indexes + producer snapshot), writes the
+    /// recovery points, then the clean-shutdown marker.
+    pub fn close(mut self) -> LogResult<()> {
+        for log in self.logs.values_mut() {
+            log.flush()?;
+        }
+        self.checkpoint_recovery_points()?;
+        let logs = std::mem::take(&mut self.logs);
+        for log in logs.into_values() {
+            log.close()?;
+        }
+        write_atomically(&self.data_dir.join(CLEAN_SHUTDOWN_FILE), b"")?;
+        Ok(())
+    }
+}

@@ -1,0 +1,745 @@
+//! [`Log`]: one partition's segments, epoch cache and producer state (Kafka `UnifiedLog`).
+//! See the module doc of [`crate::log`] for the invariants.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::batch::{BatchHeader, BatchIter, RecordBatch, stamped_prefix};
+use super::checkpoint::fsync_dir;
+use super::config::{Clock, LogConfig};
+use super::epoch_cache::LeaderEpochCache;
+use super::error::{LogError, LogResult, io_err};
+use super::producer_state::{AppendCheck, ProducerEntry, ProducerStateManager};
+use super::segment::{INDEX_SUFFIX, LOG_SUFFIX, Segment, TIME_INDEX_SUFFIX, remove_if_exists};
+
+/// How to open a log.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LogOpenOptions {
+    /// Offset below which the data is known to be flushed (from the data dir's
+    /// `recovery-point-offset-checkpoint`; 0 if unknown). Segments from the one containing
+    /// it onward are scanned and CRC-checked unless `clean_shutdown`.
+    pub recovery_point: i64,
+    /// The data dir had a clean-shutdown marker: skip the recovery scan.
+    pub clean_shutdown: bool,
+}
+
+/// Result of an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// Offset of the first record (inclusive).
+    pub first_offset: i64,
+    /// Offset of the last record (inclusive).
+    pub last_offset: i64,
+    /// The batch was a retry of one already in the log: nothing was written and the
+    /// offsets are the original ones (idempotent producer).
+    pub duplicate: bool,
+}
+
+/// Result of a read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadInfo {
+    /// Whole batches, back to back (empty if nothing qualified).
+    pub records: Bytes,
+    /// Offset after the last returned batch (the next fetch offset); `from_offset` if empty.
+    pub next_offset: i64,
+}
+
+/// One partition log; see the module doc of [`crate::log`].
+#[derive(Debug)]
+pub struct Log {
+    dir: PathBuf,
+    config: LogConfig,
+    clock: Arc<dyn Clock>,
+    /// Keyed by base offset; never empty; contiguous; the last is the active segment.
+    segments: BTreeMap<i64, Segment>,
+    log_start_offset: i64,
+    log_end_offset: i64,
+    /// Everything below is fsynced. Invariant: log_start <= recovery_point <= LEO.
+    recovery_point: i64,
+    epoch_cache: LeaderEpochCache,
+    producer_state: ProducerStateManager,
+    /// Records appended since the last flush.
+    unflushed_messages: u64,
+    last_flush_ms: i64,
+    bytes_since_snapshot: u64,
+}
+
+impl Log {
+    /// Opens (or creates) the partition log in `dir` and recovers it: segments after the
+    /// recovery point are scanned with CRC checks and a torn or corrupt tail is cut (and
+    /// every later segment deleted), indexes are rebuilt if missing or invalid, the epoch
+    /// cache is truncated to the recovered LEO, and producer state is rebuilt from the
+    /// newest snapshot plus a scan of the batches after it (Kafka `LogLoader`).
+    pub fn open(
+        dir: &Path,
+        config: LogConfig,
+        clock: Arc<dyn Clock>,
+        opts: LogOpenOptions,
+    ) -> LogResult<Log> {
+        config.validate()?;
+        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        let now_ms = clock.now_ms();
+        let mut bases = Vec::new();
+        for e in fs::read_dir(dir).map_err(io_err(dir))? {
+            let e = e.map_err(io_err(dir))?;
+            let path = e.path();
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.ends_with(".tmp") {
+                // Leftover of an interrupted atomic write: the old file is still valid.
+                fs::remove_file(&path).map_err(io_err(&path))?;
+            } else if let Some(stem) = name.strip_suffix(LOG_SUFFIX)
+                && let Ok(base) = stem.parse::<i64>()
+            {
+                bases.push(base);
+            }
+        }
+        bases.sort_unstable();
+        let recover_from = bases
+            .iter()
+            .rev()
+            .find(|b| **b <= opts.recovery_point)
+            .or(bases.first())
+            .copied()
+            .unwrap_or(0);
+        let mut segments = BTreeMap::new();
+        let mut recovered_any = false;
+        let mut iter = bases.iter();
+        // One iteration per segment file.
+        for &base in iter.by_ref() {
+            let recover = !opts.clean_shutdown && base >= recover_from;
+            recovered_any |= recover;
+            let (seg, outcome) =
+                Segment::open(dir, base, recover, config.index_interval_bytes, now_ms)?;
+            let contiguous = segments
+                .values()
+                .next_back()
+                .is_none_or(|prev: &Segment| prev.next_offset() == base);
+            if !contiguous {
+                tracing::warn!(dir = %dir.display(), base, "segment is not contiguous with the previous one");
+                seg.delete()?;
+                break;
+            }
+            segments.insert(base, seg);
+            if outcome.truncated_bytes > 0 {
+                break;
+            }
+        }
+        // Segments after a corrupt or non-contiguous one cannot be trusted (Kafka deletes
+        // them too).
+        for &base in iter {
+            let seg_path = super::segment::segment_file(dir, base, LOG_SUFFIX);
+            let size = fs::metadata(&seg_path).map(|m| m.len()).unwrap_or(0);
+            tracing::warn!(
+                segment = %seg_path.display(),
+                size_bytes = size,
+                "deleting segment after a corrupt or non-contiguous one"
+            );
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                remove_if_exists(&super::segment::segment_file(dir, base, suffix))?;
+            }
+        }
+        if segments.is_empty() {
+            let seg = Segment::create(dir, 0, now_ms)?;
+            segments.insert(0, seg);
+            fsync_dir(dir)?;
+        }
+        let log_start_offset = *segments.keys().next().expect("non-empty");
+        let log_end_offset = segments
+            .values()
+            .next_back()
+            .expect("non-empty")
+            .next_offset();
+        let mut epoch_cache = LeaderEpochCache::open(dir)?;
+        epoch_cache.truncate_from_end(log_end_offset)?;
+        epoch_cache.truncate_from_start(log_start_offset)?;
+        let mut log = Log {
+            dir: dir.to_path_buf(),
+            config,
+            clock,
+            segments,
+            log_start_offset,
+            log_end_offset,
+            recovery_point: opts.recovery_point.clamp(log_start_offset, log_end_offset),
+            epoch_cache,
+            producer_state: ProducerStateManager::new(dir),
+            unflushed_messages: 0,
+            last_flush_ms: now_ms,
+            bytes_since_snapshot: 0,
+        };
+        if recovered_any {
+            // Recovered bytes were read back and checked; make them durable so the recovery
+            // point can move to the LEO.
+            log.recovery_point = log.log_start_offset;
+            log.flush()?;
+        }
+        log.rebuild_producer_state()?;
+        log.check_invariants();
+        Ok(log)
+    }
+
+    fn check_invariants(&self) {
+        debug_assert!(!self.segments.is_empty());
+        debug_assert_eq!(Some(&self.log_start_offset), self.segments.keys().next());
+        debug_assert_eq!(
+            self.log_end_offset,
+            self.segments
+                .values()
+                .next_back()
+                .map_or(-1, |s| s.next_offset())
+        );
+        debug_assert!(self.log_start_offset <= self.recovery_point);
+        debug_assert!(self.recovery_point <= self.log_end_offset);
+        debug_assert!(
+            self.segments
+                .values()
+                .zip(self.segments.values().skip(1))
+                .all(|(a, b)| a.next_offset() == b.base_offset())
+        );
+        debug_assert!(
+            self.epoch_cache
+                .entries()
+                .iter()
+                .all(|e| e.start_offset <= self.log_end_offset)
+        );
+    }
+
+    /// Deletes snapshots above the LEO, loads the newest usable one and replays the batch
+    /// headers after it.
+    fn rebuild_producer_state(&mut self) -> LogResult<()> {
+        self.producer_state
+            .delete_snapshots_above(self.log_end_offset)?;
+        let from = self
+            .producer_state
+            .load_snapshot(self.log_start_offset, self.log_end_offset)?;
+        let mut state = std::mem::replace(
+            &mut self.producer_state,
+            ProducerStateManager::new(&self.dir),
+        );
+        let r = self.for_each_header(from, |h| state.update(h));
+        self.producer_state = state;
+        r?;
+        self.producer_state.reset_end_if_behind(self.log_end_offset);
+        Ok(())
+    }
+
+    /// Calls `f` with the header of every batch whose last offset is >= `from`, in order.
+    fn for_each_header(&self, from: i64, mut f: impl FnMut(&BatchHeader)) -> LogResult<()> {
+        let start = self
+            .segments
+            .range(..=from)
+            .next_back()
+            .map_or(self.log_start_offset, |(b, _)| *b);
+        for seg in self.segments.range(start..).map(|(_, s)| s) {
+            let Some((mut pos, _)) = seg.find_batch(from)? else {
+                continue;
+            };
+            // Each iteration consumes one batch: bounded by the segment size.
+            while pos < seg.size_bytes() {
+                let h = seg.read_header(pos)?;
+                f(&h);
+                pos += h.size_bytes() as u64;
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends a batch from a producer as the leader (Kafka `UnifiedLog.appendAsLeader`).
+    /// Checks, in order: `max.message.bytes` (MESSAGE_TOO_LARGE); CRC and record structure
+    /// (CORRUPT_MESSAGE); a producer id without epoch or sequence (INVALID_RECORD); the
+    /// idempotence rules of [`crate::log::check_append`] (a duplicate returns the original
+    /// offsets with `duplicate: true` and writes nothing; INVALID_PRODUCER_EPOCH;
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER). Then assigns base offset = LEO and partition leader
+    /// epoch = `leader_epoch` (both outside the CRC) and writes; with `flush.messages = 1`
+    /// the batch is fdatasynced before this returns. On any error the log is unchanged.
+    pub fn append_as_leader(&mut self, batch: Bytes, leader_epoch: i32) -> LogResult<AppendInfo> {
+        if batch.len() > self.config.max_message_bytes {
+            return Err(LogError::MessageTooLarge {
+                size_bytes: batch.len(),
+                max_bytes: self.config.max_message_bytes,
+            });
+        }
+        let batch = RecordBatch::from_bytes(batch)?;
+        batch.validate()?;
+        let mut header = *batch.header();
+        if header.has_producer_id() && (header.producer_epoch < 0 || header.base_sequence < 0) {
+            // Kafka `LogValidator`: an idempotent batch needs an epoch and a sequence.
+            return Err(LogError::InvalidRecord {
+                base_offset: header.base_offset,
+                reason: "producer id without producer epoch or base sequence",
+            });
+        }
+        if header.has_producer_id()
+            && let AppendCheck::Duplicate {
+                first_offset,
+                last_offset,
+            } = self.producer_state.check(&header)?
+        {
+            return Ok(AppendInfo {
+                first_offset,
+                last_offset,
+                duplicate: true,
+            });
+        }
+        header.base_offset = self.log_end_offset;
+        header.partition_leader_epoch = leader_epoch;
+        let prefix = stamped_prefix(batch.as_bytes(), header.base_offset, leader_epoch);
+        self.append_checked(Some(&prefix), batch.as_bytes(), &header)?;
+        Ok(AppendInfo {
+            first_offset: header.base_offset,
+            last_offset: header.last_offset(),
+            duplicate: false,
+        })
+    }
+
+    /// Appends batches fetched from the leader, keeping their offsets and epochs (Kafka
+    /// `UnifiedLog.appendAsFollower`). Every batch is checked (size, CRC, records) and the
+    /// offsets must continue the LEO without gaps (else `UnexpectedAppendOffset`) before
+    /// anything is written; producer state is updated without sequence checks, as Kafka does
+    /// for replication. Returns the offsets written, `None` for empty input.
+    pub fn append_as_follower(&mut self, records: Bytes) -> LogResult<Option<AppendInfo>> {
+        let mut batches = Vec::new();
+        let mut expected = self.log_end_offset;
+        for b in BatchIter::new(records) {
+            let b = b?;
+            if b.size_bytes() > self.config.max_message_bytes {
+                return Err(LogError::MessageTooLarge {
+                    size_bytes: b.size_bytes(),
+                    max_bytes: self.config.max_message_bytes,
+                });
+            }
+            b.validate()?;
+            if b.base_offset() != expected {
+                return Err(LogError::UnexpectedAppendOffset {
+                    expected,
+                    got: b.base_offset(),
+                });
+            }
+            expected = b.last_offset() + 1;
+            batches.push(b);
+        }
+        let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
+            return Ok(None);
+        };
+        let info = AppendInfo {
+            first_offset: first.base_offset(),
+            last_offset: last.last_offset(),
+            duplicate: false,
+        };
+        let start_leo = self.log_end_offset;
+        for b in &batches {
+            if let Err(e) = self.append_checked(None, b.as_bytes(), b.header()) {
+                // All or nothing: undo the batches of this call already written.
+                if self.log_end_offset > start_leo {
+                    self.truncate_to(start_leo)?;
+                }
+                return Err(e);
+            }
+        }
+        Ok(Some(info))
+    }
+
+    /// Writes one checked batch whose `header` already carries its final offsets.
+    fn append_checked(
+        &mut self,
+        prefix: Option<&[u8; 16]>,
+        bytes: &[u8],
+        header: &BatchHeader,
+    ) -> LogResult<()> {
+        debug_assert_eq!(header.base_offset, self.log_end_offset);
+        self.maybe_roll(header)?;
+        // The epoch entry may precede the data: an entry at the LEO without data is the
+        // normal state of a new leader (KAFKA-7415), so a failed write below is harmless.
+        if header.partition_leader_epoch >= 0
+            && self
+                .epoch_cache
+                .latest_epoch()
+                .is_none_or(|e| header.partition_leader_epoch > e)
+        {
+            self.epoch_cache
+                .assign(header.partition_leader_epoch, header.base_offset)?;
+        }
+        let interval = self.config.index_interval_bytes;
+        self.active_mut().append(prefix, bytes, header, interval)?;
+        self.log_end_offset = header.next_offset();
+        self.producer_state.update(header);
+        self.unflushed_messages += header.record_count as u64;
+        self.bytes_since_snapshot += bytes.len() as u64;
+        self.check_invariants();
+        let now_ms = self.clock.now_ms();
+        let by_messages = self
+            .config
+            .flush_interval_messages
+            .is_some_and(|n| self.unflushed_messages >= n);
+        let by_time = self
+            .config
+            .flush_interval_ms
+            .is_some_and(|ms| now_ms - self.last_flush_ms >= ms);
+        if by_messages || by_time {
+            // Durability point: with flush.messages=1 the batch is on disk before the caller
+            // can acknowledge it.
+            self.flush()?;
+        }
+        if self.bytes_since_snapshot >= self.config.producer_snapshot_interval_bytes {
+            self.producer_state.take_snapshot()?;
+            self.bytes_since_snapshot = 0;
+        }
+        Ok(())
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log always has a segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has a segment")
+    }
+
+    /// Rolls a new active segment at the LEO if the next batch would overflow `segment.bytes`,
+    /// the active segment is older than `segment.ms` (Kafka `LogSegment.shouldRoll`: by the
+    /// first batch's timestamp if it has one, else by creation time), or its offsets would
+    /// no longer fit in a relative u32 offset.
+    fn maybe_roll(&mut self, next: &BatchHeader) -> LogResult<()> {
+        let now_ms = self.clock.now_ms();
+        let active = self.active();
+        if active.size_bytes() == 0 {
+            return Ok(());
+        }
+        let waited_ms = match active.first_batch_timestamp() {
+            Some(t) if t >= 0 => next.max_timestamp - t,
+            _ => now_ms - active.created_ms(),
+        };
+        let full = active.size_bytes() + next.size_bytes() as u64 > self.config.segment_bytes;
+        let old = waited_ms >= self.config.segment_ms;
+        let offsets_overflow = next.last_offset() - active.base_offset() > i32::MAX as i64;
+        if full || old || offsets_overflow {
+            self.roll()?;
+        }
+        Ok(())
+    }
+
+    /// Starts a new active segment at the LEO (Kafka `UnifiedLog.roll`): writes the old
+    /// segment's indexes and a producer snapshot at the new base offset.
+    pub fn roll(&mut self) -> LogResult<()> {
+        let base = self.log_end_offset;
+        if self.active().base_offset() == base {
+            return Ok(());
+        }
+        self.active_mut().write_indexes()?;
+        self.producer_state.take_snapshot()?;
+        self.bytes_since_snapshot = 0;
+        let seg = Segment::create(&self.dir, base, self.clock.now_ms())?;
+        self.segments.insert(base, seg);
+        fsync_dir(&self.dir)?;
+        self.check_invariants();
+        Ok(())
+    }
+
+    /// Reads whole batches from `from_offset` (Kafka `UnifiedLog.read`): the batch containing
+    /// `from_offset` first, then following batches while the total stays within `max_bytes`
+    /// (the first batch is returned even if larger, like Kafka), leaving out batches whose
+    /// last offset is >= `upper_bound_exclusive` (pass the HW for consumers, the LEO for
+    /// followers). Reads stay within one segment. `from_offset` must be in
+    /// `[log_start_offset, log_end_offset]` (OFFSET_OUT_OF_RANGE otherwise).
+    pub fn read(
+        &self,
+        from_offset: i64,
+        max_bytes: usize,
+        upper_bound_exclusive: i64,
+    ) -> LogResult<ReadInfo> {
+        if from_offset < self.log_start_offset || from_offset > self.log_end_offset {
+            return Err(LogError::OffsetOutOfRange {
+                offset: from_offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset: self.log_end_offset,
+            });
+        }
+        let empty = ReadInfo {
+            records: Bytes::new(),
+            next_offset: from_offset,
+        };
+        let upper = upper_bound_exclusive.min(self.log_end_offset);
+        if from_offset >= upper {
+            return Ok(empty);
+        }
+        let start = self
+            .segments
+            .range(..=from_offset)
+            .next_back()
+            .map_or(self.log_start_offset, |(b, _)| *b);
+        for seg in self.segments.range(start..).map(|(_, s)| s) {
+            if let Some((records, next_offset)) = seg.read(from_offset, max_bytes, upper)? {
+                return Ok(ReadInfo {
+                    records,
+                    next_offset,
+                });
+            }
+        }
+        Ok(empty)
+    }
+
+    /// First offset of the first batch with a max timestamp >= `timestamp_ms`, and the
+    /// timestamp of the first record in it at or after `timestamp_ms` (ListOffsets by
+    /// timestamp, Kafka `UnifiedLog.fetchOffsetByTimestamp`). The offset is that record's.
+    pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> LogResult<Option<(i64, i64)>> {
+        for seg in self.segments.values() {
+            let Some((pos, h)) = seg.find_timestamp(timestamp_ms)? else {
+                continue;
+            };
+            let batch = RecordBatch::from_bytes(seg.read_bytes(pos, h.size_bytes())?)?;
+            for r in batch.records() {
+                let r = r?;
+                let ts = h.first_timestamp.wrapping_add(r.timestamp_delta);
+                if ts >= timestamp_ms {
+                    return Ok(Some((h.base_offset + r.offset_delta as i64, ts)));
+                }
+            }
+            return Ok(Some((h.base_offset, h.max_timestamp)));
+        }
+        Ok(None)
+    }
+
+    /// Removes every batch whose last offset is >= `offset` (Kafka `UnifiedLog.truncateTo`),
+    /// deleting later segments; a batch containing `offset` goes entirely, so the new LEO is
+    /// <= `offset`. Below the log start this is [`Log::truncate_fully_and_start_at`]. The
+    /// epoch cache and producer state follow. Returns whether anything was removed.
+    pub fn truncate_to(&mut self, offset: i64) -> LogResult<bool> {
+        if offset >= self.log_end_offset {
+            return Ok(false);
+        }
+        if offset < self.log_start_offset {
+            self.truncate_fully_and_start_at(offset.max(0))?;
+            return Ok(true);
+        }
+        let later: Vec<i64> = self.segments.range(offset + 1..).map(|(b, _)| *b).collect();
+        for base in later.into_iter().rev() {
+            let seg = self.segments.remove(&base).expect("listed");
+            seg.delete()?;
+        }
+        let interval = self.config.index_interval_bytes;
+        let removed = self.active_mut().truncate_to(offset, interval)?;
+        self.log_end_offset = self.active().next_offset();
+        tracing::info!(dir = %self.dir.display(), offset, new_leo = self.log_end_offset, removed_bytes = removed, "truncated log");
+        self.epoch_cache.truncate_from_end(self.log_end_offset)?;
+        self.recovery_point = self.recovery_point.min(self.log_end_offset);
+        self.rebuild_producer_state()?;
+        self.check_invariants();
+        Ok(true)
+    }
+
+    /// Deletes all data and restarts the log empty at `offset` (Kafka
+    /// `truncateFullyAndStartAt`, used when a follower is behind the leader's log start).
+    pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> LogResult<()> {
+        if offset < 0 {
+            return Err(LogError::OffsetOutOfRange {
+                offset,
+                log_start_offset: self.log_start_offset,
+                log_end_offset: self.log_end_offset,
+            });
+        }
+        let segments = std::mem::take(&mut self.segments);
+        for seg in segments.into_values().rev() {
+            seg.delete()?;
+        }
+        let seg = Segment::create(&self.dir, offset, self.clock.now_ms())?;
+        self.segments.insert(offset, seg);
+        fsync_dir(&self.dir)?;
+        self.log_start_offset = offset;
+        self.log_end_offset = offset;
+        self.recovery_point = offset;
+        self.epoch_cache.clear()?;
+        self.producer_state.delete_snapshots_above(-1)?;
+        self.producer_state.reset(offset);
+        self.unflushed_messages = 0;
+        self.check_invariants();
+        Ok(())
+    }
+
+    /// Retention (Kafka `UnifiedLog.deleteOldSegments`): deletes the oldest whole segments
+    /// while they are entirely below `high_watermark` and either older than `retention.ms`
+    /// (their newest batch timestamp, or creation time without timestamps) or not needed to
+    /// stay within `retention.bytes`. The active segment is never deleted. Advances the log
+    /// start offset, the epoch cache start and the producer state. Returns the number of
+    /// segments deleted.
+    pub fn delete_old_segments(&mut self, high_watermark: i64) -> LogResult<usize> {
+        let now_ms = self.clock.now_ms();
+        let mut excess = self
+            .config
+            .retention_bytes
+            .map(|max| self.size_bytes() as i64 - max as i64);
+        let mut doomed = Vec::new();
+        let active_base = self.active().base_offset();
+        for seg in self.segments.values() {
+            if seg.base_offset() == active_base || seg.next_offset() > high_watermark {
+                break;
+            }
+            let age_basis = if seg.max_timestamp() >= 0 {
+                seg.max_timestamp()
+            } else {
+                seg.created_ms()
+            };
+            let expired = self
+                .config
+                .retention_ms
+                .is_some_and(|ms| now_ms - age_basis > ms);
+            let too_big = excess.is_some_and(|x| x - seg.size_bytes() as i64 >= 0);
+            if !(expired || too_big) {
+                break;
+            }
+            if let Some(x) = excess.as_mut() {
+                *x -= seg.size_bytes() as i64;
+            }
+            doomed.push(seg.base_offset());
+        }
+        for base in &doomed {
+            let seg = self.segments.remove(base).expect("listed");
+            tracing::info!(segment = %seg.path().display(), size_bytes = seg.size_bytes(), "retention: deleting segment");
+            seg.delete()?;
+        }
+        if !doomed.is_empty() {
+            self.log_start_offset = *self.segments.keys().next().expect("active remains");
+            self.recovery_point = self.recovery_point.max(self.log_start_offset);
+            self.epoch_cache
+                .truncate_from_start(self.log_start_offset)?;
+            self.producer_state.truncate_head(self.log_start_offset)?;
+        }
+        self.check_invariants();
+        Ok(doomed.len())
+    }
+
+    /// Applies `producer.id.expiration.ms` with the injected clock (Kafka runs this every
+    /// `producer.id.expiration.check.interval.ms`). Returns how many producers were removed.
+    pub fn remove_expired_producers(&mut self) -> usize {
+        match self.config.producer_id_expiration_ms {
+            Some(ms) => self.producer_state.remove_expired(self.clock.now_ms(), ms),
+            None => 0,
+        }
+    }
+
+    /// fdatasyncs every segment holding data at or after the recovery point, then moves the
+    /// recovery point to the LEO (Kafka `UnifiedLog.flush`).
+    pub fn flush(&mut self) -> LogResult<()> {
+        if self.recovery_point < self.log_end_offset {
+            let start = self
+                .segments
+                .range(..=self.recovery_point)
+                .next_back()
+                .map_or(self.log_start_offset, |(b, _)| *b);
+            for seg in self.segments.range(start..).map(|(_, s)| s) {
+                seg.sync()?;
+            }
+            self.recovery_point = self.log_end_offset;
+        }
+        self.unflushed_messages = 0;
+        self.last_flush_ms = self.clock.now_ms();
+        Ok(())
+    }
+
+    /// Flushes if `flush.ms` has passed since the last flush (Kafka's log flusher).
+    /// Returns whether it flushed.
+    pub fn flush_if_due(&mut self) -> LogResult<bool> {
+        let due = self
+            .config
+            .flush_interval_ms
+            .is_some_and(|ms| self.clock.now_ms() - self.last_flush_ms >= ms);
+        if due && self.recovery_point < self.log_end_offset {
+            self.flush()?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Records that a new leader epoch starts at the LEO even before any write (Kafka
+    /// `maybeAssignEpochStartOffset`, KAFKA-7415).
+    pub fn assign_epoch_start_offset(&mut self, leader_epoch: i32) -> LogResult<()> {
+        self.epoch_cache.assign(leader_epoch, self.log_end_offset)?;
+        Ok(())
+    }
+
+    /// OffsetsForLeaderEpoch answer `(epoch, end_offset)` for `requested_epoch`
+    /// ([`LeaderEpochCache::end_offset_for`] with this log's LEO).
+    pub fn end_offset_for_epoch(&self, requested_epoch: i32) -> (i32, i64) {
+        self.epoch_cache
+            .end_offset_for(requested_epoch, self.log_end_offset)
+    }
+
+    /// Flushes, writes all indexes and a producer snapshot at the LEO (clean shutdown).
+    pub fn close(mut self) -> LogResult<()> {
+        self.flush()?;
+        for seg in self.segments.values_mut() {
+            seg.write_indexes()?;
+        }
+        self.producer_state.take_snapshot()?;
+        Ok(())
+    }
+
+    /// Deletes the whole partition directory.
+    pub fn delete(self) -> LogResult<()> {
+        let dir = self.dir.clone();
+        drop(self);
+        fs::remove_dir_all(&dir).map_err(io_err(&dir))
+    }
+
+    /// First offset held (inclusive).
+    pub fn log_start_offset(&self) -> i64 {
+        self.log_start_offset
+    }
+    /// LEO: the offset the next record will get (exclusive end).
+    pub fn log_end_offset(&self) -> i64 {
+        self.log_end_offset
+    }
+    /// Offset below which the data is fsynced.
+    pub fn recovery_point(&self) -> i64 {
+        self.recovery_point
+    }
+    /// Total bytes of all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.size_bytes()).sum()
+    }
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+    /// Base offsets of the segments, ascending.
+    pub fn segment_base_offsets(&self) -> Vec<i64> {
+        self.segments.keys().copied().collect()
+    }
+    /// The leader-epoch cache.
+    pub fn epoch_cache(&self) -> &LeaderEpochCache {
+        &self.epoch_cache
+    }
+    /// Latest leader epoch in the cache.
+    pub fn latest_epoch(&self) -> Option<i32> {
+        self.epoch_cache.latest_epoch()
+    }
+    /// Producer state of `producer_id`.
+    pub fn producer_entry(&self, producer_id: i64) -> Option<&ProducerEntry> {
+        self.producer_state.entry(producer_id)
+    }
+    /// The partition directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    /// Replaces the configuration (a topic config change, Kafka `UnifiedLog.updateConfig`);
+    /// takes effect from the next append, roll, flush or retention run.
+    pub fn set_config(&mut self, config: LogConfig) -> LogResult<()> {
+        config.validate()?;
+        self.config = config;
+        Ok(())
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+}

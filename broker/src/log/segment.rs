@@ -1,0 +1,595 @@
+//! One segment of a partition log: `{base_offset:020}.log` holding whole batches back to back,
+//! with its sparse `.index` and `.timeindex` (Kafka `LogSegment`).
+//!
+//! Invariants (checked with `debug_assert!` on every change): `size_bytes` is the file length
+//! and the end of the last whole batch; batches are contiguous in offsets starting at
+//! `base_offset`, so `next_offset` is the end of the last batch (== `base_offset` if empty);
+//! relative offsets fit in u32 and positions in u32 (segments are < 4 GiB).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{IoSlice, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use bytes::{Bytes, BytesMut};
+
+use super::batch::{BatchHeader, HEADER_SIZE, NO_TIMESTAMP};
+use super::error::{LogError, LogResult, io_err};
+use super::index::{OffsetIndex, TimeIndex};
+
+/// Suffix of segment data files.
+pub const LOG_SUFFIX: &str = ".log";
+/// Suffix of offset index files.
+pub const INDEX_SUFFIX: &str = ".index";
+/// Suffix of time index files.
+pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
+
+/// Recovery scans read the file in chunks of this size (bytes).
+const SCAN_CHUNK_BYTES: usize = 4 << 20;
+
+/// Path of `{base_offset:020}{suffix}` in `dir`.
+pub fn segment_file(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {
+    dir.join(format!("{base_offset:020}{suffix}"))
+}
+
+/// What a scan of a segment file found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanOutcome {
+    /// Bytes cut off the end because they did not form a valid batch (0 if clean).
+    pub truncated_bytes: u64,
+}
+
+/// One segment; see the module doc for its invariants.
+#[derive(Debug)]
+pub struct Segment {
+    base_offset: i64,
+    log_path: PathBuf,
+    file: File,
+    size_bytes: u64,
+    next_offset: i64,
+    index: OffsetIndex,
+    time_index: TimeIndex,
+    /// Largest batch max timestamp in the segment, `NO_TIMESTAMP` if none.
+    max_timestamp: i64,
+    /// Max timestamp of the first batch (basis of `segment.ms` rolling, like Kafka's
+    /// `rollingBasedTimestamp`), `None` if the segment is empty.
+    first_batch_timestamp: Option<i64>,
+    /// Clock reading when the segment was created or loaded (ms).
+    created_ms: i64,
+    bytes_since_index_entry: u64,
+    /// The in-memory indexes differ from the files.
+    index_dirty: bool,
+}
+
+impl Segment {
+    /// Creates an empty segment file (replacing a stale one with the same name).
+    pub fn create(dir: &Path, base_offset: i64, now_ms: i64) -> LogResult<Segment> {
+        let log_path = segment_file(dir, base_offset, LOG_SUFFIX);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&log_path)
+            .map_err(io_err(&log_path))?;
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            remove_if_exists(&segment_file(dir, base_offset, suffix))?;
+        }
+        Ok(Segment {
+            base_offset,
+            log_path,
+            file,
+            size_bytes: 0,
+            next_offset: base_offset,
+            index: OffsetIndex::default(),
+            time_index: TimeIndex::default(),
+            max_timestamp: NO_TIMESTAMP,
+            first_batch_timestamp: None,
+            created_ms: now_ms,
+            bytes_since_index_entry: 0,
+            index_dirty: true,
+        })
+    }
+
+    /// Opens an existing segment. With `recover`, every batch is read and its CRC checked,
+    /// the indexes are rebuilt and an invalid tail is cut off (reported in the outcome).
+    /// Without it, the index files are trusted if they pass validation (else rebuilt by the
+    /// same full scan) and only the batches after the last index entry are read and checked.
+    pub fn open(
+        dir: &Path,
+        base_offset: i64,
+        recover: bool,
+        index_interval_bytes: u64,
+        now_ms: i64,
+    ) -> LogResult<(Segment, ScanOutcome)> {
+        let log_path = segment_file(dir, base_offset, LOG_SUFFIX);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&log_path)
+            .map_err(io_err(&log_path))?;
+        let size_bytes = file.metadata().map_err(io_err(&log_path))?.len();
+        let mut seg = Segment {
+            base_offset,
+            log_path,
+            file,
+            size_bytes,
+            next_offset: base_offset,
+            index: OffsetIndex::default(),
+            time_index: TimeIndex::default(),
+            max_timestamp: NO_TIMESTAMP,
+            first_batch_timestamp: None,
+            created_ms: now_ms,
+            bytes_since_index_entry: 0,
+            index_dirty: false,
+        };
+        let outcome = if recover {
+            seg.scan_from_start(index_interval_bytes)?
+        } else if seg.load_indexes(dir)? {
+            seg.scan_tail(index_interval_bytes)?
+        } else {
+            tracing::info!(segment = %seg.log_path.display(), "rebuilding missing or invalid index");
+            seg.scan_from_start(index_interval_bytes)?
+        };
+        if seg.size_bytes > 0 {
+            let h = seg.read_header(0)?;
+            seg.first_batch_timestamp = Some(h.max_timestamp);
+        }
+        seg.seek_to_end()?;
+        seg.check_invariants();
+        Ok((seg, outcome))
+    }
+
+    fn check_invariants(&self) {
+        debug_assert!(self.next_offset >= self.base_offset);
+        debug_assert!(self.size_bytes <= u32::MAX as u64 + 1);
+        debug_assert!((self.next_offset - self.base_offset) <= u32::MAX as i64 + 1);
+        debug_assert!(
+            self.index
+                .last()
+                .is_none_or(|e| (e.position as u64) < self.size_bytes)
+        );
+        debug_assert_eq!(self.size_bytes == 0, self.next_offset == self.base_offset);
+    }
+
+    /// Loads and validates the index files; false if they must be rebuilt.
+    fn load_indexes(&mut self, dir: &Path) -> LogResult<bool> {
+        let idx_path = segment_file(dir, self.base_offset, INDEX_SUFFIX);
+        let Some(index) = OffsetIndex::read(&idx_path, self.size_bytes)? else {
+            return Ok(self.size_bytes == 0);
+        };
+        // The last entry must point at a batch with the offset it names.
+        if let Some(last) = index.last() {
+            match self.read_header(last.position as u64) {
+                Ok(h) if h.base_offset == self.base_offset + last.relative_offset as i64 => {}
+                _ => return Ok(false),
+            }
+        } else if self.size_bytes > 0 {
+            return Ok(false);
+        }
+        let max_rel = index.last().map_or(0, |e| e.relative_offset as u64 + 1);
+        let tidx_path = segment_file(dir, self.base_offset, TIME_INDEX_SUFFIX);
+        let Some(time_index) = TimeIndex::read(&tidx_path, max_rel)? else {
+            return Ok(false);
+        };
+        self.index = index;
+        self.time_index = time_index;
+        Ok(true)
+    }
+
+    /// Scans from the last index entry to the end (headers and CRCs) to find `next_offset`
+    /// and the max timestamp. An invalid batch here means the file changed behind the index:
+    /// fall back to a full recovery scan.
+    fn scan_tail(&mut self, index_interval_bytes: u64) -> LogResult<ScanOutcome> {
+        let (mut pos, mut expected) = match self.index.last() {
+            Some(e) => (
+                e.position as u64,
+                self.base_offset + e.relative_offset as i64,
+            ),
+            None => (0, self.base_offset),
+        };
+        self.max_timestamp = self
+            .time_index
+            .last()
+            .map_or(NO_TIMESTAMP, |e| e.timestamp_ms);
+        self.next_offset = expected;
+        // Each iteration consumes at least one header: bounded by the file size.
+        while pos < self.size_bytes {
+            let h = match self.read_header(pos) {
+                Ok(h) => h,
+                Err(_) => return self.scan_from_start(index_interval_bytes),
+            };
+            if h.base_offset != expected || pos + h.size_bytes() as u64 > self.size_bytes {
+                return self.scan_from_start(index_interval_bytes);
+            }
+            // The tail is at most one index interval plus one batch: check its CRCs too, so
+            // a stale recovery point cannot hide a torn or garbage tail.
+            let data = self.read_bytes(pos, h.size_bytes())?;
+            if crc32c::crc32c(&data[21..]) != h.crc {
+                return self.scan_from_start(index_interval_bytes);
+            }
+            self.max_timestamp = self.max_timestamp.max(h.max_timestamp);
+            expected = h.next_offset();
+            pos += h.size_bytes() as u64;
+        }
+        self.next_offset = expected;
+        self.bytes_since_index_entry =
+            self.size_bytes - self.index.last().map_or(0, |e| e.position as u64);
+        Ok(ScanOutcome { truncated_bytes: 0 })
+    }
+
+    /// Reads the whole file, rebuilding the indexes; stops at the first batch that is torn,
+    /// not contiguous, or fails its CRC, and truncates the file there.
+    fn scan_from_start(&mut self, index_interval_bytes: u64) -> LogResult<ScanOutcome> {
+        self.index = OffsetIndex::default();
+        self.time_index = TimeIndex::default();
+        self.index_dirty = true;
+        self.max_timestamp = NO_TIMESTAMP;
+        self.bytes_since_index_entry = 0;
+        let file_len = self.size_bytes;
+        let mut buf: Vec<u8> = Vec::new();
+        let mut buf_start: u64 = 0; // file position of buf[0]
+        let mut pos: u64 = 0;
+        let mut expected = self.base_offset;
+        let mut reason: Option<String> = None;
+        // Each iteration consumes one batch or stops: bounded by the file size.
+        while pos < file_len {
+            // Make sure the header is in the buffer.
+            let rel = (pos - buf_start) as usize;
+            if rel + HEADER_SIZE > buf.len() {
+                let want = SCAN_CHUNK_BYTES.max(HEADER_SIZE);
+                self.fill(&mut buf, &mut buf_start, pos, want, file_len)?;
+            }
+            let rel = (pos - buf_start) as usize;
+            let h = match BatchHeader::parse(&buf[rel..], pos) {
+                Ok(h) => h,
+                Err(e) => {
+                    reason = Some(e.to_string());
+                    break;
+                }
+            };
+            let size = h.size_bytes();
+            if pos + size as u64 > file_len {
+                reason = Some(format!("batch at byte {pos} is torn"));
+                break;
+            }
+            if h.base_offset != expected
+                || h.last_offset() - self.base_offset > u32::MAX as i64
+                || pos + size as u64 > u32::MAX as u64 + 1
+            {
+                reason = Some(format!(
+                    "batch at byte {pos} has base offset {}, expected {expected}",
+                    h.base_offset
+                ));
+                break;
+            }
+            if rel + size > buf.len() {
+                self.fill(
+                    &mut buf,
+                    &mut buf_start,
+                    pos,
+                    SCAN_CHUNK_BYTES.max(size),
+                    file_len,
+                )?;
+            }
+            let rel = (pos - buf_start) as usize;
+            if crc32c::crc32c(&buf[rel + 21..rel + size]) != h.crc {
+                reason = Some(format!(
+                    "CRC mismatch in batch at byte {pos} (offset {expected})"
+                ));
+                break;
+            }
+            self.index_batch(&h, pos, index_interval_bytes);
+            expected = h.next_offset();
+            pos += size as u64;
+        }
+        self.next_offset = expected;
+        let truncated_bytes = file_len - pos;
+        if truncated_bytes > 0 {
+            tracing::warn!(
+                segment = %self.log_path.display(),
+                truncated_bytes,
+                valid_bytes = pos,
+                reason = reason.as_deref().unwrap_or(""),
+                "truncating invalid tail of segment"
+            );
+            self.file.set_len(pos).map_err(io_err(&self.log_path))?;
+        }
+        self.size_bytes = pos;
+        Ok(ScanOutcome { truncated_bytes })
+    }
+
+    /// Refills `buf` with up to `want` bytes of the file starting at `pos`.
+    fn fill(
+        &self,
+        buf: &mut Vec<u8>,
+        buf_start: &mut u64,
+        pos: u64,
+        want: usize,
+        file_len: u64,
+    ) -> LogResult<()> {
+        let len = want.min((file_len - pos) as usize);
+        buf.clear();
+        buf.resize(len, 0);
+        self.file
+            .read_exact_at(buf, pos)
+            .map_err(io_err(&self.log_path))?;
+        *buf_start = pos;
+        Ok(())
+    }
+
+    /// Index bookkeeping for a batch that starts at `position` (Kafka adds an entry once
+    /// `index.interval.bytes` accumulated; we also index the first batch).
+    fn index_batch(&mut self, h: &BatchHeader, position: u64, index_interval_bytes: u64) {
+        self.max_timestamp = self.max_timestamp.max(h.max_timestamp);
+        if self.index.is_empty() || self.bytes_since_index_entry >= index_interval_bytes {
+            let rel = (h.base_offset - self.base_offset) as u32;
+            self.index.append(rel, position as u32);
+            self.time_index.maybe_append(self.max_timestamp, rel);
+            self.bytes_since_index_entry = 0;
+            self.index_dirty = true;
+        }
+        self.bytes_since_index_entry += h.size_bytes() as u64;
+    }
+
+    /// Puts the file cursor (used by appends) at `size_bytes`.
+    fn seek_to_end(&mut self) -> LogResult<()> {
+        (&self.file)
+            .seek(SeekFrom::Start(self.size_bytes))
+            .map_err(io_err(&self.log_path))?;
+        Ok(())
+    }
+
+    /// Reads and parses the batch header at `position`.
+    pub fn read_header(&self, position: u64) -> LogResult<BatchHeader> {
+        let mut h = [0u8; HEADER_SIZE];
+        if position + HEADER_SIZE as u64 > self.size_bytes {
+            return Err(LogError::CorruptMessage(super::batch::CorruptBatch {
+                position,
+                base_offset: -1,
+                reason: "header beyond segment end",
+            }));
+        }
+        self.file
+            .read_exact_at(&mut h, position)
+            .map_err(io_err(&self.log_path))?;
+        Ok(BatchHeader::parse(&h, position)?)
+    }
+
+    /// Appends one batch: `prefix` (if any) replaces the first 16 bytes of `batch` (the
+    /// stamped base offset and leader epoch). `header` describes the batch as written. On
+    /// failure the file is cut back, leaving the segment unchanged.
+    pub fn append(
+        &mut self,
+        prefix: Option<&[u8; 16]>,
+        batch: &[u8],
+        header: &BatchHeader,
+        index_interval_bytes: u64,
+    ) -> LogResult<()> {
+        debug_assert_eq!(header.base_offset, self.next_offset, "contiguous offsets");
+        debug_assert_eq!(header.size_bytes(), batch.len());
+        let pos = self.size_bytes;
+        // One writev at the file cursor (kept at `size_bytes`): the stamped prefix and the
+        // untouched body go out in one syscall without copying the body.
+        let result = match prefix {
+            Some(p) => write_all_vectored(
+                &self.file,
+                &mut [IoSlice::new(p), IoSlice::new(&batch[16..])],
+            ),
+            None => write_all_vectored(&self.file, &mut [IoSlice::new(batch)]),
+        };
+        if let Err(e) = result {
+            // Best effort: the error already says the disk is in trouble.
+            let _ = self.file.set_len(pos);
+            let _ = (&self.file).seek(SeekFrom::Start(pos));
+            return Err(io_err(&self.log_path)(e));
+        }
+        self.index_batch(header, pos, index_interval_bytes);
+        if self.first_batch_timestamp.is_none() {
+            self.first_batch_timestamp = Some(header.max_timestamp);
+        }
+        self.size_bytes += batch.len() as u64;
+        self.next_offset = header.next_offset();
+        self.check_invariants();
+        Ok(())
+    }
+
+    /// Position and header of the first batch whose last offset is >= `offset`, if any.
+    pub fn find_batch(&self, offset: i64) -> LogResult<Option<(u64, BatchHeader)>> {
+        if offset >= self.next_offset {
+            return Ok(None);
+        }
+        let rel = (offset.max(self.base_offset) - self.base_offset).min(u32::MAX as i64) as u32;
+        let mut pos = self.index.lookup(rel).map_or(0, |e| e.position as u64);
+        // Each iteration moves past one batch: bounded by the segment size.
+        while pos < self.size_bytes {
+            let h = self.read_header(pos)?;
+            if h.last_offset() >= offset {
+                return Ok(Some((pos, h)));
+            }
+            pos += h.size_bytes() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Reads whole batches starting with the one containing `offset` (or the next one):
+    /// at most `max_bytes` bytes except that the first batch is always returned whole;
+    /// batches whose last offset is >= `upper_bound_exclusive` are left out. The bytes are
+    /// read with one positioned read into a fresh buffer and trimmed to whole batches (the
+    /// over-read is less than one batch). `None` if no batch qualifies.
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        upper_bound_exclusive: i64,
+    ) -> LogResult<Option<(Bytes, i64)>> {
+        let Some((pos, first)) = self.find_batch(offset)? else {
+            return Ok(None);
+        };
+        if first.last_offset() >= upper_bound_exclusive {
+            return Ok(None);
+        }
+        let available = (self.size_bytes - pos) as usize;
+        let len = available.min(max_bytes.max(first.size_bytes()));
+        let mut buf = BytesMut::zeroed(len);
+        self.file
+            .read_exact_at(&mut buf, pos)
+            .map_err(io_err(&self.log_path))?;
+        // Keep whole batches below the upper bound.
+        let mut end = first.size_bytes();
+        let mut next_offset = first.next_offset();
+        // Each iteration consumes one batch: bounded by len.
+        while end + HEADER_SIZE <= len {
+            let h = BatchHeader::parse(&buf[end..], pos + end as u64)?;
+            if end + h.size_bytes() > len || h.last_offset() >= upper_bound_exclusive {
+                break;
+            }
+            end += h.size_bytes();
+            next_offset = h.next_offset();
+        }
+        buf.truncate(end);
+        Ok(Some((buf.freeze(), next_offset)))
+    }
+
+    /// Removes every batch whose last offset is >= `offset` (so a batch containing `offset`
+    /// goes entirely, like Kafka's `LogSegment.truncateTo`). Returns the bytes removed.
+    pub fn truncate_to(&mut self, offset: i64, index_interval_bytes: u64) -> LogResult<u64> {
+        let Some((pos, h)) = self.find_batch(offset)? else {
+            return Ok(0);
+        };
+        let removed = self.size_bytes - pos;
+        self.file.set_len(pos).map_err(io_err(&self.log_path))?;
+        self.size_bytes = pos;
+        let rel = (h.base_offset - self.base_offset) as u32;
+        self.index.truncate_to(rel);
+        self.time_index.truncate_to(rel);
+        self.index_dirty = true;
+        if pos == 0 {
+            self.first_batch_timestamp = None;
+        }
+        // Recompute next offset, max timestamp and the index cursor from the last entry.
+        self.scan_tail(index_interval_bytes)?;
+        self.seek_to_end()?;
+        self.check_invariants();
+        debug_assert_eq!(self.next_offset, h.base_offset);
+        Ok(removed)
+    }
+
+    /// First offset >= whose batch has a max timestamp >= `timestamp_ms`, with the batch
+    /// position, using the time index to skip ahead.
+    pub fn find_timestamp(&self, timestamp_ms: i64) -> LogResult<Option<(u64, BatchHeader)>> {
+        if self.max_timestamp < timestamp_ms {
+            return Ok(None);
+        }
+        let start_rel = self
+            .time_index
+            .lookup_before(timestamp_ms)
+            .map_or(0, |e| e.relative_offset);
+        let mut pos = self
+            .index
+            .lookup(start_rel)
+            .map_or(0, |e| e.position as u64);
+        // Each iteration moves past one batch: bounded by the segment size.
+        while pos < self.size_bytes {
+            let h = self.read_header(pos)?;
+            if h.max_timestamp >= timestamp_ms {
+                return Ok(Some((pos, h)));
+            }
+            pos += h.size_bytes() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Reads `len` bytes at `position`.
+    pub fn read_bytes(&self, position: u64, len: usize) -> LogResult<Bytes> {
+        let mut buf = BytesMut::zeroed(len);
+        self.file
+            .read_exact_at(&mut buf, position)
+            .map_err(io_err(&self.log_path))?;
+        Ok(buf.freeze())
+    }
+
+    /// fdatasync of the data file.
+    pub fn sync(&self) -> LogResult<()> {
+        self.file.sync_data().map_err(io_err(&self.log_path))
+    }
+
+    /// Writes the index files if they changed.
+    pub fn write_indexes(&mut self) -> LogResult<()> {
+        if !self.index_dirty {
+            return Ok(());
+        }
+        let dir = self.log_path.parent().unwrap_or(Path::new("."));
+        self.index
+            .write(&segment_file(dir, self.base_offset, INDEX_SUFFIX))?;
+        self.time_index
+            .write(&segment_file(dir, self.base_offset, TIME_INDEX_SUFFIX))?;
+        self.index_dirty = false;
+        Ok(())
+    }
+
+    /// Deletes the data and index files.
+    pub fn delete(self) -> LogResult<()> {
+        let dir = self
+            .log_path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        drop(self.file);
+        fs::remove_file(&self.log_path).map_err(io_err(&self.log_path))?;
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            remove_if_exists(&segment_file(&dir, self.base_offset, suffix))?;
+        }
+        Ok(())
+    }
+
+    /// First offset of the segment.
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    /// Offset after the last batch.
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+    /// Bytes of whole batches.
+    pub fn size_bytes(&self) -> u64 {
+        self.size_bytes
+    }
+    /// Largest batch max timestamp (ms), `NO_TIMESTAMP` if none.
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
+    }
+    /// Max timestamp of the first batch, if any.
+    pub fn first_batch_timestamp(&self) -> Option<i64> {
+        self.first_batch_timestamp
+    }
+    /// Clock reading at creation or load (ms).
+    pub fn created_ms(&self) -> i64 {
+        self.created_ms
+    }
+    /// Path of the data file.
+    pub fn path(&self) -> &Path {
+        &self.log_path
+    }
+}
+
+/// `writev` until every byte of `bufs` is written (each iteration writes at least one byte).
+fn write_all_vectored(mut file: &File, mut bufs: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    while !bufs.is_empty() {
+        let n = file.write_vectored(bufs)?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut bufs, n);
+    }
+    Ok(())
+}
+
+/// Removes a file, ignoring "not found".
+pub fn remove_if_exists(path: &Path) -> LogResult<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err(path)(e)),
+    }
+}
