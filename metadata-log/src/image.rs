@@ -472,3 +472,49 @@ pub fn uuid_bytes(id: Uuid) -> bytes::Bytes {
 pub fn uuid_from_bytes(b: &[u8]) -> Option<Uuid> {
     Uuid::from_slice(b).ok()
 }
+
+/// The message name of a record's type, e.g. `"PartitionChangeRecord"` (the names used by
+/// `ReadMetadataLog` filters and `keelctl metadata log`); `"UnknownRecord"` when unset.
+pub fn record_type_name(record: &MetadataRecord) -> &'static str {
+    match &record.record {
+        Some(Record::RegisterBroker(_)) => "RegisterBrokerRecord",
+        Some(Record::UnregisterBroker(_)) => "UnregisterBrokerRecord",
+        Some(Record::BrokerRegistrationChange(_)) => "BrokerRegistrationChangeRecord",
+        Some(Record::Topic(_)) => "TopicRecord",
+        Some(Record::Partition(_)) => "PartitionRecord",
+        Some(Record::PartitionChange(_)) => "PartitionChangeRecord",
+        Some(Record::RemoveTopic(_)) => "RemoveTopicRecord",
+        Some(Record::Config(_)) => "ConfigRecord",
+        Some(Record::ProducerIds(_)) => "ProducerIdsRecord",
+        Some(Record::FeatureLevel(_)) => "FeatureLevelRecord",
+        Some(Record::NoOp(_)) => "NoOpRecord",
+        None => "UnknownRecord",
+    }
+}
+
+/// Every name [`record_type_name`] returns for a known record.
+pub const RECORD_TYPE_NAMES: &[&str] = &[
+    "RegisterBrokerRecord",
+    "UnregisterBrokerRecord",
+    "BrokerRegistrationChangeRecord",
+    "TopicRecord",
+    "PartitionRecord",
+    "PartitionChangeRecord",
+    "RemoveTopicRecord",
+    "ConfigRecord",
+    "ProducerIdsRecord",
+    "FeatureLevelRecord",
+    "NoOpRecord",
+];
+
+/// The topic id a record is about, if any (topic, partition and removal records).
+pub fn record_topic_id(record: &MetadataRecord) -> Option<Uuid> {
+    let bytes = match &record.record {
+        Some(Record::Topic(r)) => &r.topic_id,
+        Some(Record::Partition(r)) => &r.topic_id,
+        Some(Record::PartitionChange(r)) => &r.topic_id,
+        Some(Record::RemoveTopic(r)) => &r.topic_id,
+        _ => return None,
+    };
+    uuid_from_bytes(bytes)
+}

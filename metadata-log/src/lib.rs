@@ -18,6 +18,7 @@ pub mod store;
 pub use delta::{MetadataDelta, ReplayError};
 pub use image::{
     BrokerRegistration, ConfigResource, ImageDigest, MetadataImage, NO_LEADER,
-    PartitionRegistration, Provenance, TopicImage, TopicsImage,
+    PartitionRegistration, Provenance, RECORD_TYPE_NAMES, TopicImage, TopicsImage, record_topic_id,
+    record_type_name,
 };
 pub use keel_proto::metadata as records;

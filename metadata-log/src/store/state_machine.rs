@@ -97,6 +97,19 @@ fn provenance(log_id: LogId) -> Provenance {
     }
 }
 
+/// Reads the newest snapshot in a state machine's snapshot directory (for serving brokers
+/// and tools while the state machine runs). `None` when there is none yet.
+///
+/// Errors: the directory cannot be listed, or the file is unreadable or corrupt.
+pub fn read_newest_snapshot(dir: &Path) -> Result<Option<snapshot::Snapshot>, StorageError> {
+    match newest_snapshot(dir)? {
+        Some(path) => snapshot::read_file(&path)
+            .map(Some)
+            .map_err(|e| StorageIOError::read_snapshot(None, &e).into()),
+        None => Ok(None),
+    }
+}
+
 /// The newest snapshot file in `dir`, by index.
 fn newest_snapshot(dir: &Path) -> Result<Option<PathBuf>, StorageError> {
     Ok(snapshot_files(dir)?
