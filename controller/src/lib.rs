@@ -1,6 +1,22 @@
 //! `keel-controller`: the Raft node, the quorum controller logic and its gRPC services
 //! (DESIGN §4).
 //!
+//! Data flows one way: a write RPC ([`service`]) becomes an operation on the single write
+//! task ([`write_path`]), which decides with the pure functions of [`logic`] against the
+//! working image, proposes the records through Raft ([`node`], [`raft_network`]), and answers
+//! after the records are committed and applied by the state machine (metadata-log crate).
+//!
+//! - [`config`]: TOML/env/flag configuration;
 //! - [`logic`]: pure decisions: request + image -> records + response (no I/O, no clock);
+//! - [`write_path`]: the one task that batches, proposes and answers writes;
+//! - [`raft_network`]: openraft transport over gRPC (client and server);
+//! - [`node`]: start-up of the Raft node and listener.
 
+pub mod config;
 pub mod logic;
+pub mod node;
+pub mod raft_network;
+pub mod reads;
+pub mod server;
+pub mod service;
+pub mod write_path;

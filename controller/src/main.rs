@@ -1,19 +1,135 @@
-//! `keel-controller` process entry point. The process logic lands with its issue; for now the
-//! binary parses its command line so `--help` documents what it will accept.
+//! `keel-controller`: one voter of the metadata quorum.
+//!
+//! `keel-controller --config controller.toml` (every key also as `--flag` and `KEEL_*` env
+//! var; flag > env > file > default). Prints one line and exits 1 on a bad config or a
+//! start-up failure (port in use, unreadable log dir). SIGTERM/SIGINT shut down cleanly.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::Parser;
+use keel_controller::config::{ControllerConfig, RawConfig};
+use keel_controller::server;
 
 /// Command line of `keel-controller`.
 #[derive(Debug, Parser)]
-#[command(name = "keel-controller", version, about = "Keel controller (not yet runnable: see the README's status section)")]
+#[command(
+    name = "keel-controller",
+    version,
+    about = "Keel controller: one voter of the metadata quorum"
+)]
 struct Args {
     /// TOML configuration file (keys: see the README's configuration table).
-    #[arg(long, value_name = "FILE")]
-    config: Option<std::path::PathBuf>,
+    #[arg(long, value_name = "FILE", env = "KEEL_CONFIG")]
+    config: Option<PathBuf>,
+    /// This controller's id (Kafka: node.id).
+    #[arg(long, env = "KEEL_NODE_ID")]
+    node_id: Option<u64>,
+    /// Static voters, `1@host:port,2@host:port,3@host:port` (Kafka: controller.quorum.voters).
+    #[arg(long, env = "KEEL_CONTROLLER_QUORUM_VOTERS")]
+    controller_quorum_voters: Option<String>,
+    /// Bind address `ip:port` (Kafka: listeners).
+    #[arg(long, env = "KEEL_LISTENERS")]
+    listeners: Option<String>,
+    /// Address peers and clients use, `host:port` (Kafka: advertised.listeners).
+    #[arg(long, env = "KEEL_ADVERTISED_LISTENERS")]
+    advertised_listeners: Option<String>,
+    /// Raft log and snapshot directory (Kafka: metadata.log.dir).
+    #[arg(long, env = "KEEL_METADATA_LOG_DIR")]
+    metadata_log_dir: Option<PathBuf>,
+    /// Expected broker heartbeat interval, ms (Kafka: broker.heartbeat.interval.ms).
+    #[arg(long, env = "KEEL_BROKER_HEARTBEAT_INTERVAL_MS")]
+    broker_heartbeat_interval_ms: Option<u64>,
+    /// Broker session timeout, ms (Kafka: broker.session.timeout.ms).
+    #[arg(long, env = "KEEL_BROKER_SESSION_TIMEOUT_MS")]
+    broker_session_timeout_ms: Option<u64>,
+    /// Minimum Raft election timeout, ms.
+    #[arg(long, env = "KEEL_ELECTION_TIMEOUT_MIN_MS")]
+    election_timeout_min_ms: Option<u64>,
+    /// Maximum Raft election timeout, ms.
+    #[arg(long, env = "KEEL_ELECTION_TIMEOUT_MAX_MS")]
+    election_timeout_max_ms: Option<u64>,
+    /// Raft leader heartbeat interval, ms.
+    #[arg(long, env = "KEEL_RAFT_HEARTBEAT_INTERVAL_MS")]
+    raft_heartbeat_interval_ms: Option<u64>,
+    /// Snapshot after this many entries.
+    #[arg(long, env = "KEEL_METADATA_SNAPSHOT_MAX_ENTRIES")]
+    metadata_snapshot_max_entries: Option<u64>,
+    /// NoOpRecord interval, ms (Kafka: metadata.max.idle.interval.ms).
+    #[arg(long, env = "KEEL_METADATA_MAX_IDLE_INTERVAL_MS")]
+    metadata_max_idle_interval_ms: Option<u64>,
 }
 
-fn main() {
-    let args = Args::parse();
-    eprintln!("keel-controller: not implemented yet (config: {:?})", args.config);
-    std::process::exit(2);
+impl Args {
+    fn into_config(self) -> Result<ControllerConfig, keel_controller::config::ConfigError> {
+        let mut raw = match &self.config {
+            Some(path) => RawConfig::from_file(path)?,
+            None => RawConfig::default(),
+        };
+        raw.overlay(RawConfig {
+            node_id: self.node_id,
+            controller_quorum_voters: self.controller_quorum_voters,
+            listeners: self.listeners,
+            advertised_listeners: self.advertised_listeners,
+            metadata_log_dir: self.metadata_log_dir,
+            broker_heartbeat_interval_ms: self.broker_heartbeat_interval_ms,
+            broker_session_timeout_ms: self.broker_session_timeout_ms,
+            election_timeout_min_ms: self.election_timeout_min_ms,
+            election_timeout_max_ms: self.election_timeout_max_ms,
+            raft_heartbeat_interval_ms: self.raft_heartbeat_interval_ms,
+            metadata_snapshot_max_entries: self.metadata_snapshot_max_entries,
+            metadata_max_idle_interval_ms: self.metadata_max_idle_interval_ms,
+        });
+        raw.resolve()
+    }
+}
+
+fn main() -> ExitCode {
+    let config = match Args::parse().into_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("keel-controller: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
+        )
+        .with_target(false)
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("keel-controller: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(server::run(config, shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("keel-controller: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM; use SIGINT");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+    }
 }

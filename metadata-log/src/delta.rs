@@ -121,6 +121,14 @@ pub enum ReplayError {
         /// Value in the record.
         record: i64,
     },
+    /// A `ClusterIdRecord` would change (or empty) the cluster id: ids are set once.
+    #[error("cluster id is {current:?}; a record tries to set {record:?}")]
+    ClusterIdChange {
+        /// Current id ("" = none).
+        current: String,
+        /// Id in the record.
+        record: String,
+    },
     /// An enum field holds a value this build does not know.
     #[error("{field} has unknown value {value}")]
     UnknownEnumValue {
@@ -161,6 +169,7 @@ pub struct MetadataDelta {
     /// Changed config maps (whole map per resource); `None` = all configs removed.
     configs: BTreeMap<ConfigResource, Option<BTreeMap<String, String>>>,
     next_producer_id: Option<i64>,
+    cluster_id: Option<std::sync::Arc<str>>,
 }
 
 impl MetadataDelta {
@@ -175,6 +184,7 @@ impl MetadataDelta {
             names: HashMap::new(),
             configs: BTreeMap::new(),
             next_producer_id: None,
+            cluster_id: None,
         }
     }
 
@@ -268,6 +278,23 @@ impl MetadataDelta {
                 Ok(())
             }
             Record::NoOp(_) => Ok(()),
+            Record::ClusterId(r) => {
+                let current = self.cluster_id.as_deref().or(self.base.cluster_id());
+                match current {
+                    Some(c) if c != r.cluster_id => Err(ReplayError::ClusterIdChange {
+                        current: c.to_string(),
+                        record: r.cluster_id.clone(),
+                    }),
+                    _ if r.cluster_id.is_empty() => Err(ReplayError::ClusterIdChange {
+                        current: current.unwrap_or_default().to_string(),
+                        record: String::new(),
+                    }),
+                    _ => {
+                        self.cluster_id = Some(r.cluster_id.as_str().into());
+                        Ok(())
+                    }
+                }
+            }
         }
     }
 
@@ -496,6 +523,7 @@ impl MetadataDelta {
             && self.topics.is_empty()
             && self.configs.is_empty()
             && self.next_producer_id.is_none()
+            && self.cluster_id.is_none()
     }
 
     /// Builds the next image. Parts no record touched are shared with the base.
@@ -581,6 +609,7 @@ impl MetadataDelta {
             topics,
             configs,
             next_producer_id: self.next_producer_id.unwrap_or(base.next_producer_id),
+            cluster_id: self.cluster_id.or(base.cluster_id),
         }
     }
 }

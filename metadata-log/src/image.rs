@@ -23,9 +23,9 @@ use std::sync::Arc;
 
 use imbl::OrdMap;
 use keel_proto::metadata::{
-    BrokerEndpoint, ConfigRecord, ConfigResourceType, FeatureLevelRecord, LeaderRecoveryState,
-    MetadataRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord, TopicRecord,
-    metadata_record::Record,
+    BrokerEndpoint, ClusterIdRecord, ConfigRecord, ConfigResourceType, FeatureLevelRecord,
+    LeaderRecoveryState, MetadataRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord,
+    TopicRecord, metadata_record::Record,
 };
 use prost::Message;
 use sha2::{Digest, Sha256};
@@ -266,6 +266,8 @@ pub struct MetadataImage {
     pub(crate) configs: Arc<ConfigsImage>,
     /// Next producer id the controller will hand out (KIP-730); 0 before the first block.
     pub(crate) next_producer_id: i64,
+    /// The cluster id, once the bootstrap record is committed.
+    pub(crate) cluster_id: Option<Arc<str>>,
 }
 
 impl MetadataImage {
@@ -319,6 +321,11 @@ impl MetadataImage {
         self.configs.get(resource)?.get(key).map(String::as_str)
     }
 
+    /// The cluster id (`None` until the first active controller wrote it).
+    pub fn cluster_id(&self) -> Option<&str> {
+        self.cluster_id.as_deref()
+    }
+
     /// Next producer id to allocate (exclusive end of the last block handed out).
     pub fn next_producer_id(&self) -> i64 {
         self.next_producer_id
@@ -331,9 +338,11 @@ impl MetadataImage {
             && self.topics.by_id.is_empty()
             && self.configs.is_empty()
             && self.next_producer_id == 0
+            && self.cluster_id.is_none()
     }
 
-    /// Writes the image as the records that rebuild it from the empty image: feature levels,
+    /// Writes the image as the records that rebuild it from the empty image: the cluster id,
+    /// feature levels,
     /// broker registrations, then per topic its `TopicRecord`, `ConfigRecord`s and
     /// `PartitionRecord`s, then cluster and broker configs, then the producer-id block.
     /// Provenance is not a record: snapshots carry it in their header.
@@ -346,6 +355,11 @@ impl MetadataImage {
                 + 1,
         );
         let mut push = |r: Record| out.push(MetadataRecord { record: Some(r) });
+        if let Some(id) = &self.cluster_id {
+            push(Record::ClusterId(ClusterIdRecord {
+                cluster_id: id.to_string(),
+            }));
+        }
         for (name, level) in self.features.iter() {
             push(Record::FeatureLevel(FeatureLevelRecord {
                 name: name.clone(),
@@ -488,6 +502,7 @@ pub fn record_type_name(record: &MetadataRecord) -> &'static str {
         Some(Record::ProducerIds(_)) => "ProducerIdsRecord",
         Some(Record::FeatureLevel(_)) => "FeatureLevelRecord",
         Some(Record::NoOp(_)) => "NoOpRecord",
+        Some(Record::ClusterId(_)) => "ClusterIdRecord",
         None => "UnknownRecord",
     }
 }
@@ -505,6 +520,7 @@ pub const RECORD_TYPE_NAMES: &[&str] = &[
     "ProducerIdsRecord",
     "FeatureLevelRecord",
     "NoOpRecord",
+    "ClusterIdRecord",
 ];
 
 /// The topic id a record is about, if any (topic, partition and removal records).

@@ -68,9 +68,12 @@ fn scripted() -> Vec<Vec<MetadataRecord>> {
     let orders = topic_id(1);
     let logs = topic_id(2);
     vec![
-        vec![feature("metadata.version", 7)], // 1
-        vec![register(1), register(2)],       // 2
-        vec![register(3)],                    // 3
+        vec![
+            cluster_id("k7IYI4cNQRCwBqsbjTzOQw"),
+            feature("metadata.version", 7),
+        ], // 1
+        vec![register(1), register(2)], // 2
+        vec![register(3)],              // 3
         vec![fence(1, 2, false), fence(2, 2, false), fence(3, 3, false)], // 4
         vec![
             topic("orders", orders),
@@ -82,7 +85,7 @@ fn scripted() -> Vec<Vec<MetadataRecord>> {
         vec![change_isr(orders, 0, &[1, 2])], // 7: shrink
         vec![fence(1, 2, true), change_leader(orders, 0, 2, Some(&[2]))], // 8: fence 1, leader 2
         vec![change_isr(orders, 0, &[2, 3])], // 9: expand
-        vec![register(1)],                    // 10: restart, epoch 10
+        vec![register(1)],              // 10: restart, epoch 10
         vec![fence(1, 10, false), change_isr(orders, 0, &[2, 3, 1])], // 11
         vec![change_leader(orders, 1, -1, None)], // 12: offline
         vec![change_leader(orders, 1, 3, Some(&[3]))], // 13
@@ -142,6 +145,7 @@ fn scripted_history_derives_epochs_and_applies_like_one_delta() {
         Some("2")
     );
     assert_eq!(last.next_producer_id(), 1000);
+    assert_eq!(last.cluster_id(), Some("k7IYI4cNQRCwBqsbjTzOQw"));
     assert_eq!(
         last.provenance(),
         Provenance {
@@ -216,6 +220,12 @@ fn replay_errors_are_typed_and_leave_the_delta_unchanged() {
         }),
         (MetadataRecord { record: None }, |e| {
             matches!(e, ReplayError::EmptyRecord)
+        }),
+        (cluster_id("other"), |e| {
+            matches!(e, ReplayError::ClusterIdChange { .. })
+        }),
+        (cluster_id(""), |e| {
+            matches!(e, ReplayError::ClusterIdChange { .. })
         }),
         (
             rec(Record::PartitionChange(PartitionChangeRecord {

@@ -130,6 +130,14 @@ pub fn producer_ids(broker: i32, epoch: i64, next: i64) -> MetadataRecord {
     }))
 }
 
+pub fn cluster_id(id: &str) -> MetadataRecord {
+    rec(Record::ClusterId(
+        keel_metadata_log::records::ClusterIdRecord {
+            cluster_id: id.into(),
+        },
+    ))
+}
+
 pub fn feature(name: &str, level: i32) -> MetadataRecord {
     rec(Record::FeatureLevel(FeatureLevelRecord {
         name: name.into(),
@@ -232,6 +240,7 @@ pub fn random_batch(
             let v = rng.chance(70).then(|| (1 + rng.below(3)).to_string());
             vec![topic_config(&t.name, "min.insync.replicas", v.as_deref())]
         }
+        9 if image.cluster_id().is_none() => vec![cluster_id("c-1")],
         9 => vec![
             producer_ids(1, 1, image.next_producer_id() + 1000),
             feature("metadata.version", 1 + rng.below(20) as i32),

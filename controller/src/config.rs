@@ -1,0 +1,351 @@
+//! Controller configuration: a TOML file, every key overridable by a `KEEL_`-prefixed
+//! environment variable or a command-line flag (flag > env > file > default).
+//!
+//! Keys are snake_case versions of Kafka's names (DESIGN §6). Bad configs fail at start with
+//! one line naming the key ([`ConfigError`]).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Why a configuration was refused. `Display` is the one line printed at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, has an unknown key, or a value of the wrong type.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// toml's message, which names the key and line.
+        message: String,
+    },
+    /// A key has a value outside its domain.
+    #[error("invalid value for {key}: {reason}")]
+    Invalid {
+        /// The key (config name).
+        key: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A required key is missing.
+    #[error("missing required config {key}")]
+    Missing {
+        /// The key.
+        key: &'static str,
+    },
+}
+
+/// The controller's settings, after merging file, environment and flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerConfig {
+    /// This controller's id (Kafka: `node.id`); must appear in `controller_quorum_voters`.
+    pub node_id: u64,
+    /// The static voter set (Kafka: `controller.quorum.voters`), by node id.
+    pub controller_quorum_voters: BTreeMap<u64, String>,
+    /// Address the gRPC listener binds (Kafka: `listeners`), `host:port`.
+    pub listeners: SocketAddr,
+    /// Address other nodes and clients use (Kafka: `advertised.listeners`); defaults to this
+    /// node's entry in `controller_quorum_voters`.
+    pub advertised_listeners: String,
+    /// Directory of the Raft log and snapshots (Kafka: `metadata.log.dir`).
+    pub metadata_log_dir: PathBuf,
+    /// Expected interval of broker heartbeats, ms (Kafka: `broker.heartbeat.interval.ms`).
+    pub broker_heartbeat_interval_ms: u64,
+    /// A broker without heartbeat for this long is fenced, ms (Kafka:
+    /// `broker.session.timeout.ms`).
+    pub broker_session_timeout_ms: u64,
+    /// Raft election timeout range, ms (Kafka: `controller.quorum.election.timeout.ms` 1000).
+    pub election_timeout_min_ms: u64,
+    /// Upper end of the randomized election timeout, ms.
+    pub election_timeout_max_ms: u64,
+    /// Raft leader heartbeat interval, ms.
+    pub raft_heartbeat_interval_ms: u64,
+    /// Build a snapshot after this many log entries since the last one (Kafka:
+    /// `metadata.log.max.record.bytes.between.snapshots`, counted in entries here).
+    pub metadata_snapshot_max_entries: u64,
+    /// Interval of the active controller's NoOpRecords, ms (Kafka:
+    /// `metadata.max.idle.interval.ms`, 500).
+    pub metadata_max_idle_interval_ms: u64,
+}
+
+/// The file/environment form: every key optional so that layers can be merged.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// See [`ControllerConfig::node_id`].
+    pub node_id: Option<u64>,
+    /// `1@host:port,2@host:port,...`
+    pub controller_quorum_voters: Option<String>,
+    /// `host:port`
+    pub listeners: Option<String>,
+    /// `host:port`
+    pub advertised_listeners: Option<String>,
+    /// Directory.
+    pub metadata_log_dir: Option<PathBuf>,
+    /// ms
+    pub broker_heartbeat_interval_ms: Option<u64>,
+    /// ms
+    pub broker_session_timeout_ms: Option<u64>,
+    /// ms
+    pub election_timeout_min_ms: Option<u64>,
+    /// ms
+    pub election_timeout_max_ms: Option<u64>,
+    /// ms
+    pub raft_heartbeat_interval_ms: Option<u64>,
+    /// entries
+    pub metadata_snapshot_max_entries: Option<u64>,
+    /// ms
+    pub metadata_max_idle_interval_ms: Option<u64>,
+}
+
+macro_rules! merge {
+    ($dst:ident, $src:ident, $($field:ident),*) => {
+        $( if $src.$field.is_some() { $dst.$field = $src.$field; } )*
+    };
+}
+
+impl RawConfig {
+    /// Reads a TOML file. Unknown keys are refused.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.message().to_string()
+                + &e.span()
+                    .map(|s| format!(" (at byte {})", s.start))
+                    .unwrap_or_default(),
+        })
+    }
+
+    /// Overlays every key set in `other`.
+    pub fn overlay(&mut self, other: RawConfig) {
+        merge!(
+            self,
+            other,
+            node_id,
+            controller_quorum_voters,
+            listeners,
+            advertised_listeners,
+            metadata_log_dir,
+            broker_heartbeat_interval_ms,
+            broker_session_timeout_ms,
+            election_timeout_min_ms,
+            election_timeout_max_ms,
+            raft_heartbeat_interval_ms,
+            metadata_snapshot_max_entries,
+            metadata_max_idle_interval_ms
+        );
+    }
+
+    /// Validates and fills defaults.
+    pub fn resolve(self) -> Result<ControllerConfig, ConfigError> {
+        let node_id = self
+            .node_id
+            .ok_or(ConfigError::Missing { key: "node_id" })?;
+        let voters_str = self.controller_quorum_voters.ok_or(ConfigError::Missing {
+            key: "controller_quorum_voters",
+        })?;
+        let controller_quorum_voters = parse_voters(&voters_str)?;
+        let Some(own) = controller_quorum_voters.get(&node_id) else {
+            return Err(ConfigError::Invalid {
+                key: "controller_quorum_voters",
+                reason: format!("node_id {node_id} is not one of the voters {voters_str:?}"),
+            });
+        };
+        let listeners_str = self.listeners.unwrap_or_else(|| {
+            // Default: listen on every interface at the voter entry's port.
+            let port = own.rsplit_once(':').map_or("9093", |(_, p)| p);
+            format!("0.0.0.0:{port}")
+        });
+        let listeners = listeners_str.parse().map_err(|e| ConfigError::Invalid {
+            key: "listeners",
+            reason: format!("{listeners_str:?} is not an ip:port address ({e})"),
+        })?;
+        let advertised_listeners = self.advertised_listeners.unwrap_or_else(|| own.clone());
+        let metadata_log_dir = self.metadata_log_dir.ok_or(ConfigError::Missing {
+            key: "metadata_log_dir",
+        })?;
+        let cfg = ControllerConfig {
+            node_id,
+            controller_quorum_voters,
+            listeners,
+            advertised_listeners,
+            metadata_log_dir,
+            broker_heartbeat_interval_ms: self.broker_heartbeat_interval_ms.unwrap_or(2000),
+            broker_session_timeout_ms: self.broker_session_timeout_ms.unwrap_or(9000),
+            election_timeout_min_ms: self.election_timeout_min_ms.unwrap_or(500),
+            election_timeout_max_ms: self.election_timeout_max_ms.unwrap_or(1000),
+            raft_heartbeat_interval_ms: self.raft_heartbeat_interval_ms.unwrap_or(100),
+            metadata_snapshot_max_entries: self.metadata_snapshot_max_entries.unwrap_or(20_000),
+            metadata_max_idle_interval_ms: self.metadata_max_idle_interval_ms.unwrap_or(500),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+impl ControllerConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let positive = |key: &'static str, v: u64| {
+            if v == 0 {
+                Err(ConfigError::Invalid {
+                    key,
+                    reason: "must be greater than 0".into(),
+                })
+            } else {
+                Ok(())
+            }
+        };
+        positive(
+            "broker_heartbeat_interval_ms",
+            self.broker_heartbeat_interval_ms,
+        )?;
+        positive("broker_session_timeout_ms", self.broker_session_timeout_ms)?;
+        positive(
+            "raft_heartbeat_interval_ms",
+            self.raft_heartbeat_interval_ms,
+        )?;
+        positive(
+            "metadata_snapshot_max_entries",
+            self.metadata_snapshot_max_entries,
+        )?;
+        positive(
+            "metadata_max_idle_interval_ms",
+            self.metadata_max_idle_interval_ms,
+        )?;
+        if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms {
+            return Err(ConfigError::Invalid {
+                key: "broker_session_timeout_ms",
+                reason: format!(
+                    "{} must exceed broker_heartbeat_interval_ms ({})",
+                    self.broker_session_timeout_ms, self.broker_heartbeat_interval_ms
+                ),
+            });
+        }
+        if self.election_timeout_min_ms <= self.raft_heartbeat_interval_ms
+            || self.election_timeout_max_ms <= self.election_timeout_min_ms
+        {
+            return Err(ConfigError::Invalid {
+                key: "election_timeout_min_ms",
+                reason: format!(
+                    "need raft_heartbeat_interval_ms ({}) < election_timeout_min_ms ({}) < election_timeout_max_ms ({})",
+                    self.raft_heartbeat_interval_ms,
+                    self.election_timeout_min_ms,
+                    self.election_timeout_max_ms
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// This node's advertised address, `host:port`.
+    pub fn own_address(&self) -> &str {
+        &self.advertised_listeners
+    }
+}
+
+/// Parses `1@host:port,2@host:port,...` (Kafka's `controller.quorum.voters`).
+pub fn parse_voters(s: &str) -> Result<BTreeMap<u64, String>, ConfigError> {
+    let bad = |reason: String| ConfigError::Invalid {
+        key: "controller_quorum_voters",
+        reason,
+    };
+    let mut out = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part
+            .split_once('@')
+            .ok_or_else(|| bad(format!("{part:?} is not id@host:port")))?;
+        let id: u64 = id
+            .parse()
+            .map_err(|_| bad(format!("{id:?} in {part:?} is not a node id")))?;
+        let (host, port) = addr
+            .rsplit_once(':')
+            .ok_or_else(|| bad(format!("{addr:?} in {part:?} has no :port")))?;
+        if host.is_empty() || port.parse::<u16>().is_err() {
+            return Err(bad(format!("{addr:?} in {part:?} is not host:port")));
+        }
+        if out.insert(id, addr.to_string()).is_some() {
+            return Err(bad(format!("node id {id} appears twice")));
+        }
+    }
+    if out.is_empty() {
+        return Err(bad("no voters given".into()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(toml_text: &str) -> RawConfig {
+        toml::from_str(toml_text).unwrap()
+    }
+
+    #[test]
+    fn resolves_with_defaults_and_overlays_in_order() {
+        let mut r = raw(
+            "node_id = 1\ncontroller_quorum_voters = \"1@127.0.0.1:9093,2@127.0.0.1:9094\"\nmetadata_log_dir = \"/tmp/x\"\n",
+        );
+        r.overlay(RawConfig {
+            broker_session_timeout_ms: Some(3000),
+            ..Default::default()
+        });
+        let c = r.resolve().unwrap();
+        assert_eq!(c.listeners, "0.0.0.0:9093".parse().unwrap());
+        assert_eq!(c.advertised_listeners, "127.0.0.1:9093");
+        assert_eq!(c.broker_session_timeout_ms, 3000);
+        assert_eq!(c.broker_heartbeat_interval_ms, 2000);
+    }
+
+    #[test]
+    fn bad_configs_name_the_key() {
+        let err = toml::from_str::<RawConfig>("node_idd = 1").unwrap_err();
+        assert!(err.message().contains("node_idd"), "{err}");
+        for (voters, needle) in [
+            ("1@host", "has no :port"),
+            ("x@h:1", "is not a node id"),
+            ("1@h:99999", "is not host:port"),
+            ("1@h:1,1@h:2", "appears twice"),
+            ("", "no voters"),
+        ] {
+            let e = parse_voters(voters).unwrap_err().to_string();
+            assert!(
+                e.starts_with("invalid value for controller_quorum_voters: "),
+                "{e}"
+            );
+            assert!(e.contains(needle), "{voters:?}: {e}");
+        }
+        let e = raw("node_id = 3\ncontroller_quorum_voters = \"1@h:1\"\nmetadata_log_dir = \"d\"")
+            .resolve()
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("node_id 3 is not one of the voters"),
+            "{e}"
+        );
+        let e = raw("node_id = 1\ncontroller_quorum_voters = \"1@h:1\"\nmetadata_log_dir = \"d\"\nlisteners = \"nope\"")
+            .resolve()
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with("invalid value for listeners: "),
+            "{e}"
+        );
+        let e = raw("node_id = 1\ncontroller_quorum_voters = \"1@h:1\"")
+            .resolve()
+            .unwrap_err();
+        assert_eq!(e.to_string(), "missing required config metadata_log_dir");
+    }
+}

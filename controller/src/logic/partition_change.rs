@@ -1,0 +1,178 @@
+//! [`PartitionChangeBuilder`]: current partition state + targets -> at most one
+//! `PartitionChangeRecord` (Kafka: `org.apache.kafka.controller.PartitionChangeBuilder`), and
+//! [`merge`], the state that record produces on replay (Kafka: `PartitionRegistration.merge`).
+//!
+//! Rules (DESIGN §4):
+//! - the record sets `leader` only when the leader changes (replay then bumps the leader
+//!   epoch), `isr` only when the ISR changes, `leader_recovery_state` only when it changes;
+//!   a builder that changes nothing yields `None` (no record, no partition-epoch bump);
+//! - the ISR is never empty: an empty target ISR leaves the ISR as it is, so removing the
+//!   last member keeps it (the partition goes offline with leader -1 instead);
+//! - an election runs only when needed: the current leader left the target ISR, is no longer
+//!   eligible, or a PREFERRED election wants `replicas[0]` (Kafka: `shouldTryElection`); the
+//!   candidates are chosen by [`choose_leader`];
+//! - an unclean election shrinks the ISR to the new leader and sets the recovery state to
+//!   RECOVERING (KIP-704).
+
+use keel_metadata_log::image::uuid_bytes;
+use keel_metadata_log::{NO_LEADER, PartitionRegistration};
+use keel_proto::metadata::{LeaderRecoveryState, PartitionChangeRecord, ReplicaList};
+use uuid::Uuid;
+
+use super::election::{Election, choose_leader};
+
+/// Builds the change record for one partition. See the module doc.
+///
+/// `is_eligible(broker_id)` says whether a broker may lead or be in the ISR *in the state the
+/// caller is deciding for* (e.g. excluding a broker being fenced, or including one being
+/// unfenced); it is usually [`is_eligible`](super::is_eligible) on the image plus one override.
+pub struct PartitionChangeBuilder<'a> {
+    current: &'a PartitionRegistration,
+    topic_id: Uuid,
+    partition_id: i32,
+    is_eligible: &'a dyn Fn(i32) -> bool,
+    target_isr: Option<Vec<i32>>,
+    target_recovery: Option<LeaderRecoveryState>,
+    election: Election,
+}
+
+impl std::fmt::Debug for PartitionChangeBuilder<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartitionChangeBuilder")
+            .field("topic_id", &self.topic_id)
+            .field("partition_id", &self.partition_id)
+            .field("current", self.current)
+            .field("target_isr", &self.target_isr)
+            .field("target_recovery", &self.target_recovery)
+            .field("election", &self.election)
+            .finish()
+    }
+}
+
+impl<'a> PartitionChangeBuilder<'a> {
+    /// A builder with no targets: ISR and recovery state unchanged, clean election.
+    pub fn new(
+        current: &'a PartitionRegistration,
+        topic_id: Uuid,
+        partition_id: i32,
+        is_eligible: &'a dyn Fn(i32) -> bool,
+    ) -> Self {
+        Self {
+            current,
+            topic_id,
+            partition_id,
+            is_eligible,
+            target_isr: None,
+            target_recovery: None,
+            election: Election::Clean,
+        }
+    }
+
+    /// The ISR wanted after the change. Precondition: a duplicate-free subset of the
+    /// replicas (callers validate requests first). Empty = keep the current ISR.
+    pub fn set_target_isr(mut self, isr: Vec<i32>) -> Self {
+        debug_assert!(
+            isr.iter().all(|b| self.current.replicas.contains(b)),
+            "target ISR {isr:?} not within replicas {:?}",
+            self.current.replicas
+        );
+        self.target_isr = Some(isr);
+        self
+    }
+
+    /// The election to run if one is needed (default [`Election::Clean`]).
+    pub fn set_election(mut self, election: Election) -> Self {
+        self.election = election;
+        self
+    }
+
+    /// The leader recovery state wanted after the change (KIP-704).
+    pub fn set_target_leader_recovery_state(mut self, state: LeaderRecoveryState) -> Self {
+        self.target_recovery = Some(state);
+        self
+    }
+
+    /// The change record, or `None` when the targets change nothing.
+    pub fn build(&self) -> Option<PartitionChangeRecord> {
+        let cur = self.current;
+        let mut isr = match &self.target_isr {
+            Some(t) if !t.is_empty() => t.clone(),
+            // Never write an empty ISR (DESIGN §4): the last member stays.
+            _ => cur.isr.clone(),
+        };
+        let mut recovery = self.target_recovery.unwrap_or(cur.leader_recovery_state);
+        let eligible = self.is_eligible;
+        let leader_ok =
+            cur.leader != NO_LEADER && isr.contains(&cur.leader) && eligible(cur.leader);
+        let wants_preferred = self.election == Election::Preferred
+            && cur.replicas.first().is_some_and(|&p| p != cur.leader);
+        let mut leader = cur.leader;
+        if !leader_ok || wants_preferred {
+            let chosen = choose_leader(cur, &isr, self.election, eligible);
+            leader = chosen.leader;
+            if chosen.unclean {
+                isr = vec![leader];
+                recovery = LeaderRecoveryState::Recovering;
+            }
+        }
+        debug_assert!(!isr.is_empty());
+        debug_assert!(leader == NO_LEADER || isr.contains(&leader));
+        let mut rec = PartitionChangeRecord {
+            topic_id: uuid_bytes(self.topic_id),
+            partition_id: self.partition_id,
+            ..Default::default()
+        };
+        let mut changed = false;
+        if isr != cur.isr {
+            rec.isr = Some(ReplicaList { ids: isr });
+            changed = true;
+        }
+        if leader != cur.leader {
+            rec.leader = Some(leader);
+            changed = true;
+        }
+        if recovery != cur.leader_recovery_state {
+            rec.leader_recovery_state = Some(recovery as i32);
+            changed = true;
+        }
+        changed.then_some(rec)
+    }
+}
+
+/// The partition state after replaying `change` on `current`: the same derivation as
+/// `MetadataDelta` (leader epoch + 1 iff `leader` is present, partition epoch + 1 always).
+/// Used to answer requests with the state "as it will be after replay".
+pub fn merge(
+    current: &PartitionRegistration,
+    change: &PartitionChangeRecord,
+) -> PartitionRegistration {
+    let mut next = current.clone();
+    if let Some(isr) = &change.isr {
+        next.isr = isr.ids.clone();
+    }
+    if let Some(r) = &change.replicas {
+        next.replicas = r.ids.clone();
+    }
+    if let Some(l) = &change.removing_replicas {
+        next.removing_replicas = l.ids.clone();
+    }
+    if let Some(l) = &change.adding_replicas {
+        next.adding_replicas = l.ids.clone();
+    }
+    if let Some(l) = &change.eligible_leader_replicas {
+        next.elr = l.ids.clone();
+    }
+    if let Some(l) = &change.last_known_elr {
+        next.last_known_elr = l.ids.clone();
+    }
+    if let Some(s) = change.leader_recovery_state {
+        next.leader_recovery_state =
+            LeaderRecoveryState::try_from(s).unwrap_or(next.leader_recovery_state);
+    }
+    if let Some(l) = change.leader {
+        next.leader = l;
+        next.leader_epoch += 1;
+    }
+    next.partition_epoch += 1;
+    next
+}

@@ -1,0 +1,424 @@
+//! AlterConfigs validation and DescribeConfigs sources.
+
+use keel_metadata_log::ConfigResource;
+use keel_proto::ErrorCode;
+use keel_proto::controller::{
+    AlterConfigOp, AlterConfigsReply, AlterConfigsRequest, AlterConfigsResource, AlterableConfig,
+    ConfigSource, DescribeConfigsRequest, DescribeConfigsResource,
+};
+use keel_proto::metadata::ConfigResourceType;
+
+use super::common::{Cluster, code};
+use crate::logic::configs::{min_insync_replicas, unclean_leader_election_enabled};
+use crate::logic::{ControllerResult, alter_configs, describe_configs};
+
+fn set(name: &str, value: Option<&str>) -> AlterableConfig {
+    AlterableConfig {
+        name: name.into(),
+        op: AlterConfigOp::Set as i32,
+        value: value.map(str::to_string),
+    }
+}
+
+fn alter(
+    c: &Cluster,
+    ty: ConfigResourceType,
+    name: &str,
+    configs: Vec<AlterableConfig>,
+    validate_only: bool,
+) -> ControllerResult<AlterConfigsReply> {
+    alter_configs(
+        &c.image,
+        &AlterConfigsRequest {
+            resources: vec![AlterConfigsResource {
+                resource_type: ty as i32,
+                resource_name: name.into(),
+                configs,
+            }],
+            validate_only,
+        },
+    )
+}
+
+fn setup() -> Cluster {
+    let mut c = Cluster::new();
+    for b in 1..=3 {
+        c.add_broker(b, None);
+    }
+    c.create_topic("t", &[&[1, 2, 3], &[2, 3, 1]]);
+    c
+}
+
+/// (case name, resource type, resource name, configs, expected code, text the message names).
+type Case = (
+    &'static str,
+    ConfigResourceType,
+    &'static str,
+    Vec<AlterableConfig>,
+    ErrorCode,
+    &'static str,
+);
+
+#[test]
+fn alter_configs_validation_table() {
+    let c = setup();
+    use ConfigResourceType::*;
+    let cases: Vec<Case> = vec![
+        (
+            "min.insync 0",
+            Topic,
+            "t",
+            vec![set("min.insync.replicas", Some("0"))],
+            ErrorCode::InvalidConfig,
+            "min.insync.replicas",
+        ),
+        (
+            "min.insync above rf",
+            Topic,
+            "t",
+            vec![set("min.insync.replicas", Some("4"))],
+            ErrorCode::InvalidConfig,
+            "replication factor",
+        ),
+        (
+            "min.insync not a number",
+            Topic,
+            "t",
+            vec![set("min.insync.replicas", Some("two"))],
+            ErrorCode::InvalidConfig,
+            "integer",
+        ),
+        (
+            "unclean not a boolean",
+            Topic,
+            "t",
+            vec![set("unclean.leader.election.enable", Some("yes"))],
+            ErrorCode::InvalidConfig,
+            "true or false",
+        ),
+        (
+            "retention.ms below -1",
+            Topic,
+            "t",
+            vec![set("retention.ms", Some("-2"))],
+            ErrorCode::InvalidConfig,
+            "retention.ms",
+        ),
+        (
+            "retention.bytes below -1",
+            Topic,
+            "t",
+            vec![set("retention.bytes", Some("-5"))],
+            ErrorCode::InvalidConfig,
+            "retention.bytes",
+        ),
+        (
+            "segment.bytes too small",
+            Topic,
+            "t",
+            vec![set("segment.bytes", Some("10"))],
+            ErrorCode::InvalidConfig,
+            "at least 14",
+        ),
+        (
+            "segment.bytes above i32",
+            Topic,
+            "t",
+            vec![set("segment.bytes", Some("3000000000"))],
+            ErrorCode::InvalidConfig,
+            "32-bit",
+        ),
+        (
+            "compaction",
+            Topic,
+            "t",
+            vec![set("cleanup.policy", Some("compact"))],
+            ErrorCode::InvalidConfig,
+            "compaction",
+        ),
+        (
+            "unknown key",
+            Topic,
+            "t",
+            vec![set("retention.hours", Some("1"))],
+            ErrorCode::InvalidConfig,
+            "retention.hours",
+        ),
+        (
+            "broker name on a topic",
+            Topic,
+            "t",
+            vec![set("log.retention.ms", Some("1"))],
+            ErrorCode::InvalidConfig,
+            "log.retention.ms",
+        ),
+        (
+            "all or nothing",
+            Topic,
+            "t",
+            vec![
+                set("retention.ms", Some("1000")),
+                set("segment.bytes", Some("1")),
+            ],
+            ErrorCode::InvalidConfig,
+            "segment.bytes",
+        ),
+        (
+            "unknown topic",
+            Topic,
+            "nope",
+            vec![set("retention.ms", Some("1"))],
+            ErrorCode::UnknownTopicOrPartition,
+            "nope",
+        ),
+        (
+            "unknown resource type",
+            Unknown,
+            "t",
+            vec![set("retention.ms", Some("1"))],
+            ErrorCode::InvalidRequest,
+            "",
+        ),
+        (
+            "bad broker id",
+            Broker,
+            "abc",
+            vec![set("log.retention.ms", Some("1"))],
+            ErrorCode::InvalidRequest,
+            "abc",
+        ),
+        (
+            "named cluster",
+            Cluster,
+            "x",
+            vec![set("log.retention.ms", Some("1"))],
+            ErrorCode::InvalidRequest,
+            "",
+        ),
+        (
+            "SET without value",
+            Topic,
+            "t",
+            vec![set("retention.ms", None)],
+            ErrorCode::InvalidRequest,
+            "retention.ms",
+        ),
+        (
+            "key twice",
+            Topic,
+            "t",
+            vec![
+                set("retention.ms", Some("1")),
+                set("retention.ms", Some("2")),
+            ],
+            ErrorCode::InvalidRequest,
+            "retention.ms",
+        ),
+        (
+            "APPEND",
+            Topic,
+            "t",
+            vec![AlterableConfig {
+                name: "cleanup.policy".into(),
+                op: AlterConfigOp::Append as i32,
+                value: Some("delete".into()),
+            }],
+            ErrorCode::InvalidConfig,
+            "cleanup.policy",
+        ),
+        (
+            "unknown op",
+            Topic,
+            "t",
+            vec![AlterableConfig {
+                name: "retention.ms".into(),
+                op: 9,
+                value: Some("1".into()),
+            }],
+            ErrorCode::InvalidRequest,
+            "",
+        ),
+        (
+            "topic name on cluster",
+            Cluster,
+            "",
+            vec![set("retention.ms", Some("1"))],
+            ErrorCode::InvalidConfig,
+            "retention.ms",
+        ),
+    ];
+    for (name, ty, res, configs, want, mention) in cases {
+        let r = alter(&c, ty, res, configs, false);
+        assert!(r.records.is_empty(), "{name}: wrote {:?}", r.records);
+        let e = r.response.results[0].error.clone();
+        assert_eq!(code(&e), want, "{name}: {e:?}");
+        assert!(
+            e.unwrap().message.contains(mention),
+            "{name}: message should mention {mention:?}"
+        );
+    }
+}
+
+#[test]
+fn alter_then_describe_with_sources() {
+    let mut c = setup();
+    // validate_only writes nothing.
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![set("min.insync.replicas", Some("2"))],
+        true,
+    );
+    assert!(r.records.is_empty());
+    assert_eq!(code(&r.response.results[0].error), ErrorCode::None);
+    // Topic overrides, a cluster default, a broker value.
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![
+            set("min.insync.replicas", Some("2")),
+            set("unclean.leader.election.enable", Some("TRUE")),
+        ],
+        false,
+    );
+    assert_eq!(r.records.len(), 2);
+    c.commit(r);
+    let r = alter(
+        &c,
+        ConfigResourceType::Cluster,
+        "",
+        vec![
+            set("log.retention.ms", Some("3600000")),
+            set("min.insync.replicas", Some("3")),
+        ],
+        false,
+    );
+    c.commit(r);
+    let r = alter(
+        &c,
+        ConfigResourceType::Broker,
+        "2",
+        vec![set("log.segment.bytes", Some("1048576"))],
+        false,
+    );
+    c.commit(r);
+    assert_eq!(min_insync_replicas(&c.image, "t"), 2);
+    assert!(unclean_leader_election_enabled(&c.image, "t"));
+    // Setting the same value again writes nothing.
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![set("min.insync.replicas", Some("2"))],
+        false,
+    );
+    assert!(r.records.is_empty());
+
+    let d = describe_configs(
+        &c.image,
+        &DescribeConfigsRequest {
+            resources: vec![
+                DescribeConfigsResource {
+                    resource_type: ConfigResourceType::Topic as i32,
+                    resource_name: "t".into(),
+                    configuration_keys: vec![],
+                },
+                DescribeConfigsResource {
+                    resource_type: ConfigResourceType::Broker as i32,
+                    resource_name: "2".into(),
+                    configuration_keys: vec!["log.segment.bytes".into(), "bogus".into()],
+                },
+                DescribeConfigsResource {
+                    resource_type: ConfigResourceType::Topic as i32,
+                    resource_name: "nope".into(),
+                    configuration_keys: vec![],
+                },
+            ],
+            include_synonyms: true,
+            include_documentation: true,
+        },
+    );
+    assert_eq!(d.metadata_offset, c.offset as i64);
+    let topic = &d.results[0];
+    let get = |k: &str| topic.configs.iter().find(|e| e.name == k).unwrap().clone();
+    let mir = get("min.insync.replicas");
+    assert_eq!(
+        (mir.value.as_deref(), mir.config_source),
+        (Some("2"), ConfigSource::TopicConfig as i32)
+    );
+    let syn: Vec<(Option<&str>, i32)> = mir
+        .synonyms
+        .iter()
+        .map(|s| (s.value.as_deref(), s.source))
+        .collect();
+    assert_eq!(
+        syn,
+        vec![
+            (Some("3"), ConfigSource::DynamicDefaultBrokerConfig as i32),
+            (Some("1"), ConfigSource::DefaultConfig as i32)
+        ]
+    );
+    let ret = get("retention.ms");
+    assert_eq!(
+        (ret.value.as_deref(), ret.config_source),
+        (
+            Some("3600000"),
+            ConfigSource::DynamicDefaultBrokerConfig as i32
+        )
+    );
+    let seg = get("segment.bytes");
+    assert_eq!(
+        (seg.value.as_deref(), seg.config_source),
+        (Some("1073741824"), ConfigSource::DefaultConfig as i32)
+    );
+    assert!(!seg.documentation.is_empty());
+    let broker = &d.results[1];
+    assert_eq!(broker.configs.len(), 1, "unknown keys are left out");
+    assert_eq!(
+        (
+            broker.configs[0].value.as_deref(),
+            broker.configs[0].config_source
+        ),
+        (Some("1048576"), ConfigSource::DynamicBrokerConfig as i32)
+    );
+    assert_eq!(
+        code(&d.results[2].error),
+        ErrorCode::UnknownTopicOrPartition
+    );
+
+    // DELETE removes the override; the cluster default shows through.
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![AlterableConfig {
+            name: "min.insync.replicas".into(),
+            op: AlterConfigOp::Delete as i32,
+            value: None,
+        }],
+        false,
+    );
+    assert_eq!(r.records.len(), 1);
+    c.commit(r);
+    assert!(
+        c.image
+            .config(&ConfigResource::Topic("t".into()), "min.insync.replicas")
+            .is_none()
+    );
+    assert_eq!(min_insync_replicas(&c.image, "t"), 3);
+    // Deleting an absent key writes nothing.
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![AlterableConfig {
+            name: "min.insync.replicas".into(),
+            op: AlterConfigOp::Delete as i32,
+            value: None,
+        }],
+        false,
+    );
+    assert!(r.records.is_empty());
+}

@@ -1,0 +1,548 @@
+//! CreateTopics and DeleteTopics: name rules, partition/replication checks, replica
+//! placement (Kafka: `ReplicationControlManager.createTopic` / `deleteTopic`, `Topic.validate`,
+//! and the round-robin / rack-alternating assignment of `AdminUtils.assignReplicasToBrokers`).
+//!
+//! Placement over the usable brokers (registered, unfenced, not in controlled shutdown),
+//! sorted by id, for `n` brokers, replication factor `rf` and a caller-chosen `start`:
+//! - without racks: partition `p`'s first replica is broker `(p + start) % n`; the others
+//!   follow at a shift that grows by one every `n` partitions, so leaders and followers both
+//!   spread evenly;
+//! - with racks (every usable broker has one): the same walk over a rack-alternating broker
+//!   list (first broker of each rack in rack order, then the second of each, ...), and a
+//!   follower is skipped while its rack already holds a replica and some rack holds none.
+//!
+//! New partitions get `leader = replicas[0]`, `isr = replicas`, epochs 0 (explicit
+//! assignments: ISR = the eligible members, leader = the first of them).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use keel_metadata_log::MetadataImage;
+use keel_metadata_log::image::{uuid_bytes, uuid_from_bytes};
+use keel_proto::ErrorCode;
+use keel_proto::controller::{
+    CreatableTopic, CreatableTopicResult, CreateTopicsReply, CreateTopicsRequest,
+    DeletableTopicResult, DeleteTopicsReply, DeleteTopicsRequest,
+};
+use keel_proto::metadata::{
+    ConfigRecord, ConfigResourceType, MetadataRecord, PartitionRecord, RemoveTopicRecord,
+    TopicRecord, metadata_record::Record,
+};
+use uuid::Uuid;
+
+use super::configs::{effective_configs_for_new_topic, validate_new_topic_configs};
+use super::{ControllerResult, error, is_eligible, record};
+
+/// Kafka's longest legal topic name (`Topic.MAX_NAME_LENGTH`).
+pub const MAX_TOPIC_NAME_LEN: usize = 249;
+
+/// Most partitions one CreateTopics topic may ask for (Kafka bounds the records of one user
+/// operation to 10,000, `QuorumController.MAX_RECORDS_PER_USER_OP`, KIP-868).
+pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
+
+/// How many topic ids the id source may propose before a creation gives up (a collision
+/// with a random UUID is astronomically unlikely; this only bounds a broken source).
+pub const MAX_TOPIC_ID_ATTEMPTS: usize = 16;
+
+/// Cluster defaults for `-1` in CreateTopics (Kafka: `num.partitions`,
+/// `default.replication.factor`; both 1 by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicDefaults {
+    /// Partitions when the request says -1.
+    pub num_partitions: i32,
+    /// Replication factor when the request says -1.
+    pub replication_factor: i32,
+}
+
+impl Default for TopicDefaults {
+    fn default() -> Self {
+        Self {
+            num_partitions: 1,
+            replication_factor: 1,
+        }
+    }
+}
+
+/// Kafka's topic name rule (`Topic.validate`): 1..=249 characters of `[a-zA-Z0-9._-]`, and
+/// not `.` or `..`. `Err` says why.
+pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("topic name is empty".into());
+    }
+    if name == "." || name == ".." {
+        return Err(format!("topic name cannot be {name:?}"));
+    }
+    if name.len() > MAX_TOPIC_NAME_LEN {
+        return Err(format!(
+            "topic name is {} characters, the limit is {MAX_TOPIC_NAME_LEN}",
+            name.len()
+        ));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "topic name {name:?} contains {c:?}; legal characters are [a-zA-Z0-9._-]"
+        ));
+    }
+    Ok(())
+}
+
+/// Replica lists for `num_partitions` partitions of `rf` replicas over `brokers` (id, rack),
+/// following the module doc. Preconditions: `brokers` sorted by id without duplicates,
+/// `1 <= rf <= brokers.len()`.
+pub fn place_replicas(
+    brokers: &[(i32, Option<String>)],
+    num_partitions: usize,
+    rf: usize,
+    start: usize,
+) -> Vec<Vec<i32>> {
+    assert!(
+        rf >= 1 && rf <= brokers.len(),
+        "rf {rf} over {} brokers",
+        brokers.len()
+    );
+    let n = brokers.len();
+    let rack_aware = brokers.iter().all(|(_, r)| r.is_some());
+    let (arranged, num_racks) = if rack_aware {
+        rack_alternated(brokers)
+    } else {
+        (brokers.iter().map(|(id, _)| *id).collect(), 1)
+    };
+    let rack_of: BTreeMap<i32, &str> = brokers
+        .iter()
+        .map(|(id, r)| (*id, r.as_deref().unwrap_or("")))
+        .collect();
+    let start_index = start % n;
+    let mut shift = start % n;
+    let mut out = Vec::with_capacity(num_partitions);
+    for p in 0..num_partitions {
+        if p > 0 && p % n == 0 {
+            shift += 1;
+        }
+        let first = (p + start_index) % n;
+        let mut replicas = Vec::with_capacity(rf);
+        replicas.push(arranged[first]);
+        if !rack_aware {
+            for j in 0..rf - 1 {
+                replicas.push(arranged[follower_index(first, shift, j, n)]);
+            }
+        } else {
+            let mut racks: BTreeSet<&str> = BTreeSet::from([rack_of[&arranged[first]]]);
+            let mut k = 0;
+            // Each follower is found within n - 1 steps (module doc); bound the walk anyway.
+            let max_steps = rf * n + n;
+            while replicas.len() < rf && k < max_steps {
+                let b = arranged[follower_index(first, shift * num_racks, k, n)];
+                let rack = rack_of[&b];
+                let rack_ok = !racks.contains(rack) || racks.len() == num_racks;
+                if rack_ok && !replicas.contains(&b) {
+                    replicas.push(b);
+                    racks.insert(rack);
+                }
+                k += 1;
+            }
+            debug_assert_eq!(replicas.len(), rf, "rack-aware walk did not finish");
+        }
+        out.push(replicas);
+    }
+    out
+}
+
+/// Index of the `j`-th follower for first replica `first` at `shift` over `n` brokers: never
+/// `first` itself (Kafka: `AdminUtils.replicaIndex`).
+fn follower_index(first: usize, shift: usize, j: usize, n: usize) -> usize {
+    (first + 1 + (shift + j) % (n - 1)) % n
+}
+
+/// The rack-alternating list: racks in name order, brokers of a rack in id order, taking one
+/// broker from each rack per round. Returns the list and the number of racks.
+fn rack_alternated(brokers: &[(i32, Option<String>)]) -> (Vec<i32>, usize) {
+    let mut by_rack: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (id, rack) in brokers {
+        by_rack
+            .entry(rack.as_deref().unwrap_or(""))
+            .or_default()
+            .push(*id);
+    }
+    let rounds = by_rack.values().map(Vec::len).max().unwrap_or(0);
+    let mut out = Vec::with_capacity(brokers.len());
+    for i in 0..rounds {
+        for ids in by_rack.values() {
+            if let Some(&b) = ids.get(i) {
+                out.push(b);
+            }
+        }
+    }
+    (out, by_rack.len())
+}
+
+/// CreateTopics (Kafka v7). Per topic, in this order (`CreatableTopicResult.error`; a failed
+/// topic writes nothing, the others still proceed):
+/// - name given twice in the request -> INVALID_REQUEST;
+/// - illegal name (see [`validate_topic_name`]), or a name that differs from an existing one
+///   only by `.` vs `_` (Kafka's metric-name collision rule) -> INVALID_TOPIC_EXCEPTION;
+/// - existing name -> TOPIC_ALREADY_EXISTS;
+/// - `assignments` together with `num_partitions`/`replication_factor` other than -1 ->
+///   INVALID_REQUEST; assignments with gaps, duplicates, empty or unequal lists, duplicate or
+///   unregistered brokers, or no eligible broker in a list -> INVALID_REPLICA_ASSIGNMENT;
+/// - `num_partitions` 0, below -1, or above [`MAX_PARTITIONS_PER_TOPIC`] -> INVALID_PARTITIONS
+///   (-1 = `defaults.num_partitions`);
+/// - `replication_factor` 0, below -1, or above the number of usable brokers ->
+///   INVALID_REPLICATION_FACTOR (-1 = `defaults.replication_factor`);
+/// - config overrides: unknown key, null or invalid value -> INVALID_CONFIG.
+///
+/// Records per created topic: `TopicRecord`, its `ConfigRecord`s, one `PartitionRecord` per
+/// partition; nothing for `validate_only` (the reply is the same, including a topic id).
+/// Topic ids come from `new_topic_id` (nil, existing or repeated ids are skipped, at most
+/// [`MAX_TOPIC_ID_ATTEMPTS`] tries, then UNKNOWN_SERVER_ERROR). `placement_start` picks the
+/// first broker of the round-robin (Kafka picks it at random; pass a random or rotating
+/// value). `metadata_offset` in the reply is -1: the caller sets it to the offset of the
+/// committed entry for created topics.
+pub fn create_topics(
+    image: &MetadataImage,
+    req: &CreateTopicsRequest,
+    defaults: &TopicDefaults,
+    new_topic_id: &mut dyn FnMut() -> Uuid,
+    placement_start: usize,
+) -> ControllerResult<CreateTopicsReply> {
+    let mut name_counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for t in &req.topics {
+        *name_counts.entry(t.name.as_str()).or_default() += 1;
+    }
+    let usable: Vec<(i32, Option<String>)> = image
+        .brokers()
+        .values()
+        .filter(|b| b.is_eligible())
+        .map(|b| (b.id, b.rack.clone()))
+        .collect();
+    let mut used_ids: BTreeSet<Uuid> = BTreeSet::new();
+    let mut records = Vec::new();
+    let mut results = Vec::with_capacity(req.topics.len());
+    for (i, t) in req.topics.iter().enumerate() {
+        let outcome = if name_counts[t.name.as_str()] > 1 {
+            Err((
+                ErrorCode::InvalidRequest,
+                format!("topic {:?} named more than once", t.name),
+            ))
+        } else {
+            create_one(image, t, defaults, &usable, placement_start.wrapping_add(i)).and_then(
+                |plan| {
+                    let id = fresh_topic_id(image, &used_ids, new_topic_id).ok_or((
+                        ErrorCode::UnknownServerError,
+                        "could not draw an unused topic id".to_string(),
+                    ))?;
+                    used_ids.insert(id);
+                    Ok((id, plan))
+                },
+            )
+        };
+        match outcome {
+            Ok((id, plan)) => {
+                let result = CreatableTopicResult {
+                    name: t.name.clone(),
+                    topic_id: uuid_bytes(id),
+                    error: None,
+                    num_partitions: plan.partitions.len() as i32,
+                    replication_factor: plan.replication_factor as i32,
+                    configs: effective_configs_for_new_topic(image, &plan.configs),
+                    metadata_offset: -1,
+                };
+                if !req.validate_only {
+                    plan.write(&t.name, id, &mut records);
+                }
+                results.push(result);
+            }
+            Err((code, msg)) => results.push(CreatableTopicResult {
+                name: t.name.clone(),
+                topic_id: bytes::Bytes::new(),
+                error: error(code, msg),
+                num_partitions: -1,
+                replication_factor: -1,
+                configs: Vec::new(),
+                metadata_offset: -1,
+            }),
+        }
+    }
+    ControllerResult::new(
+        records,
+        CreateTopicsReply {
+            topics: results,
+            ..Default::default()
+        },
+    )
+}
+
+/// A validated topic creation.
+struct TopicPlan {
+    /// (replicas, isr) per partition, index = partition id.
+    partitions: Vec<ReplicasAndIsr>,
+    replication_factor: usize,
+    configs: BTreeMap<String, String>,
+}
+
+impl TopicPlan {
+    fn write(&self, name: &str, id: Uuid, out: &mut Vec<MetadataRecord>) {
+        out.push(record(Record::Topic(TopicRecord {
+            name: name.to_string(),
+            topic_id: uuid_bytes(id),
+        })));
+        for (k, v) in &self.configs {
+            out.push(record(Record::Config(ConfigRecord {
+                resource_type: ConfigResourceType::Topic as i32,
+                resource_name: name.to_string(),
+                name: k.clone(),
+                value: Some(v.clone()),
+            })));
+        }
+        for (p, (replicas, isr)) in self.partitions.iter().enumerate() {
+            out.push(record(Record::Partition(PartitionRecord {
+                topic_id: uuid_bytes(id),
+                partition_id: p as i32,
+                replicas: replicas.clone(),
+                isr: isr.clone(),
+                leader: isr[0],
+                ..Default::default()
+            })));
+        }
+    }
+}
+
+type Refusal = (ErrorCode, String);
+
+/// (replicas, isr) of one new partition.
+type ReplicasAndIsr = (Vec<i32>, Vec<i32>);
+
+/// Validates one topic and plans its partitions.
+fn create_one(
+    image: &MetadataImage,
+    t: &CreatableTopic,
+    defaults: &TopicDefaults,
+    usable: &[(i32, Option<String>)],
+    start: usize,
+) -> Result<TopicPlan, Refusal> {
+    validate_topic_name(&t.name).map_err(|m| (ErrorCode::InvalidTopicException, m))?;
+    if image.topics().by_name.contains_key(&t.name) {
+        return Err((
+            ErrorCode::TopicAlreadyExists,
+            format!("topic {:?} already exists", t.name),
+        ));
+    }
+    if t.name.contains(['.', '_']) {
+        let norm = |s: &str| s.replace('.', "_");
+        let mine = norm(&t.name);
+        if let Some(other) = image.topics().by_name.keys().find(|n| norm(n) == mine) {
+            return Err((
+                ErrorCode::InvalidTopicException,
+                format!(
+                    "topic {:?} collides with existing topic {other:?} ('.' and '_' collide)",
+                    t.name
+                ),
+            ));
+        }
+    }
+    let partitions = if !t.assignments.is_empty() {
+        if t.num_partitions != -1 || t.replication_factor != -1 {
+            return Err((
+                ErrorCode::InvalidRequest,
+                "num_partitions and replication_factor must be -1 with explicit assignments".into(),
+            ));
+        }
+        explicit_assignment(image, t)?
+    } else {
+        let n = if t.num_partitions == -1 {
+            defaults.num_partitions
+        } else {
+            t.num_partitions
+        };
+        if n <= 0 || n > MAX_PARTITIONS_PER_TOPIC {
+            return Err((
+                ErrorCode::InvalidPartitions,
+                format!(
+                    "number of partitions {} is invalid: must be -1 or 1..={MAX_PARTITIONS_PER_TOPIC}",
+                    t.num_partitions
+                ),
+            ));
+        }
+        let rf = if t.replication_factor == -1 {
+            defaults.replication_factor
+        } else {
+            t.replication_factor
+        };
+        if rf <= 0 {
+            return Err((
+                ErrorCode::InvalidReplicationFactor,
+                format!(
+                    "replication factor {} is invalid: must be -1 or at least 1",
+                    t.replication_factor
+                ),
+            ));
+        }
+        if rf as usize > usable.len() {
+            return Err((
+                ErrorCode::InvalidReplicationFactor,
+                format!(
+                    "replication factor {rf} is larger than the {} usable (unfenced) broker(s)",
+                    usable.len()
+                ),
+            ));
+        }
+        place_replicas(usable, n as usize, rf as usize, start)
+            .into_iter()
+            .map(|r| (r.clone(), r))
+            .collect()
+    };
+    let rf = partitions[0].0.len();
+    let configs = validate_new_topic_configs(&t.configs, rf)?;
+    Ok(TopicPlan {
+        partitions,
+        replication_factor: rf,
+        configs,
+    })
+}
+
+/// Validates explicit assignments (see [`create_topics`]) into (replicas, isr) lists.
+fn explicit_assignment(
+    image: &MetadataImage,
+    t: &CreatableTopic,
+) -> Result<Vec<ReplicasAndIsr>, Refusal> {
+    let bad = |m: String| Err((ErrorCode::InvalidReplicaAssignment, m));
+    if t.assignments.len() > MAX_PARTITIONS_PER_TOPIC as usize {
+        return Err((
+            ErrorCode::InvalidPartitions,
+            format!("more than {MAX_PARTITIONS_PER_TOPIC} partitions"),
+        ));
+    }
+    let mut by_index: BTreeMap<i32, &Vec<i32>> = BTreeMap::new();
+    for a in &t.assignments {
+        if by_index.insert(a.partition_index, &a.broker_ids).is_some() {
+            return bad(format!("partition {} assigned twice", a.partition_index));
+        }
+    }
+    let rf = t.assignments[0].broker_ids.len();
+    let mut out = Vec::with_capacity(by_index.len());
+    for (expected, (&p, ids)) in by_index.iter().enumerate() {
+        if p != expected as i32 {
+            return bad(format!(
+                "partitions must be 0..{} without gaps; found {p}",
+                by_index.len()
+            ));
+        }
+        if ids.is_empty() {
+            return bad(format!("partition {p} has no replicas"));
+        }
+        if ids.len() != rf {
+            return bad(format!(
+                "partition {p} has {} replicas, partition 0 has {rf}",
+                ids.len()
+            ));
+        }
+        if ids.iter().enumerate().any(|(i, b)| ids[..i].contains(b)) {
+            return bad(format!("partition {p} lists a broker twice: {ids:?}"));
+        }
+        if let Some(b) = ids.iter().find(|b| image.broker(**b).is_none()) {
+            return bad(format!("partition {p}: broker {b} is not registered"));
+        }
+        let isr: Vec<i32> = ids
+            .iter()
+            .copied()
+            .filter(|&b| is_eligible(image, b))
+            .collect();
+        if isr.is_empty() {
+            return bad(format!(
+                "partition {p}: every broker of {ids:?} is fenced or shutting down"
+            ));
+        }
+        out.push(((*ids).clone(), isr));
+    }
+    Ok(out)
+}
+
+/// Draws an id that is not nil, not in use and not used earlier in this request.
+fn fresh_topic_id(
+    image: &MetadataImage,
+    used: &BTreeSet<Uuid>,
+    source: &mut dyn FnMut() -> Uuid,
+) -> Option<Uuid> {
+    (0..MAX_TOPIC_ID_ATTEMPTS)
+        .map(|_| source())
+        .find(|id| !id.is_nil() && !used.contains(id) && !image.topics().by_id.contains_key(id))
+}
+
+/// DeleteTopics (Kafka v6). Each entry names a topic by id (takes precedence; unknown ->
+/// UNKNOWN_TOPIC_ID) or by name (unknown -> UNKNOWN_TOPIC_OR_PARTITION); a topic named twice
+/// -> INVALID_REQUEST for every mention. Each deleted topic gets one `RemoveTopicRecord`
+/// (replay drops its partitions and configs).
+pub fn delete_topics(
+    image: &MetadataImage,
+    req: &DeleteTopicsRequest,
+) -> ControllerResult<DeleteTopicsReply> {
+    let resolved: Vec<Result<(Uuid, String), Refusal>> = req
+        .topics
+        .iter()
+        .map(|t| {
+            if !t.topic_id.is_empty() {
+                let id = uuid_from_bytes(&t.topic_id).ok_or((
+                    ErrorCode::UnknownTopicId,
+                    format!("topic id of {} bytes is not a UUID", t.topic_id.len()),
+                ))?;
+                image
+                    .topics()
+                    .by_id
+                    .get(&id)
+                    .map(|ti| (id, ti.name.clone()))
+                    .ok_or((ErrorCode::UnknownTopicId, format!("unknown topic id {id}")))
+            } else {
+                image
+                    .topics()
+                    .by_name
+                    .get(&t.name)
+                    .map(|id| (*id, t.name.clone()))
+                    .ok_or((
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("unknown topic {:?}", t.name),
+                    ))
+            }
+        })
+        .collect();
+    let mut counts: BTreeMap<Uuid, usize> = BTreeMap::new();
+    for (id, _) in resolved.iter().flatten() {
+        *counts.entry(*id).or_default() += 1;
+    }
+    let mut records = Vec::new();
+    let mut results = Vec::with_capacity(req.topics.len());
+    for (t, r) in req.topics.iter().zip(resolved) {
+        match r {
+            Ok((id, name)) if counts[&id] > 1 => results.push(DeletableTopicResult {
+                name,
+                topic_id: uuid_bytes(id),
+                error: error(
+                    ErrorCode::InvalidRequest,
+                    "topic named more than once".to_string(),
+                ),
+            }),
+            Ok((id, name)) => {
+                records.push(record(Record::RemoveTopic(RemoveTopicRecord {
+                    topic_id: uuid_bytes(id),
+                })));
+                results.push(DeletableTopicResult {
+                    name,
+                    topic_id: uuid_bytes(id),
+                    error: None,
+                });
+            }
+            Err((code, msg)) => results.push(DeletableTopicResult {
+                name: t.name.clone(),
+                topic_id: t.topic_id.clone(),
+                error: error(code, msg),
+            }),
+        }
+    }
+    ControllerResult::new(
+        records,
+        DeleteTopicsReply {
+            topics: results,
+            ..Default::default()
+        },
+    )
+}

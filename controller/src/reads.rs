@@ -1,0 +1,410 @@
+//! Read-side RPCs served by any controller from its applied state: metadata log reads and
+//! streaming, quorum and cluster descriptions.
+//!
+//! Only committed entries are served: an entry is readable once the local state machine has
+//! applied it (applied <= committed), so a reader never sees a record that could be lost.
+
+use std::collections::HashSet;
+use std::pin::Pin;
+use std::time::Duration;
+
+use keel_metadata_log::raft_types::Entry;
+use keel_metadata_log::records::MetadataBatch;
+use keel_metadata_log::store::state_machine::read_newest_snapshot;
+use keel_metadata_log::{MetadataImage, RECORD_TYPE_NAMES, record_topic_id, record_type_name};
+use keel_proto::ErrorCode;
+use keel_proto::controller::{
+    CommittedBatch, ControllerLeader, DescribeQuorumReply, FetchMetadataItem, FetchMetadataRequest,
+    MetadataLogRecord, QuorumReplicaState, ReadMetadataLogReply, ReadMetadataLogRequest,
+    SnapshotChunk, SnapshotHeader, fetch_metadata_item::Item,
+};
+use keel_proto::metadata::metadata_record::Record;
+use openraft::EntryPayload;
+use openraft::storage::RaftLogReader;
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+
+use crate::node::RaftNode;
+
+/// Default and maximum records per `ReadMetadataLog` reply.
+const DEFAULT_MAX_RECORDS: usize = 10_000;
+/// Entries read from the log per step when streaming or scanning.
+const ENTRIES_PER_READ: u64 = 512;
+/// Default snapshot chunk size, bytes.
+const DEFAULT_CHUNK_BYTES: usize = 1024 * 1024;
+/// Longest long-poll of `ReadMetadataLog`, ms.
+const MAX_WAIT_MS: u64 = 30_000;
+/// Items buffered per `FetchMetadata` stream (bounded: a slow broker slows its own stream).
+const STREAM_BUFFER: usize = 64;
+
+/// The leader hint every reply carries.
+pub fn leader_hint(node: &RaftNode) -> ControllerLeader {
+    let m = node.raft.metrics().borrow().clone();
+    match m.current_leader {
+        Some(id) => ControllerLeader {
+            leader_id: id as i32,
+            leader_address: node.voters.get(&id).cloned().unwrap_or_default(),
+            term: m.current_term as i64,
+        },
+        None => ControllerLeader {
+            leader_id: -1,
+            leader_address: String::new(),
+            term: m.current_term as i64,
+        },
+    }
+}
+
+/// Applied (hence committed) offset of this node, inclusive; 0 when nothing applied.
+pub fn applied_offset(node: &RaftNode) -> u64 {
+    node.images.borrow().provenance().offset
+}
+
+/// First offset still in the Raft log (entries below were purged into a snapshot).
+pub fn log_start_offset(node: &RaftNode) -> u64 {
+    node.raft
+        .metrics()
+        .borrow()
+        .purged
+        .map_or(0, |p| p.index + 1)
+}
+
+async fn read_entries(
+    node: &RaftNode,
+    from: u64,
+    to_inclusive: u64,
+) -> Result<Vec<Entry>, ErrorCode> {
+    if from > to_inclusive {
+        return Ok(Vec::new());
+    }
+    let mut log = node.log.clone();
+    log.try_get_log_entries(from..=to_inclusive)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "reading metadata log");
+            ErrorCode::KafkaStorageError
+        })
+}
+
+/// `ReadMetadataLog`: decoded committed records in `[from, to)` with filters.
+pub async fn read_metadata_log(
+    node: &RaftNode,
+    req: ReadMetadataLogRequest,
+) -> ReadMetadataLogReply {
+    let mut reply = ReadMetadataLogReply {
+        commit_index: applied_offset(node) as i64,
+        log_start_offset: log_start_offset(node) as i64,
+        ..Default::default()
+    };
+    let fail = |mut r: ReadMetadataLogReply, code: ErrorCode, msg: String| {
+        r.error = Some(code.to_proto(msg));
+        r
+    };
+    if let Some(bad) = req
+        .record_types
+        .iter()
+        .find(|t| !RECORD_TYPE_NAMES.contains(&t.as_str()))
+    {
+        return fail(
+            reply,
+            ErrorCode::InvalidRequest,
+            format!("unknown record type {bad:?}"),
+        );
+    }
+    if req.from_offset < 0 {
+        return fail(
+            reply,
+            ErrorCode::InvalidRequest,
+            "from_offset must be >= 0".into(),
+        );
+    }
+    let start = log_start_offset(node).max(1);
+    let from = if req.from_offset == 0 {
+        start
+    } else {
+        req.from_offset as u64
+    };
+    if from < start {
+        return fail(
+            reply,
+            ErrorCode::OffsetOutOfRange,
+            format!("offset {from} is below the log start {start} (compacted into a snapshot)"),
+        );
+    }
+    // Long poll: wait for something new to be committed.
+    if req.max_wait_ms > 0 && applied_offset(node) < from {
+        let mut images = node.images.clone();
+        let wait = Duration::from_millis(u64::from(req.max_wait_ms).min(MAX_WAIT_MS));
+        let _ =
+            tokio::time::timeout(wait, images.wait_for(|i| i.provenance().offset >= from)).await;
+        reply.commit_index = applied_offset(node) as i64;
+    }
+    let committed = applied_offset(node);
+    let to_inclusive = match req.to_offset {
+        t if t <= 0 => committed,
+        t => (t as u64 - 1).min(committed),
+    };
+    let max = match req.max_records as usize {
+        0 => DEFAULT_MAX_RECORDS,
+        n => n.min(DEFAULT_MAX_RECORDS),
+    };
+    let types: HashSet<&str> = req.record_types.iter().map(String::as_str).collect();
+    // Topic filter: ids the name had (in the current image, or in TopicRecords seen).
+    let image = node.images.borrow().clone();
+    let mut topic_ids: HashSet<uuid::Uuid> = HashSet::new();
+    if !req.topic_name.is_empty()
+        && let Some(t) = image.topics().get_by_name(&req.topic_name)
+    {
+        topic_ids.insert(t.id);
+    }
+    let mut offset = from;
+    'scan: while offset <= to_inclusive {
+        let end = (offset + ENTRIES_PER_READ - 1).min(to_inclusive);
+        let entries = match read_entries(node, offset, end).await {
+            Ok(e) => e,
+            Err(code) => return fail(reply, code, "could not read the metadata log".into()),
+        };
+        if entries.is_empty() {
+            break;
+        }
+        for e in entries {
+            let index = e.log_id.index;
+            if let EntryPayload::Normal(batch) = &e.payload {
+                for (i, r) in batch.records.iter().enumerate() {
+                    if reply.records.len() >= max {
+                        reply.next_offset = index as i64;
+                        break 'scan;
+                    }
+                    if let Some(Record::Topic(t)) = &r.record
+                        && t.name == req.topic_name
+                        && let Some(id) = record_topic_id(r)
+                    {
+                        topic_ids.insert(id);
+                    }
+                    let ty = record_type_name(r);
+                    if !types.is_empty() && !types.contains(ty) {
+                        continue;
+                    }
+                    if !req.topic_name.is_empty()
+                        && !record_is_about(r, &req.topic_name, &topic_ids)
+                    {
+                        continue;
+                    }
+                    reply.records.push(MetadataLogRecord {
+                        offset: index as i64,
+                        index_in_batch: i as u32,
+                        term: e.log_id.leader_id.term as i64,
+                        append_timestamp_ms: batch.append_timestamp_ms,
+                        record_type: ty.to_string(),
+                        topic_name: topic_name_of(r, &image),
+                        record: Some(r.clone()),
+                    });
+                }
+            }
+            offset = index + 1;
+        }
+        reply.next_offset = offset as i64;
+    }
+    if reply.next_offset == 0 {
+        reply.next_offset = offset as i64;
+    }
+    reply
+}
+
+fn record_is_about(
+    r: &keel_proto::metadata::MetadataRecord,
+    topic: &str,
+    ids: &HashSet<uuid::Uuid>,
+) -> bool {
+    match &r.record {
+        Some(Record::Config(c)) => c.resource_name == topic && c.resource_type == 2,
+        _ => record_topic_id(r).is_some_and(|id| ids.contains(&id)),
+    }
+}
+
+fn topic_name_of(r: &keel_proto::metadata::MetadataRecord, image: &MetadataImage) -> String {
+    match &r.record {
+        Some(Record::Topic(t)) => t.name.clone(),
+        Some(Record::Config(c)) if c.resource_type == 2 => c.resource_name.clone(),
+        _ => record_topic_id(r)
+            .and_then(|id| image.topics().by_id.get(&id).map(|t| t.name.clone()))
+            .unwrap_or_default(),
+    }
+}
+
+/// The `FetchMetadata` stream type.
+pub type FetchStream = Pin<Box<dyn Stream<Item = Result<FetchMetadataItem, tonic::Status>> + Send>>;
+
+/// `FetchMetadata`: a snapshot when `from_offset` is below the log start (or 0 and a snapshot
+/// exists), then every committed entry from there on, forever (until the client goes away).
+/// Entries without records (Raft blank and membership entries) are sent as empty batches so
+/// the receiver's applied offset follows the log exactly.
+pub fn fetch_metadata(
+    node: RaftNode,
+    snapshot_dir: std::path::PathBuf,
+    req: FetchMetadataRequest,
+) -> FetchStream {
+    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+    tokio::spawn(async move {
+        if let Err(status) = stream_metadata(&node, &snapshot_dir, req, &tx).await {
+            let _ = tx.send(Err(status)).await;
+        }
+    });
+    Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+async fn stream_metadata(
+    node: &RaftNode,
+    snapshot_dir: &std::path::Path,
+    req: FetchMetadataRequest,
+    tx: &mpsc::Sender<Result<FetchMetadataItem, tonic::Status>>,
+) -> Result<(), tonic::Status> {
+    if req.from_offset < 0 {
+        return Err(tonic::Status::invalid_argument("from_offset must be >= 0"));
+    }
+    let chunk_bytes = match req.max_bytes_per_item as usize {
+        0 => DEFAULT_CHUNK_BYTES,
+        n => n,
+    };
+    let mut next = (req.from_offset as u64).max(1);
+    let start = log_start_offset(node);
+    if next < start {
+        let snap = read_newest_snapshot(snapshot_dir)
+            .map_err(|e| tonic::Status::unavailable(format!("reading snapshot: {e}")))?
+            .ok_or_else(|| tonic::Status::unavailable("log purged but no snapshot found"))?;
+        let h = &snap.header;
+        let commit = applied_offset(node) as i64;
+        let send = |item: Item| FetchMetadataItem {
+            item: Some(item),
+            commit_index: commit,
+        };
+        let header = SnapshotHeader {
+            last_included_offset: h.provenance.offset as i64,
+            last_included_term: h.provenance.term as i64,
+            record_count: h.record_count,
+        };
+        if tx
+            .send(Ok(send(Item::SnapshotHeader(header))))
+            .await
+            .is_err()
+        {
+            return Ok(());
+        }
+        let mut chunk = SnapshotChunk::default();
+        let mut size = 0;
+        let total = snap.records.len();
+        for (i, r) in snap.records.into_iter().enumerate() {
+            size += r.encoded_len();
+            chunk.records.push(r);
+            if size >= chunk_bytes || i + 1 == total {
+                chunk.last = i + 1 == total;
+                if tx
+                    .send(Ok(send(Item::SnapshotChunk(std::mem::take(&mut chunk)))))
+                    .await
+                    .is_err()
+                {
+                    return Ok(());
+                }
+                size = 0;
+            }
+        }
+        if total == 0 {
+            let last = SnapshotChunk {
+                records: vec![],
+                last: true,
+            };
+            if tx.send(Ok(send(Item::SnapshotChunk(last)))).await.is_err() {
+                return Ok(());
+            }
+        }
+        next = h.provenance.offset + 1;
+    }
+    let mut images = node.images.clone();
+    loop {
+        let committed = applied_offset(node);
+        if next > committed {
+            // Wait for the next commit (or the client to leave).
+            tokio::select! {
+                r = images.wait_for(|i| i.provenance().offset >= next) => {
+                    if r.is_err() { return Ok(()); }
+                }
+                _ = tx.closed() => return Ok(()),
+            }
+            continue;
+        }
+        let end = (next + ENTRIES_PER_READ - 1).min(committed);
+        let entries = read_entries(node, next, end)
+            .await
+            .map_err(|_| tonic::Status::unavailable("could not read the metadata log"))?;
+        if entries.first().is_none_or(|e| e.log_id.index != next) {
+            // Purged under us: the client must restart from a snapshot.
+            return Err(tonic::Status::out_of_range(format!(
+                "offset {next} is no longer in the log; fetch again from 0 to get the snapshot"
+            )));
+        }
+        for e in entries {
+            let (records, ts) = match e.payload {
+                EntryPayload::Normal(b) => (b.records, b.append_timestamp_ms),
+                _ => (Vec::new(), 0),
+            };
+            let item = FetchMetadataItem {
+                item: Some(Item::Batch(CommittedBatch {
+                    offset: e.log_id.index as i64,
+                    term: e.log_id.leader_id.term as i64,
+                    append_timestamp_ms: ts,
+                    batch: Some(MetadataBatch {
+                        records,
+                        append_timestamp_ms: ts,
+                    }),
+                })),
+                commit_index: committed as i64,
+            };
+            if tx.send(Ok(item)).await.is_err() {
+                return Ok(());
+            }
+            next = e.log_id.index + 1;
+        }
+    }
+}
+
+/// `DescribeQuorum`: leader, term, commit index and per-voter replication progress. Only the
+/// leader knows follower progress; other nodes answer NOT_CONTROLLER with a hint.
+pub fn describe_quorum(node: &RaftNode, cluster_id: &str) -> DescribeQuorumReply {
+    let m = node.raft.metrics().borrow().clone();
+    let hint = leader_hint(node);
+    let mut reply = DescribeQuorumReply {
+        cluster_id: cluster_id.to_string(),
+        leader_id: hint.leader_id,
+        term: m.current_term as i64,
+        commit_index: m.last_applied.map_or(0, |l| l.index) as i64,
+        high_watermark: m.last_applied.map_or(0, |l| l.index) as i64 + 1,
+        log_start_offset: log_start_offset(node) as i64,
+        leader: Some(hint.clone()),
+        ..Default::default()
+    };
+    let Some(replication) = m.replication.as_ref().filter(|_| m.state.is_leader()) else {
+        reply.error = Some(ErrorCode::NotController.to_proto(format!(
+            "node {} is not the active controller; ask node {}",
+            node.node_id, hint.leader_id
+        )));
+        return reply;
+    };
+    let leader_last = m.last_log_index.unwrap_or(0) as i64;
+    for (id, addr) in node.voters.iter() {
+        let last = if *id == node.node_id {
+            Some(leader_last)
+        } else {
+            replication.get(id).map(|l| l.map_or(0, |l| l.index) as i64)
+        };
+        reply.voters.push(QuorumReplicaState {
+            replica_id: *id as i32,
+            address: addr.clone(),
+            last_log_index: last.unwrap_or(-1),
+            lag: last.map_or(-1, |l| leader_last - l),
+            last_fetch_timestamp_ms: -1,
+            last_caught_up_timestamp_ms: -1,
+            is_leader: *id == node.node_id,
+        });
+    }
+    reply
+}

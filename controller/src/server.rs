@@ -1,0 +1,64 @@
+//! The controller process: bind, start Raft, start the write task, serve gRPC until the
+//! shutdown future resolves, then stop Raft.
+
+use std::future::Future;
+
+use keel_proto::controller::controller_service_server::ControllerServiceServer;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::config::ControllerConfig;
+use crate::node::{self, StartError};
+use crate::raft_network::MAX_RAFT_MESSAGE_BYTES;
+use crate::service::{ControllerGrpc, QuorumState};
+use crate::write_path::{self, WritePathConfig};
+
+/// Runs a controller until `shutdown` resolves. Errors are start-up failures (one line each);
+/// a clean shutdown returns `Ok`.
+pub async fn run(
+    config: ControllerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    // Bind first: a taken port fails before anything touches the log directory.
+    let listener = node::bind(&config).await?;
+    let raft_node = node::start_raft(&config).await?;
+    let state = QuorumState::new(config.broker_session_timeout_ms);
+    let (writer, write_task) = write_path::spawn(
+        raft_node.raft.clone(),
+        raft_node.images.clone(),
+        state,
+        WritePathConfig {
+            node_id: config.node_id,
+            noop_interval_ms: config.metadata_max_idle_interval_ms,
+            // Check sessions at the heartbeat interval: a dead broker is fenced within
+            // session timeout + one heartbeat interval.
+            tick_interval_ms: config.broker_heartbeat_interval_ms,
+        },
+    );
+    let grpc = ControllerGrpc::new(
+        raft_node.clone(),
+        writer,
+        config.metadata_log_dir.join("snapshots"),
+    );
+    tracing::info!(
+        node_id = config.node_id,
+        listeners = %config.listeners,
+        voters = ?config.controller_quorum_voters,
+        "controller started"
+    );
+    let served = tonic::transport::Server::builder()
+        .add_service(node::raft_service(&raft_node))
+        .add_service(
+            ControllerServiceServer::new(grpc)
+                .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES),
+        )
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await;
+    if let Err(e) = raft_node.raft.shutdown().await {
+        tracing::warn!(error = %e, "raft shutdown");
+    }
+    write_task.abort();
+    served.map_err(|e| StartError::Raft(format!("gRPC server: {e}")))?;
+    tracing::info!(node_id = config.node_id, "controller stopped");
+    Ok(())
+}

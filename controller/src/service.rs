@@ -1,0 +1,412 @@
+//! `ControllerService` over gRPC: a thin layer that turns each write RPC into an operation on
+//! the write task ([`crate::write_path`]) calling the pure decision in [`crate::logic`], and
+//! each read RPC into a read of the applied state ([`crate::reads`]).
+//!
+//! Every reply carries the `ControllerLeader` hint. A write that reaches a controller that is
+//! not active, or whose leadership ends before commit, answers NOT_CONTROLLER.
+
+use keel_metadata_log::MetadataImage;
+use keel_metadata_log::records::{ClusterIdRecord, MetadataRecord, metadata_record::Record};
+use keel_proto::ErrorCode;
+use keel_proto::controller::controller_service_server::ControllerService;
+use keel_proto::controller::*;
+use tonic::{Request, Response, Status};
+
+use crate::logic::{self, BrokerHeartbeatManager, TopicDefaults};
+use crate::node::RaftNode;
+use crate::reads;
+use crate::write_path::{ControllerState, WriteContext, WriteHandle};
+
+/// In-memory state of the active controller, owned by the write task.
+#[derive(Debug)]
+pub struct QuorumState {
+    /// Broker heartbeat sessions (not replicated; reset on leadership change).
+    pub sessions: BrokerHeartbeatManager,
+    /// `broker.session.timeout.ms`.
+    pub session_timeout_ms: u64,
+    /// Defaults for CreateTopics.
+    pub topic_defaults: TopicDefaults,
+    /// Rotates the first broker of replica placement between CreateTopics calls.
+    placement_start: usize,
+}
+
+impl QuorumState {
+    /// Fresh state.
+    pub fn new(session_timeout_ms: u64) -> Self {
+        Self {
+            sessions: BrokerHeartbeatManager::new(),
+            session_timeout_ms,
+            topic_defaults: TopicDefaults::default(),
+            placement_start: 0,
+        }
+    }
+}
+
+impl ControllerState for QuorumState {
+    fn on_become_leader(&mut self, image: &MetadataImage, now_ms: u64) -> Vec<MetadataRecord> {
+        self.sessions.reset_all(image, now_ms);
+        // Bootstrap: the first active controller of a new quorum names the cluster.
+        if image.cluster_id().is_some() {
+            return Vec::new();
+        }
+        let id = uuid::Uuid::new_v4().to_string();
+        tracing::info!(cluster_id = %id, "bootstrapping a new cluster");
+        vec![MetadataRecord {
+            record: Some(Record::ClusterId(ClusterIdRecord { cluster_id: id })),
+        }]
+    }
+
+    fn tick(&mut self, image: &MetadataImage, now_ms: u64) -> Vec<MetadataRecord> {
+        let mut records = Vec::new();
+        // Fence every broker whose session expired (DESIGN §4), composing the changes so
+        // that later fences see earlier ones.
+        let mut view = image.clone();
+        for broker in self.sessions.expired(now_ms, self.session_timeout_ms) {
+            if view.broker(broker).is_none_or(|b| b.fenced) {
+                continue;
+            }
+            let r = logic::fence_broker(&view, broker);
+            tracing::info!(
+                broker,
+                records = r.records.len(),
+                "broker session expired: fencing"
+            );
+            match view.with_records(view.provenance(), &r.records) {
+                Ok(next) => view = next,
+                Err((i, e)) => {
+                    tracing::error!(broker, record = i, error = %e, "fence records do not replay");
+                    continue;
+                }
+            }
+            self.sessions.set_state(broker, true, false);
+            records.extend(r.records);
+        }
+        records
+    }
+}
+
+/// The gRPC service.
+#[derive(Debug, Clone)]
+pub struct ControllerGrpc {
+    node: RaftNode,
+    writer: WriteHandle<QuorumState>,
+    snapshot_dir: std::path::PathBuf,
+}
+
+impl ControllerGrpc {
+    /// Serves `node`, sending writes to `writer`.
+    pub fn new(
+        node: RaftNode,
+        writer: WriteHandle<QuorumState>,
+        snapshot_dir: std::path::PathBuf,
+    ) -> Self {
+        Self {
+            node,
+            writer,
+            snapshot_dir,
+        }
+    }
+
+    fn cluster_id(&self) -> String {
+        self.node
+            .images
+            .borrow()
+            .cluster_id()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn hint(&self) -> Option<ControllerLeader> {
+        Some(reads::leader_hint(&self.node))
+    }
+
+    fn not_controller(&self, code: ErrorCode) -> Option<keel_proto::common::Error> {
+        let h = reads::leader_hint(&self.node);
+        Some(code.to_proto(if h.leader_id > 0 {
+            format!(
+                "node {} is not the active controller; the active controller is node {} at {}",
+                self.node.node_id, h.leader_id, h.leader_address
+            )
+        } else {
+            "no active controller is known (election in progress)".to_string()
+        }))
+    }
+}
+
+/// Runs a logic function on the write task and turns its outcome into a reply: the reply
+/// after commit (with `fill` applied), or the default reply carrying the write-path error.
+macro_rules! write_rpc {
+    ($self:ident, $req:ident, $reply:ty, |$ctx:ident, $r:ident| $decide:expr, |$rep:ident, $committed:ident| $fill:expr) => {{
+        let $r = $req.into_inner();
+        let res = $self
+            .writer
+            .submit(move |$ctx: WriteContext<'_, QuorumState>| {
+                let result = $decide;
+                (result.records, result.response)
+            })
+            .await;
+        let mut reply: $reply = match res {
+            Ok((mut $rep, $committed)) => {
+                #[allow(clippy::unused_unit)]
+                let () = $fill;
+                $rep
+            }
+            Err(code) => <$reply>::default_with_error($self.not_controller(code)),
+        };
+        reply.leader = $self.hint();
+        Ok(Response::new(reply))
+    }};
+}
+
+/// Replies that can carry a whole-request error.
+trait WithError: Default {
+    fn set_error(&mut self, e: Option<keel_proto::common::Error>);
+    fn default_with_error(e: Option<keel_proto::common::Error>) -> Self {
+        let mut r = Self::default();
+        r.set_error(e);
+        r
+    }
+}
+
+macro_rules! with_error {
+    ($($t:ty),*) => {$(
+        impl WithError for $t {
+            fn set_error(&mut self, e: Option<keel_proto::common::Error>) {
+                self.error = e;
+            }
+        }
+    )*};
+}
+
+with_error!(
+    RegisterBrokerReply,
+    BrokerHeartbeatReply,
+    UnregisterBrokerReply,
+    CreateTopicsReply,
+    DeleteTopicsReply,
+    AlterPartitionReply,
+    ElectLeadersReply,
+    AlterConfigsReply,
+    AllocateProducerIdsReply
+);
+
+#[tonic::async_trait]
+impl ControllerService for ControllerGrpc {
+    async fn register_broker(
+        &self,
+        request: Request<RegisterBrokerRequest>,
+    ) -> Result<Response<RegisterBrokerReply>, Status> {
+        write_rpc!(
+            self,
+            request,
+            RegisterBrokerReply,
+            |ctx, req| {
+                let now = ctx.now_ms;
+                let timeout = ctx.state.session_timeout_ms;
+                let sessions = &ctx.state.sessions;
+                let cluster_id = ctx.image.cluster_id().unwrap_or_default();
+                logic::register_broker(ctx.image, &req, cluster_id, |id| {
+                    sessions.has_valid_session(id, now, timeout)
+                })
+            },
+            |reply, committed| {
+                if reply.error.is_none() {
+                    // broker epoch = offset of the committed RegisterBrokerRecord.
+                    reply.broker_epoch = committed.offset as i64;
+                }
+            }
+        )
+    }
+
+    async fn broker_heartbeat(
+        &self,
+        request: Request<BrokerHeartbeatRequest>,
+    ) -> Result<Response<BrokerHeartbeatReply>, Status> {
+        write_rpc!(
+            self,
+            request,
+            BrokerHeartbeatReply,
+            |ctx, req| logic::heartbeat(ctx.image, &req, &mut ctx.state.sessions, ctx.now_ms),
+            |_reply, _committed| ()
+        )
+    }
+
+    async fn unregister_broker(
+        &self,
+        request: Request<UnregisterBrokerRequest>,
+    ) -> Result<Response<UnregisterBrokerReply>, Status> {
+        write_rpc!(
+            self,
+            request,
+            UnregisterBrokerReply,
+            |ctx, req| logic::unregister_broker(ctx.image, &req),
+            |_reply, _committed| ()
+        )
+    }
+
+    async fn create_topics(
+        &self,
+        request: Request<CreateTopicsRequest>,
+    ) -> Result<Response<CreateTopicsReply>, Status> {
+        write_rpc!(
+            self,
+            request,
+            CreateTopicsReply,
+            |ctx, req| {
+                let start = ctx.state.placement_start;
+                ctx.state.placement_start = ctx.state.placement_start.wrapping_add(1);
+                let defaults = ctx.state.topic_defaults;
+                logic::create_topics(ctx.image, &req, &defaults, &mut uuid::Uuid::new_v4, start)
+            },
+            |reply, committed| {
+                for t in &mut reply.topics {
+                    if t.error.as_ref().is_none_or(|e| e.code == 0) {
+                        t.metadata_offset = committed.offset as i64;
+                    }
+                }
+            }
+        )
+    }
+
+    async fn delete_topics(
+        &self,
+        request: Request<DeleteTopicsRequest>,
+    ) -> Result<Response<DeleteTopicsReply>, Status> {
+        write_rpc!(
+            self,
+            request,
+            DeleteTopicsReply,
+            |ctx, req| logic::delete_topics(ctx.image, &req),
+            |_reply, _committed| ()
+        )
+    }
+
+    async fn alter_partition(
+        &self,
+        request: Request<AlterPartitionRequest>,
+    ) -> Result<Response<AlterPartitionReply>, Status> {
+        write_rpc!(
+            self,
+            request,
+            AlterPartitionReply,
+            |ctx, req| logic::alter_partition(ctx.image, &req),
+            |_reply, _committed| ()
+        )
+    }
+
+    async fn elect_leaders(
+        &self,
+        request: Request<ElectLeadersRequest>,
+    ) -> Result<Response<ElectLeadersReply>, Status> {
+        write_rpc!(
+            self,
+            request,
+            ElectLeadersReply,
+            |ctx, req| logic::elect_leaders(ctx.image, &req),
+            |_reply, _committed| ()
+        )
+    }
+
+    async fn alter_configs(
+        &self,
+        request: Request<AlterConfigsRequest>,
+    ) -> Result<Response<AlterConfigsReply>, Status> {
+        write_rpc!(
+            self,
+            request,
+            AlterConfigsReply,
+            |ctx, req| logic::alter_configs(ctx.image, &req),
+            |_reply, _committed| ()
+        )
+    }
+
+    async fn describe_configs(
+        &self,
+        request: Request<DescribeConfigsRequest>,
+    ) -> Result<Response<DescribeConfigsReply>, Status> {
+        let image = self.node.images.borrow().clone();
+        let mut reply = logic::describe_configs(&image, request.get_ref());
+        reply.metadata_offset = image.provenance().offset as i64;
+        Ok(Response::new(reply))
+    }
+
+    async fn allocate_producer_ids(
+        &self,
+        request: Request<AllocateProducerIdsRequest>,
+    ) -> Result<Response<AllocateProducerIdsReply>, Status> {
+        write_rpc!(
+            self,
+            request,
+            AllocateProducerIdsReply,
+            |ctx, req| logic::allocate_producer_ids(ctx.image, &req),
+            |_reply, _committed| ()
+        )
+    }
+
+    async fn describe_cluster(
+        &self,
+        request: Request<DescribeClusterRequest>,
+    ) -> Result<Response<DescribeClusterReply>, Status> {
+        let image = self.node.images.borrow().clone();
+        let hint = reads::leader_hint(&self.node);
+        let include_fenced = request.get_ref().include_fenced_brokers;
+        let brokers = image
+            .brokers()
+            .values()
+            .filter(|b| include_fenced || !b.fenced)
+            .map(|b| DescribedBroker {
+                broker_id: b.id,
+                broker_epoch: b.epoch,
+                incarnation_id: bytes::Bytes::copy_from_slice(b.incarnation_id.as_bytes()),
+                endpoints: b.endpoints.clone(),
+                rack: b.rack.clone().unwrap_or_default(),
+                fenced: b.fenced,
+                in_controlled_shutdown: b.in_controlled_shutdown,
+                last_applied_metadata_offset: -1,
+                last_heartbeat_timestamp_ms: -1,
+            })
+            .collect();
+        Ok(Response::new(DescribeClusterReply {
+            error: None,
+            cluster_id: image.cluster_id().unwrap_or_default().to_string(),
+            controller_id: hint.leader_id,
+            brokers,
+            replying_node_id: self.node.node_id as i32,
+            metadata_offset: image.provenance().offset as i64,
+            commit_index: reads::applied_offset(&self.node) as i64,
+            leader: Some(hint),
+        }))
+    }
+
+    async fn describe_quorum(
+        &self,
+        _request: Request<DescribeQuorumRequest>,
+    ) -> Result<Response<DescribeQuorumReply>, Status> {
+        Ok(Response::new(reads::describe_quorum(
+            &self.node,
+            &self.cluster_id(),
+        )))
+    }
+
+    type FetchMetadataStream = reads::FetchStream;
+
+    async fn fetch_metadata(
+        &self,
+        request: Request<FetchMetadataRequest>,
+    ) -> Result<Response<Self::FetchMetadataStream>, Status> {
+        Ok(Response::new(reads::fetch_metadata(
+            self.node.clone(),
+            self.snapshot_dir.clone(),
+            request.into_inner(),
+        )))
+    }
+
+    async fn read_metadata_log(
+        &self,
+        request: Request<ReadMetadataLogRequest>,
+    ) -> Result<Response<ReadMetadataLogReply>, Status> {
+        Ok(Response::new(
+            reads::read_metadata_log(&self.node, request.into_inner()).await,
+        ))
+    }
+}

@@ -1,0 +1,444 @@
+//! The active controller's write path: ONE task that decides, batches, proposes and answers
+//! (DESIGN §4; Kafka: `QuorumController`'s event queue).
+//!
+//! Every write RPC becomes an [`Operation`]: a closure run on this task against the *working
+//! image* (the latest committed image plus every record this task proposed that is not yet
+//! applied). It returns a [`Proposal`]: the records to write and a completion that sends the
+//! reply. The task concatenates the records of all operations waiting in the queue into one
+//! Raft entry (group commit), proposes it with `client_write_ff` (so entries enter the Raft log
+//! in the order they were decided) and keeps up to [`MAX_INFLIGHT_BATCHES`] entries in flight.
+//! A completion runs only after its entry is committed and applied:
+//! - committed -> `Ok(Committed { offset })` (offset = Raft index = metadata offset);
+//! - leadership lost, entry rejected, or Raft stopped -> `Err(NOT_CONTROLLER)` (or
+//!   `UNKNOWN_SERVER_ERROR` for a rejected batch); never a silent success.
+//!
+//! An operation that writes nothing (a refusal, or a no-change heartbeat) is answered once
+//! every entry proposed before it has committed, so no reply reflects uncommitted state.
+//!
+//! On a node that is not the active controller, operations are not run: they complete with
+//! `NOT_CONTROLLER` at once. When this node becomes leader it first waits until its state
+//! machine has applied everything committed by earlier terms (`ensure_linearizable`), then
+//! calls [`ControllerState::on_become_leader`] (fresh broker session grace, DESIGN §4).
+//!
+//! Bounds: the request queue holds [`QUEUE_CAPACITY`] operations (senders wait when full);
+//! one entry takes at most [`MAX_OPS_PER_BATCH`] operations.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use keel_metadata_log::raft_types::{ApplyOutcome, MetadataRecords, TypeConfig};
+use keel_metadata_log::records::{MetadataRecord, NoOpRecord, metadata_record::Record};
+use keel_metadata_log::{MetadataImage, Provenance};
+use keel_proto::ErrorCode;
+use openraft::Raft;
+use openraft::raft::ClientWriteResponse;
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Operations waiting to be decided (bounded; senders wait).
+pub const QUEUE_CAPACITY: usize = 4096;
+/// Operations decided into one Raft entry at most.
+pub const MAX_OPS_PER_BATCH: usize = 1024;
+/// Raft entries proposed and not yet applied, at most.
+pub const MAX_INFLIGHT_BATCHES: usize = 16;
+
+/// What a committed proposal reports to its completion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Committed {
+    /// Metadata offset (Raft index) of the entry holding the records; for operations that
+    /// wrote nothing, the offset of the last entry they waited for (0 if none).
+    pub offset: u64,
+}
+
+/// The records an operation wants written and how to answer once they are committed.
+pub struct Proposal {
+    /// Records to append; empty = nothing to write.
+    pub records: Vec<MetadataRecord>,
+    /// Called exactly once with the outcome.
+    pub complete: Box<dyn FnOnce(Result<Committed, ErrorCode>) + Send>,
+}
+
+impl std::fmt::Debug for Proposal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Proposal")
+            .field("records", &self.records.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Proposal {
+    /// A proposal that writes nothing and answers with `reply` (after earlier entries commit).
+    pub fn reply_only(
+        complete: impl FnOnce(Result<Committed, ErrorCode>) + Send + 'static,
+    ) -> Self {
+        Self {
+            records: Vec::new(),
+            complete: Box::new(complete),
+        }
+    }
+}
+
+/// Mutable state owned by the write task besides the image (broker sessions, ...), injected
+/// so the task stays generic. Runs only on the write task.
+pub trait ControllerState: Send + 'static {
+    /// This node just became the active controller and `image` is current. Returns records
+    /// to propose before any operation is decided (bootstrap records).
+    fn on_become_leader(&mut self, image: &MetadataImage, now_ms: u64) -> Vec<MetadataRecord>;
+    /// Periodic work of the active controller (session expiry, ...): records to write.
+    fn tick(&mut self, image: &MetadataImage, now_ms: u64) -> Vec<MetadataRecord>;
+}
+
+/// What an operation sees when it runs.
+#[derive(Debug)]
+pub struct WriteContext<'a, S> {
+    /// The working image (committed + proposed-but-unapplied records).
+    pub image: &'a MetadataImage,
+    /// Monotonic time, ms (from the task's clock).
+    pub now_ms: u64,
+    /// The controller's in-memory state.
+    pub state: &'a mut S,
+}
+
+/// An operation: runs once on the write task. See the module doc.
+pub type Operation<S> = Box<dyn for<'a> FnOnce(WriteContext<'a, S>) -> Proposal + Send>;
+
+/// Handle to submit operations. Cheap to clone.
+#[derive(Debug)]
+pub struct WriteHandle<S> {
+    tx: mpsc::Sender<Operation<S>>,
+}
+
+impl<S> Clone for WriteHandle<S> {
+    fn clone(&self) -> Self {
+        Self {
+            tx: self.tx.clone(),
+        }
+    }
+}
+
+impl<S: ControllerState> WriteHandle<S> {
+    /// Submits `op` and waits for its answer. If the write task is gone (shutting down), the
+    /// answer is `Err(NOT_CONTROLLER)`.
+    pub async fn submit<T: Send + 'static>(
+        &self,
+        op: impl for<'a> FnOnce(WriteContext<'a, S>) -> (Vec<MetadataRecord>, T) + Send + 'static,
+    ) -> Result<(T, Committed), ErrorCode> {
+        let (tx, rx) = oneshot::channel();
+        let op: Operation<S> = Box::new(move |ctx| {
+            let (records, value) = op(ctx);
+            Proposal {
+                records,
+                complete: Box::new(move |res| {
+                    let _ = tx.send(res.map(|c| (value, c)));
+                }),
+            }
+        });
+        self.tx
+            .send(op)
+            .await
+            .map_err(|_| ErrorCode::NotController)?;
+        rx.await.unwrap_or(Err(ErrorCode::NotController))
+    }
+}
+
+type Completion = Box<dyn FnOnce(Result<Committed, ErrorCode>) + Send>;
+type WriteResult = Result<
+    ClientWriteResponse<TypeConfig>,
+    openraft::error::ClientWriteError<u64, openraft::BasicNode>,
+>;
+
+struct InFlight {
+    rx: oneshot::Receiver<WriteResult>,
+    completions: Vec<Completion>,
+}
+
+/// Settings of the write task.
+#[derive(Debug, Clone)]
+pub struct WritePathConfig {
+    /// This node's id.
+    pub node_id: u64,
+    /// Interval of NoOpRecords while active, ms (Kafka `metadata.max.idle.interval.ms`).
+    pub noop_interval_ms: u64,
+    /// Interval of `ControllerState::tick` while active, ms.
+    pub tick_interval_ms: u64,
+}
+
+/// Starts the write task; returns the handle used by the RPC layer. The task ends when every
+/// handle is dropped or Raft shuts down.
+pub fn spawn<S: ControllerState>(
+    raft: Raft<TypeConfig>,
+    images: watch::Receiver<MetadataImage>,
+    state: S,
+    config: WritePathConfig,
+) -> (WriteHandle<S>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+    let task = WriteTask {
+        raft,
+        images,
+        state,
+        config,
+        rx,
+        clock: Instant::now(),
+        leader: false,
+        working: MetadataImage::empty(),
+        working_offset: 0,
+        inflight: VecDeque::new(),
+        last_proposed_offset: 0,
+    };
+    (WriteHandle { tx }, tokio::spawn(task.run()))
+}
+
+struct WriteTask<S> {
+    raft: Raft<TypeConfig>,
+    images: watch::Receiver<MetadataImage>,
+    state: S,
+    config: WritePathConfig,
+    rx: mpsc::Receiver<Operation<S>>,
+    clock: Instant,
+    /// True while this node is the active controller and its working image is current.
+    leader: bool,
+    /// Committed image + records of `inflight` (valid only while `leader`).
+    working: MetadataImage,
+    /// Provisional offsets for the working image (only its ordering matters).
+    working_offset: u64,
+    /// Proposed entries, oldest first (commits complete in order).
+    inflight: VecDeque<InFlight>,
+    /// Offset of the last committed entry this task saw.
+    last_proposed_offset: u64,
+}
+
+impl<S: ControllerState> WriteTask<S> {
+    fn now_ms(&self) -> u64 {
+        self.clock.elapsed().as_millis() as u64
+    }
+
+    async fn run(mut self) {
+        let mut metrics = self.raft.metrics();
+        let mut noop = tokio::time::interval(Duration::from_millis(self.config.noop_interval_ms));
+        let mut tick = tokio::time::interval(Duration::from_millis(self.config.tick_interval_ms));
+        noop.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let can_take = self.inflight.len() < MAX_INFLIGHT_BATCHES;
+            tokio::select! {
+                changed = metrics.changed() => {
+                    if changed.is_err() {
+                        break; // Raft stopped.
+                    }
+                    let is_leader = {
+                        let m = metrics.borrow_and_update();
+                        m.current_leader == Some(self.config.node_id) && m.state.is_leader()
+                    };
+                    if is_leader && !self.leader {
+                        self.become_leader().await;
+                    } else if !is_leader && self.leader {
+                        tracing::info!(node_id = self.config.node_id, "lost controller leadership");
+                        self.leader = false;
+                        // Their outcome is unknown (a new leader may still commit them): tell
+                        // the callers NOT_CONTROLLER so they retry, never success.
+                        for f in self.inflight.drain(..) {
+                            for c in f.completions {
+                                c(Err(ErrorCode::NotController));
+                            }
+                        }
+                    }
+                }
+                res = Self::front(&mut self.inflight), if !self.inflight.is_empty() => {
+                    let done = self.inflight.pop_front().expect("front exists");
+                    self.finish(res, done.completions);
+                }
+                op = self.rx.recv(), if can_take => {
+                    let Some(op) = op else { break };
+                    let mut ops = vec![op];
+                    while ops.len() < MAX_OPS_PER_BATCH {
+                        match self.rx.try_recv() {
+                            Ok(op) => ops.push(op),
+                            Err(_) => break,
+                        }
+                    }
+                    self.decide_and_propose(ops).await;
+                }
+                _ = noop.tick(), if can_take && self.leader => {
+                    let rec = MetadataRecord { record: Some(Record::NoOp(NoOpRecord {})) };
+                    self.propose_internal(vec![rec]).await;
+                }
+                _ = tick.tick(), if can_take && self.leader => {
+                    let now = self.now_ms();
+                    let records = self.state.tick(&self.working, now);
+                    if !records.is_empty() {
+                        self.propose_internal(records).await;
+                    }
+                }
+            }
+        }
+        // Answer whatever is left.
+        for f in self.inflight.drain(..) {
+            for c in f.completions {
+                c(Err(ErrorCode::NotController));
+            }
+        }
+    }
+
+    async fn front(inflight: &mut VecDeque<InFlight>) -> Option<WriteResult> {
+        let f = inflight.front_mut().expect("guarded by !is_empty");
+        (&mut f.rx).await.ok()
+    }
+
+    async fn become_leader(&mut self) {
+        // Wait until everything committed by earlier terms is applied locally.
+        if let Err(e) = self.raft.ensure_linearizable().await {
+            tracing::warn!(error = %e, "could not confirm leadership");
+            return;
+        }
+        self.working = self.images.borrow().clone();
+        self.working_offset = self.working.provenance().offset;
+        self.leader = true;
+        let now = self.now_ms();
+        let records = self.state.on_become_leader(&self.working, now);
+        if !records.is_empty() {
+            self.propose_internal(records).await;
+        }
+        tracing::info!(
+            node_id = self.config.node_id,
+            offset = self.working_offset,
+            "became active controller"
+        );
+    }
+
+    fn finish(&mut self, res: Option<WriteResult>, completions: Vec<Completion>) {
+        let outcome = match res {
+            Some(Ok(resp)) => match resp.data {
+                ApplyOutcome {
+                    rejected: None,
+                    offset,
+                } => {
+                    self.last_proposed_offset = offset;
+                    Ok(Committed { offset })
+                }
+                ApplyOutcome {
+                    rejected: Some(why),
+                    offset,
+                } => {
+                    tracing::error!(offset, reason = %why, "state machine rejected our batch");
+                    self.resync();
+                    Err(ErrorCode::UnknownServerError)
+                }
+            },
+            Some(Err(e)) => {
+                tracing::info!(error = %e, "proposal failed");
+                self.resync();
+                Err(ErrorCode::NotController)
+            }
+            None => {
+                self.resync();
+                Err(ErrorCode::NotController)
+            }
+        };
+        for c in completions {
+            c(outcome);
+        }
+    }
+
+    /// After a failed proposal the working image may hold records that will never apply:
+    /// start again from the committed image (later in-flight entries fail the same way).
+    fn resync(&mut self) {
+        self.working = self.images.borrow().clone();
+        self.working_offset = self.working_offset.max(self.working.provenance().offset);
+    }
+
+    async fn decide_and_propose(&mut self, ops: Vec<Operation<S>>) {
+        if !self.leader {
+            for op in ops {
+                // Not run: a follower decides nothing.
+                drop(op);
+            }
+            return;
+        }
+        let now = self.now_ms();
+        let mut records = Vec::new();
+        let mut completions: Vec<Completion> = Vec::with_capacity(ops.len());
+        for op in ops {
+            let p = op(WriteContext {
+                image: &self.working,
+                now_ms: now,
+                state: &mut self.state,
+            });
+            if p.records.is_empty() {
+                completions.push(p.complete);
+                continue;
+            }
+            self.working_offset += 1;
+            let at = Provenance {
+                offset: self.working_offset,
+                term: 0,
+            };
+            match self.working.with_records(at, &p.records) {
+                Ok(next) => {
+                    self.working = next;
+                    records.extend(p.records);
+                    completions.push(p.complete);
+                }
+                Err((i, e)) => {
+                    // The operation produced records that do not replay: a logic bug. Refuse
+                    // it alone; the batch goes on without it.
+                    tracing::error!(record = i, error = %e, "operation produced invalid records");
+                    (p.complete)(Err(ErrorCode::UnknownServerError));
+                }
+            }
+        }
+        self.propose(records, completions).await;
+    }
+
+    async fn propose_internal(&mut self, records: Vec<MetadataRecord>) {
+        self.working_offset += 1;
+        let at = Provenance {
+            offset: self.working_offset,
+            term: 0,
+        };
+        match self.working.with_records(at, &records) {
+            Ok(next) => {
+                self.working = next;
+                self.propose(records, Vec::new()).await;
+            }
+            Err((i, e)) => {
+                tracing::error!(record = i, error = %e, "internal records do not replay")
+            }
+        }
+    }
+
+    async fn propose(&mut self, records: Vec<MetadataRecord>, mut completions: Vec<Completion>) {
+        if records.is_empty() {
+            // Nothing to write: answer after the entries already in flight.
+            match self.inflight.back_mut() {
+                Some(last) => last.completions.append(&mut completions),
+                None => {
+                    let offset = self.last_proposed_offset;
+                    for c in completions {
+                        c(Ok(Committed { offset }));
+                    }
+                }
+            }
+            return;
+        }
+        let batch = MetadataRecords {
+            records,
+            append_timestamp_ms: wall_clock_ms(),
+        };
+        match self.raft.client_write_ff(batch).await {
+            Ok(rx) => self.inflight.push_back(InFlight { rx, completions }),
+            Err(fatal) => {
+                tracing::error!(error = %fatal, "raft stopped");
+                self.leader = false;
+                for c in completions {
+                    c(Err(ErrorCode::NotController));
+                }
+            }
+        }
+    }
+}
+
+/// Wall-clock now, ms since the Unix epoch (display only).
+pub fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

@@ -1,0 +1,231 @@
+//! Three real `keel-controller` processes on loopback: election, failover after kill -9 of
+//! the leader, and durability of committed records across a restart of all three.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Quorum;
+use keel_proto::ErrorCode;
+use keel_proto::controller::{RegisterBrokerReply, RegisterBrokerRequest};
+use keel_proto::metadata::BrokerEndpoint;
+
+fn register_request(broker_id: i32) -> RegisterBrokerRequest {
+    RegisterBrokerRequest {
+        broker_id,
+        incarnation_id: bytes::Bytes::copy_from_slice(uuid::Uuid::new_v4().as_bytes()),
+        listeners: vec![BrokerEndpoint {
+            name: "PLAINTEXT".into(),
+            host: "127.0.0.1".into(),
+            port: 19092 + broker_id as u32,
+            security_protocol: "PLAINTEXT".into(),
+        }],
+        ..Default::default()
+    }
+}
+
+/// Sends a RegisterBroker to running controllers, following NOT_CONTROLLER hints, until one
+/// succeeds or `deadline` passes. Returns the reply and the node that accepted it.
+async fn register_until_ok(
+    q: &Quorum,
+    broker_id: i32,
+    deadline: Duration,
+) -> (RegisterBrokerReply, u64) {
+    let start = Instant::now();
+    let req = register_request(broker_id);
+    let mut last = String::new();
+    while start.elapsed() < deadline {
+        for id in q.ids().into_iter().filter(|i| q.is_running(*i)) {
+            let mut c = q.client(id).await;
+            match tokio::time::timeout(Duration::from_millis(1000), c.register_broker(req.clone()))
+                .await
+            {
+                Ok(Ok(r)) => {
+                    let r = r.into_inner();
+                    match r.error.as_ref().map(|e| e.code) {
+                        None | Some(0) => return (r, id),
+                        Some(code) => {
+                            assert_eq!(
+                                code,
+                                ErrorCode::NotController.code() as i32,
+                                "unexpected error {:?}",
+                                r.error
+                            );
+                            last = format!("{:?}", r.error);
+                        }
+                    }
+                }
+                Ok(Err(status)) => last = status.to_string(),
+                Err(_) => last = "timeout".into(),
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!(
+        "no controller accepted a write within {deadline:?}; last error: {last}\n{}",
+        q.logs()
+    );
+}
+
+async fn cluster_id_seen_by(q: &Quorum, id: u64) -> String {
+    let reply = q
+        .client(id)
+        .await
+        .describe_cluster(keel_proto::controller::DescribeClusterRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    reply.cluster_id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_fail_over_and_keep_committed_records_across_restarts() {
+    let started = Instant::now();
+    let mut q = Quorum::start(3);
+    let leader = q.wait_leader(Duration::from_secs(2)).await;
+    eprintln!(
+        "leader {leader} elected {:?} after start",
+        started.elapsed()
+    );
+
+    // Writes are accepted and broker epochs are the offsets of their records.
+    let (r1, at) = register_until_ok(&q, 1, Duration::from_secs(3)).await;
+    assert_eq!(at, leader);
+    let (r2, _) = register_until_ok(&q, 2, Duration::from_secs(3)).await;
+    assert!(
+        r1.broker_epoch > 0 && r2.broker_epoch > r1.broker_epoch,
+        "{r1:?} {r2:?}"
+    );
+
+    // The first active controller named the cluster; every controller reports the same id,
+    // and a broker presenting another cluster id is refused.
+    let cluster_id = cluster_id_seen_by(&q, leader).await;
+    assert_eq!(uuid::Uuid::parse_str(&cluster_id).unwrap().to_string(), cluster_id);
+    assert_eq!(r1.cluster_id, cluster_id);
+    let mut wrong = register_request(8);
+    wrong.cluster_id = "not-this-cluster".into();
+    let reply = q.client(leader).await.register_broker(wrong).await.unwrap().into_inner();
+    assert_eq!(reply.error.unwrap().code, ErrorCode::InconsistentClusterId.code() as i32);
+
+    // A follower refuses writes with NOT_CONTROLLER and names the leader.
+    let follower = q.ids().into_iter().find(|i| *i != leader).unwrap();
+    let reply = q
+        .client(follower)
+        .await
+        .register_broker(register_request(9))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        reply.error.as_ref().unwrap().code,
+        ErrorCode::NotController.code() as i32
+    );
+    let hint = reply.leader.unwrap();
+    assert_eq!(hint.leader_id as u64, leader);
+    assert_eq!(hint.leader_address, q.addr(leader));
+
+    // kill -9 of the leader: a new leader accepts writes within 3 s.
+    q.kill(leader);
+    let killed = Instant::now();
+    let (r3, new_leader) = register_until_ok(&q, 3, Duration::from_secs(3)).await;
+    let failover = killed.elapsed();
+    eprintln!(
+        "failover: node {new_leader} accepted a write {failover:?} after kill -9 of node {leader}"
+    );
+    assert_ne!(new_leader, leader);
+    assert!(
+        failover < Duration::from_secs(3),
+        "failover took {failover:?}"
+    );
+    assert!(r3.broker_epoch > r2.broker_epoch);
+
+    // The old leader comes back as a follower and catches up.
+    q.start_node(leader);
+    let before = q.committed_records(new_leader).await;
+    assert!(before.len() >= 3, "{before:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    // (A restarted node refuses connections until it has bound its port.)
+    while q.try_committed_records(leader).await.map_or(0, |r| r.len()) < before.len() {
+        assert!(
+            Instant::now() < deadline,
+            "node {leader} did not catch up\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Restart all three (kill -9): every committed record survives, identically everywhere.
+    for id in q.ids() {
+        q.kill(id);
+    }
+    for id in q.ids() {
+        q.start_node(id);
+    }
+    let leader = q.wait_leader(Duration::from_secs(5)).await;
+    let after = q.committed_records(leader).await;
+    assert_eq!(cluster_id_seen_by(&q, leader).await, cluster_id, "cluster id changed on restart");
+    assert_eq!(
+        &after[..before.len()],
+        &before[..],
+        "committed records changed across restart"
+    );
+    for id in q.ids() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mine = q.try_committed_records(id).await.unwrap_or_default();
+            if mine.len() >= before.len() {
+                assert_eq!(&mine[..before.len()], &before[..], "node {id} differs");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {id} did not recover\n{}",
+                q.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+#[test]
+fn bad_config_fails_at_start_with_one_line_naming_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(common::BIN)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} started");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "not one line: {err}");
+        err
+    };
+    let d = dir.path().to_str().unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(&cfg, "node_id = 1\nnode_idd = 2\n").unwrap();
+    assert!(run(&["--config", cfg.to_str().unwrap()]).contains("node_idd"));
+    let e = run(&[
+        "--node-id",
+        "1",
+        "--controller-quorum-voters",
+        "1@nohost",
+        "--metadata-log-dir",
+        d,
+    ]);
+    assert!(e.contains("controller_quorum_voters"), "{e}");
+    // Port in use.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let voters = format!("1@127.0.0.1:{port}");
+    let e = run(&[
+        "--node-id",
+        "1",
+        "--controller-quorum-voters",
+        &voters,
+        "--listeners",
+        &format!("127.0.0.1:{port}"),
+        "--metadata-log-dir",
+        d,
+    ]);
+    assert!(e.contains("listeners") && e.contains("in use"), "{e}");
+}
