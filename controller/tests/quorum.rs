@@ -100,12 +100,24 @@ async fn elect_fail_over_and_keep_committed_records_across_restarts() {
     // The first active controller named the cluster; every controller reports the same id,
     // and a broker presenting another cluster id is refused.
     let cluster_id = cluster_id_seen_by(&q, leader).await;
-    assert_eq!(uuid::Uuid::parse_str(&cluster_id).unwrap().to_string(), cluster_id);
+    assert_eq!(
+        uuid::Uuid::parse_str(&cluster_id).unwrap().to_string(),
+        cluster_id
+    );
     assert_eq!(r1.cluster_id, cluster_id);
     let mut wrong = register_request(8);
     wrong.cluster_id = "not-this-cluster".into();
-    let reply = q.client(leader).await.register_broker(wrong).await.unwrap().into_inner();
-    assert_eq!(reply.error.unwrap().code, ErrorCode::InconsistentClusterId.code() as i32);
+    let reply = q
+        .client(leader)
+        .await
+        .register_broker(wrong)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        reply.error.unwrap().code,
+        ErrorCode::InconsistentClusterId.code() as i32
+    );
 
     // A follower refuses writes with NOT_CONTROLLER and names the leader.
     let follower = q.ids().into_iter().find(|i| *i != leader).unwrap();
@@ -163,7 +175,11 @@ async fn elect_fail_over_and_keep_committed_records_across_restarts() {
     }
     let leader = q.wait_leader(Duration::from_secs(5)).await;
     let after = q.committed_records(leader).await;
-    assert_eq!(cluster_id_seen_by(&q, leader).await, cluster_id, "cluster id changed on restart");
+    assert_eq!(
+        cluster_id_seen_by(&q, leader).await,
+        cluster_id,
+        "cluster id changed on restart"
+    );
     assert_eq!(
         &after[..before.len()],
         &before[..],
