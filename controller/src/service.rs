@@ -375,6 +375,7 @@ impl ControllerService for ControllerGrpc {
             metadata_offset: image.provenance().offset as i64,
             commit_index: reads::applied_offset(&self.node) as i64,
             leader: Some(hint),
+            image_digest: image.digest().to_string(),
         }))
     }
 

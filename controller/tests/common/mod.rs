@@ -238,3 +238,213 @@ impl Drop for Quorum {
         }
     }
 }
+
+// -------------------------------------------------------------------------------------------
+// Clients that follow the active controller, fake brokers, and images built by FetchMetadata.
+// -------------------------------------------------------------------------------------------
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use keel_metadata_log::{MetadataDelta, MetadataImage, Provenance};
+use keel_proto::ErrorCode;
+use keel_proto::common::Error as WireError;
+use keel_proto::controller::{
+    BrokerHeartbeatRequest, DescribeClusterRequest, FetchMetadataRequest, RegisterBrokerRequest,
+    fetch_metadata_item::Item,
+};
+
+/// True when a reply error is absent/NONE.
+pub fn ok(e: &Option<WireError>) -> bool {
+    e.as_ref().is_none_or(|e| e.code == 0)
+}
+
+/// True when a reply error means "ask the active controller".
+pub fn is_not_controller(e: &Option<WireError>) -> bool {
+    e.as_ref()
+        .is_some_and(|e| e.code == ErrorCode::NotController.code() as i32)
+}
+
+/// Calls `f` on running controllers until it returns `Some` (it returns `None` for
+/// NOT_CONTROLLER or transport errors), for at most `deadline`.
+pub async fn on_leader<T, F, Fut>(q: &Quorum, deadline: Duration, mut f: F) -> T
+where
+    F: FnMut(ControllerServiceClient<Channel>) -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        for id in q.ids().into_iter().filter(|i| q.is_running(*i)) {
+            let c = q.client(id).await;
+            if let Ok(Some(v)) = tokio::time::timeout(Duration::from_millis(1500), f(c)).await {
+                return v;
+            }
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "no active controller answered within {deadline:?}\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A broker that only registers and heartbeats (no data plane), in a background task.
+pub struct FakeBroker {
+    pub id: i32,
+    pub epoch: i64,
+    /// Heartbeats are sent while true.
+    pub alive: Arc<AtomicBool>,
+    /// Last time (ms since the harness epoch) a heartbeat was acknowledged.
+    pub last_heartbeat_ms: Arc<AtomicI64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for FakeBroker {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Wall-clock ms since the Unix epoch: comparable with the `append_timestamp_ms` controllers
+/// stamp on entries (same machine).
+pub fn harness_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+impl FakeBroker {
+    /// Registers broker `id` (optionally in `rack`) and heartbeats every `interval`,
+    /// reporting the controller's commit index as its applied metadata offset.
+    pub async fn start(q: &Quorum, id: i32, rack: &str, interval: Duration) -> FakeBroker {
+        let req = RegisterBrokerRequest {
+            broker_id: id,
+            incarnation_id: bytes::Bytes::copy_from_slice(uuid::Uuid::new_v4().as_bytes()),
+            listeners: vec![keel_proto::metadata::BrokerEndpoint {
+                name: "PLAINTEXT".into(),
+                host: "127.0.0.1".into(),
+                port: 29092 + id as u32,
+                security_protocol: "PLAINTEXT".into(),
+            }],
+            rack: rack.into(),
+            ..Default::default()
+        };
+        let epoch = on_leader(q, Duration::from_secs(10), |mut c| {
+            let req = req.clone();
+            async move {
+                let r = c.register_broker(req).await.ok()?.into_inner();
+                assert!(
+                    ok(&r.error) || is_not_controller(&r.error),
+                    "register {id}: {:?}",
+                    r.error
+                );
+                ok(&r.error).then_some(r.broker_epoch)
+            }
+        })
+        .await;
+        let alive = Arc::new(AtomicBool::new(true));
+        let last = Arc::new(AtomicI64::new(harness_ms()));
+        let addrs: Vec<String> = q.ids().into_iter().map(|i| q.addr(i)).collect();
+        let (alive2, last2) = (alive.clone(), last.clone());
+        let task = tokio::spawn(async move {
+            let clients: Vec<_> = addrs
+                .iter()
+                .map(|a| {
+                    ControllerServiceClient::new(
+                        Channel::from_shared(format!("http://{a}"))
+                            .unwrap()
+                            .connect_lazy(),
+                    )
+                })
+                .collect();
+            let mut ticker = tokio::time::interval(interval);
+            loop {
+                ticker.tick().await;
+                if !alive2.load(Ordering::SeqCst) {
+                    continue;
+                }
+                for c in &clients {
+                    let mut c = c.clone();
+                    let offset = match c.describe_cluster(DescribeClusterRequest::default()).await {
+                        Ok(r) => r.into_inner().commit_index,
+                        Err(_) => continue,
+                    };
+                    let hb = BrokerHeartbeatRequest {
+                        broker_id: id,
+                        broker_epoch: epoch,
+                        current_metadata_offset: offset,
+                        ..Default::default()
+                    };
+                    if let Ok(r) = c.broker_heartbeat(hb).await
+                        && ok(&r.get_ref().error)
+                    {
+                        last2.store(harness_ms(), Ordering::SeqCst);
+                        break;
+                    }
+                }
+            }
+        });
+        FakeBroker {
+            id,
+            epoch,
+            alive,
+            last_heartbeat_ms: last,
+            task,
+        }
+    }
+}
+
+/// The image of controller `id`, built like a broker builds it: FetchMetadata from offset 0
+/// (snapshot first if the log was purged), replaying until the commit index seen at the
+/// start of the stream.
+pub async fn fetch_image(q: &Quorum, id: u64) -> Result<MetadataImage, tonic::Status> {
+    let mut c = q.client(id).await;
+    let mut stream = c
+        .fetch_metadata(FetchMetadataRequest::default())
+        .await?
+        .into_inner();
+    let mut image = MetadataImage::empty();
+    let mut delta = MetadataDelta::new(image.clone());
+    let mut target = None;
+    while let Some(item) = stream.message().await? {
+        let commit = *target.get_or_insert(item.commit_index as u64);
+        match item.item {
+            Some(Item::SnapshotHeader(h)) => {
+                delta = MetadataDelta::new(MetadataImage::empty());
+                delta.set_provenance(Provenance {
+                    offset: h.last_included_offset as u64,
+                    term: h.last_included_term as u64,
+                });
+            }
+            Some(Item::SnapshotChunk(ch)) => {
+                for r in &ch.records {
+                    delta.replay(r).expect("snapshot record replays");
+                }
+                if ch.last {
+                    image = delta.apply();
+                    delta = MetadataDelta::new(image.clone());
+                }
+            }
+            Some(Item::Batch(b)) => {
+                delta.set_provenance(Provenance {
+                    offset: b.offset as u64,
+                    term: b.term as u64,
+                });
+                for r in b.batch.iter().flat_map(|b| b.records.iter()) {
+                    delta.replay(r).expect("committed record replays");
+                }
+                if b.offset as u64 >= commit {
+                    return Ok(delta.apply());
+                }
+            }
+            None => {}
+        }
+        if image.provenance().offset >= commit && delta.is_empty() {
+            return Ok(image);
+        }
+    }
+    Err(tonic::Status::aborted("stream ended"))
+}

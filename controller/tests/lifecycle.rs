@@ -1,0 +1,248 @@
+//! Broker lifecycle over real gRPC against three controller processes: a broker that stops
+//! heartbeating is fenced within session timeout + one heartbeat interval, leaves every ISR,
+//! and its partitions move to another ISR member with leader epoch + 1; a partition whose only
+//! ISR member it was goes offline (unclean off) and comes back with the broker, or (unclean
+//! on) gets another live replica as leader in RECOVERING state.
+
+mod common;
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use common::*;
+use keel_metadata_log::MetadataImage;
+use keel_proto::controller::ReadMetadataLogRequest;
+use keel_proto::controller::{
+    AlterPartitionPartition, AlterPartitionRequest, AlterPartitionTopic, BrokerState, ConfigEntry,
+    CreatableReplicaAssignment, CreatableTopic, CreateTopicsRequest,
+};
+use keel_proto::metadata::metadata_record::Record;
+use keel_proto::metadata::{FencingChange, LeaderRecoveryState, MetadataRecord};
+
+/// Session timeout and heartbeat interval the harness configures (ms).
+const SESSION_TIMEOUT_MS: i64 = 1000;
+const HEARTBEAT_INTERVAL_MS: i64 = 200;
+
+async fn create(q: &Quorum, topic: CreatableTopic) {
+    on_leader(q, Duration::from_secs(10), |mut c| {
+        let req = CreateTopicsRequest {
+            topics: vec![topic.clone()],
+            validate_only: false,
+        };
+        async move {
+            let r = c.create_topics(req).await.ok()?.into_inner();
+            if is_not_controller(&r.error) {
+                return None;
+            }
+            let t = &r.topics[0];
+            assert!(ok(&t.error), "create {}: {:?}", t.name, t.error);
+            Some(())
+        }
+    })
+    .await
+}
+
+fn assigned(name: &str, replicas: &[i32], configs: &[(&str, &str)]) -> CreatableTopic {
+    CreatableTopic {
+        name: name.into(),
+        num_partitions: -1,
+        replication_factor: -1,
+        assignments: vec![CreatableReplicaAssignment {
+            partition_index: 0,
+            broker_ids: replicas.to_vec(),
+        }],
+        configs: configs
+            .iter()
+            .map(|(k, v)| ConfigEntry {
+                name: k.to_string(),
+                value: Some(v.to_string()),
+            })
+            .collect(),
+    }
+}
+
+/// Operator ISR change (broker_id -1: no epoch checks).
+async fn set_isr(q: &Quorum, topic: &str, isr: &[i32]) {
+    on_leader(q, Duration::from_secs(10), |mut c| {
+        let req = AlterPartitionRequest {
+            broker_id: -1,
+            broker_epoch: -1,
+            topics: vec![AlterPartitionTopic {
+                topic_name: topic.into(),
+                partitions: vec![AlterPartitionPartition {
+                    partition_index: 0,
+                    leader_epoch: -1,
+                    partition_epoch: -1,
+                    new_isr_with_epochs: isr
+                        .iter()
+                        .map(|b| BrokerState {
+                            broker_id: *b,
+                            broker_epoch: -1,
+                        })
+                        .collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        };
+        async move {
+            let r = c.alter_partition(req).await.ok()?.into_inner();
+            if is_not_controller(&r.error) {
+                return None;
+            }
+            let p = &r.topics[0].partitions[0];
+            assert!(ok(&p.error), "alter isr {topic}: {:?}", p.error);
+            Some(())
+        }
+    })
+    .await
+}
+
+async fn leader_image(q: &Quorum) -> MetadataImage {
+    let leader = q.wait_leader(Duration::from_secs(5)).await;
+    fetch_image(q, leader).await.unwrap()
+}
+
+fn partition(img: &MetadataImage, topic: &str) -> keel_metadata_log::PartitionRegistration {
+    let t = img
+        .topics()
+        .get_by_name(topic)
+        .unwrap_or_else(|| panic!("no topic {topic}"));
+    (**t.partitions.get(&0).unwrap()).clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dead_broker_is_fenced_and_its_partitions_move_or_go_offline() {
+    let q = Quorum::start(3);
+    let hb = Duration::from_millis(HEARTBEAT_INTERVAL_MS as u64);
+    let b1 = FakeBroker::start(&q, 1, "", hb).await;
+    let _b2 = FakeBroker::start(&q, 2, "", hb).await;
+    let _b3 = FakeBroker::start(&q, 3, "", hb).await;
+    // Wait until all three are unfenced.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while leader_image(&q)
+        .await
+        .brokers()
+        .values()
+        .filter(|b| !b.fenced)
+        .count()
+        < 3
+    {
+        assert!(
+            Instant::now() < deadline,
+            "brokers not unfenced\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    create(&q, assigned("moves", &[1, 2, 3], &[])).await;
+    create(&q, assigned("offline", &[1, 2], &[])).await;
+    create(
+        &q,
+        assigned(
+            "unclean",
+            &[1, 3],
+            &[("unclean.leader.election.enable", "true")],
+        ),
+    )
+    .await;
+    set_isr(&q, "offline", &[1]).await;
+    set_isr(&q, "unclean", &[1]).await;
+    let before = leader_image(&q).await;
+    assert_eq!(partition(&before, "moves").leader, 1);
+    assert_eq!(partition(&before, "offline").isr, vec![1]);
+
+    // Broker 1 stops heartbeating.
+    b1.alive.store(false, Ordering::SeqCst);
+    let last_hb = b1.last_heartbeat_ms.load(Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !leader_image(&q).await.broker(1).unwrap().fenced {
+        assert!(
+            Instant::now() < deadline,
+            "broker 1 never fenced\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // When was it decided? The fencing entry carries the controller's proposal time.
+    let fence = on_leader(&q, Duration::from_secs(5), |mut c| async move {
+        let r = c
+            .read_metadata_log(ReadMetadataLogRequest {
+                record_types: vec!["BrokerRegistrationChangeRecord".into()],
+                ..Default::default()
+            })
+            .await
+            .ok()?
+            .into_inner();
+        r.records.into_iter().rev().find(|r| {
+            matches!(&r.record, Some(MetadataRecord { record: Some(Record::BrokerRegistrationChange(c)) })
+                if c.broker_id == 1 && c.fenced == FencingChange::Fence as i32)
+        })
+    })
+    .await;
+    let took = fence.append_timestamp_ms - last_hb;
+    eprintln!("broker 1 fenced {took} ms after its last acknowledged heartbeat");
+    // DESIGN §4 / issue #3: within session timeout + one heartbeat interval (the expiry check
+    // runs every heartbeat interval), plus scheduling slack.
+    assert!(
+        took <= SESSION_TIMEOUT_MS + HEARTBEAT_INTERVAL_MS + 100,
+        "fencing took {took} ms"
+    );
+    assert!(
+        took >= SESSION_TIMEOUT_MS - HEARTBEAT_INTERVAL_MS,
+        "fenced too early: {took} ms"
+    );
+
+    let after = leader_image(&q).await;
+    after.check_invariants().unwrap();
+    for t in after.topics().by_id.values() {
+        for p in t.partitions.values() {
+            if t.name != "offline" {
+                assert!(
+                    !p.isr.contains(&1),
+                    "{} still has broker 1 in ISR {:?}",
+                    t.name,
+                    p.isr
+                );
+            }
+        }
+    }
+    let moved = partition(&after, "moves");
+    assert!(moved.leader == 2 || moved.leader == 3, "{moved:?}");
+    assert_eq!(
+        moved.leader_epoch,
+        partition(&before, "moves").leader_epoch + 1
+    );
+    let offline = partition(&after, "offline");
+    assert_eq!(
+        (offline.leader, offline.isr.clone()),
+        (-1, vec![1]),
+        "unclean off: offline, ISR kept"
+    );
+    let unclean = partition(&after, "unclean");
+    assert_eq!(unclean.leader, 3);
+    assert_eq!(unclean.isr, vec![3]);
+    assert_eq!(
+        unclean.leader_recovery_state,
+        LeaderRecoveryState::Recovering
+    );
+
+    // Broker 1 comes back: unfenced, and the offline partition has a leader again.
+    b1.alive.store(true, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let img = leader_image(&q).await;
+        let p = partition(&img, "offline");
+        if !img.broker(1).unwrap().fenced && p.leader == 1 {
+            assert_eq!(p.leader_epoch, offline.leader_epoch + 1);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "offline partition did not come back: {p:?}\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
