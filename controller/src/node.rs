@@ -76,7 +76,9 @@ pub fn raft_config(c: &ControllerConfig) -> openraft::Config {
         // Heartbeats keep a follower's lease; a vote during it is refused (no disruption by
         // a partitioned node rejoining).
         snapshot_policy: SnapshotPolicy::LogsSinceLast(c.metadata_snapshot_max_entries),
-        max_in_snapshot_log_to_keep: 1000,
+        // Keep half a snapshot interval of log after each snapshot: a follower that is a
+        // little behind catches up from the log; one further behind gets the snapshot.
+        max_in_snapshot_log_to_keep: c.metadata_snapshot_max_entries / 2,
         snapshot_max_chunk_size: 4 * 1024 * 1024,
         max_payload_entries: 256,
         install_snapshot_timeout: 2000,

@@ -37,11 +37,16 @@ pub struct Quorum {
 impl Quorum {
     /// Starts `n` controllers (ids 1..=n) with test-friendly timeouts.
     pub fn start(n: usize) -> Self {
+        Self::start_with(n, &[])
+    }
+
+    /// Like [`Self::start`], with extra command-line flags for every controller.
+    pub fn start_with(n: usize, extra: &[&str]) -> Self {
         let mut q = Quorum {
             dir: tempfile::tempdir().unwrap(),
             ports: free_ports(n),
             procs: (0..n).map(|_| None).collect(),
-            extra_args: Vec::new(),
+            extra_args: extra.iter().map(|s| s.to_string()).collect(),
         };
         for id in 1..=n as u64 {
             q.start_node(id);
@@ -447,4 +452,48 @@ pub async fn fetch_image(q: &Quorum, id: u64) -> Result<MetadataImage, tonic::St
         }
     }
     Err(tonic::Status::aborted("stream ended"))
+}
+
+/// Clients to every controller address (addresses survive restarts), usable from spawned
+/// tasks while the test restarts processes.
+#[derive(Clone)]
+pub struct Clients {
+    clients: Vec<ControllerServiceClient<Channel>>,
+}
+
+impl Clients {
+    pub fn new(q: &Quorum) -> Clients {
+        let clients = q
+            .ids()
+            .into_iter()
+            .map(|i| {
+                ControllerServiceClient::new(
+                    Channel::from_shared(format!("http://{}", q.addr(i)))
+                        .unwrap()
+                        .connect_lazy(),
+                )
+            })
+            .collect();
+        Clients { clients }
+    }
+
+    /// Like [`on_leader`], over these clients; `None` if nobody answered within `deadline`.
+    pub async fn on_leader<T, F, Fut>(&self, deadline: Duration, mut f: F) -> Option<T>
+    where
+        F: FnMut(ControllerServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Option<T>>,
+    {
+        let start = Instant::now();
+        while start.elapsed() < deadline {
+            for c in &self.clients {
+                if let Ok(Some(v)) =
+                    tokio::time::timeout(Duration::from_millis(1500), f(c.clone())).await
+                {
+                    return Some(v);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
 }
