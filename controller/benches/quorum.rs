@@ -1,0 +1,235 @@
+//! Controller quorum benchmark on three real `keel-controller` processes (release build).
+//!
+//! Run: `cargo bench -p keel-controller --bench quorum`. Prints a table:
+//! - commit throughput (committed records/s) and latency p50/p99 of metadata writes at 1, 16
+//!   and 64 concurrent clients (each write: an operator AlterPartition = one
+//!   PartitionChangeRecord, answered after commit);
+//! - failover time (kill -9 of the active controller to the first accepted write) p50/p99
+//!   over `KEEL_BENCH_KILLS` kills (default 20).
+//!
+//! Targets (issue #3, 2-core machine): >= 20,000 records/s at 64 clients with p99 < 20 ms;
+//! single-client p50 < 2 ms; failover p99 < 2 s.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use keel_proto::controller::{
+    AlterPartitionPartition, AlterPartitionRequest, AlterPartitionTopic, BrokerState,
+    CreatableReplicaAssignment, CreatableTopic, CreateTopicsRequest,
+};
+
+const RUN_SECS: u64 = 5;
+
+fn alter(topic: &str, isr: &[i32]) -> AlterPartitionRequest {
+    AlterPartitionRequest {
+        broker_id: -1,
+        broker_epoch: -1,
+        topics: vec![AlterPartitionTopic {
+            topic_name: topic.into(),
+            partitions: vec![AlterPartitionPartition {
+                partition_index: 0,
+                leader_epoch: -1,
+                partition_epoch: -1,
+                new_isr_with_epochs: isr
+                    .iter()
+                    .map(|b| BrokerState {
+                        broker_id: *b,
+                        broker_epoch: -1,
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+async fn create_topics(clients: &Clients, n: usize) {
+    for i in 0..n {
+        let topic = CreatableTopic {
+            name: format!("bench-{i}"),
+            num_partitions: -1,
+            replication_factor: -1,
+            assignments: vec![CreatableReplicaAssignment {
+                partition_index: 0,
+                broker_ids: vec![1, 2, 3],
+            }],
+            configs: vec![],
+        };
+        clients
+            .on_leader(Duration::from_secs(10), |mut c| {
+                let req = CreateTopicsRequest {
+                    topics: vec![topic.clone()],
+                    validate_only: false,
+                };
+                async move {
+                    let r = c.create_topics(req).await.ok()?.into_inner();
+                    let t = r.topics.first()?;
+                    (ok(&t.error) || t.error.as_ref().unwrap().name == "TOPIC_ALREADY_EXISTS")
+                        .then_some(())
+                }
+            })
+            .await
+            .expect("topic created");
+    }
+}
+
+/// `clients` concurrent writers for RUN_SECS; returns (records/s, latencies sorted).
+async fn load(q: &Quorum, concurrency: usize) -> (f64, Vec<Duration>) {
+    let leader = q.wait_leader(Duration::from_secs(10)).await;
+    let addr = q.addr(leader);
+    let start = Instant::now();
+    let end = start + Duration::from_secs(RUN_SECS);
+    let mut tasks = Vec::new();
+    for i in 0..concurrency {
+        let addr = addr.clone();
+        tasks.push(tokio::spawn(async move {
+            let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut c =
+                keel_proto::controller::controller_service_client::ControllerServiceClient::new(ch);
+            let topic = format!("bench-{i}");
+            let mut lat = Vec::new();
+            let mut k = 0;
+            while Instant::now() < end {
+                let isr: &[i32] = if k % 2 == 0 { &[1, 2] } else { &[1, 2, 3] };
+                k += 1;
+                let t = Instant::now();
+                let r = c
+                    .alter_partition(alter(&topic, isr))
+                    .await
+                    .unwrap()
+                    .into_inner();
+                let p = &r.topics[0].partitions[0];
+                assert!(ok(&p.error), "{:?}", p.error);
+                lat.push(t.elapsed());
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let secs = start.elapsed().as_secs_f64();
+    all.sort();
+    (all.len() as f64 / secs, all)
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let kills: usize = std::env::var("KEEL_BENCH_KILLS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20);
+        let mut q = Quorum::start(3);
+        let hb = Duration::from_millis(200);
+        let _brokers = [
+            FakeBroker::start(&q, 1, "", hb).await,
+            FakeBroker::start(&q, 2, "", hb).await,
+            FakeBroker::start(&q, 3, "", hb).await,
+        ];
+        let clients = Clients::new(&q);
+        // Wait for the brokers to be unfenced, then make one topic per writer.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let leader = q.wait_leader(Duration::from_secs(5)).await;
+            if fetch_image(&q, leader)
+                .await
+                .unwrap()
+                .brokers()
+                .values()
+                .filter(|b| !b.fenced)
+                .count()
+                == 3
+            {
+                break;
+            }
+            assert!(Instant::now() < deadline, "brokers not unfenced");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        create_topics(&clients, 64).await;
+
+        println!(
+            "keel-controller quorum benchmark: 3 controllers on loopback, {RUN_SECS} s per row"
+        );
+        println!();
+        println!(
+            "{:<44} {:>14} {:>10} {:>10}   {}",
+            "metadata writes (1 record each)", "records/s", "p50 ms", "p99 ms", "targets"
+        );
+        for (concurrency, target) in [(1, "p50 < 2 ms"), (16, ""), (64, ">= 20000/s, p99 < 20 ms")]
+        {
+            let (rate, lat) = load(&q, concurrency).await;
+            println!(
+                "{:<44} {:>14.0} {:>10.2} {:>10.2}   {}",
+                format!("{concurrency} concurrent clients"),
+                rate,
+                percentile(&lat, 0.50).as_secs_f64() * 1e3,
+                percentile(&lat, 0.99).as_secs_f64() * 1e3,
+                target
+            );
+        }
+
+        // Failover: kill -9 the active controller, time to the first accepted write.
+        let mut times = Vec::new();
+        for k in 0..kills {
+            let leader = q.wait_leader(Duration::from_secs(10)).await;
+            q.kill(leader);
+            let killed = Instant::now();
+            let topic = format!("bench-{}", k % 64);
+            let isr: Vec<i32> = if k % 2 == 0 {
+                vec![1, 2]
+            } else {
+                vec![1, 2, 3]
+            };
+            clients
+                .on_leader(Duration::from_secs(10), |mut c| {
+                    let req = alter(&topic, &isr);
+                    async move {
+                        let r = c.alter_partition(req).await.ok()?.into_inner();
+                        let p = r.topics.first()?.partitions.first()?.clone();
+                        ok(&p.error).then_some(())
+                    }
+                })
+                .await
+                .expect("a new leader accepted a write");
+            times.push(killed.elapsed());
+            q.start_node(leader);
+            // Let the restarted node catch up before the next kill.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        times.sort();
+        println!();
+        println!(
+            "{:<44} {:>14} {:>10} {:>10}   {}",
+            "failover (kill -9 leader -> write accepted)", "kills", "p50 ms", "p99 ms", "target"
+        );
+        println!(
+            "{:<44} {:>14} {:>10.0} {:>10.0}   {}",
+            "",
+            times.len(),
+            percentile(&times, 0.50).as_secs_f64() * 1e3,
+            percentile(&times, 0.99).as_secs_f64() * 1e3,
+            "p99 < 2000 ms"
+        );
+    });
+}
