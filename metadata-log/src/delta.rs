@@ -84,6 +84,22 @@ pub enum ReplayError {
         /// Which invariant broke.
         reason: String,
     },
+    /// A `TopicRecord` with an empty name or a nil id.
+    #[error("invalid topic {name:?}: {reason}")]
+    InvalidTopic {
+        /// The name.
+        name: String,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// A registration with a negative broker id or epoch.
+    #[error("invalid registration of broker {broker_id} with epoch {epoch}")]
+    InvalidRegistration {
+        /// Broker id.
+        broker_id: i32,
+        /// Epoch in the record.
+        epoch: i64,
+    },
     /// A record names a broker that is not registered.
     #[error("broker {broker_id} is not registered")]
     UnknownBroker {
@@ -216,6 +232,12 @@ impl MetadataDelta {
             Record::BrokerRegistrationChange(r) => self.replay_broker_change(r),
             Record::Topic(r) => {
                 let id = parse_uuid("topic_id", &r.topic_id)?;
+                if id.is_nil() || r.name.is_empty() {
+                    return Err(ReplayError::InvalidTopic {
+                        name: r.name.clone(),
+                        reason: "topic name must not be empty and topic id not nil",
+                    });
+                }
                 if self.topic_id(&r.name).is_some() {
                     return Err(ReplayError::DuplicateTopicName {
                         name: r.name.clone(),
@@ -300,6 +322,12 @@ impl MetadataDelta {
 
     fn replay_register_broker(&mut self, r: &RegisterBrokerRecord) -> Result<(), ReplayError> {
         let incarnation_id = parse_uuid("incarnation_id", &r.incarnation_id)?;
+        if r.broker_id < 0 || r.broker_epoch < 0 {
+            return Err(ReplayError::InvalidRegistration {
+                broker_id: r.broker_id,
+                epoch: r.broker_epoch,
+            });
+        }
         let epoch = match r.broker_epoch {
             0 if self.provenance.offset == 0 => {
                 return Err(ReplayError::NoOffsetForBrokerEpoch {
@@ -356,6 +384,19 @@ impl MetadataDelta {
         let topic = self
             .topic_name(id)
             .ok_or(ReplayError::UnknownTopicId { topic_id: id })?;
+        let invalid = |reason: &str| ReplayError::InvalidPartition {
+            topic: topic.to_string(),
+            partition: r.partition_id,
+            reason: reason.to_string(),
+        };
+        if r.partition_id < 0 {
+            return Err(invalid("negative partition id"));
+        }
+        // A PartitionRecord creates a partition; replacing one would reset its epochs, which
+        // only ever increase (DESIGN §7 invariant 5). Changes use PartitionChangeRecord.
+        if self.partition(id, r.partition_id).is_some() {
+            return Err(invalid("partition already exists"));
+        }
         let reg = PartitionRegistration {
             replicas: r.replicas.clone(),
             isr: r.isr.clone(),
@@ -411,11 +452,22 @@ impl MetadataDelta {
         if let Some(s) = r.leader_recovery_state {
             reg.leader_recovery_state = recovery_state(s)?;
         }
+        let overflow = |what: &str| ReplayError::InvalidPartition {
+            topic: topic.to_string(),
+            partition: r.partition_id,
+            reason: format!("{what} would overflow"),
+        };
         if let Some(leader) = r.leader {
             reg.leader = leader;
-            reg.leader_epoch += 1;
+            reg.leader_epoch = reg
+                .leader_epoch
+                .checked_add(1)
+                .ok_or_else(|| overflow("leader epoch"))?;
         }
-        reg.partition_epoch += 1;
+        reg.partition_epoch = reg
+            .partition_epoch
+            .checked_add(1)
+            .ok_or_else(|| overflow("partition epoch"))?;
         reg.validate()
             .map_err(|reason| ReplayError::InvalidPartition {
                 topic: topic.to_string(),

@@ -147,6 +147,23 @@ impl PartitionRegistration {
         if self.leader_epoch < 0 || self.partition_epoch < 0 {
             return Err("negative epoch".into());
         }
+        if let Some(b) = self.replicas.iter().find(|b| **b < 0) {
+            return Err(format!(
+                "replicas {:?} contains the invalid broker id {b}",
+                self.replicas
+            ));
+        }
+        for (name, list) in [
+            ("removing", &self.removing_replicas),
+            ("adding", &self.adding_replicas),
+        ] {
+            if let Some(b) = list.iter().find(|b| !self.replicas.contains(b)) {
+                return Err(format!(
+                    "{name} replica {b} is not in replicas {:?}",
+                    self.replicas
+                ));
+            }
+        }
         Ok(())
     }
 

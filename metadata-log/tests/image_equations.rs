@@ -221,6 +221,43 @@ fn replay_errors_are_typed_and_leave_the_delta_unchanged() {
         (MetadataRecord { record: None }, |e| {
             matches!(e, ReplayError::EmptyRecord)
         }),
+        (
+            partition(orders, 0, &[1, 2, 3], &[1, 2, 3], 1),
+            |e| matches!(e, ReplayError::InvalidPartition { reason, .. } if reason == "partition already exists"),
+        ),
+        (
+            partition(orders, -1, &[1], &[1], 1),
+            |e| matches!(e, ReplayError::InvalidPartition { reason, .. } if reason == "negative partition id"),
+        ),
+        (partition(orders, 5, &[1, -2], &[1], 1), |e| {
+            matches!(e, ReplayError::InvalidPartition { .. })
+        }),
+        (topic("", topic_id(77)), |e| {
+            matches!(e, ReplayError::InvalidTopic { .. })
+        }),
+        (topic("nil", uuid::Uuid::nil()), |e| {
+            matches!(e, ReplayError::InvalidTopic { .. })
+        }),
+        (
+            rec(Record::RegisterBroker(
+                keel_metadata_log::records::RegisterBrokerRecord {
+                    broker_id: 4,
+                    incarnation_id: id_bytes(topic_id(5)),
+                    broker_epoch: -3,
+                    ..Default::default()
+                },
+            )),
+            |e| matches!(e, ReplayError::InvalidRegistration { .. }),
+        ),
+        (
+            rec(Record::PartitionChange(PartitionChangeRecord {
+                topic_id: id_bytes(orders),
+                partition_id: 0,
+                removing_replicas: Some(ReplicaList { ids: vec![9] }),
+                ..Default::default()
+            })),
+            |e| matches!(e, ReplayError::InvalidPartition { .. }),
+        ),
         (cluster_id("other"), |e| {
             matches!(e, ReplayError::ClusterIdChange { .. })
         }),
@@ -259,6 +296,40 @@ fn replay_errors_are_typed_and_leave_the_delta_unchanged() {
         assert!(!err.to_string().is_empty());
         assert_eq!(delta.apply(), before, "case {i} changed the delta");
     }
+}
+
+#[test]
+fn epoch_overflow_is_a_typed_error_not_a_panic() {
+    let t = topic_id(1);
+    let base = MetadataImage::empty()
+        .with_records(
+            Provenance { offset: 1, term: 1 },
+            &[register(1), topic("x", t), {
+                let mut p = partition(t, 0, &[1], &[1], 1);
+                if let Some(Record::Partition(r)) = &mut p.record {
+                    r.leader_epoch = i32::MAX;
+                    r.partition_epoch = i32::MAX - 1;
+                }
+                p
+            }],
+        )
+        .unwrap();
+    let mut delta = MetadataDelta::new(base.clone());
+    // partition epoch reaches i32::MAX: fine.
+    delta.replay(&change_isr(t, 0, &[1])).unwrap();
+    // The next change would overflow the partition epoch.
+    let err = delta.replay(&change_isr(t, 0, &[1])).unwrap_err();
+    assert!(
+        matches!(&err, ReplayError::InvalidPartition { reason, .. } if reason.contains("overflow")),
+        "{err:?}"
+    );
+    // A leader change would overflow the leader epoch.
+    let mut delta = MetadataDelta::new(base);
+    let err = delta.replay(&change_leader(t, 0, 1, None)).unwrap_err();
+    assert!(
+        matches!(&err, ReplayError::InvalidPartition { reason, .. } if reason.contains("leader epoch")),
+        "{err:?}"
+    );
 }
 
 #[test]

@@ -139,3 +139,22 @@ fn sigkill_during_appends_loses_no_acknowledged_entry_or_vote() {
         eprintln!("acknowledged {acked}, recovered {last} entries");
     });
 }
+
+/// openraft reads whole ranges (e.g. every committed-but-unapplied entry at start-up): the
+/// store must return every entry asked for, however many.
+#[test]
+fn a_range_read_returns_every_entry_even_beyond_65536() {
+    let dir = tempfile::tempdir().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let (mut log, _sm) = store::open(dir.path()).unwrap();
+        const N: u64 = 70_000;
+        log.blocking_append((1..=N).map(entry)).await.unwrap();
+        let got = log.try_get_log_entries(1..=N).await.unwrap();
+        assert_eq!(got.len() as u64, N);
+        assert_eq!(got.last().unwrap().log_id.index, N);
+    });
+}

@@ -66,9 +66,12 @@ impl RaftLogReader<TypeConfig> for LogStore {
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
         let range = (range.start_bound().cloned(), range.end_bound().cloned());
+        // Every entry of the range: openraft relies on getting the whole range it asks for
+        // (its own callers bound the ranges: replication by max_payload_entries, apply by the
+        // committed-but-unapplied window, which snapshots keep small).
         let raw = self
             .disk
-            .entries(range, MAX_ENTRIES_PER_READ)
+            .entries(range, usize::MAX)
             .map_err(|e| StorageIOError::read_logs(&e))?;
         raw.iter().map(|(i, b)| decode_entry(*i, b)).collect()
     }
