@@ -56,6 +56,20 @@ pub struct RaftNode {
     pub voters: Arc<BTreeMap<u64, String>>,
     /// This node's id.
     pub node_id: u64,
+    /// False while this node is the Raft leader but could not confirm a quorum recently
+    /// (see [`spawn_check_quorum`]).
+    pub quorum_confirmed: watch::Receiver<bool>,
+}
+
+impl RaftNode {
+    /// True when this node is the active controller: the Raft leader with a confirmed quorum.
+    pub fn is_active(&self) -> bool {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        m.state.is_leader()
+            && m.current_leader == Some(self.node_id)
+            && *self.quorum_confirmed.borrow()
+    }
 }
 
 impl std::fmt::Debug for RaftNode {
@@ -97,7 +111,9 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
     let config = raft_config(c)
         .validate()
         .map_err(|e| StartError::Raft(e.to_string()))?;
-    let raft = Raft::new(c.node_id, Arc::new(config), NetworkFactory, log.clone(), sm)
+    let voters = Arc::new(c.controller_quorum_voters.clone());
+    let network = NetworkFactory::new(voters.clone());
+    let raft = Raft::new(c.node_id, Arc::new(config), network, log.clone(), sm)
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
     let initialized = raft
@@ -116,12 +132,19 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
             Err(e) => tracing::info!(node_id = c.node_id, error = %e, "quorum already initialized"),
         }
     }
+    let (quorum_confirmed, _check_quorum) = spawn_check_quorum(
+        raft.clone(),
+        c.node_id,
+        std::time::Duration::from_millis(c.election_timeout_min_ms / 2),
+        std::time::Duration::from_millis(c.election_timeout_max_ms),
+    );
     Ok(RaftNode {
         raft,
         images,
         log,
-        voters: Arc::new(c.controller_quorum_voters.clone()),
+        voters,
         node_id: c.node_id,
+        quorum_confirmed,
     })
 }
 
@@ -144,4 +167,52 @@ pub fn raft_service(
     ))
     .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES)
+}
+
+/// Check-quorum (Raft thesis §6.2; Kafka: `controller.quorum.fetch.timeout.ms`): every
+/// `interval`, an active controller confirms with a heartbeat round that a quorum still
+/// follows it. If it cannot within `timeout`, it must stop acting as the active controller:
+/// the returned flag turns false, the write path then answers NOT_CONTROLLER and leader hints
+/// say "unknown" until a confirmation succeeds again (or the node learns of a newer leader and
+/// becomes a follower). openraft 0.9 keeps such a node in its Leader state (it cannot commit,
+/// so nothing is acknowledged either way) and ignores an election trigger on a leader, hence
+/// this application-level flag.
+pub fn spawn_check_quorum(
+    raft: Raft<TypeConfig>,
+    node_id: u64,
+    interval: std::time::Duration,
+    timeout: std::time::Duration,
+) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = watch::channel(true);
+    let task = tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            let is_leader = {
+                let m = raft.metrics();
+                let m = m.borrow();
+                m.state.is_leader() && m.current_leader == Some(node_id)
+            };
+            if !is_leader {
+                tx.send_if_modified(|ok| !std::mem::replace(ok, true));
+                continue;
+            }
+            let confirmed = matches!(
+                tokio::time::timeout(timeout, raft.ensure_linearizable()).await,
+                Ok(Ok(_))
+            );
+            let changed = tx.send_if_modified(|ok| std::mem::replace(ok, confirmed) != confirmed);
+            if changed && !confirmed {
+                tracing::warn!(
+                    node_id,
+                    timeout_ms = timeout.as_millis() as u64,
+                    "lost contact with a quorum of controllers: no longer acting as the active controller"
+                );
+            } else if changed {
+                tracing::info!(node_id, "quorum contact restored");
+            }
+        }
+    });
+    (rx, task)
 }

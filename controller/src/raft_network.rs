@@ -6,9 +6,10 @@
 //! `keel_metadata_log::raft_types::MetadataRecords`). Snapshots are sent by openraft in chunks
 //! of `snapshot_max_chunk_size` bytes through `InstallSnapshot`.
 //!
-//! Failure mapping (client side): a connect failure is `Unreachable` (openraft backs off before
-//! retrying); a failure after sending is a `NetworkError`; an error the remote Raft returned is
-//! a `RemoteError`. Every RPC is bounded by openraft's per-RPC TTL.
+//! Failure mapping (client side): no reply from the peer (connect failure, reset, closed
+//! stream, deadline) is `Unreachable`, so openraft backs off before retrying; a reply that does
+//! not decode is a `NetworkError`; an error the remote Raft returned is a `RemoteError`. Every
+//! RPC is bounded by openraft's per-RPC TTL.
 
 use std::time::Duration;
 
@@ -37,16 +38,34 @@ pub const MAX_RAFT_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Creates one [`PeerClient`] per target node.
+///
+/// Peer addresses come from this node's `controller_quorum_voters` (static voters, like KRaft
+/// before KIP-853): each controller decides how it reaches the others (through a proxy, a NAT,
+/// another interface), so the membership's stored address is only a fallback.
 #[derive(Debug, Clone, Default)]
-pub struct NetworkFactory;
+pub struct NetworkFactory {
+    voters: std::sync::Arc<std::collections::BTreeMap<u64, String>>,
+}
+
+impl NetworkFactory {
+    /// A factory dialing the voters at the given addresses.
+    pub fn new(voters: std::sync::Arc<std::collections::BTreeMap<u64, String>>) -> Self {
+        Self { voters }
+    }
+}
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: u64, node: &BasicNode) -> Self::Network {
+        let addr = self
+            .voters
+            .get(&target)
+            .cloned()
+            .unwrap_or_else(|| node.addr.clone());
         PeerClient {
             target,
-            addr: node.addr.clone(),
+            addr,
             client: None,
         }
     }
@@ -109,11 +128,11 @@ impl PeerClient {
         let reply = match result {
             Ok(r) => r.into_inner(),
             Err(status) => {
-                return Err(match status.code() {
-                    // Not connected (peer down, refused): back off.
-                    tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&status)),
-                    _ => RPCError::Network(NetworkError::new(&status)),
-                });
+                // No reply from the peer's Raft (refused, reset, closed, timed out, or a
+                // transport error): treat the peer as unreachable so openraft backs off
+                // instead of retrying in a tight loop (a half-open link that accepts and
+                // closes connections would otherwise burn a core).
+                return Err(RPCError::Unreachable(Unreachable::new(&status)));
             }
         };
         if !reply.error.is_empty() {

@@ -41,7 +41,11 @@ const STREAM_BUFFER: usize = 64;
 /// The leader hint every reply carries.
 pub fn leader_hint(node: &RaftNode) -> ControllerLeader {
     let m = node.raft.metrics().borrow().clone();
-    match m.current_leader {
+    // A leader that lost its quorum does not advertise itself (check-quorum).
+    let leader = m
+        .current_leader
+        .filter(|id| *id != node.node_id || node.is_active());
+    match leader {
         Some(id) => ControllerLeader {
             leader_id: id as i32,
             leader_address: node.voters.get(&id).cloned().unwrap_or_default(),
@@ -382,7 +386,7 @@ pub fn describe_quorum(node: &RaftNode, cluster_id: &str) -> DescribeQuorumReply
         leader: Some(hint.clone()),
         ..Default::default()
     };
-    let Some(replication) = m.replication.as_ref().filter(|_| m.state.is_leader()) else {
+    let Some(replication) = m.replication.as_ref().filter(|_| node.is_active()) else {
         reply.error = Some(ErrorCode::NotController.to_proto(format!(
             "node {} is not the active controller; ask node {}",
             node.node_id, hint.leader_id

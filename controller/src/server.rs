@@ -25,6 +25,7 @@ pub async fn run(
     let (writer, write_task) = write_path::spawn(
         raft_node.raft.clone(),
         raft_node.images.clone(),
+        raft_node.quorum_confirmed.clone(),
         state,
         WritePathConfig {
             node_id: config.node_id,

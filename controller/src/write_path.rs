@@ -170,6 +170,7 @@ pub struct WritePathConfig {
 pub fn spawn<S: ControllerState>(
     raft: Raft<TypeConfig>,
     images: watch::Receiver<MetadataImage>,
+    quorum_confirmed: watch::Receiver<bool>,
     state: S,
     config: WritePathConfig,
 ) -> (WriteHandle<S>, tokio::task::JoinHandle<()>) {
@@ -177,6 +178,7 @@ pub fn spawn<S: ControllerState>(
     let task = WriteTask {
         raft,
         images,
+        quorum_confirmed,
         state,
         config,
         rx,
@@ -193,6 +195,8 @@ pub fn spawn<S: ControllerState>(
 struct WriteTask<S> {
     raft: Raft<TypeConfig>,
     images: watch::Receiver<MetadataImage>,
+    /// Check-quorum result (see `node::spawn_check_quorum`): leading needs it true.
+    quorum_confirmed: watch::Receiver<bool>,
     state: S,
     config: WritePathConfig,
     rx: mpsc::Receiver<Operation<S>>,
@@ -227,23 +231,13 @@ impl<S: ControllerState> WriteTask<S> {
                     if changed.is_err() {
                         break; // Raft stopped.
                     }
-                    let is_leader = {
-                        let m = metrics.borrow_and_update();
-                        m.current_leader == Some(self.config.node_id) && m.state.is_leader()
-                    };
-                    if is_leader && !self.leader {
-                        self.become_leader().await;
-                    } else if !is_leader && self.leader {
-                        tracing::info!(node_id = self.config.node_id, "lost controller leadership");
-                        self.leader = false;
-                        // Their outcome is unknown (a new leader may still commit them): tell
-                        // the callers NOT_CONTROLLER so they retry, never success.
-                        for f in self.inflight.drain(..) {
-                            for c in f.completions {
-                                c(Err(ErrorCode::NotController));
-                            }
-                        }
+                    self.on_leadership_signal(&mut metrics).await;
+                }
+                changed = self.quorum_confirmed.changed() => {
+                    if changed.is_err() {
+                        break;
                     }
+                    self.on_leadership_signal(&mut metrics).await;
                 }
                 res = Self::front(&mut self.inflight), if !self.inflight.is_empty() => {
                     let done = self.inflight.pop_front().expect("front exists");
@@ -277,6 +271,33 @@ impl<S: ControllerState> WriteTask<S> {
         for f in self.inflight.drain(..) {
             for c in f.completions {
                 c(Err(ErrorCode::NotController));
+            }
+        }
+    }
+
+    /// Re-evaluates leadership: Raft leader with a confirmed quorum.
+    async fn on_leadership_signal(
+        &mut self,
+        metrics: &mut watch::Receiver<openraft::RaftMetrics<u64, openraft::BasicNode>>,
+    ) {
+        let is_leader = {
+            let m = metrics.borrow_and_update();
+            m.current_leader == Some(self.config.node_id) && m.state.is_leader()
+        } && *self.quorum_confirmed.borrow_and_update();
+        if is_leader && !self.leader {
+            self.become_leader().await;
+        } else if !is_leader && self.leader {
+            tracing::info!(
+                node_id = self.config.node_id,
+                "no longer the active controller"
+            );
+            self.leader = false;
+            // Their outcome is unknown (a new leader may still commit them): tell the callers
+            // NOT_CONTROLLER so they retry, never success.
+            for f in self.inflight.drain(..) {
+                for c in f.completions {
+                    c(Err(ErrorCode::NotController));
+                }
             }
         }
     }

@@ -4,7 +4,7 @@
 
 use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use keel_proto::controller::controller_service_client::ControllerServiceClient;
@@ -32,6 +32,8 @@ pub struct Quorum {
     pub ports: Vec<u16>,
     procs: Vec<Option<Child>>,
     pub extra_args: Vec<String>,
+    /// Per-node `controller_quorum_voters` (default: everyone's real address).
+    pub voter_overrides: std::collections::BTreeMap<u64, String>,
 }
 
 impl Quorum {
@@ -47,6 +49,7 @@ impl Quorum {
             ports: free_ports(n),
             procs: (0..n).map(|_| None).collect(),
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
+            voter_overrides: Default::default(),
         };
         for id in 1..=n as u64 {
             q.start_node(id);
@@ -86,7 +89,12 @@ impl Quorum {
             .arg("--node-id")
             .arg(id.to_string())
             .arg("--controller-quorum-voters")
-            .arg(self.voters())
+            .arg(
+                self.voter_overrides
+                    .get(&id)
+                    .cloned()
+                    .unwrap_or_else(|| self.voters()),
+            )
             .arg("--listeners")
             .arg(self.addr(id))
             .arg("--metadata-log-dir")
@@ -97,7 +105,7 @@ impl Quorum {
             .arg("1000")
             .args(&self.extra_args)
             .env("KEEL_LOG", "info,openraft=warn")
-            .stdout(Stdio::null())
+            .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .unwrap();
@@ -495,5 +503,98 @@ impl Clients {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         None
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// A cuttable TCP proxy for links between controllers.
+// -------------------------------------------------------------------------------------------
+
+/// Forwards connections from its port to `target` until cut; when cut, open connections are
+/// dropped and new ones closed at once.
+pub struct Proxy {
+    pub port: u16,
+    cut: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Proxy {
+    pub async fn start(target: String) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (cut, cut_rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    return;
+                };
+                if *cut_rx.borrow() {
+                    drop(inbound);
+                    continue;
+                }
+                let target = target.clone();
+                let mut cut_rx = cut_rx.clone();
+                tokio::spawn(async move {
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        _ = cut_rx.wait_for(|c| *c) => {}
+                    }
+                });
+            }
+        });
+        Proxy { port, cut, task }
+    }
+
+    pub fn set_cut(&self, cut: bool) {
+        self.cut.send_replace(cut);
+    }
+}
+
+impl Quorum {
+    /// Starts `n` controllers whose Raft links all go through cuttable proxies: node i reaches
+    /// node j at `proxies[(i, j)]`. Clients still reach every node directly.
+    pub async fn start_proxied(
+        n: usize,
+    ) -> (Quorum, std::collections::BTreeMap<(u64, u64), Proxy>) {
+        let mut q = Quorum {
+            dir: tempfile::tempdir().unwrap(),
+            ports: free_ports(n),
+            procs: (0..n).map(|_| None).collect(),
+            extra_args: Vec::new(),
+            voter_overrides: Default::default(),
+        };
+        let mut proxies = std::collections::BTreeMap::new();
+        for i in 1..=n as u64 {
+            for j in 1..=n as u64 {
+                if i != j {
+                    proxies.insert((i, j), Proxy::start(q.addr(j)).await);
+                }
+            }
+        }
+        for i in 1..=n as u64 {
+            let voters: Vec<String> = (1..=n as u64)
+                .map(|j| {
+                    if i == j {
+                        format!("{j}@{}", q.addr(j))
+                    } else {
+                        format!("{j}@127.0.0.1:{}", proxies[&(i, j)].port)
+                    }
+                })
+                .collect();
+            q.voter_overrides.insert(i, voters.join(","));
+        }
+        for id in 1..=n as u64 {
+            q.start_node(id);
+        }
+        (q, proxies)
     }
 }

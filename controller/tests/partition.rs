@@ -1,0 +1,153 @@
+//! A leader cut off from the other two controllers (its Raft links go through proxies that are
+//! cut), but still reachable by clients, acknowledges no write once cut, the other two elect a
+//! new leader that accepts writes, and the old leader steps down (check-quorum). After healing
+//! all three converge on the same records.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use keel_proto::controller::RegisterBrokerRequest;
+use keel_proto::metadata::BrokerEndpoint;
+
+fn register(broker_id: i32) -> RegisterBrokerRequest {
+    RegisterBrokerRequest {
+        broker_id,
+        incarnation_id: bytes::Bytes::copy_from_slice(uuid::Uuid::new_v4().as_bytes()),
+        listeners: vec![BrokerEndpoint {
+            name: "PLAINTEXT".into(),
+            host: "127.0.0.1".into(),
+            port: 39092,
+            security_protocol: "PLAINTEXT".into(),
+        }],
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolated_leader_acknowledges_nothing_and_steps_down() {
+    let (q, proxies) = Quorum::start_proxied(3).await;
+    let old = q.wait_leader(Duration::from_secs(5)).await;
+    let r = q
+        .client(old)
+        .await
+        .register_broker(register(1))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ok(&r.error), "{:?}", r.error);
+
+    // Cut every Raft link to and from the leader.
+    for ((a, b), p) in &proxies {
+        if *a == old || *b == old {
+            p.set_cut(true);
+        }
+    }
+    let cut_at = Instant::now();
+
+    // Keep writing to the old leader while the others elect; nothing may be acknowledged.
+    let addr = q.addr(old);
+    let writer = tokio::spawn(async move {
+        let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_lazy();
+        let mut c =
+            keel_proto::controller::controller_service_client::ControllerServiceClient::new(ch);
+        let mut outcomes = Vec::new();
+        for i in 0..40 {
+            let res = tokio::time::timeout(
+                Duration::from_millis(500),
+                c.register_broker(register(100 + i)),
+            )
+            .await;
+            let acked = matches!(&res, Ok(Ok(r)) if ok(&r.get_ref().error));
+            let not_controller = matches!(&res, Ok(Ok(r)) if is_not_controller(&r.get_ref().error));
+            outcomes.push((100 + i, acked, not_controller));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        outcomes
+    });
+
+    // The other two elect a new leader that accepts writes.
+    let others: Vec<u64> = q.ids().into_iter().filter(|i| *i != old).collect();
+    let new = loop {
+        let mut seen = Vec::new();
+        for id in &others {
+            seen.push(q.leader_seen_by(*id).await);
+        }
+        if let [Some(a), Some(b)] = seen[..]
+            && a == b
+            && a != old
+        {
+            break a;
+        }
+        assert!(
+            cut_at.elapsed() < Duration::from_secs(5),
+            "no new leader: {seen:?}\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!(
+        "new leader {new} elected {:?} after the cut",
+        cut_at.elapsed()
+    );
+    let r = q
+        .client(new)
+        .await
+        .register_broker(register(2))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ok(&r.error), "new leader refused a write: {:?}", r.error);
+
+    let outcomes = writer.await.unwrap();
+    let acked: Vec<_> = outcomes.iter().filter(|o| o.1).collect();
+    assert!(
+        acked.is_empty(),
+        "the cut-off leader acknowledged writes: {acked:?}"
+    );
+    // It stepped down: later writes get NOT_CONTROLLER instead of hanging.
+    assert!(
+        outcomes.iter().rev().take(5).all(|o| o.2),
+        "old leader did not step down: {outcomes:?}\n{}",
+        q.logs()
+    );
+    assert_ne!(
+        q.leader_seen_by(old).await,
+        Some(old),
+        "old leader still claims leadership"
+    );
+
+    // Heal: everyone converges on the same records, which hold the acknowledged writes only.
+    for p in proxies.values() {
+        p.set_cut(false);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let logs = [
+            q.committed_records(1).await,
+            q.committed_records(2).await,
+            q.committed_records(3).await,
+        ];
+        let min = logs.iter().map(|l| l.len()).min().unwrap();
+        if min > 0
+            && logs.iter().all(|l| l[..min] == logs[0][..min])
+            && logs.iter().all(|l| l.len() == min)
+        {
+            let text = format!("{:?}", logs[0]);
+            assert!(
+                !text.contains("broker_id: 100,"),
+                "an unacknowledged write of the cut-off leader survived"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "controllers did not converge after healing\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
