@@ -28,7 +28,8 @@
 //! and value length + value. Varints are zig-zag LEB128 like Kafka's `ByteUtils`.
 //!
 //! Invariant of [`RecordBatch`]: its buffer holds exactly one batch whose length field matches
-//! the buffer length and whose header parsed; CRC and records are checked on demand
+//! the buffer length and whose header parsed (or, from [`RecordBatchBuilder::build`], was
+//! written from the same fields, which may be out of range); CRC and records are checked on demand
 //! ([`RecordBatch::validate`]). Every decoder here checks bounds before reading and returns
 //! [`CorruptBatch`] naming the byte position and base offset instead of panicking.
 
@@ -52,6 +53,13 @@ pub const NO_SEQUENCE: i32 = -1;
 pub const NO_PARTITION_LEADER_EPOCH: i32 = -1;
 /// Timestamp meaning "none" (`RecordBatch.NO_TIMESTAMP`).
 pub const NO_TIMESTAMP: i64 = -1;
+/// Largest log end offset (exclusive end) a log may reach, and so the bound of every offset
+/// in a batch: [`BatchHeader::parse`] rejects a batch whose last offset is not below it, the
+/// log rejects start offsets above it and appends that would pass it, and segment file names
+/// above it are not segments. The headroom (2^32) below `i64::MAX` keeps `offset + 1`, a
+/// batch's `base + last_offset_delta` and a segment's relative offsets free of overflow. Kafka
+/// has no explicit bound; no real log gets near it.
+pub const MAX_LOG_END_OFFSET: i64 = i64::MAX - (1 << 32);
 
 const LENGTH_POS: usize = 8;
 const PARTITION_LEADER_EPOCH_POS: usize = 12;
@@ -151,7 +159,8 @@ pub struct BatchHeader {
 impl BatchHeader {
     /// Parses a header from the start of `buf`. `position` is where `buf` starts in the file
     /// (for the error). Checks: 61 bytes present, magic 2, length >= 49, non-negative last
-    /// offset delta and record count, base offset + last delta does not overflow.
+    /// offset delta and record count, base offset non-negative and last offset below
+    /// [`MAX_LOG_END_OFFSET`] (so [`BatchHeader::next_offset`] cannot overflow).
     pub fn parse(buf: &[u8], position: u64) -> Result<BatchHeader, CorruptBatch> {
         if buf.len() < LOG_OVERHEAD {
             return Err(CorruptBatch::new(position, -1, "truncated batch header"));
@@ -191,9 +200,11 @@ impl BatchHeader {
         if base_offset < 0
             || base_offset
                 .checked_add(header.last_offset_delta as i64)
-                .is_none()
+                .is_none_or(|last| last >= MAX_LOG_END_OFFSET)
         {
-            return Err(err("base offset negative or overflows"));
+            return Err(err(
+                "base offset negative or last offset beyond the maximum",
+            ));
         }
         Ok(header)
     }
@@ -312,6 +323,13 @@ impl RecordBatch {
     /// compression (codec bits reserved), and every record parses with offset deltas
     /// 0..count-1 and ends exactly at the batch end.
     pub fn validate(&self) -> Result<(), CorruptBatch> {
+        self.validate_with_timestamp_deltas().map(|_| ())
+    }
+
+    /// [`RecordBatch::validate`], also returning the smallest and largest record timestamp
+    /// delta found by the same walk over the records (the leader derives the record
+    /// timestamps from them instead of trusting the header's max timestamp).
+    pub fn validate_with_timestamp_deltas(&self) -> Result<(i64, i64), CorruptBatch> {
         let err = |reason| CorruptBatch::new(0, self.base_offset(), reason);
         if !self.is_crc_valid() {
             return Err(err("CRC32C mismatch"));
@@ -571,21 +589,25 @@ fn parse_record(
 
 /// Walks the records of `records` (the bytes after a batch header) without decoding them
 /// into values: checks each parses, that offset deltas are 0..count-1, and that the last
-/// record ends exactly at the end. Returns the reason of the first failure.
-fn check_records(records: &[u8], count: i32) -> Result<(), &'static str> {
+/// record ends exactly at the end. Returns the smallest and largest timestamp delta, or the
+/// reason of the first failure. `count` must be >= 1.
+fn check_records(records: &[u8], count: i32) -> Result<(i64, i64), &'static str> {
     let mut pos = 0;
+    let (mut min_delta, mut max_delta) = (i64::MAX, i64::MIN);
     // Bounded by `count`, which the caller checked against the batch header.
     for expected_delta in 0..count {
         let r = parse_record(records, pos, |_, _| {})?;
         if r.offset_delta != expected_delta {
             return Err("record offset deltas are not 0..count-1");
         }
+        min_delta = min_delta.min(r.timestamp_delta);
+        max_delta = max_delta.max(r.timestamp_delta);
         pos = r.end;
     }
     if pos != records.len() {
         return Err("bytes left after the last record");
     }
-    Ok(())
+    Ok((min_delta, max_delta))
 }
 
 impl RecordIter {
@@ -776,17 +798,20 @@ impl RecordBatchBuilder {
     }
 
     /// Fills the header and CRC. An empty builder yields an empty batch (record count 0),
-    /// which the log rejects on append.
+    /// and a base offset outside `[0, MAX_LOG_END_OFFSET)` a batch whose header does not
+    /// parse; the log rejects both on append (the builder itself never panics).
     pub fn build(mut self) -> RecordBatch {
         let len = self.buf.len();
+        let last_offset_delta = (self.count - 1).max(0);
+        let first_timestamp = self.first_timestamp.unwrap_or(NO_TIMESTAMP);
         let h = &mut self.buf[..HEADER_SIZE];
         h[0..8].copy_from_slice(&self.base_offset.to_be_bytes());
         h[8..12].copy_from_slice(&((len - LOG_OVERHEAD) as i32).to_be_bytes());
         h[12..16].copy_from_slice(&self.partition_leader_epoch.to_be_bytes());
         h[16] = MAGIC_V2 as u8;
         h[21..23].copy_from_slice(&0i16.to_be_bytes());
-        h[23..27].copy_from_slice(&(self.count - 1).max(0).to_be_bytes());
-        h[27..35].copy_from_slice(&self.first_timestamp.unwrap_or(NO_TIMESTAMP).to_be_bytes());
+        h[23..27].copy_from_slice(&last_offset_delta.to_be_bytes());
+        h[27..35].copy_from_slice(&first_timestamp.to_be_bytes());
         h[35..43].copy_from_slice(&self.max_timestamp.to_be_bytes());
         h[43..51].copy_from_slice(&self.producer_id.to_be_bytes());
         h[51..53].copy_from_slice(&self.producer_epoch.to_be_bytes());
@@ -794,8 +819,26 @@ impl RecordBatchBuilder {
         h[57..61].copy_from_slice(&self.count.to_be_bytes());
         let crc = crc32c::crc32c(&self.buf[ATTRIBUTES_POS..]);
         self.buf[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+        let header = BatchHeader {
+            base_offset: self.base_offset,
+            batch_length: (len - LOG_OVERHEAD) as i32,
+            partition_leader_epoch: self.partition_leader_epoch,
+            crc,
+            attributes: 0,
+            last_offset_delta,
+            first_timestamp,
+            max_timestamp: self.max_timestamp,
+            producer_id: self.producer_id,
+            producer_epoch: self.producer_epoch,
+            base_sequence: self.base_sequence,
+            record_count: self.count,
+        };
         let data = self.buf.freeze();
-        let header = BatchHeader::parse(&data, 0).expect("builder writes a valid header");
+        if cfg!(debug_assertions)
+            && let Ok(parsed) = BatchHeader::parse(&data, 0)
+        {
+            debug_assert_eq!(parsed, header, "builder header round-trips");
+        }
         RecordBatch { header, data }
     }
 }
@@ -940,6 +983,40 @@ mod tests {
                 for r in b.records() { let _ = r; }
             }
         }
+    }
+
+    /// Offsets are bounded when a header is parsed, so `next_offset` cannot overflow; the
+    /// builder never panics on an out-of-range base offset.
+    #[test]
+    fn header_offsets_are_bounded() {
+        for (base, records, ok) in [
+            (MAX_LOG_END_OFFSET - 1, 1, true),
+            (MAX_LOG_END_OFFSET - 1, 2, false),
+            (MAX_LOG_END_OFFSET, 1, false),
+            (i64::MAX, 1, false),
+            (-1, 1, false),
+        ] {
+            let mut b = RecordBatchBuilder::new(base);
+            for _ in 0..records {
+                b.append(0, None, Some(b"x"), &[]);
+            }
+            let bytes = b.build().into_bytes();
+            let parsed = RecordBatch::from_bytes(bytes.clone());
+            assert_eq!(parsed.is_ok(), ok, "base {base} records {records}");
+            if let Ok(p) = parsed {
+                assert_eq!(p.header().next_offset(), MAX_LOG_END_OFFSET);
+            }
+            assert_eq!(BatchIter::new(bytes).next().unwrap().is_ok(), ok);
+        }
+    }
+
+    #[test]
+    fn validate_reports_timestamp_delta_range() {
+        let mut b = RecordBatchBuilder::new(0);
+        for ts in [100, 90, 250, 100] {
+            b.append(ts, None, None, &[]);
+        }
+        assert_eq!(b.build().validate_with_timestamp_deltas(), Ok((-10, 150)));
     }
 
     #[test]

@@ -81,11 +81,18 @@ pub fn tmp_path(path: &Path) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// Line number (1-based) in the file of entry `index` returned by
+/// [`read_checkpoint_lines`] (entries follow the version and count lines).
+pub fn entry_line_number(index: usize) -> usize {
+    index + 3
+}
+
 /// Reads a checkpoint file's entry lines after checking the version and count lines.
-/// Returns `Ok(None)` if the file does not exist.
+/// Returns `Ok(None)` if the file does not exist. Bytes that are not UTF-8 make the file
+/// malformed (`MalformedFile` naming the line), not an I/O error.
 pub fn read_checkpoint_lines(path: &Path) -> LogResult<Option<Vec<String>>> {
-    let text = match fs::read_to_string(path) {
-        Ok(t) => t,
+    let data = match fs::read(path) {
+        Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(io_err(path)(e)),
     };
@@ -93,6 +100,13 @@ pub fn read_checkpoint_lines(path: &Path) -> LogResult<Option<Vec<String>>> {
         path: path.to_path_buf(),
         reason,
     };
+    let text = std::str::from_utf8(&data).map_err(|e| {
+        let line = 1 + data[..e.valid_up_to()]
+            .iter()
+            .filter(|b| **b == b'\n')
+            .count();
+        bad(format!("line {line} is not valid UTF-8"))
+    })?;
     let mut lines = text.lines();
     let version = lines
         .next()
@@ -158,10 +172,10 @@ impl OffsetCheckpointFile {
             return Ok(BTreeMap::new());
         };
         let mut out = BTreeMap::new();
-        for line in lines {
+        for (i, line) in lines.into_iter().enumerate() {
             let bad = || LogError::MalformedFile {
                 path: self.path.clone(),
-                reason: format!("bad entry line {line:?}"),
+                reason: format!("line {}: bad entry {line:?}", entry_line_number(i)),
             };
             let mut parts = line.split_whitespace();
             let (Some(topic), Some(p), Some(o), None) =

@@ -22,7 +22,7 @@ impl Clock for SystemClock {
     fn now_ms(&self) -> i64 {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
+            .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
             .unwrap_or(0)
     }
 }
@@ -67,7 +67,8 @@ pub struct LogConfig {
     /// `None` = keep forever (Kafka -1). Kafka default 7 days.
     pub retention_ms: Option<i64>,
     /// `retention.bytes`: delete the oldest segments while the log exceeds this size
-    /// (bytes); `None` = unbounded (Kafka default -1).
+    /// (bytes); `None` = unbounded (Kafka default -1). At most `i64::MAX` (Kafka's type is a
+    /// long); larger values are rejected by [`LogConfig::validate`].
     pub retention_bytes: Option<u64>,
     /// `max.message.bytes`: largest batch accepted (bytes). Kafka default 1 MiB + 12.
     pub max_message_bytes: usize,
@@ -108,6 +109,12 @@ impl LogConfig {
         }
         if self.retention_ms.is_some_and(|ms| ms < 0) {
             return bad("retention.ms", "must be >= 0 (None = unlimited)");
+        }
+        if self
+            .retention_bytes
+            .is_some_and(|b| i64::try_from(b).is_err())
+        {
+            return bad("retention.bytes", "must be <= 2^63 - 1 (None = unlimited)");
         }
         if self.max_message_bytes < 61 || self.max_message_bytes > i32::MAX as usize {
             return bad(
@@ -170,6 +177,24 @@ mod tests {
             ),
             "{e}"
         );
+        for bytes in [u64::MAX, i64::MAX as u64 + 1] {
+            let c = LogConfig {
+                retention_bytes: Some(bytes),
+                ..LogConfig::default()
+            };
+            assert!(matches!(
+                c.validate(),
+                Err(LogError::InvalidConfig {
+                    key: "retention.bytes",
+                    ..
+                })
+            ));
+        }
+        let c = LogConfig {
+            retention_bytes: Some(i64::MAX as u64),
+            ..LogConfig::default()
+        };
+        assert!(c.validate().is_ok());
         let c = LogConfig {
             flush_interval_messages: Some(0),
             ..LogConfig::default()

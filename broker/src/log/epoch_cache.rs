@@ -9,7 +9,9 @@
 
 use std::path::{Path, PathBuf};
 
-use super::checkpoint::{format_checkpoint, read_checkpoint_lines, write_atomically};
+use super::checkpoint::{
+    entry_line_number, format_checkpoint, read_checkpoint_lines, write_atomically,
+};
 use super::error::{LogError, LogResult};
 
 /// File name of the cache inside a partition directory.
@@ -45,16 +47,16 @@ impl LeaderEpochCache {
         }
     }
 
-    /// Loads `<dir>/leader-epoch-checkpoint` (empty if absent). A malformed or non-monotonic
-    /// file is an error.
+    /// Loads `<dir>/leader-epoch-checkpoint` (empty if absent). A malformed (including
+    /// non-UTF-8) or non-monotonic file is a `MalformedFile` error naming the file and line.
     pub fn open(dir: &Path) -> LogResult<Self> {
         let path = dir.join(LEADER_EPOCH_CHECKPOINT);
         let mut entries = Vec::new();
         if let Some(lines) = read_checkpoint_lines(&path)? {
-            for line in lines {
+            for (i, line) in lines.into_iter().enumerate() {
                 let bad = |reason: String| LogError::MalformedFile {
                     path: path.clone(),
-                    reason,
+                    reason: format!("line {}: {reason}", entry_line_number(i)),
                 };
                 let mut it = line.split_whitespace();
                 let (Some(e), Some(o), None) = (it.next(), it.next(), it.next()) else {

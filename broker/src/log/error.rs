@@ -81,6 +81,28 @@ pub enum LogError {
         /// What is wrong.
         reason: &'static str,
     },
+    /// A record or batch timestamp is negative (other than `NO_TIMESTAMP` = -1) or does not
+    /// fit in an i64 (Kafka `INVALID_TIMESTAMP`, `LogValidator.validateTimestamp`).
+    #[error("invalid timestamp {timestamp} in batch at offset {base_offset}: {reason}")]
+    InvalidTimestamp {
+        /// Base offset of the batch as sent.
+        base_offset: i64,
+        /// The offending timestamp (ms); for an overflow, the batch's first timestamp.
+        timestamp: i64,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// An offset argument or the offsets an append would assign are outside what a log can
+    /// hold: negative, or beyond [`crate::log::batch::MAX_LOG_END_OFFSET`] (Kafka
+    /// `OFFSET_OUT_OF_RANGE`; Kafka itself throws `IllegalArgumentException` for a negative
+    /// truncation offset). Nothing was changed.
+    #[error("invalid offset {offset}: {reason}")]
+    InvalidOffset {
+        /// The offending offset.
+        offset: i64,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// A configuration value is out of range (Kafka `INVALID_CONFIG`).
     #[error("invalid config {key}: {reason}")]
     InvalidConfig {
@@ -119,6 +141,8 @@ impl LogError {
             LogError::OffsetOutOfRange { .. } => "OFFSET_OUT_OF_RANGE",
             LogError::UnexpectedAppendOffset { .. } => "UNKNOWN_SERVER_ERROR",
             LogError::InvalidRecord { .. } => "INVALID_RECORD",
+            LogError::InvalidTimestamp { .. } => "INVALID_TIMESTAMP",
+            LogError::InvalidOffset { .. } => "OFFSET_OUT_OF_RANGE",
             LogError::InvalidConfig { .. } => "INVALID_CONFIG",
             LogError::MalformedFile { .. } | LogError::Io { .. } => "KAFKA_STORAGE_ERROR",
         }
@@ -134,6 +158,8 @@ impl LogError {
             LogError::OffsetOutOfRange { .. } => 1,
             LogError::UnexpectedAppendOffset { .. } => -1,
             LogError::InvalidRecord { .. } => 87,
+            LogError::InvalidTimestamp { .. } => 32,
+            LogError::InvalidOffset { .. } => 1,
             LogError::InvalidConfig { .. } => 40,
             LogError::MalformedFile { .. } | LogError::Io { .. } => 56,
         }

@@ -7,6 +7,16 @@
 //! - `leader-epoch-checkpoint` ([`epoch_cache`]);
 //! - producer-state snapshots `{offset:020}.snapshot` ([`producer_state`]).
 //!
+//! Only names of exactly 20 ASCII digits plus the suffix are the log's files
+//! ([`segment::parse_offset_file_name`]); any other file in the directory (`0.log`,
+//! `-0000000000000000001.log`, ...) is ignored with a warning and never deleted.
+//!
+//! Untrusted input: client (leader) appends are validated like Kafka's `LogValidator`
+//! (CRC and records, no transactional/control bits, record timestamps >= 0 or -1, header max
+//! timestamp equal to the records' maximum); follower appends keep the leader's bytes. Every
+//! offset is bounded by [`batch::MAX_LOG_END_OFFSET`] before anything is written, and time
+//! differences saturate, so no batch, offset or clock value can make the log panic.
+//!
 //! A [`LogManager`] owns a data directory: it loads every partition log, keeps the
 //! per-directory `recovery-point-offset-checkpoint` and `replication-offset-checkpoint`
 //! ([`checkpoint`]) and the clean-shutdown marker.
@@ -20,7 +30,9 @@
 //!   it was read back (recovery);
 //! - every epoch cache entry starts at or below the LEO (an entry exactly at the LEO is the
 //!   one a new leader records before its first write, KAFKA-7415);
-//! - a failed append or follower append leaves the LEO and the segment bytes unchanged.
+//! - a failed append or follower append leaves the LEO and the segment bytes unchanged;
+//! - `0 <= log_start_offset <= log_end_offset <= MAX_LOG_END_OFFSET`; the log start offset
+//!   only moves forward, except by an explicit [`Log::truncate_fully_and_start_at`].
 
 #![warn(missing_docs)]
 

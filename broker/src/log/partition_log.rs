@@ -8,13 +8,69 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::batch::{BatchHeader, BatchIter, RecordBatch, stamped_prefix};
+use super::batch::{
+    BatchHeader, BatchIter, CONTROL_BIT, MAX_LOG_END_OFFSET, NO_TIMESTAMP, RecordBatch,
+    TRANSACTIONAL_BIT, stamped_prefix,
+};
 use super::checkpoint::fsync_dir;
 use super::config::{Clock, LogConfig};
-use super::epoch_cache::LeaderEpochCache;
+use super::epoch_cache::{LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
 use super::error::{LogError, LogResult, io_err};
-use super::producer_state::{AppendCheck, ProducerEntry, ProducerStateManager};
-use super::segment::{INDEX_SUFFIX, LOG_SUFFIX, Segment, TIME_INDEX_SUFFIX, remove_if_exists};
+use super::producer_state::{AppendCheck, ProducerEntry, ProducerStateManager, SNAPSHOT_SUFFIX};
+use super::segment::{
+    INDEX_SUFFIX, LOG_SUFFIX, Segment, TIME_INDEX_SUFFIX, parse_offset_file_name, remove_if_exists,
+};
+
+/// Suffixes of the files named `{offset:020}{suffix}` that a partition directory holds.
+const OFFSET_FILE_SUFFIXES: [&str; 4] =
+    [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, SNAPSHOT_SUFFIX];
+
+/// Whether `name` is a file this log writes atomically (so `name.tmp` is its leftover).
+fn is_own_atomic_file(name: &str) -> bool {
+    name == LEADER_EPOCH_CHECKPOINT
+        || [INDEX_SUFFIX, TIME_INDEX_SUFFIX, SNAPSHOT_SUFFIX]
+            .iter()
+            .any(|suffix| parse_offset_file_name(name, suffix).is_some())
+}
+
+/// Checks the timestamps of a client batch as Kafka's `LogValidator` does for CREATE_TIME
+/// v2 batches: every record timestamp (`first_timestamp + delta`, deltas `min_delta ..=
+/// max_delta`) must fit in an i64 and be >= 0 or `NO_TIMESTAMP` (else INVALID_TIMESTAMP),
+/// and the header's max timestamp must equal the largest record timestamp (else
+/// INVALID_RECORD): it drives rolling, retention and timestamp lookups, so it is never
+/// taken on trust. The max timestamp is inside the CRC, so a wrong one is rejected rather
+/// than rewritten.
+fn check_leader_timestamps(h: &BatchHeader, min_delta: i64, max_delta: i64) -> LogResult<()> {
+    let invalid = |timestamp, reason| LogError::InvalidTimestamp {
+        base_offset: h.base_offset,
+        timestamp,
+        reason,
+    };
+    let (Some(min_ts), Some(max_ts)) = (
+        h.first_timestamp.checked_add(min_delta),
+        h.first_timestamp.checked_add(max_delta),
+    ) else {
+        return Err(invalid(
+            h.first_timestamp,
+            "first timestamp + record timestamp delta overflows",
+        ));
+    };
+    for ts in [h.first_timestamp, min_ts] {
+        if ts < NO_TIMESTAMP {
+            return Err(invalid(
+                ts,
+                "negative timestamp other than NO_TIMESTAMP (-1)",
+            ));
+        }
+    }
+    if h.max_timestamp != max_ts {
+        return Err(LogError::InvalidRecord {
+            base_offset: h.base_offset,
+            reason: "batch max timestamp does not match the largest record timestamp",
+        });
+    }
+    Ok(())
+}
 
 /// How to open a log.
 #[derive(Debug, Clone, Copy, Default)]
@@ -84,18 +140,38 @@ impl Log {
         fs::create_dir_all(dir).map_err(io_err(dir))?;
         let now_ms = clock.now_ms();
         let mut bases = Vec::new();
+        // Only `{offset:020}` names are the log's segment, index and snapshot files (see
+        // `parse_offset_file_name`): anything else is left alone, with a warning, and never
+        // deleted, so a stray `0.log` cannot shadow or get the real segment deleted.
         for e in fs::read_dir(dir).map_err(io_err(dir))? {
             let e = e.map_err(io_err(dir))?;
             let path = e.path();
             let name = e.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.ends_with(".tmp") {
+            let Some(name) = name.to_str() else {
+                tracing::warn!(file = %path.display(), "ignoring file with a non-UTF-8 name in log directory");
+                continue;
+            };
+            let is_file = e.file_type().map_err(io_err(&path))?.is_file();
+            if let Some(target) = name.strip_suffix(".tmp")
+                && is_own_atomic_file(target)
+                && is_file
+            {
                 // Leftover of an interrupted atomic write: the old file is still valid.
                 fs::remove_file(&path).map_err(io_err(&path))?;
-            } else if let Some(stem) = name.strip_suffix(LOG_SUFFIX)
-                && let Ok(base) = stem.parse::<i64>()
-            {
-                bases.push(base);
+            } else if let Some(suffix) = OFFSET_FILE_SUFFIXES.iter().find(|s| name.ends_with(**s)) {
+                match parse_offset_file_name(name, suffix) {
+                    Some(base) if is_file => {
+                        if *suffix == LOG_SUFFIX {
+                            bases.push(base);
+                        }
+                    }
+                    _ => tracing::warn!(
+                        file = %path.display(),
+                        "ignoring file that is not a {{offset:020}}{suffix} file of the log (not deleted)"
+                    ),
+                }
+            } else if name.ends_with(".tmp") {
+                tracing::warn!(file = %path.display(), "ignoring unknown temporary file (not deleted)");
             }
         }
         bases.sort_unstable();
@@ -113,8 +189,14 @@ impl Log {
         for &base in iter.by_ref() {
             let recover = !opts.clean_shutdown && base >= recover_from;
             recovered_any |= recover;
-            let (seg, outcome) =
-                Segment::open(dir, base, recover, config.index_interval_bytes, now_ms)?;
+            let (seg, outcome) = Segment::open(
+                dir,
+                base,
+                recover,
+                config.index_interval_bytes,
+                config.max_message_bytes,
+                now_ms,
+            )?;
             let contiguous = segments
                 .values()
                 .next_back()
@@ -250,12 +332,17 @@ impl Log {
 
     /// Appends a batch from a producer as the leader (Kafka `UnifiedLog.appendAsLeader`).
     /// Checks, in order: `max.message.bytes` (MESSAGE_TOO_LARGE); CRC and record structure
-    /// (CORRUPT_MESSAGE); a producer id without epoch or sequence (INVALID_RECORD); the
-    /// idempotence rules of [`crate::log::check_append`] (a duplicate returns the original
+    /// (CORRUPT_MESSAGE); transactional or control attribute bits, which producers may not
+    /// set (INVALID_RECORD; Keel has no transactions); record timestamps and the header's max
+    /// timestamp recomputed from the records (INVALID_TIMESTAMP / INVALID_RECORD, see
+    /// `check_leader_timestamps`); a producer id without epoch or sequence (INVALID_RECORD);
+    /// the idempotence rules of [`crate::log::check_append`] (a duplicate returns the original
     /// offsets with `duplicate: true` and writes nothing; INVALID_PRODUCER_EPOCH;
-    /// OUT_OF_ORDER_SEQUENCE_NUMBER). Then assigns base offset = LEO and partition leader
-    /// epoch = `leader_epoch` (both outside the CRC) and writes; with `flush.messages = 1`
-    /// the batch is fdatasynced before this returns. On any error the log is unchanged.
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER); the new LEO must not pass
+    /// [`crate::log::batch::MAX_LOG_END_OFFSET`] (`InvalidOffset`). Then assigns base offset
+    /// = LEO and partition leader epoch = `leader_epoch` (both outside the CRC) and writes;
+    /// with `flush.messages = 1` the batch is fdatasynced before this returns. On any error
+    /// the log is unchanged.
     pub fn append_as_leader(&mut self, batch: Bytes, leader_epoch: i32) -> LogResult<AppendInfo> {
         if batch.len() > self.config.max_message_bytes {
             return Err(LogError::MessageTooLarge {
@@ -264,8 +351,17 @@ impl Log {
             });
         }
         let batch = RecordBatch::from_bytes(batch)?;
-        batch.validate()?;
+        let (min_delta, max_delta) = batch.validate_with_timestamp_deltas()?;
         let mut header = *batch.header();
+        if header.attributes & (TRANSACTIONAL_BIT | CONTROL_BIT) != 0 {
+            // Kafka `LogValidator`: clients may not write control batches, and transactional
+            // ones need a transaction coordinator, which Keel does not have.
+            return Err(LogError::InvalidRecord {
+                base_offset: header.base_offset,
+                reason: "transactional and control batches are not accepted from producers",
+            });
+        }
+        check_leader_timestamps(&header, min_delta, max_delta)?;
         if header.has_producer_id() && (header.producer_epoch < 0 || header.base_sequence < 0) {
             // Kafka `LogValidator`: an idempotent batch needs an epoch and a sequence.
             return Err(LogError::InvalidRecord {
@@ -287,6 +383,13 @@ impl Log {
         }
         header.base_offset = self.log_end_offset;
         header.partition_leader_epoch = leader_epoch;
+        // LEO <= MAX_LOG_END_OFFSET and the delta is an i32: no overflow here.
+        if header.next_offset() > MAX_LOG_END_OFFSET {
+            return Err(LogError::InvalidOffset {
+                offset: header.last_offset(),
+                reason: "the batch would move the log end offset past the maximum offset",
+            });
+        }
         let prefix = stamped_prefix(batch.as_bytes(), header.base_offset, leader_epoch);
         self.append_checked(Some(&prefix), batch.as_bytes(), &header)?;
         Ok(AppendInfo {
@@ -300,7 +403,14 @@ impl Log {
     /// `UnifiedLog.appendAsFollower`). Every batch is checked (size, CRC, records) and the
     /// offsets must continue the LEO without gaps (else `UnexpectedAppendOffset`) before
     /// anything is written; producer state is updated without sequence checks, as Kafka does
-    /// for replication. Returns the offsets written, `None` for empty input.
+    /// for replication. The leader's bytes are kept as they are: attribute bits
+    /// (transactional, control) and timestamps are not re-validated, and every use of a
+    /// timestamp is saturating, so no value can make the log panic. Batch offsets are bounded
+    /// by [`crate::log::batch::MAX_LOG_END_OFFSET`] when parsed. A batch whose partition
+    /// leader epoch is lower than the epoch cache's latest is appended but does not change
+    /// the cache (Kafka's `LeaderEpochFileCache.assign` ignores lower epochs with a warning;
+    /// such a batch means the leader's log is inconsistent, but its data is valid). Returns
+    /// the offsets written, `None` for empty input.
     pub fn append_as_follower(&mut self, records: Bytes) -> LogResult<Option<AppendInfo>> {
         let mut batches = Vec::new();
         let mut expected = self.log_end_offset;
@@ -354,14 +464,25 @@ impl Log {
         self.maybe_roll(header)?;
         // The epoch entry may precede the data: an entry at the LEO without data is the
         // normal state of a new leader (KAFKA-7415), so a failed write below is harmless.
-        if header.partition_leader_epoch >= 0
-            && self
-                .epoch_cache
-                .latest_epoch()
-                .is_none_or(|e| header.partition_leader_epoch > e)
-        {
-            self.epoch_cache
-                .assign(header.partition_leader_epoch, header.base_offset)?;
+        let epoch = header.partition_leader_epoch;
+        match self.epoch_cache.latest_epoch() {
+            Some(latest) if epoch < latest => {
+                // Kafka (`LeaderEpochFileCache.assign`): a lower epoch than the latest is not
+                // recorded; the batch itself is kept. See `append_as_follower`.
+                tracing::warn!(
+                    dir = %self.dir.display(),
+                    batch_epoch = epoch,
+                    latest_epoch = latest,
+                    base_offset = header.base_offset,
+                    "batch partition leader epoch is lower than the latest cached epoch; \
+                     epoch cache left unchanged"
+                );
+            }
+            Some(latest) if epoch == latest => {}
+            _ if epoch >= 0 => {
+                self.epoch_cache.assign(epoch, header.base_offset)?;
+            }
+            _ => {}
         }
         let interval = self.config.index_interval_bytes;
         self.active_mut().append(prefix, bytes, header, interval)?;
@@ -378,7 +499,7 @@ impl Log {
         let by_time = self
             .config
             .flush_interval_ms
-            .is_some_and(|ms| now_ms - self.last_flush_ms >= ms);
+            .is_some_and(|ms| now_ms.saturating_sub(self.last_flush_ms) >= ms);
         if by_messages || by_time {
             // Durability point: with flush.messages=1 the batch is on disk before the caller
             // can acknowledge it.
@@ -408,7 +529,8 @@ impl Log {
     /// Rolls a new active segment at the LEO if the next batch would overflow `segment.bytes`,
     /// the active segment is older than `segment.ms` (Kafka `LogSegment.shouldRoll`: by the
     /// first batch's timestamp if it has one, else by creation time), or its offsets would
-    /// no longer fit in a relative u32 offset.
+    /// no longer fit in a relative u32 offset. Time differences saturate: a follower batch
+    /// may carry any max timestamp.
     fn maybe_roll(&mut self, next: &BatchHeader) -> LogResult<()> {
         let now_ms = self.clock.now_ms();
         let active = self.active();
@@ -416,8 +538,8 @@ impl Log {
             return Ok(());
         }
         let waited_ms = match active.first_batch_timestamp() {
-            Some(t) if t >= 0 => next.max_timestamp - t,
-            _ => now_ms - active.created_ms(),
+            Some(t) if t >= 0 => next.max_timestamp.saturating_sub(t),
+            _ => now_ms.saturating_sub(active.created_ms()),
         };
         let full = active.size_bytes() + next.size_bytes() as u64 > self.config.segment_bytes;
         let old = waited_ms >= self.config.segment_ms;
@@ -501,7 +623,8 @@ impl Log {
                 let r = r?;
                 let ts = h.first_timestamp.wrapping_add(r.timestamp_delta);
                 if ts >= timestamp_ms {
-                    return Ok(Some((h.base_offset + r.offset_delta as i64, ts)));
+                    let offset = h.base_offset.saturating_add(r.offset_delta as i64);
+                    return Ok(Some((offset, ts)));
                 }
             }
             return Ok(Some((h.base_offset, h.max_timestamp)));
@@ -511,14 +634,32 @@ impl Log {
 
     /// Removes every batch whose last offset is >= `offset` (Kafka `UnifiedLog.truncateTo`),
     /// deleting later segments; a batch containing `offset` goes entirely, so the new LEO is
-    /// <= `offset`. Below the log start this is [`Log::truncate_fully_and_start_at`]. The
+    /// <= `offset`. A negative `offset` is an error (`InvalidOffset`, nothing changes). Below
+    /// the log start every batch goes but the log start offset stays: the log restarts empty
+    /// at its current start ([`Log::truncate_fully_and_start_at`]`(log_start_offset)`), as
+    /// the log start never moves backwards (unlike Kafka, which restarts at `offset`). The
     /// epoch cache and producer state follow. Returns whether anything was removed.
     pub fn truncate_to(&mut self, offset: i64) -> LogResult<bool> {
+        if offset < 0 {
+            return Err(LogError::InvalidOffset {
+                offset,
+                reason: "cannot truncate to a negative offset",
+            });
+        }
         if offset >= self.log_end_offset {
             return Ok(false);
         }
         if offset < self.log_start_offset {
-            self.truncate_fully_and_start_at(offset.max(0))?;
+            if self.log_start_offset == self.log_end_offset {
+                return Ok(false);
+            }
+            tracing::info!(
+                dir = %self.dir.display(),
+                offset,
+                log_start_offset = self.log_start_offset,
+                "truncation below the log start: removing every batch, keeping the log start"
+            );
+            self.truncate_fully_and_start_at(self.log_start_offset)?;
             return Ok(true);
         }
         let later: Vec<i64> = self.segments.range(offset + 1..).map(|(b, _)| *b).collect();
@@ -539,12 +680,12 @@ impl Log {
 
     /// Deletes all data and restarts the log empty at `offset` (Kafka
     /// `truncateFullyAndStartAt`, used when a follower is behind the leader's log start).
+    /// `offset` must be in `[0, MAX_LOG_END_OFFSET]` (else `InvalidOffset`, nothing changes).
     pub fn truncate_fully_and_start_at(&mut self, offset: i64) -> LogResult<()> {
-        if offset < 0 {
-            return Err(LogError::OffsetOutOfRange {
+        if !(0..=MAX_LOG_END_OFFSET).contains(&offset) {
+            return Err(LogError::InvalidOffset {
                 offset,
-                log_start_offset: self.log_start_offset,
-                log_end_offset: self.log_end_offset,
+                reason: "a log can only start at an offset in [0, MAX_LOG_END_OFFSET]",
             });
         }
         let segments = std::mem::take(&mut self.segments);
@@ -573,10 +714,12 @@ impl Log {
     /// segments deleted.
     pub fn delete_old_segments(&mut self, high_watermark: i64) -> LogResult<usize> {
         let now_ms = self.clock.now_ms();
+        // Exact arithmetic: sizes and `retention.bytes` are u64, their difference may be
+        // negative (nothing to delete for size) and must never wrap.
         let mut excess = self
             .config
             .retention_bytes
-            .map(|max| self.size_bytes() as i64 - max as i64);
+            .map(|max| i128::from(self.size_bytes()) - i128::from(max));
         let mut doomed = Vec::new();
         let active_base = self.active().base_offset();
         for seg in self.segments.values() {
@@ -591,13 +734,13 @@ impl Log {
             let expired = self
                 .config
                 .retention_ms
-                .is_some_and(|ms| now_ms - age_basis > ms);
-            let too_big = excess.is_some_and(|x| x - seg.size_bytes() as i64 >= 0);
+                .is_some_and(|ms| now_ms.saturating_sub(age_basis) > ms);
+            let too_big = excess.is_some_and(|x| x >= i128::from(seg.size_bytes()));
             if !(expired || too_big) {
                 break;
             }
             if let Some(x) = excess.as_mut() {
-                *x -= seg.size_bytes() as i64;
+                *x -= i128::from(seg.size_bytes());
             }
             doomed.push(seg.base_offset());
         }
@@ -651,7 +794,7 @@ impl Log {
         let due = self
             .config
             .flush_interval_ms
-            .is_some_and(|ms| self.clock.now_ms() - self.last_flush_ms >= ms);
+            .is_some_and(|ms| self.clock.now_ms().saturating_sub(self.last_flush_ms) >= ms);
         if due && self.recovery_point < self.log_end_offset {
             self.flush()?;
             return Ok(true);

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use super::batch::{BatchHeader, NO_PRODUCER_EPOCH, NO_SEQUENCE};
 use super::checkpoint::write_atomically;
 use super::error::{LogError, LogResult, io_err};
+use super::segment::parse_offset_file_name;
 
 /// Batches retained per producer (Kafka `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`, equal to
 /// the producer's `max.in.flight.requests.per.connection` limit with idempotence).
@@ -265,16 +266,18 @@ impl ProducerStateManager {
         Ok(())
     }
 
-    /// Offsets of the snapshot files present, ascending.
+    /// Offsets of the snapshot files present, ascending. Only canonical
+    /// `{offset:020}.snapshot` names count (`parse_offset_file_name`); other files are not
+    /// the log's and are never read or deleted here (the log warns about them on open).
     pub fn list_snapshots(&self) -> LogResult<Vec<i64>> {
         let mut out = Vec::new();
         for e in fs::read_dir(&self.dir).map_err(io_err(&self.dir))? {
             let e = e.map_err(io_err(&self.dir))?;
             let name = e.file_name();
-            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(SNAPSHOT_SUFFIX)) else {
-                continue;
-            };
-            if let Ok(off) = stem.parse::<i64>() {
+            if let Some(off) = name
+                .to_str()
+                .and_then(|n| parse_offset_file_name(n, SNAPSHOT_SUFFIX))
+            {
                 out.push(off);
             }
         }

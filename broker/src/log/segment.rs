@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use bytes::{Bytes, BytesMut};
 
-use super::batch::{BatchHeader, HEADER_SIZE, NO_TIMESTAMP};
+use super::batch::{BatchHeader, HEADER_SIZE, MAX_LOG_END_OFFSET, NO_TIMESTAMP};
 use super::error::{LogError, LogResult, io_err};
 use super::index::{OffsetIndex, TimeIndex};
 
@@ -30,6 +30,21 @@ const SCAN_CHUNK_BYTES: usize = 4 << 20;
 /// Path of `{base_offset:020}{suffix}` in `dir`.
 pub fn segment_file(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {
     dir.join(format!("{base_offset:020}{suffix}"))
+}
+
+/// Parses the name of a file the log owns, `{offset:020}{suffix}` (segment, index, time
+/// index, producer snapshot): exactly 20 ASCII digits, then `suffix`, naming an offset <=
+/// [`MAX_LOG_END_OFFSET`]. Any other name (`0.log`, `+0000000000000000000.log`,
+/// `-0000000000000000001.log`, 21 digits, ...) is not one of the log's files: `None`. Only a
+/// canonical name maps back to the same path by [`segment_file`], so no stray file can
+/// stand in for (and cause the deletion of) a real one.
+pub fn parse_offset_file_name(name: &str, suffix: &str) -> Option<i64> {
+    let stem = name.strip_suffix(suffix)?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let offset: i64 = stem.parse().ok()?;
+    (offset <= MAX_LOG_END_OFFSET).then_some(offset)
 }
 
 /// What a scan of a segment file found.
@@ -95,11 +110,15 @@ impl Segment {
     /// the indexes are rebuilt and an invalid tail is cut off (reported in the outcome).
     /// Without it, the index files are trusted if they pass validation (else rebuilt by the
     /// same full scan) and only the batches after the last index entry are read and checked.
+    /// A batch whose length field exceeds `max_batch_bytes` (the log's `max.message.bytes`,
+    /// which every append enforces) counts as corrupt: the scan never reads or buffers more
+    /// than that for one batch.
     pub fn open(
         dir: &Path,
         base_offset: i64,
         recover: bool,
         index_interval_bytes: u64,
+        max_batch_bytes: usize,
         now_ms: i64,
     ) -> LogResult<(Segment, ScanOutcome)> {
         let log_path = segment_file(dir, base_offset, LOG_SUFFIX);
@@ -124,12 +143,12 @@ impl Segment {
             index_dirty: false,
         };
         let outcome = if recover {
-            seg.scan_from_start(index_interval_bytes)?
+            seg.scan_from_start(index_interval_bytes, max_batch_bytes)?
         } else if seg.load_indexes(dir)? {
-            seg.scan_tail(index_interval_bytes)?
+            seg.scan_tail(index_interval_bytes, max_batch_bytes)?
         } else {
             tracing::info!(segment = %seg.log_path.display(), "rebuilding missing or invalid index");
-            seg.scan_from_start(index_interval_bytes)?
+            seg.scan_from_start(index_interval_bytes, max_batch_bytes)?
         };
         if seg.size_bytes > 0 {
             let h = seg.read_header(0)?;
@@ -180,7 +199,11 @@ impl Segment {
     /// Scans from the last index entry to the end (headers and CRCs) to find `next_offset`
     /// and the max timestamp. An invalid batch here means the file changed behind the index:
     /// fall back to a full recovery scan.
-    fn scan_tail(&mut self, index_interval_bytes: u64) -> LogResult<ScanOutcome> {
+    fn scan_tail(
+        &mut self,
+        index_interval_bytes: u64,
+        max_batch_bytes: usize,
+    ) -> LogResult<ScanOutcome> {
         let (mut pos, mut expected) = match self.index.last() {
             Some(e) => (
                 e.position as u64,
@@ -197,16 +220,19 @@ impl Segment {
         while pos < self.size_bytes {
             let h = match self.read_header(pos) {
                 Ok(h) => h,
-                Err(_) => return self.scan_from_start(index_interval_bytes),
+                Err(_) => return self.scan_from_start(index_interval_bytes, max_batch_bytes),
             };
-            if h.base_offset != expected || pos + h.size_bytes() as u64 > self.size_bytes {
-                return self.scan_from_start(index_interval_bytes);
+            if h.base_offset != expected
+                || h.size_bytes() > max_batch_bytes
+                || pos + h.size_bytes() as u64 > self.size_bytes
+            {
+                return self.scan_from_start(index_interval_bytes, max_batch_bytes);
             }
             // The tail is at most one index interval plus one batch: check its CRCs too, so
             // a stale recovery point cannot hide a torn or garbage tail.
             let data = self.read_bytes(pos, h.size_bytes())?;
             if crc32c::crc32c(&data[21..]) != h.crc {
-                return self.scan_from_start(index_interval_bytes);
+                return self.scan_from_start(index_interval_bytes, max_batch_bytes);
             }
             self.max_timestamp = self.max_timestamp.max(h.max_timestamp);
             expected = h.next_offset();
@@ -219,8 +245,13 @@ impl Segment {
     }
 
     /// Reads the whole file, rebuilding the indexes; stops at the first batch that is torn,
-    /// not contiguous, or fails its CRC, and truncates the file there.
-    fn scan_from_start(&mut self, index_interval_bytes: u64) -> LogResult<ScanOutcome> {
+    /// not contiguous, longer than `max_batch_bytes`, or fails its CRC, and truncates the
+    /// file there. The read buffer holds at most `max(SCAN_CHUNK_BYTES, max_batch_bytes)`.
+    fn scan_from_start(
+        &mut self,
+        index_interval_bytes: u64,
+        max_batch_bytes: usize,
+    ) -> LogResult<ScanOutcome> {
         self.index = OffsetIndex::default();
         self.time_index = TimeIndex::default();
         self.index_dirty = true;
@@ -249,6 +280,14 @@ impl Segment {
                 }
             };
             let size = h.size_bytes();
+            if size > max_batch_bytes {
+                // A corrupt length field: never buffer (or trust) more than a batch can be.
+                reason = Some(format!(
+                    "batch at byte {pos} has length {size} which exceeds the max batch size \
+                     (max.message.bytes {max_batch_bytes})"
+                ));
+                break;
+            }
             if pos + size as u64 > file_len {
                 reason = Some(format!("batch at byte {pos} is torn"));
                 break;
@@ -467,8 +506,9 @@ impl Segment {
         if pos == 0 {
             self.first_batch_timestamp = None;
         }
-        // Recompute next offset, max timestamp and the index cursor from the last entry.
-        self.scan_tail(index_interval_bytes)?;
+        // Recompute next offset, max timestamp and the index cursor from the last entry. The
+        // batches before `pos` were all accepted by this log: no size cap applies to them.
+        self.scan_tail(index_interval_bytes, usize::MAX)?;
         self.seek_to_end()?;
         self.check_invariants();
         debug_assert_eq!(self.next_offset, h.base_offset);
@@ -591,5 +631,41 @@ pub fn remove_if_exists(path: &Path) -> LogResult<()> {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(io_err(path)(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_canonical_offset_file_names_parse() {
+        let ok = format!("{:020}.log", 42);
+        assert_eq!(parse_offset_file_name(&ok, LOG_SUFFIX), Some(42));
+        assert_eq!(parse_offset_file_name(&ok, INDEX_SUFFIX), None);
+        let max = format!("{MAX_LOG_END_OFFSET:020}.index");
+        assert_eq!(
+            parse_offset_file_name(&max, INDEX_SUFFIX),
+            Some(MAX_LOG_END_OFFSET)
+        );
+        for bad in [
+            "0.log",
+            "+0000000000000000000.log",
+            "-0000000000000000001.log",
+            " 0000000000000000000.log",
+            "000000000000000000000.log",
+            "0000000000000000000.log",
+            "09223372036854775807.log",
+            "99999999999999999999.log",
+            "0000000000000000000\u{0663}.log",
+            ".log",
+            "00000000000000000000.log.log",
+        ] {
+            assert_eq!(parse_offset_file_name(bad, LOG_SUFFIX), None, "{bad}");
+        }
+        // `.timeindex` is not an `.index`.
+        let t = format!("{:020}.timeindex", 0);
+        assert_eq!(parse_offset_file_name(&t, INDEX_SUFFIX), None);
+        assert_eq!(parse_offset_file_name(&t, TIME_INDEX_SUFFIX), Some(0));
     }
 }
