@@ -1,4 +1,12 @@
 //! `keel-broker`: partition log storage, replica manager, ISR replication, produce/fetch and
-//! the metadata tailer (DESIGN §5). Modules arrive issue by issue.
+//! the metadata tailer (DESIGN §5).
+//!
+//! - [`log`]: the on-disk partition log (segments, indexes, leader-epoch cache, producer state,
+//!   checkpoints, recovery), with no network or metadata knowledge;
+//! - [`metadata`]: the metadata tailer: committed records from the controllers -> local
+//!   `MetadataImage` -> local changes (became leader / follower / deleted);
+//! - [`replica`]: the pure replication rules of a partition (HW, ISR, acks × min.insync).
 
 pub mod log;
+pub mod metadata;
+pub mod replica;

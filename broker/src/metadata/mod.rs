@@ -1,0 +1,1 @@
+//! Metadata tailer (being written): FetchMetadata -> local MetadataImage -> local changes.
