@@ -22,6 +22,7 @@ pub async fn run(
     let listener = node::bind(&config).await?;
     let raft_node = node::start_raft(&config).await?;
     let state = QuorumState::new(config.broker_session_timeout_ms);
+    let session_views = state.session_views();
     let (writer, write_task) = write_path::spawn(
         raft_node.raft.clone(),
         raft_node.images.clone(),
@@ -38,6 +39,7 @@ pub async fn run(
     let grpc = ControllerGrpc::new(
         raft_node.clone(),
         writer,
+        session_views,
         config.metadata_log_dir.join("snapshots"),
     );
     tracing::info!(

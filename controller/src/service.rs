@@ -5,6 +5,8 @@
 //! Every reply carries the `ControllerLeader` hint. A write that reaches a controller that is
 //! not active, or whose leadership ends before commit, answers NOT_CONTROLLER.
 
+use std::collections::BTreeMap;
+
 use keel_metadata_log::MetadataImage;
 use keel_metadata_log::records::{ClusterIdRecord, MetadataRecord, metadata_record::Record};
 use keel_proto::ErrorCode;
@@ -28,6 +30,18 @@ pub struct QuorumState {
     pub topic_defaults: TopicDefaults,
     /// Rotates the first broker of replica placement between CreateTopics calls.
     placement_start: usize,
+    /// What the active controller knows of each broker's session, published for
+    /// DescribeCluster (empty when this node is not active).
+    session_views: tokio::sync::watch::Sender<BTreeMap<i32, SessionView>>,
+}
+
+/// One broker's heartbeat session as DescribeCluster reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionView {
+    /// Last applied metadata offset the broker reported; -1 = none yet.
+    pub metadata_offset: i64,
+    /// Wall-clock time of its last valid heartbeat, ms since the Unix epoch.
+    pub last_heartbeat_timestamp_ms: i64,
 }
 
 impl QuorumState {
@@ -38,13 +52,41 @@ impl QuorumState {
             session_timeout_ms,
             topic_defaults: TopicDefaults::default(),
             placement_start: 0,
+            session_views: tokio::sync::watch::channel(BTreeMap::new()).0,
         }
+    }
+
+    /// A receiver of the published session views.
+    pub fn session_views(&self) -> tokio::sync::watch::Receiver<BTreeMap<i32, SessionView>> {
+        self.session_views.subscribe()
+    }
+
+    /// Publishes the sessions of `image`'s brokers (`now_ms` is the write task's clock).
+    fn publish_sessions(&self, image: &MetadataImage, now_ms: u64) {
+        let wall_now = crate::write_path::wall_clock_ms();
+        let views = image
+            .brokers()
+            .keys()
+            .filter_map(|id| {
+                let s = self.sessions.session(*id)?;
+                let age = now_ms.saturating_sub(s.last_contact_ms) as i64;
+                Some((
+                    *id,
+                    SessionView {
+                        metadata_offset: s.metadata_offset,
+                        last_heartbeat_timestamp_ms: wall_now - age,
+                    },
+                ))
+            })
+            .collect();
+        self.session_views.send_replace(views);
     }
 }
 
 impl ControllerState for QuorumState {
     fn on_become_leader(&mut self, image: &MetadataImage, now_ms: u64) -> Vec<MetadataRecord> {
         self.sessions.reset_all(image, now_ms);
+        self.publish_sessions(image, now_ms);
         // Bootstrap: the first active controller of a new quorum names the cluster.
         if image.cluster_id().is_some() {
             return Vec::new();
@@ -89,6 +131,7 @@ impl ControllerState for QuorumState {
 #[derive(Debug, Clone)]
 pub struct ControllerGrpc {
     node: RaftNode,
+    sessions: tokio::sync::watch::Receiver<BTreeMap<i32, SessionView>>,
     writer: WriteHandle<QuorumState>,
     snapshot_dir: std::path::PathBuf,
 }
@@ -98,10 +141,12 @@ impl ControllerGrpc {
     pub fn new(
         node: RaftNode,
         writer: WriteHandle<QuorumState>,
+        sessions: tokio::sync::watch::Receiver<BTreeMap<i32, SessionView>>,
         snapshot_dir: std::path::PathBuf,
     ) -> Self {
         Self {
             node,
+            sessions,
             writer,
             snapshot_dir,
         }
@@ -226,7 +271,11 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             BrokerHeartbeatReply,
-            |ctx, req| logic::heartbeat(ctx.image, &req, &mut ctx.state.sessions, ctx.now_ms),
+            |ctx, req| {
+                let r = logic::heartbeat(ctx.image, &req, &mut ctx.state.sessions, ctx.now_ms);
+                ctx.state.publish_sessions(ctx.image, ctx.now_ms);
+                r
+            },
             |_reply, _committed| ()
         )
     }
@@ -350,6 +399,12 @@ impl ControllerService for ControllerGrpc {
         let image = self.node.images.borrow().clone();
         let hint = reads::leader_hint(&self.node);
         let include_fenced = request.get_ref().include_fenced_brokers;
+        // Heartbeat state lives on the active controller only.
+        let sessions = if self.node.is_active() {
+            self.sessions.borrow().clone()
+        } else {
+            BTreeMap::new()
+        };
         let brokers = image
             .brokers()
             .values()
@@ -362,8 +417,10 @@ impl ControllerService for ControllerGrpc {
                 rack: b.rack.clone().unwrap_or_default(),
                 fenced: b.fenced,
                 in_controlled_shutdown: b.in_controlled_shutdown,
-                last_applied_metadata_offset: -1,
-                last_heartbeat_timestamp_ms: -1,
+                last_applied_metadata_offset: sessions.get(&b.id).map_or(-1, |s| s.metadata_offset),
+                last_heartbeat_timestamp_ms: sessions
+                    .get(&b.id)
+                    .map_or(-1, |s| s.last_heartbeat_timestamp_ms),
             })
             .collect();
         Ok(Response::new(DescribeClusterReply {

@@ -136,6 +136,27 @@ async fn dead_broker_is_fenced_and_its_partitions_move_or_go_offline() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
+    // The active controller reports each broker's heartbeat state.
+    let described = on_leader(&q, Duration::from_secs(5), |mut c| async move {
+        let r = c
+            .describe_cluster(keel_proto::controller::DescribeClusterRequest {
+                include_fenced_brokers: true,
+            })
+            .await
+            .ok()?
+            .into_inner();
+        (r.brokers.len() == 3 && r.brokers.iter().all(|b| b.last_applied_metadata_offset > 0))
+            .then_some(r)
+    })
+    .await;
+    for b in &described.brokers {
+        assert!(!b.fenced, "{b:?}");
+        assert!(
+            (harness_ms() - b.last_heartbeat_timestamp_ms).abs() < 2_000,
+            "{b:?}"
+        );
+    }
+
     create(&q, assigned("moves", &[1, 2, 3], &[])).await;
     create(&q, assigned("offline", &[1, 2], &[])).await;
     create(
