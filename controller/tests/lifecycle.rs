@@ -267,3 +267,79 @@ async fn dead_broker_is_fenced_and_its_partitions_move_or_go_offline() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_requests_get_exact_codes_and_write_nothing() {
+    let q = Quorum::start(3);
+    let hb = Duration::from_millis(HEARTBEAT_INTERVAL_MS as u64);
+    let _brokers = [
+        FakeBroker::start(&q, 1, "", hb).await,
+        FakeBroker::start(&q, 2, "", hb).await,
+    ];
+    let leader = q.wait_leader(Duration::from_secs(5)).await;
+    let topic = |name: &str, partitions: i32, rf: i32| CreatableTopic {
+        name: name.into(),
+        num_partitions: partitions,
+        replication_factor: rf,
+        ..Default::default()
+    };
+    let cases = [
+        (topic("bad/name", 1, 1), "INVALID_TOPIC_EXCEPTION"),
+        (topic("", 1, 1), "INVALID_TOPIC_EXCEPTION"),
+        (topic(&"x".repeat(250), 1, 1), "INVALID_TOPIC_EXCEPTION"),
+        (topic("negative", -5, 1), "INVALID_PARTITIONS"),
+        (topic("zero", 0, 1), "INVALID_PARTITIONS"),
+        (topic("rf0", 1, 0), "INVALID_REPLICATION_FACTOR"),
+        (topic("rf9", 1, 9), "INVALID_REPLICATION_FACTOR"),
+    ];
+    let mut c = q.client(leader).await;
+    for (t, want) in cases {
+        let name = t.name.clone();
+        let r = c
+            .create_topics(CreateTopicsRequest {
+                topics: vec![t],
+                validate_only: false,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let got = r.topics[0]
+            .error
+            .as_ref()
+            .map(|e| e.name.clone())
+            .unwrap_or_default();
+        assert_eq!(got, want, "topic {name:?}");
+    }
+    let r = c
+        .delete_topics(keel_proto::controller::DeleteTopicsRequest {
+            topics: vec![keel_proto::controller::DeleteTopicState {
+                name: "unknown-topic".into(),
+                ..Default::default()
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        r.topics[0].error.as_ref().unwrap().name,
+        "UNKNOWN_TOPIC_OR_PARTITION"
+    );
+    // Nothing about topics was written.
+    let topics = c
+        .read_metadata_log(ReadMetadataLogRequest {
+            record_types: vec![
+                "TopicRecord".into(),
+                "PartitionRecord".into(),
+                "RemoveTopicRecord".into(),
+            ],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        topics.records.is_empty(),
+        "bad requests wrote {:?}",
+        topics.records
+    );
+}
