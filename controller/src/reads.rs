@@ -173,12 +173,14 @@ pub async fn read_metadata_log(
         }
         for e in entries {
             let index = e.log_id.index;
+            // Pages end at entry boundaries (an entry is never split across replies, so
+            // `next_offset` never repeats records); a reply may exceed `max` by one entry.
+            if reply.records.len() >= max {
+                reply.next_offset = index as i64;
+                break 'scan;
+            }
             if let EntryPayload::Normal(batch) = &e.payload {
                 for (i, r) in batch.records.iter().enumerate() {
-                    if reply.records.len() >= max {
-                        reply.next_offset = index as i64;
-                        break 'scan;
-                    }
                     if let Some(Record::Topic(t)) = &r.record
                         && t.name == req.topic_name
                         && let Some(id) = record_topic_id(r)

@@ -245,3 +245,67 @@ fn bad_config_fails_at_start_with_one_line_naming_the_key() {
     ]);
     assert!(e.contains("listeners") && e.contains("in use"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_log_pages_never_repeat_or_skip_records() {
+    let q = Quorum::start(3);
+    let hb = Duration::from_millis(200);
+    let _b1 = common::FakeBroker::start(&q, 1, "", hb).await;
+    // One entry with 12 PartitionRecords, then more entries.
+    let create = |name: &str, partitions: i32| keel_proto::controller::CreateTopicsRequest {
+        topics: vec![keel_proto::controller::CreatableTopic {
+            name: name.into(),
+            num_partitions: partitions,
+            replication_factor: 1,
+            ..Default::default()
+        }],
+        validate_only: false,
+    };
+    for (name, n) in [("wide", 12), ("a", 3), ("b", 2)] {
+        common::on_leader(&q, Duration::from_secs(10), |mut c| {
+            let req = create(name, n);
+            async move {
+                let r = c.create_topics(req).await.ok()?.into_inner();
+                common::ok(&r.topics.first()?.error).then_some(())
+            }
+        })
+        .await;
+    }
+    let leader = q.wait_leader(Duration::from_secs(5)).await;
+    let mut c = q.client(leader).await;
+    let read = |from: i64, to: i64, max: u32| keel_proto::controller::ReadMetadataLogRequest {
+        from_offset: from,
+        to_offset: to,
+        record_types: vec!["PartitionRecord".into()],
+        max_records: max,
+        ..Default::default()
+    };
+    let all = c
+        .read_metadata_log(read(0, 0, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(all.records.len(), 17);
+    // Page with max_records = 5: every record exactly once, in order.
+    let mut paged = Vec::new();
+    let mut from = 0;
+    for _ in 0..100 {
+        let r = c
+            .read_metadata_log(read(from, all.commit_index + 1, 5))
+            .await
+            .unwrap()
+            .into_inner();
+        paged.extend(r.records.into_iter().map(|r| (r.offset, r.index_in_batch)));
+        if r.next_offset > all.commit_index {
+            break;
+        }
+        assert!(r.next_offset > from, "no progress at {from}");
+        from = r.next_offset;
+    }
+    let expected: Vec<_> = all
+        .records
+        .iter()
+        .map(|r| (r.offset, r.index_in_batch))
+        .collect();
+    assert_eq!(paged, expected);
+}
