@@ -127,6 +127,15 @@ impl ControllerState for QuorumState {
     }
 }
 
+/// True when `records` put `broker` into controlled shutdown.
+fn starts_controlled_shutdown(records: &[MetadataRecord], broker: i32) -> bool {
+    records.iter().any(|r| {
+        matches!(&r.record, Some(Record::BrokerRegistrationChange(c))
+            if c.broker_id == broker
+                && c.in_controlled_shutdown == keel_proto::metadata::ShutdownChange::InControlledShutdown as i32)
+    })
+}
+
 /// The gRPC service.
 #[derive(Debug, Clone)]
 pub struct ControllerGrpc {
@@ -274,6 +283,17 @@ impl ControllerService for ControllerGrpc {
             |ctx, req| {
                 let r = logic::heartbeat(ctx.image, &req, &mut ctx.state.sessions, ctx.now_ms);
                 ctx.state.publish_sessions(ctx.image, ctx.now_ms);
+                if starts_controlled_shutdown(&r.records, req.broker_id) {
+                    // Grant the shutdown only once every active broker has applied this batch
+                    // (Kafka: BrokerHeartbeatManager.maybeUpdateControlledShutdownOffset).
+                    let broker = req.broker_id;
+                    ctx.after_commit
+                        .push(Box::new(move |state: &mut QuorumState, offset| {
+                            state
+                                .sessions
+                                .set_controlled_shutdown_offset(broker, offset);
+                        }));
+                }
                 r
             },
             |_reply, _committed| ()

@@ -91,7 +91,6 @@ pub trait ControllerState: Send + 'static {
 }
 
 /// What an operation sees when it runs.
-#[derive(Debug)]
 pub struct WriteContext<'a, S> {
     /// The working image (committed + proposed-but-unapplied records).
     pub image: &'a MetadataImage,
@@ -99,7 +98,25 @@ pub struct WriteContext<'a, S> {
     pub now_ms: u64,
     /// The controller's in-memory state.
     pub state: &'a mut S,
+    /// Hooks run on the write task with the committed offset once this operation's records
+    /// are committed (dropped if they are not), e.g. to remember at which offset a broker's
+    /// controlled shutdown was written.
+    pub after_commit: &'a mut Vec<StateHook<S>>,
 }
+
+impl<S: std::fmt::Debug> std::fmt::Debug for WriteContext<'_, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteContext")
+            .field("offset", &self.image.provenance().offset)
+            .field("now_ms", &self.now_ms)
+            .field("state", &self.state)
+            .field("after_commit", &self.after_commit.len())
+            .finish()
+    }
+}
+
+/// A state update to run once a proposal is committed, with its offset.
+pub type StateHook<S> = Box<dyn FnOnce(&mut S, u64) + Send>;
 
 /// An operation: runs once on the write task. See the module doc.
 pub type Operation<S> = Box<dyn for<'a> FnOnce(WriteContext<'a, S>) -> Proposal + Send>;
@@ -149,9 +166,10 @@ type WriteResult = Result<
     openraft::error::ClientWriteError<u64, openraft::BasicNode>,
 >;
 
-struct InFlight {
+struct InFlight<S> {
     rx: oneshot::Receiver<WriteResult>,
     completions: Vec<Completion>,
+    hooks: Vec<StateHook<S>>,
 }
 
 /// Settings of the write task.
@@ -208,7 +226,7 @@ struct WriteTask<S> {
     /// Provisional offsets for the working image (only its ordering matters).
     working_offset: u64,
     /// Proposed entries, oldest first (commits complete in order).
-    inflight: VecDeque<InFlight>,
+    inflight: VecDeque<InFlight<S>>,
     /// Offset of the last committed entry this task saw.
     last_proposed_offset: u64,
 }
@@ -241,7 +259,7 @@ impl<S: ControllerState> WriteTask<S> {
                 }
                 res = Self::front(&mut self.inflight), if !self.inflight.is_empty() => {
                     let done = self.inflight.pop_front().expect("front exists");
-                    self.finish(res, done.completions);
+                                        self.finish(res, done.completions, done.hooks);
                 }
                 op = self.rx.recv(), if can_take => {
                     let Some(op) = op else { break };
@@ -302,7 +320,7 @@ impl<S: ControllerState> WriteTask<S> {
         }
     }
 
-    async fn front(inflight: &mut VecDeque<InFlight>) -> Option<WriteResult> {
+    async fn front(inflight: &mut VecDeque<InFlight<S>>) -> Option<WriteResult> {
         let f = inflight.front_mut().expect("guarded by !is_empty");
         (&mut f.rx).await.ok()
     }
@@ -328,7 +346,12 @@ impl<S: ControllerState> WriteTask<S> {
         );
     }
 
-    fn finish(&mut self, res: Option<WriteResult>, completions: Vec<Completion>) {
+    fn finish(
+        &mut self,
+        res: Option<WriteResult>,
+        completions: Vec<Completion>,
+        hooks: Vec<StateHook<S>>,
+    ) {
         let outcome = match res {
             Some(Ok(resp)) => match resp.data {
                 ApplyOutcome {
@@ -336,6 +359,9 @@ impl<S: ControllerState> WriteTask<S> {
                     offset,
                 } => {
                     self.last_proposed_offset = offset;
+                    for hook in hooks {
+                        hook(&mut self.state, offset);
+                    }
                     Ok(Committed { offset })
                 }
                 ApplyOutcome {
@@ -380,11 +406,14 @@ impl<S: ControllerState> WriteTask<S> {
         let now = self.now_ms();
         let mut records = Vec::new();
         let mut completions: Vec<Completion> = Vec::with_capacity(ops.len());
+        let mut hooks: Vec<StateHook<S>> = Vec::new();
         for op in ops {
+            let hooks_before = hooks.len();
             let p = op(WriteContext {
                 image: &self.working,
                 now_ms: now,
                 state: &mut self.state,
+                after_commit: &mut hooks,
             });
             if p.records.is_empty() {
                 completions.push(p.complete);
@@ -405,11 +434,12 @@ impl<S: ControllerState> WriteTask<S> {
                     // The operation produced records that do not replay: a logic bug. Refuse
                     // it alone; the batch goes on without it.
                     tracing::error!(record = i, error = %e, "operation produced invalid records");
+                    hooks.truncate(hooks_before);
                     (p.complete)(Err(ErrorCode::UnknownServerError));
                 }
             }
         }
-        self.propose(records, completions).await;
+        self.propose(records, completions, hooks).await;
     }
 
     async fn propose_internal(&mut self, records: Vec<MetadataRecord>) {
@@ -421,7 +451,7 @@ impl<S: ControllerState> WriteTask<S> {
         match self.working.with_records(at, &records) {
             Ok(next) => {
                 self.working = next;
-                self.propose(records, Vec::new()).await;
+                self.propose(records, Vec::new(), Vec::new()).await;
             }
             Err((i, e)) => {
                 tracing::error!(record = i, error = %e, "internal records do not replay")
@@ -429,9 +459,15 @@ impl<S: ControllerState> WriteTask<S> {
         }
     }
 
-    async fn propose(&mut self, records: Vec<MetadataRecord>, mut completions: Vec<Completion>) {
+    async fn propose(
+        &mut self,
+        records: Vec<MetadataRecord>,
+        mut completions: Vec<Completion>,
+        hooks: Vec<StateHook<S>>,
+    ) {
         if records.is_empty() {
-            // Nothing to write: answer after the entries already in flight.
+            // Nothing to write (so no hooks): answer after the entries already in flight.
+            debug_assert!(hooks.is_empty(), "state hooks without records");
             match self.inflight.back_mut() {
                 Some(last) => last.completions.append(&mut completions),
                 None => {
@@ -448,7 +484,11 @@ impl<S: ControllerState> WriteTask<S> {
             append_timestamp_ms: wall_clock_ms(),
         };
         match self.raft.client_write_ff(batch).await {
-            Ok(rx) => self.inflight.push_back(InFlight { rx, completions }),
+            Ok(rx) => self.inflight.push_back(InFlight {
+                rx,
+                completions,
+                hooks,
+            }),
             Err(fatal) => {
                 tracing::error!(error = %fatal, "raft stopped");
                 self.leader = false;

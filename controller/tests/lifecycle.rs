@@ -343,3 +343,83 @@ async fn bad_requests_get_exact_codes_and_write_nothing() {
         topics.records
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controlled_shutdown_moves_leadership_and_isr_away_before_granting() {
+    let q = Quorum::start(3);
+    let hb = Duration::from_millis(HEARTBEAT_INTERVAL_MS as u64);
+    let b1 = FakeBroker::start(&q, 1, "", hb).await;
+    let _b2 = FakeBroker::start(&q, 2, "", hb).await;
+    let _b3 = FakeBroker::start(&q, 3, "", hb).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while leader_image(&q)
+        .await
+        .brokers()
+        .values()
+        .filter(|b| !b.fenced)
+        .count()
+        < 3
+    {
+        assert!(
+            Instant::now() < deadline,
+            "brokers not unfenced\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    create(&q, assigned("cs", &[1, 2, 3], &[])).await;
+    assert_eq!(partition(&leader_image(&q).await, "cs").leader, 1);
+
+    // Broker 1 asks to shut down (its background heartbeats stop; it sends its own).
+    b1.alive.store(false, Ordering::SeqCst);
+    let mut granted = false;
+    let mut first_reply = None;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !granted {
+        let epoch = b1.epoch;
+        let r = on_leader(&q, Duration::from_secs(5), |mut c| async move {
+            let offset = c
+                .describe_cluster(keel_proto::controller::DescribeClusterRequest::default())
+                .await
+                .ok()?
+                .into_inner()
+                .commit_index;
+            let r = c
+                .broker_heartbeat(keel_proto::controller::BrokerHeartbeatRequest {
+                    broker_id: 1,
+                    broker_epoch: epoch,
+                    current_metadata_offset: offset,
+                    want_shut_down: true,
+                    ..Default::default()
+                })
+                .await
+                .ok()?
+                .into_inner();
+            (!is_not_controller(&r.error)).then_some(r)
+        })
+        .await;
+        assert!(ok(&r.error), "{:?}", r.error);
+        first_reply.get_or_insert(r.should_shut_down);
+        granted = r.should_shut_down;
+        assert!(
+            Instant::now() < deadline,
+            "shutdown never granted\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        first_reply,
+        Some(false),
+        "the first heartbeat must not grant the shutdown at once"
+    );
+    let img = leader_image(&q).await;
+    let p = partition(&img, "cs");
+    assert!(
+        p.leader == 2 || p.leader == 3,
+        "leadership did not move: {p:?}"
+    );
+    assert!(!p.isr.contains(&1), "broker 1 still in ISR {:?}", p.isr);
+    let b = img.broker(1).unwrap();
+    assert!(b.in_controlled_shutdown || b.fenced, "{b:?}");
+}
