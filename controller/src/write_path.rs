@@ -168,6 +168,8 @@ type WriteResult = Result<
 
 struct InFlight<S> {
     rx: oneshot::Receiver<WriteResult>,
+    /// The Raft index this entry is expected to get.
+    expected_offset: u64,
     completions: Vec<Completion>,
     hooks: Vec<StateHook<S>>,
 }
@@ -223,7 +225,10 @@ struct WriteTask<S> {
     leader: bool,
     /// Committed image + records of `inflight` (valid only while `leader`).
     working: MetadataImage,
-    /// Provisional offsets for the working image (only its ordering matters).
+    /// Raft index of the last entry this task proposed (or of the committed image after a
+    /// resync). The next proposal gets `working_offset + 1`: one entry per proposal, so the
+    /// working image derives the same broker epochs (RegisterBrokerRecord offsets) as the
+    /// state machine will. Checked against the committed index in `finish`.
     working_offset: u64,
     /// Proposed entries, oldest first (commits complete in order).
     inflight: VecDeque<InFlight<S>>,
@@ -259,7 +264,17 @@ impl<S: ControllerState> WriteTask<S> {
                 }
                 res = Self::front(&mut self.inflight), if !self.inflight.is_empty() => {
                     let done = self.inflight.pop_front().expect("front exists");
-                                        self.finish(res, done.completions, done.hooks);
+                                                            let expected = done.expected_offset;
+                    if let Some(actual) = self.finish(res, done.completions, done.hooks)
+                        && actual != expected
+                    {
+                        // Some other entry took an index (should not happen: only this task
+                        // proposes): the working image's derived epochs are off. Start over
+                        // from the committed state.
+                        tracing::error!(expected, actual, "entry landed at an unexpected index: resynchronizing");
+                        self.step_down_locally();
+                        self.become_leader().await;
+                    }
                 }
                 op = self.rx.recv(), if can_take => {
                     let Some(op) = op else { break };
@@ -309,13 +324,18 @@ impl<S: ControllerState> WriteTask<S> {
                 node_id = self.config.node_id,
                 "no longer the active controller"
             );
-            self.leader = false;
-            // Their outcome is unknown (a new leader may still commit them): tell the callers
-            // NOT_CONTROLLER so they retry, never success.
-            for f in self.inflight.drain(..) {
-                for c in f.completions {
-                    c(Err(ErrorCode::NotController));
-                }
+            self.step_down_locally();
+        }
+    }
+
+    /// Stops deciding as leader and fails every in-flight entry's callers with
+    /// NOT_CONTROLLER: their outcome is unknown (a new leader may still commit them), so
+    /// they must retry, never see success.
+    fn step_down_locally(&mut self) {
+        self.leader = false;
+        for f in self.inflight.drain(..) {
+            for c in f.completions {
+                c(Err(ErrorCode::NotController));
             }
         }
     }
@@ -346,12 +366,13 @@ impl<S: ControllerState> WriteTask<S> {
         );
     }
 
+    /// Answers the completions of one finished entry; returns the committed index on success.
     fn finish(
         &mut self,
         res: Option<WriteResult>,
         completions: Vec<Completion>,
         hooks: Vec<StateHook<S>>,
-    ) {
+    ) -> Option<u64> {
         let outcome = match res {
             Some(Ok(resp)) => match resp.data {
                 ApplyOutcome {
@@ -386,13 +407,14 @@ impl<S: ControllerState> WriteTask<S> {
         for c in completions {
             c(outcome);
         }
+        outcome.ok().map(|c| c.offset)
     }
 
     /// After a failed proposal the working image may hold records that will never apply:
     /// start again from the committed image (later in-flight entries fail the same way).
     fn resync(&mut self) {
         self.working = self.images.borrow().clone();
-        self.working_offset = self.working_offset.max(self.working.provenance().offset);
+        self.working_offset = self.working.provenance().offset;
     }
 
     async fn decide_and_propose(&mut self, ops: Vec<Operation<S>>) {
@@ -419,9 +441,9 @@ impl<S: ControllerState> WriteTask<S> {
                 completions.push(p.complete);
                 continue;
             }
-            self.working_offset += 1;
+            // Every operation of this batch lands in the same entry, at the next index.
             let at = Provenance {
-                offset: self.working_offset,
+                offset: self.working_offset + 1,
                 term: 0,
             };
             match self.working.with_records(at, &p.records) {
@@ -443,9 +465,8 @@ impl<S: ControllerState> WriteTask<S> {
     }
 
     async fn propose_internal(&mut self, records: Vec<MetadataRecord>) {
-        self.working_offset += 1;
         let at = Provenance {
-            offset: self.working_offset,
+            offset: self.working_offset + 1,
             term: 0,
         };
         match self.working.with_records(at, &records) {
@@ -484,11 +505,16 @@ impl<S: ControllerState> WriteTask<S> {
             append_timestamp_ms: wall_clock_ms(),
         };
         match self.raft.client_write_ff(batch).await {
-            Ok(rx) => self.inflight.push_back(InFlight {
-                rx,
-                completions,
-                hooks,
-            }),
+            Ok(rx) => {
+                self.working_offset += 1;
+                let expected_offset = self.working_offset;
+                self.inflight.push_back(InFlight {
+                    rx,
+                    expected_offset,
+                    hooks,
+                    completions,
+                });
+            }
             Err(fatal) => {
                 tracing::error!(error = %fatal, "raft stopped");
                 self.leader = false;

@@ -309,3 +309,50 @@ async fn metadata_log_pages_never_repeat_or_skip_records() {
         .collect();
     assert_eq!(paged, expected);
 }
+
+/// Registrations decided into one entry get the entry's offset as their epoch, in the active
+/// controller's working state too: heartbeats with the epochs from the replies are accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_registrations_get_epochs_their_heartbeats_match() {
+    let q = Quorum::start(3);
+    let leader = q.wait_leader(Duration::from_secs(5)).await;
+    for round in 0..3 {
+        let mut tasks = Vec::new();
+        for b in 0..8 {
+            let c = q.client(leader).await;
+            let id = round * 10 + b + 1;
+            tasks.push(tokio::spawn(async move {
+                let mut c = c;
+                let r = c
+                    .register_broker(register_request(id))
+                    .await
+                    .unwrap()
+                    .into_inner();
+                assert!(r.error.is_none(), "{:?}", r.error);
+                (id, r.broker_epoch)
+            }));
+        }
+        let mut epochs = Vec::new();
+        for t in tasks {
+            epochs.push(t.await.unwrap());
+        }
+        let mut c = q.client(leader).await;
+        for (id, epoch) in epochs {
+            let r = c
+                .broker_heartbeat(keel_proto::controller::BrokerHeartbeatRequest {
+                    broker_id: id,
+                    broker_epoch: epoch,
+                    current_metadata_offset: epoch,
+                    ..Default::default()
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            assert!(
+                common::ok(&r.error),
+                "broker {id} epoch {epoch}: {:?}",
+                r.error
+            );
+        }
+    }
+}
