@@ -7,6 +7,9 @@
 //!   `MetadataImage` -> local changes (became leader / follower / deleted);
 //! - [`replica`]: the pure replication rules of a partition (HW, ISR, acks × min.insync).
 
+pub mod config;
+pub mod lifecycle;
 pub mod log;
 pub mod metadata;
 pub mod replica;
+pub mod server;

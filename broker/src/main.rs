@@ -1,26 +1,130 @@
-//! `keel-broker` process entry point. The process logic lands with its issue; for now the
-//! binary parses its command line so `--help` documents what it will accept.
+//! `keel-broker`: one broker of a Keel cluster.
+//!
+//! `keel-broker --config broker.toml` (every key also as `--flag` and `KEEL_*` env var;
+//! flag > env > file > default). Prints one line and exits 1 on a bad config or a start-up
+//! failure (port in use, unusable log dir, registration refused for good). SIGTERM/SIGINT run
+//! a controlled shutdown (bounded by `broker_session_timeout_ms`) and exit 0.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::Parser;
+use keel_broker::config::{BrokerConfig, ConfigError, RawConfig};
+use keel_broker::server;
 
 /// Command line of `keel-broker`.
 #[derive(Debug, Parser)]
-#[command(
-    name = "keel-broker",
-    version,
-    about = "Keel broker (not yet runnable: see the README's status section)"
-)]
+#[command(name = "keel-broker", version, about = "Keel broker")]
 struct Args {
     /// TOML configuration file (keys: see the README's configuration table).
-    #[arg(long, value_name = "FILE")]
-    config: Option<std::path::PathBuf>,
+    #[arg(long, value_name = "FILE", env = "KEEL_CONFIG")]
+    config: Option<PathBuf>,
+    /// This broker's id (Kafka: node.id).
+    #[arg(long, env = "KEEL_NODE_ID")]
+    node_id: Option<i32>,
+    /// Controller voters, `1@host:port,2@host:port,3@host:port` (Kafka:
+    /// controller.quorum.voters).
+    #[arg(long, env = "KEEL_CONTROLLER_QUORUM_VOTERS")]
+    controller_quorum_voters: Option<String>,
+    /// Bind address `ip:port` (Kafka: listeners).
+    #[arg(long, env = "KEEL_LISTENERS")]
+    listeners: Option<String>,
+    /// Address clients and replicas use, `host:port` (Kafka: advertised.listeners).
+    #[arg(long, env = "KEEL_ADVERTISED_LISTENERS")]
+    advertised_listeners: Option<String>,
+    /// Comma-separated data directories (Kafka: log.dirs).
+    #[arg(long, env = "KEEL_LOG_DIRS")]
+    log_dirs: Option<String>,
+    /// Rack (Kafka: broker.rack).
+    #[arg(long, env = "KEEL_RACK")]
+    rack: Option<String>,
+    /// Heartbeat interval, ms (Kafka: broker.heartbeat.interval.ms).
+    #[arg(long, env = "KEEL_BROKER_HEARTBEAT_INTERVAL_MS")]
+    broker_heartbeat_interval_ms: Option<u64>,
+    /// Session timeout, ms (Kafka: broker.session.timeout.ms).
+    #[arg(long, env = "KEEL_BROKER_SESSION_TIMEOUT_MS")]
+    broker_session_timeout_ms: Option<u64>,
+    /// ISR lag bound, ms (Kafka: replica.lag.time.max.ms).
+    #[arg(long, env = "KEEL_REPLICA_LAG_TIME_MAX_MS")]
+    replica_lag_time_max_ms: Option<u64>,
+    /// Cluster default min.insync.replicas (Kafka: min.insync.replicas).
+    #[arg(long, env = "KEEL_MIN_INSYNC_REPLICAS")]
+    min_insync_replicas: Option<u32>,
+    /// Local metadata snapshot interval, ms.
+    #[arg(long, env = "KEEL_METADATA_SNAPSHOT_INTERVAL_MS")]
+    metadata_snapshot_interval_ms: Option<u64>,
 }
 
-fn main() {
-    let args = Args::parse();
-    eprintln!(
-        "keel-broker: not implemented yet (config: {:?})",
-        args.config
-    );
-    std::process::exit(2);
+impl Args {
+    fn into_config(self) -> Result<BrokerConfig, ConfigError> {
+        let mut raw = match &self.config {
+            Some(path) => RawConfig::from_file(path)?,
+            None => RawConfig::default(),
+        };
+        raw.overlay(RawConfig {
+            node_id: self.node_id,
+            controller_quorum_voters: self.controller_quorum_voters,
+            listeners: self.listeners,
+            advertised_listeners: self.advertised_listeners,
+            log_dirs: self.log_dirs,
+            rack: self.rack,
+            broker_heartbeat_interval_ms: self.broker_heartbeat_interval_ms,
+            broker_session_timeout_ms: self.broker_session_timeout_ms,
+            replica_lag_time_max_ms: self.replica_lag_time_max_ms,
+            min_insync_replicas: self.min_insync_replicas,
+            metadata_snapshot_interval_ms: self.metadata_snapshot_interval_ms,
+        });
+        raw.resolve()
+    }
+}
+
+fn main() -> ExitCode {
+    let config = match Args::parse().into_config() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("keel-broker: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .init();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("keel-broker: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(server::run(config, shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("keel-broker: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM; use SIGINT");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: controlled shutdown"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: controlled shutdown"),
+    }
 }

@@ -1,0 +1,421 @@
+//! Broker configuration: a TOML file, every key overridable by a `KEEL_`-prefixed environment
+//! variable or a command-line flag (flag > env > file > default).
+//!
+//! Keys are snake_case versions of Kafka's names (DESIGN §6). Bad configs fail at start with
+//! one line naming the key ([`ConfigError`]). The voter parser is the broker's own copy of the
+//! controller's format (`1@host:port,...`): brokers never depend on the controller crate.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Why a configuration was refused. `Display` is the one line printed at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML, has an unknown key, or a value of the wrong type.
+    #[error("config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// toml's message, which names the key.
+        message: String,
+    },
+    /// A key has a value outside its domain.
+    #[error("invalid value for {key}: {reason}")]
+    Invalid {
+        /// The key (config name).
+        key: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A required key is missing.
+    #[error("missing required config {key}")]
+    Missing {
+        /// The key.
+        key: &'static str,
+    },
+}
+
+/// The broker's settings, after merging file, environment and flags.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerConfig {
+    /// This broker's id (Kafka: `node.id`), >= 0.
+    pub node_id: i32,
+    /// The controller voters (Kafka: `controller.quorum.voters`), by node id: `host:port`.
+    pub controller_quorum_voters: BTreeMap<u64, String>,
+    /// Address the broker's gRPC listener binds (Kafka: `listeners`), `ip:port`. Default
+    /// `0.0.0.0:9092`.
+    pub listeners: SocketAddr,
+    /// Address clients and other brokers use (Kafka: `advertised.listeners`), `host:port`.
+    /// Defaults to `listeners` unless that binds every interface (then it is required).
+    pub advertised_listeners: String,
+    /// Data directories (Kafka: `log.dirs`, comma-separated). The first also holds the local
+    /// metadata snapshot (`<dir>/__cluster_metadata/metadata.snap`).
+    pub log_dirs: Vec<PathBuf>,
+    /// Rack of this broker (Kafka: `broker.rack`), if any.
+    pub rack: Option<String>,
+    /// Interval between heartbeats to the active controller, ms (Kafka:
+    /// `broker.heartbeat.interval.ms`, 2000).
+    pub broker_heartbeat_interval_ms: u64,
+    /// The controller fences a broker silent for this long, ms (Kafka:
+    /// `broker.session.timeout.ms`, 9000). The broker also uses it to bound a controlled
+    /// shutdown, like Kafka's `BrokerServer.shutdown`.
+    pub broker_session_timeout_ms: u64,
+    /// A follower not caught up for this long leaves the ISR, ms (Kafka:
+    /// `replica.lag.time.max.ms`, 30000).
+    pub replica_lag_time_max_ms: u64,
+    /// Cluster default of `min.insync.replicas` (Kafka: `min.insync.replicas`, 1); topic
+    /// configs override it.
+    pub min_insync_replicas: u32,
+    /// Interval between writes of the local metadata snapshot, ms (Kafka:
+    /// `metadata.log.max.snapshot.interval.ms`, which is 1 h; Keel defaults to 60000 so a
+    /// restart replays at most a minute of metadata). Written only when the image changed,
+    /// and always on shutdown.
+    pub metadata_snapshot_interval_ms: u64,
+}
+
+/// The file/environment form: every key optional so that layers can be merged.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawConfig {
+    /// See [`BrokerConfig::node_id`].
+    pub node_id: Option<i32>,
+    /// `1@host:port,2@host:port,...`
+    pub controller_quorum_voters: Option<String>,
+    /// `ip:port`
+    pub listeners: Option<String>,
+    /// `host:port`
+    pub advertised_listeners: Option<String>,
+    /// Comma-separated directories.
+    pub log_dirs: Option<String>,
+    /// Rack name.
+    pub rack: Option<String>,
+    /// ms
+    pub broker_heartbeat_interval_ms: Option<u64>,
+    /// ms
+    pub broker_session_timeout_ms: Option<u64>,
+    /// ms
+    pub replica_lag_time_max_ms: Option<u64>,
+    /// count
+    pub min_insync_replicas: Option<u32>,
+    /// ms
+    pub metadata_snapshot_interval_ms: Option<u64>,
+}
+
+macro_rules! merge {
+    ($dst:ident, $src:ident, $($field:ident),*) => {
+        $( if $src.$field.is_some() { $dst.$field = $src.$field; } )*
+    };
+}
+
+impl RawConfig {
+    /// Reads a TOML file. Unknown keys are refused.
+    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.message().to_string()
+                + &e.span()
+                    .map(|s| format!(" (at byte {})", s.start))
+                    .unwrap_or_default(),
+        })
+    }
+
+    /// Overlays every key set in `other`.
+    pub fn overlay(&mut self, other: RawConfig) {
+        merge!(
+            self,
+            other,
+            node_id,
+            controller_quorum_voters,
+            listeners,
+            advertised_listeners,
+            log_dirs,
+            rack,
+            broker_heartbeat_interval_ms,
+            broker_session_timeout_ms,
+            replica_lag_time_max_ms,
+            min_insync_replicas,
+            metadata_snapshot_interval_ms
+        );
+    }
+
+    /// Validates and fills defaults.
+    pub fn resolve(self) -> Result<BrokerConfig, ConfigError> {
+        let node_id = self
+            .node_id
+            .ok_or(ConfigError::Missing { key: "node_id" })?;
+        if node_id < 0 {
+            return Err(ConfigError::Invalid {
+                key: "node_id",
+                reason: format!("{node_id} is negative"),
+            });
+        }
+        let voters_str = self.controller_quorum_voters.ok_or(ConfigError::Missing {
+            key: "controller_quorum_voters",
+        })?;
+        let controller_quorum_voters = parse_voters(&voters_str)?;
+        let dirs_str = self
+            .log_dirs
+            .ok_or(ConfigError::Missing { key: "log_dirs" })?;
+        let log_dirs: Vec<PathBuf> = dirs_str
+            .split(',')
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .collect();
+        if log_dirs.is_empty() {
+            return Err(ConfigError::Invalid {
+                key: "log_dirs",
+                reason: "no directory given".into(),
+            });
+        }
+        let listeners_str = self.listeners.unwrap_or_else(|| "0.0.0.0:9092".into());
+        let listeners: SocketAddr = listeners_str.parse().map_err(|e| ConfigError::Invalid {
+            key: "listeners",
+            reason: format!("{listeners_str:?} is not an ip:port address ({e})"),
+        })?;
+        let advertised_listeners = match self.advertised_listeners {
+            Some(a) => {
+                parse_host_port(&a).map_err(|reason| ConfigError::Invalid {
+                    key: "advertised_listeners",
+                    reason,
+                })?;
+                a
+            }
+            None if listeners.ip().is_unspecified() => {
+                return Err(ConfigError::Invalid {
+                    key: "advertised_listeners",
+                    reason: format!("required when listeners binds every interface ({listeners})"),
+                });
+            }
+            None => listeners.to_string(),
+        };
+        let cfg = BrokerConfig {
+            node_id,
+            controller_quorum_voters,
+            listeners,
+            advertised_listeners,
+            log_dirs,
+            rack: self.rack.filter(|r| !r.is_empty()),
+            broker_heartbeat_interval_ms: self.broker_heartbeat_interval_ms.unwrap_or(2000),
+            broker_session_timeout_ms: self.broker_session_timeout_ms.unwrap_or(9000),
+            replica_lag_time_max_ms: self.replica_lag_time_max_ms.unwrap_or(30_000),
+            min_insync_replicas: self.min_insync_replicas.unwrap_or(1),
+            metadata_snapshot_interval_ms: self.metadata_snapshot_interval_ms.unwrap_or(60_000),
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+impl BrokerConfig {
+    fn validate(&self) -> Result<(), ConfigError> {
+        let positive = |key: &'static str, v: u64| {
+            if v == 0 {
+                Err(ConfigError::Invalid {
+                    key,
+                    reason: "must be greater than 0".into(),
+                })
+            } else {
+                Ok(())
+            }
+        };
+        positive(
+            "broker_heartbeat_interval_ms",
+            self.broker_heartbeat_interval_ms,
+        )?;
+        positive("broker_session_timeout_ms", self.broker_session_timeout_ms)?;
+        positive("replica_lag_time_max_ms", self.replica_lag_time_max_ms)?;
+        positive(
+            "metadata_snapshot_interval_ms",
+            self.metadata_snapshot_interval_ms,
+        )?;
+        positive("min_insync_replicas", u64::from(self.min_insync_replicas))?;
+        if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms {
+            return Err(ConfigError::Invalid {
+                key: "broker_session_timeout_ms",
+                reason: format!(
+                    "{} must exceed broker_heartbeat_interval_ms ({})",
+                    self.broker_session_timeout_ms, self.broker_heartbeat_interval_ms
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// The advertised listener as `(host, port)`.
+    pub fn advertised_host_port(&self) -> (String, u16) {
+        parse_host_port(&self.advertised_listeners).expect("validated in resolve")
+    }
+
+    /// Directory of the local metadata snapshot: `<first log dir>/__cluster_metadata`. The
+    /// name has no `-<partition>` suffix, so the log manager's directory scan never takes it
+    /// for a partition.
+    pub fn metadata_dir(&self) -> PathBuf {
+        self.log_dirs[0].join("__cluster_metadata")
+    }
+}
+
+fn parse_host_port(s: &str) -> Result<(String, u16), String> {
+    let (host, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?} has no :port"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{s:?} is not host:port"))?;
+    if host.is_empty() || port == 0 {
+        return Err(format!("{s:?} is not host:port"));
+    }
+    Ok((host.trim_matches(['[', ']']).to_string(), port))
+}
+
+/// Parses `1@host:port,2@host:port,...` (Kafka's `controller.quorum.voters`).
+pub fn parse_voters(s: &str) -> Result<BTreeMap<u64, String>, ConfigError> {
+    let bad = |reason: String| ConfigError::Invalid {
+        key: "controller_quorum_voters",
+        reason,
+    };
+    let mut out = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part
+            .split_once('@')
+            .ok_or_else(|| bad(format!("{part:?} is not id@host:port")))?;
+        let id: u64 = id
+            .parse()
+            .map_err(|_| bad(format!("{id:?} in {part:?} is not a node id")))?;
+        let (host, port) = addr
+            .rsplit_once(':')
+            .ok_or_else(|| bad(format!("{addr:?} in {part:?} has no :port")))?;
+        if host.is_empty() || port.parse::<u16>().is_err() {
+            return Err(bad(format!("{addr:?} in {part:?} is not host:port")));
+        }
+        if out.insert(id, addr.to_string()).is_some() {
+            return Err(bad(format!("node id {id} appears twice")));
+        }
+    }
+    if out.is_empty() {
+        return Err(bad("no voters given".into()));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(toml_text: &str) -> RawConfig {
+        toml::from_str(toml_text).unwrap()
+    }
+
+    const BASE: &str = "node_id = 4\ncontroller_quorum_voters = \"1@127.0.0.1:9093\"\nlog_dirs = \"/tmp/a, /tmp/b\"\n";
+
+    #[test]
+    fn resolves_with_defaults_and_overlays_in_order() {
+        let mut r = raw(&format!("{BASE}listeners = \"127.0.0.1:9092\"\n"));
+        r.overlay(RawConfig {
+            broker_session_timeout_ms: Some(3000),
+            rack: Some("r1".into()),
+            ..Default::default()
+        });
+        let c = r.resolve().unwrap();
+        assert_eq!(c.node_id, 4);
+        assert_eq!(c.advertised_listeners, "127.0.0.1:9092");
+        assert_eq!(c.advertised_host_port(), ("127.0.0.1".to_string(), 9092u16));
+        assert_eq!(
+            c.log_dirs,
+            vec![PathBuf::from("/tmp/a"), PathBuf::from("/tmp/b")]
+        );
+        assert_eq!(c.metadata_dir(), PathBuf::from("/tmp/a/__cluster_metadata"));
+        assert_eq!(c.broker_session_timeout_ms, 3000);
+        assert_eq!(c.broker_heartbeat_interval_ms, 2000);
+        assert_eq!(c.replica_lag_time_max_ms, 30_000);
+        assert_eq!(c.min_insync_replicas, 1);
+        assert_eq!(c.rack.as_deref(), Some("r1"));
+    }
+
+    #[test]
+    fn bad_configs_name_the_key() {
+        let err = toml::from_str::<RawConfig>("node_idd = 1").unwrap_err();
+        assert!(err.message().contains("node_idd"), "{err}");
+        for (voters, needle) in [
+            ("1@host", "has no :port"),
+            ("x@h:1", "is not a node id"),
+            ("1@h:99999", "is not host:port"),
+            ("1@h:1,1@h:2", "appears twice"),
+            ("", "no voters"),
+        ] {
+            let e = parse_voters(voters).unwrap_err().to_string();
+            assert!(
+                e.starts_with("invalid value for controller_quorum_voters: "),
+                "{e}"
+            );
+            assert!(e.contains(needle), "{voters:?}: {e}");
+        }
+        let cases = [
+            (
+                format!("{BASE}listeners = \"nope\""),
+                "invalid value for listeners: ",
+            ),
+            (
+                BASE.to_string(),
+                "invalid value for advertised_listeners: required",
+            ),
+            (
+                format!("{BASE}advertised_listeners = \"h\""),
+                "invalid value for advertised_listeners: ",
+            ),
+            (
+                "node_id = -1\ncontroller_quorum_voters = \"1@h:1\"\nlog_dirs = \"d\"".into(),
+                "invalid value for node_id: ",
+            ),
+            (
+                format!(
+                    "{BASE}listeners = \"127.0.0.1:1\"\nbroker_heartbeat_interval_ms = 10\nbroker_session_timeout_ms = 10"
+                ),
+                "invalid value for broker_session_timeout_ms: ",
+            ),
+            (
+                format!("{BASE}listeners = \"127.0.0.1:1\"\nmin_insync_replicas = 0"),
+                "invalid value for min_insync_replicas: ",
+            ),
+            (
+                "node_id = 1\ncontroller_quorum_voters = \"1@h:1\"\nlog_dirs = \" , \"".into(),
+                "invalid value for log_dirs: ",
+            ),
+            (
+                "node_id = 1\ncontroller_quorum_voters = \"1@h:1\"".into(),
+                "missing required config log_dirs",
+            ),
+            ("log_dirs = \"d\"".into(), "missing required config node_id"),
+        ];
+        for (text, prefix) in cases {
+            let e = raw(&text).resolve().unwrap_err().to_string();
+            assert!(e.starts_with(prefix), "{text:?}: {e}");
+            assert!(!e.contains('\n'), "one line: {e}");
+        }
+    }
+
+    #[test]
+    fn unknown_key_in_a_file_names_the_key_and_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.toml");
+        std::fs::write(&p, format!("{BASE}bogus_key = 1\n")).unwrap();
+        let e = RawConfig::from_file(&p).unwrap_err().to_string();
+        assert!(e.contains("bogus_key") && e.contains("b.toml"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+}

@@ -1,0 +1,250 @@
+//! Reaching the controller quorum: one lazily connected gRPC channel per voter
+//! ([`ControllerChannels`]), a pure [`ControllerRouter`] that picks which voter to ask next,
+//! and [`ActiveControllerClient`], which follows the active controller for write RPCs
+//! (RegisterBroker, BrokerHeartbeat): NOT_CONTROLLER with a hint -> the hinted voter; without a
+//! hint or on a transport error -> the next voter; a bounded number of attempts per call.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_proto::ErrorCode;
+use keel_proto::common::Error as WireError;
+use keel_proto::controller::controller_service_client::ControllerServiceClient;
+use keel_proto::controller::{BrokerHeartbeatReply, ControllerLeader, RegisterBrokerReply};
+use tonic::transport::{Channel, Endpoint};
+
+/// Connect timeout of a controller channel.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
+/// Largest message accepted from a controller (snapshot chunks are about 1 MiB).
+pub const MAX_CONTROLLER_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+
+/// One client per configured voter, in voter-id order. Cloning shares the channels.
+#[derive(Debug, Clone)]
+pub struct ControllerChannels {
+    voters: Arc<Vec<(u64, String, ControllerServiceClient<Channel>)>>,
+}
+
+impl ControllerChannels {
+    /// Lazily connecting channels to every voter (`id -> host:port`). Fails on an address
+    /// that is not a valid URI authority (the config has checked `host:port` already).
+    pub fn new(voters: &BTreeMap<u64, String>) -> Result<Self, String> {
+        let mut out = Vec::with_capacity(voters.len());
+        for (id, addr) in voters {
+            let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+                .map_err(|e| format!("controller {id} at {addr:?}: {e}"))?
+                .connect_timeout(CONNECT_TIMEOUT)
+                .tcp_nodelay(true);
+            let client = ControllerServiceClient::new(endpoint.connect_lazy())
+                .max_decoding_message_size(MAX_CONTROLLER_MESSAGE_BYTES);
+            out.push((*id, addr.clone(), client));
+        }
+        assert!(!out.is_empty(), "config guarantees at least one voter");
+        Ok(Self {
+            voters: Arc::new(out),
+        })
+    }
+
+    /// Number of voters.
+    pub fn len(&self) -> usize {
+        self.voters.len()
+    }
+
+    /// Always false (there is at least one voter).
+    pub fn is_empty(&self) -> bool {
+        self.voters.is_empty()
+    }
+
+    /// The client of voter number `index` (in id order).
+    pub fn client(&self, index: usize) -> ControllerServiceClient<Channel> {
+        self.voters[index % self.voters.len()].2.clone()
+    }
+
+    /// `(node id, address)` of voter number `index`.
+    pub fn voter(&self, index: usize) -> (u64, &str) {
+        let v = &self.voters[index % self.voters.len()];
+        (v.0, &v.1)
+    }
+
+    /// Voter ids in order.
+    pub fn ids(&self) -> Vec<u64> {
+        self.voters.iter().map(|v| v.0).collect()
+    }
+}
+
+/// Which voter to ask next (pure). See the module doc.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ControllerRouter {
+    ids: Vec<u64>,
+    current: usize,
+}
+
+impl ControllerRouter {
+    /// Starts at the first voter.
+    pub fn new(ids: Vec<u64>) -> Self {
+        assert!(!ids.is_empty(), "at least one voter");
+        Self { ids, current: 0 }
+    }
+
+    /// Index of the voter to ask now.
+    pub fn current(&self) -> usize {
+        self.current
+    }
+
+    /// The voter did not answer (transport error, timeout): try the next one.
+    pub fn on_transport_error(&mut self) {
+        self.current = (self.current + 1) % self.ids.len();
+    }
+
+    /// The voter answered NOT_CONTROLLER naming `leader_id` (-1 = unknown): go to that voter
+    /// when it is a known voter other than the current one, else to the next voter.
+    pub fn on_not_controller(&mut self, leader_id: i32) {
+        let hinted = u64::try_from(leader_id)
+            .ok()
+            .and_then(|id| self.ids.iter().position(|v| *v == id))
+            .filter(|i| *i != self.current);
+        match hinted {
+            Some(i) => self.current = i,
+            None => self.on_transport_error(),
+        }
+    }
+
+    /// The voter `leader_id` is known to be active (from any reply's hint): ask it next.
+    pub fn prefer(&mut self, leader_id: i32) {
+        if let Some(i) = u64::try_from(leader_id)
+            .ok()
+            .and_then(|id| self.ids.iter().position(|v| *v == id))
+        {
+            self.current = i;
+        }
+    }
+}
+
+/// Replies of write RPCs: an error and a leader hint.
+pub trait ControllerReply {
+    /// The whole-request error.
+    fn error(&self) -> Option<&WireError>;
+    /// The active controller as the replying node sees it.
+    fn leader(&self) -> Option<&ControllerLeader>;
+}
+
+macro_rules! controller_reply {
+    ($($t:ty),*) => {$(
+        impl ControllerReply for $t {
+            fn error(&self) -> Option<&WireError> {
+                self.error.as_ref()
+            }
+            fn leader(&self) -> Option<&ControllerLeader> {
+                self.leader.as_ref()
+            }
+        }
+    )*};
+}
+
+controller_reply!(RegisterBrokerReply, BrokerHeartbeatReply);
+
+/// No voter answered as the active controller within the attempts of one call.
+#[derive(Debug, thiserror::Error)]
+#[error("no active controller answered after {attempts} attempts (last: {last})")]
+pub struct NoActiveController {
+    /// Attempts made.
+    pub attempts: usize,
+    /// What the last attempt saw.
+    pub last: String,
+}
+
+/// Sends write RPCs to the active controller. See the module doc.
+#[derive(Debug)]
+pub struct ActiveControllerClient {
+    channels: ControllerChannels,
+    router: ControllerRouter,
+    request_timeout: Duration,
+    /// Node id of the controller that last answered a write (the active one), -1 if none yet.
+    pub active_id: i32,
+}
+
+impl ActiveControllerClient {
+    /// A client over `channels`; each attempt is bounded by `request_timeout`.
+    pub fn new(channels: ControllerChannels, request_timeout: Duration) -> Self {
+        let router = ControllerRouter::new(channels.ids());
+        Self {
+            channels,
+            router,
+            request_timeout,
+            active_id: -1,
+        }
+    }
+
+    /// Calls `f` on voters until one answers with something other than NOT_CONTROLLER; at
+    /// most two rounds over the voters.
+    pub async fn call<R, F, Fut>(&mut self, mut f: F) -> Result<R, NoActiveController>
+    where
+        R: ControllerReply,
+        F: FnMut(ControllerServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        let attempts = 2 * self.channels.len();
+        let mut last = String::from("nothing");
+        for _ in 0..attempts {
+            let index = self.router.current();
+            let (id, addr) = self.channels.voter(index);
+            match tokio::time::timeout(self.request_timeout, f(self.channels.client(index))).await {
+                Err(_) => {
+                    last = format!(
+                        "controller {id} at {addr}: no answer in {:?}",
+                        self.request_timeout
+                    );
+                    self.router.on_transport_error();
+                }
+                Ok(Err(status)) => {
+                    last = format!("controller {id} at {addr}: {}", status.message());
+                    self.router.on_transport_error();
+                }
+                Ok(Ok(resp)) => {
+                    let reply = resp.into_inner();
+                    let not_controller = reply
+                        .error()
+                        .is_some_and(|e| e.code == i32::from(ErrorCode::NotController.code()));
+                    if not_controller {
+                        let hint = reply.leader().map_or(-1, |l| l.leader_id);
+                        last = format!("controller {id}: NOT_CONTROLLER (hint: {hint})");
+                        self.router.on_not_controller(hint);
+                        continue;
+                    }
+                    self.active_id = id as i32;
+                    return Ok(reply);
+                }
+            }
+        }
+        Err(NoActiveController { attempts, last })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn router_follows_hints_and_rotates_on_errors() {
+        let mut r = ControllerRouter::new(vec![1, 2, 3]);
+        assert_eq!(r.current(), 0);
+        r.on_transport_error();
+        assert_eq!(r.current(), 1);
+        r.on_not_controller(3);
+        assert_eq!(r.current(), 2);
+        // A hint naming the node itself, an unknown id or no leader: next voter.
+        r.on_not_controller(3);
+        assert_eq!(r.current(), 0);
+        r.on_not_controller(9);
+        assert_eq!(r.current(), 1);
+        r.on_not_controller(-1);
+        assert_eq!(r.current(), 2);
+        r.on_transport_error();
+        assert_eq!(r.current(), 0, "wraps around");
+        r.prefer(2);
+        assert_eq!(r.current(), 1);
+        r.prefer(-1);
+        assert_eq!(r.current(), 1);
+    }
+}

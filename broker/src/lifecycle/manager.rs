@@ -1,0 +1,331 @@
+//! The lifecycle loop (Kafka: `BrokerLifecycleManager`): register, heartbeat, controlled
+//! shutdown. Thin: every decision is in [`super::decision`]; this file does the I/O and the
+//! waiting (tokio time, so tests can pause it).
+
+use std::time::Duration;
+
+use keel_metadata_log::MetadataImage;
+use keel_proto::controller::{BrokerHeartbeatRequest, RegisterBrokerRequest};
+use keel_proto::metadata::BrokerEndpoint;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use uuid::Uuid;
+
+use super::controllers::ActiveControllerClient;
+use super::decision::{
+    Backoff, HeartbeatDecision, RegisterDecision, on_heartbeat_reply, on_register_reply,
+};
+
+/// Settings of the lifecycle loop.
+#[derive(Debug, Clone)]
+pub struct LifecycleConfig {
+    /// This broker's id.
+    pub broker_id: i32,
+    /// New on every process start (Kafka: `incarnationId`).
+    pub incarnation_id: Uuid,
+    /// The advertised listener clients and replicas use.
+    pub endpoint: BrokerEndpoint,
+    /// Rack, empty for none.
+    pub rack: String,
+    /// Cluster id this broker saw before (from its local metadata snapshot); empty = any.
+    pub cluster_id: String,
+    /// `broker_heartbeat_interval_ms`.
+    pub heartbeat_interval: Duration,
+    /// Bound of the controlled shutdown (`broker_session_timeout_ms`, as Kafka's
+    /// `BrokerServer.shutdown` does).
+    pub controlled_shutdown_timeout: Duration,
+    /// Retry backoff for registration and failed heartbeats.
+    pub backoff: Backoff,
+}
+
+/// What the rest of the broker may read about its registration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LifecycleStatus {
+    /// The current broker epoch; -1 while not registered.
+    pub broker_epoch: i64,
+    /// Fenced as last reported by the controller (true until the first unfencing reply).
+    pub fenced: bool,
+    /// A controlled shutdown is in progress.
+    pub in_controlled_shutdown: bool,
+    /// Node id of the controller that last answered a heartbeat; -1 if none.
+    pub controller_id: i32,
+}
+
+impl Default for LifecycleStatus {
+    fn default() -> Self {
+        Self {
+            broker_epoch: -1,
+            fenced: true,
+            in_controlled_shutdown: false,
+            controller_id: -1,
+        }
+    }
+}
+
+/// How the lifecycle ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShutdownOutcome {
+    /// The controller answered `should_shut_down`: leadership moved away first.
+    Granted,
+    /// The controller did not grant the shutdown within the bound.
+    TimedOut,
+    /// Shutdown was asked before the broker ever registered (or its registration was gone).
+    NotRegistered,
+}
+
+/// The broker cannot run (one line, printed at exit).
+#[derive(Debug, thiserror::Error)]
+#[error("broker registration refused: {0}")]
+pub struct LifecycleError(pub String);
+
+/// Runs the lifecycle until `shutdown` turns true and the controlled shutdown ends.
+/// `images` is the tailer's output: its offset is the applied metadata offset sent in every
+/// heartbeat. `status` receives every state change.
+pub async fn run(
+    cfg: LifecycleConfig,
+    mut client: ActiveControllerClient,
+    mut images: watch::Receiver<MetadataImage>,
+    status: watch::Sender<LifecycleStatus>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<ShutdownOutcome, LifecycleError> {
+    let id = cfg.broker_id;
+    // Re-registrations since the last accepted heartbeat: each waits a growing backoff so a
+    // controller that keeps refusing our epoch is not flooded with registrations.
+    let mut reregistrations = 0u32;
+    loop {
+        if reregistrations > 0 {
+            let delay = Duration::from_millis(cfg.backoff.delay_ms(reregistrations));
+            let stop = tokio::select! {
+                r = shutdown.wait_for(|s| *s) => { drop(r); true }
+                _ = tokio::time::sleep(delay) => false,
+            };
+            if stop {
+                return Ok(ShutdownOutcome::NotRegistered);
+            }
+        }
+        // Register (until it works, the controller refuses for good, or shutdown).
+        let Some(epoch) = register(&cfg, &mut client, &mut shutdown).await? else {
+            return Ok(ShutdownOutcome::NotRegistered);
+        };
+        status.send_modify(|s| {
+            s.broker_epoch = epoch;
+            s.fenced = true;
+            s.controller_id = client.active_id;
+        });
+        tracing::info!(
+            broker_id = id,
+            broker_epoch = epoch,
+            "broker {id} registered with broker epoch {epoch} (fenced until caught up)"
+        );
+        let mut failures = 0u32;
+        let mut next_due = Instant::now();
+        let mut reported_offset = -1i64;
+        loop {
+            // Wait for the next heartbeat: its time, or (while fenced) the moment the image
+            // reaches our registration offset so unfencing does not wait a whole interval.
+            let want_early = status.borrow().fenced && reported_offset < epoch;
+            // (`wait_for` returns a read guard: drop it before doing anything else.)
+            let stopping = tokio::select! {
+                r = shutdown.wait_for(|s| *s) => { drop(r); true }
+                _ = tokio::time::sleep_until(next_due) => false,
+                r = images.wait_for(|i| i.provenance().offset as i64 >= epoch), if want_early => {
+                    drop(r);
+                    false
+                }
+            };
+            if stopping {
+                return Ok(controlled_shutdown(&cfg, &mut client, &images, &status, epoch).await);
+            }
+            let offset = images.borrow().provenance().offset as i64;
+            let req = BrokerHeartbeatRequest {
+                broker_id: id,
+                broker_epoch: epoch,
+                current_metadata_offset: offset,
+                want_fence: false,
+                want_shut_down: false,
+            };
+            let reply = client
+                .call(|mut c| async move { c.broker_heartbeat(req).await })
+                .await;
+            next_due = Instant::now() + cfg.heartbeat_interval;
+            let reply = match reply {
+                Ok(r) => r,
+                Err(e) => {
+                    failures += 1;
+                    tracing::warn!(broker_id = id, failures, "heartbeat failed: {e}");
+                    next_due = Instant::now()
+                        + Duration::from_millis(cfg.backoff.delay_ms(failures))
+                            .min(cfg.heartbeat_interval);
+                    continue;
+                }
+            };
+            failures = 0;
+            reported_offset = offset;
+            match on_heartbeat_reply(&reply) {
+                HeartbeatDecision::Continue { fenced, caught_up } => {
+                    reregistrations = 0;
+                    let was = status.borrow().fenced;
+                    if was && !fenced {
+                        tracing::info!(
+                            broker_id = id,
+                            broker_epoch = epoch,
+                            metadata_offset = offset,
+                            "broker {id} unfenced"
+                        );
+                    } else if !was && fenced {
+                        tracing::warn!(
+                            broker_id = id,
+                            broker_epoch = epoch,
+                            caught_up,
+                            "broker {id} fenced"
+                        );
+                    }
+                    status.send_modify(|s| {
+                        s.fenced = fenced;
+                        s.controller_id = client.active_id;
+                    });
+                }
+                HeartbeatDecision::ShutDown => {
+                    // Not asked for: the controller only grants what the broker requested.
+                    tracing::warn!(broker_id = id, "unrequested should_shut_down ignored");
+                }
+                HeartbeatDecision::Reregister { reason } => {
+                    tracing::warn!(
+                        broker_id = id,
+                        broker_epoch = epoch,
+                        "{reason}: registering again"
+                    );
+                    status.send_modify(|s| {
+                        s.broker_epoch = -1;
+                        s.fenced = true;
+                    });
+                    reregistrations = reregistrations.saturating_add(1);
+                    break;
+                }
+                HeartbeatDecision::Retry { reason } => {
+                    tracing::warn!(broker_id = id, "heartbeat refused: {reason}");
+                }
+            }
+        }
+    }
+}
+
+/// Registers; `Ok(None)` when shutdown was asked first.
+async fn register(
+    cfg: &LifecycleConfig,
+    client: &mut ActiveControllerClient,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Result<Option<i64>, LifecycleError> {
+    let req = RegisterBrokerRequest {
+        broker_id: cfg.broker_id,
+        cluster_id: cfg.cluster_id.clone(),
+        incarnation_id: bytes::Bytes::copy_from_slice(cfg.incarnation_id.as_bytes()),
+        listeners: vec![cfg.endpoint.clone()],
+        rack: cfg.rack.clone(),
+        previous_broker_epoch: -1,
+        features: Vec::new(),
+    };
+    let mut failures = 0u32;
+    loop {
+        if *shutdown.borrow() {
+            return Ok(None);
+        }
+        let outcome = tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => return Ok(None),
+            r = client.call(|mut c| {
+                let req = req.clone();
+                async move { c.register_broker(req).await }
+            }) => r,
+        };
+        let reason = match outcome {
+            Ok(reply) => match on_register_reply(&reply) {
+                RegisterDecision::Registered { broker_epoch } => return Ok(Some(broker_epoch)),
+                RegisterDecision::Fatal { reason } => return Err(LifecycleError(reason)),
+                RegisterDecision::Retry { reason } => reason,
+            },
+            Err(e) => e.to_string(),
+        };
+        failures += 1;
+        let delay = Duration::from_millis(cfg.backoff.delay_ms(failures));
+        tracing::info!(
+            broker_id = cfg.broker_id,
+            failures,
+            "registration not accepted yet ({reason}); retrying in {delay:?}"
+        );
+        tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => return Ok(None),
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// Heartbeats with `want_shut_down` until the controller grants it or the bound passes
+/// (Kafka: `BrokerLifecycleManager.beginControlledShutdown`). The metadata tailer keeps
+/// running meanwhile: the controller grants only once this broker reported the offset of the
+/// records that moved its leadership away.
+async fn controlled_shutdown(
+    cfg: &LifecycleConfig,
+    client: &mut ActiveControllerClient,
+    images: &watch::Receiver<MetadataImage>,
+    status: &watch::Sender<LifecycleStatus>,
+    epoch: i64,
+) -> ShutdownOutcome {
+    let id = cfg.broker_id;
+    let deadline = Instant::now() + cfg.controlled_shutdown_timeout;
+    status.send_modify(|s| s.in_controlled_shutdown = true);
+    tracing::info!(
+        broker_id = id,
+        broker_epoch = epoch,
+        timeout = ?cfg.controlled_shutdown_timeout,
+        "broker {id}: controlled shutdown requested"
+    );
+    let mut failures = 0u32;
+    loop {
+        let req = BrokerHeartbeatRequest {
+            broker_id: id,
+            broker_epoch: epoch,
+            current_metadata_offset: images.borrow().provenance().offset as i64,
+            want_fence: false,
+            want_shut_down: true,
+        };
+        let call = client.call(|mut c| async move { c.broker_heartbeat(req).await });
+        let wait = match tokio::time::timeout_at(deadline, call).await {
+            Err(_) => break,
+            Ok(Ok(reply)) => match on_heartbeat_reply(&reply) {
+                HeartbeatDecision::ShutDown => {
+                    tracing::info!(
+                        broker_id = id,
+                        broker_epoch = epoch,
+                        "broker {id}: controlled shutdown granted"
+                    );
+                    status.send_modify(|s| s.fenced = true);
+                    return ShutdownOutcome::Granted;
+                }
+                HeartbeatDecision::Reregister { reason } => {
+                    // The registration is gone: nothing is led by this epoch any more.
+                    tracing::info!(broker_id = id, "controlled shutdown: {reason}; stopping");
+                    return ShutdownOutcome::NotRegistered;
+                }
+                HeartbeatDecision::Continue { .. } | HeartbeatDecision::Retry { .. } => {
+                    failures = 0;
+                    cfg.heartbeat_interval
+                }
+            },
+            Ok(Err(e)) => {
+                failures += 1;
+                tracing::warn!(broker_id = id, "controlled shutdown heartbeat failed: {e}");
+                Duration::from_millis(cfg.backoff.delay_ms(failures)).min(cfg.heartbeat_interval)
+            }
+        };
+        if Instant::now() + wait >= deadline {
+            break;
+        }
+        tokio::time::sleep(wait).await;
+    }
+    tracing::warn!(
+        broker_id = id,
+        timeout = ?cfg.controlled_shutdown_timeout,
+        "broker {id}: controlled shutdown not granted in time; stopping anyway"
+    );
+    ShutdownOutcome::TimedOut
+}

@@ -1,0 +1,282 @@
+//! The broker process: bind, load the local metadata snapshot, start the metadata tailer and
+//! the lifecycle, serve `BrokerService` until the lifecycle ends (shutdown requested and the
+//! controlled shutdown done), then stop the tailer (final local snapshot).
+//!
+//! Only `Metadata` and `DescribeReplicas` (metadata part) are served today; the data-plane
+//! RPCs answer UNIMPLEMENTED until the replication work of issue 5 lands.
+
+use std::future::Future;
+use std::time::Duration;
+
+use keel_metadata_log::MetadataImage;
+use keel_proto::broker::broker_service_server::{BrokerService, BrokerServiceServer};
+use keel_proto::broker::*;
+use keel_proto::metadata::BrokerEndpoint;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status};
+
+use crate::config::BrokerConfig;
+use crate::lifecycle::decision::Backoff;
+use crate::lifecycle::{
+    ActiveControllerClient, ControllerChannels, LifecycleConfig, LifecycleStatus, ShutdownOutcome,
+    manager,
+};
+use crate::metadata::{LocalChangesSink, TailerConfig, describe, local_snapshot, tailer};
+
+/// Why a broker could not start or stopped with an error. `Display` is one line naming the
+/// config key or cause.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The listener could not be bound (port in use, address not local).
+    #[error("listeners {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A log directory could not be created.
+    #[error("log_dirs {dir}: {source}")]
+    LogDir {
+        /// The directory.
+        dir: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// `controller_quorum_voters` names an address gRPC cannot use.
+    #[error("invalid value for controller_quorum_voters: {0}")]
+    Voters(String),
+    /// The controller refused this broker for good (e.g. another cluster's id).
+    #[error("{0}")]
+    Lifecycle(#[from] manager::LifecycleError),
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Serve(String),
+}
+
+/// Binds the configured listener. A taken port fails here, before anything else starts.
+pub async fn bind(config: &BrokerConfig) -> Result<TcpListener, StartError> {
+    TcpListener::bind(config.listeners)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: config.listeners.to_string(),
+            source,
+        })
+}
+
+/// Runs a broker until `shutdown` resolves and the controlled shutdown is over. Errors are
+/// start-up failures or a permanent registration refusal; a clean stop returns `Ok` (also when
+/// the controlled shutdown timed out: that is logged).
+pub async fn run(
+    config: BrokerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let listener = bind(&config).await?;
+    for dir in &config.log_dirs {
+        std::fs::create_dir_all(dir).map_err(|source| StartError::LogDir {
+            dir: dir.display().to_string(),
+            source,
+        })?;
+    }
+    let snapshot_path = local_snapshot::path_in(&config.metadata_dir());
+    let initial = load_local_snapshot(&snapshot_path);
+    let channels =
+        ControllerChannels::new(&config.controller_quorum_voters).map_err(StartError::Voters)?;
+    let heartbeat = Duration::from_millis(config.broker_heartbeat_interval_ms);
+    let session = Duration::from_millis(config.broker_session_timeout_ms);
+    let backoff = Backoff {
+        initial_ms: 50,
+        max_ms: config.broker_heartbeat_interval_ms.clamp(100, 2000),
+    };
+    let tailer = tailer::spawn(
+        TailerConfig {
+            broker_id: config.node_id,
+            snapshot_path,
+            snapshot_interval: Duration::from_millis(config.metadata_snapshot_interval_ms),
+            idle_timeout: session.max(Duration::from_secs(2)),
+            backoff,
+        },
+        channels.clone(),
+        initial.clone(),
+        LocalChangesSink::logging(),
+    );
+    let (host, port) = config.advertised_host_port();
+    let lifecycle_cfg = LifecycleConfig {
+        broker_id: config.node_id,
+        incarnation_id: uuid::Uuid::new_v4(),
+        endpoint: BrokerEndpoint {
+            name: "PLAINTEXT".into(),
+            host,
+            port: u32::from(port),
+            security_protocol: "PLAINTEXT".into(),
+        },
+        rack: config.rack.clone().unwrap_or_default(),
+        cluster_id: initial.cluster_id().unwrap_or_default().to_string(),
+        heartbeat_interval: heartbeat,
+        controlled_shutdown_timeout: session,
+        backoff,
+    };
+    let (status_tx, status_rx) = watch::channel(LifecycleStatus::default());
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        shutdown_tx.send_replace(true);
+        // Keep the sender alive: a dropped sender would read as a shutdown request too.
+        std::future::pending::<()>().await;
+    });
+    let client = ActiveControllerClient::new(
+        channels,
+        heartbeat.clamp(Duration::from_millis(500), Duration::from_secs(5)),
+    );
+    tracing::info!(
+        broker_id = config.node_id,
+        incarnation_id = %lifecycle_cfg.incarnation_id,
+        listeners = %config.listeners,
+        advertised_listeners = %config.advertised_listeners,
+        voters = ?config.controller_quorum_voters,
+        "broker started"
+    );
+    let lifecycle = tokio::spawn(manager::run(
+        lifecycle_cfg,
+        client,
+        tailer.images(),
+        status_tx,
+        shutdown_rx,
+    ));
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let lifecycle = tokio::spawn(async move {
+        let r = lifecycle.await;
+        let _ = done_tx.send(());
+        r
+    });
+    let grpc = BrokerGrpc {
+        broker_id: config.node_id,
+        min_insync_replicas: config.min_insync_replicas,
+        images: tailer.images(),
+        status: status_rx,
+    };
+    let served = tonic::transport::Server::builder()
+        .add_service(BrokerServiceServer::new(grpc))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            let _ = done_rx.await;
+        })
+        .await;
+    let outcome = match lifecycle.await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) | Err(e) => {
+            tailer.stop().await;
+            return Err(StartError::Serve(format!("lifecycle task: {e}")));
+        }
+    };
+    tailer.stop().await;
+    served.map_err(|e| StartError::Serve(e.to_string()))?;
+    let outcome = outcome?;
+    tracing::info!(broker_id = config.node_id, ?outcome, "broker stopped");
+    if outcome == ShutdownOutcome::TimedOut {
+        tracing::warn!("the controlled shutdown was not confirmed by the controller");
+    }
+    Ok(())
+}
+
+/// The local snapshot, or the empty image when there is none or it is unreadable.
+fn load_local_snapshot(path: &std::path::Path) -> MetadataImage {
+    match local_snapshot::load(path) {
+        Ok(Some(image)) => {
+            tracing::info!(
+                path = %path.display(),
+                metadata_offset = image.provenance().offset,
+                "loaded local metadata snapshot at offset {}",
+                image.provenance().offset
+            );
+            image
+        }
+        Ok(None) => {
+            tracing::info!(path = %path.display(), "no local metadata snapshot; fetching from the controllers");
+            MetadataImage::empty()
+        }
+        Err(e) => {
+            tracing::warn!("ignoring the local metadata snapshot: {e}");
+            MetadataImage::empty()
+        }
+    }
+}
+
+/// `BrokerService` over the local image.
+#[derive(Debug, Clone)]
+struct BrokerGrpc {
+    broker_id: i32,
+    min_insync_replicas: u32,
+    images: watch::Receiver<MetadataImage>,
+    status: watch::Receiver<LifecycleStatus>,
+}
+
+fn not_yet(rpc: &str) -> Status {
+    Status::unimplemented(format!(
+        "{rpc} is not served yet: it arrives with the replication work (issue 5)"
+    ))
+}
+
+#[tonic::async_trait]
+impl BrokerService for BrokerGrpc {
+    async fn produce(
+        &self,
+        _request: Request<ProduceRequest>,
+    ) -> Result<Response<ProduceReply>, Status> {
+        Err(not_yet("Produce"))
+    }
+
+    async fn fetch(&self, _request: Request<FetchRequest>) -> Result<Response<FetchReply>, Status> {
+        Err(not_yet("Fetch"))
+    }
+
+    async fn list_offsets(
+        &self,
+        _request: Request<ListOffsetsRequest>,
+    ) -> Result<Response<ListOffsetsReply>, Status> {
+        Err(not_yet("ListOffsets"))
+    }
+
+    async fn offsets_for_leader_epoch(
+        &self,
+        _request: Request<OffsetsForLeaderEpochRequest>,
+    ) -> Result<Response<OffsetsForLeaderEpochReply>, Status> {
+        Err(not_yet("OffsetsForLeaderEpoch"))
+    }
+
+    async fn metadata(
+        &self,
+        request: Request<MetadataRequest>,
+    ) -> Result<Response<MetadataReply>, Status> {
+        let image = self.images.borrow().clone();
+        let controller_id = self.status.borrow().controller_id;
+        Ok(Response::new(describe::metadata_reply(
+            &image,
+            request.get_ref(),
+            controller_id,
+        )))
+    }
+
+    async fn init_producer_id(
+        &self,
+        _request: Request<InitProducerIdRequest>,
+    ) -> Result<Response<InitProducerIdReply>, Status> {
+        Err(not_yet("InitProducerId"))
+    }
+
+    async fn describe_replicas(
+        &self,
+        request: Request<DescribeReplicasRequest>,
+    ) -> Result<Response<DescribeReplicasReply>, Status> {
+        let image = self.images.borrow().clone();
+        let epoch = self.status.borrow().broker_epoch;
+        Ok(Response::new(describe::describe_replicas_reply(
+            &image,
+            request.get_ref(),
+            self.broker_id,
+            epoch,
+            self.min_insync_replicas,
+        )))
+    }
+}

@@ -1,0 +1,106 @@
+//! Bad configurations fail at start with one line naming the key, and exit 1 (no cluster
+//! needed: every check happens before the broker contacts a controller).
+
+mod common;
+
+use std::process::Command;
+
+use common::BROKER_BIN;
+
+/// Runs the broker with `args` (and `config` as a file if given); returns (status, stderr).
+fn run(args: &[&str], config: Option<&str>) -> (std::process::ExitStatus, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(BROKER_BIN);
+    if let Some(text) = config {
+        let p = dir.path().join("broker.toml");
+        std::fs::write(&p, text).unwrap();
+        cmd.arg("--config").arg(p);
+    }
+    let out = cmd
+        .args(args)
+        .env_remove("KEEL_LOG")
+        .env("KEEL_LOG_DIRS", dir.path().join("data"))
+        .output()
+        .unwrap();
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn assert_one_line_naming(args: &[&str], config: Option<&str>, key: &str) {
+    let (status, stderr) = run(args, config);
+    assert_eq!(status.code(), Some(1), "{args:?}: {stderr}");
+    let lines: Vec<_> = stderr.lines().collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "{args:?}: one line expected, got:\n{stderr}"
+    );
+    assert!(
+        lines[0].starts_with("keel-broker: ") && lines[0].contains(key),
+        "{args:?}: {stderr}"
+    );
+}
+
+#[test]
+fn bad_configs_fail_with_one_line_naming_the_key() {
+    let voters = "--controller-quorum-voters=1@127.0.0.1:1";
+    let listen = "--listeners=127.0.0.1:0";
+    // Unknown key in the file.
+    assert_one_line_naming(
+        &[],
+        Some("node_id = 1\nlisteners_typo = \"x\"\n"),
+        "listeners_typo",
+    );
+    // Bad voter strings.
+    for bad in ["1@nohost", "x@h:1", "1@h:1,1@h:2", ""] {
+        assert_one_line_naming(
+            &[
+                "--node-id=1",
+                &format!("--controller-quorum-voters={bad}"),
+                listen,
+            ],
+            None,
+            "controller_quorum_voters",
+        );
+    }
+    // Missing and invalid values.
+    assert_one_line_naming(&[voters, listen], None, "node_id");
+    assert_one_line_naming(
+        &["--node-id=1", voters, "--listeners=nope"],
+        None,
+        "listeners",
+    );
+    assert_one_line_naming(
+        &["--node-id=1", voters, "--listeners=0.0.0.0:0"],
+        None,
+        "advertised_listeners",
+    );
+    // flag > env > file: the flag's bad value wins over a good file value.
+    assert_one_line_naming(
+        &[
+            "--broker-session-timeout-ms=1",
+            "--broker-heartbeat-interval-ms=5",
+        ],
+        Some(
+            "node_id = 1\ncontroller_quorum_voters = \"1@127.0.0.1:1\"\nlisteners = \"127.0.0.1:0\"\n",
+        ),
+        "broker_session_timeout_ms",
+    );
+}
+
+#[test]
+fn port_in_use_fails_with_one_line_naming_listeners() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    assert_one_line_naming(
+        &[
+            "--node-id=1",
+            "--controller-quorum-voters=1@127.0.0.1:1",
+            &format!("--listeners=127.0.0.1:{port}"),
+        ],
+        None,
+        "listeners",
+    );
+}

@@ -1,0 +1,571 @@
+//! Multi-process harness: real `keel-controller` and `keel-broker` processes on loopback, each
+//! with its own directory under one temp dir, killed on drop. Waits poll a condition with a
+//! deadline; nothing sleeps to synchronise.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use keel_proto::ErrorCode;
+use keel_proto::broker::broker_service_client::BrokerServiceClient;
+use keel_proto::broker::{
+    DescribeReplicasReply, DescribeReplicasRequest, MetadataReply, MetadataRequest,
+};
+use keel_proto::common::Error as WireError;
+use keel_proto::controller::controller_service_client::ControllerServiceClient;
+use keel_proto::controller::{
+    CreatableTopic, CreateTopicsRequest, DescribeClusterReply, DescribeClusterRequest,
+};
+use tonic::transport::Channel;
+
+/// The broker binary cargo built for these tests.
+pub const BROKER_BIN: &str = env!("CARGO_BIN_EXE_keel-broker");
+
+/// Controller and broker timings used by every test cluster (ms).
+pub const HEARTBEAT_INTERVAL_MS: u64 = 200;
+pub const SESSION_TIMEOUT_MS: u64 = 1500;
+pub const SNAPSHOT_INTERVAL_MS: u64 = 300;
+
+/// `target/<profile>/keel-controller` next to this test's `target/<profile>/deps/`; built
+/// with `cargo build -p keel-controller` (same profile and target dir) when missing.
+pub fn controller_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let exe = std::env::current_exe().expect("test executable path");
+        let profile_dir = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("test executable in target/<profile>/deps")
+            .to_path_buf();
+        let bin = profile_dir.join("keel-controller");
+        if bin.exists() {
+            return bin;
+        }
+        let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
+        let profile = profile_dir
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        eprintln!(
+            "{} is missing: building it with `cargo build -p keel-controller` (profile {profile})",
+            bin.display()
+        );
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.current_dir(&workspace)
+            .args(["build", "-p", "keel-controller", "--bin", "keel-controller"])
+            .env("CARGO_TARGET_DIR", &target_dir);
+        match profile.as_str() {
+            "debug" => {}
+            "release" => {
+                cmd.arg("--release");
+            }
+            other => {
+                cmd.args(["--profile", other]);
+            }
+        }
+        let status = cmd.status().expect("run cargo build");
+        assert!(status.success(), "cargo build -p keel-controller failed");
+        assert!(
+            bin.exists(),
+            "{} still missing after the build",
+            bin.display()
+        );
+        bin
+    })
+    .clone()
+}
+
+/// Reserves `n` free loopback ports (bound then released).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<_> = (0..n)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    listeners
+        .iter()
+        .map(|l| l.local_addr().unwrap().port())
+        .collect()
+}
+
+/// True when a reply error is absent/NONE.
+pub fn ok(e: &Option<WireError>) -> bool {
+    e.as_ref().is_none_or(|e| e.code == 0)
+}
+
+/// True when a reply error means "ask the active controller".
+pub fn is_not_controller(e: &Option<WireError>) -> bool {
+    e.as_ref()
+        .is_some_and(|e| e.code == i32::from(ErrorCode::NotController.code()))
+}
+
+fn lazy(addr: &str) -> Channel {
+    Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect_lazy()
+}
+
+/// Three (or n) controllers and m brokers.
+pub struct Cluster {
+    pub dir: tempfile::TempDir,
+    pub controller_ports: Vec<u16>,
+    pub broker_ports: Vec<u16>,
+    controllers: Vec<Option<Child>>,
+    brokers: Vec<Option<Child>>,
+    controller_args: Vec<String>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in self
+            .controllers
+            .iter_mut()
+            .chain(self.brokers.iter_mut())
+            .flatten()
+        {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            // Keep the logs and data of a failed run for diagnosis.
+            let placeholder = tempfile::tempdir().unwrap();
+            let dir = std::mem::replace(&mut self.dir, placeholder);
+            eprintln!(
+                "test failed: cluster directory kept at {}",
+                dir.keep().display()
+            );
+        }
+    }
+}
+
+impl Cluster {
+    /// Starts `controllers` controllers (ids 1..) and `brokers` brokers (ids 1..).
+    pub fn start(controllers: usize, brokers: usize) -> Cluster {
+        Self::start_with(controllers, brokers, &[])
+    }
+
+    /// Like [`Self::start`], with extra flags for every controller.
+    pub fn start_with(controllers: usize, brokers: usize, controller_args: &[&str]) -> Cluster {
+        let bin = controller_bin();
+        let mut c = Cluster {
+            dir: tempfile::tempdir().unwrap(),
+            controller_ports: free_ports(controllers),
+            broker_ports: free_ports(brokers),
+            controllers: (0..controllers).map(|_| None).collect(),
+            brokers: (0..brokers).map(|_| None).collect(),
+            controller_args: controller_args.iter().map(|s| s.to_string()).collect(),
+        };
+        for id in 1..=controllers as u64 {
+            c.start_controller_with(&bin, id);
+        }
+        for id in 1..=brokers as i32 {
+            c.start_broker(id);
+        }
+        c
+    }
+
+    pub fn voters(&self) -> String {
+        self.controller_ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn controller_addr(&self, id: u64) -> String {
+        format!("127.0.0.1:{}", self.controller_ports[id as usize - 1])
+    }
+
+    pub fn broker_addr(&self, id: i32) -> String {
+        format!("127.0.0.1:{}", self.broker_ports[id as usize - 1])
+    }
+
+    pub fn broker_log_path(&self, id: i32) -> PathBuf {
+        self.dir.path().join(format!("broker-{id}.log"))
+    }
+
+    pub fn broker_log(&self, id: i32) -> String {
+        std::fs::read_to_string(self.broker_log_path(id)).unwrap_or_default()
+    }
+
+    pub fn broker_data_dir(&self, id: i32) -> PathBuf {
+        self.dir.path().join(format!("broker-{id}"))
+    }
+
+    fn open_log(&self, name: &str) -> std::fs::File {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join(name))
+            .unwrap()
+    }
+
+    fn start_controller_with(&mut self, bin: &Path, id: u64) {
+        assert!(
+            self.controllers[id as usize - 1].is_none(),
+            "controller {id} running"
+        );
+        let log = self.open_log(&format!("controller-{id}.log"));
+        let child = Command::new(bin)
+            .arg("--node-id")
+            .arg(id.to_string())
+            .arg("--controller-quorum-voters")
+            .arg(self.voters())
+            .arg("--listeners")
+            .arg(self.controller_addr(id))
+            .arg("--metadata-log-dir")
+            .arg(self.dir.path().join(format!("controller-{id}")))
+            .arg("--broker-heartbeat-interval-ms")
+            .arg(HEARTBEAT_INTERVAL_MS.to_string())
+            .arg("--broker-session-timeout-ms")
+            .arg(SESSION_TIMEOUT_MS.to_string())
+            .args(&self.controller_args)
+            .env("KEEL_LOG", "info,openraft=warn")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.controllers[id as usize - 1] = Some(child);
+    }
+
+    /// Starts (or restarts) controller `id`.
+    pub fn start_controller(&mut self, id: u64) {
+        self.start_controller_with(&controller_bin(), id);
+    }
+
+    /// Starts (or restarts) broker `id`; its log is appended to `broker-<id>.log`.
+    pub fn start_broker(&mut self, id: i32) {
+        assert!(
+            self.brokers[id as usize - 1].is_none(),
+            "broker {id} running"
+        );
+        let log = self.open_log(&format!("broker-{id}.log"));
+        let child = Command::new(BROKER_BIN)
+            .arg("--node-id")
+            .arg(id.to_string())
+            .arg("--controller-quorum-voters")
+            .arg(self.voters())
+            .arg("--listeners")
+            .arg(self.broker_addr(id))
+            .arg("--log-dirs")
+            .arg(self.broker_data_dir(id))
+            .arg("--broker-heartbeat-interval-ms")
+            .arg(HEARTBEAT_INTERVAL_MS.to_string())
+            .arg("--broker-session-timeout-ms")
+            .arg(SESSION_TIMEOUT_MS.to_string())
+            .arg("--metadata-snapshot-interval-ms")
+            .arg(SNAPSHOT_INTERVAL_MS.to_string())
+            .env("KEEL_LOG", "info")
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.brokers[id as usize - 1] = Some(child);
+    }
+
+    pub fn controller_running(&self, id: u64) -> bool {
+        self.controllers[id as usize - 1].is_some()
+    }
+
+    pub fn controller_ids(&self) -> Vec<u64> {
+        (1..=self.controllers.len() as u64).collect()
+    }
+
+    pub fn broker_ids(&self) -> Vec<i32> {
+        (1..=self.brokers.len() as i32).collect()
+    }
+
+    /// SIGKILL of controller `id`.
+    pub fn kill_controller(&mut self, id: u64) {
+        if let Some(mut c) = self.controllers[id as usize - 1].take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// SIGKILL of broker `id`.
+    pub fn kill_broker(&mut self, id: i32) {
+        if let Some(mut c) = self.brokers[id as usize - 1].take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// SIGTERM of broker `id`; waits for its exit (at most `deadline`) and returns the status.
+    pub async fn terminate_broker(&mut self, id: i32, deadline: Duration) -> ExitStatus {
+        let mut c = self.brokers[id as usize - 1].take().expect("running");
+        let st = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let start = Instant::now();
+        loop {
+            if let Some(status) = c.try_wait().unwrap() {
+                return status;
+            }
+            if start.elapsed() > deadline {
+                let _ = c.kill();
+                let _ = c.wait();
+                panic!(
+                    "broker {id} did not exit within {deadline:?} of SIGTERM\n{}",
+                    self.logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn controller_client(&self, id: u64) -> ControllerServiceClient<Channel> {
+        ControllerServiceClient::new(lazy(&self.controller_addr(id)))
+    }
+
+    pub fn broker_client(&self, id: i32) -> BrokerServiceClient<Channel> {
+        BrokerServiceClient::new(lazy(&self.broker_addr(id)))
+    }
+
+    /// DescribeCluster (fenced brokers included) from the active controller, if one answers.
+    pub async fn try_describe_cluster(&self) -> Option<DescribeClusterReply> {
+        for id in self
+            .controller_ids()
+            .into_iter()
+            .filter(|i| self.controller_running(*i))
+        {
+            let mut c = self.controller_client(id);
+            let r = tokio::time::timeout(
+                Duration::from_millis(1000),
+                c.describe_cluster(DescribeClusterRequest {
+                    include_fenced_brokers: true,
+                }),
+            )
+            .await;
+            if let Ok(Ok(r)) = r {
+                let r = r.into_inner();
+                if r.controller_id == r.replying_node_id {
+                    return Some(r);
+                }
+            }
+        }
+        None
+    }
+
+    /// Polls `f` (over the active controller's DescribeCluster) until it is true.
+    pub async fn wait_cluster(
+        &self,
+        what: &str,
+        deadline: Duration,
+        mut f: impl FnMut(&DescribeClusterReply) -> bool,
+    ) -> DescribeClusterReply {
+        let start = Instant::now();
+        let mut last = None;
+        loop {
+            if let Some(r) = self.try_describe_cluster().await {
+                if f(&r) {
+                    return r;
+                }
+                last = Some(r);
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "{what}: not within {deadline:?}; last DescribeCluster: {last:#?}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Waits until every listed broker is registered and unfenced; returns the reply.
+    pub async fn wait_unfenced(&self, brokers: &[i32], deadline: Duration) -> DescribeClusterReply {
+        self.wait_cluster("brokers unfenced", deadline, |r| {
+            brokers.iter().all(|id| {
+                r.brokers
+                    .iter()
+                    .any(|b| b.broker_id == *id && !b.fenced && !b.in_controlled_shutdown)
+            })
+        })
+        .await
+    }
+
+    /// The active controller id (polls).
+    pub async fn active_controller(&self, deadline: Duration) -> u64 {
+        self.wait_cluster("an active controller", deadline, |_| true)
+            .await
+            .controller_id as u64
+    }
+
+    pub async fn try_describe_replicas(&self, id: i32) -> Option<DescribeReplicasReply> {
+        let mut c = self.broker_client(id);
+        tokio::time::timeout(
+            Duration::from_millis(1000),
+            c.describe_replicas(DescribeReplicasRequest::default()),
+        )
+        .await
+        .ok()?
+        .ok()
+        .map(|r| r.into_inner())
+    }
+
+    pub async fn try_metadata(&self, id: i32, topics: &[&str]) -> Option<MetadataReply> {
+        let mut c = self.broker_client(id);
+        tokio::time::timeout(
+            Duration::from_millis(1000),
+            c.metadata(MetadataRequest {
+                topics: topics.iter().map(|t| t.to_string()).collect(),
+            }),
+        )
+        .await
+        .ok()?
+        .ok()
+        .map(|r| r.into_inner())
+    }
+
+    /// Waits until broker `id`'s image is at the same offset as the active controller's and
+    /// asserts the digests are equal there. Returns the common offset.
+    pub async fn assert_digest_matches(&self, id: i32, deadline: Duration) -> i64 {
+        let start = Instant::now();
+        let mut last = String::new();
+        loop {
+            // Controller, broker, controller: equal offsets around the broker's answer mean
+            // the controller's digest is the one at that offset.
+            if let Some(c1) = self.try_describe_cluster().await
+                && let Some(b) = self.try_describe_replicas(id).await
+                && let Some(c2) = self.try_describe_cluster().await
+            {
+                if c1.metadata_offset == b.metadata_offset
+                    && c2.metadata_offset == b.metadata_offset
+                {
+                    assert_eq!(
+                        b.image_digest, c1.image_digest,
+                        "broker {id} and controller {} differ at offset {}",
+                        c1.replying_node_id, b.metadata_offset
+                    );
+                    assert_eq!(c1.image_digest, c2.image_digest);
+                    return b.metadata_offset;
+                }
+                last = format!(
+                    "controller at {}/{}, broker at {}",
+                    c1.metadata_offset, c2.metadata_offset, b.metadata_offset
+                );
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "broker {id}: no common offset with the active controller within {deadline:?} ({last})\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Creates a topic through the active controller.
+    pub async fn create_topic(&self, topic: CreatableTopic, deadline: Duration) {
+        let start = Instant::now();
+        loop {
+            for id in self
+                .controller_ids()
+                .into_iter()
+                .filter(|i| self.controller_running(*i))
+            {
+                let mut c = self.controller_client(id);
+                let req = CreateTopicsRequest {
+                    topics: vec![topic.clone()],
+                    validate_only: false,
+                };
+                if let Ok(Ok(r)) =
+                    tokio::time::timeout(Duration::from_millis(1500), c.create_topics(req)).await
+                {
+                    let r = r.into_inner();
+                    if is_not_controller(&r.error) {
+                        continue;
+                    }
+                    assert!(ok(&r.error), "create {}: {:?}", topic.name, r.error);
+                    assert!(
+                        ok(&r.topics[0].error),
+                        "create {}: {:?}",
+                        topic.name,
+                        r.topics[0].error
+                    );
+                    return;
+                }
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "no active controller created {} within {deadline:?}\n{}",
+                topic.name,
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Polls `f` until it returns `Some`.
+    pub async fn wait_for<T, Fut>(
+        &self,
+        what: &str,
+        deadline: Duration,
+        mut f: impl FnMut() -> Fut,
+    ) -> T
+    where
+        Fut: Future<Output = Option<T>>,
+    {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = f().await {
+                return v;
+            }
+            assert!(
+                start.elapsed() < deadline,
+                "{what}: not within {deadline:?}\n{}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// The last lines of every process log (for failure messages).
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        let mut names: Vec<String> = self
+            .controller_ids()
+            .iter()
+            .map(|i| format!("controller-{i}.log"))
+            .collect();
+        names.extend(self.broker_ids().iter().map(|i| format!("broker-{i}.log")));
+        for name in names {
+            let text = std::fs::read_to_string(self.dir.path().join(&name)).unwrap_or_default();
+            let tail: Vec<_> = text.lines().rev().take(25).collect();
+            s += &format!("--- {name} (last lines) ---\n");
+            for l in tail.into_iter().rev() {
+                s += l;
+                s += "\n";
+            }
+        }
+        s
+    }
+}
+
+/// A topic with an explicit assignment of partition 0 (and more partitions if given).
+pub fn assigned_topic(name: &str, assignments: &[&[i32]]) -> CreatableTopic {
+    CreatableTopic {
+        name: name.into(),
+        num_partitions: -1,
+        replication_factor: -1,
+        assignments: assignments
+            .iter()
+            .enumerate()
+            .map(
+                |(i, b)| keel_proto::controller::CreatableReplicaAssignment {
+                    partition_index: i as i32,
+                    broker_ids: b.to_vec(),
+                },
+            )
+            .collect(),
+        configs: vec![],
+    }
+}
