@@ -40,21 +40,24 @@ const STREAM_BUFFER: usize = 64;
 
 /// The leader hint every reply carries.
 pub fn leader_hint(node: &RaftNode) -> ControllerLeader {
-    let m = node.raft.metrics().borrow().clone();
+    // Read the two fields without cloning the whole metrics (this runs for every reply).
+    let (current_leader, current_term) = {
+        let m = node.raft.metrics();
+        let m = m.borrow();
+        (m.current_leader, m.current_term)
+    };
     // A leader that lost its quorum does not advertise itself (check-quorum).
-    let leader = m
-        .current_leader
-        .filter(|id| *id != node.node_id || node.is_active());
+    let leader = current_leader.filter(|id| *id != node.node_id || node.is_active());
     match leader {
         Some(id) => ControllerLeader {
             leader_id: id as i32,
             leader_address: node.voters.get(&id).cloned().unwrap_or_default(),
-            term: m.current_term as i64,
+            term: current_term as i64,
         },
         None => ControllerLeader {
             leader_id: -1,
             leader_address: String::new(),
-            term: m.current_term as i64,
+            term: current_term as i64,
         },
     }
 }
