@@ -102,12 +102,21 @@ fn provenance(log_id: LogId) -> Provenance {
 ///
 /// Errors: the directory cannot be listed, or the file is unreadable or corrupt.
 pub fn read_newest_snapshot(dir: &Path) -> Result<Option<snapshot::Snapshot>, StorageError> {
-    match newest_snapshot(dir)? {
-        Some(path) => snapshot::read_file(&path)
-            .map(Some)
-            .map_err(|e| StorageIOError::read_snapshot(None, &e).into()),
-        None => Ok(None),
+    // The state machine may replace the newest file between listing and reading (a newer
+    // snapshot is written, older ones removed): list again, a bounded number of times.
+    const ATTEMPTS: usize = 3;
+    for attempt in 1..=ATTEMPTS {
+        let Some(path) = newest_snapshot(dir)? else {
+            return Ok(None);
+        };
+        match snapshot::read_file(&path) {
+            Ok(s) => return Ok(Some(s)),
+            Err(snapshot::SnapshotError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && attempt < ATTEMPTS => {}
+            Err(e) => return Err(StorageIOError::read_snapshot(None, &e).into()),
+        }
     }
+    unreachable!("the last attempt returns")
 }
 
 /// The newest snapshot file in `dir`, by index.
