@@ -261,34 +261,13 @@ impl ControllerConfig {
     }
 }
 
-/// Parses `1@host:port,2@host:port,...` (Kafka's `controller.quorum.voters`).
+/// Parses `controller_quorum_voters` ([`keel_proto::voters::parse_voters`]); errors name
+/// the key.
 pub fn parse_voters(s: &str) -> Result<BTreeMap<u64, String>, ConfigError> {
-    let bad = |reason: String| ConfigError::Invalid {
+    keel_proto::voters::parse_voters(s).map_err(|reason| ConfigError::Invalid {
         key: "controller_quorum_voters",
         reason,
-    };
-    let mut out = BTreeMap::new();
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (id, addr) = part
-            .split_once('@')
-            .ok_or_else(|| bad(format!("{part:?} is not id@host:port")))?;
-        let id: u64 = id
-            .parse()
-            .map_err(|_| bad(format!("{id:?} in {part:?} is not a node id")))?;
-        let (host, port) = addr
-            .rsplit_once(':')
-            .ok_or_else(|| bad(format!("{addr:?} in {part:?} has no :port")))?;
-        if host.is_empty() || port.parse::<u16>().is_err() {
-            return Err(bad(format!("{addr:?} in {part:?} is not host:port")));
-        }
-        if out.insert(id, addr.to_string()).is_some() {
-            return Err(bad(format!("node id {id} appears twice")));
-        }
-    }
-    if out.is_empty() {
-        return Err(bad("no voters given".into()));
-    }
-    Ok(out)
+    })
 }
 
 #[cfg(test)]

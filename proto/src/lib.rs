@@ -37,5 +37,6 @@ pub mod broker {
 }
 
 pub mod error;
+pub mod voters;
 
 pub use error::ErrorCode;
