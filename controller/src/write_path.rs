@@ -264,14 +264,18 @@ impl<S: ControllerState> WriteTask<S> {
                 }
                 res = Self::front(&mut self.inflight), if !self.inflight.is_empty() => {
                     let done = self.inflight.pop_front().expect("front exists");
-                                                            let expected = done.expected_offset;
+                    let expected = done.expected_offset;
                     if let Some(actual) = self.finish(res, done.completions, done.hooks)
                         && actual != expected
                     {
                         // Some other entry took an index (should not happen: only this task
                         // proposes): the working image's derived epochs are off. Start over
                         // from the committed state.
-                        tracing::error!(expected, actual, "entry landed at an unexpected index: resynchronizing");
+                        tracing::error!(
+                            expected,
+                            actual,
+                            "entry landed at an unexpected index: resynchronizing"
+                        );
                         self.step_down_locally();
                         self.become_leader().await;
                     }
