@@ -174,8 +174,30 @@ impl ControllerGrpc {
         Some(reads::leader_hint(&self.node))
     }
 
+    /// The whole-request error for a write the write path refused or could not commit.
     fn not_controller(&self, code: ErrorCode) -> Option<keel_proto::common::Error> {
+        match code {
+            ErrorCode::PolicyViolation => {
+                return Some(code.to_proto(format!(
+                    "the request would write more than {} metadata records (Kafka's per-operation limit); split it",
+                    crate::write_path::MAX_RECORDS_PER_OPERATION
+                )));
+            }
+            ErrorCode::UnknownServerError => {
+                return Some(
+                    code.to_proto("the controller could not apply the request (see its log)"),
+                );
+            }
+            _ => {}
+        }
         let h = reads::leader_hint(&self.node);
+        if h.leader_id == self.node.node_id as i32 {
+            // We were the leader when asked but lost it before the commit.
+            return Some(code.to_proto(format!(
+                "node {} lost controller leadership before the request committed; retry",
+                self.node.node_id
+            )));
+        }
         Some(code.to_proto(if h.leader_id > 0 {
             format!(
                 "node {} is not the active controller; the active controller is node {} at {}",

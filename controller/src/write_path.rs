@@ -38,6 +38,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 pub const QUEUE_CAPACITY: usize = 4096;
 /// Operations decided into one Raft entry at most.
 pub const MAX_OPS_PER_BATCH: usize = 1024;
+/// Records one operation may write (Kafka: `QuorumController.MAX_RECORDS_PER_USER_OP`,
+/// 10,000); a larger operation is refused with POLICY_VIOLATION and writes nothing. Keeps
+/// every Raft entry small enough to replicate within the RPC timeout.
+pub const MAX_RECORDS_PER_OPERATION: usize = 10_000;
+/// Records one Raft entry carries at most: operations beyond it go into the next entry.
+pub const MAX_RECORDS_PER_ENTRY: usize = MAX_RECORDS_PER_OPERATION;
 /// Raft entries proposed and not yet applied, at most. Small on purpose: while entries are in
 /// flight new operations accumulate into the next, larger entry (group commit). Measured with
 /// `cargo bench -p keel-controller --bench quorum` at 64 clients on 2 cores: 16 in flight gave
@@ -444,6 +450,23 @@ impl<S: ControllerState> WriteTask<S> {
             if p.records.is_empty() {
                 completions.push(p.complete);
                 continue;
+            }
+            if p.records.len() > MAX_RECORDS_PER_OPERATION {
+                tracing::warn!(
+                    records = p.records.len(),
+                    "refusing an operation above the record limit"
+                );
+                hooks.truncate(hooks_before);
+                (p.complete)(Err(ErrorCode::PolicyViolation));
+                continue;
+            }
+            if records.len() + p.records.len() > MAX_RECORDS_PER_ENTRY {
+                // Close this entry; the operation starts the next one (same working image,
+                // whose next index is then one further).
+                let full = std::mem::take(&mut records);
+                let done = std::mem::take(&mut completions);
+                let done_hooks: Vec<StateHook<S>> = hooks.drain(..hooks_before).collect();
+                self.propose(full, done, done_hooks).await;
             }
             // Every operation of this batch lands in the same entry, at the next index.
             let at = Provenance {

@@ -423,3 +423,65 @@ async fn controlled_shutdown_moves_leadership_and_isr_away_before_granting() {
     let b = img.broker(1).unwrap();
     assert!(b.in_controlled_shutdown || b.fenced, "{b:?}");
 }
+
+/// An operation writing more records than Kafka's per-operation limit is refused with
+/// POLICY_VIOLATION and writes nothing; the quorum keeps committing (one huge entry used to
+/// stall replication).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_operations_are_refused_and_the_quorum_keeps_committing() {
+    let q = Quorum::start(3);
+    let hb = Duration::from_millis(HEARTBEAT_INTERVAL_MS as u64);
+    let _b1 = FakeBroker::start(&q, 1, "", hb).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while leader_image(&q).await.brokers().values().all(|b| b.fenced) {
+        assert!(
+            Instant::now() < deadline,
+            "broker not unfenced\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let leader = q.wait_leader(Duration::from_secs(5)).await;
+    let big = |name: &str| CreatableTopic {
+        name: name.into(),
+        num_partitions: 6000,
+        replication_factor: 1,
+        ..Default::default()
+    };
+    let mut c = q.client(leader).await;
+    let r = c
+        .create_topics(CreateTopicsRequest {
+            topics: vec![big("big-a"), big("big-b")],
+            validate_only: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let e = r.error.clone().unwrap_or_else(|| {
+        panic!(
+            "no whole-request error: {:?}",
+            r.topics
+                .iter()
+                .map(|t| (&t.name, &t.error))
+                .collect::<Vec<_>>()
+        )
+    });
+    assert_eq!(e.name, "POLICY_VIOLATION", "{e:?}");
+    assert!(e.message.contains("10000"), "{}", e.message);
+    // Nothing written, and a normal write still commits.
+    create(
+        &q,
+        CreatableTopic {
+            name: "small".into(),
+            num_partitions: 3,
+            replication_factor: 1,
+            ..Default::default()
+        },
+    )
+    .await;
+    let img = leader_image(&q).await;
+    assert!(
+        img.topics().get_by_name("big-a").is_none() && img.topics().get_by_name("big-b").is_none()
+    );
+    assert!(img.topics().get_by_name("small").is_some());
+}
