@@ -5,11 +5,14 @@
 //!   checkpoints, recovery), with no network or metadata knowledge;
 //! - [`metadata`]: the metadata tailer: committed records from the controllers -> local
 //!   `MetadataImage` -> local changes (became leader / follower / deleted);
-//! - [`replica`]: the pure replication rules of a partition (HW, ISR, acks × min.insync).
+//! - [`replica`]: the pure replication rules of a partition (HW, ISR, acks × min.insync);
+//! - [`replica_manager`]: the async layer that owns the partition logs and drives those rules
+//!   (produce, fetch, follower fetchers, AlterPartition, InitProducerId).
 
 pub mod config;
 pub mod lifecycle;
 pub mod log;
 pub mod metadata;
 pub mod replica;
+pub mod replica_manager;
 pub mod server;

@@ -2,8 +2,9 @@
 //! the lifecycle, serve `BrokerService` until the lifecycle ends (shutdown requested and the
 //! controlled shutdown done), then stop the tailer (final local snapshot).
 //!
-//! Only `Metadata` and `DescribeReplicas` (metadata part) are served today; the data-plane
-//! RPCs answer UNIMPLEMENTED until the replication work of issue 5 lands.
+//! `Metadata` is answered from the local image; Produce, Fetch, ListOffsets,
+//! OffsetsForLeaderEpoch, InitProducerId and DescribeReplicas by the replica manager
+//! ([`crate::replica_manager`]).
 
 use std::future::Future;
 use std::time::Duration;
@@ -23,7 +24,9 @@ use crate::lifecycle::{
     ActiveControllerClient, ControllerChannels, LifecycleConfig, LifecycleStatus, ShutdownOutcome,
     manager,
 };
+use crate::log::LogConfig;
 use crate::metadata::{LocalChangesSink, TailerConfig, describe, local_snapshot, tailer};
+use crate::replica_manager::{ReplicaManager, ReplicaManagerConfig};
 
 /// Why a broker could not start or stopped with an error. `Display` is one line naming the
 /// config key or cause.
@@ -45,6 +48,9 @@ pub enum StartError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The partition logs could not be opened or recovered.
+    #[error("log_dirs: {0}")]
+    Logs(#[from] crate::log::LogError),
     /// `controller_quorum_voters` names an address gRPC cannot use.
     #[error("invalid value for controller_quorum_voters: {0}")]
     Voters(String),
@@ -90,6 +96,23 @@ pub async fn run(
         initial_ms: 50,
         max_ms: config.broker_heartbeat_interval_ms.clamp(100, 2000),
     };
+    let (status_tx, status_rx) = watch::channel(LifecycleStatus::default());
+    let (sink, events) = LocalChangesSink::channel(crate::metadata::sink::DEFAULT_CAPACITY);
+    let (replicas, replica_tasks) = ReplicaManager::start(
+        ReplicaManagerConfig {
+            broker_id: config.node_id,
+            data_dir: config.log_dirs[0].clone(),
+            replica_lag_time_max_ms: config.replica_lag_time_max_ms,
+            replica_lag_max_messages: None,
+            min_insync_replicas: config.min_insync_replicas,
+            log_defaults: LogConfig::default(),
+            replica_fetch_wait_max_ms: 500,
+            replica_fetch_backoff_ms: 100,
+        },
+        channels.clone(),
+        status_rx.clone(),
+        events,
+    )?;
     let tailer = tailer::spawn(
         TailerConfig {
             broker_id: config.node_id,
@@ -100,7 +123,7 @@ pub async fn run(
         },
         channels.clone(),
         initial.clone(),
-        LocalChangesSink::logging(),
+        sink,
     );
     let (host, port) = config.advertised_host_port();
     let lifecycle_cfg = LifecycleConfig {
@@ -118,7 +141,6 @@ pub async fn run(
         controlled_shutdown_timeout: session,
         backoff,
     };
-    let (status_tx, status_rx) = watch::channel(LifecycleStatus::default());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -156,9 +178,15 @@ pub async fn run(
         min_insync_replicas: config.min_insync_replicas,
         images: tailer.images(),
         status: status_rx,
+        replicas: replicas.clone(),
     };
     let served = tonic::transport::Server::builder()
-        .add_service(BrokerServiceServer::new(grpc))
+        .tcp_nodelay(true)
+        .add_service(
+            BrokerServiceServer::new(grpc)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        )
         .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
             let _ = done_rx.await;
         })
@@ -167,10 +195,12 @@ pub async fn run(
         Ok(Ok(r)) => r,
         Ok(Err(e)) | Err(e) => {
             tailer.stop().await;
+            replica_tasks.shutdown(&replicas).await;
             return Err(StartError::Serve(format!("lifecycle task: {e}")));
         }
     };
     tailer.stop().await;
+    replica_tasks.shutdown(&replicas).await;
     served.map_err(|e| StartError::Serve(e.to_string()))?;
     let outcome = outcome?;
     tracing::info!(broker_id = config.node_id, ?outcome, "broker stopped");
@@ -203,46 +233,53 @@ fn load_local_snapshot(path: &std::path::Path) -> MetadataImage {
     }
 }
 
-/// `BrokerService` over the local image.
+/// Largest gRPC message the broker accepts or sends, bytes (fetch replies carry up to
+/// `max_bytes` of records; produce requests up to the batch limits).
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// `BrokerService` over the local image and the replica manager.
 #[derive(Debug, Clone)]
 struct BrokerGrpc {
     broker_id: i32,
     min_insync_replicas: u32,
     images: watch::Receiver<MetadataImage>,
     status: watch::Receiver<LifecycleStatus>,
-}
-
-fn not_yet(rpc: &str) -> Status {
-    Status::unimplemented(format!(
-        "{rpc} is not served yet: it arrives with the replication work (issue 5)"
-    ))
+    replicas: ReplicaManager,
 }
 
 #[tonic::async_trait]
 impl BrokerService for BrokerGrpc {
     async fn produce(
         &self,
-        _request: Request<ProduceRequest>,
+        request: Request<ProduceRequest>,
     ) -> Result<Response<ProduceReply>, Status> {
-        Err(not_yet("Produce"))
+        Ok(Response::new(
+            self.replicas.produce(request.into_inner()).await,
+        ))
     }
 
-    async fn fetch(&self, _request: Request<FetchRequest>) -> Result<Response<FetchReply>, Status> {
-        Err(not_yet("Fetch"))
+    async fn fetch(&self, request: Request<FetchRequest>) -> Result<Response<FetchReply>, Status> {
+        Ok(Response::new(
+            self.replicas.fetch(request.into_inner()).await,
+        ))
     }
 
     async fn list_offsets(
         &self,
-        _request: Request<ListOffsetsRequest>,
+        request: Request<ListOffsetsRequest>,
     ) -> Result<Response<ListOffsetsReply>, Status> {
-        Err(not_yet("ListOffsets"))
+        Ok(Response::new(
+            self.replicas.list_offsets(request.into_inner()),
+        ))
     }
 
     async fn offsets_for_leader_epoch(
         &self,
-        _request: Request<OffsetsForLeaderEpochRequest>,
+        request: Request<OffsetsForLeaderEpochRequest>,
     ) -> Result<Response<OffsetsForLeaderEpochReply>, Status> {
-        Err(not_yet("OffsetsForLeaderEpoch"))
+        Ok(Response::new(
+            self.replicas.offsets_for_leader_epoch(request.into_inner()),
+        ))
     }
 
     async fn metadata(
@@ -262,7 +299,8 @@ impl BrokerService for BrokerGrpc {
         &self,
         _request: Request<InitProducerIdRequest>,
     ) -> Result<Response<InitProducerIdReply>, Status> {
-        Err(not_yet("InitProducerId"))
+        let epoch = self.status.borrow().broker_epoch;
+        Ok(Response::new(self.replicas.init_producer_id(epoch).await))
     }
 
     async fn describe_replicas(
@@ -271,12 +309,14 @@ impl BrokerService for BrokerGrpc {
     ) -> Result<Response<DescribeReplicasReply>, Status> {
         let image = self.images.borrow().clone();
         let epoch = self.status.borrow().broker_epoch;
-        Ok(Response::new(describe::describe_replicas_reply(
+        let mut reply = describe::describe_replicas_reply(
             &image,
             request.get_ref(),
             self.broker_id,
             epoch,
             self.min_insync_replicas,
-        )))
+        );
+        self.replicas.fill_describe_replicas(&mut reply);
+        Ok(Response::new(reply))
     }
 }

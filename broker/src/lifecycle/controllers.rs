@@ -12,7 +12,10 @@ use std::time::Duration;
 use keel_proto::ErrorCode;
 use keel_proto::common::Error as WireError;
 use keel_proto::controller::controller_service_client::ControllerServiceClient;
-use keel_proto::controller::{BrokerHeartbeatReply, ControllerLeader, RegisterBrokerReply};
+use keel_proto::controller::{
+    AllocateProducerIdsReply, AlterPartitionReply, BrokerHeartbeatReply, ControllerLeader,
+    RegisterBrokerReply,
+};
 use tonic::transport::{Channel, Endpoint};
 
 /// Connect timeout of a controller channel.
@@ -142,7 +145,12 @@ macro_rules! controller_reply {
     )*};
 }
 
-controller_reply!(RegisterBrokerReply, BrokerHeartbeatReply);
+controller_reply!(
+    RegisterBrokerReply,
+    BrokerHeartbeatReply,
+    AlterPartitionReply,
+    AllocateProducerIdsReply
+);
 
 /// No voter answered as the active controller within the attempts of one call.
 #[derive(Debug, thiserror::Error)]

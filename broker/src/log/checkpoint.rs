@@ -25,6 +25,13 @@ pub struct TopicPartition {
     pub partition: i32,
 }
 
+impl std::fmt::Display for TopicPartition {
+    /// `<topic>-<partition>`, Kafka's notation.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}-{}", self.topic, self.partition)
+    }
+}
+
 impl TopicPartition {
     /// Builds a topic partition.
     pub fn new(topic: impl Into<String>, partition: i32) -> Self {

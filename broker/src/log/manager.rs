@@ -170,6 +170,58 @@ impl LogManager {
         Ok(n)
     }
 
+    /// Moves every loaded log out of the manager, for an owner that locks each partition on
+    /// its own (the replica manager). The manager keeps the directory, the checkpoint files
+    /// and [`LogManager::open_detached_log`] / [`LogManager::delete_detached_log`] /
+    /// [`LogManager::close_detached`] for the logs it handed out.
+    pub fn take_logs(&mut self) -> BTreeMap<TopicPartition, Log> {
+        std::mem::take(&mut self.logs)
+    }
+
+    /// Opens (or creates) the log of `tp` in this directory without keeping it: the caller
+    /// owns it. A new directory is made durable (parent fsync) before this returns.
+    pub fn open_detached_log(&self, tp: &TopicPartition, config: LogConfig) -> LogResult<Log> {
+        let dir = self.data_dir.join(tp.dir_name());
+        let existed = dir.exists();
+        let log = Log::open(&dir, config, self.clock.clone(), LogOpenOptions::default())?;
+        if !existed {
+            fsync_dir(&self.data_dir)?;
+        }
+        Ok(log)
+    }
+
+    /// Deletes a log handed out by [`LogManager::take_logs`] or
+    /// [`LogManager::open_detached_log`], with its directory.
+    pub fn delete_detached_log(&self, log: Log) -> LogResult<()> {
+        log.delete()?;
+        fsync_dir(&self.data_dir)
+    }
+
+    /// Writes `recovery-point-offset-checkpoint` from the given recovery points.
+    pub fn write_recovery_points(&self, points: &BTreeMap<TopicPartition, i64>) -> LogResult<()> {
+        self.recovery_checkpoint.write(points)
+    }
+
+    /// Clean shutdown of detached logs: closes each (flush + indexes + producer snapshot),
+    /// writes their recovery points and high watermarks, then the clean-shutdown marker.
+    /// A failure leaves the marker absent, so the next start recovers.
+    pub fn close_detached(
+        self,
+        logs: Vec<(TopicPartition, Log)>,
+        high_watermarks: &BTreeMap<TopicPartition, i64>,
+    ) -> LogResult<()> {
+        let mut points = BTreeMap::new();
+        for (tp, mut log) in logs {
+            log.flush()?;
+            points.insert(tp, log.recovery_point());
+            log.close()?;
+        }
+        self.write_recovery_points(&points)?;
+        self.write_high_watermarks(high_watermarks)?;
+        write_atomically(&self.data_dir.join(CLEAN_SHUTDOWN_FILE), b"")?;
+        Ok(())
+    }
+
     /// Clean shutdown: closes every log (flush + indexes + producer snapshot), writes the
     /// recovery points, then the clean-shutdown marker.
     pub fn close(mut self) -> LogResult<()> {

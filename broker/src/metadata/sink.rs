@@ -12,12 +12,16 @@ use super::local_changes::LocalChanges;
 pub const DEFAULT_CAPACITY: usize = 64;
 
 /// One published image and what it changed for this broker.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct LocalChangesEvent {
     /// The image the changes lead to (the replica manager reads configs and brokers from it).
     pub image: MetadataImage,
-    /// Deleted / became leader / became follower, to apply in that order.
+    /// Deleted / became leader / became follower, to apply in that order (may be empty: every
+    /// image is sent, since broker states and configs matter to the replica manager too).
     pub changes: LocalChanges,
+    /// Signalled (or dropped) once the receiver applied the event; the tailer waits for it
+    /// before it reports the image's offset as applied (heartbeats), like Kafka's publishers.
+    pub applied: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 /// The sending half; the replica manager owns the receiver.
@@ -39,7 +43,9 @@ impl LocalChangesSink {
         let (sink, mut rx) = Self::channel(DEFAULT_CAPACITY);
         tokio::spawn(async move {
             while let Some(ev) = rx.recv().await {
-                log_changes(&ev);
+                if !ev.changes.is_empty() {
+                    log_changes(&ev);
+                }
             }
         });
         sink

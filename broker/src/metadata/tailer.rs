@@ -112,12 +112,17 @@ struct Publisher {
 impl Publisher {
     async fn publish(&mut self, image: MetadataImage) {
         let changes = local_changes(&self.published, &image, self.broker_id);
-        if !changes.is_empty() && self.sink_alive {
+        if self.sink_alive {
+            let (applied, done) = tokio::sync::oneshot::channel();
             let ev = LocalChangesEvent {
                 image: image.clone(),
                 changes,
+                applied: Some(applied),
             };
-            if !self.sink.send(ev).await {
+            if self.sink.send(ev).await {
+                // Dropped without a signal also means "done" (e.g. the receiver stopped).
+                let _ = done.await;
+            } else {
                 tracing::error!("the local changes receiver is gone; changes are dropped");
                 self.sink_alive = false;
             }

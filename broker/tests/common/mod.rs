@@ -118,6 +118,19 @@ pub struct Cluster {
     controllers: Vec<Option<Child>>,
     brokers: Vec<Option<Child>>,
     controller_args: Vec<String>,
+    broker_args: Vec<String>,
+    session_timeout_ms: u64,
+}
+
+/// Settings of a test cluster beyond the process counts.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Extra flags for every controller.
+    pub controller_args: Vec<String>,
+    /// Extra flags for every broker.
+    pub broker_args: Vec<String>,
+    /// `broker_session_timeout_ms` of controllers and brokers; 0 = [`SESSION_TIMEOUT_MS`].
+    pub session_timeout_ms: u64,
 }
 
 impl Drop for Cluster {
@@ -151,6 +164,18 @@ impl Cluster {
 
     /// Like [`Self::start`], with extra flags for every controller.
     pub fn start_with(controllers: usize, brokers: usize, controller_args: &[&str]) -> Cluster {
+        Self::start_opts(
+            controllers,
+            brokers,
+            Options {
+                controller_args: controller_args.iter().map(|s| s.to_string()).collect(),
+                ..Options::default()
+            },
+        )
+    }
+
+    /// Like [`Self::start`], with [`Options`].
+    pub fn start_opts(controllers: usize, brokers: usize, opts: Options) -> Cluster {
         let bin = controller_bin();
         let mut c = Cluster {
             dir: tempfile::tempdir().unwrap(),
@@ -158,7 +183,13 @@ impl Cluster {
             broker_ports: free_ports(brokers),
             controllers: (0..controllers).map(|_| None).collect(),
             brokers: (0..brokers).map(|_| None).collect(),
-            controller_args: controller_args.iter().map(|s| s.to_string()).collect(),
+            controller_args: opts.controller_args,
+            broker_args: opts.broker_args,
+            session_timeout_ms: if opts.session_timeout_ms == 0 {
+                SESSION_TIMEOUT_MS
+            } else {
+                opts.session_timeout_ms
+            },
         };
         for id in 1..=controllers as u64 {
             c.start_controller_with(&bin, id);
@@ -224,7 +255,7 @@ impl Cluster {
             .arg("--broker-heartbeat-interval-ms")
             .arg(HEARTBEAT_INTERVAL_MS.to_string())
             .arg("--broker-session-timeout-ms")
-            .arg(SESSION_TIMEOUT_MS.to_string())
+            .arg(self.session_timeout_ms.to_string())
             .args(&self.controller_args)
             .env("KEEL_LOG", "info,openraft=warn")
             .stdout(log.try_clone().unwrap())
@@ -258,9 +289,10 @@ impl Cluster {
             .arg("--broker-heartbeat-interval-ms")
             .arg(HEARTBEAT_INTERVAL_MS.to_string())
             .arg("--broker-session-timeout-ms")
-            .arg(SESSION_TIMEOUT_MS.to_string())
+            .arg(self.session_timeout_ms.to_string())
             .arg("--metadata-snapshot-interval-ms")
             .arg(SNAPSHOT_INTERVAL_MS.to_string())
+            .args(&self.broker_args)
             .env("KEEL_LOG", "info")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -287,6 +319,26 @@ impl Cluster {
             c.kill().unwrap();
             c.wait().unwrap();
         }
+    }
+
+    /// Sends `signal` (e.g. "STOP", "CONT") to broker `id`.
+    pub fn signal_broker(&self, id: i32, signal: &str) {
+        let pid = self.brokers[id as usize - 1]
+            .as_ref()
+            .expect("broker running")
+            .id();
+        let ok = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{signal} {pid}");
+    }
+
+    /// Whether broker `id` was started and not killed.
+    pub fn broker_running(&self, id: i32) -> bool {
+        self.brokers[id as usize - 1].is_some()
     }
 
     /// SIGKILL of broker `id`.
@@ -567,5 +619,254 @@ pub fn assigned_topic(name: &str, assignments: &[&[i32]]) -> CreatableTopic {
             )
             .collect(),
         configs: vec![],
+    }
+}
+
+/// Record batches and data-plane calls for the replication tests.
+pub mod data {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use keel_broker::log::{BatchIter, RecordBatchBuilder};
+    use keel_proto::ErrorCode;
+    use keel_proto::broker::{
+        FetchPartition, FetchRequest, FetchTopic, ProducePartitionData, ProducePartitionResponse,
+        ProduceRequest, ProduceTopicData, ReplicaDescription,
+    };
+    use keel_proto::controller::{
+        AlterConfigOp, AlterConfigsRequest, AlterConfigsResource, AlterableConfig,
+    };
+    use keel_proto::metadata::ConfigResourceType;
+
+    use super::Cluster;
+
+    /// Wall clock now, ms (record timestamps).
+    pub fn now_ms() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    }
+
+    /// One batch holding `values` (no producer id).
+    pub fn batch(values: &[String]) -> Bytes {
+        let mut b = RecordBatchBuilder::new(0);
+        let ts = now_ms();
+        for v in values {
+            b.append(ts, None, Some(v.as_bytes()), &[]);
+        }
+        b.build().as_bytes().clone()
+    }
+
+    /// One idempotent batch.
+    pub fn idempotent_batch(pid: i64, epoch: i16, seq: i32, values: &[String]) -> Bytes {
+        let mut b = RecordBatchBuilder::new(0).producer(pid, epoch, seq);
+        let ts = now_ms();
+        for v in values {
+            b.append(ts, None, Some(v.as_bytes()), &[]);
+        }
+        b.build().as_bytes().clone()
+    }
+
+    /// `(offset, value)` of every record in `records`, plus (base offset, CRC) per batch.
+    pub fn decode(records: &Bytes) -> (Records, Crcs) {
+        let mut out = Vec::new();
+        let mut crcs = Vec::new();
+        for b in BatchIter::new(records.clone()) {
+            let b = b.unwrap();
+            let h = *b.header();
+            crcs.push((h.base_offset, h.crc));
+            for r in b.records() {
+                let r = r.unwrap();
+                let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+                out.push((h.base_offset + r.offset_delta as i64, v));
+            }
+        }
+        (out, crcs)
+    }
+
+    /// `(offset, value)` per record.
+    pub type Records = Vec<(i64, String)>;
+    /// `(base offset, CRC)` per batch.
+    pub type Crcs = Vec<(i64, u32)>;
+
+    /// Values `"{prefix}-{i}"` for `i` in `range`.
+    pub fn values(prefix: &str, range: std::ops::Range<usize>) -> Vec<String> {
+        range.map(|i| format!("{prefix}-{i}")).collect()
+    }
+
+    /// Error code of a partition response.
+    pub fn code(r: &ProducePartitionResponse) -> ErrorCode {
+        ErrorCode::from_proto(r.error.as_ref()).unwrap()
+    }
+
+    impl Cluster {
+        /// One Produce of `records` to `topic`-`partition` on broker `id`.
+        #[allow(clippy::too_many_arguments)]
+        pub async fn produce_raw(
+            &self,
+            id: i32,
+            topic: &str,
+            partition: i32,
+            acks: i32,
+            timeout_ms: i32,
+            records: Bytes,
+            leader_epoch: Option<i32>,
+        ) -> Result<ProducePartitionResponse, tonic::Status> {
+            let mut c = self.broker_client(id);
+            let reply = c
+                .produce(ProduceRequest {
+                    acks,
+                    timeout_ms,
+                    transactional_id: String::new(),
+                    topics: vec![ProduceTopicData {
+                        name: topic.into(),
+                        topic_id: Bytes::new(),
+                        partitions: vec![ProducePartitionData {
+                            index: partition,
+                            records,
+                            current_leader_epoch: leader_epoch,
+                        }],
+                    }],
+                })
+                .await?
+                .into_inner();
+            Ok(reply.responses[0].partitions[0].clone())
+        }
+
+        /// Produce that must get an answer from the broker.
+        pub async fn produce(
+            &self,
+            id: i32,
+            topic: &str,
+            acks: i32,
+            values: &[String],
+        ) -> ProducePartitionResponse {
+            self.produce_raw(id, topic, 0, acks, 5000, batch(values), None)
+                .await
+                .unwrap()
+        }
+
+        /// Consumer fetch of everything below the HW from `from`, on broker `id`: the
+        /// records, the batch CRCs and the HW.
+        pub async fn consume(
+            &self,
+            id: i32,
+            topic: &str,
+            partition: i32,
+            from: i64,
+        ) -> (Records, Crcs, i64) {
+            let mut c = self.broker_client(id);
+            let mut offset = from;
+            let mut all = Vec::new();
+            let mut crcs = Vec::new();
+            loop {
+                let reply = c
+                    .fetch(FetchRequest {
+                        replica_id: -1,
+                        broker_epoch: -1,
+                        max_wait_ms: 0,
+                        min_bytes: 0,
+                        max_bytes: 0,
+                        isolation_level: 0,
+                        topics: vec![FetchTopic {
+                            topic: topic.into(),
+                            topic_id: Bytes::new(),
+                            partitions: vec![FetchPartition {
+                                partition,
+                                fetch_offset: offset,
+                                current_leader_epoch: None,
+                                last_fetched_epoch: -1,
+                                log_start_offset: -1,
+                                partition_max_bytes: 0,
+                            }],
+                        }],
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner();
+                let p = &reply.responses[0].partitions[0];
+                let code = ErrorCode::from_proto(p.error.as_ref()).unwrap();
+                assert_eq!(
+                    code,
+                    ErrorCode::None,
+                    "consume {topic}-{partition} at {offset}: {p:?}"
+                );
+                let (recs, c2) = decode(&p.records);
+                if recs.is_empty() {
+                    return (all, crcs, p.high_watermark);
+                }
+                offset = recs.last().unwrap().0 + 1;
+                all.extend(recs.into_iter().filter(|(o, _)| *o >= from));
+                crcs.extend(c2);
+            }
+        }
+
+        /// Broker `id`'s description of `topic`-`partition`.
+        pub async fn replica(
+            &self,
+            id: i32,
+            topic: &str,
+            partition: i32,
+        ) -> Option<ReplicaDescription> {
+            let r = self.try_describe_replicas(id).await?;
+            r.partitions
+                .into_iter()
+                .find(|p| p.topic == topic && p.partition == partition && p.error.is_none())
+        }
+
+        /// Waits until broker `id` leads `topic`-0 with exactly `isr` (sorted) and returns it.
+        pub async fn wait_leader_isr(
+            &self,
+            id: i32,
+            topic: &str,
+            isr: &[i32],
+            deadline: Duration,
+        ) -> ReplicaDescription {
+            let want: Vec<i32> = isr.to_vec();
+            self.wait_for(
+                &format!("broker {id} leads {topic}-0 with ISR {want:?}"),
+                deadline,
+                || async {
+                    let r = self.replica(id, topic, 0).await?;
+                    let mut got = r.isr.clone();
+                    got.sort();
+                    (r.role == keel_proto::broker::ReplicaRole::Leader as i32
+                        && got == want
+                        && !r.pending_isr_change)
+                        .then_some(r)
+                },
+            )
+            .await
+        }
+
+        /// Sets a topic config through the active controller.
+        pub async fn set_topic_config(&self, topic: &str, key: &str, value: &str) {
+            for id in self.controller_ids() {
+                let mut c = self.controller_client(id);
+                let Ok(r) = c
+                    .alter_configs(AlterConfigsRequest {
+                        resources: vec![AlterConfigsResource {
+                            resource_type: ConfigResourceType::Topic as i32,
+                            resource_name: topic.into(),
+                            configs: vec![AlterableConfig {
+                                name: key.into(),
+                                op: AlterConfigOp::Set as i32,
+                                value: Some(value.into()),
+                            }],
+                        }],
+                        validate_only: false,
+                    })
+                    .await
+                else {
+                    continue;
+                };
+                let r = r.into_inner();
+                if super::ok(&r.error) && r.results.iter().all(|x| super::ok(&x.error)) {
+                    return;
+                }
+            }
+            panic!("could not set {key}={value} on {topic}");
+        }
     }
 }

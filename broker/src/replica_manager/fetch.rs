@@ -1,0 +1,462 @@
+//! Reads: Fetch for consumers and followers (long poll), ListOffsets, OffsetsForLeaderEpoch
+//! and the log part of DescribeReplicas (DESIGN §5; Kafka `ReplicaManager.fetchMessages` +
+//! `DelayedFetch`, `Partition.fetchOffsetForTimestamp`, `Partition.lastOffsetForLeaderEpoch`).
+//!
+//! A fetch reads every partition once under its lock; when fewer than `min_bytes` came back
+//! and no partition failed or diverged, it waits for the next data change (append,
+//! truncation, HW change) or `max_wait_ms`, then reads again. A follower fetch is handled by
+//! [`crate::replica::PartitionState::handle_follower_fetch`] on every read, so the follower's
+//! LEO and caught-up time are those of its latest request.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use keel_proto::ErrorCode;
+use keel_proto::broker::{
+    DescribeReplicasReply, EpochEndOffset, EpochEndOffsetResult, EpochStartOffset,
+    FetchPartitionData, FetchReply, FetchRequest, FetchableTopicResponse, FollowerState,
+    LeaderIdAndEpoch, ListOffsetsPartitionResponse, ListOffsetsReply, ListOffsetsRequest,
+    ListOffsetsTopicResponse, OffsetForLeaderTopicResult, OffsetsForLeaderEpochReply,
+    OffsetsForLeaderEpochRequest, ReplicaRole,
+};
+
+use super::ReplicaManager;
+use super::produce::{check_topic_id, log_error_code};
+use crate::replica::{
+    FollowerFetchRequest, LeaderFetchDecision, ListOffsetsAnswer, OffsetSpec, Role, epoch_from_wire,
+};
+
+/// Default per-partition and per-request byte bounds when a request sends 0 or less (Kafka's
+/// `max.partition.fetch.bytes` 1 MiB and `fetch.max.bytes` 50 MiB).
+pub const DEFAULT_PARTITION_MAX_BYTES: usize = 1 << 20;
+/// See [`DEFAULT_PARTITION_MAX_BYTES`].
+pub const DEFAULT_MAX_BYTES: usize = 50 << 20;
+/// Longest long poll accepted, ms (a larger `max_wait_ms` is capped).
+pub const MAX_WAIT_MS: u64 = 30_000;
+
+fn error_data(partition: i32, code: ErrorCode, message: String) -> FetchPartitionData {
+    FetchPartitionData {
+        partition_index: partition,
+        error: Some(code.to_proto(message)),
+        high_watermark: -1,
+        last_stable_offset: -1,
+        log_start_offset: -1,
+        ..Default::default()
+    }
+}
+
+impl ReplicaManager {
+    /// Serves a Fetch (see the module doc).
+    pub async fn fetch(&self, req: FetchRequest) -> FetchReply {
+        let max_wait = u64::try_from(req.max_wait_ms).unwrap_or(0).min(MAX_WAIT_MS);
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(max_wait);
+        let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0).max(1);
+        loop {
+            let changed = self.data_changed();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let (reply, bytes, done) = self.read_once(&req);
+            if done || bytes >= min_bytes || tokio::time::Instant::now() >= deadline {
+                return reply;
+            }
+            tokio::select! {
+                _ = changed => {}
+                _ = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Reads every partition of `req` once. Returns the reply, the record bytes in it, and
+    /// whether it must be answered now (an error or a divergence).
+    fn read_once(&self, req: &FetchRequest) -> (FetchReply, usize, bool) {
+        let follower = req.replica_id >= 0;
+        let mut budget = match usize::try_from(req.max_bytes) {
+            Ok(n) if n > 0 => n,
+            _ => DEFAULT_MAX_BYTES,
+        };
+        let mut total = 0usize;
+        let mut done = false;
+        let image = follower.then(|| self.image());
+        let mut responses = Vec::with_capacity(req.topics.len());
+        for t in &req.topics {
+            let mut partitions = Vec::with_capacity(t.partitions.len());
+            for p in &t.partitions {
+                let Some(hp) = self.partition(&t.topic, p.partition) else {
+                    done = true;
+                    partitions.push(error_data(
+                        p.partition,
+                        ErrorCode::UnknownTopicOrPartition,
+                        format!("{}-{} is not hosted here", t.topic, p.partition),
+                    ));
+                    continue;
+                };
+                if let Some(code) = check_topic_id(&t.topic_id, hp.topic_id()) {
+                    done = true;
+                    partitions.push(error_data(
+                        p.partition,
+                        code,
+                        format!("topic id of {}", t.topic),
+                    ));
+                    continue;
+                }
+                let part_max = match usize::try_from(p.partition_max_bytes) {
+                    Ok(n) if n > 0 => n,
+                    _ => DEFAULT_PARTITION_MAX_BYTES,
+                };
+                // The first non-empty partition may exceed the budget by one batch (progress).
+                let max = if total == 0 {
+                    part_max
+                } else {
+                    part_max.min(budget)
+                };
+                let now = self.now_ms();
+                let mut inner = hp.lock();
+                let inner = &mut *inner;
+                let epoch = p.current_leader_epoch.and_then(epoch_from_wire);
+                let mut data = FetchPartitionData {
+                    partition_index: p.partition,
+                    ..Default::default()
+                };
+                let read = if follower {
+                    let fr = FollowerFetchRequest {
+                        replica_id: req.replica_id,
+                        broker_epoch: (req.broker_epoch >= 0).then_some(req.broker_epoch),
+                        fetch_offset: p.fetch_offset,
+                        last_fetched_epoch: epoch_from_wire(p.last_fetched_epoch),
+                        current_leader_epoch: epoch,
+                        log_start_offset: (p.log_start_offset >= 0).then_some(p.log_start_offset),
+                    };
+                    let log = &inner.log;
+                    let eligibility = image.as_ref().expect("follower fetch has the image");
+                    match inner.state.handle_follower_fetch(
+                        &fr,
+                        |e| log.end_offset_for_epoch(e),
+                        eligibility,
+                        now,
+                    ) {
+                        Ok(LeaderFetchDecision::Diverging {
+                            epoch,
+                            end_offset,
+                            high_watermark,
+                        }) => {
+                            done = true;
+                            data.high_watermark = high_watermark;
+                            data.last_stable_offset = high_watermark;
+                            data.log_start_offset = inner.log.log_start_offset();
+                            data.diverging_epoch = Some(EpochEndOffset { epoch, end_offset });
+                            None
+                        }
+                        Ok(LeaderFetchDecision::Read {
+                            fetch_offset,
+                            upper_bound_exclusive,
+                            high_watermark,
+                            log_start_offset,
+                            effects,
+                        }) => {
+                            self.execute(&hp, inner, effects);
+                            data.high_watermark = high_watermark;
+                            data.last_stable_offset = high_watermark;
+                            data.log_start_offset = log_start_offset;
+                            Some((fetch_offset, upper_bound_exclusive))
+                        }
+                        Err(code) => {
+                            done = true;
+                            data = self.fetch_error(inner, p.partition, code);
+                            None
+                        }
+                    }
+                } else {
+                    match inner.state.check_consumer_fetch(p.fetch_offset, epoch) {
+                        Ok(r) => {
+                            data.high_watermark = r.high_watermark;
+                            data.last_stable_offset = r.high_watermark;
+                            data.log_start_offset = r.log_start_offset;
+                            Some((r.fetch_offset, r.upper_bound_exclusive))
+                        }
+                        Err(code) => {
+                            done = true;
+                            data = self.fetch_error(inner, p.partition, code);
+                            None
+                        }
+                    }
+                };
+                if let Some((from, upper)) = read {
+                    match inner.log.read(from, max, upper) {
+                        Ok(info) => {
+                            total += info.records.len();
+                            budget = budget.saturating_sub(info.records.len());
+                            data.records = info.records;
+                        }
+                        Err(e) => {
+                            done = true;
+                            data = error_data(p.partition, log_error_code(&e), e.to_string());
+                        }
+                    }
+                }
+                partitions.push(data);
+            }
+            responses.push(FetchableTopicResponse {
+                topic: t.topic.clone(),
+                topic_id: t.topic_id.clone(),
+                partitions,
+            });
+        }
+        (
+            FetchReply {
+                error: None,
+                responses,
+                node_endpoints: Vec::new(),
+            },
+            total,
+            done,
+        )
+    }
+
+    /// The error answer of a fetch; OFFSET_OUT_OF_RANGE carries the log start offset and the
+    /// HW so the reader can reset; leadership errors carry the current leader.
+    fn fetch_error(
+        &self,
+        inner: &super::PartitionInner,
+        partition: i32,
+        code: ErrorCode,
+    ) -> FetchPartitionData {
+        let mut data = error_data(partition, code, code.to_string());
+        match code {
+            ErrorCode::OffsetOutOfRange => {
+                data.log_start_offset = inner.log.log_start_offset();
+                data.high_watermark = inner.state.high_watermark();
+                data.last_stable_offset = data.high_watermark;
+            }
+            ErrorCode::NotLeaderOrFollower | ErrorCode::FencedLeaderEpoch => {
+                let (is_leader, leader, epoch) = Self::role_of(inner);
+                data.current_leader = Some(LeaderIdAndEpoch {
+                    leader_id: if is_leader { self.broker_id() } else { leader },
+                    leader_epoch: epoch,
+                });
+            }
+            _ => {}
+        }
+        data
+    }
+
+    /// Serves ListOffsets from the leader: EARLIEST (-2), LATEST (-1, the HW), MAX_TIMESTAMP
+    /// (-3: the newest record below the HW, approximated by the last batch's max timestamp
+    /// lookup) or a timestamp; other negative values are INVALID_REQUEST.
+    pub fn list_offsets(&self, req: ListOffsetsRequest) -> ListOffsetsReply {
+        let mut topics = Vec::with_capacity(req.topics.len());
+        for t in req.topics {
+            let mut partitions = Vec::with_capacity(t.partitions.len());
+            for p in t.partitions {
+                let mut out = ListOffsetsPartitionResponse {
+                    partition_index: p.partition_index,
+                    error: None,
+                    timestamp: -1,
+                    offset: -1,
+                    leader_epoch: -1,
+                };
+                let spec = match p.timestamp {
+                    -2 => Some(OffsetSpec::Earliest),
+                    -1 | -3 => Some(OffsetSpec::Latest),
+                    ts if ts >= 0 => Some(OffsetSpec::Timestamp(ts)),
+                    _ => None,
+                };
+                let Some(spec) = spec else {
+                    out.error = Some(ErrorCode::InvalidRequest.to_proto(format!(
+                        "timestamp {} is not -1, -2, -3 or >= 0",
+                        p.timestamp
+                    )));
+                    partitions.push(out);
+                    continue;
+                };
+                let Some(hp) = self.partition(&t.name, p.partition_index) else {
+                    out.error = Some(ErrorCode::UnknownTopicOrPartition.to_proto(format!(
+                        "{}-{} is not hosted here",
+                        t.name, p.partition_index
+                    )));
+                    partitions.push(out);
+                    continue;
+                };
+                let inner = hp.lock();
+                let epoch = p.current_leader_epoch.and_then(epoch_from_wire);
+                let answer = inner.state.list_offsets(spec, epoch);
+                let result = answer.and_then(|a| match a {
+                    ListOffsetsAnswer::Offset(o) => Ok((o, -1)),
+                    ListOffsetsAnswer::LookupTimestamp {
+                        timestamp_ms,
+                        max_offset_exclusive,
+                    } => match inner.log.offset_for_timestamp(timestamp_ms) {
+                        Ok(Some((o, ts))) if o < max_offset_exclusive => Ok((o, ts)),
+                        Ok(_) => Ok((-1, -1)),
+                        Err(e) => Err(log_error_code(&e)),
+                    },
+                });
+                match result {
+                    Ok((offset, ts)) => {
+                        out.offset = offset;
+                        out.timestamp = ts;
+                        if offset >= 0 {
+                            out.leader_epoch = epoch_of_offset(&inner.log, offset);
+                        }
+                    }
+                    Err(code) => out.error = Some(code.to_proto(code.to_string())),
+                }
+                partitions.push(out);
+            }
+            topics.push(ListOffsetsTopicResponse {
+                name: t.name,
+                partitions,
+            });
+        }
+        ListOffsetsReply {
+            error: None,
+            topics,
+        }
+    }
+
+    /// Serves OffsetsForLeaderEpoch from the leader (KIP-101/279): the largest epoch <= the
+    /// requested one and its end offset (exclusive), or -1/-1 when unknown.
+    pub fn offsets_for_leader_epoch(
+        &self,
+        req: OffsetsForLeaderEpochRequest,
+    ) -> OffsetsForLeaderEpochReply {
+        let mut topics = Vec::with_capacity(req.topics.len());
+        for t in req.topics {
+            let mut partitions = Vec::with_capacity(t.partitions.len());
+            for p in t.partitions {
+                let mut out = EpochEndOffsetResult {
+                    partition: p.partition,
+                    error: None,
+                    leader_epoch: -1,
+                    end_offset: -1,
+                };
+                match self.partition(&t.topic, p.partition) {
+                    None => {
+                        out.error =
+                            Some(ErrorCode::UnknownTopicOrPartition.to_proto(format!(
+                                "{}-{} is not hosted here",
+                                t.topic, p.partition
+                            )))
+                    }
+                    Some(hp) => {
+                        let inner = hp.lock();
+                        let epoch = p.current_leader_epoch.and_then(epoch_from_wire);
+                        match inner.state.check_leader_request(epoch) {
+                            Ok(()) => {
+                                let (e, end) = inner.log.end_offset_for_epoch(p.leader_epoch);
+                                out.leader_epoch = e;
+                                out.end_offset = end;
+                            }
+                            Err(code) => out.error = Some(code.to_proto(code.to_string())),
+                        }
+                    }
+                }
+                partitions.push(out);
+            }
+            topics.push(OffsetForLeaderTopicResult {
+                topic: t.topic,
+                partitions,
+            });
+        }
+        OffsetsForLeaderEpochReply {
+            error: None,
+            topics,
+        }
+    }
+
+    /// Fills the log and leader fields of a metadata-only DescribeReplicas reply
+    /// ([`crate::metadata::describe::describe_replicas_reply`]) from the hosted partitions.
+    pub fn fill_describe_replicas(&self, reply: &mut DescribeReplicasReply) {
+        for d in &mut reply.partitions {
+            if d.error.is_some() {
+                continue;
+            }
+            let Some(hp) = self.partition(&d.topic, d.partition) else {
+                continue;
+            };
+            let inner = hp.lock();
+            d.log_end_offset = inner.log.log_end_offset();
+            d.high_watermark = inner.state.high_watermark();
+            d.log_start_offset = inner.log.log_start_offset();
+            d.size_bytes = inner.log.size_bytes() as i64;
+            d.leader_epoch_cache = inner
+                .log
+                .epoch_cache()
+                .entries()
+                .iter()
+                .map(|e| EpochStartOffset {
+                    epoch: e.epoch,
+                    start_offset: e.start_offset,
+                })
+                .collect();
+            match inner.state.role() {
+                Role::Leader(l) => {
+                    d.role = ReplicaRole::Leader as i32;
+                    d.leader_id = self.broker_id();
+                    d.leader_epoch = l.leader_epoch;
+                    d.partition_epoch = l.partition_epoch;
+                    d.isr = l.isr.isr().to_vec();
+                    d.maximal_isr = l.isr.maximal_isr();
+                    d.pending_isr_change = l.isr.pending_request().is_some();
+                    d.followers = l
+                        .followers
+                        .values()
+                        .map(|f| FollowerState {
+                            broker_id: f.broker_id,
+                            log_end_offset: f.log_end_offset.unwrap_or(-1),
+                            last_caught_up_time_ms: self.wall_time_ms(f.last_caught_up_time_ms),
+                            last_fetch_time_ms: self.wall_time_ms(f.last_fetch_time_ms),
+                            broker_epoch: f.broker_epoch.unwrap_or(-1),
+                            in_isr: l.isr.isr().contains(&f.broker_id),
+                        })
+                        .collect();
+                }
+                Role::Follower(f) => {
+                    d.role = ReplicaRole::Follower as i32;
+                    d.leader_id = f.leader_id;
+                    d.leader_epoch = f.leader_epoch;
+                    d.partition_epoch = f.partition_epoch;
+                }
+                Role::None => d.role = ReplicaRole::None as i32,
+            }
+            d.min_insync_replicas = inner.state.config().effective_min_insync() as i32;
+        }
+    }
+
+    /// Converts a monotonic time of this manager into wall-clock ms since the Unix epoch
+    /// (-1 for 0 = never).
+    fn wall_time_ms(&self, mono_ms: u64) -> i64 {
+        if mono_ms == 0 {
+            return -1;
+        }
+        let now_wall = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        now_wall - (self.now_ms().saturating_sub(mono_ms)) as i64
+    }
+}
+
+/// Leader epoch of the batch holding `offset` per the epoch cache (-1 when unknown). For an
+/// offset at the LEO (LATEST on an idle log) it is the epoch of the last batch below it.
+fn epoch_of_offset(log: &crate::log::Log, offset: i64) -> i32 {
+    let target = if offset >= log.log_end_offset() {
+        offset - 1
+    } else {
+        offset
+    };
+    log.epoch_cache()
+        .entries()
+        .iter()
+        .rev()
+        .find(|e| e.start_offset <= target)
+        .map_or(-1, |e| e.epoch)
+}
+
+/// Record bytes of a reply (for tests and metrics).
+pub fn reply_bytes(reply: &FetchReply) -> usize {
+    reply
+        .responses
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| Bytes::len(&p.records))
+        .sum()
+}

@@ -1,0 +1,422 @@
+//! Follower fetchers (DESIGN §5 "Becoming follower"; Kafka `ReplicaFetcherManager` /
+//! `AbstractFetcherThread`): one task per source broker, fetching every partition this
+//! broker follows from it in one long-poll request.
+//!
+//! Each round: build the request from the partitions' states
+//! ([`crate::replica::PartitionState::follower_fetch_request`]), send it, and for each
+//! partition of the answer, under the partition's lock and only if the partition still
+//! follows the same leader in the same epoch from the same LEO, apply
+//! [`plan_follower_response`]: append then adopt the HW, truncate to the divergence point the
+//! leader reported (never to the local HW: KIP-101/279), restart the log at the leader's log
+//! start, or back off. Partitions are referred to by name only, so a fetch in flight never
+//! keeps a deleted partition's log open.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use keel_proto::ErrorCode;
+use keel_proto::broker::broker_service_client::BrokerServiceClient;
+use keel_proto::broker::{FetchPartition, FetchPartitionData, FetchRequest, FetchTopic};
+use tokio::sync::{Notify, watch};
+use tonic::transport::Channel;
+
+use super::{HostedPartition, ReplicaManager};
+use crate::log::TopicPartition;
+use crate::replica::{FollowerAction, FollowerFetchResponse, Role, plan_follower_response};
+
+/// Largest reply a fetcher accepts, bytes (also sent as `max_bytes`).
+pub const FETCH_MAX_BYTES: usize = 16 << 20;
+/// Per-partition bound sent in fetches, bytes.
+pub const PARTITION_MAX_BYTES: usize = 4 << 20;
+/// Delay before a partition that answered a leadership error is fetched again, ms (new
+/// metadata re-adds it at once).
+pub const AWAIT_METADATA_BACKOFF_MS: u64 = 200;
+
+/// One followed partition.
+#[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// Leader epoch of the registration that added it.
+    leader_epoch: i32,
+    /// Not fetched before this time (ms, manager clock).
+    retry_at_ms: u64,
+}
+
+type Entries = Arc<Mutex<BTreeMap<TopicPartition, Entry>>>;
+
+#[derive(Debug)]
+struct Fetcher {
+    entries: Entries,
+    wake: Arc<Notify>,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// The fetchers by source broker id.
+#[derive(Debug, Default)]
+pub struct FetcherManager {
+    fetchers: HashMap<i32, Fetcher>,
+}
+
+impl FetcherManager {
+    /// Starts fetching `hp` from `leader` (its current leader epoch), spawning the fetcher
+    /// for `leader` if needed. The caller removed it from any other fetcher first.
+    pub fn add(&mut self, rm: &ReplicaManager, hp: Arc<HostedPartition>, leader: i32) {
+        let epoch = hp.lock().state.leader_epoch().unwrap_or(-1);
+        let f = self.fetchers.entry(leader).or_insert_with(|| {
+            let entries: Entries = Arc::default();
+            let wake = Arc::new(Notify::new());
+            let (stop, stop_rx) = watch::channel(false);
+            let task = tokio::spawn(run(
+                rm.clone(),
+                leader,
+                entries.clone(),
+                wake.clone(),
+                stop_rx,
+            ));
+            Fetcher {
+                entries,
+                wake,
+                stop,
+                task,
+            }
+        });
+        f.entries.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            hp.tp.clone(),
+            Entry {
+                leader_epoch: epoch,
+                retry_at_ms: 0,
+            },
+        );
+        f.wake.notify_one();
+    }
+
+    /// Stops fetching `tp` (from whichever broker).
+    pub fn remove(&mut self, tp: &TopicPartition) {
+        for f in self.fetchers.values() {
+            f.entries
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(tp);
+        }
+    }
+
+    /// Stops every fetcher task.
+    pub fn stop_all(&mut self) {
+        for (_, f) in self.fetchers.drain() {
+            f.stop.send_replace(true);
+            f.task.abort();
+        }
+    }
+}
+
+/// What a request asked for one partition.
+struct Sent {
+    tp: TopicPartition,
+    leader_epoch: i32,
+    fetch_offset: i64,
+}
+
+async fn run(
+    rm: ReplicaManager,
+    leader: i32,
+    entries: Entries,
+    wake: Arc<Notify>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut client: Option<(String, BrokerServiceClient<Channel>)> = None;
+    let mut failures = 0u32;
+    let wait_ms = rm.shared.config.replica_fetch_wait_max_ms;
+    let backoff_ms = rm.shared.config.replica_fetch_backoff_ms;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let woken = wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let (req, sent) = build_request(&rm, leader, &entries, wait_ms);
+        if sent.is_empty() {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = woken => {}
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+            continue;
+        }
+        let Some(addr) = broker_address(&rm, leader) else {
+            tracing::debug!(leader, "no address for the leader broker yet");
+            sleep_or_stop(&mut stop, backoff_ms).await;
+            continue;
+        };
+        if client.as_ref().is_none_or(|(a, _)| *a != addr) {
+            match tonic::transport::Endpoint::from_shared(addr.clone()) {
+                Ok(ep) => {
+                    let ch = ep
+                        .connect_timeout(Duration::from_secs(2))
+                        .tcp_nodelay(true)
+                        .connect_lazy();
+                    let c = BrokerServiceClient::new(ch)
+                        .max_decoding_message_size(FETCH_MAX_BYTES + (1 << 20));
+                    client = Some((addr.clone(), c));
+                }
+                Err(e) => {
+                    tracing::warn!(leader, address = %addr, "bad leader address: {e}");
+                    sleep_or_stop(&mut stop, backoff_ms).await;
+                    continue;
+                }
+            }
+        }
+        let mut c = client.as_ref().expect("set above").1.clone();
+        let timeout = Duration::from_millis(wait_ms + 5_000);
+        let result = tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            r = tokio::time::timeout(timeout, c.fetch(req)) => r,
+        };
+        match result {
+            Ok(Ok(reply)) => {
+                if failures > 0 {
+                    tracing::info!(leader, address = %addr, "fetching from the leader again");
+                }
+                failures = 0;
+                let reply = reply.into_inner();
+                let mut by_tp = HashMap::new();
+                for t in reply.responses {
+                    for p in t.partitions {
+                        by_tp.insert(TopicPartition::new(t.topic.clone(), p.partition_index), p);
+                    }
+                }
+                for s in sent {
+                    if let Some(data) = by_tp.remove(&s.tp) {
+                        process(&rm, leader, &entries, &s, data);
+                    }
+                }
+            }
+            Ok(Err(status)) => {
+                failures += 1;
+                if failures == 1 || failures.is_multiple_of(20) {
+                    tracing::warn!(leader, address = %addr, failures, "fetch failed: {}", status.message());
+                }
+                sleep_or_stop(&mut stop, backoff_ms).await;
+            }
+            Err(_) => {
+                failures += 1;
+                if failures == 1 || failures.is_multiple_of(20) {
+                    tracing::warn!(leader, address = %addr, failures, "fetch timed out after {timeout:?}");
+                }
+                sleep_or_stop(&mut stop, backoff_ms).await;
+            }
+        }
+    }
+}
+
+async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, ms: u64) {
+    tokio::select! {
+        _ = stop.wait_for(|s| *s) => {}
+        _ = tokio::time::sleep(Duration::from_millis(ms)) => {}
+    }
+}
+
+/// `http://host:port` of `broker` from the latest image.
+fn broker_address(rm: &ReplicaManager, broker: i32) -> Option<String> {
+    let image = rm.image();
+    let ep = image.broker(broker)?.endpoints.first()?.clone();
+    Some(format!("http://{}:{}", ep.host, ep.port))
+}
+
+fn build_request(
+    rm: &ReplicaManager,
+    leader: i32,
+    entries: &Entries,
+    wait_ms: u64,
+) -> (FetchRequest, Vec<Sent>) {
+    let now = rm.now_ms();
+    let due: Vec<(TopicPartition, Entry)> = entries
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter(|(_, e)| e.retry_at_ms <= now)
+        .map(|(tp, e)| (tp.clone(), *e))
+        .collect();
+    let mut topics: BTreeMap<String, FetchTopic> = BTreeMap::new();
+    let mut sent = Vec::new();
+    for (tp, e) in due {
+        let Some(hp) = rm.partition(&tp.topic, tp.partition) else {
+            continue;
+        };
+        let inner = hp.lock();
+        let Some((to, fr)) = inner.state.follower_fetch_request(inner.log.latest_epoch()) else {
+            continue;
+        };
+        if to != leader || fr.current_leader_epoch != Some(e.leader_epoch) {
+            continue;
+        }
+        let topic = topics
+            .entry(tp.topic.clone())
+            .or_insert_with(|| FetchTopic {
+                topic: tp.topic.clone(),
+                topic_id: bytes::Bytes::copy_from_slice(hp.topic_id().as_bytes()),
+                partitions: Vec::new(),
+            });
+        topic.partitions.push(FetchPartition {
+            partition: tp.partition,
+            fetch_offset: fr.fetch_offset,
+            current_leader_epoch: fr.current_leader_epoch,
+            last_fetched_epoch: fr.last_fetched_epoch.unwrap_or(-1),
+            log_start_offset: fr.log_start_offset.unwrap_or(-1),
+            partition_max_bytes: PARTITION_MAX_BYTES as i32,
+        });
+        sent.push(Sent {
+            tp,
+            leader_epoch: e.leader_epoch,
+            fetch_offset: fr.fetch_offset,
+        });
+    }
+    let req = FetchRequest {
+        replica_id: rm.broker_id(),
+        broker_epoch: rm.broker_epoch(),
+        max_wait_ms: wait_ms as i32,
+        min_bytes: 1,
+        max_bytes: FETCH_MAX_BYTES as i32,
+        isolation_level: 0,
+        topics: topics.into_values().collect(),
+    };
+    (req, sent)
+}
+
+fn set_retry(entries: &Entries, tp: &TopicPartition, at_ms: u64) {
+    if let Some(e) = entries
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_mut(tp)
+    {
+        e.retry_at_ms = at_ms;
+    }
+}
+
+/// Applies one partition's answer (see the module doc).
+fn process(
+    rm: &ReplicaManager,
+    leader: i32,
+    entries: &Entries,
+    s: &Sent,
+    data: FetchPartitionData,
+) {
+    let Some(hp) = rm.partition(&s.tp.topic, s.tp.partition) else {
+        return;
+    };
+    let mut guard = hp.lock();
+    let inner = &mut *guard;
+    let current = matches!(inner.state.role(), Role::Follower(f) if f.leader_id == leader && f.leader_epoch == s.leader_epoch);
+    if !current || inner.log.log_end_offset() != s.fetch_offset {
+        return; // Metadata or the log moved on since the request: the answer is stale.
+    }
+    let code = ErrorCode::from_proto(data.error.as_ref()).unwrap_or(ErrorCode::UnknownServerError);
+    let response = match (code, &data.diverging_epoch) {
+        (ErrorCode::None, Some(d)) => FollowerFetchResponse::Diverging {
+            epoch: d.epoch,
+            end_offset: d.end_offset,
+        },
+        (ErrorCode::None, None) => FollowerFetchResponse::Records {
+            high_watermark: data.high_watermark,
+            leader_log_start_offset: data.log_start_offset,
+        },
+        (ErrorCode::OffsetOutOfRange, _) => FollowerFetchResponse::OutOfRange {
+            leader_log_start_offset: data.log_start_offset,
+            // The leader's LEO is not in the answer; a follower ahead of its leader is
+            // handled by the divergence check, so never truncate on this path.
+            leader_log_end_offset: i64::MAX,
+        },
+        (code, _) => FollowerFetchResponse::Error(code),
+    };
+    let leo = inner.log.log_end_offset();
+    let action = {
+        let log = &inner.log;
+        plan_follower_response(&response, leo, |e| log.end_offset_for_epoch(e))
+    };
+    let now = rm.now_ms();
+    match action {
+        FollowerAction::AppendThenAdoptHw {
+            leader_high_watermark,
+        } => {
+            if !data.records.is_empty()
+                && let Err(e) = inner.log.append_as_follower(data.records)
+            {
+                tracing::error!(partition = %s.tp, leader, "follower append failed: {e}");
+                drop(guard);
+                set_retry(
+                    entries,
+                    &s.tp,
+                    now + rm.shared.config.replica_fetch_backoff_ms,
+                );
+                return;
+            }
+            let before = inner.state.high_watermark();
+            let new_leo = inner.log.log_end_offset();
+            let hw = inner
+                .state
+                .on_follower_appended(new_leo, leader_high_watermark);
+            if new_leo != leo || hw != before {
+                rm.shared.data_changed.notify_waiters();
+            }
+        }
+        FollowerAction::Truncate { offset, complete } => match inner.log.truncate_to(offset) {
+            Ok(_) => {
+                let (start, end) = (inner.log.log_start_offset(), inner.log.log_end_offset());
+                inner.state.on_follower_truncated(start, end);
+                tracing::info!(
+                    partition = %s.tp,
+                    leader,
+                    from_offset = leo,
+                    to_offset = end,
+                    diverging_epoch = ?data.diverging_epoch.as_ref().map(|d| (d.epoch, d.end_offset)),
+                    complete,
+                    "Truncating {} from LEO {leo} to {end} (divergence reported by leader {leader})",
+                    s.tp
+                );
+                rm.shared.data_changed.notify_waiters();
+            }
+            Err(e) => {
+                tracing::error!(partition = %s.tp, "truncation to {offset} failed: {e}");
+                drop(guard);
+                set_retry(
+                    entries,
+                    &s.tp,
+                    now + rm.shared.config.replica_fetch_backoff_ms,
+                );
+            }
+        },
+        FollowerAction::TruncateFullyAndStartAt { offset } => {
+            match inner.log.truncate_fully_and_start_at(offset) {
+                Ok(()) => {
+                    let (start, end) = (inner.log.log_start_offset(), inner.log.log_end_offset());
+                    inner.state.on_follower_truncated(start, end);
+                    tracing::info!(partition = %s.tp, leader, from_offset = leo, log_start_offset = offset, "Truncating {} fully: restarting at the leader's log start {offset}", s.tp);
+                }
+                Err(e) => {
+                    tracing::error!(partition = %s.tp, "full truncation to {offset} failed: {e}");
+                    drop(guard);
+                    set_retry(
+                        entries,
+                        &s.tp,
+                        now + rm.shared.config.replica_fetch_backoff_ms,
+                    );
+                }
+            }
+        }
+        FollowerAction::Backoff(code) => {
+            drop(guard);
+            tracing::debug!(partition = %s.tp, leader, %code, "backing off");
+            set_retry(
+                entries,
+                &s.tp,
+                now + rm.shared.config.replica_fetch_backoff_ms,
+            );
+        }
+        FollowerAction::AwaitMetadata(code) => {
+            drop(guard);
+            tracing::debug!(partition = %s.tp, leader, %code, "waiting for metadata");
+            set_retry(entries, &s.tp, now + AWAIT_METADATA_BACKOFF_MS);
+        }
+    }
+}

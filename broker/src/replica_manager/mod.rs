@@ -1,0 +1,880 @@
+//! The replica manager (DESIGN §5; Kafka `ReplicaManager`, `ReplicaFetcherManager`,
+//! `AlterPartitionManager`): the thin async layer that owns the partition logs of this broker
+//! and drives the pure replication rules of [`crate::replica`] with them.
+//!
+//! Data flows one way: metadata log -> image -> local changes ([`ReplicaManager::apply`]) ->
+//! partitions (leader / follower / deleted) -> fetchers and request handlers.
+//!
+//! What it owns:
+//! - one [`HostedPartition`] per partition this broker hosts: a mutex over the pair
+//!   ([`PartitionState`], [`Log`]) plus the acks=all waiters' reply channels. The pair changes
+//!   together under the lock, so the state's LEO always equals the log's;
+//! - the data directory ([`LogManager`]: checkpoints, clean-shutdown marker) — only the first
+//!   of `log_dirs` holds partitions today;
+//! - the follower fetchers, one task per source broker ([`fetcher`]);
+//! - the AlterPartition sender, one task batching the leaders' ISR changes ([`alter_isr`]);
+//! - the producer-id block for InitProducerId ([`producer_ids`]);
+//! - a ticker: ISR shrink checks every half `replica.lag.time.max.ms`, waiter expiry and
+//!   AlterPartition retries at [`PartitionState::next_timer_ms`], checkpoints every 5 s,
+//!   retention every 30 s.
+//!
+//! Invariants: a partition is in `partitions` iff its log is open; no lock is held across an
+//! `.await`; every queue is bounded (waiters by `ReplicaConfig::max_waiters`, the
+//! AlterPartition channel by [`ALTER_QUEUE`], fetch replies by `max_bytes`).
+//!
+//! Time: every rule gets `now_ms` from [`MonotonicClock`] (ms since the manager started).
+
+pub mod alter_isr;
+pub mod fetch;
+pub mod fetcher;
+pub mod produce;
+pub mod producer_ids;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use keel_metadata_log::{ConfigResource, MetadataImage, PartitionRegistration};
+use keel_proto::ErrorCode;
+use tokio::sync::{Notify, mpsc, oneshot, watch};
+use uuid::Uuid;
+
+use crate::lifecycle::{ControllerChannels, LifecycleStatus};
+use crate::log::{Log, LogConfig, LogError, LogManager, SystemClock, TopicPartition};
+use crate::metadata::{LocalChangesEvent, TopicIdPartition};
+use crate::replica::{
+    AlterPartitionRequest, Effects, LocalLog, PartitionState, ReplicaConfig, Role, TransitionError,
+};
+
+/// Bound of the queue of AlterPartition requests waiting for the sender task (one per
+/// partition at most is outstanding, so this only absorbs bursts).
+pub const ALTER_QUEUE: usize = 4096;
+
+/// How often checkpoints (HW, recovery points) are written, ms.
+pub const CHECKPOINT_INTERVAL_MS: u64 = 5_000;
+
+/// How often retention runs, ms (Kafka `log.retention.check.interval.ms` is 5 min).
+pub const RETENTION_INTERVAL_MS: u64 = 30_000;
+
+/// Ticker period, ms: the resolution of acks=all timeouts and AlterPartition retries.
+pub const TICK_MS: u64 = 10;
+
+/// Milliseconds since the replica manager started (monotonic).
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock(Instant);
+
+impl MonotonicClock {
+    /// A clock starting now.
+    pub fn new() -> Self {
+        Self(Instant::now())
+    }
+
+    /// Milliseconds since start.
+    pub fn now_ms(&self) -> u64 {
+        self.0.elapsed().as_millis() as u64
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Broker-wide replication settings (the cluster defaults; topics override
+/// `min.insync.replicas`).
+#[derive(Debug, Clone)]
+pub struct ReplicaManagerConfig {
+    /// This broker.
+    pub broker_id: i32,
+    /// Data directory holding the partitions.
+    pub data_dir: std::path::PathBuf,
+    /// `replica.lag.time.max.ms`.
+    pub replica_lag_time_max_ms: u64,
+    /// Optional offset-lag bound (`replica.lag.max.messages`; off by default).
+    pub replica_lag_max_messages: Option<u64>,
+    /// Cluster default `min.insync.replicas`.
+    pub min_insync_replicas: u32,
+    /// Default log settings (`log.segment.bytes`, `log.flush.interval.messages`, ...).
+    pub log_defaults: LogConfig,
+    /// Follower fetch long-poll wait, ms (Kafka `replica.fetch.wait.max.ms`, 500).
+    pub replica_fetch_wait_max_ms: u64,
+    /// Backoff after a failed follower fetch, ms (Kafka `replica.fetch.backoff.ms`, 1000;
+    /// Keel uses less on loopback).
+    pub replica_fetch_backoff_ms: u64,
+}
+
+/// One hosted partition: the replication state and the log under one lock.
+#[derive(Debug)]
+pub struct HostedPartition {
+    /// Partition (name form, also its directory name).
+    pub tp: TopicPartition,
+    /// Topic id from metadata (a re-created topic has a new id); nil for a log found on disk
+    /// until metadata names it.
+    topic_id: Mutex<Uuid>,
+    inner: Mutex<PartitionInner>,
+}
+
+/// What the lock of a [`HostedPartition`] protects.
+#[derive(Debug)]
+pub struct PartitionInner {
+    /// Replication rules' state. Invariant: its LEO and log start equal the log's.
+    pub state: PartitionState,
+    /// The partition log.
+    pub log: Log,
+    /// Reply channels of acks=all waiters, by waiter token (bounded like the waiters).
+    waiters: HashMap<u64, oneshot::Sender<ErrorCode>>,
+    /// Next time `maybe_shrink_isr` is due (leader only).
+    next_shrink_check_ms: u64,
+}
+
+impl HostedPartition {
+    /// Topic id (nil while unknown).
+    pub fn topic_id(&self) -> Uuid {
+        *self.topic_id.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Locks the partition. A poisoned lock (a panic while holding it) is a bug; the data
+    /// is still consistent with the log, so the guard is recovered.
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, PartitionInner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Shared state of the replica manager.
+#[derive(Debug)]
+pub struct Shared {
+    config: ReplicaManagerConfig,
+    clock: MonotonicClock,
+    partitions: RwLock<BTreeMap<TopicPartition, Arc<HostedPartition>>>,
+    logs: Mutex<Option<LogManager>>,
+    image: RwLock<MetadataImage>,
+    status: watch::Receiver<LifecycleStatus>,
+    /// Woken on every append, truncation and HW change (fetch long polls).
+    data_changed: Notify,
+    alter_tx: mpsc::Sender<(Arc<HostedPartition>, AlterPartitionRequest)>,
+    fetchers: Mutex<fetcher::FetcherManager>,
+    next_token: AtomicU64,
+    producer_ids: producer_ids::ProducerIdManager,
+}
+
+/// The replica manager handle (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct ReplicaManager {
+    shared: Arc<Shared>,
+}
+
+/// Background tasks of a running replica manager.
+#[derive(Debug)]
+pub struct ReplicaManagerTasks {
+    apply: tokio::task::JoinHandle<()>,
+    ticker: tokio::task::JoinHandle<()>,
+    alter: tokio::task::JoinHandle<()>,
+    stop: watch::Sender<bool>,
+}
+
+impl ReplicaManager {
+    /// Opens the data directory (recovering every log found there), and starts the tasks:
+    /// applying `events` from the metadata tailer, the ticker and the AlterPartition sender.
+    ///
+    /// Errors: the directory or a log cannot be opened or recovered (`KAFKA_STORAGE_ERROR`
+    /// class: the broker must not start).
+    pub fn start(
+        config: ReplicaManagerConfig,
+        channels: ControllerChannels,
+        status: watch::Receiver<LifecycleStatus>,
+        events: mpsc::Receiver<LocalChangesEvent>,
+    ) -> Result<(ReplicaManager, ReplicaManagerTasks), LogError> {
+        let mut manager = LogManager::open(
+            &config.data_dir,
+            config.log_defaults.clone(),
+            &BTreeMap::new(),
+            Arc::new(SystemClock),
+        )?;
+        let found = manager.take_logs();
+        let hws = manager.read_high_watermarks().unwrap_or_else(|e| {
+            tracing::warn!("ignoring the high-watermark checkpoint: {e}");
+            BTreeMap::new()
+        });
+        let (alter_tx, alter_rx) = mpsc::channel(ALTER_QUEUE);
+        let request_timeout = Duration::from_secs(2);
+        let shared = Arc::new(Shared {
+            clock: MonotonicClock::new(),
+            partitions: RwLock::new(BTreeMap::new()),
+            logs: Mutex::new(Some(manager)),
+            image: RwLock::new(MetadataImage::empty()),
+            status: status.clone(),
+            data_changed: Notify::new(),
+            alter_tx,
+            fetchers: Mutex::new(fetcher::FetcherManager::default()),
+            next_token: AtomicU64::new(1),
+            producer_ids: producer_ids::ProducerIdManager::new(
+                config.broker_id,
+                channels.clone(),
+                request_timeout,
+            ),
+            config,
+        });
+        let rm = ReplicaManager { shared };
+        // Logs found on disk wait for metadata: those not assigned to this broker any more
+        // are deleted when the first image says so; until then they are kept with no role.
+        {
+            let mut parts = rm
+                .shared
+                .partitions
+                .write()
+                .unwrap_or_else(|e| e.into_inner());
+            for (tp, log) in found {
+                let hw = hws.get(&tp).copied().unwrap_or(0);
+                let hp = rm.hosted(tp.clone(), Uuid::nil(), log, hw);
+                parts.insert(tp, hp);
+            }
+        }
+        let (stop, stop_rx) = watch::channel(false);
+        let apply = tokio::spawn(rm.clone().apply_loop(events, stop_rx.clone()));
+        let ticker = tokio::spawn(rm.clone().tick_loop(stop_rx.clone()));
+        let alter = tokio::spawn(alter_isr::run(
+            rm.clone(),
+            channels,
+            request_timeout,
+            alter_rx,
+            stop_rx,
+        ));
+        Ok((
+            rm,
+            ReplicaManagerTasks {
+                apply,
+                ticker,
+                alter,
+                stop,
+            },
+        ))
+    }
+
+    /// This broker's id.
+    pub fn broker_id(&self) -> i32 {
+        self.shared.config.broker_id
+    }
+
+    /// The latest image the manager applied.
+    pub fn image(&self) -> MetadataImage {
+        self.shared
+            .image
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The hosted partition `topic`-`partition`, if any.
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<Arc<HostedPartition>> {
+        self.shared
+            .partitions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&TopicPartition::new(topic, partition))
+            .cloned()
+    }
+
+    /// Every hosted partition.
+    pub fn partitions(&self) -> Vec<Arc<HostedPartition>> {
+        self.shared
+            .partitions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// InitProducerId: a fresh producer id from this broker's block (see [`producer_ids`]).
+    pub async fn init_producer_id(
+        &self,
+        broker_epoch: i64,
+    ) -> keel_proto::broker::InitProducerIdReply {
+        self.shared
+            .producer_ids
+            .init_producer_id(broker_epoch)
+            .await
+    }
+
+    /// Milliseconds on the manager's monotonic clock.
+    pub fn now_ms(&self) -> u64 {
+        self.shared.clock.now_ms()
+    }
+
+    /// The current broker epoch (-1 before registration).
+    pub fn broker_epoch(&self) -> i64 {
+        self.shared.status.borrow().broker_epoch
+    }
+
+    /// A future that resolves at the next data change (append, truncation, HW change).
+    /// Create it before checking the condition it waits for.
+    pub fn data_changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.shared.data_changed.notified()
+    }
+
+    fn next_token(&self) -> u64 {
+        self.shared.next_token.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Replication settings of `topic` from `image`.
+    fn replica_config(&self, image: &MetadataImage, topic: &str) -> ReplicaConfig {
+        let c = &self.shared.config;
+        ReplicaConfig {
+            replica_lag_time_max_ms: c.replica_lag_time_max_ms,
+            min_insync_replicas: crate::metadata::describe::min_insync_replicas(
+                image,
+                topic,
+                c.min_insync_replicas,
+            )
+            .max(1) as usize,
+            replica_lag_max_messages: c.replica_lag_max_messages,
+            ..ReplicaConfig::default()
+        }
+    }
+
+    /// Log settings of `topic`: the broker defaults overridden by the topic's `segment.bytes`,
+    /// `retention.ms`, `retention.bytes` and `max.message.bytes` (values the controller
+    /// validated; an unparsable one keeps the default and is logged).
+    fn log_config(&self, image: &MetadataImage, topic: &str) -> LogConfig {
+        let mut c = self.shared.config.log_defaults.clone();
+        let res = ConfigResource::Topic(topic.to_string());
+        let get = |key: &str| -> Option<i64> {
+            let v = image.config(&res, key)?;
+            match v.parse::<i64>() {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    tracing::warn!(topic, key, value = v, "ignoring an unparsable topic config");
+                    None
+                }
+            }
+        };
+        if let Some(n) = get("segment.bytes").filter(|n| *n > 0) {
+            c.segment_bytes = n as u64;
+        }
+        if let Some(n) = get("retention.ms") {
+            c.retention_ms = (n >= 0).then_some(n);
+        }
+        if let Some(n) = get("retention.bytes") {
+            c.retention_bytes = (n >= 0).then_some(n as u64);
+        }
+        if let Some(n) = get("max.message.bytes").filter(|n| *n > 0) {
+            c.max_message_bytes = n as usize;
+        }
+        if c.validate().is_err() {
+            return self.shared.config.log_defaults.clone();
+        }
+        c
+    }
+
+    fn hosted(
+        &self,
+        tp: TopicPartition,
+        topic_id: Uuid,
+        log: Log,
+        hw: i64,
+    ) -> Arc<HostedPartition> {
+        let state = PartitionState::new(
+            tp.clone(),
+            self.shared.config.broker_id,
+            self.broker_epoch(),
+            ReplicaConfig {
+                replica_lag_time_max_ms: self.shared.config.replica_lag_time_max_ms,
+                min_insync_replicas: self.shared.config.min_insync_replicas.max(1) as usize,
+                replica_lag_max_messages: self.shared.config.replica_lag_max_messages,
+                ..ReplicaConfig::default()
+            },
+            LocalLog {
+                log_start_offset: log.log_start_offset(),
+                log_end_offset: log.log_end_offset(),
+                high_watermark: hw,
+            },
+        );
+        Arc::new(HostedPartition {
+            tp,
+            topic_id: Mutex::new(topic_id),
+            inner: Mutex::new(PartitionInner {
+                state,
+                log,
+                waiters: HashMap::new(),
+                next_shrink_check_ms: 0,
+            }),
+        })
+    }
+
+    /// Carries out `effects` of a rule call on `hp` (whose lock the caller holds as `inner`):
+    /// answers finished acks=all waiters, queues an AlterPartition, logs ISR events, wakes
+    /// fetch long polls on a HW change.
+    fn execute(&self, hp: &Arc<HostedPartition>, inner: &mut PartitionInner, effects: Effects) {
+        if effects.is_empty() {
+            return;
+        }
+        for c in effects.completed {
+            if let Some(tx) = inner.waiters.remove(&c.token) {
+                let _ = tx.send(c.error);
+            }
+        }
+        for e in &effects.isr_events {
+            tracing::info!(
+                partition = %hp.tp,
+                kind = ?e.kind,
+                from = ?e.from,
+                to = ?e.to,
+                "{e}"
+            );
+        }
+        if let Some(req) = effects.alter_partition
+            && let Err(e) = self.shared.alter_tx.try_send((hp.clone(), req))
+        {
+            // The queue is full or closed: the state keeps the change pending and the tick
+            // resends it after the backoff.
+            let (hp2, req) = match e {
+                mpsc::error::TrySendError::Full(x) | mpsc::error::TrySendError::Closed(x) => x,
+            };
+            let eff = inner.state.handle_alter_partition_response(
+                req.request_id,
+                crate::replica::AlterPartitionResponse::Transport,
+                self.now_ms(),
+            );
+            debug_assert!(Arc::ptr_eq(&hp2, hp));
+            self.execute(hp, inner, eff);
+        }
+        if effects.high_watermark.is_some() {
+            self.shared.data_changed.notify_waiters();
+        }
+    }
+
+    /// Registers the reply channel of an acks=all waiter.
+    fn add_waiter(inner: &mut PartitionInner, token: u64) -> oneshot::Receiver<ErrorCode> {
+        let (tx, rx) = oneshot::channel();
+        inner.waiters.insert(token, tx);
+        rx
+    }
+
+    async fn apply_loop(
+        self,
+        mut events: mpsc::Receiver<LocalChangesEvent>,
+        mut stop: watch::Receiver<bool>,
+    ) {
+        loop {
+            let ev = tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                ev = events.recv() => match ev {
+                    Some(ev) => ev,
+                    None => return,
+                },
+            };
+            self.apply(ev);
+        }
+    }
+
+    /// Applies one published image and its local changes, in the order deleted, became
+    /// leader, became follower (DESIGN §5), then refreshes every partition's settings from
+    /// the image's configs.
+    pub fn apply(&self, ev: LocalChangesEvent) {
+        let LocalChangesEvent {
+            image,
+            changes,
+            applied,
+        } = ev;
+        *self.shared.image.write().unwrap_or_else(|e| e.into_inner()) = image.clone();
+        let now = self.now_ms();
+        for tip in &changes.deleted {
+            self.delete_partition(tip);
+        }
+        for (tip, reg) in &changes.became_leader {
+            self.make_leader(&image, tip, reg, now);
+        }
+        for (tip, reg) in &changes.became_follower {
+            self.make_follower(&image, tip, reg);
+        }
+        // Logs found on disk for partitions this broker does not host any more.
+        for hp in self.partitions() {
+            let assigned = image
+                .topics()
+                .get_by_name(&hp.tp.topic)
+                .and_then(|t| t.partitions.get(&hp.tp.partition))
+                .is_some_and(|r| r.replicas.contains(&self.broker_id()));
+            if !assigned {
+                // A stray log (found on disk, never assigned by this image) is deleted only
+                // once the broker has caught up with metadata (unfenced): an older local
+                // snapshot may not know a topic whose data is already on disk.
+                let caught_up = !self.shared.status.borrow().fenced;
+                if caught_up && hp.lock().state.applied_epochs().is_none() {
+                    self.delete_partition(&TopicIdPartition {
+                        topic_id: hp.topic_id(),
+                        topic: hp.tp.topic.clone(),
+                        partition: hp.tp.partition,
+                    });
+                }
+                continue;
+            }
+            let config = self.replica_config(&image, &hp.tp.topic);
+            let log_config = self.log_config(&image, &hp.tp.topic);
+            let mut inner = hp.lock();
+            if *inner.log.config() != log_config
+                && let Err(e) = inner.log.set_config(log_config)
+            {
+                tracing::warn!(partition = %hp.tp, "keeping the previous log settings: {e}");
+            }
+            if *inner.state.config() != config {
+                tracing::info!(partition = %hp.tp, min_insync_replicas = config.min_insync_replicas, "replication settings changed");
+                let eff = inner.state.set_config(config, now);
+                self.execute(&hp, &mut inner, eff);
+            }
+        }
+        self.shared.data_changed.notify_waiters();
+        if let Some(tx) = applied {
+            let _ = tx.send(());
+        }
+    }
+
+    fn get_or_create(
+        &self,
+        image: &MetadataImage,
+        tip: &TopicIdPartition,
+    ) -> Result<Arc<HostedPartition>, String> {
+        let tp = TopicPartition::new(tip.topic.clone(), tip.partition);
+        let mut parts = self
+            .shared
+            .partitions
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(hp) = parts.get(&tp) {
+            let mut id = hp.topic_id.lock().unwrap_or_else(|e| e.into_inner());
+            if id.is_nil() {
+                // A log found on disk: adopt it under the topic id metadata names.
+                *id = tip.topic_id;
+                drop(id);
+                let mut inner = hp.lock();
+                let _ = inner
+                    .state
+                    .set_config(self.replica_config(image, &tp.topic), 0);
+                if let Err(e) = inner.log.set_config(self.log_config(image, &tp.topic)) {
+                    tracing::warn!(partition = %tp, "keeping the default log settings: {e}");
+                }
+                return Ok(hp.clone());
+            }
+            if *id == tip.topic_id {
+                return Ok(hp.clone());
+            }
+        }
+        let logs = self.shared.logs.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(manager) = logs.as_ref() else {
+            return Err("the replica manager is shut down".into());
+        };
+        if let Some(stale) = parts.remove(&tp) {
+            // Same name, other topic id: the topic was deleted and re-created.
+            if !drop_partition(manager, stale) {
+                return Err(format!("the log of the deleted topic {tp} is still in use"));
+            }
+        }
+        let log = manager
+            .open_detached_log(&tp, self.log_config(image, &tp.topic))
+            .map_err(|e| e.to_string())?;
+        let hp = self.hosted(tp.clone(), tip.topic_id, log, 0);
+        let _ = hp
+            .lock()
+            .state
+            .set_config(self.replica_config(image, &tp.topic), 0);
+        parts.insert(tp, hp.clone());
+        Ok(hp)
+    }
+
+    fn make_leader(
+        &self,
+        image: &MetadataImage,
+        tip: &TopicIdPartition,
+        reg: &PartitionRegistration,
+        now: u64,
+    ) {
+        let hp = match self.get_or_create(image, tip) {
+            Ok(hp) => hp,
+            Err(e) => {
+                tracing::error!(partition = %tip, "cannot open the log: {e}");
+                return;
+            }
+        };
+        self.fetchers().remove(&hp.tp);
+        let mut inner = hp.lock();
+        let newer_epoch = inner
+            .state
+            .leader_epoch()
+            .is_none_or(|e| reg.leader_epoch > e);
+        if newer_epoch && let Err(e) = inner.log.assign_epoch_start_offset(reg.leader_epoch) {
+            tracing::error!(partition = %tip, "cannot record the leader epoch: {e}");
+            return;
+        }
+        let leo = inner.log.log_end_offset();
+        let epoch_start = inner
+            .log
+            .epoch_cache()
+            .entries()
+            .iter()
+            .find(|e| e.epoch == reg.leader_epoch)
+            .map_or(leo, |e| e.start_offset);
+        let old = inner.state.applied_epochs();
+        match inner.state.become_leader(reg, leo, epoch_start, now) {
+            Ok(t) => {
+                inner.next_shrink_check_ms =
+                    now.saturating_add(inner.state.config().isr_check_interval_ms());
+                tracing::info!(
+                    partition = %tip,
+                    leader_epoch = reg.leader_epoch,
+                    partition_epoch = reg.partition_epoch,
+                    previous_epochs = ?old,
+                    isr = ?reg.isr,
+                    log_end_offset = leo,
+                    high_watermark = inner.state.high_watermark(),
+                    "{}",
+                    if t.leader_changed { "became leader" } else { "leader: partition updated" }
+                );
+                self.execute(&hp, &mut inner, t.effects);
+            }
+            Err(TransitionError::Stale { .. }) => {
+                tracing::debug!(partition = %tip, "ignoring a stale leader registration");
+            }
+            Err(e) => tracing::error!(partition = %tip, "cannot become leader: {e}"),
+        }
+    }
+
+    fn make_follower(
+        &self,
+        image: &MetadataImage,
+        tip: &TopicIdPartition,
+        reg: &PartitionRegistration,
+    ) {
+        let hp = match self.get_or_create(image, tip) {
+            Ok(hp) => hp,
+            Err(e) => {
+                tracing::error!(partition = %tip, "cannot open the log: {e}");
+                return;
+            }
+        };
+        let mut inner = hp.lock();
+        let leo = inner.log.log_end_offset();
+        match inner.state.become_follower(reg, leo) {
+            Ok(t) => {
+                if t.leader_changed {
+                    tracing::info!(
+                        partition = %tip,
+                        leader = reg.leader,
+                        leader_epoch = reg.leader_epoch,
+                        partition_epoch = reg.partition_epoch,
+                        log_end_offset = leo,
+                        high_watermark = inner.state.high_watermark(),
+                        "became follower"
+                    );
+                }
+                self.execute(&hp, &mut inner, t.effects);
+                drop(inner);
+                if t.leader_changed {
+                    let mut f = self.fetchers();
+                    f.remove(&hp.tp);
+                    if reg.leader >= 0 {
+                        f.add(self, hp.clone(), reg.leader);
+                    }
+                }
+            }
+            Err(TransitionError::Stale { .. }) => {
+                tracing::debug!(partition = %tip, "ignoring a stale follower registration");
+            }
+            Err(e) => tracing::error!(partition = %tip, "cannot become follower: {e}"),
+        }
+    }
+
+    fn delete_partition(&self, tip: &TopicIdPartition) {
+        let tp = TopicPartition::new(tip.topic.clone(), tip.partition);
+        self.fetchers().remove(&tp);
+        let removed = self
+            .shared
+            .partitions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&tp);
+        let Some(hp) = removed else { return };
+        {
+            let mut inner = hp.lock();
+            let eff = inner.state.stop();
+            self.execute(&hp, &mut inner, eff);
+        }
+        let logs = self.shared.logs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(manager) = logs.as_ref() {
+            tracing::info!(partition = %tp, "local replica {tp}: deleted");
+            let _ = drop_partition(manager, hp);
+        }
+    }
+
+    fn fetchers(&self) -> std::sync::MutexGuard<'_, fetcher::FetcherManager> {
+        self.shared
+            .fetchers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    async fn tick_loop(self, mut stop: watch::Receiver<bool>) {
+        let mut interval = tokio::time::interval(Duration::from_millis(TICK_MS));
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut next_checkpoint = CHECKPOINT_INTERVAL_MS;
+        let mut next_retention = RETENTION_INTERVAL_MS;
+        let mut broker_epoch = self.broker_epoch();
+        loop {
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = interval.tick() => {}
+            }
+            let now = self.now_ms();
+            let epoch = self.broker_epoch();
+            let epoch_changed = epoch != broker_epoch;
+            broker_epoch = epoch;
+            for hp in self.partitions() {
+                let mut inner = hp.lock();
+                if epoch_changed {
+                    inner.state.set_local_broker_epoch(epoch);
+                }
+                if inner.state.is_leader() && now >= inner.next_shrink_check_ms {
+                    inner.next_shrink_check_ms =
+                        now.saturating_add(inner.state.config().isr_check_interval_ms());
+                    let eff = inner.state.maybe_shrink_isr(now);
+                    self.execute(&hp, &mut inner, eff);
+                }
+                if inner.state.next_timer_ms().is_some_and(|t| now >= t) {
+                    let eff = inner.state.tick(now);
+                    self.execute(&hp, &mut inner, eff);
+                }
+                if let Err(e) = inner.log.flush_if_due() {
+                    tracing::error!(partition = %hp.tp, "flush failed: {e}");
+                }
+                if now >= next_retention {
+                    let hw = inner.state.high_watermark();
+                    match inner.log.delete_old_segments(hw) {
+                        Ok(0) => {}
+                        Ok(n) => {
+                            let start = inner.log.log_start_offset();
+                            inner.state.set_log_start_offset(start);
+                            tracing::info!(partition = %hp.tp, segments = n, log_start_offset = start, "retention deleted old segments");
+                        }
+                        Err(e) => tracing::error!(partition = %hp.tp, "retention failed: {e}"),
+                    }
+                }
+            }
+            if now >= next_retention {
+                next_retention = now + RETENTION_INTERVAL_MS;
+            }
+            if now >= next_checkpoint {
+                next_checkpoint = now + CHECKPOINT_INTERVAL_MS;
+                self.write_checkpoints();
+            }
+        }
+    }
+
+    /// Writes the HW and recovery-point checkpoints of every hosted partition.
+    pub fn write_checkpoints(&self) {
+        let mut hws = BTreeMap::new();
+        let mut points = BTreeMap::new();
+        for hp in self.partitions() {
+            let inner = hp.lock();
+            hws.insert(hp.tp.clone(), inner.state.high_watermark());
+            points.insert(hp.tp.clone(), inner.log.recovery_point());
+        }
+        let logs = self.shared.logs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) = logs.as_ref() {
+            if let Err(e) = m.write_high_watermarks(&hws) {
+                tracing::error!("cannot write the high-watermark checkpoint: {e}");
+            }
+            if let Err(e) = m.write_recovery_points(&points) {
+                tracing::error!("cannot write the recovery-point checkpoint: {e}");
+            }
+        }
+    }
+
+    /// Role of a hosted partition as (is leader, leader id, leader epoch).
+    pub fn role_of(inner: &PartitionInner) -> (bool, i32, i32) {
+        match inner.state.role() {
+            Role::Leader(l) => (true, -1, l.leader_epoch),
+            Role::Follower(f) => (false, f.leader_id, f.leader_epoch),
+            Role::None => (false, -1, -1),
+        }
+    }
+}
+
+impl ReplicaManagerTasks {
+    /// Stops the tasks and the fetchers, fails every waiter, then closes every log cleanly
+    /// (flush, checkpoints, clean-shutdown marker).
+    pub async fn shutdown(self, rm: &ReplicaManager) {
+        self.stop.send_replace(true);
+        let _ = self.apply.await;
+        let _ = self.ticker.await;
+        let _ = self.alter.await;
+        rm.fetchers().stop_all();
+        let parts = std::mem::take(
+            &mut *rm
+                .shared
+                .partitions
+                .write()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        let mut logs = Vec::new();
+        let mut hws = BTreeMap::new();
+        for (tp, hp) in parts {
+            {
+                let mut inner = hp.lock();
+                let eff = inner.state.stop();
+                rm.execute(&hp, &mut inner, eff);
+                hws.insert(tp.clone(), inner.state.high_watermark());
+            }
+            match Arc::try_unwrap(hp) {
+                Ok(hp) => {
+                    let inner = hp.inner.into_inner().unwrap_or_else(|e| e.into_inner());
+                    logs.push((tp, inner.log));
+                }
+                Err(_) => {
+                    tracing::warn!(partition = %tp, "log still in use at shutdown; it will be recovered on the next start")
+                }
+            }
+        }
+        let manager = rm
+            .shared
+            .logs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(m) = manager {
+            match m.close_detached(logs, &hws) {
+                Ok(()) => tracing::info!("logs closed cleanly"),
+                Err(e) => tracing::error!(
+                    "closing the logs failed (recovery runs on the next start): {e}"
+                ),
+            }
+        }
+    }
+}
+
+/// Deletes a partition's log and directory. Request handlers hold a partition only for the
+/// duration of one lock (never across an await), so the last other holder lets go within
+/// microseconds; this waits for that at most [`DELETE_WAIT_MS`] and otherwise leaves the
+/// directory for the next start (returns false, logged).
+fn drop_partition(manager: &LogManager, mut hp: Arc<HostedPartition>) -> bool {
+    let tp = hp.tp.clone();
+    for _ in 0..DELETE_WAIT_MS {
+        match Arc::try_unwrap(hp) {
+            Ok(owned) => {
+                let inner = owned.inner.into_inner().unwrap_or_else(|e| e.into_inner());
+                if let Err(e) = manager.delete_detached_log(inner.log) {
+                    tracing::error!(partition = %tp, "cannot delete the log: {e}");
+                }
+                return true;
+            }
+            Err(shared) => {
+                hp = shared;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+    tracing::error!(partition = %tp, "log still in use after {DELETE_WAIT_MS} ms; not deleted");
+    false
+}
+
+/// Longest wait for a deleted partition's last holder, ms.
+pub const DELETE_WAIT_MS: u64 = 200;

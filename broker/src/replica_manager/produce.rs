@@ -1,0 +1,255 @@
+//! Produce (DESIGN §5 "Produce"; Kafka `ReplicaManager.appendRecords` + `DelayedProduce`).
+//!
+//! Per partition, under its lock: [`Acks::from_wire`] (whole request), topic-id check,
+//! [`crate::replica::PartitionState::check_produce`], the append
+//! ([`crate::log::Log::append_as_leader`], batch by batch), then
+//! [`crate::replica::PartitionState::on_produce_appended`]. acks=all answers arrive through
+//! a oneshot registered under the waiter token; the handler awaits them after releasing
+//! every lock. A deadline backstop (the request timeout plus [`WAIT_GRACE_MS`]) guarantees an
+//! answer even if a completion were lost.
+
+use std::time::Duration;
+
+use keel_metadata_log::image::uuid_from_bytes;
+use keel_proto::ErrorCode;
+use keel_proto::broker::{
+    LeaderIdAndEpoch, ProducePartitionResponse, ProduceReply as WireReply, ProduceRequest,
+    ProduceTopicResponse,
+};
+use tokio::sync::oneshot;
+
+use super::ReplicaManager;
+use crate::log::{BatchIter, LogError};
+use crate::replica::{Acks, ProduceReply, epoch_from_wire};
+
+/// Extra time the handler waits beyond the request timeout for the ticker to expire a
+/// waiter, ms.
+pub const WAIT_GRACE_MS: u64 = 1_000;
+
+/// The Kafka error code a log error travels as.
+pub fn log_error_code(e: &LogError) -> ErrorCode {
+    ErrorCode::try_from(e.kafka_code()).unwrap_or(ErrorCode::UnknownServerError)
+}
+
+/// A per-partition outcome before the wire conversion.
+enum Pending {
+    Done(ProducePartitionResponse),
+    Wait(ProducePartitionResponse, oneshot::Receiver<ErrorCode>),
+}
+
+fn failed(index: i32, code: ErrorCode, message: String) -> ProducePartitionResponse {
+    ProducePartitionResponse {
+        index,
+        error: Some(code.to_proto(message)),
+        base_offset: -1,
+        log_append_time_ms: -1,
+        log_start_offset: -1,
+        current_leader: None,
+    }
+}
+
+impl ReplicaManager {
+    /// Serves a Produce request (see the module doc). Never fails as a whole except for
+    /// INVALID_REQUIRED_ACKS, which is reported for every partition with nothing appended.
+    pub async fn produce(&self, req: ProduceRequest) -> WireReply {
+        let acks = Acks::from_wire(req.acks);
+        let timeout_ms = u64::try_from(req.timeout_ms).unwrap_or(0);
+        let mut topics = Vec::with_capacity(req.topics.len());
+        for t in req.topics {
+            let mut parts = Vec::with_capacity(t.partitions.len());
+            for p in t.partitions {
+                let outcome = match acks {
+                    Err(code) => Pending::Done(failed(
+                        p.index,
+                        code,
+                        format!("acks must be 0, 1 or -1, got {}", req.acks),
+                    )),
+                    Ok(acks) => self.produce_partition(
+                        &t.name,
+                        &t.topic_id,
+                        p.index,
+                        p.records,
+                        p.current_leader_epoch,
+                        acks,
+                        timeout_ms,
+                    ),
+                };
+                parts.push(outcome);
+            }
+            topics.push((t.name, t.topic_id, parts));
+        }
+        let deadline = tokio::time::Instant::now()
+            + Duration::from_millis(timeout_ms.saturating_add(WAIT_GRACE_MS));
+        let mut responses = Vec::with_capacity(topics.len());
+        for (name, topic_id, parts) in topics {
+            let mut out = Vec::with_capacity(parts.len());
+            for p in parts {
+                out.push(match p {
+                    Pending::Done(r) => r,
+                    Pending::Wait(mut r, rx) => {
+                        let code = match tokio::time::timeout_at(deadline, rx).await {
+                            Ok(Ok(code)) => code,
+                            // The partition was dropped with the waiter: leadership is gone.
+                            Ok(Err(_)) => ErrorCode::NotLeaderOrFollower,
+                            Err(_) => ErrorCode::RequestTimedOut,
+                        };
+                        if code != ErrorCode::None {
+                            r.error = Some(
+                                code.to_proto(format!("acks=all for {name}-{}: {code}", r.index)),
+                            );
+                        }
+                        r
+                    }
+                });
+            }
+            responses.push(ProduceTopicResponse {
+                name,
+                topic_id,
+                partitions: out,
+            });
+        }
+        WireReply {
+            error: None,
+            responses,
+            node_endpoints: Vec::new(),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn produce_partition(
+        &self,
+        topic: &str,
+        topic_id: &[u8],
+        index: i32,
+        records: bytes::Bytes,
+        current_leader_epoch: Option<i32>,
+        acks: Acks,
+        timeout_ms: u64,
+    ) -> Pending {
+        let Some(hp) = self.partition(topic, index) else {
+            return Pending::Done(failed(
+                index,
+                ErrorCode::UnknownTopicOrPartition,
+                format!(
+                    "{topic}-{index} is not hosted on broker {}",
+                    self.broker_id()
+                ),
+            ));
+        };
+        if let Some(code) = check_topic_id(topic_id, hp.topic_id()) {
+            return Pending::Done(failed(index, code, format!("topic id of {topic}")));
+        }
+        // Parse the batches before taking the lock; nothing is written unless all parse.
+        let mut batches = Vec::new();
+        for b in BatchIter::new(records) {
+            match b {
+                Ok(b) => batches.push(b.as_bytes().clone()),
+                Err(e) => {
+                    let e = LogError::from(e);
+                    return Pending::Done(failed(index, log_error_code(&e), e.to_string()));
+                }
+            }
+        }
+        if batches.is_empty() {
+            return Pending::Done(failed(
+                index,
+                ErrorCode::CorruptMessage,
+                format!("no record batch for {topic}-{index}"),
+            ));
+        }
+        let now = self.now_ms();
+        let mut inner = hp.lock();
+        let inner = &mut *inner;
+        if let Err(code) = inner
+            .state
+            .check_produce(acks, current_leader_epoch.and_then(epoch_from_wire))
+        {
+            let (_, leader, epoch) = Self::role_of(inner);
+            let mut r = failed(index, code, format!("{topic}-{index}: {code}"));
+            if matches!(
+                code,
+                ErrorCode::NotLeaderOrFollower | ErrorCode::FencedLeaderEpoch
+            ) {
+                r.current_leader = Some(LeaderIdAndEpoch {
+                    leader_id: leader,
+                    leader_epoch: epoch,
+                });
+            }
+            return Pending::Done(r);
+        }
+        let leader_epoch = inner.state.leader_epoch().unwrap_or(-1);
+        let mut first_offset = None;
+        let mut last_offset = -1;
+        for batch in batches {
+            match inner.log.append_as_leader(batch, leader_epoch) {
+                Ok(info) => {
+                    first_offset.get_or_insert(info.first_offset);
+                    last_offset = last_offset.max(info.last_offset);
+                }
+                Err(e) => {
+                    if first_offset.is_none() {
+                        return Pending::Done(failed(index, log_error_code(&e), e.to_string()));
+                    }
+                    // Earlier batches of this request were appended: report the error; the
+                    // producer retries the rest (idempotence dedupes what was written).
+                    tracing::warn!(partition = %hp.tp, "append failed after earlier batches: {e}");
+                    break;
+                }
+            }
+        }
+        let token = self.next_token();
+        let leo = inner.log.log_end_offset();
+        let (reply, effects) = inner.state.on_produce_appended(
+            acks,
+            last_offset,
+            leo,
+            token,
+            now.saturating_add(timeout_ms),
+            now,
+        );
+        let rx = (reply == ProduceReply::Wait).then(|| Self::add_waiter(inner, token));
+        self.execute(&hp, inner, effects);
+        // Every append wakes fetch long polls (followers wait for new data).
+        self.shared.data_changed.notify_waiters();
+        let ok = ProducePartitionResponse {
+            index,
+            error: None,
+            base_offset: first_offset.unwrap_or(-1),
+            log_append_time_ms: -1,
+            log_start_offset: inner.log.log_start_offset(),
+            current_leader: None,
+        };
+        match (reply, rx) {
+            (ProduceReply::Wait, Some(rx)) => Pending::Wait(ok, rx),
+            (ProduceReply::NoResponse, _) => Pending::Done(ProducePartitionResponse {
+                base_offset: -1,
+                ..ok
+            }),
+            (ProduceReply::Respond(ErrorCode::None), _) => Pending::Done(ok),
+            (ProduceReply::Respond(code), _) => Pending::Done(ProducePartitionResponse {
+                error: Some(code.to_proto(format!("{topic}-{index}: {code}"))),
+                ..ok
+            }),
+            (ProduceReply::Wait, None) => {
+                let code = ErrorCode::UnknownServerError;
+                Pending::Done(ProducePartitionResponse {
+                    error: Some(code.to_proto(format!("{topic}-{index}: {code}"))),
+                    ..ok
+                })
+            }
+        }
+    }
+}
+
+/// UNKNOWN_TOPIC_ID / INCONSISTENT_TOPIC_ID when the request names a topic id that does not
+/// match the hosted partition's (empty = not sent).
+pub fn check_topic_id(sent: &[u8], hosted: uuid::Uuid) -> Option<ErrorCode> {
+    if sent.is_empty() {
+        return None;
+    }
+    match uuid_from_bytes(sent) {
+        None => Some(ErrorCode::UnknownTopicId),
+        Some(id) if id == hosted => None,
+        Some(_) => Some(ErrorCode::InconsistentTopicId),
+    }
+}
