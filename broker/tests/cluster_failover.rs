@@ -1,0 +1,278 @@
+//! ISR behaviour and leader failover on the real binaries (issue 5 acceptance): the lab of
+//! seed 000 (shrink, NOT_ENOUGH_REPLICAS, rejoin, NOT_ENOUGH_REPLICAS_AFTER_APPEND, fencing
+//! of an old leader epoch) and kill -9 of a leader under a continuous idempotent acks=all
+//! stream.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::data::{code, idempotent_batch, values};
+use common::{Cluster, Options, SESSION_TIMEOUT_MS, assigned_topic};
+use keel_proto::ErrorCode;
+use keel_proto::broker::{InitProducerIdRequest, MetadataRequest};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// Seed 000's lab: brokers with replica.lag.time.max.ms = 1000 and a session timeout long
+/// enough (10 s) that a stopped follower leaves the ISR through its leader's shrink, not
+/// through fencing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_000_lab_shrink_reject_rejoin_and_fencing() {
+    let mut c = Cluster::start_opts(
+        3,
+        3,
+        Options {
+            broker_args: vec!["--replica-lag-time-max-ms".into(), "1000".into()],
+            session_timeout_ms: 10_000,
+            ..Options::default()
+        },
+    );
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    c.create_topic(assigned_topic("lab", &[&[1, 2, 3]]), WAIT)
+        .await;
+    c.set_topic_config("lab", "min.insync.replicas", "2").await;
+    let start = c.wait_leader_isr(1, "lab", &[1, 2, 3], WAIT).await;
+    c.wait_for("min.insync 2 applied", WAIT, || async {
+        (c.replica(1, "lab", 0).await?.min_insync_replicas == 2).then_some(())
+    })
+    .await;
+    let mut acked = values("a", 0..3);
+    assert_eq!(
+        code(&c.produce(1, "lab", -1, &acked).await),
+        ErrorCode::None
+    );
+
+    // 1. A follower kept behind leaves the ISR; the change is committed metadata (the
+    // controller's image, read by every broker, shows it with a higher partition epoch).
+    // (Kafka keeps a silent follower that is at the leader's LEO in sync: it falls behind
+    // only when something is written.)
+    c.signal_broker(3, "STOP");
+    let behind = values("behind3", 0..1);
+    assert_eq!(
+        code(&c.produce(1, "lab", 1, &behind).await),
+        ErrorCode::None
+    );
+    acked.extend(behind);
+    let shrunk = c.wait_leader_isr(1, "lab", &[1, 2], WAIT).await;
+    assert!(shrunk.partition_epoch > start.partition_epoch);
+    assert!(
+        c.broker_log(1)
+            .contains("Shrinking ISR for partition lab-0 from [1, 2, 3] to [1, 2]"),
+        "{}",
+        c.broker_log(1)
+    );
+    c.wait_for("broker 2's image shows ISR [1, 2]", WAIT, || async {
+        let m = c.try_metadata(2, &["lab"]).await?;
+        let p = &m.topics[0].partitions[0];
+        (p.isr_nodes == [1, 2]).then_some(())
+    })
+    .await;
+    let more = values("b", 0..3);
+    assert_eq!(code(&c.produce(1, "lab", -1, &more).await), ErrorCode::None);
+    acked.extend(more);
+
+    // 2. ISR below min.insync: NOT_ENOUGH_REPLICAS before the append, log unchanged.
+    c.signal_broker(2, "STOP");
+    let behind = values("behind2", 0..1);
+    assert_eq!(
+        code(&c.produce(1, "lab", 1, &behind).await),
+        ErrorCode::None
+    );
+    acked.extend(behind);
+    c.wait_leader_isr(1, "lab", &[1], WAIT).await;
+    let leo = c.replica(1, "lab", 0).await.unwrap().log_end_offset;
+    let r = c.produce(1, "lab", -1, &values("rejected", 0..1)).await;
+    assert_eq!(code(&r), ErrorCode::NotEnoughReplicas);
+    assert_eq!(c.replica(1, "lab", 0).await.unwrap().log_end_offset, leo);
+
+    // 3. After catching up, the followers rejoin.
+    c.signal_broker(2, "CONT");
+    c.signal_broker(3, "CONT");
+    c.wait_leader_isr(1, "lab", &[1, 2, 3], WAIT).await;
+    assert!(
+        c.broker_log(1)
+            .contains("Expanding ISR for partition lab-0")
+    );
+
+    // 4. A waiting acks=all request whose ISR drops below min.insync meanwhile fails with
+    // NOT_ENOUGH_REPLICAS_AFTER_APPEND (appended on the leader; outcome unknown).
+    c.signal_broker(2, "STOP");
+    c.signal_broker(3, "STOP");
+    let r = c
+        .produce_raw(
+            1,
+            "lab",
+            0,
+            -1,
+            15_000,
+            common::data::batch(&values("late", 0..1)),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(code(&r), ErrorCode::NotEnoughReplicasAfterAppend, "{r:?}");
+    c.signal_broker(2, "CONT");
+    c.signal_broker(3, "CONT");
+    let full = c.wait_leader_isr(1, "lab", &[1, 2, 3], WAIT).await;
+
+    // 5. A leader change bumps the leader epoch; the old epoch is fenced.
+    let old_epoch = full.leader_epoch;
+    c.terminate_broker(1, WAIT).await;
+    let (new_leader, new_epoch) = c
+        .wait_for("a new leader", WAIT, || async {
+            for id in [2, 3] {
+                let r = c.replica(id, "lab", 0).await?;
+                if r.role == keel_proto::broker::ReplicaRole::Leader as i32 {
+                    return Some((id, r.leader_epoch));
+                }
+            }
+            None
+        })
+        .await;
+    assert!(new_epoch > old_epoch);
+    let r = c
+        .produce_raw(
+            new_leader,
+            "lab",
+            0,
+            1,
+            5000,
+            common::data::batch(&values("x", 0..1)),
+            Some(old_epoch),
+        )
+        .await
+        .unwrap();
+    assert_eq!(code(&r), ErrorCode::FencedLeaderEpoch);
+    assert_eq!(r.current_leader.unwrap().leader_epoch, new_epoch);
+    // Every acknowledged record survived the change.
+    let (recs, _, _) = c.consume(new_leader, "lab", 0, 0).await;
+    let got: Vec<String> = recs.into_iter().map(|(_, v)| v).collect();
+    for v in &acked {
+        assert_eq!(got.iter().filter(|g| *g == v).count(), 1, "{v} in {got:?}");
+    }
+}
+
+/// Finds the current leader of `topic`-0 from any live broker's metadata.
+async fn leader(c: &Cluster, live: &[i32], topic: &str) -> Option<(i32, i32)> {
+    for id in live {
+        let mut b = c.broker_client(*id);
+        let Ok(Ok(m)) = tokio::time::timeout(
+            Duration::from_millis(500),
+            b.metadata(MetadataRequest {
+                topics: vec![topic.into()],
+            }),
+        )
+        .await
+        else {
+            continue;
+        };
+        let m = m.into_inner();
+        let p = m.topics.first()?.partitions.first()?;
+        if p.leader_id >= 0 && live.contains(&p.leader_id) {
+            return Some((p.leader_id, p.leader_epoch));
+        }
+    }
+    None
+}
+
+/// kill -9 of the leader during a continuous idempotent acks=all stream (min.insync 2, RF 3):
+/// a new leader serves within the session timeout + 2 s, the producer continues after
+/// retries, and every acknowledged record is read back exactly once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_leader_under_idempotent_acks_all_stream() {
+    let mut c = Cluster::start(3, 3);
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    c.create_topic(assigned_topic("stream", &[&[1, 2, 3]]), WAIT)
+        .await;
+    c.set_topic_config("stream", "min.insync.replicas", "2")
+        .await;
+    c.wait_leader_isr(1, "stream", &[1, 2, 3], WAIT).await;
+    let mut b = c.broker_client(2);
+    let pid = b
+        .init_producer_id(InitProducerIdRequest {
+            transactional_id: String::new(),
+            transaction_timeout_ms: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(pid.error.is_none(), "{pid:?}");
+    let pid = pid.producer_id;
+
+    let mut live = vec![1, 2, 3];
+    let mut acked: Vec<String> = Vec::new();
+    let mut seq = 0i32;
+    let mut killed_at: Option<Instant> = None;
+    let mut recovered_in: Option<Duration> = None;
+    let batches = 60;
+    let per_batch = 5;
+    let started = Instant::now();
+    for i in 0..batches {
+        let vals = values(&format!("b{i}"), 0..per_batch);
+        if i == 20 {
+            let (l, _) = leader(&c, &live, "stream").await.unwrap();
+            c.kill_broker(l);
+            live.retain(|b| *b != l);
+            killed_at = Some(Instant::now());
+        }
+        let attempt_start = Instant::now();
+        loop {
+            assert!(
+                attempt_start.elapsed() < WAIT,
+                "batch {i} not acknowledged\n{}",
+                c.logs()
+            );
+            let Some((l, _)) = leader(&c, &live, "stream").await else {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            };
+            let batch = idempotent_batch(pid, 0, seq, &vals);
+            match c.produce_raw(l, "stream", 0, -1, 3000, batch, None).await {
+                Ok(r) if code(&r) == ErrorCode::None => {
+                    if let (Some(k), None) = (killed_at, recovered_in) {
+                        recovered_in = Some(k.elapsed());
+                    }
+                    break;
+                }
+                Ok(r) => {
+                    let e = code(&r);
+                    assert!(
+                        matches!(
+                            e,
+                            ErrorCode::NotLeaderOrFollower
+                                | ErrorCode::NotEnoughReplicas
+                                | ErrorCode::NotEnoughReplicasAfterAppend
+                                | ErrorCode::RequestTimedOut
+                                | ErrorCode::FencedLeaderEpoch
+                                | ErrorCode::UnknownTopicOrPartition
+                        ),
+                        "batch {i}: non-retriable {e}: {r:?}"
+                    );
+                }
+                Err(_) => {}
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        seq += per_batch as i32;
+        acked.extend(vals);
+    }
+    let recovered_in = recovered_in.unwrap();
+    assert!(
+        recovered_in < Duration::from_millis(SESSION_TIMEOUT_MS + 2000),
+        "first write accepted {recovered_in:?} after the kill"
+    );
+    let (l, _) = leader(&c, &live, "stream").await.unwrap();
+    let (recs, _, _) = c.consume(l, "stream", 0, 0).await;
+    let got: Vec<String> = recs.into_iter().map(|(_, v)| v).collect();
+    assert_eq!(
+        got, acked,
+        "every acknowledged record exactly once, in order"
+    );
+    eprintln!(
+        "{batches} batches in {:?}; new leader accepted a write {recovered_in:?} after kill -9",
+        started.elapsed()
+    );
+}
