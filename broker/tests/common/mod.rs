@@ -870,3 +870,41 @@ pub mod data {
         }
     }
 }
+
+/// Reading a stopped broker's partition log from disk (per-batch CRC comparisons).
+pub mod disk {
+    use std::sync::Arc;
+
+    use keel_broker::log::{Log, LogConfig, LogOpenOptions, SystemClock};
+
+    use super::Cluster;
+    use super::data::{Crcs, Records, decode};
+
+    impl Cluster {
+        /// Every record and batch CRC of `topic`-`partition` in broker `id`'s data directory.
+        /// The broker must be stopped (the log is opened and recovered here).
+        pub fn read_log_on_disk(&self, id: i32, topic: &str, partition: i32) -> (Records, Crcs) {
+            assert!(!self.broker_running(id), "broker {id} must be stopped");
+            let dir = self
+                .broker_data_dir(id)
+                .join(format!("{topic}-{partition}"));
+            let log = Log::open(
+                &dir,
+                LogConfig::default(),
+                Arc::new(SystemClock),
+                LogOpenOptions::default(),
+            )
+            .unwrap();
+            let (mut recs, mut crcs) = (Vec::new(), Vec::new());
+            let mut offset = log.log_start_offset();
+            while offset < log.log_end_offset() {
+                let r = log.read(offset, 1 << 20, log.log_end_offset()).unwrap();
+                let (a, b) = decode(&r.records);
+                recs.extend(a);
+                crcs.extend(b);
+                offset = r.next_offset;
+            }
+            (recs, crcs)
+        }
+    }
+}
