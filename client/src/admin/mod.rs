@@ -567,6 +567,73 @@ impl Admin {
         Ok(reply)
     }
 
+    /// The newest metadata snapshot of a controller, as `(last included offset, records)`, or
+    /// `None` when the log was never compacted (it still starts at its first entry).
+    pub async fn latest_snapshot(
+        &self,
+    ) -> Result<Option<(i64, Vec<keel_proto::metadata::MetadataRecord>)>> {
+        let mut last_error = String::new();
+        for _ in 0..self.config.max_attempts {
+            let addr = self.pick_address();
+            let mut client = match self.client(&addr).await {
+                Ok(c) => c,
+                Err(e) => {
+                    self.forget(&addr);
+                    last_error = e;
+                    continue;
+                }
+            };
+            let read = async {
+                let mut stream = client
+                    .fetch_metadata(FetchMetadataRequest {
+                        from_offset: 0,
+                        broker_id: None,
+                        max_bytes_per_item: 0,
+                    })
+                    .await?
+                    .into_inner();
+                let mut snapshot: Option<(i64, Vec<_>)> = None;
+                while let Some(item) = stream.message().await? {
+                    match item.item {
+                        Some(Item::SnapshotHeader(h)) => {
+                            snapshot = Some((h.last_included_offset, Vec::new()));
+                        }
+                        Some(Item::SnapshotChunk(c)) => {
+                            if let Some((_, records)) = snapshot.as_mut() {
+                                records.extend(c.records);
+                            }
+                            if c.last {
+                                return Ok(snapshot);
+                            }
+                        }
+                        // Batches before any snapshot header: there is no snapshot.
+                        Some(Item::Batch(_)) => return Ok(None),
+                        None => {}
+                    }
+                }
+                Ok::<_, tonic::Status>(None)
+            };
+            match tokio::time::timeout(self.config.request_timeout, read).await {
+                Ok(Ok(snapshot)) => return Ok(snapshot),
+                Ok(Err(status)) => {
+                    self.forget(&addr);
+                    last_error = format!("{addr}: {}", status.message());
+                }
+                Err(_) => {
+                    self.forget(&addr);
+                    last_error = format!(
+                        "{addr}: snapshot not complete within {:?}",
+                        self.config.request_timeout
+                    );
+                }
+            }
+        }
+        Err(AdminError::Unreachable {
+            addresses: self.config.bootstrap_controllers.join(","),
+            last_error,
+        })
+    }
+
     /// The current metadata image: the newest snapshot plus every committed batch up to the
     /// serving controller's commit index, replayed locally (like a broker's metadata tailer).
     pub async fn metadata_image(&self) -> Result<MetadataImage> {

@@ -68,6 +68,10 @@ pub(super) async fn run(c: MetadataCommand, ctx: &Ctx) -> CliResult {
             let mut tracker = PartitionTracker::default();
             // With a topic filter, scan from the start so partition states are known.
             let mut offset = if a.topic.is_some() { 0 } else { a.from };
+            // Records at or below this offset are already in the seeding snapshot: shown, but
+            // not replayed on the tracker again.
+            let mut seeded_through = -1;
+            let mut first_page = true;
             loop {
                 let reply = admin
                     .read_metadata_log(ReadMetadataLogRequest {
@@ -79,9 +83,22 @@ pub(super) async fn run(c: MetadataCommand, ctx: &Ctx) -> CliResult {
                         max_wait_ms: if a.follow { 5_000 } else { 0 },
                     })
                     .await?;
+                if first_page && a.topic.is_some() && reply.log_start_offset > 1 {
+                    // The log was compacted: the topic's PartitionRecords may only be in the
+                    // snapshot, so start the partition states from it.
+                    if let Some((at, records)) = admin.latest_snapshot().await? {
+                        tracker.seed(&records);
+                        seeded_through = at;
+                    }
+                }
+                first_page = false;
                 let mut text = String::new();
                 for r in &reply.records {
-                    let line = log_line(r, &mut tracker);
+                    let line = if r.offset <= seeded_through {
+                        log_line(r, &mut PartitionTracker::default())
+                    } else {
+                        log_line(r, &mut tracker)
+                    };
                     if r.offset < a.from || (!show_noop && line.record_type == "NoOpRecord") {
                         continue;
                     }

@@ -85,6 +85,17 @@ fn recovery_name(v: i32) -> String {
 }
 
 impl PartitionTracker {
+    /// Starts from the partition states in `snapshot` (records of a metadata snapshot, whose
+    /// `PartitionRecord`s carry full states), so changes after a compacted log start still
+    /// show their epochs.
+    pub fn seed<'a>(&mut self, snapshot: impl IntoIterator<Item = &'a MetadataRecord>) {
+        for r in snapshot {
+            if matches!(r.record, Some(Record::Partition(_))) {
+                self.observe(r);
+            }
+        }
+    }
+
     /// Feeds one record; returns the partition state after it for partition records.
     pub fn observe(&mut self, record: &MetadataRecord) -> Option<PartitionState> {
         match record.record.as_ref()? {
@@ -386,6 +397,44 @@ mod tests {
                 "20#0 term=2 2023-11-14T22:13:20.000Z PartitionChangeRecord topic=orders partition=0 isr=[1,2] => leader=1 leader_epoch=0 partition_epoch=1 isr=[1,2] replicas=[1,2,3]",
                 "30#0 term=2 2023-11-14T22:13:20.000Z PartitionChangeRecord topic=orders partition=0 leader=2 isr=[2] => leader=2 leader_epoch=1 partition_epoch=2 isr=[2] replicas=[1,2,3]",
             ]
+        );
+    }
+
+    #[test]
+    fn seeding_from_a_snapshot_gives_later_changes_their_epochs() {
+        let mut tracker = PartitionTracker::default();
+        let snapshot_partition = MetadataRecord {
+            record: Some(Record::Partition(PartitionRecord {
+                topic_id: TOPIC_ID.to_vec().into(),
+                partition_id: 0,
+                replicas: vec![1, 2],
+                isr: vec![1, 2],
+                leader: 2,
+                leader_epoch: 7,
+                partition_epoch: 9,
+                ..Default::default()
+            })),
+        };
+        tracker.seed([&snapshot_partition]);
+        let change = wire(
+            50,
+            Record::PartitionChange(PartitionChangeRecord {
+                topic_id: TOPIC_ID.to_vec().into(),
+                partition_id: 0,
+                isr: Some(ReplicaList { ids: vec![2] }),
+                ..Default::default()
+            }),
+            "PartitionChangeRecord",
+        );
+        let state = log_line(&change, &mut tracker).partition_state.unwrap();
+        assert_eq!(
+            (
+                state.leader,
+                state.leader_epoch,
+                state.partition_epoch,
+                state.isr
+            ),
+            (2, 7, 10, vec![2])
         );
     }
 
