@@ -314,10 +314,11 @@ fn keelctl_drives_a_local_cluster() {
         "--expected-partition-epoch",
         &wrong,
     ]);
-    assert_eq!(err.lines().count(), 1, "one line: {err}");
-    assert!(
-        err.starts_with("keelctl: alter ISR of orders-0: INVALID_UPDATE_VERSION (95)"),
-        "{err}"
+    assert_eq!(
+        err,
+        format!(
+            "keelctl: alter ISR of orders-0: INVALID_UPDATE_VERSION (95): orders-0: expected partition epoch {wrong}, current is {epoch}\n"
+        )
     );
     let right = epoch.to_string();
     let altered = f.json(&[

@@ -52,6 +52,7 @@ pub struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = "Global options",
         env = "KEEL_BOOTSTRAP_CONTROLLERS",
         default_value = DEFAULT_CONTROLLERS,
         value_delimiter = ','
@@ -62,15 +63,21 @@ pub struct Cli {
     #[arg(
         long,
         global = true,
+        help_heading = "Global options",
         env = "KEEL_BOOTSTRAP_BROKERS",
         value_delimiter = ','
     )]
     pub bootstrap_brokers: Option<Vec<String>>,
     /// Print JSON instead of human-readable text.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Global options")]
     pub json: bool,
     /// Deadline of one request to a controller or broker, ms.
-    #[arg(long, global = true, default_value_t = 10_000)]
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        default_value_t = 10_000
+    )]
     pub request_timeout_ms: u64,
     #[command(subcommand)]
     pub command: Command,
