@@ -1,0 +1,383 @@
+//! `keelctl cluster up|down|status` and `keelctl broker shutdown`.
+
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use clap::Subcommand;
+use serde::Serialize;
+
+use super::{BrokerShutdownArgs, CliError, CliResult, Ctx};
+use crate::format::cluster::{
+    BrokerRow, QuorumStatus, broker_rows, brokers_text, quorum_status, quorum_status_text,
+};
+use crate::format::table;
+use crate::local_cluster::{
+    DEFAULT_BASE_PORT, Layout, ProcessSpec, Role, StopOutcome, find_binary, log_tail, running_pid,
+    spawn, stop,
+};
+
+/// `keelctl cluster ...`
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Start 3 controllers and 3 brokers in the background and wait until the quorum has a
+    /// leader and every broker is registered and unfenced. Restarting keeps the data.
+    Up(UpArgs),
+    /// Stop the local cluster: SIGTERM (brokers first), SIGKILL after a timeout.
+    Down(DownArgs),
+    /// Each process (pid, alive?) and the cluster's quorum and broker summary.
+    Status(LayoutArgs),
+}
+
+/// Where the local cluster lives.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LayoutArgs {
+    /// Data directory: per-process data, log files and pid files.
+    #[arg(long, default_value = "./keel-data")]
+    pub data_dir: PathBuf,
+    /// Base port: controllers listen on base+1..base+3, brokers on base+100..base+102.
+    #[arg(long, default_value_t = DEFAULT_BASE_PORT)]
+    pub base_port: u16,
+}
+
+/// Arguments of `cluster up`.
+#[derive(Debug, clap::Args)]
+pub struct UpArgs {
+    #[command(flatten)]
+    pub layout: LayoutArgs,
+    /// How long to wait for the cluster to become healthy, seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout_secs: u64,
+}
+
+/// Arguments of `cluster down`.
+#[derive(Debug, clap::Args)]
+pub struct DownArgs {
+    #[command(flatten)]
+    pub layout: LayoutArgs,
+    /// How long to wait for each process after SIGTERM before SIGKILL, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub timeout_secs: u64,
+}
+
+fn layout(a: &LayoutArgs) -> Result<Layout, CliError> {
+    Layout::new(a.data_dir.clone(), a.base_port).map_err(CliError)
+}
+
+pub(super) async fn run(c: ClusterCommand, ctx: &Ctx) -> CliResult {
+    match c {
+        ClusterCommand::Up(a) => up(a, ctx).await,
+        ClusterCommand::Down(a) => down(a, ctx),
+        ClusterCommand::Status(a) => status(a, ctx).await,
+    }
+}
+
+/// Output of `cluster up`.
+#[derive(Debug, Serialize)]
+struct UpReport {
+    already_running: bool,
+    started: Vec<String>,
+    bootstrap_controllers: String,
+    bootstrap_brokers: String,
+    processes: Vec<ProcessRow>,
+}
+
+/// One process in `up` / `status` output.
+#[derive(Debug, Serialize)]
+struct ProcessRow {
+    name: String,
+    role: Role,
+    id: u16,
+    address: String,
+    pid: Option<i32>,
+    alive: bool,
+    log_file: String,
+}
+
+fn process_row(p: &ProcessSpec) -> ProcessRow {
+    let pid = running_pid(p).or_else(|| crate::local_cluster::read_pid(&p.pid_file));
+    ProcessRow {
+        name: p.name(),
+        role: p.role,
+        id: p.id,
+        address: p.address.clone(),
+        pid,
+        alive: running_pid(p).is_some(),
+        log_file: p.log_file.display().to_string(),
+    }
+}
+
+fn processes_text(rows: &[ProcessRow]) -> String {
+    let rows: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.name.clone(),
+                r.address.clone(),
+                r.pid.map_or("-".into(), |p| p.to_string()),
+                if r.alive { "yes" } else { "no" }.into(),
+                r.log_file.clone(),
+            ]
+        })
+        .collect();
+    table(&["PROCESS", "ADDRESS", "PID", "ALIVE", "LOG"], &rows)
+}
+
+async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
+    let layout = layout(&a.layout)?;
+    std::fs::create_dir_all(&layout.data_dir).map_err(|e| {
+        CliError(format!(
+            "cannot create data dir {}: {e}",
+            layout.data_dir.display()
+        ))
+    })?;
+    let procs = layout.processes();
+    let missing: Vec<&ProcessSpec> = procs.iter().filter(|p| running_pid(p).is_none()).collect();
+    let already_running = missing.is_empty();
+    let mut children: Vec<(ProcessSpec, Child)> = Vec::new();
+    if !already_running {
+        let controller_bin = find_binary(Role::Controller.binary()).map_err(CliError)?;
+        let broker_bin = find_binary(Role::Broker.binary()).map_err(CliError)?;
+        for p in &missing {
+            let bin = match p.role {
+                Role::Controller => &controller_bin,
+                Role::Broker => &broker_bin,
+            };
+            let child = spawn(&layout, p, bin)
+                .map_err(|e| CliError(format!("cannot start {}: {e}", p.name())))?;
+            children.push(((*p).clone(), child));
+        }
+        wait_healthy(
+            &layout,
+            ctx,
+            &mut children,
+            Duration::from_secs(a.timeout_secs),
+        )
+        .await?;
+    }
+    let report = UpReport {
+        already_running,
+        started: children.iter().map(|(p, _)| p.name()).collect(),
+        bootstrap_controllers: layout.controller_addresses().join(","),
+        bootstrap_brokers: layout.broker_addresses().join(","),
+        processes: procs.iter().map(process_row).collect(),
+    };
+    if ctx.json {
+        return ctx.print_json(&report);
+    }
+    if already_running {
+        outln!(
+            "The local cluster in {} is already running.",
+            layout.data_dir.display()
+        );
+    } else {
+        outln!(
+            "Local cluster is up (started {}).",
+            report.started.join(", ")
+        );
+    }
+    out!("{}", processes_text(&report.processes));
+    outln!();
+    outln!(
+        "export KEEL_BOOTSTRAP_CONTROLLERS={}",
+        report.bootstrap_controllers
+    );
+    outln!("export KEEL_BOOTSTRAP_BROKERS={}", report.bootstrap_brokers);
+    Ok(())
+}
+
+/// Polls until the quorum has a leader and all brokers are registered and unfenced, failing
+/// early when a started process exits.
+async fn wait_healthy(
+    layout: &Layout,
+    ctx: &Ctx,
+    children: &mut [(ProcessSpec, Child)],
+    timeout: Duration,
+) -> CliResult {
+    let mut cfg = crate::admin::AdminConfig::new(layout.controller_addresses());
+    cfg.request_timeout = Duration::from_secs(2).min(ctx.request_timeout);
+    cfg.max_attempts = 3;
+    let admin = crate::admin::Admin::new(cfg)?;
+    let start = Instant::now();
+    loop {
+        for (p, child) in children.iter_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(CliError(format!(
+                    "{} exited during startup ({status}); last log lines of {}:\n{}",
+                    p.name(),
+                    p.log_file.display(),
+                    log_tail(&p.log_file, 10)
+                )));
+            }
+        }
+        let last = match health(&admin).await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if start.elapsed() >= timeout {
+            return Err(CliError(format!(
+                "the cluster did not become healthy within {timeout:?}: {last} (logs in {})",
+                layout.data_dir.display()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+async fn health(admin: &crate::admin::Admin) -> Result<(), String> {
+    let q = admin.describe_quorum().await.map_err(|e| e.to_string())?;
+    if q.leader_id < 0 {
+        return Err("the quorum has no leader".into());
+    }
+    let c = admin.describe_cluster().await.map_err(|e| e.to_string())?;
+    let ready: Vec<i32> = c
+        .brokers
+        .iter()
+        .filter(|b| !b.fenced && !b.in_controlled_shutdown)
+        .map(|b| b.broker_id)
+        .collect();
+    let want: Vec<i32> = (1..=i32::from(crate::local_cluster::NODES)).collect();
+    if want.iter().all(|id| ready.contains(id)) {
+        Ok(())
+    } else {
+        Err(format!("unfenced brokers so far: {ready:?}"))
+    }
+}
+
+/// Output of `cluster down`.
+#[derive(Debug, Serialize)]
+struct DownRow {
+    name: String,
+    outcome: StopOutcome,
+}
+
+fn down(a: DownArgs, ctx: &Ctx) -> CliResult {
+    let layout = layout(&a.layout)?;
+    let timeout = Duration::from_secs(a.timeout_secs);
+    // Brokers first: their controlled shutdown needs the controllers.
+    let mut procs = layout.processes();
+    procs.sort_by_key(|p| p.role == Role::Controller);
+    let rows: Vec<DownRow> = procs
+        .iter()
+        .map(|p| DownRow {
+            name: p.name(),
+            outcome: stop(p, timeout),
+        })
+        .collect();
+    if ctx.json {
+        return ctx.print_json(&rows);
+    }
+    let text: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.name.clone(),
+                match r.outcome {
+                    StopOutcome::NotRunning => "not running",
+                    StopOutcome::Terminated => "stopped (SIGTERM)",
+                    StopOutcome::Killed => "killed (SIGKILL after timeout)",
+                }
+                .into(),
+            ]
+        })
+        .collect();
+    out!("{}", table(&["PROCESS", "RESULT"], &text));
+    Ok(())
+}
+
+/// Output of `cluster status`.
+#[derive(Debug, Serialize)]
+struct StatusReport {
+    processes: Vec<ProcessRow>,
+    quorum: Option<QuorumStatus>,
+    brokers: Option<Vec<BrokerRow>>,
+    error: Option<String>,
+}
+
+async fn status(a: LayoutArgs, ctx: &Ctx) -> CliResult {
+    let layout = layout(&a)?;
+    let processes: Vec<ProcessRow> = layout.processes().iter().map(process_row).collect();
+    let mut cfg = crate::admin::AdminConfig::new(layout.controller_addresses());
+    cfg.request_timeout = Duration::from_secs(2).min(ctx.request_timeout);
+    cfg.max_attempts = 4;
+    let admin = crate::admin::Admin::new(cfg)?;
+    let (quorum, brokers, error) = if processes.iter().any(|p| p.alive) {
+        let q = admin.describe_quorum().await;
+        let c = admin.describe_cluster().await;
+        match (q, c) {
+            (Ok(q), Ok(c)) => (Some(quorum_status(&q)), Some(broker_rows(&c)), None),
+            (Err(e), _) | (_, Err(e)) => (None, None, Some(e.to_string())),
+        }
+    } else {
+        (
+            None,
+            None,
+            Some("no process of the local cluster is running".into()),
+        )
+    };
+    let report = StatusReport {
+        processes,
+        quorum,
+        brokers,
+        error,
+    };
+    if ctx.json {
+        return ctx.print_json(&report);
+    }
+    out!("{}", processes_text(&report.processes));
+    if let Some(q) = &report.quorum {
+        outln!();
+        out!("{}", quorum_status_text(q));
+    }
+    if let Some(b) = &report.brokers {
+        outln!();
+        out!("{}", brokers_text(b));
+    }
+    if let Some(e) = &report.error {
+        outln!();
+        outln!("cluster: {e}");
+    }
+    Ok(())
+}
+
+/// `broker shutdown ID`: the controller API has no operator RPC for a controlled shutdown
+/// (only the broker's own heartbeat can ask for one), so this signals the local cluster's
+/// broker process, whose SIGTERM handler runs the controlled shutdown.
+pub(super) async fn shutdown_broker(a: BrokerShutdownArgs, ctx: &Ctx) -> CliResult {
+    let layout = Layout::new(a.data_dir.clone(), DEFAULT_BASE_PORT).map_err(CliError)?;
+    let p = layout
+        .processes()
+        .into_iter()
+        .find(|p| p.role == Role::Broker && p.id == a.id)
+        .ok_or_else(|| {
+            CliError(format!(
+                "broker {} is not part of the local cluster (ids 1..={}); the controller API has no operator RPC for a controlled shutdown",
+                a.id,
+                crate::local_cluster::NODES
+            ))
+        })?;
+    if running_pid(&p).is_none() {
+        return Err(CliError(format!(
+            "broker {} is not running from {} (no live pid in {}); the controller API has no operator RPC for a controlled shutdown of other brokers",
+            a.id,
+            a.data_dir.display(),
+            p.pid_file.display()
+        )));
+    }
+    let outcome = stop(&p, Duration::from_secs(a.timeout_secs));
+    if ctx.json {
+        return ctx.print_json(&serde_json::json!({"broker": a.id, "outcome": outcome}));
+    }
+    match outcome {
+        StopOutcome::Terminated => {
+            outln!("broker {} completed a controlled shutdown and exited", a.id)
+        }
+        StopOutcome::Killed => outln!(
+            "broker {} did not finish its controlled shutdown within {}s and was killed",
+            a.id,
+            a.timeout_secs
+        ),
+        StopOutcome::NotRunning => outln!("broker {} was not running", a.id),
+    }
+    Ok(())
+}

@@ -1,0 +1,336 @@
+//! The `keelctl` command line: clap definitions and dispatch. Output goes through the pure
+//! functions of [`crate::format`]; errors print one line on stderr and exit with status 1.
+
+/// `print!` to stdout; exits quietly (status 141, like SIGPIPE) when the reader went away.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(&format!($($arg)*))
+    };
+}
+
+/// `println!` through [`write_stdout`].
+macro_rules! outln {
+    () => {
+        $crate::cli::write_stdout("\n")
+    };
+    ($($arg:tt)*) => {
+        $crate::cli::write_stdout(&format!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+mod cluster;
+mod metadata;
+mod partition;
+mod topic;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use serde::Serialize;
+
+use crate::admin::{Admin, AdminConfig};
+use crate::format::cluster::{
+    broker_rows, brokers_text, quorum_status, quorum_status_text, replication_rows,
+    replication_text,
+};
+
+/// Controller addresses of the default local cluster (`keelctl cluster up`).
+pub const DEFAULT_CONTROLLERS: &str = "127.0.0.1:9093,127.0.0.1:9094,127.0.0.1:9095";
+
+/// Command line of `keelctl`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "keelctl",
+    version,
+    about = "Keel operator CLI: local cluster, topics, partitions, brokers, quorum, metadata log",
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Controller addresses (host:port, comma separated); any one will do, writes are
+    /// redirected to the active controller.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "KEEL_BOOTSTRAP_CONTROLLERS",
+        default_value = DEFAULT_CONTROLLERS,
+        value_delimiter = ','
+    )]
+    pub bootstrap_controllers: Vec<String>,
+    /// Broker addresses (host:port, comma separated) asked for replica state (HW); default:
+    /// the endpoints the brokers registered.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "KEEL_BOOTSTRAP_BROKERS",
+        value_delimiter = ','
+    )]
+    pub bootstrap_brokers: Option<Vec<String>>,
+    /// Print JSON instead of human-readable text.
+    #[arg(long, global = true, help_heading = "Global options")]
+    pub json: bool,
+    /// Deadline of one request to a controller or broker, ms.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        default_value_t = 10_000
+    )]
+    pub request_timeout_ms: u64,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start, stop and inspect a local cluster of 3 controllers and 3 brokers.
+    #[command(subcommand)]
+    Cluster(cluster::ClusterCommand),
+    /// Create, list, describe, delete topics and change their configs.
+    #[command(subcommand)]
+    Topic(topic::TopicCommand),
+    /// Operator ISR changes and leader elections.
+    #[command(subcommand)]
+    Partition(partition::PartitionCommand),
+    /// Registered brokers.
+    #[command(subcommand)]
+    Broker(BrokerCommand),
+    /// The controller quorum (like kafka-metadata-quorum describe).
+    #[command(subcommand)]
+    Quorum(QuorumCommand),
+    /// The metadata log and the metadata image.
+    #[command(subcommand)]
+    Metadata(metadata::MetadataCommand),
+}
+
+/// `keelctl broker ...`
+#[derive(Debug, Subcommand)]
+pub enum BrokerCommand {
+    /// List brokers: id, endpoint, rack, epoch, fenced/shutdown state, metadata lag.
+    List,
+    /// Controlled shutdown of a broker of the local cluster (SIGTERM to its process, which
+    /// then asks the controller for a controlled shutdown and waits for it).
+    Shutdown(BrokerShutdownArgs),
+}
+
+/// Arguments of `broker shutdown`.
+#[derive(Debug, clap::Args)]
+pub struct BrokerShutdownArgs {
+    /// Broker id.
+    pub id: u16,
+    /// Data directory of the local cluster (where the broker's pid file is).
+    #[arg(long, default_value = "./keel-data")]
+    pub data_dir: std::path::PathBuf,
+    /// How long to wait for the broker to exit before SIGKILL, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub timeout_secs: u64,
+}
+
+/// `keelctl quorum ...`
+#[derive(Debug, Subcommand)]
+pub enum QuorumCommand {
+    /// Leader, term, high watermark, follower lag, voters (describe --status).
+    Status,
+    /// Per-controller log end offset, lag and timestamps (describe --replication).
+    Replication,
+}
+
+/// A failed command: one line for stderr.
+#[derive(Debug)]
+pub struct CliError(pub String);
+
+impl<E: std::error::Error> From<E> for CliError {
+    fn from(e: E) -> Self {
+        CliError(e.to_string())
+    }
+}
+
+/// Result of a command.
+pub type CliResult = Result<(), CliError>;
+
+/// Shared state of one invocation.
+#[derive(Debug)]
+pub struct Ctx {
+    /// Parsed global flags.
+    pub json: bool,
+    /// Controller addresses.
+    pub controllers: Vec<String>,
+    /// Broker addresses, if given.
+    pub brokers: Option<Vec<String>>,
+    /// Per-request deadline.
+    pub request_timeout: Duration,
+}
+
+impl Ctx {
+    /// An admin client for the bootstrap controllers.
+    pub fn admin(&self) -> Result<Admin, CliError> {
+        self.admin_for(self.controllers.clone())
+    }
+
+    /// An admin client for `addresses`.
+    pub fn admin_for(&self, addresses: Vec<String>) -> Result<Admin, CliError> {
+        let mut cfg = AdminConfig::new(addresses);
+        cfg.request_timeout = self.request_timeout;
+        Ok(Admin::new(cfg)?)
+    }
+
+    /// Prints `value` as pretty JSON.
+    pub fn print_json<T: Serialize>(&self, value: &T) -> CliResult {
+        outln!("{}", serde_json::to_string_pretty(value)?);
+        Ok(())
+    }
+}
+
+/// Entry point of the `keelctl` binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let ctx = Ctx {
+        json: cli.json,
+        controllers: cli
+            .bootstrap_controllers
+            .iter()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        brokers: cli.bootstrap_brokers.clone(),
+        request_timeout: Duration::from_millis(cli.request_timeout_ms.max(1)),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("keelctl: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command, &ctx)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(CliError(msg)) => {
+            eprintln!("keelctl: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(command: Command, ctx: &Ctx) -> CliResult {
+    match command {
+        Command::Cluster(c) => cluster::run(c, ctx).await,
+        Command::Topic(c) => topic::run(c, ctx).await,
+        Command::Partition(c) => partition::run(c, ctx).await,
+        Command::Broker(BrokerCommand::List) => {
+            let reply = ctx.admin()?.describe_cluster().await?;
+            let rows = broker_rows(&reply);
+            if ctx.json {
+                ctx.print_json(&rows)
+            } else {
+                out!("{}", brokers_text(&rows));
+                Ok(())
+            }
+        }
+        Command::Broker(BrokerCommand::Shutdown(a)) => cluster::shutdown_broker(a, ctx).await,
+        Command::Quorum(q) => {
+            let reply = ctx.admin()?.describe_quorum().await?;
+            match (q, ctx.json) {
+                (QuorumCommand::Status, true) => ctx.print_json(&quorum_status(&reply)),
+                (QuorumCommand::Status, false) => {
+                    out!("{}", quorum_status_text(&quorum_status(&reply)));
+                    Ok(())
+                }
+                (QuorumCommand::Replication, true) => ctx.print_json(&replication_rows(&reply)),
+                (QuorumCommand::Replication, false) => {
+                    out!("{}", replication_text(&replication_rows(&reply)));
+                    Ok(())
+                }
+            }
+        }
+        Command::Metadata(c) => metadata::run(c, ctx).await,
+    }
+}
+
+/// Writes `s` to stdout and flushes. A closed pipe (`keelctl ... | head`) ends the process
+/// quietly with status 141, as SIGPIPE would; other write errors end it with status 1.
+pub(crate) fn write_stdout(s: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(141);
+        }
+        eprintln!("keelctl: cannot write to stdout: {e}");
+        std::process::exit(1);
+    }
+}
+
+/// Parses a comma-separated broker id list (`1,2,3`): non-empty, numbers >= 0, no
+/// duplicates. The error names the flag and the bad item.
+pub fn parse_broker_ids(flag: &str, s: &str) -> Result<Vec<i32>, CliError> {
+    let mut out = Vec::new();
+    for item in s.split(',').map(str::trim) {
+        let id: i32 = item
+            .parse()
+            .ok()
+            .filter(|v| *v >= 0)
+            .ok_or_else(|| CliError(format!("{flag} {s:?}: {item:?} is not a broker id")))?;
+        if out.contains(&id) {
+            return Err(CliError(format!("{flag} {s:?}: broker {id} appears twice")));
+        }
+        out.push(id);
+    }
+    Ok(out)
+}
+
+/// Parses `key=value`.
+pub fn parse_key_value(flag: &str, s: &str) -> Result<(String, String), CliError> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
+        _ => Err(CliError(format!("{flag} {s:?} is not key=value"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broker_id_lists_name_the_bad_item() {
+        assert_eq!(parse_broker_ids("--isr", "1, 2,3").unwrap(), vec![1, 2, 3]);
+        for (bad, msg) in [
+            ("1,x", "--isr \"1,x\": \"x\" is not a broker id"),
+            ("", "--isr \"\": \"\" is not a broker id"),
+            ("1,,2", "--isr \"1,,2\": \"\" is not a broker id"),
+            ("-1", "--isr \"-1\": \"-1\" is not a broker id"),
+            ("2,2", "--isr \"2,2\": broker 2 appears twice"),
+        ] {
+            assert_eq!(parse_broker_ids("--isr", bad).unwrap_err().0, msg);
+        }
+    }
+
+    #[test]
+    fn key_values() {
+        assert_eq!(
+            parse_key_value("--config", "min.insync.replicas=2").unwrap(),
+            ("min.insync.replicas".into(), "2".into())
+        );
+        assert!(parse_key_value("--config", "nokey").is_err());
+        assert!(parse_key_value("--config", "=1").is_err());
+    }
+
+    #[test]
+    fn every_command_has_help() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        fn walk(c: &clap::Command) {
+            assert!(c.get_about().is_some(), "{} has no help text", c.get_name());
+            for s in c.get_subcommands() {
+                walk(s);
+            }
+        }
+        walk(&Cli::command());
+    }
+}

@@ -1,0 +1,195 @@
+//! `keelctl partition alter-isr|elect`.
+
+use clap::Subcommand;
+use keel_proto::ErrorCode;
+use keel_proto::controller::ElectionType;
+use serde::Serialize;
+
+use super::{CliError, CliResult, Ctx, parse_broker_ids};
+use crate::format::{ids, table};
+
+/// `keelctl partition ...`
+#[derive(Debug, Subcommand)]
+pub enum PartitionCommand {
+    /// Set a partition's ISR (operator AlterPartition). With --expected-partition-epoch the
+    /// change only applies if the partition epoch still has that value.
+    AlterIsr(AlterIsrArgs),
+    /// Run a preferred or unclean leader election.
+    Elect(ElectArgs),
+}
+
+/// Arguments of `partition alter-isr`.
+#[derive(Debug, clap::Args)]
+pub struct AlterIsrArgs {
+    /// Topic name.
+    #[arg(long)]
+    pub topic: String,
+    /// Partition id.
+    #[arg(long)]
+    pub partition: i32,
+    /// The new ISR, comma-separated broker ids; must contain the current leader.
+    #[arg(long)]
+    pub isr: String,
+    /// Compare-and-set guard: fail with INVALID_UPDATE_VERSION unless the partition epoch is
+    /// exactly this (see `topic describe`).
+    #[arg(long)]
+    pub expected_partition_epoch: Option<i32>,
+}
+
+/// Arguments of `partition elect`.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("kind").required(true).args(["preferred", "unclean"])))]
+pub struct ElectArgs {
+    /// Topic name.
+    #[arg(long)]
+    pub topic: String,
+    /// Partition id (repeatable); default: every partition of the topic.
+    #[arg(long)]
+    pub partition: Vec<i32>,
+    /// Move leadership to the preferred replica (replicas[0]) if it is in the ISR.
+    #[arg(long)]
+    pub preferred: bool,
+    /// Elect a leader for leaderless partitions, from outside the ISR if needed (may lose
+    /// acknowledged data).
+    #[arg(long)]
+    pub unclean: bool,
+}
+
+/// Result of `alter-isr`.
+#[derive(Debug, Serialize)]
+struct AlterIsrOutput {
+    topic: String,
+    partition: i32,
+    leader: i32,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    isr: Vec<i32>,
+    new_leader_elected: bool,
+}
+
+/// One row of `elect`.
+#[derive(Debug, Serialize)]
+struct ElectRow {
+    partition: i32,
+    error: Option<String>,
+    leader: i32,
+    leader_epoch: i32,
+}
+
+pub(super) async fn run(c: PartitionCommand, ctx: &Ctx) -> CliResult {
+    match c {
+        PartitionCommand::AlterIsr(a) => {
+            let isr = parse_broker_ids("--isr", &a.isr)?;
+            let r = ctx
+                .admin()?
+                .alter_isr(&a.topic, a.partition, &isr, a.expected_partition_epoch)
+                .await?;
+            let out = AlterIsrOutput {
+                topic: a.topic.clone(),
+                partition: a.partition,
+                leader: r.leader_id,
+                leader_epoch: r.leader_epoch,
+                partition_epoch: r.partition_epoch,
+                isr: r.isr.clone(),
+                new_leader_elected: ErrorCode::from_proto(r.error.as_ref())
+                    == Ok(ErrorCode::NewLeaderElected),
+            };
+            if ctx.json {
+                return ctx.print_json(&out);
+            }
+            outln!(
+                "{}-{}: Isr: {}  Leader: {}  LeaderEpoch: {}  PartitionEpoch: {}{}",
+                out.topic,
+                out.partition,
+                ids(&out.isr),
+                out.leader,
+                out.leader_epoch,
+                out.partition_epoch,
+                if out.new_leader_elected {
+                    "  (a new leader was elected)"
+                } else {
+                    ""
+                }
+            );
+            Ok(())
+        }
+        PartitionCommand::Elect(a) => {
+            let kind = if a.unclean {
+                ElectionType::Unclean
+            } else {
+                ElectionType::Preferred
+            };
+            let results = ctx
+                .admin()?
+                .elect_leaders(kind, &a.topic, &a.partition)
+                .await?;
+            let rows: Vec<ElectRow> = results
+                .iter()
+                .map(|r| ElectRow {
+                    partition: r.partition_id,
+                    error: match ErrorCode::from_proto(r.error.as_ref()) {
+                        Ok(ErrorCode::None) => None,
+                        Ok(c) => Some(c.name().to_string()),
+                        Err(e) => Some(e.to_string()),
+                    },
+                    leader: r.leader_id,
+                    leader_epoch: r.leader_epoch,
+                })
+                .collect();
+            // ELECTION_NOT_NEEDED is an answer, not a failure (Kafka's tool reports it too).
+            let failed: Vec<String> = results
+                .iter()
+                .filter(|r| {
+                    !matches!(
+                        ErrorCode::from_proto(r.error.as_ref()),
+                        Ok(ErrorCode::None | ErrorCode::ElectionNotNeeded)
+                    )
+                })
+                .map(|r| {
+                    format!(
+                        "{}-{}: {}",
+                        a.topic,
+                        r.partition_id,
+                        r.error
+                            .as_ref()
+                            .map(ToString::to_string)
+                            .unwrap_or_default()
+                    )
+                })
+                .collect();
+            if ctx.json {
+                ctx.print_json(&rows)?;
+            } else {
+                let text: Vec<Vec<String>> = rows
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            format!("{}-{}", a.topic, r.partition),
+                            r.error.clone().unwrap_or_else(|| "ELECTED".into()),
+                            r.leader.to_string(),
+                            r.leader_epoch.to_string(),
+                        ]
+                    })
+                    .collect();
+                out!(
+                    "{}",
+                    table(&["PARTITION", "RESULT", "LEADER", "LEADER_EPOCH"], &text)
+                );
+            }
+            if results.is_empty() {
+                return Err(CliError(format!(
+                    "no partition of topic {:?} was elected",
+                    a.topic
+                )));
+            }
+            if failed.is_empty() {
+                Ok(())
+            } else {
+                Err(CliError(format!(
+                    "election failed for {}",
+                    failed.join("; ")
+                )))
+            }
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! `keelctl topic create|list|describe|delete|alter-config`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use clap::Subcommand;
+use keel_proto::ErrorCode;
+use keel_proto::broker::broker_service_client::BrokerServiceClient;
+use keel_proto::broker::{DescribeReplicasRequest, ReplicaRole};
+use serde::Serialize;
+
+use super::{CliError, CliResult, Ctx, parse_key_value};
+use crate::admin::{AdminError, ConfigTarget, NewTopic};
+use crate::format::table;
+use crate::format::topics::{
+    PartitionFilter, TopicDescription, describe_text, describe_topic, filter_topics, list_text,
+};
+
+/// `keelctl topic ...`
+#[derive(Debug, Subcommand)]
+pub enum TopicCommand {
+    /// Create a topic.
+    Create(CreateArgs),
+    /// List topics.
+    List,
+    /// Describe topics like `kafka-topics --describe` (all topics when none is named).
+    Describe(DescribeArgs),
+    /// Delete a topic.
+    Delete {
+        /// Topic name.
+        name: String,
+    },
+    /// Set or delete topic config overrides, then print the topic's effective configs.
+    AlterConfig(AlterConfigArgs),
+}
+
+/// Arguments of `topic create`.
+#[derive(Debug, clap::Args)]
+pub struct CreateArgs {
+    /// Topic name.
+    pub name: String,
+    /// Number of partitions (default: the cluster's `num_partitions`).
+    #[arg(long)]
+    pub partitions: Option<i32>,
+    /// Replication factor (default: the cluster's `default_replication_factor`).
+    #[arg(long)]
+    pub replication_factor: Option<i32>,
+    /// Topic config override `key=value` (repeatable), e.g. `min.insync.replicas=2`.
+    #[arg(long = "config")]
+    pub configs: Vec<String>,
+}
+
+/// Arguments of `topic describe`.
+#[derive(Debug, clap::Args)]
+pub struct DescribeArgs {
+    /// Topics to describe; none = all.
+    pub names: Vec<String>,
+    /// Only partitions whose ISR is smaller than the replica set.
+    #[arg(long)]
+    pub under_replicated: bool,
+    /// Only partitions whose ISR is smaller than `min.insync.replicas`.
+    #[arg(long)]
+    pub under_min_isr: bool,
+    /// Only partitions without a leader or whose leader is fenced.
+    #[arg(long)]
+    pub unavailable: bool,
+}
+
+/// Arguments of `topic alter-config`.
+#[derive(Debug, clap::Args)]
+pub struct AlterConfigArgs {
+    /// Topic name.
+    pub name: String,
+    /// Set `key=value` (repeatable).
+    #[arg(long = "set")]
+    pub set: Vec<String>,
+    /// Delete a key, falling back to the default (repeatable).
+    #[arg(long = "delete")]
+    pub delete: Vec<String>,
+    /// Only validate, change nothing.
+    #[arg(long)]
+    pub validate_only: bool,
+}
+
+/// One effective config entry.
+#[derive(Debug, Serialize)]
+struct ConfigRow {
+    name: String,
+    value: Option<String>,
+    source: String,
+}
+
+pub(super) async fn run(c: TopicCommand, ctx: &Ctx) -> CliResult {
+    let admin = ctx.admin()?;
+    match c {
+        TopicCommand::Create(a) => {
+            let configs = a
+                .configs
+                .iter()
+                .map(|c| parse_key_value("--config", c))
+                .collect::<Result<Vec<_>, _>>()?;
+            let r = admin
+                .create_topic(NewTopic {
+                    name: a.name.clone(),
+                    partitions: a.partitions,
+                    replication_factor: a.replication_factor,
+                    configs,
+                })
+                .await?;
+            let id = keel_metadata_log::image::uuid_from_bytes(&r.topic_id)
+                .map(|u| u.to_string())
+                .unwrap_or_default();
+            if ctx.json {
+                let configs: HashMap<String, Option<String>> = r
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.clone(), c.value.clone()))
+                    .collect();
+                return ctx.print_json(&serde_json::json!({
+                    "name": r.name,
+                    "topic_id": id,
+                    "partitions": r.num_partitions,
+                    "replication_factor": r.replication_factor,
+                    "configs": configs,
+                    "metadata_offset": r.metadata_offset,
+                }));
+            }
+            outln!(
+                "Created topic {} (id {id}, {} partitions, replication factor {}) at metadata offset {}.",
+                r.name,
+                r.num_partitions,
+                r.replication_factor,
+                r.metadata_offset
+            );
+            Ok(())
+        }
+        TopicCommand::List => {
+            let image = admin.metadata_image().await?;
+            let topics: Vec<TopicDescription> = image
+                .topics()
+                .by_name
+                .values()
+                .filter_map(|id| image.topics().by_id.get(id))
+                .map(|t| describe_topic(&image, t))
+                .collect();
+            if ctx.json {
+                let names: Vec<serde_json::Value> = topics
+                    .iter()
+                    .map(|t| {
+                        serde_json::json!({
+                            "name": t.name,
+                            "topic_id": t.topic_id,
+                            "partitions": t.partition_count,
+                            "replication_factor": t.replication_factor,
+                        })
+                    })
+                    .collect();
+                return ctx.print_json(&names);
+            }
+            out!("{}", list_text(&topics));
+            Ok(())
+        }
+        TopicCommand::Describe(a) => describe(a, ctx, &admin).await,
+        TopicCommand::Delete { name } => {
+            admin.delete_topic(&name).await?;
+            if ctx.json {
+                return ctx.print_json(&serde_json::json!({"deleted": name}));
+            }
+            outln!("Deleted topic {name}.");
+            Ok(())
+        }
+        TopicCommand::AlterConfig(a) => {
+            if a.set.is_empty() && a.delete.is_empty() {
+                return Err(CliError(
+                    "nothing to change: give --set key=value or --delete key".into(),
+                ));
+            }
+            let set = a
+                .set
+                .iter()
+                .map(|c| parse_key_value("--set", c))
+                .collect::<Result<Vec<_>, _>>()?;
+            let target = ConfigTarget::Topic(a.name.clone());
+            admin
+                .alter_configs(&target, &set, &a.delete, a.validate_only)
+                .await?;
+            let results = admin.describe_configs(&[target], &[]).await?;
+            let rows: Vec<ConfigRow> = results
+                .iter()
+                .flat_map(|r| &r.configs)
+                .map(|e| ConfigRow {
+                    name: e.name.clone(),
+                    value: e.value.clone(),
+                    source: config_source_name(e.config_source),
+                })
+                .collect();
+            if ctx.json {
+                return ctx.print_json(&rows);
+            }
+            if a.validate_only {
+                outln!(
+                    "Validated (nothing changed). Current configs of {}:",
+                    a.name
+                );
+            } else {
+                outln!("Updated configs of {}:", a.name);
+            }
+            let text: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.name.clone(),
+                        r.value.clone().unwrap_or_else(|| "null".into()),
+                        r.source.clone(),
+                    ]
+                })
+                .collect();
+            out!("{}", table(&["CONFIG", "VALUE", "SOURCE"], &text));
+            Ok(())
+        }
+    }
+}
+
+fn config_source_name(v: i32) -> String {
+    use keel_proto::controller::ConfigSource;
+    match ConfigSource::try_from(v) {
+        Ok(ConfigSource::TopicConfig) => "TOPIC_CONFIG",
+        Ok(ConfigSource::DynamicBrokerConfig) => "DYNAMIC_BROKER_CONFIG",
+        Ok(ConfigSource::DynamicDefaultBrokerConfig) => "DYNAMIC_DEFAULT_BROKER_CONFIG",
+        Ok(ConfigSource::StaticBrokerConfig) => "STATIC_BROKER_CONFIG",
+        Ok(ConfigSource::DefaultConfig) => "DEFAULT_CONFIG",
+        _ => "UNKNOWN",
+    }
+    .into()
+}
+
+async fn describe(a: DescribeArgs, ctx: &Ctx, admin: &crate::admin::Admin) -> CliResult {
+    let image = admin.metadata_image().await?;
+    let mut topics = Vec::new();
+    if a.names.is_empty() {
+        for id in image.topics().by_name.values() {
+            if let Some(t) = image.topics().by_id.get(id) {
+                topics.push(describe_topic(&image, t));
+            }
+        }
+    } else {
+        for name in &a.names {
+            let t = image.topics().get_by_name(name).ok_or_else(|| {
+                CliError(
+                    AdminError::Kafka {
+                        code: ErrorCode::UnknownTopicOrPartition,
+                        message: "no such topic".into(),
+                        context: format!("topic {name:?}"),
+                    }
+                    .to_string(),
+                )
+            })?;
+            topics.push(describe_topic(&image, t));
+        }
+    }
+    // Effective min.insync.replicas per topic (overrides, cluster defaults, static config).
+    if !topics.is_empty() {
+        let targets: Vec<ConfigTarget> = topics
+            .iter()
+            .map(|t| ConfigTarget::Topic(t.name.clone()))
+            .collect();
+        let results = admin
+            .describe_configs(&targets, &["min.insync.replicas".to_string()])
+            .await?;
+        for (t, r) in topics.iter_mut().zip(&results) {
+            t.min_insync_replicas = r
+                .configs
+                .iter()
+                .find(|e| e.name == "min.insync.replicas")
+                .and_then(|e| e.value.as_deref())
+                .and_then(|v| v.parse().ok());
+        }
+    }
+    add_high_watermarks(&mut topics, &image, ctx).await;
+    let filter = PartitionFilter {
+        under_replicated: a.under_replicated,
+        under_min_isr: a.under_min_isr,
+        unavailable: a.unavailable,
+    };
+    let topics = filter_topics(topics, filter);
+    if ctx.json {
+        return ctx.print_json(&topics);
+    }
+    out!("{}", describe_text(&topics, !filter.is_empty()));
+    Ok(())
+}
+
+/// Asks brokers (the `--bootstrap-brokers`, else every registered endpoint) for their replica
+/// state and fills in each partition's HW as reported by its leader. Best effort: brokers
+/// that do not answer leave HW unknown.
+async fn add_high_watermarks(
+    topics: &mut [TopicDescription],
+    image: &keel_metadata_log::MetadataImage,
+    ctx: &Ctx,
+) {
+    let addresses: Vec<String> = match &ctx.brokers {
+        Some(list) => list.clone(),
+        None => image
+            .brokers()
+            .values()
+            .filter(|b| !b.fenced)
+            .filter_map(|b| {
+                b.endpoints
+                    .first()
+                    .map(|e| format!("{}:{}", e.host, e.port))
+            })
+            .collect(),
+    };
+    let timeout = ctx.request_timeout.min(Duration::from_secs(2));
+    let tasks: Vec<_> = addresses
+        .into_iter()
+        .map(|addr| {
+            tokio::spawn(async move {
+                let fut = async {
+                    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                        .ok()?
+                        .connect_timeout(timeout)
+                        .connect()
+                        .await
+                        .ok()?;
+                    BrokerServiceClient::new(ch)
+                        .describe_replicas(DescribeReplicasRequest { topics: vec![] })
+                        .await
+                        .ok()
+                        .map(|r| r.into_inner())
+                };
+                tokio::time::timeout(timeout, fut).await.ok().flatten()
+            })
+        })
+        .collect();
+    let mut hw: HashMap<(String, i32), i64> = HashMap::new();
+    for t in tasks {
+        if let Ok(Some(reply)) = t.await {
+            for p in reply.partitions {
+                let ok = p.error.as_ref().is_none_or(|e| e.code == 0);
+                if ok && p.role == ReplicaRole::Leader as i32 && p.high_watermark >= 0 {
+                    hw.insert((p.topic, p.partition), p.high_watermark);
+                }
+            }
+        }
+    }
+    for t in topics.iter_mut() {
+        for p in t.partitions.iter_mut() {
+            p.high_watermark = hw.get(&(t.name.clone(), p.partition)).copied();
+        }
+    }
+}

@@ -1,0 +1,337 @@
+//! A local cluster of 3 controllers and 3 brokers as background processes (`keelctl cluster
+//! up|down|status`): the port and file layout, starting, finding and stopping the processes.
+//!
+//! Layout under the data dir: `controller-<id>/` and `broker-<id>/` data directories,
+//! `<name>.log` (stdout and stderr of the process) and `<name>.pid`. Ports are fixed offsets of
+//! a base port: controllers `base + id` (9093..9095 for the default 9092), brokers
+//! `base + 99 + id` (9192..9194), all on 127.0.0.1.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, kill_process, test_kill_process};
+use serde::Serialize;
+
+/// Default base port: controllers listen on 9093..9095, brokers on 9192..9194.
+pub const DEFAULT_BASE_PORT: u16 = 9092;
+/// Number of controllers and of brokers.
+pub const NODES: u16 = 3;
+
+/// Controller or broker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// A `keel-controller` process.
+    Controller,
+    /// A `keel-broker` process.
+    Broker,
+}
+
+impl Role {
+    /// The binary's file name.
+    pub fn binary(self) -> &'static str {
+        match self {
+            Role::Controller => "keel-controller",
+            Role::Broker => "keel-broker",
+        }
+    }
+}
+
+/// One process of the local cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcessSpec {
+    /// Controller or broker.
+    pub role: Role,
+    /// Node id (1..=3).
+    pub id: u16,
+    /// `host:port` it listens on.
+    pub address: String,
+    /// Its data directory.
+    pub data_dir: PathBuf,
+    /// Its log file (stdout + stderr).
+    pub log_file: PathBuf,
+    /// Its pid file.
+    pub pid_file: PathBuf,
+}
+
+impl ProcessSpec {
+    /// `controller-1`, `broker-2`, ...
+    pub fn name(&self) -> String {
+        let role = match self.role {
+            Role::Controller => "controller",
+            Role::Broker => "broker",
+        };
+        format!("{role}-{}", self.id)
+    }
+}
+
+/// The local cluster's layout: where each process listens and keeps its files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// Root data directory.
+    pub data_dir: PathBuf,
+    /// Base port.
+    pub base_port: u16,
+}
+
+impl Layout {
+    /// The layout for `data_dir` and `base_port`. Fails when the ports would overflow.
+    pub fn new(data_dir: PathBuf, base_port: u16) -> Result<Self, String> {
+        if base_port.checked_add(99 + NODES).is_none() {
+            return Err(format!(
+                "--base-port {base_port} is too high: brokers need base + {}",
+                99 + NODES
+            ));
+        }
+        Ok(Layout {
+            data_dir,
+            base_port,
+        })
+    }
+
+    /// `host:port` of controller `id`.
+    pub fn controller_address(&self, id: u16) -> String {
+        format!("127.0.0.1:{}", self.base_port + id)
+    }
+
+    /// `host:port` of broker `id`.
+    pub fn broker_address(&self, id: u16) -> String {
+        format!("127.0.0.1:{}", self.base_port + 99 + id)
+    }
+
+    /// `controller_quorum_voters` of this cluster.
+    pub fn voters(&self) -> String {
+        (1..=NODES)
+            .map(|id| format!("{id}@{}", self.controller_address(id)))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Controller addresses, for `--bootstrap-controllers`.
+    pub fn controller_addresses(&self) -> Vec<String> {
+        (1..=NODES).map(|id| self.controller_address(id)).collect()
+    }
+
+    /// Broker addresses, for `--bootstrap-brokers`.
+    pub fn broker_addresses(&self) -> Vec<String> {
+        (1..=NODES).map(|id| self.broker_address(id)).collect()
+    }
+
+    /// Every process, controllers first.
+    pub fn processes(&self) -> Vec<ProcessSpec> {
+        let spec = |role: Role, id: u16| {
+            let name = match role {
+                Role::Controller => format!("controller-{id}"),
+                Role::Broker => format!("broker-{id}"),
+            };
+            ProcessSpec {
+                role,
+                id,
+                address: match role {
+                    Role::Controller => self.controller_address(id),
+                    Role::Broker => self.broker_address(id),
+                },
+                data_dir: self.data_dir.join(&name),
+                log_file: self.data_dir.join(format!("{name}.log")),
+                pid_file: self.data_dir.join(format!("{name}.pid")),
+            }
+        };
+        (1..=NODES)
+            .map(|id| spec(Role::Controller, id))
+            .chain((1..=NODES).map(|id| spec(Role::Broker, id)))
+            .collect()
+    }
+
+    /// The command line of one process.
+    pub fn args(&self, p: &ProcessSpec) -> Vec<String> {
+        let data_flag = match p.role {
+            Role::Controller => "--metadata-log-dir",
+            Role::Broker => "--log-dirs",
+        };
+        vec![
+            "--node-id".into(),
+            p.id.to_string(),
+            "--controller-quorum-voters".into(),
+            self.voters(),
+            "--listeners".into(),
+            p.address.clone(),
+            data_flag.into(),
+            p.data_dir.display().to_string(),
+        ]
+    }
+}
+
+/// Finds `name` next to the running executable, else on `PATH`.
+pub fn find_binary(name: &str) -> Result<PathBuf, String> {
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        let candidate = dir.join(name);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return Ok(candidate);
+            }
+        }
+    }
+    Err(format!(
+        "{name} not found next to keelctl nor on PATH (build it with `cargo build --bins`)"
+    ))
+}
+
+/// The pid recorded in `pid_file`, if the file exists and holds a number.
+pub fn read_pid(pid_file: &Path) -> Option<i32> {
+    fs::read_to_string(pid_file).ok()?.trim().parse().ok()
+}
+
+/// True when a process with `pid` exists and (where `/proc` tells) runs a Keel binary, so a
+/// recycled pid is not mistaken for ours.
+pub fn is_alive(pid: i32, role: Role) -> bool {
+    let Some(p) = Pid::from_raw(pid) else {
+        return false;
+    };
+    if test_kill_process(p).is_err() {
+        return false;
+    }
+    match fs::read(format!("/proc/{pid}/cmdline")) {
+        Ok(cmd) => {
+            let cmd = String::from_utf8_lossy(&cmd);
+            cmd.contains(role.binary())
+        }
+        Err(_) => !Path::new("/proc/self").exists(),
+    }
+}
+
+/// The pid of the running process for `p`, if any.
+pub fn running_pid(p: &ProcessSpec) -> Option<i32> {
+    read_pid(&p.pid_file).filter(|pid| is_alive(*pid, p.role))
+}
+
+/// Starts `p` in the background (its own process group, so a Ctrl-C on keelctl's terminal
+/// does not reach it), logging to its log file, and writes its pid file.
+pub fn spawn(layout: &Layout, p: &ProcessSpec, binary: &Path) -> io::Result<Child> {
+    fs::create_dir_all(&p.data_dir)?;
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&p.log_file)?;
+    let child = Command::new(binary)
+        .args(layout.args(p))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()?;
+    let mut f = File::create(&p.pid_file)?;
+    io::Write::write_all(&mut f, format!("{}\n", child.id()).as_bytes())?;
+    Ok(child)
+}
+
+/// The last `n` lines of a log file (for error messages).
+pub fn log_tail(path: &Path, n: usize) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// How a process was stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopOutcome {
+    /// It was not running.
+    NotRunning,
+    /// It exited after SIGTERM.
+    Terminated,
+    /// It ignored SIGTERM until the timeout and was killed with SIGKILL.
+    Killed,
+}
+
+/// Sends SIGTERM to `p`, waits up to `timeout` for it to exit, then SIGKILL. Removes the pid
+/// file.
+pub fn stop(p: &ProcessSpec, timeout: Duration) -> StopOutcome {
+    let outcome = match running_pid(p).and_then(Pid::from_raw) {
+        None => StopOutcome::NotRunning,
+        Some(pid) => {
+            let _ = kill_process(pid, Signal::TERM);
+            if wait_exit(pid.as_raw_nonzero().get(), p.role, timeout) {
+                StopOutcome::Terminated
+            } else {
+                let _ = kill_process(pid, Signal::KILL);
+                wait_exit(pid.as_raw_nonzero().get(), p.role, Duration::from_secs(5));
+                StopOutcome::Killed
+            }
+        }
+    };
+    let _ = fs::remove_file(&p.pid_file);
+    outcome
+}
+
+/// Polls until the process is gone; true if it exited within `timeout`.
+pub fn wait_exit(pid: i32, role: Role, timeout: Duration) -> bool {
+    let start = Instant::now();
+    while is_alive(pid, role) {
+        if start.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_layout_matches_the_readme_ports() {
+        let l = Layout::new(PathBuf::from("/d"), DEFAULT_BASE_PORT).unwrap();
+        assert_eq!(
+            l.voters(),
+            "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095"
+        );
+        assert_eq!(
+            l.broker_addresses(),
+            vec!["127.0.0.1:9192", "127.0.0.1:9193", "127.0.0.1:9194"]
+        );
+        let ps = l.processes();
+        assert_eq!(ps.len(), 6);
+        assert_eq!(ps[3].name(), "broker-1");
+        assert_eq!(ps[3].pid_file, PathBuf::from("/d/broker-1.pid"));
+        assert_eq!(
+            l.args(&ps[3]),
+            vec![
+                "--node-id",
+                "1",
+                "--controller-quorum-voters",
+                "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095",
+                "--listeners",
+                "127.0.0.1:9192",
+                "--log-dirs",
+                "/d/broker-1"
+            ]
+        );
+        assert!(Layout::new(PathBuf::from("/d"), 65500).is_err());
+    }
+
+    #[test]
+    fn liveness_checks_pid_and_binary() {
+        // This test process is alive but is not a Keel binary: not "ours".
+        let me = std::process::id() as i32;
+        assert!(!is_alive(me, Role::Broker));
+        assert!(!is_alive(i32::MAX, Role::Broker));
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("x.pid");
+        assert_eq!(read_pid(&pid_file), None);
+        fs::write(&pid_file, "1234\n").unwrap();
+        assert_eq!(read_pid(&pid_file), Some(1234));
+    }
+}
