@@ -15,7 +15,7 @@ use keel_proto::broker::*;
 use keel_proto::metadata::BrokerEndpoint;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
 use crate::config::BrokerConfig;
@@ -181,15 +181,23 @@ pub async fn run(
         replicas: replicas.clone(),
     };
     let served = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
         .add_service(
             BrokerServiceServer::new(grpc)
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
         )
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
-            let _ = done_rx.await;
-        })
+        // Own listener (bound early so a taken port fails start-up): TCP_NODELAY must be set
+        // on each accepted connection here; the builder's `tcp_nodelay` only applies to
+        // listeners tonic binds itself. Without it small replies wait for delayed ACKs
+        // (~40 ms).
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            async {
+                let _ = done_rx.await;
+            },
+        )
         .await;
     let outcome = match lifecycle.await {
         Ok(Ok(r)) => r,
@@ -236,6 +244,13 @@ fn load_local_snapshot(path: &std::path::Path) -> MetadataImage {
 /// Largest gRPC message the broker accepts or sends, bytes (fetch replies carry up to
 /// `max_bytes` of records; produce requests up to the batch limits).
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// HTTP/2 flow-control window per stream, bytes, on the broker's server and its clients.
+/// h2's default (64 KiB) makes every larger produce request or fetch reply wait for window
+/// updates; batches are up to `max.message.bytes` and fetch replies several MiB.
+pub const STREAM_WINDOW_BYTES: u32 = 8 << 20;
+/// HTTP/2 flow-control window per connection, bytes (many requests share a connection).
+pub const CONNECTION_WINDOW_BYTES: u32 = 64 << 20;
 
 /// `BrokerService` over the local image and the replica manager.
 #[derive(Debug, Clone)]

@@ -155,6 +155,8 @@ async fn run(
                     let ch = ep
                         .connect_timeout(Duration::from_secs(2))
                         .tcp_nodelay(true)
+                        .initial_stream_window_size(crate::server::STREAM_WINDOW_BYTES)
+                        .initial_connection_window_size(crate::server::CONNECTION_WINDOW_BYTES)
                         .connect_lazy();
                     let c = BrokerServiceClient::new(ch)
                         .max_decoding_message_size(FETCH_MAX_BYTES + (1 << 20));

@@ -1,0 +1,460 @@
+//! Replication benchmark (issue 5): the real binaries (3 controllers + 3 brokers, release
+//! build) on loopback, one topic with 3 partitions led by the 3 brokers, replication factor 3,
+//! min.insync.replicas 2, acks=all, 1 KiB records. Prints one table and the target checks.
+//!
+//! - Baselines measured in the same run: loopback TCP bandwidth (one stream, 1 GiB) and the
+//!   disk's sequential write rate (512 MiB, page cache plus a final fdatasync).
+//! - Maximum rate: closed loop, [`IN_FLIGHT`] requests in flight per partition, one batch per
+//!   request, for 16, 64 and 256 KiB batches: MiB/s, records/s, latency p50/p99.
+//! - Latency under load: open loop with 64 KiB batches at 25%, 50% and 90% of the maximum
+//!   64 KiB rate and at 50 MiB/s: produce p50/p99 (from the scheduled send time, so a stall
+//!   counts against every request behind it) and end-to-end p99 (scheduled send to a
+//!   consumer's fetch returning the batch; consumers read below the HW).
+//!
+//! Run: `cargo bench -p keel-broker --bench replication`. `KEEL_BENCH_SECONDS` sets the
+//! length of each run (default 5).
+
+#[path = "../tests/common/mod.rs"]
+#[allow(dead_code, unused_imports)]
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{Cluster, Options};
+use keel_broker::log::{BatchIter, RecordBatchBuilder};
+use keel_proto::ErrorCode;
+use keel_proto::broker::broker_service_client::BrokerServiceClient;
+use keel_proto::broker::{
+    FetchPartition, FetchRequest, FetchTopic, ProducePartitionData, ProduceRequest,
+    ProduceTopicData,
+};
+use keel_proto::controller::{ConfigEntry, CreatableReplicaAssignment, CreatableTopic};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::transport::Channel;
+
+const MIB: f64 = 1024.0 * 1024.0;
+const RECORD: usize = 1024;
+const PARTITIONS: i32 = 3;
+/// Requests in flight per partition in the closed-loop runs.
+const IN_FLIGHT: usize = 4;
+const TOPIC: &str = "bench";
+
+fn seconds() -> u64 {
+    std::env::var("KEEL_BENCH_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(5)
+}
+
+/// A batch of `batch_bytes / RECORD` records; the first record's key carries `stamp_ns`
+/// (ns since the run's base instant) for end-to-end latency.
+fn batch(batch_bytes: usize, stamp_ns: u64) -> Bytes {
+    let n = (batch_bytes / RECORD).max(1);
+    let value = vec![b'x'; RECORD - 8];
+    let mut b = RecordBatchBuilder::new(0).with_capacity(batch_bytes + 1024);
+    let ts = common::data::now_ms();
+    let key = stamp_ns.to_be_bytes();
+    for _ in 0..n {
+        b.append(ts, Some(&key), Some(&value), &[]);
+    }
+    b.build().as_bytes().clone()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+async fn loopback_bandwidth() -> f64 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let total: usize = 1 << 30;
+    let reader = tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut got = 0;
+        while got < total {
+            let n = s.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            got += n;
+        }
+    });
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let buf = vec![7u8; 1 << 20];
+    let start = Instant::now();
+    for _ in 0..(total >> 20) {
+        s.write_all(&buf).await.unwrap();
+    }
+    reader.await.unwrap();
+    total as f64 / MIB / start.elapsed().as_secs_f64()
+}
+
+fn disk_write_rate(dir: &std::path::Path) -> f64 {
+    use std::io::Write;
+    let path = dir.join("disk-rate.tmp");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let buf = vec![1u8; 1 << 20];
+    let total = 512usize;
+    let start = Instant::now();
+    for _ in 0..total {
+        f.write_all(&buf).unwrap();
+    }
+    f.sync_data().unwrap();
+    let rate = total as f64 / start.elapsed().as_secs_f64();
+    drop(f);
+    let _ = std::fs::remove_file(path);
+    rate
+}
+
+#[derive(Clone)]
+struct Clients {
+    /// Client of partition p's leader (broker p + 1).
+    leaders: Vec<BrokerServiceClient<Channel>>,
+}
+
+async fn produce(
+    client: &mut BrokerServiceClient<Channel>,
+    partition: i32,
+    records: Bytes,
+) -> Result<(), String> {
+    let reply = client
+        .produce(ProduceRequest {
+            acks: -1,
+            timeout_ms: 10_000,
+            transactional_id: String::new(),
+            topics: vec![ProduceTopicData {
+                name: TOPIC.into(),
+                topic_id: Bytes::new(),
+                partitions: vec![ProducePartitionData {
+                    index: partition,
+                    records,
+                    current_leader_epoch: None,
+                }],
+            }],
+        })
+        .await
+        .map_err(|s| s.to_string())?
+        .into_inner();
+    let p = &reply.responses[0].partitions[0];
+    match ErrorCode::from_proto(p.error.as_ref()) {
+        Ok(ErrorCode::None) => Ok(()),
+        other => Err(format!("{other:?}: {:?}", p.error)),
+    }
+}
+
+struct RunResult {
+    bytes: u64,
+    records: u64,
+    elapsed: Duration,
+    latencies: Vec<Duration>,
+    errors: u64,
+}
+
+/// Closed loop: `IN_FLIGHT` producers per partition, each sending the same prebuilt batch.
+async fn max_rate(clients: &Clients, batch_bytes: usize, secs: u64) -> RunResult {
+    let records = batch(batch_bytes, 0);
+    let n = (batch_bytes / RECORD).max(1) as u64;
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for p in 0..PARTITIONS {
+        for _ in 0..IN_FLIGHT {
+            let mut c = clients.leaders[p as usize].clone();
+            let records = records.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut lat = Vec::new();
+                let mut errors = 0u64;
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    match produce(&mut c, p, records.clone()).await {
+                        Ok(()) => lat.push(t.elapsed()),
+                        Err(_) => errors += 1,
+                    }
+                }
+                (lat, errors)
+            }));
+        }
+    }
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (l, e) = t.await.unwrap();
+        latencies.extend(l);
+        errors += e;
+    }
+    let elapsed = start.elapsed();
+    latencies.sort();
+    RunResult {
+        bytes: latencies.len() as u64 * records.len() as u64,
+        records: latencies.len() as u64 * n,
+        elapsed,
+        latencies,
+        errors,
+    }
+}
+
+/// Open loop at `rate_mib` MiB/s of 64 KiB batches, round-robin over the partitions, with
+/// one consumer per partition measuring end-to-end latency.
+async fn at_rate(
+    clients: &Clients,
+    base: Instant,
+    rate_mib: f64,
+    secs: u64,
+) -> (RunResult, Vec<Duration>) {
+    let batch_bytes = 64 * 1024;
+    let n = (batch_bytes / RECORD) as u64;
+    let per_sec = rate_mib * MIB / batch_bytes as f64;
+    let interval = Duration::from_secs_f64(1.0 / per_sec);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Consumers start at each partition's current HW.
+    let mut consumers = Vec::new();
+    for p in 0..PARTITIONS {
+        let mut c = clients.leaders[p as usize].clone();
+        let stop = stop.clone();
+        let start_offset = fetch(&mut c, p, i64::MAX, 0).await.1;
+        consumers.push(tokio::spawn(async move {
+            let mut offset = start_offset;
+            let mut e2e = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let (records, hw) = fetch(&mut c, p, offset, 200).await;
+                let seen = Instant::now();
+                for b in BatchIter::new(records) {
+                    let b = b.unwrap();
+                    let h = *b.header();
+                    if h.base_offset < offset {
+                        continue;
+                    }
+                    let first = b.records().next().unwrap().unwrap();
+                    let key = first.key.unwrap();
+                    let stamp = u64::from_be_bytes(key[..8].try_into().unwrap());
+                    let sent = base + Duration::from_nanos(stamp);
+                    e2e.push(seen.saturating_duration_since(sent));
+                    offset = h.next_offset();
+                }
+                let _ = hw;
+            }
+            e2e
+        }));
+    }
+    let inflight = Arc::new(tokio::sync::Semaphore::new(256));
+    let sent = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let end = start + Duration::from_secs(secs);
+    let mut next = start;
+    let mut i = 0u64;
+    let mut tasks = Vec::new();
+    while next < end {
+        tokio::time::sleep_until(next.into()).await;
+        let scheduled = next;
+        let p = (i % PARTITIONS as u64) as i32;
+        let stamp = scheduled.duration_since(base).as_nanos() as u64;
+        let records = batch(batch_bytes, stamp);
+        let mut c = clients.leaders[p as usize].clone();
+        let permit = inflight.clone().acquire_owned().await.unwrap();
+        let sent = sent.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = produce(&mut c, p, records).await;
+            drop(permit);
+            sent.fetch_add(1, Ordering::Relaxed);
+            r.map(|()| scheduled.elapsed())
+        }));
+        i += 1;
+        next += interval;
+    }
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(l) => latencies.push(l),
+            Err(_) => errors += 1,
+        }
+    }
+    let elapsed = start.elapsed();
+    // Let the consumers see the last batches.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut e2e = Vec::new();
+    for c in consumers {
+        e2e.extend(c.await.unwrap());
+    }
+    latencies.sort();
+    e2e.sort();
+    (
+        RunResult {
+            bytes: latencies.len() as u64 * batch_bytes as u64,
+            records: latencies.len() as u64 * n,
+            elapsed,
+            latencies,
+            errors,
+        },
+        e2e,
+    )
+}
+
+/// One consumer fetch at `offset` (i64::MAX: only learn the HW); returns records and HW.
+async fn fetch(
+    c: &mut BrokerServiceClient<Channel>,
+    partition: i32,
+    offset: i64,
+    max_wait_ms: i32,
+) -> (Bytes, i64) {
+    let reply = c
+        .fetch(FetchRequest {
+            replica_id: -1,
+            broker_epoch: -1,
+            max_wait_ms,
+            min_bytes: 1,
+            max_bytes: 8 << 20,
+            isolation_level: 0,
+            topics: vec![FetchTopic {
+                topic: TOPIC.into(),
+                topic_id: Bytes::new(),
+                partitions: vec![FetchPartition {
+                    partition,
+                    fetch_offset: offset,
+                    current_leader_epoch: None,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    partition_max_bytes: 4 << 20,
+                }],
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let p = &reply.responses[0].partitions[0];
+    (p.records.clone(), p.high_watermark)
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run());
+}
+
+async fn run() {
+    let secs = seconds();
+    let loopback = loopback_bandwidth().await;
+    let c = Cluster::start_opts(3, 3, Options::default());
+    let disk = disk_write_rate(c.dir.path());
+    c.wait_unfenced(&[1, 2, 3], Duration::from_secs(30)).await;
+    let config = |k: &str, v: &str| ConfigEntry {
+        name: k.into(),
+        value: Some(v.into()),
+    };
+    c.create_topic(
+        CreatableTopic {
+            name: TOPIC.into(),
+            num_partitions: -1,
+            replication_factor: -1,
+            assignments: (0..PARTITIONS)
+                .map(|p| CreatableReplicaAssignment {
+                    partition_index: p,
+                    broker_ids: (0..3).map(|i| (p + i) % 3 + 1).collect(),
+                })
+                .collect(),
+            configs: vec![
+                config("min.insync.replicas", "2"),
+                config("segment.bytes", &(128u64 << 20).to_string()),
+                config("retention.bytes", &(1u64 << 30).to_string()),
+            ],
+        },
+        Duration::from_secs(30),
+    )
+    .await;
+    for p in 0..PARTITIONS {
+        let leader = p + 1;
+        c.wait_for(
+            "leaders with a full ISR",
+            Duration::from_secs(30),
+            || async {
+                let r = c.replica(leader, TOPIC, p).await?;
+                (r.role == keel_proto::broker::ReplicaRole::Leader as i32 && r.isr.len() == 3)
+                    .then_some(())
+            },
+        )
+        .await;
+    }
+    let leaders = (1..=3).map(|id| c.broker_client(id)).collect();
+    let clients = Clients { leaders };
+    let base = Instant::now();
+
+    println!(
+        "\nKeel replication benchmark: 3 brokers + 3 controllers on loopback, RF 3, \
+         min.insync.replicas 2, acks=all, {RECORD} B records, {PARTITIONS} partitions \
+         (one led by each broker), {secs} s per run"
+    );
+    println!(
+        "loopback TCP (1 stream): {loopback:.0} MiB/s; disk sequential write: {disk:.0} MiB/s\n"
+    );
+    println!(
+        "{:<34} {:>9} {:>11} {:>9} {:>9} {:>9} {:>7}",
+        "run", "MiB/s", "records/s", "p50 ms", "p99 ms", "e2e p99", "errors"
+    );
+    let print = |name: &str, r: &RunResult, e2e: Option<Duration>| {
+        let s = r.elapsed.as_secs_f64();
+        println!(
+            "{:<34} {:>9.1} {:>11.0} {:>9.2} {:>9.2} {:>9} {:>7}",
+            name,
+            r.bytes as f64 / MIB / s,
+            r.records as f64 / s,
+            ms(percentile(&r.latencies, 0.5)),
+            ms(percentile(&r.latencies, 0.99)),
+            e2e.map_or("-".to_string(), |d| format!("{:.2}", ms(d))),
+            r.errors
+        );
+    };
+    let mut max64 = 0.0;
+    let mut best = 0.0f64;
+    for kib in [16, 64, 256] {
+        let r = max_rate(&clients, kib * 1024, secs).await;
+        let rate = r.bytes as f64 / MIB / r.elapsed.as_secs_f64();
+        best = best.max(rate);
+        if kib == 64 {
+            max64 = rate;
+        }
+        print(&format!("max rate, {kib} KiB batches"), &r, None);
+    }
+    let mut p99_at_50 = None;
+    for (name, rate) in [
+        ("25% of max (64 KiB)", max64 * 0.25),
+        ("50% of max (64 KiB)", max64 * 0.5),
+        ("90% of max (64 KiB)", max64 * 0.9),
+        ("50 MiB/s (64 KiB)", 50.0),
+    ] {
+        let (r, e2e) = at_rate(&clients, base, rate, secs).await;
+        let label = format!("{name}: {rate:.0} MiB/s target");
+        print(&label, &r, Some(percentile(&e2e, 0.99)));
+        if rate == 50.0 {
+            p99_at_50 = Some(percentile(&r.latencies, 0.99));
+        }
+    }
+    println!("\ntargets:");
+    println!(
+        "  sustained acks=all throughput >= 150 MiB/s: {best:.0} MiB/s -> {}",
+        if best >= 150.0 { "met" } else { "NOT met" }
+    );
+    let p = p99_at_50.unwrap();
+    println!(
+        "  p99 produce latency < 10 ms at 50 MiB/s: {:.2} ms -> {}",
+        ms(p),
+        if p < Duration::from_millis(10) {
+            "met"
+        } else {
+            "NOT met"
+        }
+    );
+}
