@@ -15,7 +15,7 @@
 //! length of each run (default 5).
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code, unused_imports)]
+#[allow(unused_imports)]
 mod common;
 
 use std::sync::Arc;
