@@ -82,6 +82,24 @@ pub struct BrokerConfig {
     /// restart replays at most a minute of metadata). Written only when the image changed,
     /// and always on shutdown.
     pub metadata_snapshot_interval_ms: u64,
+    /// Default `segment.bytes` of partition logs, bytes (Kafka: `log.segment.bytes`, 1 GiB);
+    /// topics override it.
+    pub log_segment_bytes: u64,
+    /// Default `retention.ms`, ms; `None` = keep forever (Kafka: `log.retention.ms`, 7 days;
+    /// -1 = forever).
+    pub log_retention_ms: Option<i64>,
+    /// Default `retention.bytes` per partition, bytes; `None` = unbounded (Kafka:
+    /// `log.retention.bytes`, -1).
+    pub log_retention_bytes: Option<u64>,
+    /// fdatasync after this many records; `None` = never force, rely on replication and the
+    /// page cache (Kafka: `log.flush.interval.messages`, Long.MAX_VALUE). 1 = every append.
+    pub log_flush_interval_messages: Option<u64>,
+    /// Optional offset-lag bound of ISR membership (Kafka's removed
+    /// `replica.lag.max.messages`); `None` (default) = the time rule only. For deterministic
+    /// experiments like seed 000's lab.
+    pub replica_lag_max_messages: Option<u64>,
+    /// Follower fetch long-poll wait, ms (Kafka: `replica.fetch.wait.max.ms`, 500).
+    pub replica_fetch_wait_max_ms: u64,
 }
 
 /// The file/environment form: every key optional so that layers can be merged.
@@ -110,6 +128,18 @@ pub struct RawConfig {
     pub min_insync_replicas: Option<u32>,
     /// ms
     pub metadata_snapshot_interval_ms: Option<u64>,
+    /// bytes
+    pub log_segment_bytes: Option<u64>,
+    /// ms; -1 = forever
+    pub log_retention_ms: Option<i64>,
+    /// bytes; -1 = unbounded
+    pub log_retention_bytes: Option<i64>,
+    /// records
+    pub log_flush_interval_messages: Option<u64>,
+    /// offsets
+    pub replica_lag_max_messages: Option<u64>,
+    /// ms
+    pub replica_fetch_wait_max_ms: Option<u64>,
 }
 
 macro_rules! merge {
@@ -149,7 +179,13 @@ impl RawConfig {
             broker_session_timeout_ms,
             replica_lag_time_max_ms,
             min_insync_replicas,
-            metadata_snapshot_interval_ms
+            metadata_snapshot_interval_ms,
+            log_segment_bytes,
+            log_retention_ms,
+            log_retention_bytes,
+            log_flush_interval_messages,
+            replica_lag_max_messages,
+            replica_fetch_wait_max_ms
         );
     }
 
@@ -216,6 +252,31 @@ impl RawConfig {
             replica_lag_time_max_ms: self.replica_lag_time_max_ms.unwrap_or(30_000),
             min_insync_replicas: self.min_insync_replicas.unwrap_or(1),
             metadata_snapshot_interval_ms: self.metadata_snapshot_interval_ms.unwrap_or(60_000),
+            log_segment_bytes: self.log_segment_bytes.unwrap_or(1 << 30),
+            log_retention_ms: match self.log_retention_ms {
+                None => Some(7 * 24 * 3_600_000),
+                Some(-1) => None,
+                Some(v) if v >= 0 => Some(v),
+                Some(v) => {
+                    return Err(ConfigError::Invalid {
+                        key: "log_retention_ms",
+                        reason: format!("{v} is neither -1 nor >= 0"),
+                    });
+                }
+            },
+            log_retention_bytes: match self.log_retention_bytes {
+                None | Some(-1) => None,
+                Some(v) if v >= 0 => Some(v as u64),
+                Some(v) => {
+                    return Err(ConfigError::Invalid {
+                        key: "log_retention_bytes",
+                        reason: format!("{v} is neither -1 nor >= 0"),
+                    });
+                }
+            },
+            log_flush_interval_messages: self.log_flush_interval_messages,
+            replica_lag_max_messages: self.replica_lag_max_messages,
+            replica_fetch_wait_max_ms: self.replica_fetch_wait_max_ms.unwrap_or(500),
         };
         cfg.validate()?;
         Ok(cfg)
@@ -245,6 +306,29 @@ impl BrokerConfig {
             self.metadata_snapshot_interval_ms,
         )?;
         positive("min_insync_replicas", u64::from(self.min_insync_replicas))?;
+        positive("replica_fetch_wait_max_ms", self.replica_fetch_wait_max_ms)?;
+        if self.replica_fetch_wait_max_ms >= self.replica_lag_time_max_ms {
+            return Err(ConfigError::Invalid {
+                key: "replica_fetch_wait_max_ms",
+                reason: format!(
+                    "{} must be below replica_lag_time_max_ms ({}), or idle followers drop \
+                     out of the ISR",
+                    self.replica_fetch_wait_max_ms, self.replica_lag_time_max_ms
+                ),
+            });
+        }
+        if let Some(0) = self.log_flush_interval_messages {
+            return Err(ConfigError::Invalid {
+                key: "log_flush_interval_messages",
+                reason: "must be at least 1 (omit it to never force a flush)".into(),
+            });
+        }
+        if let Err(e) = self.log_config().validate() {
+            return Err(ConfigError::Invalid {
+                key: "log_segment_bytes",
+                reason: e.to_string(),
+            });
+        }
         if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms {
             return Err(ConfigError::Invalid {
                 key: "broker_session_timeout_ms",
@@ -255,6 +339,17 @@ impl BrokerConfig {
             });
         }
         Ok(())
+    }
+
+    /// Default settings of partition logs (topics override them).
+    pub fn log_config(&self) -> crate::log::LogConfig {
+        crate::log::LogConfig {
+            segment_bytes: self.log_segment_bytes,
+            retention_ms: self.log_retention_ms,
+            retention_bytes: self.log_retention_bytes,
+            flush_interval_messages: self.log_flush_interval_messages,
+            ..crate::log::LogConfig::default()
+        }
     }
 
     /// The advertised listener as `(host, port)`.
@@ -324,6 +419,18 @@ mod tests {
         assert_eq!(c.replica_lag_time_max_ms, 30_000);
         assert_eq!(c.min_insync_replicas, 1);
         assert_eq!(c.rack.as_deref(), Some("r1"));
+        assert_eq!(c.log_segment_bytes, 1 << 30);
+        assert_eq!(c.log_retention_ms, Some(604_800_000));
+        assert_eq!(c.log_retention_bytes, None);
+        assert_eq!(c.log_flush_interval_messages, None);
+        assert_eq!(c.replica_fetch_wait_max_ms, 500);
+        let forever = raw(&format!(
+            "{BASE}listeners = \"127.0.0.1:9092\"\nlog_retention_ms = -1\nlog_retention_bytes = 1000000"
+        ))
+        .resolve()
+        .unwrap();
+        assert_eq!(forever.log_config().retention_ms, None);
+        assert_eq!(forever.log_config().retention_bytes, Some(1_000_000));
     }
 
     #[test]
@@ -370,6 +477,22 @@ mod tests {
             (
                 format!("{BASE}listeners = \"127.0.0.1:1\"\nmin_insync_replicas = 0"),
                 "invalid value for min_insync_replicas: ",
+            ),
+            (
+                format!("{BASE}listeners = \"127.0.0.1:1\"\nlog_retention_ms = -5"),
+                "invalid value for log_retention_ms: ",
+            ),
+            (
+                format!("{BASE}listeners = \"127.0.0.1:1\"\nlog_flush_interval_messages = 0"),
+                "invalid value for log_flush_interval_messages: ",
+            ),
+            (
+                format!("{BASE}listeners = \"127.0.0.1:1\"\nlog_segment_bytes = 10"),
+                "invalid value for log_segment_bytes: ",
+            ),
+            (
+                format!("{BASE}listeners = \"127.0.0.1:1\"\nreplica_fetch_wait_max_ms = 40000"),
+                "invalid value for replica_fetch_wait_max_ms: ",
             ),
             (
                 "node_id = 1\ncontroller_quorum_voters = \"1@h:1\"\nlog_dirs = \" , \"".into(),

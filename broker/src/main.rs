@@ -53,6 +53,25 @@ struct Args {
     /// Local metadata snapshot interval, ms.
     #[arg(long, env = "KEEL_METADATA_SNAPSHOT_INTERVAL_MS")]
     metadata_snapshot_interval_ms: Option<u64>,
+    /// Default segment size, bytes (Kafka: log.segment.bytes).
+    #[arg(long, env = "KEEL_LOG_SEGMENT_BYTES")]
+    log_segment_bytes: Option<u64>,
+    /// Default retention, ms; -1 = forever (Kafka: log.retention.ms).
+    #[arg(long, env = "KEEL_LOG_RETENTION_MS", allow_hyphen_values = true)]
+    log_retention_ms: Option<i64>,
+    /// Default retention per partition, bytes; -1 = unbounded (Kafka: log.retention.bytes).
+    #[arg(long, env = "KEEL_LOG_RETENTION_BYTES", allow_hyphen_values = true)]
+    log_retention_bytes: Option<i64>,
+    /// fdatasync after this many records; unset = never force (Kafka:
+    /// log.flush.interval.messages).
+    #[arg(long, env = "KEEL_LOG_FLUSH_INTERVAL_MESSAGES")]
+    log_flush_interval_messages: Option<u64>,
+    /// Optional offset-lag bound of ISR membership (Kafka's removed replica.lag.max.messages).
+    #[arg(long, env = "KEEL_REPLICA_LAG_MAX_MESSAGES")]
+    replica_lag_max_messages: Option<u64>,
+    /// Follower fetch long-poll wait, ms (Kafka: replica.fetch.wait.max.ms).
+    #[arg(long, env = "KEEL_REPLICA_FETCH_WAIT_MAX_MS")]
+    replica_fetch_wait_max_ms: Option<u64>,
 }
 
 impl Args {
@@ -73,6 +92,12 @@ impl Args {
             replica_lag_time_max_ms: self.replica_lag_time_max_ms,
             min_insync_replicas: self.min_insync_replicas,
             metadata_snapshot_interval_ms: self.metadata_snapshot_interval_ms,
+            log_segment_bytes: self.log_segment_bytes,
+            log_retention_ms: self.log_retention_ms,
+            log_retention_bytes: self.log_retention_bytes,
+            log_flush_interval_messages: self.log_flush_interval_messages,
+            replica_lag_max_messages: self.replica_lag_max_messages,
+            replica_fetch_wait_max_ms: self.replica_fetch_wait_max_ms,
         });
         raw.resolve()
     }

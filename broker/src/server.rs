@@ -24,7 +24,6 @@ use crate::lifecycle::{
     ActiveControllerClient, ControllerChannels, LifecycleConfig, LifecycleStatus, ShutdownOutcome,
     manager,
 };
-use crate::log::LogConfig;
 use crate::metadata::{LocalChangesSink, TailerConfig, describe, local_snapshot, tailer};
 use crate::replica_manager::{ReplicaManager, ReplicaManagerConfig};
 
@@ -103,10 +102,10 @@ pub async fn run(
             broker_id: config.node_id,
             data_dir: config.log_dirs[0].clone(),
             replica_lag_time_max_ms: config.replica_lag_time_max_ms,
-            replica_lag_max_messages: None,
+            replica_lag_max_messages: config.replica_lag_max_messages,
             min_insync_replicas: config.min_insync_replicas,
-            log_defaults: LogConfig::default(),
-            replica_fetch_wait_max_ms: 500,
+            log_defaults: config.log_config(),
+            replica_fetch_wait_max_ms: config.replica_fetch_wait_max_ms,
             replica_fetch_backoff_ms: 100,
         },
         channels.clone(),
