@@ -276,3 +276,73 @@ async fn kill_leader_under_idempotent_acks_all_stream() {
         started.elapsed()
     );
 }
+
+/// KAFKA-7128: a follower at or past the HW but short of the start offset of the current
+/// leader epoch is not added to the ISR until it reaches it. Broker 3 stops at LEO 3 while
+/// records 3..6 are written with acks=1 (the HW stays 3: broker 3 is still in the ISR);
+/// broker 1 is killed; both are fenced and broker 2 leads epoch 1 from offset 6 with ISR [2],
+/// where min.insync.replicas 2 keeps the HW at 3. When broker 3 resumes, its first fetch
+/// (LEO 3 = HW) must not add it; it joins once its LEO reaches 6.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn follower_joins_the_isr_only_past_the_leader_epoch_start() {
+    let mut c = Cluster::start_opts(
+        3,
+        3,
+        Options {
+            session_timeout_ms: 4_000,
+            ..Options::default()
+        },
+    );
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    c.create_topic(assigned_topic("gate", &[&[1, 2, 3]]), WAIT)
+        .await;
+    c.set_topic_config("gate", "min.insync.replicas", "2").await;
+    c.wait_leader_isr(1, "gate", &[1, 2, 3], WAIT).await;
+    c.wait_for("min.insync 2 applied", WAIT, || async {
+        (c.replica(1, "gate", 0).await?.min_insync_replicas == 2).then_some(())
+    })
+    .await;
+    assert_eq!(
+        code(&c.produce(1, "gate", -1, &values("a", 0..3)).await),
+        ErrorCode::None
+    );
+    c.signal_broker(3, "STOP");
+    // Let a fetch broker 3 sent before it stopped finish (500 ms long poll), so the next
+    // records cannot ride on it.
+    c.wait_for("broker 3's last fetch answered", WAIT, || async {
+        let r = c.replica(1, "gate", 0).await?;
+        let f = r.followers.iter().find(|f| f.broker_id == 3)?;
+        (common::data::now_ms() - f.last_fetch_time_ms > 700).then_some(())
+    })
+    .await;
+    assert_eq!(
+        code(&c.produce(1, "gate", 1, &values("b", 0..3)).await),
+        ErrorCode::None
+    );
+    c.wait_for("broker 2 has all 6 records", WAIT, || async {
+        (c.replica(2, "gate", 0).await?.log_end_offset == 6).then_some(())
+    })
+    .await;
+    assert_eq!(c.replica(1, "gate", 0).await.unwrap().high_watermark, 3);
+    c.kill_broker(1);
+    let led = c.wait_leader_isr(2, "gate", &[2], WAIT).await;
+    let epoch_start = led
+        .leader_epoch_cache
+        .iter()
+        .find(|e| e.epoch == led.leader_epoch)
+        .unwrap()
+        .start_offset;
+    assert_eq!(epoch_start, 6);
+    assert_eq!(led.high_watermark, 3, "ISR below min.insync: the HW stays");
+    c.signal_broker(3, "CONT");
+    c.wait_leader_isr(2, "gate", &[2, 3], WAIT).await;
+    let log = c.broker_log(2);
+    assert!(
+        log.contains(
+            "Expanding ISR for partition gate-0 from [2] to [2, 3]: broker 3 caught up: LEO 6 \
+             >= HW 3 and >= start offset 6"
+        ),
+        "{log}"
+    );
+    assert!(!log.contains("broker 3 caught up: LEO 3"), "{log}");
+}
