@@ -76,6 +76,17 @@ pub fn log_start_offset(node: &RaftNode) -> u64 {
         .map_or(0, |p| p.index + 1)
 }
 
+/// The offset the next Raft entry will get on this node: its last log index + 1 (1 when the
+/// log is empty, since metadata offsets start at 1). Reads from beyond it are refused
+/// (Kafka's Fetch answers OFFSET_OUT_OF_RANGE above the log end offset).
+pub fn log_next_offset(node: &RaftNode) -> u64 {
+    node.raft
+        .metrics()
+        .borrow()
+        .last_log_index
+        .map_or(1, |i| i + 1)
+}
+
 async fn read_entries(
     node: &RaftNode,
     from: u64,
@@ -123,6 +134,27 @@ pub async fn read_metadata_log(
             reply,
             ErrorCode::InvalidRequest,
             "from_offset must be >= 0".into(),
+        );
+    }
+    if req.to_offset > 0 && req.from_offset > req.to_offset {
+        return fail(
+            reply,
+            ErrorCode::InvalidRequest,
+            format!(
+                "from_offset {} is after to_offset {}",
+                req.from_offset, req.to_offset
+            ),
+        );
+    }
+    let next = log_next_offset(node);
+    if req.from_offset as u64 > next {
+        return fail(
+            reply,
+            ErrorCode::OffsetOutOfRange,
+            format!(
+                "from_offset {} is beyond the log end (next offset {next})",
+                req.from_offset
+            ),
         );
     }
     let start = log_start_offset(node).max(1);
@@ -270,6 +302,17 @@ async fn stream_metadata(
 ) -> Result<(), tonic::Status> {
     if req.from_offset < 0 {
         return Err(tonic::Status::invalid_argument("from_offset must be >= 0"));
+    }
+    let log_next = log_next_offset(node);
+    if req.from_offset as u64 > log_next {
+        // The client has applied entries this node does not even have (it followed another
+        // controller, or its state is not from this cluster): it must go elsewhere rather
+        // than wait here for offsets that may never be these.
+        return Err(tonic::Status::out_of_range(format!(
+            "OFFSET_OUT_OF_RANGE: from_offset {} is beyond the log end of this controller \
+             (next offset {log_next})",
+            req.from_offset
+        )));
     }
     let chunk_bytes = match req.max_bytes_per_item as usize {
         0 => DEFAULT_CHUNK_BYTES,
