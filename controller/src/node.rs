@@ -18,6 +18,7 @@ use tokio::sync::watch;
 
 use crate::config::ControllerConfig;
 use crate::meta_properties::{self, MetaProperties};
+use crate::peer_acks::PeerAcks;
 use crate::raft_network::{MAX_RAFT_MESSAGE_BYTES, NetworkFactory, RaftServer};
 
 /// Why a controller could not start, or had to stop. `Display` is one line naming the cause.
@@ -71,6 +72,8 @@ pub struct RaftNode {
     /// False while this node is the Raft leader but could not confirm a quorum recently
     /// (see [`spawn_check_quorum`]).
     pub quorum_confirmed: watch::Receiver<bool>,
+    /// When each peer last answered this node's AppendEntries (meaningful while leader).
+    pub peer_acks: PeerAcks,
 }
 
 impl RaftNode {
@@ -174,10 +177,12 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
         .validate()
         .map_err(|e| StartError::Raft(e.to_string()))?;
     let voters = Arc::new(c.controller_quorum_voters.clone());
-    let network = NetworkFactory::new(voters.clone());
+    let peer_acks = PeerAcks::default();
+    let network = NetworkFactory::new(voters.clone(), peer_acks.clone());
     let raft = Raft::new(c.node_id, Arc::new(config), network, log.clone(), sm)
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
+    peer_acks.attach(raft.metrics());
     let initialized = raft
         .is_initialized()
         .await
@@ -207,6 +212,7 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
         voters,
         node_id: c.node_id,
         quorum_confirmed,
+        peer_acks,
     })
 }
 

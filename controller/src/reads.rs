@@ -442,20 +442,29 @@ pub fn describe_quorum(node: &RaftNode, cluster_id: &str) -> DescribeQuorumReply
         return reply;
     };
     let leader_last = m.last_log_index.unwrap_or(0) as i64;
+    let now_ms = crate::write_path::wall_clock_ms();
     for (id, addr) in node.voters.iter() {
-        let last = if *id == node.node_id {
+        let is_leader = *id == node.node_id;
+        let last = if is_leader {
             Some(leader_last)
         } else {
             replication.get(id).map(|l| l.map_or(0, |l| l.index) as i64)
+        };
+        let (fetch_ms, caught_up_ms) = if is_leader {
+            (now_ms, now_ms)
+        } else {
+            node.peer_acks
+                .get(*id)
+                .map_or((-1, -1), |a| (a.last_fetch_ms, a.last_caught_up_ms))
         };
         reply.voters.push(QuorumReplicaState {
             replica_id: *id as i32,
             address: addr.clone(),
             last_log_index: last.unwrap_or(-1),
             lag: last.map_or(-1, |l| leader_last - l),
-            last_fetch_timestamp_ms: -1,
-            last_caught_up_timestamp_ms: -1,
-            is_leader: *id == node.node_id,
+            last_fetch_timestamp_ms: fetch_ms,
+            last_caught_up_timestamp_ms: caught_up_ms,
+            is_leader,
         });
     }
     reply
