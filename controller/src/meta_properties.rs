@@ -58,6 +58,19 @@ pub enum IdentityError {
         /// Value stored in the file.
         stored: String,
     },
+    /// The file names another cluster than the metadata log in the same directory.
+    #[error(
+        "{path}: cluster_id is {stored} in this file but {log} in the metadata log (the \
+         directory mixes files of two clusters)"
+    )]
+    ClusterId {
+        /// The file.
+        path: PathBuf,
+        /// Cluster id stored in the file.
+        stored: String,
+        /// Cluster id in the metadata log (its snapshot).
+        log: String,
+    },
     /// The file is not a valid `meta.properties`.
     #[error("{path}: {problem}")]
     Malformed {
@@ -172,6 +185,23 @@ impl MetaProperties {
     }
 }
 
+impl MetaProperties {
+    /// Checks the stored cluster id against the one the metadata log holds; either unknown
+    /// passes.
+    ///
+    /// Errors: [`IdentityError::ClusterId`] when both are known and differ.
+    pub fn check_cluster_id(&self, path: &Path, log: Option<&str>) -> Result<(), IdentityError> {
+        match (&self.cluster_id, log) {
+            (Some(stored), Some(log)) if stored != log => Err(IdentityError::ClusterId {
+                path: path.to_path_buf(),
+                stored: stored.clone(),
+                log: log.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Path of the file in `dir`.
 pub fn path_in(dir: &Path) -> PathBuf {
     dir.join(FILE_NAME)
@@ -273,6 +303,22 @@ mod tests {
                  1,2,3 in this directory"
             ),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn a_cluster_id_other_than_the_logs_is_refused() {
+        let mut p = props();
+        let path = Path::new("/d/meta.properties");
+        assert!(p.check_cluster_id(path, Some("a")).is_ok());
+        p.cluster_id = Some("a".into());
+        assert!(p.check_cluster_id(path, Some("a")).is_ok());
+        assert!(p.check_cluster_id(path, None).is_ok());
+        let e = p.check_cluster_id(path, Some("b")).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "/d/meta.properties: cluster_id is a in this file but b in the metadata log (the \
+             directory mixes files of two clusters)"
         );
     }
 

@@ -150,19 +150,7 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
     let (log, sm) = store::open_checked(&c.metadata_log_dir).map_err(inconsistent)?;
     let image_cluster_id = sm.image().cluster_id().map(str::to_string);
     match &stored {
-        Some(p) => {
-            if let (Some(stored_id), Some(log_id)) = (&p.cluster_id, &image_cluster_id)
-                && stored_id != log_id
-            {
-                return Err(meta_properties::IdentityError::Mismatch {
-                    path: props_path,
-                    key: "cluster_id",
-                    configured: format!("{log_id} in the metadata log"),
-                    stored: stored_id.clone(),
-                }
-                .into());
-            }
-        }
+        Some(p) => p.check_cluster_id(&props_path, image_cluster_id.as_deref())?,
         None => meta_properties::write(
             &c.metadata_log_dir,
             &MetaProperties {
@@ -322,7 +310,10 @@ pub fn spawn_record_cluster_id(
             let Some(mut props) = meta_properties::read(&dir)? else {
                 return Ok(());
             };
-            if props.cluster_id.as_deref() == Some(cluster_id.as_str()) {
+            // A different id already recorded: the directory mixes two clusters. Keep the
+            // file as it is and report it (a start with a snapshot of this log refuses).
+            props.check_cluster_id(&meta_properties::path_in(&dir), Some(&cluster_id))?;
+            if props.cluster_id.is_some() {
                 return Ok(());
             }
             props.cluster_id = Some(cluster_id);
@@ -331,7 +322,7 @@ pub fn spawn_record_cluster_id(
         .await;
         match result {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "could not record the cluster id"),
+            Ok(Err(e)) => tracing::error!(error = %e, "could not record the cluster id"),
             Err(e) => tracing::warn!(error = %e, "could not record the cluster id"),
         }
     })
