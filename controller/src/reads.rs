@@ -79,12 +79,12 @@ pub fn log_start_offset(node: &RaftNode) -> u64 {
 /// The offset the next Raft entry will get on this node: its last log index + 1 (1 when the
 /// log is empty, since metadata offsets start at 1). Reads from beyond it are refused
 /// (Kafka's Fetch answers OFFSET_OUT_OF_RANGE above the log end offset).
+///
+/// Never below the applied offset + 1: right after a restart the state machine has loaded
+/// its snapshot before openraft first reports `last_log_index`.
 pub fn log_next_offset(node: &RaftNode) -> u64 {
-    node.raft
-        .metrics()
-        .borrow()
-        .last_log_index
-        .map_or(1, |i| i + 1)
+    let last_log_index = node.raft.metrics().borrow().last_log_index.unwrap_or(0);
+    last_log_index.max(applied_offset(node)) + 1
 }
 
 async fn read_entries(
