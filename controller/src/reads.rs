@@ -146,8 +146,10 @@ pub async fn read_metadata_log(
             ),
         );
     }
+    // A long poll may ask for what this node does not have yet (`--follow` against a
+    // lagging follower): it waits like any other long poll. A plain read cannot be answered.
     let next = log_next_offset(node);
-    if req.from_offset as u64 > next {
+    if req.max_wait_ms == 0 && req.from_offset as u64 > next {
         return fail(
             reply,
             ErrorCode::OffsetOutOfRange,

@@ -116,6 +116,16 @@ async fn malformed_reads_heartbeats_and_dry_runs_get_exact_codes_and_write_nothi
         .into_inner();
     assert_eq!(code_of(&r.error), ErrorCode::OffsetOutOfRange, "{r:?}");
     assert!(r.records.is_empty());
+    // A long poll for offsets not there yet waits and answers empty, without an error.
+    let r = c
+        .read_metadata_log(ReadMetadataLogRequest {
+            max_wait_ms: 100,
+            ..read(1_000_000_000, 0)
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(r.error.is_none() && r.records.is_empty(), "{r:?}");
     let fetched = tokio::time::timeout(
         Duration::from_secs(5),
         c.fetch_metadata(FetchMetadataRequest {
