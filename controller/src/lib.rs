@@ -10,11 +10,15 @@
 //! - [`logic`]: pure decisions: request + image -> records + response (no I/O, no clock);
 //! - [`write_path`]: the one task that batches, proposes and answers writes;
 //! - [`raft_network`]: openraft transport over gRPC (client and server);
-//! - [`node`]: start-up of the Raft node and listener.
+//! - [`node`]: start-up of the Raft node and listener;
+//! - [`meta_properties`]: the identity file of the metadata log directory;
+//! - [`peer_acks`]: when each peer last answered replication (DescribeQuorum).
 
 pub mod config;
 pub mod logic;
+pub mod meta_properties;
 pub mod node;
+pub mod peer_acks;
 pub mod raft_network;
 pub mod reads;
 pub mod server;

@@ -1,8 +1,10 @@
 //! `keel-controller`: one voter of the metadata quorum.
 //!
 //! `keel-controller --config controller.toml` (every key also as `--flag` and `KEEL_*` env
-//! var; flag > env > file > default). Prints one line and exits 1 on a bad config or a
-//! start-up failure (port in use, unreadable log dir). SIGTERM/SIGINT shut down cleanly.
+//! var; flag > env > file > default). Prints one line and exits 1 on a bad config, a
+//! start-up failure (port in use, unreadable log dir, a `metadata_log_dir` that belongs to
+//! another node or voter set, or holds only part of a node's state), or when Raft stops on a
+//! fatal error while running. SIGTERM/SIGINT shut down cleanly.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -6,7 +6,7 @@
 //! static voter set (every voter does this with the same membership; openraft refuses it on
 //! a node that already has state, which is the restart case).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use keel_metadata_log::MetadataImage;
@@ -17,11 +17,24 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::ControllerConfig;
+use crate::meta_properties::{self, MetaProperties};
+use crate::peer_acks::PeerAcks;
 use crate::raft_network::{MAX_RAFT_MESSAGE_BYTES, NetworkFactory, RaftServer};
 
-/// Why a controller could not start. `Display` is one line naming the cause.
+/// Why a controller could not start, or had to stop. `Display` is one line naming the cause.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
+    /// The metadata log directory holds a partial state (see
+    /// [`keel_metadata_log::store::open_checked`]).
+    #[error("metadata_log_dir {0}")]
+    Inconsistent(String),
+    /// `meta.properties` disagrees with the configuration, or cannot be read or written.
+    #[error("metadata_log_dir {0}")]
+    Identity(#[from] crate::meta_properties::IdentityError),
+    /// openraft stopped with a fatal error (a storage failure or a panicked task) while the
+    /// controller ran: the process must not keep serving the state it had.
+    #[error("raft stopped: {0}")]
+    RaftStopped(String),
     /// The metadata log directory could not be opened.
     #[error("metadata_log_dir {dir}: {source}")]
     Storage {
@@ -59,6 +72,8 @@ pub struct RaftNode {
     /// False while this node is the Raft leader but could not confirm a quorum recently
     /// (see [`spawn_check_quorum`]).
     pub quorum_confirmed: watch::Receiver<bool>,
+    /// When each peer last answered this node's AppendEntries (meaningful while leader).
+    pub peer_acks: PeerAcks,
 }
 
 impl RaftNode {
@@ -101,21 +116,61 @@ pub fn raft_config(c: &ControllerConfig) -> openraft::Config {
 }
 
 /// Opens storage and starts the Raft node (initializing the voter set on first start).
+///
+/// Before openraft sees the directory: `meta.properties` must match `node_id` and the voter
+/// ids (it is written on first start), and the directory must not hold a partial state
+/// (`raft/` lost while `snapshots/` or `meta.properties` remain, and the other cases of
+/// [`store::open_checked`]). Starting on such a directory would re-initialize the quorum on
+/// top of old state or forget this node's vote.
 pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
     let dir = c.metadata_log_dir.display().to_string();
-    let (log, sm) = store::open(&c.metadata_log_dir).map_err(|source| StartError::Storage {
-        dir: dir.clone(),
-        source: Box::new(source),
-    })?;
+    let voter_ids: BTreeSet<u64> = c.controller_quorum_voters.keys().copied().collect();
+    let props_path = meta_properties::path_in(&c.metadata_log_dir);
+    let stored = meta_properties::read(&c.metadata_log_dir)?;
+    let inconsistent = |e: store::OpenError| match e {
+        store::OpenError::Inconsistent { .. } => StartError::Inconsistent(e.to_string()),
+        store::OpenError::Storage(source) => StartError::Storage {
+            dir: dir.clone(),
+            source,
+        },
+    };
+    if let Some(p) = &stored {
+        p.check(&props_path, c.node_id, &voter_ids)?;
+        store::check_before_open(&c.metadata_log_dir).map_err(inconsistent)?;
+        let raft_dir = c.metadata_log_dir.join("raft");
+        if !raft_dir.exists() {
+            return Err(StartError::Inconsistent(format!(
+                "{} is inconsistent: missing (no Raft log and no vote), but {} exists; \
+                 restore it, or empty the whole directory to rejoin as a new member",
+                raft_dir.display(),
+                props_path.display()
+            )));
+        }
+    }
+    let (log, sm) = store::open_checked(&c.metadata_log_dir).map_err(inconsistent)?;
+    let image_cluster_id = sm.image().cluster_id().map(str::to_string);
+    match &stored {
+        Some(p) => p.check_cluster_id(&props_path, image_cluster_id.as_deref())?,
+        None => meta_properties::write(
+            &c.metadata_log_dir,
+            &MetaProperties {
+                node_id: c.node_id,
+                voter_ids,
+                cluster_id: image_cluster_id,
+            },
+        )?,
+    }
     let images = sm.subscribe();
     let config = raft_config(c)
         .validate()
         .map_err(|e| StartError::Raft(e.to_string()))?;
     let voters = Arc::new(c.controller_quorum_voters.clone());
-    let network = NetworkFactory::new(voters.clone());
+    let peer_acks = PeerAcks::default();
+    let network = NetworkFactory::new(voters.clone(), peer_acks.clone());
     let raft = Raft::new(c.node_id, Arc::new(config), network, log.clone(), sm)
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
+    peer_acks.attach(raft.metrics());
     let initialized = raft
         .is_initialized()
         .await
@@ -145,6 +200,7 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
         voters,
         node_id: c.node_id,
         quorum_confirmed,
+        peer_acks,
     })
 }
 
@@ -215,4 +271,59 @@ pub fn spawn_check_quorum(
         }
     });
     (rx, task)
+}
+
+/// Resolves when openraft stops on its own: `RaftMetrics.running_state` turns `Err` (a
+/// storage error or a panicked task makes the Raft core exit with a `Fatal`), or the core
+/// task ends and drops its metrics channel. Returns the cause in one line.
+///
+/// A clean [`Raft::shutdown`] also resolves it; callers stop watching before they shut down.
+pub async fn raft_stopped(raft: Raft<TypeConfig>) -> String {
+    let mut metrics = raft.metrics();
+    loop {
+        if let Err(fatal) = &metrics.borrow_and_update().running_state {
+            return fatal.to_string();
+        }
+        if metrics.changed().await.is_err() {
+            return "the Raft core task ended".to_string();
+        }
+    }
+}
+
+/// Records the cluster id in `meta.properties` once the metadata log names it (the first
+/// active controller commits a `ClusterIdRecord` after the quorum forms). Ends after writing
+/// it, or when the image channel closes. A failed write is logged; the next start retries.
+pub fn spawn_record_cluster_id(
+    dir: std::path::PathBuf,
+    mut images: watch::Receiver<MetadataImage>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let cluster_id = loop {
+            if let Some(id) = images.borrow_and_update().cluster_id() {
+                break id.to_string();
+            }
+            if images.changed().await.is_err() {
+                return;
+            }
+        };
+        let result = tokio::task::spawn_blocking(move || {
+            let Some(mut props) = meta_properties::read(&dir)? else {
+                return Ok(());
+            };
+            // A different id already recorded: the directory mixes two clusters. Keep the
+            // file as it is and report it (a start with a snapshot of this log refuses).
+            props.check_cluster_id(&meta_properties::path_in(&dir), Some(&cluster_id))?;
+            if props.cluster_id.is_some() {
+                return Ok(());
+            }
+            props.cluster_id = Some(cluster_id);
+            meta_properties::write(&dir, &props)
+        })
+        .await;
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "could not record the cluster id"),
+            Err(e) => tracing::warn!(error = %e, "could not record the cluster id"),
+        }
+    })
 }

@@ -28,6 +28,8 @@ use openraft::raft::{
 use openraft::{BasicNode, Raft};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+use crate::peer_acks::{AppendOutcome, PeerAcks};
 use tonic::transport::{Channel, Endpoint};
 
 /// Payload format version carried in `RaftRequest.version`.
@@ -45,12 +47,17 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 #[derive(Debug, Clone, Default)]
 pub struct NetworkFactory {
     voters: std::sync::Arc<std::collections::BTreeMap<u64, String>>,
+    acks: PeerAcks,
 }
 
 impl NetworkFactory {
-    /// A factory dialing the voters at the given addresses.
-    pub fn new(voters: std::sync::Arc<std::collections::BTreeMap<u64, String>>) -> Self {
-        Self { voters }
+    /// A factory dialing the voters at the given addresses and recording every
+    /// AppendEntries reply in `acks`.
+    pub fn new(
+        voters: std::sync::Arc<std::collections::BTreeMap<u64, String>>,
+        acks: PeerAcks,
+    ) -> Self {
+        Self { voters, acks }
     }
 }
 
@@ -67,6 +74,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             target,
             addr,
             client: None,
+            acks: self.acks.clone(),
         }
     }
 }
@@ -78,6 +86,7 @@ pub struct PeerClient {
     target: u64,
     addr: String,
     client: Option<RaftServiceClient<Channel>>,
+    acks: PeerAcks,
 }
 
 type RpcErr<E = openraft::error::Infallible> = RPCError<u64, BasicNode, RaftError<u64, E>>;
@@ -157,7 +166,25 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RpcErr> {
-        self.call(Method::AppendEntries, &rpc, &option).await
+        let end = rpc
+            .entries
+            .last()
+            .map(|e| e.log_id.index)
+            .or(rpc.prev_log_id.map(|l| l.index));
+        let result = self.call(Method::AppendEntries, &rpc, &option).await;
+        let outcome = match &result {
+            Ok(AppendEntriesResponse::Success) => Some(AppendOutcome::Accepted { matched: end }),
+            Ok(AppendEntriesResponse::PartialSuccess(m)) => Some(AppendOutcome::Accepted {
+                matched: m.map(|l| l.index),
+            }),
+            Ok(AppendEntriesResponse::Conflict) => Some(AppendOutcome::Rejected),
+            // A higher vote or an error: the peer does not follow this node.
+            Ok(AppendEntriesResponse::HigherVote(_)) | Err(_) => None,
+        };
+        if let Some(outcome) = outcome {
+            self.acks.record(self.target, outcome);
+        }
+        result
     }
 
     async fn install_snapshot(

@@ -76,6 +76,17 @@ pub fn log_start_offset(node: &RaftNode) -> u64 {
         .map_or(0, |p| p.index + 1)
 }
 
+/// The offset the next Raft entry will get on this node: its last log index + 1 (1 when the
+/// log is empty, since metadata offsets start at 1). Reads from beyond it are refused
+/// (Kafka's Fetch answers OFFSET_OUT_OF_RANGE above the log end offset).
+///
+/// Never below the applied offset + 1: right after a restart the state machine has loaded
+/// its snapshot before openraft first reports `last_log_index`.
+pub fn log_next_offset(node: &RaftNode) -> u64 {
+    let last_log_index = node.raft.metrics().borrow().last_log_index.unwrap_or(0);
+    last_log_index.max(applied_offset(node)) + 1
+}
+
 async fn read_entries(
     node: &RaftNode,
     from: u64,
@@ -123,6 +134,29 @@ pub async fn read_metadata_log(
             reply,
             ErrorCode::InvalidRequest,
             "from_offset must be >= 0".into(),
+        );
+    }
+    if req.to_offset > 0 && req.from_offset > req.to_offset {
+        return fail(
+            reply,
+            ErrorCode::InvalidRequest,
+            format!(
+                "from_offset {} is after to_offset {}",
+                req.from_offset, req.to_offset
+            ),
+        );
+    }
+    // A long poll may ask for what this node does not have yet (`--follow` against a
+    // lagging follower): it waits like any other long poll. A plain read cannot be answered.
+    let next = log_next_offset(node);
+    if req.max_wait_ms == 0 && req.from_offset as u64 > next {
+        return fail(
+            reply,
+            ErrorCode::OffsetOutOfRange,
+            format!(
+                "from_offset {} is beyond the log end (next offset {next})",
+                req.from_offset
+            ),
         );
     }
     let start = log_start_offset(node).max(1);
@@ -271,6 +305,17 @@ async fn stream_metadata(
     if req.from_offset < 0 {
         return Err(tonic::Status::invalid_argument("from_offset must be >= 0"));
     }
+    let log_next = log_next_offset(node);
+    if req.from_offset as u64 > log_next {
+        // The client has applied entries this node does not even have (it followed another
+        // controller, or its state is not from this cluster): it must go elsewhere rather
+        // than wait here for offsets that may never be these.
+        return Err(tonic::Status::out_of_range(format!(
+            "OFFSET_OUT_OF_RANGE: from_offset {} is beyond the log end of this controller \
+             (next offset {log_next})",
+            req.from_offset
+        )));
+    }
     let chunk_bytes = match req.max_bytes_per_item as usize {
         0 => DEFAULT_CHUNK_BYTES,
         n => n,
@@ -399,20 +444,29 @@ pub fn describe_quorum(node: &RaftNode, cluster_id: &str) -> DescribeQuorumReply
         return reply;
     };
     let leader_last = m.last_log_index.unwrap_or(0) as i64;
+    let now_ms = crate::write_path::wall_clock_ms();
     for (id, addr) in node.voters.iter() {
-        let last = if *id == node.node_id {
+        let is_leader = *id == node.node_id;
+        let last = if is_leader {
             Some(leader_last)
         } else {
             replication.get(id).map(|l| l.map_or(0, |l| l.index) as i64)
+        };
+        let (fetch_ms, caught_up_ms) = if is_leader {
+            (now_ms, now_ms)
+        } else {
+            node.peer_acks
+                .get(*id)
+                .map_or((-1, -1), |a| (a.last_fetch_ms, a.last_caught_up_ms))
         };
         reply.voters.push(QuorumReplicaState {
             replica_id: *id as i32,
             address: addr.clone(),
             last_log_index: last.unwrap_or(-1),
             lag: last.map_or(-1, |l| leader_last - l),
-            last_fetch_timestamp_ms: -1,
-            last_caught_up_timestamp_ms: -1,
-            is_leader: *id == node.node_id,
+            last_fetch_timestamp_ms: fetch_ms,
+            last_caught_up_timestamp_ms: caught_up_ms,
+            is_leader,
         });
     }
     reply

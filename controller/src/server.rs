@@ -12,8 +12,9 @@ use crate::raft_network::MAX_RAFT_MESSAGE_BYTES;
 use crate::service::{ControllerGrpc, QuorumState};
 use crate::write_path::{self, WritePathConfig};
 
-/// Runs a controller until `shutdown` resolves. Errors are start-up failures (one line each);
-/// a clean shutdown returns `Ok`.
+/// Runs a controller until `shutdown` resolves. Errors are start-up failures, or
+/// [`StartError::RaftStopped`] when openraft stops on a fatal error while serving (one line
+/// each); a clean shutdown returns `Ok`.
 pub async fn run(
     config: ControllerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -48,19 +49,32 @@ pub async fn run(
         voters = ?config.controller_quorum_voters,
         "controller started"
     );
-    let served = tonic::transport::Server::builder()
+    let record_cluster_id =
+        node::spawn_record_cluster_id(config.metadata_log_dir.clone(), raft_node.images.clone());
+    let serve = tonic::transport::Server::builder()
         .add_service(node::raft_service(&raft_node))
         .add_service(
             ControllerServiceServer::new(grpc)
                 .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES),
         )
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await;
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown);
+    // A Raft node that stopped on a fatal error would keep answering reads from its last
+    // image and NOT_CONTROLLER to writes forever: stop the process instead (exit non-zero)
+    // so a supervisor restarts it or an operator looks.
+    let served = tokio::select! {
+        served = serve => served,
+        cause = node::raft_stopped(raft_node.raft.clone()) => {
+            write_task.abort();
+            record_cluster_id.abort();
+            return Err(StartError::RaftStopped(cause));
+        }
+    };
     if let Err(e) = raft_node.raft.shutdown().await {
         tracing::warn!(error = %e, "raft shutdown");
     }
     write_task.abort();
+    record_cluster_id.abort();
     served.map_err(|e| StartError::Raft(format!("gRPC server: {e}")))?;
     tracing::info!(node_id = config.node_id, "controller stopped");
     Ok(())

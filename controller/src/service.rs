@@ -298,12 +298,22 @@ impl ControllerService for ControllerGrpc {
         &self,
         request: Request<BrokerHeartbeatRequest>,
     ) -> Result<Response<BrokerHeartbeatReply>, Status> {
+        let raft = self.node.raft.clone();
         write_rpc!(
             self,
             request,
             BrokerHeartbeatReply,
             |ctx, req| {
-                let r = logic::heartbeat(ctx.image, &req, &mut ctx.state.sessions, ctx.now_ms);
+                // Every offset the broker can have applied was committed before it sent this,
+                // so it is in the active controller's (this node's) log.
+                let log_end = raft.metrics().borrow().last_log_index.unwrap_or(0);
+                let r = logic::heartbeat(
+                    ctx.image,
+                    &req,
+                    &mut ctx.state.sessions,
+                    ctx.now_ms,
+                    log_end,
+                );
                 ctx.state.publish_sessions(ctx.image, ctx.now_ms);
                 if starts_controlled_shutdown(&r.records, req.broker_id) {
                     // Grant the shutdown only once every active broker has applied this batch
@@ -339,6 +349,7 @@ impl ControllerService for ControllerGrpc {
         &self,
         request: Request<CreateTopicsRequest>,
     ) -> Result<Response<CreateTopicsReply>, Status> {
+        let validate_only = request.get_ref().validate_only;
         write_rpc!(
             self,
             request,
@@ -349,13 +360,11 @@ impl ControllerService for ControllerGrpc {
                 let defaults = ctx.state.topic_defaults;
                 logic::create_topics(ctx.image, &req, &defaults, &mut uuid::Uuid::new_v4, start)
             },
-            |reply, committed| {
-                for t in &mut reply.topics {
-                    if t.error.as_ref().is_none_or(|e| e.code == 0) {
-                        t.metadata_offset = committed.offset as i64;
-                    }
-                }
-            }
+            |reply, committed| logic::topics::set_created_offsets(
+                &mut reply,
+                validate_only,
+                committed.offset
+            )
         )
     }
 

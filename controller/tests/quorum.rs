@@ -356,3 +356,75 @@ async fn concurrent_registrations_get_epochs_their_heartbeats_match() {
         }
     }
 }
+
+/// DescribeQuorum on the leader reports, per voter, when it last answered replication
+/// (LastFetchTimestamp) and was last caught up (LastCaughtUpTimestamp): recent for live
+/// followers, frozen for a killed one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_quorum_reports_when_each_voter_last_fetched_and_caught_up() {
+    let mut q = Quorum::start(3);
+    let leader = q.wait_leader(Duration::from_secs(20)).await;
+    let describe = |q: &Quorum| {
+        let q_addr = q.addr(leader);
+        async move {
+            let ch = tonic::transport::Channel::from_shared(format!("http://{q_addr}"))
+                .unwrap()
+                .connect_lazy();
+            keel_proto::controller::controller_service_client::ControllerServiceClient::new(ch)
+                .describe_quorum(keel_proto::controller::DescribeQuorumRequest {})
+                .await
+                .unwrap()
+                .into_inner()
+        }
+    };
+    // Every voter fresh (the leader commits a NoOpRecord every 500 ms, so live followers
+    // answer appends at least that often).
+    let start = Instant::now();
+    loop {
+        let r = describe(&q).await;
+        assert!(r.error.is_none(), "{r:?}");
+        let now = common::harness_ms();
+        let fresh = |t: i64| t > 0 && now - t < 2_000 && t <= now + 1_000;
+        if r.voters.len() == 3
+            && r.voters
+                .iter()
+                .all(|v| fresh(v.last_fetch_timestamp_ms) && fresh(v.last_caught_up_timestamp_ms))
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{r:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A killed follower's times stop; the other follower's keep advancing.
+    let dead = q.ids().into_iter().find(|i| *i != leader).unwrap();
+    let live = q
+        .ids()
+        .into_iter()
+        .find(|i| *i != leader && *i != dead)
+        .unwrap();
+    q.kill(dead);
+    let killed_at = common::harness_ms();
+    let start = Instant::now();
+    loop {
+        let r = describe(&q).await;
+        let v = |id: u64| {
+            r.voters
+                .iter()
+                .find(|v| v.replica_id == id as i32)
+                .unwrap()
+                .clone()
+        };
+        let (d, l) = (v(dead), v(live));
+        // Replies the dead node sent just before SIGKILL may still be read a moment after.
+        let dead_by = killed_at + 100;
+        assert!(d.last_fetch_timestamp_ms <= dead_by, "{d:?}");
+        if l.last_fetch_timestamp_ms > killed_at + 1_000
+            && l.last_caught_up_timestamp_ms > killed_at + 1_000
+        {
+            assert!(d.last_caught_up_timestamp_ms <= dead_by, "{d:?}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "{r:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

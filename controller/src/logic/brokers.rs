@@ -219,8 +219,12 @@ fn fresh_session(broker_epoch: i64, now_ms: u64) -> BrokerSession {
 ///
 /// - `cluster_id` is the quorum's; a non-empty different one in the request ->
 ///   INCONSISTENT_CLUSTER_ID;
-/// - negative broker id, an incarnation id that is not 16 bytes, or no listener ->
-///   INVALID_REQUEST; a `metadata.version` feature range that excludes the cluster's level ->
+/// - negative broker id, an incarnation id that is not 16 bytes or is the nil uuid, no
+///   listener, a listener with an empty host or a port outside 1..=65535, or a feature range
+///   with min > max -> INVALID_REQUEST (Kafka's schema cannot carry a port above 65535 and
+///   it has no more specific code for a malformed registration; an empty range would only
+///   surface there as UNSUPPORTED_VERSION, which wrongly blames the cluster's level);
+/// - a `metadata.version` feature range that excludes the cluster's level ->
 ///   UNSUPPORTED_VERSION;
 /// - an existing registration with another incarnation id that is unfenced and whose session
 ///   is alive (`session_alive(broker_id)`, usually [`BrokerHeartbeatManager::has_valid_session`])
@@ -272,8 +276,30 @@ pub fn register_broker(
             ),
         );
     };
+    if incarnation.is_nil() {
+        return refuse(
+            ErrorCode::InvalidRequest,
+            "incarnation id must not be the nil uuid".into(),
+        );
+    }
     if req.listeners.is_empty() {
         return refuse(ErrorCode::InvalidRequest, "no listener".into());
+    }
+    if let Some(problem) = req.listeners.iter().find_map(listener_problem) {
+        return refuse(ErrorCode::InvalidRequest, problem);
+    }
+    if let Some(f) = req
+        .features
+        .iter()
+        .find(|f| f.min_supported_version > f.max_supported_version)
+    {
+        return refuse(
+            ErrorCode::InvalidRequest,
+            format!(
+                "feature {} has min_supported_version {} > max_supported_version {}",
+                f.name, f.min_supported_version, f.max_supported_version
+            ),
+        );
     }
     if let Some(&level) = image.features().get("metadata.version")
         && let Some(f) = req.features.iter().find(|f| f.name == "metadata.version")
@@ -325,11 +351,31 @@ pub fn register_broker(
     )
 }
 
+/// What is wrong with a registered listener, if anything: an empty host, or a port outside
+/// 1..=65535 (Kafka's schema carries the port as uint16, so it cannot express more; port 0
+/// is not connectable).
+fn listener_problem(l: &keel_proto::metadata::BrokerEndpoint) -> Option<String> {
+    if l.host.trim().is_empty() {
+        return Some(format!("listener {:?} has an empty host", l.name));
+    }
+    if l.port == 0 || l.port > u32::from(u16::MAX) {
+        return Some(format!(
+            "listener {:?} has port {}, expected 1..=65535",
+            l.name, l.port
+        ));
+    }
+    None
+}
+
 /// BrokerHeartbeat (Kafka: BrokerHeartbeat v1; `BrokerHeartbeatManager.calculateNextBrokerState`
 /// and `ReplicationControlManager.processBrokerHeartbeat`).
 ///
-/// Errors (no records, `is_fenced = true`): unknown broker -> BROKER_ID_NOT_REGISTERED;
-/// `broker_epoch` other than the registration's -> STALE_BROKER_EPOCH. A valid heartbeat
+/// Errors (no records, `is_fenced = true`, session not refreshed): unknown broker ->
+/// BROKER_ID_NOT_REGISTERED; `broker_epoch` other than the registration's ->
+/// STALE_BROKER_EPOCH; `current_metadata_offset` below -1 or above `log_end_offset` (the last
+/// index of the active controller's Raft log: a broker can only have applied committed
+/// entries, which all are in it) -> INVALID_REQUEST, so a broken or hostile broker cannot
+/// claim to be caught up and get unfenced. A valid heartbeat
 /// refreshes the broker's session in `sessions` at `now_ms` (in memory, before any record
 /// commits, as Kafka does) and then, by the broker's current registration:
 /// - fenced: `want_shut_down` -> `should_shut_down` at once (it leads nothing); else, when
@@ -352,6 +398,7 @@ pub fn heartbeat(
     req: &BrokerHeartbeatRequest,
     sessions: &mut BrokerHeartbeatManager,
     now_ms: u64,
+    log_end_offset: u64,
 ) -> ControllerResult<BrokerHeartbeatReply> {
     let refuse = |code: ErrorCode, msg: String| {
         ControllerResult::response_only(BrokerHeartbeatReply {
@@ -372,6 +419,18 @@ pub fn heartbeat(
             format!(
                 "broker {} has epoch {}, heartbeat carries {}",
                 req.broker_id, reg.epoch, req.broker_epoch
+            ),
+        );
+    }
+    if req.current_metadata_offset < -1
+        || req.current_metadata_offset > i64::try_from(log_end_offset).unwrap_or(i64::MAX)
+    {
+        return refuse(
+            ErrorCode::InvalidRequest,
+            format!(
+                "broker {} reports metadata offset {}, outside -1..={log_end_offset} (the \
+                 controller's log end)",
+                req.broker_id, req.current_metadata_offset
             ),
         );
     }

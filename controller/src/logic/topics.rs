@@ -181,7 +181,10 @@ fn rack_alternated(brokers: &[(i32, Option<String>)]) -> (Vec<i32>, usize) {
 /// topic writes nothing, the others still proceed):
 /// - name given twice in the request -> INVALID_REQUEST;
 /// - illegal name (see [`validate_topic_name`]), or a name that differs from an existing one
-///   only by `.` vs `_` (Kafka's metric-name collision rule) -> INVALID_TOPIC_EXCEPTION;
+///   only by `.` vs `_` (Kafka's metric-name collision rule, `Topic.hasCollision`) ->
+///   INVALID_TOPIC_EXCEPTION; two new names in one request that collide that way are both
+///   refused the same way (Kafka compares only with existing topics; accepting both would
+///   create exactly the collision the rule forbids);
 /// - existing name -> TOPIC_ALREADY_EXISTS;
 /// - `assignments` together with `num_partitions`/`replication_factor` other than -1 ->
 ///   INVALID_REQUEST; assignments with gaps, duplicates, empty or unequal lists, duplicate or
@@ -197,8 +200,8 @@ fn rack_alternated(brokers: &[(i32, Option<String>)]) -> (Vec<i32>, usize) {
 /// Topic ids come from `new_topic_id` (nil, existing or repeated ids are skipped, at most
 /// [`MAX_TOPIC_ID_ATTEMPTS`] tries, then UNKNOWN_SERVER_ERROR). `placement_start` picks the
 /// first broker of the round-robin (Kafka picks it at random; pass a random or rotating
-/// value). `metadata_offset` in the reply is -1: the caller sets it to the offset of the
-/// committed entry for created topics.
+/// value). `metadata_offset` in the reply is -1: the caller sets it with
+/// [`set_created_offsets`].
 pub fn create_topics(
     image: &MetadataImage,
     req: &CreateTopicsRequest,
@@ -207,8 +210,14 @@ pub fn create_topics(
     placement_start: usize,
 ) -> ControllerResult<CreateTopicsReply> {
     let mut name_counts: BTreeMap<&str, usize> = BTreeMap::new();
+    // Distinct requested names by their collision form ('.' -> '_').
+    let mut by_collision_form: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
     for t in &req.topics {
         *name_counts.entry(t.name.as_str()).or_default() += 1;
+        by_collision_form
+            .entry(collision_form(&t.name))
+            .or_default()
+            .insert(t.name.as_str());
     }
     let usable: Vec<(i32, Option<String>)> = image
         .brokers()
@@ -226,16 +235,19 @@ pub fn create_topics(
                 format!("topic {:?} named more than once", t.name),
             ))
         } else {
-            create_one(image, t, defaults, &usable, placement_start.wrapping_add(i)).and_then(
-                |plan| {
-                    let id = fresh_topic_id(image, &used_ids, new_topic_id).ok_or((
-                        ErrorCode::UnknownServerError,
-                        "could not draw an unused topic id".to_string(),
-                    ))?;
-                    used_ids.insert(id);
-                    Ok((id, plan))
-                },
-            )
+            let colliding = by_collision_form[&collision_form(&t.name)]
+                .iter()
+                .copied()
+                .find(|n| *n != t.name);
+            let start = placement_start.wrapping_add(i);
+            create_one(image, t, colliding, defaults, &usable, start).and_then(|plan| {
+                let id = fresh_topic_id(image, &used_ids, new_topic_id).ok_or((
+                    ErrorCode::UnknownServerError,
+                    "could not draw an unused topic id".to_string(),
+                ))?;
+                used_ids.insert(id);
+                Ok((id, plan))
+            })
         };
         match outcome {
             Ok((id, plan)) => {
@@ -271,6 +283,20 @@ pub fn create_topics(
             ..Default::default()
         },
     )
+}
+
+/// Sets `metadata_offset` of every created topic in `reply` to `offset`, the committed entry
+/// holding their records. A `validate_only` request created nothing, so its topics keep -1
+/// (no offset to wait for), as do failed topics.
+pub fn set_created_offsets(reply: &mut CreateTopicsReply, validate_only: bool, offset: u64) {
+    if validate_only {
+        return;
+    }
+    for t in &mut reply.topics {
+        if t.error.as_ref().is_none_or(|e| e.code == 0) {
+            t.metadata_offset = offset as i64;
+        }
+    }
 }
 
 /// A validated topic creation.
@@ -313,10 +339,17 @@ type Refusal = (ErrorCode, String);
 /// (replicas, isr) of one new partition.
 type ReplicasAndIsr = (Vec<i32>, Vec<i32>);
 
-/// Validates one topic and plans its partitions.
+/// Kafka's `Topic.unifyCollisionChars`: `.` and `_` map to the same metric name.
+fn collision_form(name: &str) -> String {
+    name.replace('.', "_")
+}
+
+/// Validates one topic and plans its partitions. `colliding_in_request` is another name in
+/// the same request with the same [`collision_form`].
 fn create_one(
     image: &MetadataImage,
     t: &CreatableTopic,
+    colliding_in_request: Option<&str>,
     defaults: &TopicDefaults,
     usable: &[(i32, Option<String>)],
     start: usize,
@@ -329,13 +362,27 @@ fn create_one(
         ));
     }
     if t.name.contains(['.', '_']) {
-        let norm = |s: &str| s.replace('.', "_");
-        let mine = norm(&t.name);
-        if let Some(other) = image.topics().by_name.keys().find(|n| norm(n) == mine) {
+        let mine = collision_form(&t.name);
+        if let Some(other) = image
+            .topics()
+            .by_name
+            .keys()
+            .find(|n| collision_form(n) == mine)
+        {
             return Err((
                 ErrorCode::InvalidTopicException,
                 format!(
                     "topic {:?} collides with existing topic {other:?} ('.' and '_' collide)",
+                    t.name
+                ),
+            ));
+        }
+        if let Some(other) = colliding_in_request {
+            return Err((
+                ErrorCode::InvalidTopicException,
+                format!(
+                    "topic {:?} collides with topic {other:?} in the same request \
+                     ('.' and '_' collide)",
                     t.name
                 ),
             ));

@@ -130,6 +130,29 @@ impl Quorum {
         c.wait().unwrap()
     }
 
+    /// Waits up to `deadline` for node `id` to exit on its own; its exit status, or `None`
+    /// (still running, left running) when the deadline passes.
+    pub fn wait_exit(&mut self, id: u64, deadline: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        loop {
+            let c = self.procs[id as usize - 1].as_mut().expect("running");
+            if let Some(status) = c.try_wait().unwrap() {
+                self.procs[id as usize - 1] = None;
+                return Some(status);
+            }
+            if start.elapsed() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Everything node `id` wrote to stdout/stderr so far (all its runs).
+    pub fn log_of(&self, id: u64) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("controller-{id}.log")))
+            .unwrap_or_default()
+    }
+
     pub fn is_running(&self, id: u64) -> bool {
         self.procs[id as usize - 1].is_some()
     }

@@ -56,6 +56,41 @@ impl LogStore {
     }
 }
 
+/// What the Raft log directory holds, for start-up consistency checks
+/// ([`super::open_checked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoredState {
+    /// A vote was ever saved.
+    pub has_vote: bool,
+    /// The log was purged through this index (entries at or below it are gone).
+    pub last_purged_index: Option<u64>,
+    /// Term of the last entry in the log (0 when empty or only the initial membership entry).
+    pub last_entry_term: u64,
+}
+
+impl LogStore {
+    /// Reads [`StoredState`] from disk.
+    ///
+    /// Errors: a stored value or the last entry cannot be read or decoded.
+    pub fn stored_state(&self) -> Result<StoredState, StorageError> {
+        let has_vote = self.get::<Vote<u64>>(KEY_VOTE)?.is_some();
+        let last_purged_index = self.get::<LogId>(KEY_LAST_PURGED)?.map(|l| l.index);
+        let last = self
+            .disk
+            .last_entry()
+            .map_err(|e| StorageIOError::read_logs(&e))?;
+        let last_entry_term = match last {
+            Some((i, b)) => decode_entry(i, &b)?.log_id.leader_id.term,
+            None => 0,
+        };
+        Ok(StoredState {
+            has_vote,
+            last_purged_index,
+            last_entry_term,
+        })
+    }
+}
+
 fn decode_entry(index: u64, bytes: &[u8]) -> Result<Entry, StorageError> {
     postcard::from_bytes(bytes).map_err(|e| StorageIOError::read_log_at_index(index, &e).into())
 }

@@ -15,7 +15,7 @@ pub mod disk;
 pub mod log_store;
 pub mod state_machine;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub use disk::RaftDisk;
 pub use log_store::LogStore;
@@ -32,4 +32,154 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore), StorageError> {
         RaftDisk::open(&dir.join("raft")).map_err(|e| openraft::StorageIOError::read_logs(&e))?;
     let sm = StateMachineStore::open(&dir.join("snapshots"))?;
     Ok((LogStore::new(disk), sm))
+}
+
+/// Why [`open_checked`] refused a metadata log directory.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The directory holds only part of a node's state (for example `raft/` was deleted but
+    /// `snapshots/` kept). Starting on it would re-initialize the quorum or forget the vote
+    /// (a node could vote twice in one term), so it is refused.
+    #[error("{path} is inconsistent: {problem}")]
+    Inconsistent {
+        /// The file or directory at fault.
+        path: PathBuf,
+        /// What is missing, in one line.
+        problem: String,
+    },
+    /// The storage could not be opened (see [`open`]).
+    #[error("{0}")]
+    Storage(Box<StorageError>),
+}
+
+/// Like [`open`], but first refuses a directory that holds a partial state:
+///
+/// - `raft/` missing while `snapshots/` holds a snapshot (checked before anything is
+///   created);
+/// - no vote in `raft/` while a snapshot exists, the log was purged, or the log holds an
+///   entry of a term above 0 (openraft saves the vote before it accepts or builds any of
+///   these, so a missing vote means the Raft state was lost);
+/// - the log purged through an offset that no snapshot covers (`snapshots/` deleted: the
+///   state machine could not be rebuilt).
+///
+/// Errors: [`OpenError::Inconsistent`] naming the path and what is missing, or
+/// [`OpenError::Storage`].
+pub fn open_checked(dir: &Path) -> Result<(LogStore, StateMachineStore), OpenError> {
+    check_before_open(dir)?;
+    let raft_dir = dir.join("raft");
+    let (log, sm) = open(dir).map_err(|e| OpenError::Storage(Box::new(e)))?;
+    let state = log
+        .stored_state()
+        .map_err(|e| OpenError::Storage(Box::new(e)))?;
+    let snapshot_index = sm.last_applied().map(|l| l.index);
+    if let Some(problem) = inconsistency(&state, snapshot_index) {
+        return Err(OpenError::Inconsistent {
+            path: raft_dir,
+            problem,
+        });
+    }
+    Ok((log, sm))
+}
+
+/// The check [`open_checked`] makes before it creates anything: `raft/` missing while
+/// `snapshots/` holds a snapshot. Reads only.
+///
+/// Errors: [`OpenError::Inconsistent`] naming `raft/`, or [`OpenError::Storage`] when
+/// `snapshots/` cannot be listed.
+pub fn check_before_open(dir: &Path) -> Result<(), OpenError> {
+    let raft_dir = dir.join("raft");
+    let snap_dir = dir.join("snapshots");
+    if !raft_dir.exists()
+        && let Some(index) = state_machine::newest_snapshot_index(&snap_dir)
+            .map_err(|e| OpenError::Storage(Box::new(e)))?
+    {
+        return Err(OpenError::Inconsistent {
+            path: raft_dir,
+            problem: format!(
+                "missing (no Raft log and no vote), but {} holds a snapshot at offset {index}; \
+                 restore it, or empty the whole directory to rejoin as a new member",
+                snap_dir.display()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// The pure part of [`open_checked`]: what is wrong with `raft` given the newest snapshot's
+/// offset, or `None` when the two agree.
+pub fn inconsistency(raft: &log_store::StoredState, snapshot_index: Option<u64>) -> Option<String> {
+    if !raft.has_vote {
+        if let Some(index) = snapshot_index {
+            return Some(format!(
+                "no vote, but snapshots/ holds a snapshot at offset {index} (was raft/ deleted?); \
+                 restore it, or empty the whole directory to rejoin as a new member"
+            ));
+        }
+        if let Some(purged) = raft.last_purged_index {
+            return Some(format!(
+                "no vote, but the log was purged through offset {purged}"
+            ));
+        }
+        if raft.last_entry_term > 0 {
+            return Some(format!(
+                "no vote, but the log holds entries of term {}",
+                raft.last_entry_term
+            ));
+        }
+    }
+    match (raft.last_purged_index, snapshot_index) {
+        (Some(purged), None) => Some(format!(
+            "the log was purged through offset {purged} but snapshots/ holds no snapshot \
+             (was snapshots/ deleted?)"
+        )),
+        (Some(purged), Some(index)) if index < purged => Some(format!(
+            "the log was purged through offset {purged} but the newest snapshot in snapshots/ \
+             ends at offset {index}"
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::inconsistency;
+    use super::log_store::StoredState;
+
+    fn state(has_vote: bool, last_purged_index: Option<u64>, last_entry_term: u64) -> StoredState {
+        StoredState {
+            has_vote,
+            last_purged_index,
+            last_entry_term,
+        }
+    }
+
+    #[test]
+    fn a_fresh_or_consistent_directory_passes() {
+        assert_eq!(inconsistency(&state(false, None, 0), None), None);
+        assert_eq!(inconsistency(&state(true, None, 3), None), None);
+        assert_eq!(inconsistency(&state(true, None, 3), Some(10)), None);
+        assert_eq!(inconsistency(&state(true, Some(10), 3), Some(10)), None);
+        assert_eq!(inconsistency(&state(true, Some(5), 3), Some(10)), None);
+    }
+
+    #[test]
+    fn a_snapshot_without_a_vote_is_refused() {
+        let p = inconsistency(&state(false, None, 0), Some(42)).unwrap();
+        assert!(p.contains("no vote") && p.contains("offset 42"), "{p}");
+    }
+
+    #[test]
+    fn a_log_of_a_real_term_without_a_vote_is_refused() {
+        // Term 0 is the initial membership entry, written before the first vote.
+        assert_eq!(inconsistency(&state(false, None, 0), None), None);
+        assert!(inconsistency(&state(false, None, 2), None).is_some());
+        assert!(inconsistency(&state(false, Some(7), 0), None).is_some());
+    }
+
+    #[test]
+    fn a_purged_log_without_a_covering_snapshot_is_refused() {
+        let p = inconsistency(&state(true, Some(10), 3), None).unwrap();
+        assert!(p.contains("purged through offset 10"), "{p}");
+        assert!(inconsistency(&state(true, Some(10), 3), Some(9)).is_some());
+    }
 }

@@ -81,6 +81,12 @@ impl StateMachineStore {
         self.image_tx.subscribe()
     }
 
+    /// The last applied log id: right after [`open`](Self::open), that of the newest
+    /// snapshot (`None` when there is none).
+    pub fn last_applied(&self) -> Option<LogId> {
+        self.last_applied
+    }
+
     fn check_invariant(&self) {
         debug_assert_eq!(
             self.image.provenance().offset,
@@ -117,6 +123,16 @@ pub fn read_newest_snapshot(dir: &Path) -> Result<Option<snapshot::Snapshot>, St
         }
     }
     unreachable!("the last attempt returns")
+}
+
+/// The index of the newest snapshot file in `dir`; `None` when `dir` is missing or holds none.
+///
+/// Errors: `dir` exists but cannot be listed.
+pub(crate) fn newest_snapshot_index(dir: &Path) -> Result<Option<u64>, StorageError> {
+    if !dir.exists() {
+        return Ok(None);
+    }
+    Ok(snapshot_files(dir)?.into_iter().map(|(i, _)| i).max())
 }
 
 /// The newest snapshot file in `dir`, by index.

@@ -145,6 +145,7 @@ fn session_expiry_fences_and_cascades_then_unfence_brings_leaders_back() {
         },
         &mut c.sessions,
         c.now_ms,
+        c.offset,
     );
     assert!(stale.records.is_empty(), "not caught up: stays fenced");
     assert!(stale.response.is_fenced && !stale.response.is_caught_up);
@@ -256,10 +257,10 @@ fn heartbeat_errors_and_want_fence() {
         want_fence: false,
         want_shut_down: false,
     };
-    let r = heartbeat(&c.image, &hb(9, 1), &mut sessions, 0);
+    let r = heartbeat(&c.image, &hb(9, 1), &mut sessions, 0, c.offset);
     assert_eq!(code(&r.response.error), ErrorCode::BrokerIdNotRegistered);
     assert!(r.response.is_fenced && r.records.is_empty());
-    let r = heartbeat(&c.image, &hb(1, c.epoch(1) - 1), &mut sessions, 0);
+    let r = heartbeat(&c.image, &hb(1, c.epoch(1) - 1), &mut sessions, 0, c.offset);
     assert_eq!(code(&r.response.error), ErrorCode::StaleBrokerEpoch);
     assert!(
         r.records.is_empty() && sessions.is_empty(),
@@ -308,7 +309,7 @@ fn controlled_shutdown_moves_leadership_and_isr_then_grants() {
     };
     c.sessions
         .set_metadata_offset(2, shutdown_offset as i64 - 1);
-    let r = heartbeat(&c.image, &req, &mut c.sessions, c.now_ms);
+    let r = heartbeat(&c.image, &req, &mut c.sessions, c.now_ms, c.offset);
     assert!(r.records.is_empty() && !r.response.should_shut_down);
     c.heartbeat(2, false, false);
     c.heartbeat(3, false, false);
@@ -392,4 +393,92 @@ fn producer_id_blocks() {
         (r.response.producer_id_start, r.response.producer_id_len),
         (-1, 0)
     );
+}
+
+#[test]
+fn malformed_registrations_are_invalid_requests_and_write_nothing() {
+    let mut c = Cluster::new();
+    c.add_broker(1, None);
+    type Edit = fn(&mut keel_proto::controller::RegisterBrokerRequest);
+    let cases: [(&str, Edit); 6] = [
+        ("port 0", |r| r.listeners[0].port = 0),
+        ("port 65536", |r| r.listeners[0].port = 65_536),
+        ("empty host", |r| r.listeners[0].host = String::new()),
+        ("blank host", |r| r.listeners[0].host = "  ".into()),
+        ("nil incarnation", |r| {
+            r.incarnation_id = bytes::Bytes::copy_from_slice(uuid::Uuid::nil().as_bytes())
+        }),
+        ("feature min > max", |r| {
+            r.features = vec![keel_proto::controller::SupportedFeature {
+                name: "metadata.version".into(),
+                min_supported_version: 5,
+                max_supported_version: 4,
+            }]
+        }),
+    ];
+    for (what, edit) in cases {
+        // A new broker, and a re-registration of a known one: both refused.
+        for id in [5, 1] {
+            let mut req = c.register_request(id, None, 1);
+            edit(&mut req);
+            let r = register_broker(&c.image, &req, CLUSTER_ID, |_| false);
+            assert_eq!(
+                code(&r.response.error),
+                ErrorCode::InvalidRequest,
+                "{what}: {:?}",
+                r.response.error
+            );
+            assert!(r.records.is_empty(), "{what}: {:?}", r.records);
+            assert_eq!(r.response.broker_epoch, -1, "{what}");
+        }
+    }
+    // The boundaries are accepted.
+    for port in [1, 65_535] {
+        let mut req = c.register_request(6, None, 1);
+        req.listeners[0].port = port;
+        let r = register_broker(&c.image, &req, CLUSTER_ID, |_| false);
+        assert_eq!(code(&r.response.error), ErrorCode::None, "port {port}");
+    }
+}
+
+#[test]
+fn a_heartbeat_claiming_an_offset_beyond_the_log_end_is_refused_and_does_not_unfence() {
+    let mut c = Cluster::new();
+    let epoch = c.register_gen(1, None, 1);
+    assert!(c.image.broker(1).unwrap().fenced);
+    let log_end = c.offset;
+    for claimed in [i64::MAX, log_end as i64 + 1, -2] {
+        let req = BrokerHeartbeatRequest {
+            broker_id: 1,
+            broker_epoch: epoch,
+            current_metadata_offset: claimed,
+            want_fence: false,
+            want_shut_down: false,
+        };
+        let r = heartbeat(&c.image, &req, &mut c.sessions, c.now_ms, log_end);
+        assert_eq!(
+            code(&r.response.error),
+            ErrorCode::InvalidRequest,
+            "{claimed}"
+        );
+        assert!(r.records.is_empty(), "{claimed}: {:?}", r.records);
+        assert!(r.response.is_fenced && !r.response.is_caught_up);
+        assert!(
+            c.sessions
+                .session(1)
+                .is_none_or(|s| s.metadata_offset != claimed)
+        );
+    }
+    // At the log end exactly: caught up, unfenced.
+    let req = BrokerHeartbeatRequest {
+        broker_id: 1,
+        broker_epoch: epoch,
+        current_metadata_offset: log_end as i64,
+        want_fence: false,
+        want_shut_down: false,
+    };
+    let r = heartbeat(&c.image, &req, &mut c.sessions, c.now_ms, log_end);
+    assert_eq!(code(&r.response.error), ErrorCode::None);
+    assert!(!c.commit(r).is_fenced);
+    assert!(!c.image.broker(1).unwrap().fenced);
 }

@@ -128,7 +128,13 @@ impl Cluster {
             want_fence,
             want_shut_down,
         };
-        let r = logic::heartbeat(&self.image, &req, &mut self.sessions, self.now_ms);
+        let r = logic::heartbeat(
+            &self.image,
+            &req,
+            &mut self.sessions,
+            self.now_ms,
+            self.offset,
+        );
         self.commit(r)
     }
 

@@ -509,3 +509,47 @@ fn delete_topics_by_name_and_id() {
             .all(|t| code(&t.error) == ErrorCode::InvalidRequest)
     );
 }
+
+#[test]
+fn names_colliding_within_one_request_are_both_refused_and_write_nothing() {
+    let c = cluster(&[None, None]);
+    let r = create(
+        &c,
+        vec![topic("m.n", 1, 1), topic("ok", 1, 1), topic("m_n", 1, 1)],
+        false,
+    );
+    let codes: Vec<_> = r.response.topics.iter().map(|t| code(&t.error)).collect();
+    assert_eq!(
+        codes,
+        vec![
+            ErrorCode::InvalidTopicException,
+            ErrorCode::None,
+            ErrorCode::InvalidTopicException
+        ]
+    );
+    let msg = &r.response.topics[0].error.as_ref().unwrap().message;
+    assert!(msg.contains("\"m_n\" in the same request"), "{msg}");
+    // Only `ok` is written: one TopicRecord, one PartitionRecord.
+    let after = c
+        .image
+        .with_records(c.image.provenance(), &r.records)
+        .unwrap_or_else(|(i, e)| panic!("record {i}: {e}"));
+    let names: Vec<_> = after.topics().by_name.keys().cloned().collect();
+    assert_eq!(names, vec!["ok".to_string()]);
+    // A name that collides with nothing else in the request, and names with '.' or '_'
+    // whose collision forms differ, still pass.
+    let r = create(&c, vec![topic("p.q", 1, 1), topic("p_r", 1, 1)], false);
+    assert!(r.response.topics.iter().all(|t| t.error.is_none()));
+}
+
+#[test]
+fn validate_only_reports_no_metadata_offset() {
+    let c = cluster(&[None, None]);
+    let mut dry = create(&c, vec![topic("dry", 1, 1)], true).response;
+    crate::logic::topics::set_created_offsets(&mut dry, true, 42);
+    assert_eq!(dry.topics[0].metadata_offset, -1);
+    let mut real = create(&c, vec![topic("real", 1, 1), topic("", 1, 1)], false).response;
+    crate::logic::topics::set_created_offsets(&mut real, false, 42);
+    let offsets: Vec<_> = real.topics.iter().map(|t| t.metadata_offset).collect();
+    assert_eq!(offsets, vec![42, -1]);
+}

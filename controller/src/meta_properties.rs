@@ -1,0 +1,337 @@
+//! `meta.properties`: the identity of a controller's `metadata_log_dir`, like Kafka's file
+//! of the same name (`MetaProperties.java`, KIP-631; Kafka stores `node.id`, `cluster.id`
+//! and a version in every log directory).
+//!
+//! Written on first start; on later starts a directory that belongs to another node id or
+//! another voter set is refused before anything else is opened, so copying a data directory
+//! to the wrong node, or starting a node with a changed `controller_quorum_voters`, fails
+//! with one line instead of corrupting the quorum.
+//!
+//! Format (Java properties, `key=value` lines, `#` comments):
+//!
+//! ```text
+//! version=1
+//! node_id=1
+//! controller_quorum_voters=1,2,3
+//! cluster_id=6f0d3c2e-...
+//! ```
+//!
+//! `controller_quorum_voters` keeps only the voter ids: the ids are the Raft membership,
+//! while addresses may change between starts (a host moves) without changing who votes.
+//! `cluster_id` appears once the quorum has committed its `ClusterIdRecord`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// File name inside `metadata_log_dir`.
+pub const FILE_NAME: &str = "meta.properties";
+
+/// The only format version written and read.
+pub const VERSION: u32 = 1;
+
+/// Contents of `meta.properties`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetaProperties {
+    /// This controller's id (`node_id`).
+    pub node_id: u64,
+    /// Ids of the static voters (`controller_quorum_voters` without addresses).
+    pub voter_ids: BTreeSet<u64>,
+    /// The cluster id, once known.
+    pub cluster_id: Option<String>,
+}
+
+/// Why `meta.properties` refused a start. `Display` is one line naming the file and key.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// The configuration disagrees with the directory.
+    #[error(
+        "{path}: {key} is {configured} in the configuration but {stored} in this directory \
+         (it belongs to another node or quorum)"
+    )]
+    Mismatch {
+        /// The file.
+        path: PathBuf,
+        /// The key (`node_id`, `controller_quorum_voters`, `cluster_id`).
+        key: &'static str,
+        /// Value from the configuration (or, for `cluster_id`, from the metadata log).
+        configured: String,
+        /// Value stored in the file.
+        stored: String,
+    },
+    /// The file names another cluster than the metadata log in the same directory.
+    #[error(
+        "{path}: cluster_id is {stored} in this file but {log} in the metadata log (the \
+         directory mixes files of two clusters)"
+    )]
+    ClusterId {
+        /// The file.
+        path: PathBuf,
+        /// Cluster id stored in the file.
+        stored: String,
+        /// Cluster id in the metadata log (its snapshot).
+        log: String,
+    },
+    /// The file is not a valid `meta.properties`.
+    #[error("{path}: {problem}")]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The file could not be read or written.
+    #[error("{path}: {op}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operation.
+        op: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+impl MetaProperties {
+    /// Renders the file contents.
+    pub fn render(&self) -> String {
+        let voters: Vec<String> = self.voter_ids.iter().map(u64::to_string).collect();
+        let mut s = format!(
+            "# Identity of this keel-controller data directory; do not edit.\n\
+             version={VERSION}\nnode_id={}\ncontroller_quorum_voters={}\n",
+            self.node_id,
+            voters.join(",")
+        );
+        if let Some(c) = &self.cluster_id {
+            s += &format!("cluster_id={c}\n");
+        }
+        s
+    }
+
+    /// Parses file contents. `Err` is the problem in words (the caller adds the path).
+    ///
+    /// Errors: a line without `=`, a repeated key, a missing or unparsable `version`,
+    /// `node_id` or `controller_quorum_voters`, or a version other than [`VERSION`].
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut kv = BTreeMap::new();
+        for line in text.lines().map(str::trim) {
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (k, v) = line
+                .split_once('=')
+                .ok_or_else(|| format!("line `{line}` is not key=value"))?;
+            if kv.insert(k.trim(), v.trim()).is_some() {
+                return Err(format!("key {} appears twice", k.trim()));
+            }
+        }
+        let get = |k: &str| kv.get(k).copied().ok_or_else(|| format!("{k} is missing"));
+        let version: u32 = get("version")?
+            .parse()
+            .map_err(|_| format!("version `{}` is not a number", kv["version"]))?;
+        if version != VERSION {
+            return Err(format!(
+                "version {version} is not supported (expected {VERSION})"
+            ));
+        }
+        let node_id = get("node_id")?
+            .parse()
+            .map_err(|_| format!("node_id `{}` is not a number", kv["node_id"]))?;
+        let voter_ids = get("controller_quorum_voters")?
+            .split(',')
+            .map(|id| {
+                id.trim()
+                    .parse::<u64>()
+                    .map_err(|_| format!("controller_quorum_voters id `{id}` is not a number"))
+            })
+            .collect::<Result<BTreeSet<_>, _>>()?;
+        let cluster_id = kv
+            .get("cluster_id")
+            .filter(|c| !c.is_empty())
+            .map(|c| c.to_string());
+        Ok(Self {
+            node_id,
+            voter_ids,
+            cluster_id,
+        })
+    }
+
+    /// Checks a configuration against this file: `node_id` first, then the voter ids.
+    ///
+    /// Errors: [`IdentityError::Mismatch`] naming the first key that differs.
+    pub fn check(
+        &self,
+        path: &Path,
+        node_id: u64,
+        voter_ids: &BTreeSet<u64>,
+    ) -> Result<(), IdentityError> {
+        if self.node_id != node_id {
+            return Err(IdentityError::Mismatch {
+                path: path.to_path_buf(),
+                key: "node_id",
+                configured: node_id.to_string(),
+                stored: self.node_id.to_string(),
+            });
+        }
+        if &self.voter_ids != voter_ids {
+            let ids = |s: &BTreeSet<u64>| s.iter().map(u64::to_string).collect::<Vec<_>>();
+            return Err(IdentityError::Mismatch {
+                path: path.to_path_buf(),
+                key: "controller_quorum_voters",
+                configured: format!("voter ids {}", ids(voter_ids).join(",")),
+                stored: format!("voter ids {}", ids(&self.voter_ids).join(",")),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl MetaProperties {
+    /// Checks the stored cluster id against the one the metadata log holds; either unknown
+    /// passes.
+    ///
+    /// Errors: [`IdentityError::ClusterId`] when both are known and differ.
+    pub fn check_cluster_id(&self, path: &Path, log: Option<&str>) -> Result<(), IdentityError> {
+        match (&self.cluster_id, log) {
+            (Some(stored), Some(log)) if stored != log => Err(IdentityError::ClusterId {
+                path: path.to_path_buf(),
+                stored: stored.clone(),
+                log: log.to_string(),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Path of the file in `dir`.
+pub fn path_in(dir: &Path) -> PathBuf {
+    dir.join(FILE_NAME)
+}
+
+/// Reads `dir/meta.properties`; `None` when it does not exist.
+///
+/// Errors: unreadable ([`IdentityError::Io`]) or invalid ([`IdentityError::Malformed`]).
+pub fn read(dir: &Path) -> Result<Option<MetaProperties>, IdentityError> {
+    let path = path_in(dir);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(IdentityError::Io {
+                path,
+                op: "read",
+                source,
+            });
+        }
+    };
+    MetaProperties::parse(&text)
+        .map(Some)
+        .map_err(|problem| IdentityError::Malformed { path, problem })
+}
+
+/// Writes `dir/meta.properties` atomically: a temp file, fsync, rename over the old file,
+/// fsync of the directory (a crash leaves the old or the new file, never a torn one).
+///
+/// Errors: [`IdentityError::Io`] naming the failed operation.
+pub fn write(dir: &Path, props: &MetaProperties) -> Result<(), IdentityError> {
+    let path = path_in(dir);
+    keel_metadata_log::snapshot::write_atomic(&path, props.render().as_bytes()).map_err(|e| {
+        IdentityError::Io {
+            path: path.clone(),
+            op: "write",
+            source: std::io::Error::other(e.to_string()),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn props() -> MetaProperties {
+        MetaProperties {
+            node_id: 2,
+            voter_ids: [1, 2, 3].into(),
+            cluster_id: None,
+        }
+    }
+
+    #[test]
+    fn render_then_parse_round_trips() {
+        let mut p = props();
+        assert_eq!(MetaProperties::parse(&p.render()), Ok(p.clone()));
+        p.cluster_id = Some("c-1".into());
+        assert_eq!(MetaProperties::parse(&p.render()), Ok(p));
+    }
+
+    #[test]
+    fn malformed_files_name_the_problem() {
+        for (text, want) in [
+            (
+                "version=1\nnode_id=1\n",
+                "controller_quorum_voters is missing",
+            ),
+            (
+                "version=2\nnode_id=1\ncontroller_quorum_voters=1",
+                "version 2",
+            ),
+            (
+                "version=1\nnode_id=x\ncontroller_quorum_voters=1",
+                "node_id `x`",
+            ),
+            ("version=1\nnode_id\n", "not key=value"),
+            ("version=1\nversion=1\n", "appears twice"),
+        ] {
+            let e = MetaProperties::parse(text).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn check_names_the_first_mismatching_key_and_both_values() {
+        let p = props();
+        let path = Path::new("/d/meta.properties");
+        assert!(p.check(path, 2, &[1, 2, 3].into()).is_ok());
+        let e = p.check(path, 5, &[1, 2, 4].into()).unwrap_err().to_string();
+        assert!(
+            e.contains("node_id is 5 in the configuration but 2 in this directory"),
+            "{e}"
+        );
+        let e = p.check(path, 2, &[1, 2, 4].into()).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "controller_quorum_voters is voter ids 1,2,4 in the configuration but voter ids \
+                 1,2,3 in this directory"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_cluster_id_other_than_the_logs_is_refused() {
+        let mut p = props();
+        let path = Path::new("/d/meta.properties");
+        assert!(p.check_cluster_id(path, Some("a")).is_ok());
+        p.cluster_id = Some("a".into());
+        assert!(p.check_cluster_id(path, Some("a")).is_ok());
+        assert!(p.check_cluster_id(path, None).is_ok());
+        let e = p.check_cluster_id(path, Some("b")).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "/d/meta.properties: cluster_id is a in this file but b in the metadata log (the \
+             directory mixes files of two clusters)"
+        );
+    }
+
+    #[test]
+    fn write_then_read_round_trips_and_leaves_no_temp_file() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(read(dir.path()).unwrap().is_none());
+        write(dir.path(), &props()).unwrap();
+        assert_eq!(read(dir.path()).unwrap(), Some(props()));
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from(FILE_NAME)]);
+    }
+}

@@ -1,0 +1,245 @@
+//! The real `keel-controller` binary on damaged or foreign metadata log directories: a
+//! partial state or an identity mismatch is refused at start with one line and exit code 1,
+//! and a fatal Raft error while running ends the process instead of leaving it serving.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Flags that make a one-voter quorum write NoOpRecords quickly and snapshot every few
+/// entries, so a snapshot file appears within a second.
+const FAST_SNAPSHOTS: &[&str] = &[
+    "--metadata-max-idle-interval-ms",
+    "20",
+    "--metadata-snapshot-max-entries",
+    "5",
+];
+
+fn snapshot_files(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".snap"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Polls `cond` every 20 ms until it holds; panics with `what` and the logs after `deadline`.
+fn wait_until(q: &Quorum, deadline: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < deadline,
+            "{what} within {deadline:?}\n{}",
+            q.logs()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until the one-voter quorum with data dir `dir` has committed its cluster id and
+/// recorded it in `meta.properties` (so the node is past start-up and serving).
+fn wait_until_serving(q: &Quorum, dir: &Path) {
+    let props = dir.join("meta.properties");
+    wait_until(
+        q,
+        Duration::from_secs(20),
+        "no cluster_id in meta.properties",
+        || std::fs::read_to_string(&props).is_ok_and(|t| t.contains("cluster_id=")),
+    );
+}
+
+/// Restarts node `id` and expects it to refuse: exit code 1 and exactly one new output line,
+/// which is returned.
+fn restart_expecting_refusal(q: &mut Quorum, id: u64) -> String {
+    let before = q.log_of(id).len();
+    q.start_node(id);
+    let status = q
+        .wait_exit(id, Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("node {id} kept running\n{}", q.logs()));
+    let out = q.log_of(id)[before..].to_string();
+    assert_eq!(status.code(), Some(1), "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "expected one line, got:\n{out}");
+    lines[0].to_string()
+}
+
+/// Runs the binary with `args` until it exits (at most 10 s, then it is killed and the test
+/// fails); its captured output.
+fn run_to_exit(args: &[String]) -> std::process::Output {
+    let mut child = std::process::Command::new(BIN)
+        .args(args)
+        .env("KEEL_LOG", "info,openraft=warn")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            panic!("keel-controller {args:?} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn deleting_raft_but_keeping_snapshots_is_refused_at_start() {
+    let mut q = Quorum::start_with(1, FAST_SNAPSHOTS);
+    let dir = q.data_dir(1);
+    wait_until_serving(&q, &dir);
+    wait_until(&q, Duration::from_secs(20), "no snapshot", || {
+        !snapshot_files(&dir.join("snapshots")).is_empty()
+    });
+    assert!(q.terminate(1).success());
+    std::fs::remove_dir_all(dir.join("raft")).unwrap();
+
+    let line = restart_expecting_refusal(&mut q, 1);
+    let raft = dir.join("raft");
+    assert!(
+        line.starts_with(&format!(
+            "keel-controller: metadata_log_dir {} is inconsistent: missing",
+            raft.display()
+        )),
+        "{line}"
+    );
+    assert!(line.contains("holds a snapshot at offset"), "{line}");
+    // Refusing touched nothing: raft/ is still absent and the snapshot is still there.
+    assert!(!raft.exists());
+    assert!(!snapshot_files(&dir.join("snapshots")).is_empty());
+}
+
+#[test]
+fn deleting_snapshots_of_a_purged_log_is_refused_at_start() {
+    let mut q = Quorum::start_with(1, FAST_SNAPSHOTS);
+    let dir = q.data_dir(1);
+    wait_until_serving(&q, &dir);
+    // Snapshots every 5 entries keep 2 entries of log: after a few snapshots the log has
+    // been purged, so the state machine cannot be rebuilt from the log alone.
+    wait_until(
+        &q,
+        Duration::from_secs(20),
+        "no snapshot past offset 20",
+        || {
+            snapshot_files(&dir.join("snapshots")).iter().any(|n| {
+                n.trim_start_matches("snapshot-")
+                    .split('-')
+                    .next()
+                    .and_then(|i| i.parse::<u64>().ok())
+                    .is_some_and(|i| i > 20)
+            })
+        },
+    );
+    assert!(q.terminate(1).success());
+    std::fs::remove_dir_all(dir.join("snapshots")).unwrap();
+
+    let line = restart_expecting_refusal(&mut q, 1);
+    assert!(
+        line.contains(&format!("{} is inconsistent", dir.join("raft").display())),
+        "{line}"
+    );
+    assert!(
+        line.contains("was purged through offset") && line.contains("no snapshot"),
+        "{line}"
+    );
+}
+
+#[test]
+fn meta_properties_is_written_and_a_foreign_node_id_or_voter_set_is_refused() {
+    let mut q = Quorum::start(1);
+    let props = q.data_dir(1).join("meta.properties");
+    // The cluster id is recorded once the quorum has committed it.
+    wait_until_serving(&q, &q.data_dir(1));
+    let text = std::fs::read_to_string(&props).unwrap();
+    for line in ["version=1", "node_id=1", "controller_quorum_voters=1"] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "{line} missing in:\n{text}"
+        );
+    }
+    assert!(q.terminate(1).success());
+
+    // Same directory, another voter set.
+    let port = q.ports[0];
+    q.voter_overrides
+        .insert(1, format!("1@127.0.0.1:{port},2@127.0.0.1:1"));
+    let line = restart_expecting_refusal(&mut q, 1);
+    assert_eq!(
+        line,
+        format!(
+            "keel-controller: metadata_log_dir {}: controller_quorum_voters is voter ids 1,2 \
+             in the configuration but voter ids 1 in this directory (it belongs to another \
+             node or quorum)",
+            props.display()
+        )
+    );
+
+    // Same directory, another node id (and a voter set that has it).
+    let out = run_to_exit(&[
+        "--node-id".into(),
+        "7".into(),
+        "--controller-quorum-voters".into(),
+        format!("7@127.0.0.1:{port}"),
+        "--listeners".into(),
+        format!("127.0.0.1:{port}"),
+        "--metadata-log-dir".into(),
+        q.data_dir(1).display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "keel-controller: metadata_log_dir {}: node_id is 7 in the configuration but 1 in \
+             this directory (it belongs to another node or quorum)",
+            props.display()
+        )
+    );
+    assert!(out.stdout.is_empty(), "{out:?}");
+    // The file was not rewritten by the refused starts.
+    assert_eq!(std::fs::read_to_string(&props).unwrap(), text);
+}
+
+#[test]
+fn deleting_raft_but_keeping_meta_properties_is_refused_at_start() {
+    let mut q = Quorum::start(1);
+    let dir = q.data_dir(1);
+    wait_until_serving(&q, &dir);
+    assert!(q.terminate(1).success());
+    std::fs::remove_dir_all(dir.join("raft")).unwrap();
+    std::fs::remove_dir_all(dir.join("snapshots")).unwrap();
+
+    let line = restart_expecting_refusal(&mut q, 1);
+    assert!(
+        line.contains(&format!(
+            "{} is inconsistent: missing",
+            dir.join("raft").display()
+        )) && line.contains("meta.properties exists"),
+        "{line}"
+    );
+}
+
+#[test]
+fn a_fatal_raft_storage_error_ends_the_process() {
+    let mut q = Quorum::start_with(1, FAST_SNAPSHOTS);
+    wait_until_serving(&q, &q.data_dir(1));
+    let snapshots = q.data_dir(1).join("snapshots");
+    // The next snapshot cannot be written: the state machine's storage fails, openraft stops
+    // with a fatal error.
+    std::fs::remove_dir_all(&snapshots).unwrap();
+    std::fs::write(&snapshots, b"not a directory").unwrap();
+
+    let status = q
+        .wait_exit(1, Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("controller kept running after a fatal error\n{}", q.logs()));
+    assert!(!status.success(), "{status:?}");
+    let log = q.log_of(1);
+    let last = log.lines().last().unwrap_or_default();
+    assert!(last.starts_with("keel-controller: raft stopped: "), "{log}");
+}
