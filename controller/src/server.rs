@@ -4,7 +4,7 @@
 use std::future::Future;
 
 use keel_proto::controller::controller_service_server::ControllerServiceServer;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 
 use crate::config::ControllerConfig;
 use crate::node::{self, StartError};
@@ -58,7 +58,13 @@ pub async fn run(
                 .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES),
         )
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown);
+        // TCP_NODELAY on every accepted connection (tonic's builder option only applies to
+        // listeners it binds): without it small replies (AppendEntries acks, write answers)
+        // wait for delayed ACKs of up to ~40 ms.
+        .serve_with_incoming_shutdown(
+            TcpIncoming::from(listener).with_nodelay(Some(true)),
+            shutdown,
+        );
     // A Raft node that stopped on a fatal error would keep answering reads from its last
     // image and NOT_CONTROLLER to writes forever: stop the process instead (exit non-zero)
     // so a supervisor restarts it or an operator looks.
