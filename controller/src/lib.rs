@@ -10,10 +10,12 @@
 //! - [`logic`]: pure decisions: request + image -> records + response (no I/O, no clock);
 //! - [`write_path`]: the one task that batches, proposes and answers writes;
 //! - [`raft_network`]: openraft transport over gRPC (client and server);
-//! - [`node`]: start-up of the Raft node and listener.
+//! - [`node`]: start-up of the Raft node and listener;
+//! - [`metrics`]: Prometheus metrics and readiness (served on `metrics_listener`).
 
 pub mod config;
 pub mod logic;
+pub mod metrics;
 pub mod node;
 pub mod raft_network;
 pub mod reads;
