@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use keel_observability::LogFormat;
 use serde::Deserialize;
 
 /// Why a configuration was refused. `Display` is the one line printed at start-up.
@@ -82,6 +83,11 @@ pub struct BrokerConfig {
     /// restart replays at most a minute of metadata). Written only when the image changed,
     /// and always on shutdown.
     pub metadata_snapshot_interval_ms: u64,
+    /// Address of the HTTP listener serving `/metrics`, `/health/live` and `/health/ready`,
+    /// `ip:port`; `None` (unset) = no such listener.
+    pub metrics_listener: Option<SocketAddr>,
+    /// Log line format (`text` or `json`).
+    pub log_format: LogFormat,
 }
 
 /// The file/environment form: every key optional so that layers can be merged.
@@ -110,6 +116,10 @@ pub struct RawConfig {
     pub min_insync_replicas: Option<u32>,
     /// ms
     pub metadata_snapshot_interval_ms: Option<u64>,
+    /// `ip:port`
+    pub metrics_listener: Option<String>,
+    /// `text` or `json`
+    pub log_format: Option<String>,
 }
 
 macro_rules! merge {
@@ -149,7 +159,9 @@ impl RawConfig {
             broker_session_timeout_ms,
             replica_lag_time_max_ms,
             min_insync_replicas,
-            metadata_snapshot_interval_ms
+            metadata_snapshot_interval_ms,
+            metrics_listener,
+            log_format
         );
     }
 
@@ -204,6 +216,25 @@ impl RawConfig {
             }
             None => listeners.to_string(),
         };
+        let metrics_listener = self
+            .metrics_listener
+            .map(|a| {
+                a.parse().map_err(|e| ConfigError::Invalid {
+                    key: "metrics_listener",
+                    reason: format!("{a:?} is not an ip:port address ({e})"),
+                })
+            })
+            .transpose()?;
+        let log_format = self
+            .log_format
+            .map(|f| {
+                f.parse().map_err(|reason| ConfigError::Invalid {
+                    key: "log_format",
+                    reason,
+                })
+            })
+            .transpose()?
+            .unwrap_or_default();
         let cfg = BrokerConfig {
             node_id,
             controller_quorum_voters,
@@ -216,6 +247,8 @@ impl RawConfig {
             replica_lag_time_max_ms: self.replica_lag_time_max_ms.unwrap_or(30_000),
             min_insync_replicas: self.min_insync_replicas.unwrap_or(1),
             metadata_snapshot_interval_ms: self.metadata_snapshot_interval_ms.unwrap_or(60_000),
+            metrics_listener,
+            log_format,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -324,6 +357,31 @@ mod tests {
         assert_eq!(c.replica_lag_time_max_ms, 30_000);
         assert_eq!(c.min_insync_replicas, 1);
         assert_eq!(c.rack.as_deref(), Some("r1"));
+    }
+
+    #[test]
+    fn metrics_listener_and_log_format() {
+        let base = format!("{BASE}listeners = \"127.0.0.1:9092\"\n");
+        let c = raw(&base).resolve().unwrap();
+        assert_eq!((c.metrics_listener, c.log_format), (None, LogFormat::Text));
+        let c = raw(&format!(
+            "{base}metrics_listener = \"0.0.0.0:9404\"\nlog_format = \"json\"\n"
+        ))
+        .resolve()
+        .unwrap();
+        assert_eq!(c.metrics_listener, Some("0.0.0.0:9404".parse().unwrap()));
+        assert_eq!(c.log_format, LogFormat::Json);
+        for (extra, key) in [
+            ("metrics_listener = \"9404\"", "metrics_listener"),
+            ("log_format = \"yaml\"", "log_format"),
+        ] {
+            let e = raw(&format!("{base}{extra}\n")).resolve().unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("invalid value for {key}: ")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

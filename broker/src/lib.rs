@@ -5,11 +5,13 @@
 //!   checkpoints, recovery), with no network or metadata knowledge;
 //! - [`metadata`]: the metadata tailer: committed records from the controllers -> local
 //!   `MetadataImage` -> local changes (became leader / follower / deleted);
-//! - [`replica`]: the pure replication rules of a partition (HW, ISR, acks × min.insync).
+//! - [`replica`]: the pure replication rules of a partition (HW, ISR, acks × min.insync);
+//! - [`observe`]: Prometheus metrics and readiness (served on `metrics_listener`).
 
 pub mod config;
 pub mod lifecycle;
 pub mod log;
 pub mod metadata;
+pub mod observe;
 pub mod replica;
 pub mod server;

@@ -119,6 +119,7 @@ pub async fn run(
         backoff,
     };
     let (status_tx, status_rx) = watch::channel(LifecycleStatus::default());
+    crate::observe::publish(tailer.images(), status_rx.clone());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
