@@ -588,3 +588,37 @@ pub fn wall_clock_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_proto::metadata::{LeaderRecoveryState, PartitionChangeRecord};
+
+    fn change(leader: Option<i32>, recovery: Option<LeaderRecoveryState>) -> MetadataRecord {
+        MetadataRecord {
+            record: Some(Record::PartitionChange(PartitionChangeRecord {
+                leader,
+                leader_recovery_state: recovery.map(|r| r as i32),
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[test]
+    fn counts_only_new_leaders_marked_recovering_as_unclean_elections() {
+        use LeaderRecoveryState::{Recovered, Recovering};
+        let records = [
+            change(Some(2), Some(Recovering)),  // unclean election
+            change(Some(3), None),              // clean election
+            change(Some(3), Some(Recovered)),   // recovery finished
+            change(None, Some(Recovering)),     // no leader change
+            change(Some(-1), Some(Recovering)), // offline, nobody elected
+            MetadataRecord {
+                record: Some(Record::NoOp(NoOpRecord {})),
+            },
+            change(Some(1), Some(Recovering)), // unclean election
+        ];
+        assert_eq!(count_unclean_elections(&records), 2);
+        assert_eq!(count_unclean_elections(&[]), 0);
+    }
+}

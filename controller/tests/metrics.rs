@@ -75,10 +75,15 @@ async fn active_controller_count_sums_to_one_and_readiness_follows_the_quorum() 
             )
         })
         .collect();
-    let node_args = metrics
+    let mut node_args: BTreeMap<u64, Vec<String>> = metrics
         .iter()
         .map(|(id, a)| (*id, vec!["--metrics-listener".to_string(), a.to_string()]))
         .collect();
+    // Node 1 also logs JSON lines.
+    node_args
+        .get_mut(&1)
+        .unwrap()
+        .extend(["--log-format".to_string(), "json".to_string()]);
     let mut q = Quorum::start_with_node_args(3, &[], node_args);
 
     // 1. All three ready, exactly one active controller, and the gauges carry real values.
@@ -133,6 +138,17 @@ async fn active_controller_count_sums_to_one_and_readiness_follows_the_quorum() 
             "{text}"
         );
     }
+    let json_log = std::fs::read_to_string(q.dir.path().join("controller-1.log")).unwrap();
+    let first = json_log.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("{\"timestamp\":") && first.ends_with('}'),
+        "node 1 should log JSON lines: {first}"
+    );
+    let text_log = std::fs::read_to_string(q.dir.path().join("controller-2.log")).unwrap();
+    assert!(
+        text_log.lines().next().is_some_and(|l| !l.starts_with('{')),
+        "node 2 logs text"
+    );
     let live = http_get(metrics[&1], "/health/live").await;
     assert_eq!(live, Some((200, "live\n".to_string())));
 
