@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use keel_observability::LogFormat;
 use serde::Deserialize;
 
 /// Why a configuration was refused. `Display` is the one line printed at start-up.
@@ -100,6 +101,11 @@ pub struct BrokerConfig {
     pub replica_lag_max_messages: Option<u64>,
     /// Follower fetch long-poll wait, ms (Kafka: `replica.fetch.wait.max.ms`, 500).
     pub replica_fetch_wait_max_ms: u64,
+    /// Address of the HTTP listener serving `/metrics`, `/health/live` and `/health/ready`,
+    /// `ip:port`; `None` (unset) = no such listener.
+    pub metrics_listener: Option<SocketAddr>,
+    /// Log line format (`text` or `json`).
+    pub log_format: LogFormat,
 }
 
 /// The file/environment form: every key optional so that layers can be merged.
@@ -140,6 +146,10 @@ pub struct RawConfig {
     pub replica_lag_max_messages: Option<u64>,
     /// ms
     pub replica_fetch_wait_max_ms: Option<u64>,
+    /// `ip:port`
+    pub metrics_listener: Option<String>,
+    /// `text` or `json`
+    pub log_format: Option<String>,
 }
 
 macro_rules! merge {
@@ -185,7 +195,9 @@ impl RawConfig {
             log_retention_bytes,
             log_flush_interval_messages,
             replica_lag_max_messages,
-            replica_fetch_wait_max_ms
+            replica_fetch_wait_max_ms,
+            metrics_listener,
+            log_format
         );
     }
 
@@ -240,6 +252,25 @@ impl RawConfig {
             }
             None => listeners.to_string(),
         };
+        let metrics_listener = self
+            .metrics_listener
+            .map(|a| {
+                a.parse().map_err(|e| ConfigError::Invalid {
+                    key: "metrics_listener",
+                    reason: format!("{a:?} is not an ip:port address ({e})"),
+                })
+            })
+            .transpose()?;
+        let log_format = self
+            .log_format
+            .map(|f| {
+                f.parse().map_err(|reason| ConfigError::Invalid {
+                    key: "log_format",
+                    reason,
+                })
+            })
+            .transpose()?
+            .unwrap_or_default();
         let cfg = BrokerConfig {
             node_id,
             controller_quorum_voters,
@@ -277,6 +308,8 @@ impl RawConfig {
             log_flush_interval_messages: self.log_flush_interval_messages,
             replica_lag_max_messages: self.replica_lag_max_messages,
             replica_fetch_wait_max_ms: self.replica_fetch_wait_max_ms.unwrap_or(500),
+            metrics_listener,
+            log_format,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -431,6 +464,31 @@ mod tests {
         .unwrap();
         assert_eq!(forever.log_config().retention_ms, None);
         assert_eq!(forever.log_config().retention_bytes, Some(1_000_000));
+    }
+
+    #[test]
+    fn metrics_listener_and_log_format() {
+        let base = format!("{BASE}listeners = \"127.0.0.1:9092\"\n");
+        let c = raw(&base).resolve().unwrap();
+        assert_eq!((c.metrics_listener, c.log_format), (None, LogFormat::Text));
+        let c = raw(&format!(
+            "{base}metrics_listener = \"0.0.0.0:9404\"\nlog_format = \"json\"\n"
+        ))
+        .resolve()
+        .unwrap();
+        assert_eq!(c.metrics_listener, Some("0.0.0.0:9404".parse().unwrap()));
+        assert_eq!(c.log_format, LogFormat::Json);
+        for (extra, key) in [
+            ("metrics_listener = \"9404\"", "metrics_listener"),
+            ("log_format = \"yaml\"", "log_format"),
+        ] {
+            let e = raw(&format!("{base}{extra}\n")).resolve().unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("invalid value for {key}: ")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

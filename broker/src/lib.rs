@@ -7,12 +7,14 @@
 //!   `MetadataImage` -> local changes (became leader / follower / deleted);
 //! - [`replica`]: the pure replication rules of a partition (HW, ISR, acks × min.insync);
 //! - [`replica_manager`]: the async layer that owns the partition logs and drives those rules
-//!   (produce, fetch, follower fetchers, AlterPartition, InitProducerId).
+//!   (produce, fetch, follower fetchers, AlterPartition, InitProducerId);
+//! - [`observe`]: Prometheus metrics and readiness (served on `metrics_listener`).
 
 pub mod config;
 pub mod lifecycle;
 pub mod log;
 pub mod metadata;
+pub mod observe;
 pub mod replica;
 pub mod replica_manager;
 pub mod server;

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use keel_broker::config::{BrokerConfig, ConfigError, RawConfig};
-use keel_broker::server;
+use keel_broker::{observe, server};
 
 /// Command line of `keel-broker`.
 #[derive(Debug, Parser)]
@@ -72,6 +72,12 @@ struct Args {
     /// Follower fetch long-poll wait, ms (Kafka: replica.fetch.wait.max.ms).
     #[arg(long, env = "KEEL_REPLICA_FETCH_WAIT_MAX_MS")]
     replica_fetch_wait_max_ms: Option<u64>,
+    /// HTTP listener for /metrics and /health, `ip:port` (unset = none).
+    #[arg(long, env = "KEEL_METRICS_LISTENER")]
+    metrics_listener: Option<String>,
+    /// Log format: `text` (default) or `json`. The filter comes from `KEEL_LOG`.
+    #[arg(long, env = "KEEL_LOG_FORMAT")]
+    log_format: Option<String>,
 }
 
 impl Args {
@@ -98,6 +104,8 @@ impl Args {
             log_flush_interval_messages: self.log_flush_interval_messages,
             replica_lag_max_messages: self.replica_lag_max_messages,
             replica_fetch_wait_max_ms: self.replica_fetch_wait_max_ms,
+            metrics_listener: self.metrics_listener,
+            log_format: self.log_format,
         });
         raw.resolve()
     }
@@ -111,14 +119,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
+    if let Err(e) = keel_observability::init_logging(config.log_format, "info") {
+        eprintln!("keel-broker: {e}");
+        return ExitCode::FAILURE;
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -129,7 +133,18 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(server::run(config, shutdown_signal())) {
+    let run = async {
+        // The metrics listener is bound first: a taken port fails start-up at once.
+        if let Some(addr) = config.metrics_listener {
+            observe::start(addr, config.node_id)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        server::run(config, shutdown_signal())
+            .await
+            .map_err(|e| e.to_string())
+    };
+    match rt.block_on(run) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("keel-broker: {e}");

@@ -140,6 +140,7 @@ pub async fn run(
         controlled_shutdown_timeout: session,
         backoff,
     };
+    crate::observe::publish(tailer.images(), status_rx.clone());
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use keel_observability::LogFormat;
 use serde::Deserialize;
 
 /// Why a configuration was refused. `Display` is the one line printed at start-up.
@@ -80,6 +81,11 @@ pub struct ControllerConfig {
     /// Interval of the active controller's NoOpRecords, ms (Kafka:
     /// `metadata.max.idle.interval.ms`, 500).
     pub metadata_max_idle_interval_ms: u64,
+    /// Address of the HTTP listener serving `/metrics`, `/health/live` and `/health/ready`,
+    /// `ip:port`; `None` (unset) = no such listener.
+    pub metrics_listener: Option<SocketAddr>,
+    /// Log line format (`text` or `json`).
+    pub log_format: LogFormat,
 }
 
 /// The file/environment form: every key optional so that layers can be merged.
@@ -110,6 +116,10 @@ pub struct RawConfig {
     pub metadata_snapshot_max_entries: Option<u64>,
     /// ms
     pub metadata_max_idle_interval_ms: Option<u64>,
+    /// `ip:port`
+    pub metrics_listener: Option<String>,
+    /// `text` or `json`
+    pub log_format: Option<String>,
 }
 
 macro_rules! merge {
@@ -150,7 +160,9 @@ impl RawConfig {
             election_timeout_max_ms,
             raft_heartbeat_interval_ms,
             metadata_snapshot_max_entries,
-            metadata_max_idle_interval_ms
+            metadata_max_idle_interval_ms,
+            metrics_listener,
+            log_format
         );
     }
 
@@ -182,6 +194,25 @@ impl RawConfig {
         let metadata_log_dir = self.metadata_log_dir.ok_or(ConfigError::Missing {
             key: "metadata_log_dir",
         })?;
+        let metrics_listener = self
+            .metrics_listener
+            .map(|a| {
+                a.parse().map_err(|e| ConfigError::Invalid {
+                    key: "metrics_listener",
+                    reason: format!("{a:?} is not an ip:port address ({e})"),
+                })
+            })
+            .transpose()?;
+        let log_format = self
+            .log_format
+            .map(|f| {
+                f.parse().map_err(|reason| ConfigError::Invalid {
+                    key: "log_format",
+                    reason,
+                })
+            })
+            .transpose()?
+            .unwrap_or_default();
         let cfg = ControllerConfig {
             node_id,
             controller_quorum_voters,
@@ -195,6 +226,8 @@ impl RawConfig {
             raft_heartbeat_interval_ms: self.raft_heartbeat_interval_ms.unwrap_or(100),
             metadata_snapshot_max_entries: self.metadata_snapshot_max_entries.unwrap_or(20_000),
             metadata_max_idle_interval_ms: self.metadata_max_idle_interval_ms.unwrap_or(500),
+            metrics_listener,
+            log_format,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -330,5 +363,29 @@ mod tests {
             .resolve()
             .unwrap_err();
         assert_eq!(e.to_string(), "missing required config metadata_log_dir");
+        let base = "node_id = 1\ncontroller_quorum_voters = \"1@h:1\"\nmetadata_log_dir = \"d\"\n";
+        let e = raw(&format!("{base}metrics_listener = \"localhost\""))
+            .resolve()
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid value for metrics_listener: "),
+            "{e}"
+        );
+        let e = raw(&format!("{base}log_format = \"xml\""))
+            .resolve()
+            .unwrap_err();
+        assert!(
+            e.to_string().starts_with("invalid value for log_format: "),
+            "{e}"
+        );
+        let c = raw(&format!(
+            "{base}metrics_listener = \"127.0.0.1:9400\"\nlog_format = \"json\""
+        ))
+        .resolve()
+        .unwrap();
+        assert_eq!(c.metrics_listener, Some("127.0.0.1:9400".parse().unwrap()));
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(raw(base).resolve().unwrap().metrics_listener, None);
     }
 }

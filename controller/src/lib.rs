@@ -12,11 +12,13 @@
 //! - [`raft_network`]: openraft transport over gRPC (client and server);
 //! - [`node`]: start-up of the Raft node and listener;
 //! - [`meta_properties`]: the identity file of the metadata log directory;
-//! - [`peer_acks`]: when each peer last answered replication (DescribeQuorum).
+//! - [`peer_acks`]: when each peer last answered replication (DescribeQuorum);
+//! - [`metrics`]: Prometheus metrics and readiness (served on `metrics_listener`).
 
 pub mod config;
 pub mod logic;
 pub mod meta_properties;
+pub mod metrics;
 pub mod node;
 pub mod peer_acks;
 pub mod raft_network;

@@ -60,6 +60,12 @@ struct Args {
     /// NoOpRecord interval, ms (Kafka: metadata.max.idle.interval.ms).
     #[arg(long, env = "KEEL_METADATA_MAX_IDLE_INTERVAL_MS")]
     metadata_max_idle_interval_ms: Option<u64>,
+    /// HTTP listener for /metrics and /health, `ip:port` (unset = none).
+    #[arg(long, env = "KEEL_METRICS_LISTENER")]
+    metrics_listener: Option<String>,
+    /// Log format: `text` (default) or `json`. The filter comes from `KEEL_LOG`.
+    #[arg(long, env = "KEEL_LOG_FORMAT")]
+    log_format: Option<String>,
 }
 
 impl Args {
@@ -81,6 +87,8 @@ impl Args {
             raft_heartbeat_interval_ms: self.raft_heartbeat_interval_ms,
             metadata_snapshot_max_entries: self.metadata_snapshot_max_entries,
             metadata_max_idle_interval_ms: self.metadata_max_idle_interval_ms,
+            metrics_listener: self.metrics_listener,
+            log_format: self.log_format,
         });
         raw.resolve()
     }
@@ -94,14 +102,10 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
-        )
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
+    if let Err(e) = keel_observability::init_logging(config.log_format, "info,openraft=warn") {
+        eprintln!("keel-controller: {e}");
+        return ExitCode::FAILURE;
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -46,6 +46,9 @@ pub enum StartError {
     /// openraft refused the configuration or failed to start.
     #[error("raft: {0}")]
     Raft(String),
+    /// The `metrics_listener` could not be bound or the recorder installed.
+    #[error("{0}")]
+    Metrics(#[from] keel_observability::EndpointError),
     /// The listener could not be bound.
     #[error("listeners {addr}: {source}")]
     Bind {

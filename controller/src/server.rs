@@ -3,6 +3,7 @@
 
 use std::future::Future;
 
+use keel_observability::MetricsServer;
 use keel_proto::controller::controller_service_server::ControllerServiceServer;
 use tonic::transport::server::TcpIncoming;
 
@@ -21,7 +22,15 @@ pub async fn run(
 ) -> Result<(), StartError> {
     // Bind first: a taken port fails before anything touches the log directory.
     let listener = node::bind(&config).await?;
+    let metrics_server = match config.metrics_listener {
+        Some(addr) => Some(MetricsServer::bind(addr).await?),
+        None => None,
+    };
     let raft_node = node::start_raft(&config).await?;
+    let metrics_guard = match metrics_server {
+        Some(server) => Some(start_metrics(server, &raft_node)?),
+        None => None,
+    };
     let state = QuorumState::new(config.broker_session_timeout_ms);
     let session_views = state.session_views();
     let (writer, write_task) = write_path::spawn(
@@ -81,7 +90,44 @@ pub async fn run(
     }
     write_task.abort();
     record_cluster_id.abort();
+    drop(metrics_guard);
     served.map_err(|e| StartError::Raft(format!("gRPC server: {e}")))?;
     tracing::info!(node_id = config.node_id, "controller stopped");
     Ok(())
+}
+
+/// Installs the Prometheus recorder, describes the controller metrics and serves them with
+/// the readiness of [`crate::metrics::readiness`] (sampled every 500 ms). Dropping the
+/// returned guard stops the listener and the sampler.
+fn start_metrics(
+    server: MetricsServer,
+    raft_node: &node::RaftNode,
+) -> Result<MetricsGuard, StartError> {
+    let handle = keel_observability::install_prometheus_recorder()?;
+    keel_observability::describe_all(crate::metrics::DEFS);
+    let (readiness, sampler) =
+        crate::metrics::spawn_sampler(raft_node.clone(), std::time::Duration::from_millis(500));
+    if let Ok(addr) = server.local_addr() {
+        tracing::info!(metrics_listener = %addr, "serving /metrics and /health");
+    }
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    server.spawn(handle, readiness, async {
+        let _ = stopped.await;
+    });
+    Ok(MetricsGuard {
+        _stop: stop,
+        sampler,
+    })
+}
+
+/// Stops the metrics listener (its shutdown channel closes) and the sampler when dropped.
+struct MetricsGuard {
+    _stop: tokio::sync::oneshot::Sender<()>,
+    sampler: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for MetricsGuard {
+    fn drop(&mut self) {
+        self.sampler.abort();
+    }
 }

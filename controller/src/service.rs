@@ -121,6 +121,7 @@ impl ControllerState for QuorumState {
                 }
             }
             self.sessions.set_state(broker, true, false);
+            metrics::counter!(crate::metrics::TIMED_OUT_BROKER_HEARTBEATS).increment(1);
             records.extend(r.records);
         }
         records

@@ -149,8 +149,14 @@ impl<S: ControllerState> WriteHandle<S> {
         op: impl for<'a> FnOnce(WriteContext<'a, S>) -> (Vec<MetadataRecord>, T) + Send + 'static,
     ) -> Result<(T, Committed), ErrorCode> {
         let (tx, rx) = oneshot::channel();
+        let enqueued = Instant::now();
         let op: Operation<S> = Box::new(move |ctx| {
+            let started = Instant::now();
+            metrics::histogram!(crate::metrics::EVENT_QUEUE_TIME)
+                .record(started.duration_since(enqueued));
             let (records, value) = op(ctx);
+            metrics::histogram!(crate::metrics::EVENT_QUEUE_PROCESSING_TIME)
+                .record(started.elapsed());
             Proposal {
                 records,
                 complete: Box::new(move |res| {
@@ -178,6 +184,8 @@ struct InFlight<S> {
     expected_offset: u64,
     completions: Vec<Completion>,
     hooks: Vec<StateHook<S>>,
+    /// Unclean leader elections among the entry's records (counted once committed).
+    unclean_elections: u64,
 }
 
 /// Settings of the write task.
@@ -271,7 +279,13 @@ impl<S: ControllerState> WriteTask<S> {
                 res = Self::front(&mut self.inflight), if !self.inflight.is_empty() => {
                     let done = self.inflight.pop_front().expect("front exists");
                     let expected = done.expected_offset;
-                    if let Some(actual) = self.finish(res, done.completions, done.hooks)
+                    let unclean_elections = done.unclean_elections;
+                    let committed = self.finish(res, done.completions, done.hooks);
+                    if committed.is_some() && unclean_elections > 0 {
+                        metrics::counter!(crate::metrics::UNCLEAN_LEADER_ELECTIONS)
+                            .increment(unclean_elections);
+                    }
+                    if let Some(actual) = committed
                         && actual != expected
                     {
                         // Some other entry took an index (should not happen: only this task
@@ -527,6 +541,7 @@ impl<S: ControllerState> WriteTask<S> {
             }
             return;
         }
+        let unclean_elections = count_unclean_elections(&records);
         let batch = MetadataRecords {
             records,
             append_timestamp_ms: wall_clock_ms(),
@@ -540,6 +555,7 @@ impl<S: ControllerState> WriteTask<S> {
                     expected_offset,
                     hooks,
                     completions,
+                    unclean_elections,
                 });
             }
             Err(fatal) => {
@@ -553,9 +569,56 @@ impl<S: ControllerState> WriteTask<S> {
     }
 }
 
+/// Unclean leader elections in `records`: partition changes that set a leader and mark it
+/// RECOVERING (the election rule writes that state only for a leader from outside the ISR).
+fn count_unclean_elections(records: &[MetadataRecord]) -> u64 {
+    let recovering = keel_proto::metadata::LeaderRecoveryState::Recovering as i32;
+    records
+        .iter()
+        .filter(|r| {
+            matches!(&r.record, Some(Record::PartitionChange(c))
+                if c.leader.is_some_and(|l| l >= 0) && c.leader_recovery_state == Some(recovering))
+        })
+        .count() as u64
+}
+
 /// Wall-clock now, ms since the Unix epoch (display only).
 pub fn wall_clock_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_proto::metadata::{LeaderRecoveryState, PartitionChangeRecord};
+
+    fn change(leader: Option<i32>, recovery: Option<LeaderRecoveryState>) -> MetadataRecord {
+        MetadataRecord {
+            record: Some(Record::PartitionChange(PartitionChangeRecord {
+                leader,
+                leader_recovery_state: recovery.map(|r| r as i32),
+                ..Default::default()
+            })),
+        }
+    }
+
+    #[test]
+    fn counts_only_new_leaders_marked_recovering_as_unclean_elections() {
+        use LeaderRecoveryState::{Recovered, Recovering};
+        let records = [
+            change(Some(2), Some(Recovering)),  // unclean election
+            change(Some(3), None),              // clean election
+            change(Some(3), Some(Recovered)),   // recovery finished
+            change(None, Some(Recovering)),     // no leader change
+            change(Some(-1), Some(Recovering)), // offline, nobody elected
+            MetadataRecord {
+                record: Some(Record::NoOp(NoOpRecord {})),
+            },
+            change(Some(1), Some(Recovering)), // unclean election
+        ];
+        assert_eq!(count_unclean_elections(&records), 2);
+        assert_eq!(count_unclean_elections(&[]), 0);
+    }
 }

@@ -34,6 +34,8 @@ pub struct Quorum {
     pub extra_args: Vec<String>,
     /// Per-node `controller_quorum_voters` (default: everyone's real address).
     pub voter_overrides: std::collections::BTreeMap<u64, String>,
+    /// Extra command-line flags of one node (after `extra_args`).
+    pub node_args: std::collections::BTreeMap<u64, Vec<String>>,
 }
 
 impl Quorum {
@@ -44,12 +46,22 @@ impl Quorum {
 
     /// Like [`Self::start`], with extra command-line flags for every controller.
     pub fn start_with(n: usize, extra: &[&str]) -> Self {
+        Self::start_with_node_args(n, extra, Default::default())
+    }
+
+    /// Like [`Self::start_with`], plus flags for single nodes (`node_args[id]`).
+    pub fn start_with_node_args(
+        n: usize,
+        extra: &[&str],
+        node_args: std::collections::BTreeMap<u64, Vec<String>>,
+    ) -> Self {
         let mut q = Quorum {
             dir: tempfile::tempdir().unwrap(),
             ports: free_ports(n),
             procs: (0..n).map(|_| None).collect(),
             extra_args: extra.iter().map(|s| s.to_string()).collect(),
             voter_overrides: Default::default(),
+            node_args,
         };
         for id in 1..=n as u64 {
             q.start_node(id);
@@ -104,6 +116,7 @@ impl Quorum {
             .arg("--broker-session-timeout-ms")
             .arg("1000")
             .args(&self.extra_args)
+            .args(self.node_args.get(&id).into_iter().flatten())
             .env("KEEL_LOG", "info,openraft=warn")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -594,6 +607,7 @@ impl Quorum {
             procs: (0..n).map(|_| None).collect(),
             extra_args: Vec::new(),
             voter_overrides: Default::default(),
+            node_args: Default::default(),
         };
         let mut proxies = std::collections::BTreeMap::new();
         for i in 1..=n as u64 {

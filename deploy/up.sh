@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Builds and starts the compose cluster, then waits until every container is healthy:
+#   1. cargo build --release of keel-controller, keel-broker and keelctl (host toolchain);
+#   2. deploy/base-image.sh (local Debian bookworm image, made once, no registry);
+#   3. docker build of the Keel image ($KEEL_IMAGE, default keel:local);
+#   4. docker compose up -d, and a wait of up to $KEEL_UP_TIMEOUT_S (120) seconds for health.
+# Environment: CARGO_TARGET_DIR (where cargo puts target/), KEEL_IMAGE, KEEL_UP_TIMEOUT_S,
+# KEEL_SKIP_BUILD=1 (reuse the binaries already built).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT="$PWD"
+export KEEL_IMAGE="${KEEL_IMAGE:-keel:local}"
+TIMEOUT_S="${KEEL_UP_TIMEOUT_S:-120}"
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/release"
+STAGE="$ROOT/deploy/.build"
+
+die() { echo "up.sh: $*" >&2; exit 1; }
+# shellcheck source=deploy/compose.sh
+. "$ROOT/deploy/compose.sh"
+
+if [ "${KEEL_SKIP_BUILD:-0}" != 1 ]; then
+    echo "up.sh: building release binaries (first build takes several minutes)"
+    cargo build --release --bin keel-controller --bin keel-broker --bin keelctl
+fi
+for bin in keel-controller keel-broker keelctl; do
+    [ -x "$TARGET/$bin" ] || die "$TARGET/$bin is missing (build it, or set CARGO_TARGET_DIR)"
+done
+
+"$ROOT/deploy/base-image.sh"
+
+rm -rf "$STAGE"
+mkdir -p "$STAGE"
+cp "$TARGET/keel-controller" "$TARGET/keel-broker" "$TARGET/keelctl" "$STAGE/"
+cp "$ROOT/deploy/http-get.sh" "$STAGE/"
+echo "up.sh: building image $KEEL_IMAGE"
+docker build -q -t "$KEEL_IMAGE" -f "$ROOT/deploy/Dockerfile" "$STAGE" >/dev/null \
+    || die "docker build failed"
+
+echo "up.sh: starting the cluster"
+compose up -d
+
+services=(controller-1 controller-2 controller-3 broker-1 broker-2 broker-3)
+deadline=$((SECONDS + TIMEOUT_S))
+while :; do
+    unhealthy=()
+    for s in "${services[@]}"; do
+        state="$(docker inspect -f '{{.State.Health.Status}}' "keel-$s" 2>/dev/null || echo missing)"
+        [ "$state" = healthy ] || unhealthy+=("$s=$state")
+    done
+    if [ ${#unhealthy[@]} -eq 0 ]; then
+        echo "up.sh: all ${#services[@]} containers healthy"
+        break
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+        compose ps >&2 || true
+        for s in "${services[@]}"; do
+            echo "--- keel-$s (last lines)" >&2
+            docker logs --tail 15 "keel-$s" >&2 2>&1 || true
+        done
+        die "not healthy after ${TIMEOUT_S}s: ${unhealthy[*]}"
+    fi
+    sleep 2
+done
+compose ps

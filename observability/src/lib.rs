@@ -1,0 +1,19 @@
+//! Observability shared by `keel-controller` and `keel-broker` (issue #7):
+//!
+//! - [`logging`]: the `tracing` subscriber (filter from `KEEL_LOG`, text or JSON lines);
+//! - [`metrics_endpoint`]: the Prometheus recorder and the HTTP listener configured by
+//!   `metrics_listener`, serving `/metrics`, `/health/live` and `/health/ready`;
+//! - [`describe`]: metric definitions (name, kind, unit, help, Kafka counterpart) that each
+//!   process registers at start-up.
+//!
+//! Metric names follow Prometheus conventions (`snake_case`, unit suffix, `_total` for
+//! counters) with the prefix `keel_controller_` or `keel_broker_`; each definition names the
+//! Kafka JMX metric it corresponds to.
+
+pub mod describe;
+pub mod logging;
+pub mod metrics_endpoint;
+
+pub use describe::{MetricDef, MetricKind, describe_all};
+pub use logging::{LogFormat, LoggingError, init_logging};
+pub use metrics_endpoint::{EndpointError, MetricsServer, Readiness, install_prometheus_recorder};
