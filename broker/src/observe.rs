@@ -9,8 +9,8 @@
 //! its applied metadata reached its registration, so unfenced implies caught up) and not in
 //! a controlled shutdown.
 //!
-//! Data-plane metrics ([`RESERVED`]) are named and described here for the replica manager
-//! to record with `metrics::gauge!/counter!/histogram!` under exactly these names.
+//! Data-plane metrics ([`RESERVED`]) are named and described here; the replica manager
+//! records them ([`crate::replica_manager::metrics`]).
 
 use std::net::SocketAddr;
 use std::sync::OnceLock;
@@ -58,7 +58,8 @@ pub const DEFS: &[MetricDef] = &[
     ),
 ];
 
-/// Data-plane metric names reserved for the replica manager and request handlers.
+/// Data-plane metrics, recorded by the replica manager and its request handlers
+/// ([`crate::replica_manager::metrics`]).
 pub const RESERVED: &[MetricDef] = &[
     def(
         "keel_broker_under_replicated_partitions",
@@ -85,14 +86,14 @@ pub const RESERVED: &[MetricDef] = &[
         "keel_broker_isr_shrinks_total",
         MetricKind::Counter,
         None,
-        "ISR shrinks committed for partitions led here",
+        "ISR shrinks started by the leader for partitions led here",
         "kafka.server:type=ReplicaManager,name=IsrShrinksPerSec",
     ),
     def(
         "keel_broker_isr_expands_total",
         MetricKind::Counter,
         None,
-        "ISR expansions committed for partitions led here",
+        "ISR expansions started by the leader for partitions led here",
         "kafka.server:type=ReplicaManager,name=IsrExpandsPerSec",
     ),
     def(

@@ -152,3 +152,133 @@ fn a_taken_metrics_listener_port_fails_start_with_one_line_naming_the_key() {
         "{err}"
     );
 }
+
+/// The sum of `name` over the `/metrics` of brokers `ids` (`None` if one does not answer).
+async fn metric_sum(ports: &[u16], ids: &[i32], name: &str) -> Option<f64> {
+    let mut total = 0.0;
+    for id in ids {
+        let addr = SocketAddr::from(([127, 0, 0, 1], ports[*id as usize - 1]));
+        let (status, body) = http_get(addr, "/metrics").await?;
+        if status != 200 {
+            return None;
+        }
+        total += sample(&body, name).unwrap_or(0.0);
+    }
+    Some(total)
+}
+
+/// Issue #7 acceptance: scrape `/metrics` of a running 3+3 cluster; stop one broker; the
+/// leaders' `keel_broker_under_replicated_partitions` rises to the expected count and
+/// `keel_broker_isr_shrinks_total` increments; after the broker is back both gauges return
+/// to 0 (and the expansions are counted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_replicated_and_isr_shrinks_follow_a_stopped_broker() {
+    use common::data::{code, values};
+    use keel_proto::ErrorCode;
+    use keel_proto::controller::{CreatableReplicaAssignment, CreatableTopic};
+
+    let wait = Duration::from_secs(30);
+    let mut c = Cluster::start_opts(
+        3,
+        3,
+        Options {
+            broker_args: vec!["--replica-lag-time-max-ms".into(), "1000".into()],
+            session_timeout_ms: 4_000,
+            broker_metrics: true,
+            ..Options::default()
+        },
+    );
+    let ports = c.broker_metrics_ports.clone();
+    c.wait_unfenced(&[1, 2, 3], wait).await;
+    // Partition p is led by broker p + 1.
+    c.create_topic(
+        CreatableTopic {
+            name: "m".into(),
+            num_partitions: -1,
+            replication_factor: -1,
+            assignments: (0..3)
+                .map(|p| CreatableReplicaAssignment {
+                    partition_index: p,
+                    broker_ids: (0..3).map(|i| (p + i) % 3 + 1).collect(),
+                })
+                .collect(),
+            configs: vec![],
+        },
+        wait,
+    )
+    .await;
+    c.wait_for("all partitions fully replicated", wait, || async {
+        let led = metric_sum(&ports, &[1, 2, 3], "keel_broker_leader_count").await?;
+        let under = metric_sum(
+            &ports,
+            &[1, 2, 3],
+            "keel_broker_under_replicated_partitions",
+        )
+        .await?;
+        (led == 3.0 && under == 0.0).then_some(())
+    })
+    .await;
+    let shrinks_before = metric_sum(&ports, &[1, 2], "keel_broker_isr_shrinks_total")
+        .await
+        .unwrap();
+
+    // Broker 3 stops; writes to the partitions led by 1 and 2 leave it behind.
+    c.kill_broker(3);
+    for p in 0..2 {
+        let r = c
+            .produce_raw(
+                p + 1,
+                "m",
+                p,
+                1,
+                5000,
+                common::data::batch(&values("x", 0..5)),
+                None,
+            )
+            .await
+            .unwrap();
+        assert_eq!(code(&r), ErrorCode::None);
+    }
+    // Leaders 1 and 2 shrink partitions 0 and 1; when broker 3 is fenced, partition 2 moves
+    // to another leader with a shrunk ISR: 3 under-replicated partitions in all.
+    c.wait_for(
+        "3 under-replicated partitions on the live leaders",
+        wait,
+        || async {
+            let under =
+                metric_sum(&ports, &[1, 2], "keel_broker_under_replicated_partitions").await?;
+            (under == 3.0).then_some(())
+        },
+    )
+    .await;
+    let shrinks = metric_sum(&ports, &[1, 2], "keel_broker_isr_shrinks_total")
+        .await
+        .unwrap();
+    assert!(
+        shrinks >= shrinks_before + 2.0,
+        "the leaders counted their ISR shrinks: {shrinks_before} -> {shrinks}"
+    );
+
+    // Broker 3 returns and catches up: nothing is under-replicated any more.
+    c.start_broker(3);
+    c.wait_for("no under-replicated partition", wait, || async {
+        let under = metric_sum(
+            &ports,
+            &[1, 2, 3],
+            "keel_broker_under_replicated_partitions",
+        )
+        .await?;
+        let under_min =
+            metric_sum(&ports, &[1, 2, 3], "keel_broker_under_min_isr_partitions").await?;
+        (under == 0.0 && under_min == 0.0).then_some(())
+    })
+    .await;
+    let expands = metric_sum(&ports, &[1, 2, 3], "keel_broker_isr_expands_total")
+        .await
+        .unwrap();
+    assert!(expands >= 3.0, "expansions counted: {expands}");
+    let produced = metric_sum(&ports, &[1], "keel_broker_produce_requests_total")
+        .await
+        .unwrap();
+    assert!(produced >= 1.0);
+}

@@ -48,6 +48,17 @@ fn error_data(partition: i32, code: ErrorCode, message: String) -> FetchPartitio
 impl ReplicaManager {
     /// Serves a Fetch (see the module doc).
     pub async fn fetch(&self, req: FetchRequest) -> FetchReply {
+        let started = std::time::Instant::now();
+        let reply = self.fetch_inner(&req).await;
+        super::metrics::record_fetch(
+            req.replica_id >= 0,
+            started.elapsed(),
+            reply_bytes(&reply) as u64,
+        );
+        reply
+    }
+
+    async fn fetch_inner(&self, req: &FetchRequest) -> FetchReply {
         let max_wait = u64::try_from(req.max_wait_ms).unwrap_or(0).min(MAX_WAIT_MS);
         let deadline = tokio::time::Instant::now() + Duration::from_millis(max_wait);
         let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0).max(1);
@@ -55,7 +66,7 @@ impl ReplicaManager {
             let changed = self.data_changed();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let (reply, bytes, done) = self.read_once(&req);
+            let (reply, bytes, done) = self.read_once(req);
             if done || bytes >= min_bytes || tokio::time::Instant::now() >= deadline {
                 return reply;
             }

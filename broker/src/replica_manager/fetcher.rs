@@ -353,6 +353,7 @@ fn process(
                 );
                 return;
             }
+            inner.last_leader_hw = leader_high_watermark;
             let before = inner.state.high_watermark();
             let new_leo = inner.log.log_end_offset();
             let hw = inner

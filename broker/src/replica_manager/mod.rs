@@ -27,6 +27,7 @@
 pub mod alter_isr;
 pub mod fetch;
 pub mod fetcher;
+pub mod metrics;
 pub mod produce;
 pub mod producer_ids;
 
@@ -127,6 +128,9 @@ pub struct PartitionInner {
     waiters: HashMap<u64, oneshot::Sender<ErrorCode>>,
     /// Next time `maybe_shrink_isr` is due (leader only).
     next_shrink_check_ms: u64,
+    /// Follower: the leader's HW in its last fetch answer (-1 = none yet), for the fetcher
+    /// lag gauge.
+    last_leader_hw: i64,
 }
 
 impl HostedPartition {
@@ -399,6 +403,7 @@ impl ReplicaManager {
                 log,
                 waiters: HashMap::new(),
                 next_shrink_check_ms: 0,
+                last_leader_hw: -1,
             }),
         })
     }
@@ -416,6 +421,7 @@ impl ReplicaManager {
             }
         }
         for e in &effects.isr_events {
+            metrics::record_isr_event(e);
             tracing::info!(
                 partition = %hp.tp,
                 kind = ?e.kind,
@@ -718,6 +724,7 @@ impl ReplicaManager {
         interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut next_checkpoint = CHECKPOINT_INTERVAL_MS;
         let mut next_retention = RETENTION_INTERVAL_MS;
+        let mut next_gauges = 0;
         let mut broker_epoch = self.broker_epoch();
         loop {
             tokio::select! {
@@ -728,8 +735,13 @@ impl ReplicaManager {
             let epoch = self.broker_epoch();
             let epoch_changed = epoch != broker_epoch;
             broker_epoch = epoch;
+            let sample = now >= next_gauges;
+            let mut roles = Vec::new();
             for hp in self.partitions() {
                 let mut inner = hp.lock();
+                if sample {
+                    roles.push(Self::gauge_role(&inner));
+                }
                 if epoch_changed {
                     inner.state.set_local_broker_epoch(epoch);
                 }
@@ -743,8 +755,11 @@ impl ReplicaManager {
                     let eff = inner.state.tick(now);
                     self.execute(&hp, &mut inner, eff);
                 }
-                if let Err(e) = inner.log.flush_if_due() {
-                    tracing::error!(partition = %hp.tp, "flush failed: {e}");
+                let flush_start = Instant::now();
+                match inner.log.flush_if_due() {
+                    Ok(true) => metrics::record_flush(flush_start.elapsed()),
+                    Ok(false) => {}
+                    Err(e) => tracing::error!(partition = %hp.tp, "flush failed: {e}"),
                 }
                 if now >= next_retention {
                     let hw = inner.state.high_watermark();
@@ -762,10 +777,29 @@ impl ReplicaManager {
             if now >= next_retention {
                 next_retention = now + RETENTION_INTERVAL_MS;
             }
+            if sample {
+                next_gauges = now + metrics::GAUGE_INTERVAL_MS;
+                metrics::PartitionGauges::from_roles(roles).record();
+            }
             if now >= next_checkpoint {
                 next_checkpoint = now + CHECKPOINT_INTERVAL_MS;
                 self.write_checkpoints();
             }
+        }
+    }
+
+    /// How the gauges see a partition.
+    fn gauge_role(inner: &PartitionInner) -> metrics::PartitionRole {
+        match inner.state.role() {
+            Role::Leader(l) => metrics::PartitionRole::Leader {
+                isr: l.isr.isr().len(),
+                replicas: inner.state.replicas().len(),
+                min_insync: inner.state.config().effective_min_insync(),
+            },
+            Role::Follower(_) => metrics::PartitionRole::Follower {
+                lag: (inner.last_leader_hw - inner.log.log_end_offset()).max(0),
+            },
+            Role::None => metrics::PartitionRole::None,
         }
     }
 

@@ -52,6 +52,14 @@ impl ReplicaManager {
     /// Serves a Produce request (see the module doc). Never fails as a whole except for
     /// INVALID_REQUIRED_ACKS, which is reported for every partition with nothing appended.
     pub async fn produce(&self, req: ProduceRequest) -> WireReply {
+        let started = std::time::Instant::now();
+        let mut bytes_in = 0u64;
+        let reply = self.produce_inner(req, &mut bytes_in).await;
+        super::metrics::record_produce(started.elapsed(), bytes_in);
+        reply
+    }
+
+    async fn produce_inner(&self, req: ProduceRequest, bytes_in: &mut u64) -> WireReply {
         let acks = Acks::from_wire(req.acks);
         let timeout_ms = u64::try_from(req.timeout_ms).unwrap_or(0);
         let mut topics = Vec::with_capacity(req.topics.len());
@@ -72,6 +80,7 @@ impl ReplicaManager {
                         p.current_leader_epoch,
                         acks,
                         timeout_ms,
+                        bytes_in,
                     ),
                 };
                 parts.push(outcome);
@@ -125,6 +134,7 @@ impl ReplicaManager {
         current_leader_epoch: Option<i32>,
         acks: Acks,
         timeout_ms: u64,
+        bytes_in: &mut u64,
     ) -> Pending {
         let Some(hp) = self.partition(topic, index) else {
             return Pending::Done(failed(
@@ -181,8 +191,12 @@ impl ReplicaManager {
         let mut first_offset = None;
         let mut last_offset = -1;
         for batch in batches {
+            let size = batch.len() as u64;
             match inner.log.append_as_leader(batch, leader_epoch) {
                 Ok(info) => {
+                    if !info.duplicate {
+                        *bytes_in += size;
+                    }
                     first_offset.get_or_insert(info.first_offset);
                     last_offset = last_offset.max(info.last_offset);
                 }

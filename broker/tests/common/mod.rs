@@ -123,6 +123,8 @@ pub struct Cluster {
     controller_args: Vec<String>,
     broker_args: Vec<String>,
     session_timeout_ms: u64,
+    /// Per broker: the port of its `--metrics-listener`, when [`Options::broker_metrics`].
+    pub broker_metrics_ports: Vec<u16>,
 }
 
 /// Settings of a test cluster beyond the process counts.
@@ -134,6 +136,8 @@ pub struct Options {
     pub broker_args: Vec<String>,
     /// `broker_session_timeout_ms` of controllers and brokers; 0 = [`SESSION_TIMEOUT_MS`].
     pub session_timeout_ms: u64,
+    /// Give every broker a `--metrics-listener` on a free loopback port.
+    pub broker_metrics: bool,
 }
 
 impl Drop for Cluster {
@@ -180,10 +184,15 @@ impl Cluster {
     /// Like [`Self::start`], with [`Options`].
     pub fn start_opts(controllers: usize, brokers: usize, opts: Options) -> Cluster {
         let bin = controller_bin();
+        // One call: ports released by one call could come back from the next.
+        let metrics = if opts.broker_metrics { brokers } else { 0 };
+        let mut ports = free_ports(controllers + brokers + metrics);
+        let broker_metrics_ports = ports.split_off(controllers + brokers);
+        let broker_ports = ports.split_off(controllers);
         let mut c = Cluster {
             dir: tempfile::tempdir().unwrap(),
-            controller_ports: free_ports(controllers),
-            broker_ports: free_ports(brokers),
+            controller_ports: ports,
+            broker_ports,
             controllers: (0..controllers).map(|_| None).collect(),
             brokers: (0..brokers).map(|_| None).collect(),
             controller_args: opts.controller_args,
@@ -193,6 +202,7 @@ impl Cluster {
             } else {
                 opts.session_timeout_ms
             },
+            broker_metrics_ports,
         };
         for id in 1..=controllers as u64 {
             c.start_controller_with(&bin, id);
@@ -296,6 +306,12 @@ impl Cluster {
             .arg("--metadata-snapshot-interval-ms")
             .arg(SNAPSHOT_INTERVAL_MS.to_string())
             .args(&self.broker_args)
+            .args(
+                self.broker_metrics_ports
+                    .get(id as usize - 1)
+                    .map(|p| vec!["--metrics-listener".to_string(), format!("127.0.0.1:{p}")])
+                    .unwrap_or_default(),
+            )
             .env("KEEL_LOG", "info")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
