@@ -81,6 +81,17 @@ pub fn write_atomically(path: &Path, contents: &[u8]) -> LogResult<()> {
     fsync_dir(dir)
 }
 
+/// Writes `contents` to `path` through `<path>.tmp` and a rename, without any fsync: for
+/// files whose loss or corruption after a crash is detected and tolerated by their reader
+/// (the CRC-checked producer-state snapshots: a bad one is deleted and the state rebuilt
+/// from an older snapshot or the log). Keeps fsyncs, which on ext4 can wait for every dirty
+/// page of the file system, off the append path.
+pub fn write_replaceable(path: &Path, contents: &[u8]) -> LogResult<()> {
+    let tmp = tmp_path(path);
+    fs::write(&tmp, contents).map_err(io_err(&tmp))?;
+    fs::rename(&tmp, path).map_err(io_err(path))
+}
+
 /// `<path>.tmp`.
 pub fn tmp_path(path: &Path) -> PathBuf {
     let mut s = path.as_os_str().to_owned();

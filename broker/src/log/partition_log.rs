@@ -122,6 +122,10 @@ pub struct Log {
     unflushed_messages: u64,
     last_flush_ms: i64,
     bytes_since_snapshot: u64,
+    /// A segment file was created since the directory was last fsynced: the next
+    /// [`Log::flush`] fsyncs the directory too, so the recovery point covers the new file's
+    /// directory entry (rolls do not fsync on the append path).
+    dir_dirty: bool,
 }
 
 impl Log {
@@ -252,6 +256,7 @@ impl Log {
             unflushed_messages: 0,
             last_flush_ms: now_ms,
             bytes_since_snapshot: 0,
+            dir_dirty: false,
         };
         if recovered_any {
             // Recovered bytes were read back and checked; make them durable so the recovery
@@ -562,7 +567,7 @@ impl Log {
         self.bytes_since_snapshot = 0;
         let seg = Segment::create(&self.dir, base, self.clock.now_ms())?;
         self.segments.insert(base, seg);
-        fsync_dir(&self.dir)?;
+        self.dir_dirty = true;
         self.check_invariants();
         Ok(())
     }
@@ -780,6 +785,10 @@ impl Log {
                 .map_or(self.log_start_offset, |(b, _)| *b);
             for seg in self.segments.range(start..).map(|(_, s)| s) {
                 seg.sync()?;
+            }
+            if self.dir_dirty {
+                fsync_dir(&self.dir)?;
+                self.dir_dirty = false;
             }
             self.recovery_point = self.log_end_offset;
         }

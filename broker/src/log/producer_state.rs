@@ -16,7 +16,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::batch::{BatchHeader, NO_PRODUCER_EPOCH, NO_SEQUENCE};
-use super::checkpoint::write_atomically;
+use super::checkpoint::write_replaceable;
 use super::error::{LogError, LogResult, io_err};
 use super::segment::parse_offset_file_name;
 
@@ -285,10 +285,12 @@ impl ProducerStateManager {
         Ok(out)
     }
 
-    /// Writes `{map_end_offset:020}.snapshot` atomically (CRC-protected).
+    /// Writes `{map_end_offset:020}.snapshot` (CRC-protected) by rename, without fsync: a
+    /// snapshot lost or torn by a crash fails its CRC on load and is replaced by an older
+    /// one or a scan of the log ([`ProducerStateManager::load_snapshot`]).
     pub fn take_snapshot(&self) -> LogResult<()> {
         let path = snapshot_path(&self.dir, self.map_end_offset);
-        write_atomically(&path, &self.encode())
+        write_replaceable(&path, &self.encode())
     }
 
     /// Deletes snapshot files with an offset above `offset` (after a truncation).

@@ -783,7 +783,9 @@ impl ReplicaManager {
             }
             if now >= next_checkpoint {
                 next_checkpoint = now + CHECKPOINT_INTERVAL_MS;
-                self.write_checkpoints();
+                // fsyncs can wait for the file system's whole journal: off the runtime.
+                let rm = self.clone();
+                let _ = tokio::task::spawn_blocking(move || rm.write_checkpoints()).await;
             }
         }
     }
