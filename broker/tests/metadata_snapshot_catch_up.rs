@@ -89,9 +89,16 @@ async fn restarted_broker_catches_up_through_a_controller_snapshot() {
         "{names:?}"
     );
     assert!(!names.contains(&"gone"), "{names:?}");
-    let log = c.broker_log(1);
-    assert!(
-        log.contains("local replica gone-0: deleted"),
-        "the deletion is a local change:\n{log}"
-    );
+    // The replica manager acts on metadata once the restarted broker has re-registered and
+    // caught up (its previous session must expire first), then deletes the stray log.
+    c.wait_for("the deletion is a local change", STEP, || async {
+        c.broker_log(1)
+            .contains("local replica gone-0: deleted")
+            .then_some(())
+    })
+    .await;
+    c.wait_for("gone-0's directory removed", STEP, || async {
+        (!c.broker_data_dir(1).join("gone-0").exists()).then_some(())
+    })
+    .await;
 }

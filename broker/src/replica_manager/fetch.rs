@@ -33,6 +33,13 @@ pub const DEFAULT_PARTITION_MAX_BYTES: usize = 1 << 20;
 pub const DEFAULT_MAX_BYTES: usize = 50 << 20;
 /// Longest long poll accepted, ms (a larger `max_wait_ms` is capped).
 pub const MAX_WAIT_MS: u64 = 30_000;
+/// Cap of a whole fetch reply's records, bytes, whatever the request asks (Kafka's broker
+/// `fetch.max.bytes`, 55 MiB; Keel stays below the gRPC message limit
+/// [`crate::server::MAX_MESSAGE_BYTES`]).
+pub const FETCH_MAX_BYTES_CAP: usize = 32 << 20;
+/// Cap of one partition's records in a reply, bytes (a single larger batch is still
+/// returned whole; batches are bounded by `max.message.bytes`).
+pub const PARTITION_MAX_BYTES_CAP: usize = 16 << 20;
 
 fn error_data(partition: i32, code: ErrorCode, message: String) -> FetchPartitionData {
     FetchPartitionData {
@@ -82,8 +89,8 @@ impl ReplicaManager {
     fn read_once(&self, req: &FetchRequest) -> (FetchReply, usize, bool) {
         let follower = req.replica_id >= 0;
         let mut budget = match usize::try_from(req.max_bytes) {
-            Ok(n) if n > 0 => n,
-            _ => DEFAULT_MAX_BYTES,
+            Ok(n) if n > 0 => n.min(FETCH_MAX_BYTES_CAP),
+            _ => DEFAULT_MAX_BYTES.min(FETCH_MAX_BYTES_CAP),
         };
         let mut total = 0usize;
         let mut done = false;
@@ -111,7 +118,7 @@ impl ReplicaManager {
                     continue;
                 }
                 let part_max = match usize::try_from(p.partition_max_bytes) {
-                    Ok(n) if n > 0 => n,
+                    Ok(n) if n > 0 => n.min(PARTITION_MAX_BYTES_CAP),
                     _ => DEFAULT_PARTITION_MAX_BYTES,
                 };
                 // The first non-empty partition may exceed the budget by one batch (progress).
@@ -191,6 +198,9 @@ impl ReplicaManager {
                         }
                     }
                 };
+                // The budget is spent: later partitions answer no records (the log returns a
+                // first batch even above `max`, which would grow the reply per partition).
+                let read = read.filter(|_| total == 0 || budget > 0);
                 if let Some((from, upper)) = read {
                     match inner.log.read(from, max, upper) {
                         Ok(info) => {
@@ -250,9 +260,9 @@ impl ReplicaManager {
         data
     }
 
-    /// Serves ListOffsets from the leader: EARLIEST (-2), LATEST (-1, the HW), MAX_TIMESTAMP
-    /// (-3: the newest record below the HW, approximated by the last batch's max timestamp
-    /// lookup) or a timestamp; other negative values are INVALID_REQUEST.
+    /// Serves ListOffsets from the leader: EARLIEST (-2), LATEST (-1, the HW) or a timestamp;
+    /// other negative values, MAX_TIMESTAMP (-3, KIP-734) included (not implemented yet), are
+    /// INVALID_REQUEST.
     pub fn list_offsets(&self, req: ListOffsetsRequest) -> ListOffsetsReply {
         let mut topics = Vec::with_capacity(req.topics.len());
         for t in req.topics {
@@ -267,13 +277,14 @@ impl ReplicaManager {
                 };
                 let spec = match p.timestamp {
                     -2 => Some(OffsetSpec::Earliest),
-                    -1 | -3 => Some(OffsetSpec::Latest),
+                    -1 => Some(OffsetSpec::Latest),
                     ts if ts >= 0 => Some(OffsetSpec::Timestamp(ts)),
                     _ => None,
                 };
                 let Some(spec) = spec else {
                     out.error = Some(ErrorCode::InvalidRequest.to_proto(format!(
-                        "timestamp {} is not -1, -2, -3 or >= 0",
+                        "timestamp {} is not -1 (LATEST), -2 (EARLIEST) or >= 0 \
+                         (MAX_TIMESTAMP -3 is not supported yet)",
                         p.timestamp
                     )));
                     partitions.push(out);

@@ -231,7 +231,8 @@ impl ReplicaManager {
                 .unwrap_or_else(|e| e.into_inner());
             for (tp, log) in found {
                 let hw = hws.get(&tp).copied().unwrap_or(0);
-                let hp = rm.hosted(tp.clone(), Uuid::nil(), log, hw);
+                let id = read_partition_metadata(log.dir()).unwrap_or(Uuid::nil());
+                let hp = rm.hosted(tp.clone(), id, log, hw);
                 parts.insert(tp, hp);
             }
         }
@@ -458,33 +459,70 @@ impl ReplicaManager {
         rx
     }
 
+    /// Applies published images. Until the broker has caught up with the metadata log once
+    /// (registered and unfenced: the controller unfences a broker whose applied offset
+    /// reached its registration), images are only kept, not acted on: a local snapshot or a
+    /// partial catch-up may still name this broker leader in an epoch the controller has
+    /// ended (a restart within the session timeout), and leading from it would accept writes
+    /// that diverge at the same epoch (Kafka's broker likewise starts its replicas only after
+    /// the initial catch-up). Changes are computed here from the last image acted on, so the
+    /// first one covers everything that happened meanwhile.
     async fn apply_loop(
         self,
         mut events: mpsc::Receiver<LocalChangesEvent>,
         mut stop: watch::Receiver<bool>,
     ) {
+        let mut status = self.shared.status.clone();
+        let mut acted_on = MetadataImage::empty();
+        let mut pending: Option<MetadataImage> = None;
+        let mut caught_up = false;
         loop {
-            let ev = tokio::select! {
+            tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
-                ev = events.recv() => match ev {
-                    Some(ev) => ev,
-                    None => return,
-                },
-            };
-            self.apply(ev);
+                ev = events.recv() => {
+                    let Some(ev) = ev else { return };
+                    *self.shared.image.write().unwrap_or_else(|e| e.into_inner()) =
+                        ev.image.clone();
+                    if caught_up {
+                        self.act_on(&mut acted_on, ev.image);
+                    } else {
+                        pending = Some(ev.image);
+                    }
+                    if let Some(tx) = ev.applied {
+                        let _ = tx.send(());
+                    }
+                }
+                changed = status.changed(), if !caught_up => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let s = status.borrow_and_update().clone();
+                    if s.broker_epoch >= 0 && !s.fenced {
+                        caught_up = true;
+                        tracing::info!(
+                            broker_epoch = s.broker_epoch,
+                            "caught up with the metadata log: starting replicas"
+                        );
+                        if let Some(image) = pending.take() {
+                            self.act_on(&mut acted_on, image);
+                        }
+                    }
+                }
+            }
         }
     }
 
-    /// Applies one published image and its local changes, in the order deleted, became
-    /// leader, became follower (DESIGN §5), then refreshes every partition's settings from
-    /// the image's configs.
-    pub fn apply(&self, ev: LocalChangesEvent) {
-        let LocalChangesEvent {
-            image,
-            changes,
-            applied,
-        } = ev;
-        *self.shared.image.write().unwrap_or_else(|e| e.into_inner()) = image.clone();
+    fn act_on(&self, acted_on: &mut MetadataImage, image: MetadataImage) {
+        let changes = crate::metadata::local_changes(acted_on, &image, self.broker_id());
+        self.apply(&image, &changes);
+        *acted_on = image;
+    }
+
+    /// Applies one image and its local changes, in the order deleted, became leader, became
+    /// follower (DESIGN §5), then refreshes every partition's settings from the image's
+    /// configs.
+    pub fn apply(&self, image: &MetadataImage, changes: &crate::metadata::LocalChanges) {
+        let image = image.clone();
         let now = self.now_ms();
         for tip in &changes.deleted {
             self.delete_partition(tip);
@@ -495,7 +533,9 @@ impl ReplicaManager {
         for (tip, reg) in &changes.became_follower {
             self.make_follower(&image, tip, reg);
         }
-        // Logs found on disk for partitions this broker does not host any more.
+        // Logs found on disk for partitions this broker does not host any more: deleted after
+        // the loop, which holds every partition (a delete waits for the last holder).
+        let mut strays = Vec::new();
         for hp in self.partitions() {
             let assigned = image
                 .topics()
@@ -503,12 +543,11 @@ impl ReplicaManager {
                 .and_then(|t| t.partitions.get(&hp.tp.partition))
                 .is_some_and(|r| r.replicas.contains(&self.broker_id()));
             if !assigned {
-                // A stray log (found on disk, never assigned by this image) is deleted only
-                // once the broker has caught up with metadata (unfenced): an older local
-                // snapshot may not know a topic whose data is already on disk.
-                let caught_up = !self.shared.status.borrow().fenced;
-                if caught_up && hp.lock().state.applied_epochs().is_none() {
-                    self.delete_partition(&TopicIdPartition {
+                // A stray log (found on disk, never assigned by this image). Images are acted
+                // on only after the initial catch-up (see `apply_loop`), so the topic really
+                // is gone or assigned elsewhere.
+                if hp.lock().state.applied_epochs().is_none() {
+                    strays.push(TopicIdPartition {
                         topic_id: hp.topic_id(),
                         topic: hp.tp.topic.clone(),
                         partition: hp.tp.partition,
@@ -530,10 +569,10 @@ impl ReplicaManager {
                 self.execute(&hp, &mut inner, eff);
             }
         }
-        self.shared.data_changed.notify_waiters();
-        if let Some(tx) = applied {
-            let _ = tx.send(());
+        for tip in &strays {
+            self.delete_partition(tip);
         }
+        self.shared.data_changed.notify_waiters();
     }
 
     fn get_or_create(
@@ -550,10 +589,14 @@ impl ReplicaManager {
         if let Some(hp) = parts.get(&tp) {
             let mut id = hp.topic_id.lock().unwrap_or_else(|e| e.into_inner());
             if id.is_nil() {
-                // A log found on disk: adopt it under the topic id metadata names.
+                // A log found on disk without a recorded topic id (written before
+                // `partition.metadata` existed): adopt it under the id metadata names.
                 *id = tip.topic_id;
                 drop(id);
                 let mut inner = hp.lock();
+                if let Err(e) = write_partition_metadata(inner.log.dir(), tip.topic_id) {
+                    tracing::warn!(partition = %tp, "cannot record the topic id: {e}");
+                }
                 let _ = inner
                     .state
                     .set_config(self.replica_config(image, &tp.topic), 0);
@@ -571,7 +614,9 @@ impl ReplicaManager {
             return Err("the replica manager is shut down".into());
         };
         if let Some(stale) = parts.remove(&tp) {
-            // Same name, other topic id: the topic was deleted and re-created.
+            // Same name, other topic id: the topic was deleted and re-created (possibly while
+            // this broker was down: the log on disk records the old id).
+            tracing::info!(partition = %tp, old_topic_id = %stale.topic_id(), topic_id = %tip.topic_id, "deleting the log of a previous topic with the same name");
             if !drop_partition(manager, stale) {
                 return Err(format!("the log of the deleted topic {tp} is still in use"));
             }
@@ -579,6 +624,7 @@ impl ReplicaManager {
         let log = manager
             .open_detached_log(&tp, self.log_config(image, &tp.topic))
             .map_err(|e| e.to_string())?;
+        write_partition_metadata(log.dir(), tip.topic_id).map_err(|e| e.to_string())?;
         let hp = self.hosted(tp.clone(), tip.topic_id, log, 0);
         let _ = hp
             .lock()
@@ -910,6 +956,28 @@ fn drop_partition(manager: &LogManager, mut hp: Arc<HostedPartition>) -> bool {
     }
     tracing::error!(partition = %tp, "log still in use after {DELETE_WAIT_MS} ms; not deleted");
     false
+}
+
+/// Name of the file in a partition directory that records the topic id the log belongs to
+/// (Kafka's `partition.metadata`, KIP-516), so a log of a deleted topic is never adopted by a
+/// re-created topic of the same name.
+pub const PARTITION_METADATA_FILE: &str = "partition.metadata";
+
+/// The topic id recorded in `dir`'s [`PARTITION_METADATA_FILE`]; `None` when the file is
+/// missing or unreadable (a log written before the file existed).
+pub fn read_partition_metadata(dir: &std::path::Path) -> Option<Uuid> {
+    let text = std::fs::read_to_string(dir.join(PARTITION_METADATA_FILE)).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("topic_id: "))
+        .and_then(|id| Uuid::parse_str(id.trim()).ok())
+}
+
+/// Records `topic_id` in `dir`'s [`PARTITION_METADATA_FILE`] (atomically, fsynced).
+pub fn write_partition_metadata(dir: &std::path::Path, topic_id: Uuid) -> Result<(), LogError> {
+    crate::log::checkpoint::write_atomically(
+        &dir.join(PARTITION_METADATA_FILE),
+        format!("version: 0\ntopic_id: {topic_id}\n").as_bytes(),
+    )
 }
 
 /// Longest wait for a deleted partition's last holder, ms.

@@ -167,6 +167,19 @@ impl ReplicaManager {
                 format!("no record batch for {topic}-{index}"),
             ));
         }
+        if batches.len() > 1 {
+            // Kafka `ProduceRequest.validateRecords` (v3+): exactly one batch per partition,
+            // so a request is appended whole or not at all.
+            return Pending::Done(failed(
+                index,
+                ErrorCode::InvalidRecord,
+                format!(
+                    "{} record batches for {topic}-{index}: a produce request carries exactly one \
+                     batch per partition",
+                    batches.len()
+                ),
+            ));
+        }
         let now = self.now_ms();
         let mut inner = hp.lock();
         let inner = &mut *inner;
@@ -188,29 +201,17 @@ impl ReplicaManager {
             return Pending::Done(r);
         }
         let leader_epoch = inner.state.leader_epoch().unwrap_or(-1);
-        let mut first_offset = None;
-        let mut last_offset = -1;
-        for batch in batches {
-            let size = batch.len() as u64;
-            match inner.log.append_as_leader(batch, leader_epoch) {
-                Ok(info) => {
-                    if !info.duplicate {
-                        *bytes_in += size;
-                    }
-                    first_offset.get_or_insert(info.first_offset);
-                    last_offset = last_offset.max(info.last_offset);
+        let batch = batches.pop().expect("exactly one batch");
+        let size = batch.len() as u64;
+        let (first_offset, last_offset) = match inner.log.append_as_leader(batch, leader_epoch) {
+            Ok(info) => {
+                if !info.duplicate {
+                    *bytes_in += size;
                 }
-                Err(e) => {
-                    if first_offset.is_none() {
-                        return Pending::Done(failed(index, log_error_code(&e), e.to_string()));
-                    }
-                    // Earlier batches of this request were appended: report the error; the
-                    // producer retries the rest (idempotence dedupes what was written).
-                    tracing::warn!(partition = %hp.tp, "append failed after earlier batches: {e}");
-                    break;
-                }
+                (Some(info.first_offset), info.last_offset)
             }
-        }
+            Err(e) => return Pending::Done(failed(index, log_error_code(&e), e.to_string())),
+        };
         let token = self.next_token();
         let leo = inner.log.log_end_offset();
         let (reply, effects) = inner.state.on_produce_appended(

@@ -125,6 +125,7 @@ pub struct Cluster {
     session_timeout_ms: u64,
     /// Per broker: the port of its `--metrics-listener`, when [`Options::broker_metrics`].
     pub broker_metrics_ports: Vec<u16>,
+    snapshot_interval_ms: u64,
 }
 
 /// Settings of a test cluster beyond the process counts.
@@ -138,6 +139,8 @@ pub struct Options {
     pub session_timeout_ms: u64,
     /// Give every broker a `--metrics-listener` on a free loopback port.
     pub broker_metrics: bool,
+    /// `metadata_snapshot_interval_ms` of the brokers; 0 = [`SNAPSHOT_INTERVAL_MS`].
+    pub snapshot_interval_ms: u64,
 }
 
 impl Drop for Cluster {
@@ -203,6 +206,11 @@ impl Cluster {
                 opts.session_timeout_ms
             },
             broker_metrics_ports,
+            snapshot_interval_ms: if opts.snapshot_interval_ms == 0 {
+                SNAPSHOT_INTERVAL_MS
+            } else {
+                opts.snapshot_interval_ms
+            },
         };
         for id in 1..=controllers as u64 {
             c.start_controller_with(&bin, id);
@@ -304,7 +312,7 @@ impl Cluster {
             .arg("--broker-session-timeout-ms")
             .arg(self.session_timeout_ms.to_string())
             .arg("--metadata-snapshot-interval-ms")
-            .arg(SNAPSHOT_INTERVAL_MS.to_string())
+            .arg(self.snapshot_interval_ms.to_string())
             .args(&self.broker_args)
             .args(
                 self.broker_metrics_ports
