@@ -2,7 +2,10 @@
 //!
 //! - [`admin`]: [`admin::Admin`], the operator client of the controller API;
 //! - [`producer`]: [`producer::Producer`], batching idempotent producer (broker Produce API);
-//! - [`brokers`]: broker connections and the partition leader cache;
+//! - [`consumer`]: [`consumer::Consumer`], reads assigned partitions (Fetch, ListOffsets,
+//!   OffsetsForLeaderEpoch);
+//! - [`brokers`]: broker connections and the partition leader cache both share;
+//! - [`verify`]: the lost/duplicated/reordered judgement of `keelctl verify`;
 //! - [`format`](mod@format): pure formatting of results as text tables and JSON rows;
 //! - [`local_cluster`]: the process and file layout of `keelctl cluster up|down|status`;
 //! - [`cli`]: the `keelctl` command line (the binary only calls [`cli::main`]).
@@ -13,6 +16,8 @@
 pub mod admin;
 pub mod brokers;
 pub mod cli;
+pub mod consumer;
 pub mod format;
 pub mod local_cluster;
 pub mod producer;
+pub mod verify;
