@@ -323,3 +323,147 @@ fn producer_stream_survives_kill9_of_a_partition_leader() {
         );
     });
 }
+
+/// Polls `describe` of `topic` partition 0 until `pred` holds (deadline 60 s).
+fn wait_partition(f: &Fixture, topic: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = f.run(&["--json", "topic", "describe", topic]);
+        if out.status.success() {
+            let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+            let p = v[0]["partitions"][0].clone();
+            if pred(&p) {
+                return p;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{topic}-0: {what} not reached: {p}\n{}",
+                f.logs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// KIP-320 on real processes: a consumer that read records which an unclean election then
+/// threw away gets `LogTruncation` from its next poll instead of silently reading on.
+#[test]
+fn consumer_reports_log_truncation_after_an_unclean_election() {
+    let f = Fixture::fresh();
+    f.cluster("up", &["--timeout-secs", "120"]);
+    f.json(&[
+        "--json",
+        "topic",
+        "create",
+        "trunc",
+        "--partitions",
+        "1",
+        "--replication-factor",
+        "2",
+    ]);
+    let p = wait_partition(&f, "trunc", "a leader", |p| p["leader"].as_i64() >= Some(1));
+    let leader = p["leader"].as_i64().unwrap() as i32;
+    let follower = p["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_i64().unwrap() as i32)
+        .find(|r| *r != leader)
+        .unwrap();
+
+    // The follower dies first: the ISR shrinks to the leader alone, and 10 records are
+    // committed (HW 10) that only the leader holds.
+    f.kill9_broker(follower);
+    wait_partition(&f, "trunc", "ISR = [leader]", |p| {
+        p["isr"] == serde_json::json!([leader])
+    });
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut consumer = Consumer::new(ConsumerConfig::new(f.brokers())).unwrap();
+    let tp = ("trunc".to_string(), 0);
+    let epoch = rt.block_on(async {
+        let producer = Producer::new(ProducerConfig::new(f.brokers())).unwrap();
+        for (_, d) in send_all(&producer, "trunc", "t", 0..10).await {
+            d.await.unwrap();
+        }
+        consumer.assign([tp.clone()]);
+        consumer.seek(&tp, SeekTo::Earliest).await.unwrap();
+        let mut got = Vec::new();
+        while got.len() < 10 {
+            got.extend(consumer.poll(Duration::from_millis(500)).await.unwrap());
+        }
+        assert_eq!(consumer.position(&tp), Some(10));
+        got[9].leader_epoch
+    });
+
+    // The leader dies, the empty follower comes back alone and is elected uncleanly.
+    f.kill9_broker(leader);
+    wait_partition(&f, "trunc", "offline", |p| p["leader"] == -1);
+    let layout =
+        keel_client::local_cluster::Layout::new(f.dir.path().join("keel-data"), f.base).unwrap();
+    let spec = layout
+        .processes()
+        .into_iter()
+        .find(|s| s.name() == format!("broker-{follower}"))
+        .unwrap();
+    let bin = common::sibling_binary("keel-broker");
+    let mut restarted = keel_client::local_cluster::spawn(&layout, &spec, &bin).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = f.run(&["partition", "elect", "--topic", "trunc", "--unclean"]);
+        let p = wait_partition(&f, "trunc", "described", |_| true);
+        if p["leader"] == follower {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "unclean election did not happen: {p} {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            f.logs()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    // The next polls follow the leader change and detect the truncation.
+    let err = rt.block_on(async {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            match consumer.poll(Duration::from_millis(200)).await {
+                Ok(recs) => assert!(recs.is_empty(), "read past a truncation: {recs:?}"),
+                Err(e) => return e,
+            }
+            assert!(Instant::now() < deadline, "no truncation reported");
+        }
+    });
+    match &err {
+        ConsumeError::LogTruncation {
+            topic,
+            partition,
+            position,
+            epoch: e,
+            end_offset,
+            ..
+        } => {
+            assert_eq!((topic.as_str(), *partition), ("trunc", 0));
+            assert_eq!(*position, 10);
+            assert_eq!(*e, epoch);
+            assert!(*end_offset < 10, "{err}");
+        }
+        other => panic!("expected LogTruncation, got {other}"),
+    }
+    // It stays reported until the consumer seeks.
+    let again = rt.block_on(consumer.poll(Duration::from_millis(100)));
+    assert_eq!(again.unwrap_err(), err);
+    rt.block_on(async {
+        assert_eq!(consumer.seek(&tp, SeekTo::Earliest).await.unwrap(), 0);
+        assert!(
+            consumer
+                .poll(Duration::from_millis(100))
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    });
+    // Stop the cluster and reap the broker this test spawned itself.
+    f.cluster("down", &[]);
+    restarted.wait().unwrap();
+}
