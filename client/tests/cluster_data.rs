@@ -127,6 +127,14 @@ fn keelctl_produce_consume_verify_round_trip() {
         String::from_utf8_lossy(&out.stdout),
         format!("Partition:{p}\tOffset:2\tk{i}\tv{i}\n")
     );
+    // An offset past the end is a typed one-line error, not an empty success.
+    let err = f.fails(&["consume", "--topic", "events", "--offset", "100000"]);
+    assert!(
+        err.starts_with(
+            "keelctl: events-0: offset 100000 is out of range (OFFSET_OUT_OF_RANGE (1))"
+        ),
+        "{err}"
+    );
     // --latest without --follow: nothing new.
     let out = f.run(&["--json", "consume", "--topic", "events", "--latest"]);
     assert!(out.status.success());

@@ -292,6 +292,24 @@ pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
             ends.insert(tp.clone(), consumer.end_offset(tp).await?);
         }
     }
+    // An --offset outside [log start, HW] is an error (OFFSET_OUT_OF_RANGE), also when the
+    // loop below would stop before fetching.
+    if let Some(offset) = a.offset {
+        for tp in &tps {
+            let end = match ends.get(tp) {
+                Some(e) => *e,
+                None => consumer.end_offset(tp).await?,
+            };
+            if offset < consumer.beginning_offset(tp).await? || offset > end {
+                return Err(crate::consumer::ConsumeError::OffsetOutOfRange {
+                    topic: tp.0.clone(),
+                    partition: tp.1,
+                    offset,
+                }
+                .into());
+            }
+        }
+    }
     let fields = RecordFields {
         offset: a.print_offset,
         timestamp: a.print_timestamp,
