@@ -267,6 +267,10 @@ fn producer_stream_survives_kill9_of_a_partition_leader() {
             acked.push((i, m));
         }
         producer.flush().await;
+        assert!(
+            producer.retries() > 0,
+            "the stream went through the retry path"
+        );
         let after = brokers.refresh("stream").await.unwrap().partitions[0];
         assert_ne!(after.leader_id, before.leader_id, "leader moved");
         assert!(after.leader_epoch > before.leader_epoch);

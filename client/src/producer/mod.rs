@@ -26,6 +26,7 @@ pub mod partitioner;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -176,6 +177,8 @@ struct Inner {
     /// Signalled to every waiter when a batch completes.
     progress: Notify,
     memory: Arc<Semaphore>,
+    /// Send attempts that were retried (Kafka metric `record-retry-total`, per batch).
+    retries: AtomicU64,
 }
 
 /// An asynchronous producer; see the [module documentation](self). `send` takes `&self`:
@@ -220,6 +223,7 @@ impl Producer {
             wake: Notify::new(),
             progress: Notify::new(),
             memory: Arc::new(Semaphore::new(permits)),
+            retries: AtomicU64::new(0),
             config,
         });
         tokio::spawn(sender_loop(inner.clone()));
@@ -316,6 +320,12 @@ impl Producer {
         s.sequences
             .as_ref()
             .map(|q| (q.producer_id, q.producer_epoch))
+    }
+
+    /// How many times a batch send was retried (after a retriable error or a transport
+    /// failure) since the producer started.
+    pub fn retries(&self) -> u64 {
+        self.inner.retries.load(Ordering::Relaxed)
     }
 
     /// A start partition for the sticky partitioner that differs between producers.
@@ -559,6 +569,7 @@ async fn send_batch(
                 },
             });
         }
+        inner.retries.fetch_add(1, Ordering::Relaxed);
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(Duration::from_millis(cfg.retry_backoff_max_ms.max(1)));
     };
