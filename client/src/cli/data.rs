@@ -99,6 +99,10 @@ pub struct VerifyArgs {
     /// Number of records to produce and read back.
     #[arg(long, default_value_t = 1000)]
     pub records: u64,
+    /// Deadline for reading the records back once they are acknowledged, seconds (a
+    /// partition that stays unavailable fails the check instead of hanging).
+    #[arg(long, default_value_t = 60)]
+    pub read_timeout_secs: u64,
 }
 
 impl Ctx {
@@ -386,10 +390,32 @@ pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
         consumer.seek(tp, SeekTo::Offset(starts[tp])).await?;
     }
     let mut read = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(a.read_timeout_secs);
     while tps
         .iter()
         .any(|tp| consumer.position(tp).unwrap_or(0) < ends[tp])
     {
+        if Instant::now() >= deadline {
+            let behind: Vec<String> = tps
+                .iter()
+                .filter(|tp| consumer.position(tp).unwrap_or(0) < ends[*tp])
+                .map(|tp| {
+                    format!(
+                        "{}-{} at {} of {}",
+                        tp.0,
+                        tp.1,
+                        consumer.position(tp).unwrap_or(0),
+                        ends[tp]
+                    )
+                })
+                .collect();
+            return Err(CliError(format!(
+                "verify {}: reading back did not finish within {} s: {}",
+                a.topic,
+                a.read_timeout_secs,
+                behind.join(", ")
+            )));
+        }
         for r in consumer.poll(Duration::from_millis(500)).await? {
             if r.offset >= ends[&(r.topic.clone(), r.partition)] {
                 continue;
