@@ -253,7 +253,10 @@ fn producer_stream_survives_kill9_of_a_partition_leader() {
         // Phase 1: a first part of the stream, acknowledged.
         let mut acked: Vec<(u64, RecordMetadata)> = Vec::new();
         for (i, d) in send_all(&producer, "stream", "r", 0..300).await {
-            acked.push((i, d.await.unwrap()));
+            let m = d
+                .await
+                .unwrap_or_else(|e| panic!("record {i} not delivered: {e}\n{}", f.logs()));
+            acked.push((i, m));
         }
         // kill -9 the leader of partition 0 while the next part is in flight.
         let before = brokers.refresh("stream").await.unwrap().partitions[0];

@@ -20,6 +20,15 @@ pub enum ProduceError {
         /// True when the code was retriable and the delivery timeout ended the retries.
         timed_out: bool,
     },
+    /// InitProducerId (idempotence) was refused with a non-retriable code; the records of
+    /// the batches waiting for a producer id fail with it.
+    #[error("InitProducerId: {code} ({}){}", .code.code(), if .message.is_empty() { String::new() } else { format!(": {}", .message) })]
+    InitProducerId {
+        /// The Kafka error code.
+        code: ErrorCode,
+        /// The broker's detail (may be empty).
+        message: String,
+    },
     /// No broker could be reached, or the topic's metadata could not be loaded.
     #[error(transparent)]
     Metadata(#[from] MetadataError),
@@ -51,6 +60,7 @@ impl ProduceError {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             ProduceError::Kafka { code, .. } => Some(*code),
+            ProduceError::InitProducerId { code, .. } => Some(*code),
             ProduceError::Metadata(MetadataError::Topic { code, .. }) => Some(*code),
             _ => None,
         }

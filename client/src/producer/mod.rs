@@ -487,11 +487,9 @@ async fn init_producer_id(inner: &Inner) -> Result<(i64, i16), ProduceError> {
                             last_error = format!("{addr}: InitProducerId: {code}");
                         }
                         Ok(code) => {
-                            return Err(ProduceError::Kafka {
-                                topic: String::new(),
-                                partition: -1,
+                            return Err(ProduceError::InitProducerId {
                                 code,
-                                timed_out: false,
+                                message: r.error.map(|e| e.message).unwrap_or_default(),
                             });
                         }
                         Err(e) => return Err(ProduceError::Protocol(e.to_string())),
