@@ -1,13 +1,23 @@
 //! `keel-client`: the client library of Keel and the `keelctl` CLI (DESIGN §1).
 //!
 //! - [`admin`]: [`admin::Admin`], the operator client of the controller API;
-//! - [`format`](mod@format): pure formatting of admin results as text tables and JSON rows;
+//! - [`producer`]: [`producer::Producer`], batching idempotent producer (broker Produce API);
+//! - [`consumer`]: [`consumer::Consumer`], reads assigned partitions (Fetch, ListOffsets,
+//!   OffsetsForLeaderEpoch);
+//! - [`brokers`]: broker connections and the partition leader cache both share;
+//! - [`verify`]: the lost/duplicated/reordered judgement of `keelctl verify`;
+//! - [`format`](mod@format): pure formatting of results as text tables and JSON rows;
 //! - [`local_cluster`]: the process and file layout of `keelctl cluster up|down|status`;
 //! - [`cli`]: the `keelctl` command line (the binary only calls [`cli::main`]).
 //!
-//! Producer and consumer clients arrive with the produce/fetch issue.
+//! Record batches are built and parsed with `keel_broker::log` (Kafka v2 format), so client
+//! and broker share one implementation of the format.
 
 pub mod admin;
+pub mod brokers;
 pub mod cli;
+pub mod consumer;
 pub mod format;
 pub mod local_cluster;
+pub mod producer;
+pub mod verify;

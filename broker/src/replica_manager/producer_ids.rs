@@ -32,7 +32,7 @@ impl ProducerIdManager {
     }
 
     /// A new producer id with epoch 0; REQUEST_TIMED_OUT (retriable) when no block could be
-    /// obtained, or the controller's error (e.g. STALE_BROKER_EPOCH while re-registering).
+    /// obtained (the message carries the controller's answer).
     pub async fn init_producer_id(&self, broker_epoch: i64) -> InitProducerIdReply {
         let mut guard = self.state.lock().await;
         let (next, end, client) = &mut *guard;
@@ -56,7 +56,17 @@ impl ProducerIdManager {
                     let code = ErrorCode::from_proto(reply.error.as_ref())
                         .unwrap_or(ErrorCode::UnknownServerError);
                     if code != ErrorCode::None || reply.producer_id_len <= 0 {
-                        return error(code, "AllocateProducerIds failed");
+                        // Retriable for the producer whatever the controller said (e.g.
+                        // STALE_BROKER_EPOCH while this broker re-registers).
+                        let detail = reply.error.as_ref().map_or("", |e| e.message.as_str());
+                        return error(
+                            ErrorCode::RequestTimedOut,
+                            &format!(
+                                "no producer id block: AllocateProducerIds answered {code} \
+                                 (block length {}): {detail}",
+                                reply.producer_id_len
+                            ),
+                        );
                     }
                     *next = reply.producer_id_start;
                     *end = reply.producer_id_start + i64::from(reply.producer_id_len);

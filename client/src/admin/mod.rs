@@ -675,7 +675,7 @@ impl Admin {
 }
 
 /// `error: cause: cause...` (tonic's transport errors say little at the top level).
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {

@@ -19,6 +19,7 @@ macro_rules! outln {
 }
 
 mod cluster;
+mod data;
 mod metadata;
 mod partition;
 mod topic;
@@ -43,7 +44,7 @@ pub const DEFAULT_CONTROLLERS: &str = "127.0.0.1:9093,127.0.0.1:9094,127.0.0.1:9
 #[command(
     name = "keelctl",
     version,
-    about = "Keel operator CLI: local cluster, topics, partitions, brokers, quorum, metadata log",
+    about = "Keel CLI: local cluster, topics, partitions, brokers, quorum, metadata log, produce, consume, verify",
     propagate_version = true
 )]
 pub struct Cli {
@@ -104,6 +105,13 @@ pub enum Command {
     /// The metadata log and the metadata image.
     #[command(subcommand)]
     Metadata(metadata::MetadataCommand),
+    /// Write lines from stdin or a file to a topic (idempotent, acks=all by default).
+    Produce(data::ProduceArgs),
+    /// Print records of a topic (from the beginning to the current end, or --follow).
+    Consume(data::ConsumeArgs),
+    /// Health check: produce numbered records (acks=all, idempotent), read them back and
+    /// report lost / duplicated / reordered ones; exits 1 if any.
+    Verify(data::VerifyArgs),
 }
 
 /// `keelctl broker ...`
@@ -250,6 +258,9 @@ async fn run(command: Command, ctx: &Ctx) -> CliResult {
             }
         }
         Command::Metadata(c) => metadata::run(c, ctx).await,
+        Command::Produce(a) => data::produce(a, ctx).await,
+        Command::Consume(a) => data::consume(a, ctx).await,
+        Command::Verify(a) => data::verify(a, ctx).await,
     }
 }
 

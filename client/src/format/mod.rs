@@ -2,6 +2,7 @@
 //! shape is unit-tested.
 
 pub mod cluster;
+pub mod data;
 pub mod image;
 pub mod log;
 pub mod topics;

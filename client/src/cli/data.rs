@@ -1,0 +1,468 @@
+//! `keelctl produce|consume|verify`: the data plane from the command line.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::io::BufRead;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use super::{CliError, CliResult, Ctx};
+use crate::consumer::{Consumer, ConsumerConfig, ConsumerRecord, SeekTo, TopicPartition};
+use crate::format::data::{
+    ProduceSummary, RecordFields, produce_summary_text, record_json, record_text, verify_text,
+};
+use crate::local_cluster::{DEFAULT_BASE_PORT, Layout};
+use crate::producer::{Acks, Delivery, Producer, ProducerConfig};
+use crate::verify::{self, VerifyReport};
+
+/// Deliveries awaited before more records are read (bounds memory on huge inputs).
+const MAX_PENDING: usize = 10_000;
+
+/// `--acks` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum AcksArg {
+    /// Every ISR member has the record (idempotent).
+    All,
+    /// The leader appended it.
+    #[value(name = "1")]
+    One,
+    /// No acknowledgement.
+    #[value(name = "0")]
+    Zero,
+}
+
+/// Arguments of `produce`.
+#[derive(Debug, clap::Args)]
+pub struct ProduceArgs {
+    /// Topic to write to.
+    #[arg(long)]
+    pub topic: String,
+    /// Split each line at the first occurrence of this string into key and value (a line
+    /// without it is an error); without it lines are values with a null key.
+    #[arg(long)]
+    pub key_separator: Option<String>,
+    /// Acknowledgement level; `all` is idempotent, `1` and `0` are not.
+    #[arg(long, value_enum, default_value = "all")]
+    pub acks: AcksArg,
+    /// Read lines from this file (with a progress bar) instead of stdin.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// How long a batch waits for more records, ms.
+    #[arg(long, default_value_t = 5)]
+    pub linger_ms: u64,
+    /// Target batch size per partition, bytes.
+    #[arg(long, default_value_t = 16384)]
+    pub batch_size: usize,
+}
+
+/// Arguments of `consume`.
+#[derive(Debug, clap::Args)]
+pub struct ConsumeArgs {
+    /// Topic to read.
+    #[arg(long)]
+    pub topic: String,
+    /// Only this partition (default: all).
+    #[arg(long)]
+    pub partition: Option<i32>,
+    /// Start at the log start offset (the default without --follow).
+    #[arg(long, group = "start")]
+    pub from_beginning: bool,
+    /// Start at this offset (in every partition read).
+    #[arg(long, group = "start")]
+    pub offset: Option<i64>,
+    /// Start at the high watermark: only records produced from now on (the default with
+    /// --follow, like kafka-console-consumer).
+    #[arg(long, group = "start")]
+    pub latest: bool,
+    /// Keep waiting for new records; without it, stop at the high watermark seen at start.
+    #[arg(long)]
+    pub follow: bool,
+    /// Stop after this many records.
+    #[arg(long)]
+    pub max_records: Option<u64>,
+    /// Print the key before the value (tab separated; `null` when absent).
+    #[arg(long)]
+    pub print_key: bool,
+    /// Print partition and offset.
+    #[arg(long)]
+    pub print_offset: bool,
+    /// Print the record timestamp.
+    #[arg(long)]
+    pub print_timestamp: bool,
+}
+
+/// Arguments of `verify`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// Topic to write the test records to (it must exist).
+    #[arg(long)]
+    pub topic: String,
+    /// Number of records to produce and read back.
+    #[arg(long, default_value_t = 1000)]
+    pub records: u64,
+    /// Deadline for reading the records back once they are acknowledged, seconds (a
+    /// partition that stays unavailable fails the check instead of hanging).
+    #[arg(long, default_value_t = 60)]
+    pub read_timeout_secs: u64,
+}
+
+impl Ctx {
+    /// Broker addresses: `--bootstrap-brokers` / `KEEL_BOOTSTRAP_BROKERS`, else the unfenced
+    /// brokers the controllers know, else the default local cluster's brokers.
+    pub async fn broker_addresses(&self) -> Vec<String> {
+        if let Some(list) = &self.brokers {
+            return list
+                .iter()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect();
+        }
+        let registered = match self.admin() {
+            Ok(admin) => match admin.describe_cluster().await {
+                Ok(reply) => reply
+                    .brokers
+                    .iter()
+                    .filter(|b| !b.fenced)
+                    .filter_map(|b| b.endpoints.first())
+                    .map(|e| format!("{}:{}", e.host, e.port))
+                    .collect(),
+                Err(_) => Vec::new(),
+            },
+            Err(_) => Vec::new(),
+        };
+        if !registered.is_empty() {
+            return registered;
+        }
+        Layout::new("./keel-data".into(), DEFAULT_BASE_PORT)
+            .map(|l| l.broker_addresses())
+            .unwrap_or_default()
+    }
+}
+
+/// `keelctl produce`.
+pub(super) async fn produce(a: ProduceArgs, ctx: &Ctx) -> CliResult {
+    let mut cfg = ProducerConfig::new(ctx.broker_addresses().await);
+    cfg.acks = match a.acks {
+        AcksArg::All => Acks::All,
+        AcksArg::One => Acks::Leader,
+        AcksArg::Zero => Acks::None,
+    };
+    cfg.enable_idempotence = a.acks == AcksArg::All;
+    cfg.linger_ms = a.linger_ms;
+    cfg.batch_size_bytes = a.batch_size;
+    cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
+    let producer = Producer::new(cfg)?;
+    let (reader, bar): (Box<dyn BufRead>, Option<indicatif::ProgressBar>) = match &a.file {
+        Some(path) => {
+            let file = std::fs::File::open(path)
+                .map_err(|e| CliError(format!("--file {}: {e}", path.display())))?;
+            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+            let bar = indicatif::ProgressBar::new(len);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+                )
+                .map_err(|e| CliError(e.to_string()))?,
+            );
+            (Box::new(std::io::BufReader::new(file)), Some(bar))
+        }
+        None => (Box::new(std::io::BufReader::new(std::io::stdin())), None),
+    };
+    let started = Instant::now();
+    let mut summary = ProduceSummary {
+        topic: a.topic.clone(),
+        ..Default::default()
+    };
+    let mut partitions = BTreeSet::new();
+    let mut pending: VecDeque<(u64, Delivery)> = VecDeque::new();
+    for (i, line) in reader.lines().enumerate() {
+        let line = line.map_err(|e| CliError(format!("reading input: {e}")))?;
+        if let Some(bar) = &bar {
+            bar.inc(line.len() as u64 + 1);
+        }
+        let (key, value) = match &a.key_separator {
+            Some(sep) => match line.split_once(sep.as_str()) {
+                Some((k, v)) => (Some(k), v),
+                None => {
+                    return Err(CliError(format!(
+                        "line {}: no key separator {sep:?}",
+                        i + 1
+                    )));
+                }
+            },
+            None => (None, line.as_str()),
+        };
+        let size = (key.map_or(0, str::len) + value.len()) as u64;
+        let d = producer
+            .send(&a.topic, key.map(str::as_bytes), value.as_bytes())
+            .await?;
+        pending.push_back((size, d));
+        while pending.len() > MAX_PENDING {
+            let (size, d) = pending.pop_front().expect("non-empty");
+            settle(d.await, size, &mut summary, &mut partitions);
+        }
+    }
+    producer.flush().await;
+    for (size, d) in pending {
+        settle(d.await, size, &mut summary, &mut partitions);
+    }
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    summary.partitions = partitions.into_iter().collect();
+    summary.elapsed_ms = started.elapsed().as_millis() as u64;
+    if ctx.json {
+        ctx.print_json(&summary)?;
+    } else {
+        out!("{}", produce_summary_text(&summary));
+    }
+    match &summary.first_error {
+        Some(e) => Err(CliError(format!(
+            "{} of {} records failed; first: {e}",
+            summary.failed,
+            summary.failed + summary.records
+        ))),
+        None => Ok(()),
+    }
+}
+
+fn settle(
+    r: Result<crate::producer::RecordMetadata, crate::producer::ProduceError>,
+    size: u64,
+    summary: &mut ProduceSummary,
+    partitions: &mut BTreeSet<i32>,
+) {
+    match r {
+        Ok(m) => {
+            summary.records += 1;
+            summary.bytes += size;
+            partitions.insert(m.partition);
+        }
+        Err(e) => {
+            summary.failed += 1;
+            summary.first_error.get_or_insert_with(|| e.to_string());
+        }
+    }
+}
+
+/// A consumer of `topic` (one partition or all) for the CLI.
+async fn consumer_for(
+    ctx: &Ctx,
+    topic: &str,
+    partition: Option<i32>,
+) -> Result<(Consumer, Vec<TopicPartition>), CliError> {
+    let mut cfg = ConsumerConfig::new(ctx.broker_addresses().await);
+    cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
+    let mut consumer = Consumer::new(cfg)?;
+    let all = consumer.partitions_of(topic).await?;
+    let tps = match partition {
+        Some(p) => {
+            let tp = (topic.to_string(), p);
+            if !all.contains(&tp) {
+                return Err(CliError(format!(
+                    "topic {topic:?} has no partition {p} (it has {})",
+                    all.len()
+                )));
+            }
+            vec![tp]
+        }
+        None => all,
+    };
+    consumer.assign(tps.clone());
+    Ok((consumer, tps))
+}
+
+/// `keelctl consume`.
+pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
+    let (mut consumer, tps) = consumer_for(ctx, &a.topic, a.partition).await?;
+    let start = match (a.offset, a.latest, a.from_beginning, a.follow) {
+        (Some(o), _, _, _) => SeekTo::Offset(o),
+        (None, true, _, _) => SeekTo::Latest,
+        (None, false, true, _) => SeekTo::Earliest,
+        (None, false, false, follow) => {
+            if follow {
+                SeekTo::Latest
+            } else {
+                SeekTo::Earliest
+            }
+        }
+    };
+    for tp in &tps {
+        consumer.seek(tp, start).await?;
+    }
+    // Without --follow: stop at the HW of each partition as it is now.
+    let mut ends: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+    if !a.follow {
+        for tp in &tps {
+            ends.insert(tp.clone(), consumer.end_offset(tp).await?);
+        }
+    }
+    // An --offset outside [log start, HW] is an error (OFFSET_OUT_OF_RANGE), also when the
+    // loop below would stop before fetching.
+    if let Some(offset) = a.offset {
+        for tp in &tps {
+            let end = match ends.get(tp) {
+                Some(e) => *e,
+                None => consumer.end_offset(tp).await?,
+            };
+            if offset < consumer.beginning_offset(tp).await? || offset > end {
+                return Err(crate::consumer::ConsumeError::OffsetOutOfRange {
+                    topic: tp.0.clone(),
+                    partition: tp.1,
+                    offset,
+                }
+                .into());
+            }
+        }
+    }
+    let fields = RecordFields {
+        offset: a.print_offset,
+        timestamp: a.print_timestamp,
+        key: a.print_key,
+    };
+    let max = a.max_records.unwrap_or(u64::MAX);
+    let mut count = 0u64;
+    'outer: while count < max {
+        if !a.follow
+            && tps
+                .iter()
+                .all(|tp| consumer.position(tp).unwrap_or(0) >= ends[tp])
+        {
+            break;
+        }
+        let records = consumer.poll(Duration::from_millis(500)).await?;
+        for r in records {
+            if !a.follow && r.offset >= ends[&(r.topic.clone(), r.partition)] {
+                continue;
+            }
+            print_record(&r, fields, ctx.json);
+            count += 1;
+            if count >= max {
+                break 'outer;
+            }
+        }
+    }
+    if !ctx.json {
+        eprintln!("consumed {count} records");
+    }
+    Ok(())
+}
+
+fn print_record(r: &ConsumerRecord, fields: RecordFields, json: bool) {
+    if json {
+        outln!("{}", record_json(r));
+    } else {
+        outln!("{}", record_text(r, fields));
+    }
+}
+
+/// `keelctl verify`.
+pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
+    let (mut consumer, tps) = consumer_for(ctx, &a.topic, None).await?;
+    let mut starts = BTreeMap::new();
+    for tp in &tps {
+        starts.insert(tp.clone(), consumer.end_offset(tp).await?);
+    }
+    let mut cfg = ProducerConfig::new(ctx.broker_addresses().await);
+    cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
+    let producer = Producer::new(cfg)?;
+    let run = format!("{:x}", crate::brokers::now_ms());
+    let mut pending = VecDeque::new();
+    let mut acked = Vec::new();
+    let mut first_error = None;
+    for n in 0..a.records {
+        let d = producer
+            .send(&a.topic, None, verify::value(&run, n).as_bytes())
+            .await?;
+        pending.push_back((n, d));
+        while pending.len() > MAX_PENDING {
+            let (n, d) = pending.pop_front().expect("non-empty");
+            note(n, d.await, &mut acked, &mut first_error);
+        }
+    }
+    producer.flush().await;
+    for (n, d) in pending {
+        note(n, d.await, &mut acked, &mut first_error);
+    }
+    // Read back everything written since the start, up to the HW now.
+    let mut ends = BTreeMap::new();
+    for tp in &tps {
+        ends.insert(tp.clone(), consumer.end_offset(tp).await?);
+        consumer.seek(tp, SeekTo::Offset(starts[tp])).await?;
+    }
+    let mut read = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(a.read_timeout_secs);
+    while tps
+        .iter()
+        .any(|tp| consumer.position(tp).unwrap_or(0) < ends[tp])
+    {
+        if Instant::now() >= deadline {
+            let behind: Vec<String> = tps
+                .iter()
+                .filter(|tp| consumer.position(tp).unwrap_or(0) < ends[*tp])
+                .map(|tp| {
+                    format!(
+                        "{}-{} at {} of {}",
+                        tp.0,
+                        tp.1,
+                        consumer.position(tp).unwrap_or(0),
+                        ends[tp]
+                    )
+                })
+                .collect();
+            return Err(CliError(format!(
+                "verify {}: reading back did not finish within {} s: {}",
+                a.topic,
+                a.read_timeout_secs,
+                behind.join(", ")
+            )));
+        }
+        for r in consumer.poll(Duration::from_millis(500)).await? {
+            if r.offset >= ends[&(r.topic.clone(), r.partition)] {
+                continue;
+            }
+            if let Some(n) = r
+                .value
+                .as_deref()
+                .and_then(|v| verify::parse_value(&run, v))
+            {
+                read.push((r.partition, n));
+            }
+        }
+    }
+    let report = VerifyReport::compute(a.records, &acked, &read);
+    if ctx.json {
+        ctx.print_json(&report)?;
+    } else {
+        out!("{}", verify_text(&a.topic, &report));
+    }
+    if report.healthy() {
+        Ok(())
+    } else {
+        Err(CliError(format!(
+            "verify {}: {} lost, {} duplicated, {} reordered, {} of {} not acknowledged{}",
+            a.topic,
+            report.lost,
+            report.duplicated,
+            report.reordered,
+            report.produced - report.acknowledged,
+            report.produced,
+            first_error
+                .map(|e| format!(" (first error: {e})"))
+                .unwrap_or_default()
+        )))
+    }
+}
+
+fn note(
+    n: u64,
+    r: Result<crate::producer::RecordMetadata, crate::producer::ProduceError>,
+    acked: &mut Vec<u64>,
+    first_error: &mut Option<String>,
+) {
+    match r {
+        Ok(_) => acked.push(n),
+        Err(e) => {
+            first_error.get_or_insert_with(|| e.to_string());
+        }
+    }
+}

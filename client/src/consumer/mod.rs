@@ -1,0 +1,764 @@
+//! [`Consumer`]: reads assigned partitions from their leaders (Kafka's `KafkaConsumer` with
+//! `assign`, without groups or committed offsets).
+//!
+//! - Positions are set by [`Consumer::seek`] (an offset, EARLIEST, LATEST or a timestamp via
+//!   ListOffsets) or, when configured, by `auto_offset_reset`. Without either, polling a
+//!   partition fails with [`ConsumeError::NoPosition`]; OFFSET_OUT_OF_RANGE is reported as
+//!   [`ConsumeError::OffsetOutOfRange`] unless `auto_offset_reset` is set (like Kafka's
+//!   `auto.offset.reset=none`).
+//! - Fetches go to the leader named by the metadata with its leader epoch; stale-leader
+//!   errors and transport errors refresh the metadata and the next poll follows the new
+//!   leader.
+//! - KIP-320: when the leader epoch changed since the position was last validated, the
+//!   consumer asks the new leader (OffsetsForLeaderEpoch) where the epoch of the last
+//!   consumed record ends; if that is below the position, records already returned were
+//!   truncated and [`ConsumeError::LogTruncation`] is reported instead of silently
+//!   continuing.
+
+mod error;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use bytes::Bytes;
+use keel_broker::log::BatchIter;
+use keel_broker::log::batch::TIMESTAMP_TYPE_BIT;
+use keel_proto::ErrorCode;
+use keel_proto::broker::{
+    EpochEndOffsetResult, FetchPartition, FetchReply, FetchRequest, FetchTopic,
+    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, OffsetForLeaderPartition,
+    OffsetForLeaderTopic, OffsetsForLeaderEpochRequest,
+};
+use tokio::task::JoinSet;
+
+pub use error::ConsumeError;
+
+use crate::admin::error_chain;
+use crate::brokers::{Brokers, needs_metadata_refresh};
+pub use crate::producer::TopicPartition;
+
+/// What to do when a partition has no valid position (Kafka `auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OffsetReset {
+    /// The log start offset.
+    Earliest,
+    /// The high watermark (only records produced from now on).
+    Latest,
+}
+
+/// A target for [`Consumer::seek`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SeekTo {
+    /// This offset (checked by the next fetch: OFFSET_OUT_OF_RANGE if outside the log).
+    Offset(i64),
+    /// The log start offset (ListOffsets EARLIEST).
+    Earliest,
+    /// The high watermark (ListOffsets LATEST).
+    Latest,
+    /// The first record with a timestamp >= this, ms since the Unix epoch; the HW if none.
+    Timestamp(i64),
+}
+
+/// Settings of a [`Consumer`].
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    /// `host:port` of one or more brokers.
+    pub bootstrap_brokers: Vec<String>,
+    /// Reset policy for partitions without a valid position; default `None` (report errors).
+    pub auto_offset_reset: Option<OffsetReset>,
+    /// Soft cap of record bytes per partition per fetch; default 1 MiB.
+    pub max_partition_fetch_bytes: i32,
+    /// Soft cap of record bytes per fetch reply; default 50 MiB.
+    pub fetch_max_bytes: i32,
+    /// Deadline of one RPC (on top of the long-poll wait), ms; default 30000.
+    pub request_timeout_ms: u64,
+    /// Attempts of a ListOffsets / OffsetsForLeaderEpoch lookup across leader changes;
+    /// default 10, with backoff 100 ms doubling to 1 s.
+    pub max_lookup_attempts: u32,
+}
+
+impl ConsumerConfig {
+    /// Defaults for `bootstrap_brokers`.
+    pub fn new(bootstrap_brokers: Vec<String>) -> Self {
+        ConsumerConfig {
+            bootstrap_brokers,
+            auto_offset_reset: None,
+            max_partition_fetch_bytes: 1024 * 1024,
+            fetch_max_bytes: 50 * 1024 * 1024,
+            request_timeout_ms: 30_000,
+            max_lookup_attempts: 10,
+        }
+    }
+}
+
+/// One record read from a partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerRecord {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset.
+    pub offset: i64,
+    /// Timestamp, ms since the Unix epoch (create time, or log append time when the topic
+    /// uses it).
+    pub timestamp_ms: i64,
+    /// Leader epoch of the batch holding the record.
+    pub leader_epoch: i32,
+    /// Key, `None` = null.
+    pub key: Option<Bytes>,
+    /// Value, `None` = null.
+    pub value: Option<Bytes>,
+}
+
+/// Position of one assigned partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct PartitionState {
+    /// Next offset to read; `None` = unknown.
+    position: Option<i64>,
+    /// Leader epoch of the last consumed record's batch (or from ListOffsets); `None` = none.
+    last_epoch: Option<i32>,
+    /// Leader epoch under which the position was last fetched or validated.
+    validated_epoch: Option<i32>,
+}
+
+/// A consumer of explicitly assigned partitions; see the [module documentation](self).
+#[derive(Debug)]
+pub struct Consumer {
+    config: ConsumerConfig,
+    brokers: Brokers,
+    partitions: BTreeMap<TopicPartition, PartitionState>,
+}
+
+/// The outcome of asking the new leader where an epoch ends (KIP-320), pure.
+///
+/// `position` is the next offset to read, `reply` the leader's (epoch, exclusive end offset)
+/// for the epoch of the last consumed record. Truncation when the leader does not know the
+/// epoch (-1) or its end is below the position, as Kafka's `SubscriptionState
+/// .maybeCompleteValidation`.
+pub fn truncation_detected(position: i64, end_epoch: i32, end_offset: i64) -> bool {
+    end_epoch < 0 || end_offset < 0 || end_offset < position
+}
+
+impl Consumer {
+    /// A consumer for `config` with nothing assigned. Connects lazily.
+    pub fn new(config: ConsumerConfig) -> Result<Consumer, ConsumeError> {
+        if config.bootstrap_brokers.is_empty() {
+            return Err(ConsumeError::Unreachable(
+                "no bootstrap broker addresses given".into(),
+            ));
+        }
+        let timeout = Duration::from_millis(config.request_timeout_ms.max(1));
+        Ok(Consumer {
+            brokers: Brokers::new(config.bootstrap_brokers.clone(), timeout),
+            config,
+            partitions: BTreeMap::new(),
+        })
+    }
+
+    /// Replaces the assignment by `partitions`; partitions kept keep their positions.
+    pub fn assign(&mut self, partitions: impl IntoIterator<Item = TopicPartition>) {
+        let mut next = BTreeMap::new();
+        for tp in partitions {
+            let state = self.partitions.remove(&tp).unwrap_or_default();
+            next.insert(tp, state);
+        }
+        self.partitions = next;
+    }
+
+    /// Every partition of `topic`, from the metadata (for "consume the whole topic").
+    pub async fn partitions_of(&self, topic: &str) -> Result<Vec<TopicPartition>, ConsumeError> {
+        let meta = self.brokers.refresh(topic).await?;
+        Ok((0..meta.partitions.len() as i32)
+            .map(|p| (topic.to_string(), p))
+            .collect())
+    }
+
+    /// The assigned partitions.
+    pub fn assignment(&self) -> Vec<TopicPartition> {
+        self.partitions.keys().cloned().collect()
+    }
+
+    /// The next offset to read from `tp`, if known.
+    pub fn position(&self, tp: &TopicPartition) -> Option<i64> {
+        self.partitions.get(tp).and_then(|s| s.position)
+    }
+
+    /// Moves the position of `tp` (EARLIEST, LATEST and timestamps are looked up now with
+    /// ListOffsets on the leader).
+    pub async fn seek(&mut self, tp: &TopicPartition, to: SeekTo) -> Result<i64, ConsumeError> {
+        if !self.partitions.contains_key(tp) {
+            return Err(ConsumeError::NotAssigned {
+                topic: tp.0.clone(),
+                partition: tp.1,
+            });
+        }
+        let state = match to {
+            SeekTo::Offset(o) => PartitionState {
+                position: Some(o),
+                last_epoch: None,
+                validated_epoch: None,
+            },
+            SeekTo::Earliest => self.list_offset(tp, -2).await?,
+            SeekTo::Latest => self.list_offset(tp, -1).await?,
+            SeekTo::Timestamp(ts) => {
+                let s = self.list_offset(tp, ts.max(0)).await?;
+                if s.position.is_some() {
+                    s
+                } else {
+                    self.list_offset(tp, -1).await?
+                }
+            }
+        };
+        let position = state.position.unwrap_or(-1);
+        self.partitions.insert(tp.clone(), state);
+        Ok(position)
+    }
+
+    /// The high watermark of `tp` now (ListOffsets LATEST: the offset after the last
+    /// committed record, exclusive), without moving the position.
+    pub async fn end_offset(&self, tp: &TopicPartition) -> Result<i64, ConsumeError> {
+        Ok(self.list_offset(tp, -1).await?.position.unwrap_or(0))
+    }
+
+    /// The log start offset of `tp` now (ListOffsets EARLIEST, inclusive).
+    pub async fn beginning_offset(&self, tp: &TopicPartition) -> Result<i64, ConsumeError> {
+        Ok(self.list_offset(tp, -2).await?.position.unwrap_or(0))
+    }
+
+    /// ListOffsets for `tp` at `timestamp` (-2 earliest, -1 latest, >= 0 a time) on the
+    /// leader, retried across leader changes.
+    async fn list_offset(
+        &self,
+        tp: &TopicPartition,
+        timestamp: i64,
+    ) -> Result<PartitionState, ConsumeError> {
+        let mut backoff = Duration::from_millis(100);
+        let mut last = String::new();
+        for _ in 0..self.config.max_lookup_attempts.max(1) {
+            match self.try_list_offset(tp, timestamp).await {
+                Ok(s) => return Ok(s),
+                Err(Lookup::Fatal(e)) => return Err(e),
+                Err(Lookup::Retry(msg)) => last = msg,
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+        Err(ConsumeError::Unreachable(format!(
+            "{}-{}: offset lookup failed: {last}",
+            tp.0, tp.1
+        )))
+    }
+
+    async fn try_list_offset(
+        &self,
+        tp: &TopicPartition,
+        timestamp: i64,
+    ) -> Result<PartitionState, Lookup> {
+        let (addr, mut client, epoch) = self.leader(tp).await?;
+        let reply = client
+            .list_offsets(ListOffsetsRequest {
+                replica_id: -1,
+                isolation_level: 0,
+                topics: vec![ListOffsetsTopic {
+                    name: tp.0.clone(),
+                    partitions: vec![ListOffsetsPartition {
+                        partition_index: tp.1,
+                        current_leader_epoch: Some(epoch),
+                        timestamp,
+                    }],
+                }],
+            })
+            .await
+            .map_err(|s| self.transport(tp, &addr, &s))?
+            .into_inner();
+        let p = reply
+            .topics
+            .iter()
+            .filter(|t| t.name == tp.0)
+            .flat_map(|t| &t.partitions)
+            .find(|p| p.partition_index == tp.1)
+            .ok_or_else(|| {
+                Lookup::Fatal(ConsumeError::Protocol(format!(
+                    "ListOffsets: no answer for {}-{}",
+                    tp.0, tp.1
+                )))
+            })?;
+        self.check(tp, p.error.as_ref())?;
+        Ok(PartitionState {
+            position: (p.offset >= 0).then_some(p.offset),
+            last_epoch: (p.leader_epoch >= 0).then_some(p.leader_epoch),
+            validated_epoch: Some(epoch),
+        })
+    }
+
+    /// The leader of `tp`: address, client, leader epoch.
+    async fn leader(&self, tp: &TopicPartition) -> Result<(String, Clients, i32), Lookup> {
+        let meta = match self.brokers.topic(&tp.0).await {
+            Ok(m) => m,
+            Err(crate::brokers::MetadataError::Topic { code, .. }) if code.retriable() => {
+                return Err(Lookup::Retry(code.to_string()));
+            }
+            Err(e @ crate::brokers::MetadataError::Topic { .. }) => {
+                return Err(Lookup::Fatal(e.into()));
+            }
+            Err(e) => return Err(Lookup::Retry(e.to_string())),
+        };
+        let Some(p) = meta.partitions.get(tp.1 as usize).copied() else {
+            return Err(Lookup::Fatal(ConsumeError::Kafka {
+                topic: tp.0.clone(),
+                partition: tp.1,
+                code: ErrorCode::UnknownTopicOrPartition,
+            }));
+        };
+        match (p.leader_id >= 0)
+            .then(|| self.brokers.client(p.leader_id))
+            .flatten()
+        {
+            Some((addr, c)) => Ok((addr, c, p.leader_epoch)),
+            None => {
+                self.brokers.invalidate(&tp.0);
+                Err(Lookup::Retry(format!("no leader for {}-{}", tp.0, tp.1)))
+            }
+        }
+    }
+
+    fn transport(&self, tp: &TopicPartition, addr: &str, status: &tonic::Status) -> Lookup {
+        self.brokers.forget(addr);
+        self.brokers.invalidate(&tp.0);
+        Lookup::Retry(format!("{addr}: {}", error_chain(status)))
+    }
+
+    fn check(
+        &self,
+        tp: &TopicPartition,
+        error: Option<&keel_proto::common::Error>,
+    ) -> Result<(), Lookup> {
+        match ErrorCode::from_proto(error) {
+            Ok(ErrorCode::None) => Ok(()),
+            Ok(code) if code.retriable() => {
+                if needs_metadata_refresh(code) {
+                    self.brokers.invalidate(&tp.0);
+                }
+                Err(Lookup::Retry(code.to_string()))
+            }
+            Ok(code) => Err(Lookup::Fatal(ConsumeError::Kafka {
+                topic: tp.0.clone(),
+                partition: tp.1,
+                code,
+            })),
+            Err(e) => Err(Lookup::Fatal(ConsumeError::Protocol(e.to_string()))),
+        }
+    }
+
+    /// KIP-320 validation of `tp`'s position against its current leader, if the leader
+    /// epoch changed since the position was last validated.
+    async fn validate(&mut self, tp: &TopicPartition) -> Result<(), ConsumeError> {
+        let state = self.partitions.get(tp).cloned().unwrap_or_default();
+        let (Some(position), Some(last_epoch)) = (state.position, state.last_epoch) else {
+            return Ok(());
+        };
+        let mut backoff = Duration::from_millis(100);
+        let mut last = String::new();
+        for _ in 0..self.config.max_lookup_attempts.max(1) {
+            match self
+                .try_epoch_end(tp, last_epoch, state.validated_epoch)
+                .await
+            {
+                Ok(None) => return Ok(()),
+                Ok(Some((leader_epoch, r))) => {
+                    if truncation_detected(position, r.leader_epoch, r.end_offset) {
+                        return Err(ConsumeError::LogTruncation {
+                            topic: tp.0.clone(),
+                            partition: tp.1,
+                            position,
+                            epoch: last_epoch,
+                            end_epoch: r.leader_epoch,
+                            end_offset: r.end_offset,
+                        });
+                    }
+                    if let Some(s) = self.partitions.get_mut(tp) {
+                        s.validated_epoch = Some(leader_epoch);
+                    }
+                    return Ok(());
+                }
+                Err(Lookup::Fatal(e)) => return Err(e),
+                Err(Lookup::Retry(msg)) => last = msg,
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+        Err(ConsumeError::Unreachable(format!(
+            "{}-{}: position validation failed: {last}",
+            tp.0, tp.1
+        )))
+    }
+
+    /// `Ok(None)` when the leader epoch is the validated one (nothing to check), else the
+    /// current leader epoch and the leader's answer for `last_epoch`.
+    async fn try_epoch_end(
+        &self,
+        tp: &TopicPartition,
+        last_epoch: i32,
+        validated: Option<i32>,
+    ) -> Result<Option<(i32, EpochEndOffsetResult)>, Lookup> {
+        let (addr, mut client, epoch) = self.leader(tp).await?;
+        if validated == Some(epoch) {
+            return Ok(None);
+        }
+        let reply = client
+            .offsets_for_leader_epoch(OffsetsForLeaderEpochRequest {
+                replica_id: -1,
+                topics: vec![OffsetForLeaderTopic {
+                    topic: tp.0.clone(),
+                    partitions: vec![OffsetForLeaderPartition {
+                        partition: tp.1,
+                        current_leader_epoch: Some(epoch),
+                        leader_epoch: last_epoch,
+                    }],
+                }],
+            })
+            .await
+            .map_err(|s| self.transport(tp, &addr, &s))?
+            .into_inner();
+        let r = reply
+            .topics
+            .iter()
+            .filter(|t| t.topic == tp.0)
+            .flat_map(|t| &t.partitions)
+            .find(|p| p.partition == tp.1)
+            .cloned()
+            .ok_or_else(|| {
+                Lookup::Fatal(ConsumeError::Protocol(format!(
+                    "OffsetsForLeaderEpoch: no answer for {}-{}",
+                    tp.0, tp.1
+                )))
+            })?;
+        self.check(tp, r.error.as_ref())?;
+        Ok(Some((epoch, r)))
+    }
+
+    /// Fetches from the leaders of every assigned partition, waiting up to `max_wait` for
+    /// data, and returns the records read (possibly none), in offset order per partition.
+    /// Retriable errors (leader moved, broker down) refresh the metadata and yield no
+    /// records for that partition in this poll; call `poll` again.
+    pub async fn poll(&mut self, max_wait: Duration) -> Result<Vec<ConsumerRecord>, ConsumeError> {
+        let tps = self.assignment();
+        // Positions first: reset policy or error.
+        for tp in &tps {
+            if self.position(tp).is_none() {
+                match self.config.auto_offset_reset {
+                    Some(OffsetReset::Earliest) => {
+                        self.seek(tp, SeekTo::Earliest).await?;
+                    }
+                    Some(OffsetReset::Latest) => {
+                        self.seek(tp, SeekTo::Latest).await?;
+                    }
+                    None => {
+                        return Err(ConsumeError::NoPosition {
+                            topic: tp.0.clone(),
+                            partition: tp.1,
+                        });
+                    }
+                }
+            }
+        }
+        // Group by leader, validating positions after leader changes.
+        let mut by_leader: HashMap<String, (Clients, Vec<Target>)> = HashMap::new();
+        let mut retry = false;
+        for tp in &tps {
+            self.validate(tp).await?;
+            match self.leader(tp).await {
+                Ok((addr, client, epoch)) => {
+                    let position = self.position(tp).unwrap_or(0);
+                    by_leader
+                        .entry(addr)
+                        .or_insert_with(|| (client, Vec::new()))
+                        .1
+                        .push((tp.clone(), position, epoch));
+                }
+                Err(Lookup::Retry(_)) => retry = true,
+                Err(Lookup::Fatal(e)) => return Err(e),
+            }
+        }
+        let max_wait_ms = max_wait.as_millis().min(i32::MAX as u128) as i32;
+        let mut tasks = JoinSet::new();
+        for (addr, (mut client, parts)) in by_leader {
+            let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
+            for (tp, position, epoch) in &parts {
+                topics
+                    .entry(tp.0.clone())
+                    .or_default()
+                    .push(FetchPartition {
+                        partition: tp.1,
+                        fetch_offset: *position,
+                        current_leader_epoch: Some(*epoch),
+                        last_fetched_epoch: -1,
+                        log_start_offset: -1,
+                        partition_max_bytes: self.config.max_partition_fetch_bytes,
+                    });
+            }
+            let request = FetchRequest {
+                replica_id: -1,
+                broker_epoch: -1,
+                max_wait_ms,
+                min_bytes: 1,
+                max_bytes: self.config.fetch_max_bytes,
+                isolation_level: 0,
+                topics: topics
+                    .into_iter()
+                    .map(|(topic, partitions)| FetchTopic {
+                        topic,
+                        topic_id: Bytes::new(),
+                        partitions,
+                    })
+                    .collect(),
+            };
+            tasks.spawn(async move {
+                let r = client.fetch(request).await;
+                (addr, parts, r)
+            });
+        }
+        let mut out = Vec::new();
+        while let Some(joined) = tasks.join_next().await {
+            let (addr, parts, reply) =
+                joined.map_err(|e| ConsumeError::Protocol(format!("fetch task: {e}")))?;
+            match reply {
+                Err(_status) => {
+                    self.brokers.forget(&addr);
+                    for (tp, _, _) in &parts {
+                        self.brokers.invalidate(&tp.0);
+                    }
+                    retry = true;
+                }
+                Ok(reply) => {
+                    let reply = reply.into_inner();
+                    retry |= self.take_fetch(reply, &parts, &mut out).await?;
+                }
+            }
+        }
+        if out.is_empty() && retry {
+            // Give the cluster a moment (a leader election) before the caller polls again.
+            tokio::time::sleep(max_wait.min(Duration::from_millis(100))).await;
+        }
+        Ok(out)
+    }
+
+    /// Applies one fetch reply: records into `out`, positions advanced, errors handled.
+    /// Returns true when some partition needs a retry.
+    async fn take_fetch(
+        &mut self,
+        reply: FetchReply,
+        parts: &[Target],
+        out: &mut Vec<ConsumerRecord>,
+    ) -> Result<bool, ConsumeError> {
+        let mut retry = false;
+        for (tp, position, epoch) in parts {
+            let Some(p) = reply
+                .responses
+                .iter()
+                .filter(|t| t.topic == tp.0)
+                .flat_map(|t| &t.partitions)
+                .find(|p| p.partition_index == tp.1)
+            else {
+                retry = true;
+                continue;
+            };
+            match ErrorCode::from_proto(p.error.as_ref()) {
+                Ok(ErrorCode::None) => {}
+                Ok(ErrorCode::OffsetOutOfRange) => match self.config.auto_offset_reset {
+                    Some(OffsetReset::Earliest) => {
+                        self.seek(tp, SeekTo::Earliest).await?;
+                        continue;
+                    }
+                    Some(OffsetReset::Latest) => {
+                        self.seek(tp, SeekTo::Latest).await?;
+                        continue;
+                    }
+                    None => {
+                        return Err(ConsumeError::OffsetOutOfRange {
+                            topic: tp.0.clone(),
+                            partition: tp.1,
+                            offset: *position,
+                        });
+                    }
+                },
+                Ok(code) if code.retriable() => {
+                    if needs_metadata_refresh(code) {
+                        self.brokers.invalidate(&tp.0);
+                    }
+                    retry = true;
+                    continue;
+                }
+                Ok(code) => {
+                    return Err(ConsumeError::Kafka {
+                        topic: tp.0.clone(),
+                        partition: tp.1,
+                        code,
+                    });
+                }
+                Err(e) => return Err(ConsumeError::Protocol(e.to_string())),
+            }
+            let Decoded {
+                records,
+                next,
+                last_epoch,
+            } = decode(tp, &p.records, *position)?;
+            out.extend(records);
+            if let Some(s) = self.partitions.get_mut(tp) {
+                // Only if nobody seeked meanwhile (positions are per poll).
+                if s.position == Some(*position) {
+                    s.validated_epoch = Some(*epoch);
+                    if let Some(next) = next {
+                        s.position = Some(next);
+                        s.last_epoch = last_epoch;
+                    }
+                }
+            }
+        }
+        Ok(retry)
+    }
+}
+
+/// Tonic client type.
+type Clients =
+    keel_proto::broker::broker_service_client::BrokerServiceClient<tonic::transport::Channel>;
+
+/// A partition in a fetch: its position and the leader epoch it is fetched under.
+type Target = (TopicPartition, i64, i32);
+
+/// A failed lookup step.
+enum Lookup {
+    Retry(String),
+    Fatal(ConsumeError),
+}
+
+/// What [`decode`] found in a fetch reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded {
+    /// Records at offsets >= the position, in offset order.
+    pub records: Vec<ConsumerRecord>,
+    /// The next position: after the last batch that reaches the position; `None` if none
+    /// did.
+    pub next: Option<i64>,
+    /// Leader epoch of that batch.
+    pub last_epoch: Option<i32>,
+}
+
+/// Decodes the batches of a fetch for `tp` from `position` (see [`Decoded`]). CRCs are
+/// checked (Kafka `check.crcs`).
+pub fn decode(tp: &TopicPartition, data: &Bytes, position: i64) -> Result<Decoded, ConsumeError> {
+    let corrupt = |reason: String| ConsumeError::Corrupt {
+        topic: tp.0.clone(),
+        partition: tp.1,
+        reason,
+    };
+    let mut out = Vec::new();
+    let mut next = None;
+    let mut epoch = None;
+    for batch in BatchIter::new(data.clone()) {
+        let batch = batch.map_err(|e| corrupt(e.to_string()))?;
+        batch.validate().map_err(|e| corrupt(e.to_string()))?;
+        let h = *batch.header();
+        if h.next_offset() <= position {
+            continue;
+        }
+        let log_append_time = h.attributes & TIMESTAMP_TYPE_BIT != 0;
+        for r in batch.records() {
+            let r = r.map_err(|e| corrupt(e.to_string()))?;
+            let offset = h.base_offset + r.offset_delta as i64;
+            if offset < position {
+                continue;
+            }
+            out.push(ConsumerRecord {
+                topic: tp.0.clone(),
+                partition: tp.1,
+                offset,
+                timestamp_ms: if log_append_time {
+                    h.max_timestamp
+                } else {
+                    h.first_timestamp.wrapping_add(r.timestamp_delta)
+                },
+                leader_epoch: h.partition_leader_epoch,
+                key: r.key,
+                value: r.value,
+            });
+        }
+        next = Some(h.next_offset());
+        epoch = Some(h.partition_leader_epoch);
+    }
+    Ok(Decoded {
+        records: out,
+        next,
+        last_epoch: epoch,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_broker::log::RecordBatchBuilder;
+
+    fn batch(base: i64, epoch: i32, values: &[&str]) -> Bytes {
+        let mut b = RecordBatchBuilder::new(base).partition_leader_epoch(epoch);
+        for (i, v) in values.iter().enumerate() {
+            b.append(1000 + i as i64, Some(b"k"), Some(v.as_bytes()), &[]);
+        }
+        b.build().into_bytes()
+    }
+
+    #[test]
+    fn decode_skips_records_below_the_position_and_advances() {
+        let tp = ("t".to_string(), 0);
+        let mut data = batch(10, 3, &["a", "b", "c"]).to_vec();
+        data.extend_from_slice(&batch(13, 4, &["d"]));
+        let d = decode(&tp, &Bytes::from(data), 11).unwrap();
+        let got: Vec<(i64, &[u8], i64, i32)> = d
+            .records
+            .iter()
+            .map(|r| {
+                (
+                    r.offset,
+                    r.value.as_deref().unwrap(),
+                    r.timestamp_ms,
+                    r.leader_epoch,
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (11, &b"b"[..], 1001, 3),
+                (12, &b"c"[..], 1002, 3),
+                (13, &b"d"[..], 1000, 4)
+            ]
+        );
+        assert_eq!(d.next, Some(14));
+        assert_eq!(d.last_epoch, Some(4));
+        // Nothing at or after the position: no move.
+        let d = decode(&tp, &batch(10, 3, &["a"]), 11).unwrap();
+        assert!(d.records.is_empty());
+        assert_eq!(d.next, None);
+    }
+
+    #[test]
+    fn decode_rejects_a_corrupt_batch() {
+        let tp = ("t".to_string(), 0);
+        let mut data = batch(0, 0, &["hello"]).to_vec();
+        let last = data.len() - 2;
+        data[last] ^= 0xff;
+        let err = decode(&tp, &Bytes::from(data), 0).unwrap_err();
+        assert!(matches!(err, ConsumeError::Corrupt { .. }), "{err}");
+    }
+
+    #[test]
+    fn truncation_is_an_epoch_ending_below_the_position() {
+        // The leader's epoch 3 ends at 120 and we read up to 100: fine.
+        assert!(!truncation_detected(100, 3, 120));
+        assert!(!truncation_detected(100, 3, 100));
+        // It ends at 90: offsets 90..100 we returned are gone.
+        assert!(truncation_detected(100, 3, 90));
+        // The leader does not know the epoch at all.
+        assert!(truncation_detected(100, -1, -1));
+    }
+}

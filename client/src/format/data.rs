@@ -1,0 +1,224 @@
+//! Output of `keelctl produce`, `consume` and `verify`: summaries, record lines, reports.
+
+use serde::Serialize;
+
+use super::timestamp_ms;
+use crate::consumer::ConsumerRecord;
+use crate::verify::VerifyReport;
+
+/// What `keelctl produce` did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct ProduceSummary {
+    /// Topic.
+    pub topic: String,
+    /// Records acknowledged (acks=0: sent).
+    pub records: u64,
+    /// Key + value bytes of those records.
+    pub bytes: u64,
+    /// Records that failed.
+    pub failed: u64,
+    /// Partitions written, ascending.
+    pub partitions: Vec<i32>,
+    /// Wall time from the first send to the last acknowledgement, ms.
+    pub elapsed_ms: u64,
+    /// The first failure, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<String>,
+}
+
+/// One line: `produced 1000 records (12.3 KiB) to orders partitions 0,1,2 in 0.41 s (2439
+/// records/s)`, plus the failures if any.
+pub fn produce_summary_text(s: &ProduceSummary) -> String {
+    let secs = s.elapsed_ms as f64 / 1000.0;
+    let rate = if s.elapsed_ms > 0 {
+        format!(" ({:.0} records/s)", s.records as f64 / secs)
+    } else {
+        String::new()
+    };
+    let mut out = format!(
+        "produced {} records ({}) to {} partitions {} in {secs:.2} s{rate}\n",
+        s.records,
+        bytes_text(s.bytes),
+        s.topic,
+        if s.partitions.is_empty() {
+            "-".to_string()
+        } else {
+            super::ids(&s.partitions)
+        },
+    );
+    if s.failed > 0 {
+        out.push_str(&format!(
+            "failed {} records: {}\n",
+            s.failed,
+            s.first_error.as_deref().unwrap_or("")
+        ));
+    }
+    out
+}
+
+/// `512 B`, `12.3 KiB`, `4.0 MiB`.
+pub fn bytes_text(n: u64) -> String {
+    const KIB: f64 = 1024.0;
+    let f = n as f64;
+    if f < KIB {
+        format!("{n} B")
+    } else if f < KIB * KIB {
+        format!("{:.1} KiB", f / KIB)
+    } else if f < KIB * KIB * KIB {
+        format!("{:.1} MiB", f / KIB / KIB)
+    } else {
+        format!("{:.1} GiB", f / KIB / KIB / KIB)
+    }
+}
+
+/// Which fields `consume` prints before the value.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecordFields {
+    /// `Partition:P<TAB>Offset:O`.
+    pub offset: bool,
+    /// `CreateTime:<RFC 3339>`.
+    pub timestamp: bool,
+    /// The key (`null` when absent).
+    pub key: bool,
+}
+
+fn lossy(b: Option<&[u8]>) -> Option<String> {
+    b.map(|b| String::from_utf8_lossy(b).into_owned())
+}
+
+/// One record as a text line (no newline): the selected fields then the value, tab separated,
+/// like `kafka-console-consumer` with `print.offset` / `print.timestamp` / `print.key`.
+pub fn record_text(r: &ConsumerRecord, f: RecordFields) -> String {
+    let mut parts = Vec::new();
+    if f.timestamp {
+        parts.push(format!("CreateTime:{}", timestamp_ms(r.timestamp_ms)));
+    }
+    if f.offset {
+        parts.push(format!("Partition:{}\tOffset:{}", r.partition, r.offset));
+    }
+    if f.key {
+        parts.push(lossy(r.key.as_deref()).unwrap_or_else(|| "null".into()));
+    }
+    parts.push(lossy(r.value.as_deref()).unwrap_or_else(|| "null".into()));
+    parts.join("\t")
+}
+
+/// One record as a JSON object (key and value as UTF-8 text, lossy; null when absent).
+pub fn record_json(r: &ConsumerRecord) -> serde_json::Value {
+    serde_json::json!({
+        "topic": r.topic,
+        "partition": r.partition,
+        "offset": r.offset,
+        "timestamp_ms": r.timestamp_ms,
+        "leader_epoch": r.leader_epoch,
+        "key": lossy(r.key.as_deref()),
+        "value": lossy(r.value.as_deref()),
+    })
+}
+
+/// The verify report as text, ending with `OK` or `FAILED`.
+pub fn verify_text(topic: &str, r: &VerifyReport) -> String {
+    format!(
+        "topic:        {topic}\n\
+         produced:     {}\n\
+         acknowledged: {}\n\
+         read back:    {} (from {} partitions)\n\
+         lost:         {}\n\
+         duplicated:   {}\n\
+         reordered:    {}\n\
+         {}\n",
+        r.produced,
+        r.acknowledged,
+        r.read,
+        r.partitions,
+        r.lost,
+        r.duplicated,
+        r.reordered,
+        if r.healthy() { "OK" } else { "FAILED" }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn rec() -> ConsumerRecord {
+        ConsumerRecord {
+            topic: "t".into(),
+            partition: 2,
+            offset: 17,
+            timestamp_ms: 1_700_000_000_123,
+            leader_epoch: 3,
+            key: Some(Bytes::from_static(b"k1")),
+            value: Some(Bytes::from_static(b"hello")),
+        }
+    }
+
+    #[test]
+    fn record_lines() {
+        assert_eq!(record_text(&rec(), RecordFields::default()), "hello");
+        let all = RecordFields {
+            offset: true,
+            timestamp: true,
+            key: true,
+        };
+        assert_eq!(
+            record_text(&rec(), all),
+            "CreateTime:2023-11-14T22:13:20.123Z\tPartition:2\tOffset:17\tk1\thello"
+        );
+        let mut r = rec();
+        r.key = None;
+        let key_only = RecordFields {
+            key: true,
+            ..Default::default()
+        };
+        assert_eq!(record_text(&r, key_only), "null\thello");
+        assert_eq!(
+            record_json(&rec()).to_string(),
+            r#"{"key":"k1","leader_epoch":3,"offset":17,"partition":2,"timestamp_ms":1700000000123,"topic":"t","value":"hello"}"#
+        );
+    }
+
+    #[test]
+    fn summaries() {
+        let s = ProduceSummary {
+            topic: "orders".into(),
+            records: 1000,
+            bytes: 12_600,
+            failed: 0,
+            partitions: vec![0, 1, 2],
+            elapsed_ms: 500,
+            first_error: None,
+        };
+        assert_eq!(
+            produce_summary_text(&s),
+            "produced 1000 records (12.3 KiB) to orders partitions 0,1,2 in 0.50 s (2000 records/s)\n"
+        );
+        let f = ProduceSummary {
+            failed: 2,
+            first_error: Some("orders-1: NOT_ENOUGH_REPLICAS (19) (delivery timeout)".into()),
+            elapsed_ms: 0,
+            records: 0,
+            partitions: vec![],
+            ..s
+        };
+        assert_eq!(
+            produce_summary_text(&f),
+            "produced 0 records (12.3 KiB) to orders partitions - in 0.00 s\n\
+             failed 2 records: orders-1: NOT_ENOUGH_REPLICAS (19) (delivery timeout)\n"
+        );
+        assert_eq!(bytes_text(512), "512 B");
+        assert_eq!(bytes_text(3 * 1024 * 1024), "3.0 MiB");
+    }
+
+    #[test]
+    fn verify_report_text() {
+        let r = VerifyReport::compute(2, &[0, 1], &[(0, 0), (0, 1)]);
+        let t = verify_text("v", &r);
+        assert!(t.ends_with("reordered:    0\nOK\n"), "{t}");
+        let r = VerifyReport::compute(2, &[0, 1], &[(0, 0)]);
+        assert!(verify_text("v", &r).contains("lost:         1\n"));
+        assert!(verify_text("v", &r).ends_with("FAILED\n"));
+    }
+}

@@ -1,0 +1,686 @@
+//! [`Producer`]: an asynchronous, batching, idempotent producer (Kafka's `KafkaProducer`
+//! without transactions).
+//!
+//! - **Metadata**: partition leaders from the broker `Metadata` RPC, refreshed after
+//!   NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH and transport errors
+//!   (see [`crate::brokers`]). Each Produce carries the leader epoch it was routed by
+//!   (KIP-320 fencing).
+//! - **Partitioning**: [`partitioner`]: murmur2 of the key like Kafka, sticky without a key.
+//! - **Batching**: [`accumulator`]: one open batch per partition, sent when `batch_size_bytes`
+//!   is reached or after `linger_ms`.
+//! - **Idempotence** (default on, KIP-98): one InitProducerId, a sequence per partition, and
+//!   retries that resend the same bytes so the broker deduplicates them. **One batch in flight
+//!   per partition** (Kafka allows up to 5 with idempotence): simpler, and order is kept
+//!   across retries by construction. When a batch finally fails, the next batches use a fresh
+//!   producer id (their sequences restart at 0), as Kafka bumps the epoch (KIP-360).
+//! - **Retries**: retriable errors (Kafka's classification, [`ErrorCode::retriable`]) and
+//!   transport errors are retried with exponential backoff until `delivery_timeout_ms` after
+//!   the record was handed to [`Producer::send`].
+//! - **Memory bound**: at most `buffer_memory_bytes` of records wait or are in flight;
+//!   `send` waits for room (up to `max_block_ms`).
+
+pub mod accumulator;
+mod error;
+pub mod partitioner;
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use keel_broker::log::RecordBatchBuilder;
+use keel_proto::ErrorCode;
+use keel_proto::broker::{
+    InitProducerIdRequest, ProducePartitionData, ProduceRequest, ProduceTopicData,
+};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
+
+pub use accumulator::TopicPartition;
+use accumulator::{Accumulator, Batch, PendingRecord, Sequences, record_size_bytes};
+pub use error::ProduceError;
+use partitioner::{StickyPartitioner, key_partition};
+
+use crate::admin::error_chain;
+use crate::brokers::{Brokers, MetadataError, needs_metadata_refresh, now_ms};
+
+/// Acknowledgement level (Kafka `acks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acks {
+    /// `acks=0`: the broker does not answer with an offset; nothing is known about delivery.
+    None,
+    /// `acks=1`: the leader appended the batch.
+    Leader,
+    /// `acks=all` (-1): every member of the ISR has the batch and the ISR has at least
+    /// `min.insync.replicas` members.
+    All,
+}
+
+impl Acks {
+    /// The wire value: 0, 1 or -1.
+    pub fn wire(self) -> i32 {
+        match self {
+            Acks::None => 0,
+            Acks::Leader => 1,
+            Acks::All => -1,
+        }
+    }
+}
+
+/// Settings of a [`Producer`]; [`ProducerConfig::new`] gives Kafka's defaults.
+#[derive(Debug, Clone)]
+pub struct ProducerConfig {
+    /// `host:port` of one or more brokers.
+    pub bootstrap_brokers: Vec<String>,
+    /// Acknowledgement level; default [`Acks::All`].
+    pub acks: Acks,
+    /// Idempotent delivery (requires `acks` = all); default true.
+    pub enable_idempotence: bool,
+    /// How long a batch waits for more records before it is sent, ms; default 5.
+    pub linger_ms: u64,
+    /// Target batch size per partition, bytes; default 16384.
+    pub batch_size_bytes: usize,
+    /// Upper bound from `send` to success or failure, retries included, ms; default 120000.
+    pub delivery_timeout_ms: u64,
+    /// Deadline of one RPC, ms; also the broker's acks=all wait (`timeout_ms`); default 30000.
+    pub request_timeout_ms: u64,
+    /// First backoff between retries, ms (doubled up to `retry_backoff_max_ms`); default 100.
+    pub retry_backoff_ms: u64,
+    /// Longest backoff between retries, ms; default 1000.
+    pub retry_backoff_max_ms: u64,
+    /// Bytes of records that may wait or be in flight; default 32 MiB.
+    pub buffer_memory_bytes: usize,
+    /// How long `send` may wait for metadata of the topic or for buffer room, ms; default
+    /// 10000 (Kafka: 60000; shorter so a CLI fails fast on an unknown topic).
+    pub max_block_ms: u64,
+}
+
+impl ProducerConfig {
+    /// Defaults for `bootstrap_brokers`.
+    pub fn new(bootstrap_brokers: Vec<String>) -> Self {
+        ProducerConfig {
+            bootstrap_brokers,
+            acks: Acks::All,
+            enable_idempotence: true,
+            linger_ms: 5,
+            batch_size_bytes: 16 * 1024,
+            delivery_timeout_ms: 120_000,
+            request_timeout_ms: 30_000,
+            retry_backoff_ms: 100,
+            retry_backoff_max_ms: 1000,
+            buffer_memory_bytes: 32 * 1024 * 1024,
+            max_block_ms: 10_000,
+        }
+    }
+}
+
+/// Where an acknowledged record was written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordMetadata {
+    /// Topic.
+    pub topic: String,
+    /// Partition.
+    pub partition: i32,
+    /// Offset of the record; -1 with acks=0 (unknown).
+    pub offset: i64,
+    /// The record's create time, ms since the Unix epoch.
+    pub timestamp_ms: i64,
+}
+
+type DeliveryResult = Result<RecordMetadata, ProduceError>;
+
+/// The outcome of one [`Producer::send`]: resolves once the record is acknowledged or failed.
+#[derive(Debug)]
+pub struct Delivery {
+    rx: oneshot::Receiver<DeliveryResult>,
+}
+
+impl Future for Delivery {
+    type Output = DeliveryResult;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<DeliveryResult> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(ProduceError::Closed)))
+    }
+}
+
+#[derive(Debug)]
+struct Handle {
+    tx: oneshot::Sender<DeliveryResult>,
+    /// Released (buffer room returned) when the record completes.
+    _permit: OwnedSemaphorePermit,
+}
+
+#[derive(Debug)]
+struct State {
+    acc: Accumulator<Handle>,
+    in_flight: HashSet<TopicPartition>,
+    sticky: HashMap<String, StickyPartitioner>,
+    /// `None` until the first InitProducerId, and again after a batch failed (a fresh id).
+    sequences: Option<Sequences>,
+    /// Number of `flush` calls in progress: while > 0 every batch is ready.
+    flushing: usize,
+    closed: bool,
+}
+
+#[derive(Debug)]
+struct Inner {
+    config: ProducerConfig,
+    brokers: Brokers,
+    state: Mutex<State>,
+    /// Wakes the sender loop (records appended, batch done, flush, close).
+    wake: Notify,
+    /// Signalled to every waiter when a batch completes.
+    progress: Notify,
+    memory: Arc<Semaphore>,
+    /// Send attempts that were retried (Kafka metric `record-retry-total`, per batch).
+    retries: AtomicU64,
+}
+
+/// An asynchronous producer; see the [module documentation](self). `send` takes `&self`:
+/// share one producer (e.g. in an `Arc`) between tasks. Dropping it fails records not yet
+/// sent with [`ProduceError::Closed`]; call [`Producer::close`] to deliver them first.
+#[derive(Debug)]
+pub struct Producer {
+    inner: Arc<Inner>,
+}
+
+impl Producer {
+    /// A producer for `config`; starts its sender task, so it must be called inside a Tokio
+    /// runtime. Connects lazily.
+    pub fn new(config: ProducerConfig) -> Result<Producer, ProduceError> {
+        if config.bootstrap_brokers.is_empty() {
+            return Err(ProduceError::InvalidArgument(
+                "no bootstrap broker addresses given".into(),
+            ));
+        }
+        if config.enable_idempotence && config.acks != Acks::All {
+            return Err(ProduceError::InvalidArgument(
+                "idempotence requires acks=all (disable idempotence for acks 0 or 1)".into(),
+            ));
+        }
+        let permits = config.buffer_memory_bytes.clamp(1, Semaphore::MAX_PERMITS);
+        let inner = Arc::new(Inner {
+            brokers: Brokers::new(
+                config.bootstrap_brokers.clone(),
+                Duration::from_millis(config.request_timeout_ms.max(1)),
+            ),
+            state: Mutex::new(State {
+                acc: Accumulator::new(
+                    config.batch_size_bytes,
+                    Duration::from_millis(config.linger_ms),
+                ),
+                in_flight: HashSet::new(),
+                sticky: HashMap::new(),
+                sequences: None,
+                flushing: 0,
+                closed: false,
+            }),
+            wake: Notify::new(),
+            progress: Notify::new(),
+            memory: Arc::new(Semaphore::new(permits)),
+            retries: AtomicU64::new(0),
+            config,
+        });
+        tokio::spawn(sender_loop(inner.clone()));
+        Ok(Producer { inner })
+    }
+
+    /// Queues one record for `topic`. Returns once the record is in a batch (after waiting
+    /// for the topic's metadata and buffer room, up to `max_block_ms`); the returned
+    /// [`Delivery`] resolves when the record is acknowledged (or failed).
+    pub async fn send(
+        &self,
+        topic: &str,
+        key: Option<&[u8]>,
+        value: &[u8],
+    ) -> Result<Delivery, ProduceError> {
+        let cfg = &self.inner.config;
+        let block_deadline = Instant::now() + Duration::from_millis(cfg.max_block_ms);
+        let size = record_size_bytes(key, value);
+        let permits = size.clamp(1, cfg.buffer_memory_bytes.max(1)) as u32;
+        let permit = tokio::time::timeout_at(
+            block_deadline.into(),
+            self.inner.memory.clone().acquire_many_owned(permits),
+        )
+        .await
+        .map_err(|_| {
+            ProduceError::InvalidArgument(format!(
+                "no buffer room for the record within max_block_ms ({} ms)",
+                cfg.max_block_ms
+            ))
+        })?
+        .map_err(|_| ProduceError::Closed)?;
+        let partitions = self.partition_count(topic, block_deadline).await?;
+        let (tx, rx) = oneshot::channel();
+        let mut s = self.inner.state.lock().unwrap();
+        if s.closed {
+            return Err(ProduceError::Closed);
+        }
+        let partition = match key {
+            Some(k) => key_partition(k, partitions),
+            None => {
+                let start = self.sticky_start();
+                s.sticky
+                    .entry(topic.to_string())
+                    .or_insert_with(|| StickyPartitioner::new(start))
+                    .next(partitions, size, cfg.batch_size_bytes)
+            }
+        };
+        s.acc.append(
+            (topic.to_string(), partition),
+            PendingRecord {
+                key: key.map(<[u8]>::to_vec),
+                value: value.to_vec(),
+                timestamp_ms: now_ms(),
+                handle: Handle {
+                    tx,
+                    _permit: permit,
+                },
+            },
+            Instant::now(),
+        );
+        drop(s);
+        self.inner.wake.notify_one();
+        Ok(Delivery { rx })
+    }
+
+    /// Sends every queued record now and waits until all of them (and any sent meanwhile)
+    /// are acknowledged or failed.
+    pub async fn flush(&self) {
+        self.inner.state.lock().unwrap().flushing += 1;
+        self.inner.wake.notify_one();
+        loop {
+            let progress = self.inner.progress.notified();
+            tokio::pin!(progress);
+            progress.as_mut().enable();
+            {
+                let s = self.inner.state.lock().unwrap();
+                if s.acc.is_empty() && s.in_flight.is_empty() {
+                    break;
+                }
+            }
+            progress.await;
+        }
+        self.inner.state.lock().unwrap().flushing -= 1;
+    }
+
+    /// Delivers every queued record ([`Producer::flush`]), then stops the sender task.
+    pub async fn close(self) {
+        self.flush().await;
+    }
+
+    /// The producer id and epoch in use, once the first batch was sent with idempotence.
+    pub fn producer_id(&self) -> Option<(i64, i16)> {
+        let s = self.inner.state.lock().unwrap();
+        s.sequences
+            .as_ref()
+            .map(|q| (q.producer_id, q.producer_epoch))
+    }
+
+    /// How many times a batch send was retried (after a retriable error or a transport
+    /// failure) since the producer started.
+    pub fn retries(&self) -> u64 {
+        self.inner.retries.load(Ordering::Relaxed)
+    }
+
+    /// A start partition for the sticky partitioner that differs between producers.
+    fn sticky_start(&self) -> usize {
+        (now_ms() as usize) ^ (Arc::as_ptr(&self.inner) as usize >> 4)
+    }
+
+    /// The partition count of `topic`, retrying while the brokers do not know it yet (a
+    /// topic just created) or cannot be reached, until `deadline`.
+    async fn partition_count(&self, topic: &str, deadline: Instant) -> Result<usize, ProduceError> {
+        let mut backoff = Duration::from_millis(self.inner.config.retry_backoff_ms.max(1));
+        loop {
+            let err = match self.inner.brokers.topic(topic).await {
+                Ok(t) if !t.partitions.is_empty() => return Ok(t.partitions.len()),
+                Ok(_) => MetadataError::Topic {
+                    topic: topic.to_string(),
+                    code: ErrorCode::UnknownTopicOrPartition,
+                },
+                Err(e) => e,
+            };
+            let retriable = match &err {
+                MetadataError::Topic { code, .. } => code.retriable(),
+                MetadataError::Unreachable { .. } => true,
+            };
+            if !retriable || Instant::now() + backoff > deadline {
+                return Err(err.into());
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(
+                self.inner.config.retry_backoff_max_ms.max(1),
+            ));
+        }
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        let batches = {
+            let mut s = self.inner.state.lock().unwrap();
+            s.closed = true;
+            s.acc.take_all()
+        };
+        for b in batches {
+            for r in b.records {
+                let _ = r.handle.tx.send(Err(ProduceError::Closed));
+            }
+        }
+        self.inner.wake.notify_one();
+    }
+}
+
+/// Seals ready batches and starts one send task per batch, until closed and idle.
+async fn sender_loop(inner: Arc<Inner>) {
+    loop {
+        let (ready, deadline, need_id) = {
+            let s = inner.state.lock().unwrap();
+            if s.closed && s.acc.is_empty() && s.in_flight.is_empty() {
+                return;
+            }
+            let ready = s
+                .acc
+                .ready(Instant::now(), &s.in_flight, s.flushing > 0 || s.closed);
+            let need_id = inner.config.enable_idempotence && s.sequences.is_none();
+            (ready, s.acc.next_linger_deadline(&s.in_flight), need_id)
+        };
+        if !ready.is_empty() {
+            if need_id {
+                match init_producer_id(&inner).await {
+                    Ok((id, epoch)) => {
+                        inner.state.lock().unwrap().sequences = Some(Sequences::new(id, epoch));
+                    }
+                    Err(e) => {
+                        fail_batches(&inner, &ready, e);
+                        continue;
+                    }
+                }
+            }
+            let mut s = inner.state.lock().unwrap();
+            for tp in ready {
+                let Some(batch) = s.acc.take(&tp) else {
+                    continue;
+                };
+                let identity = match s.sequences.as_mut() {
+                    Some(q) if inner.config.enable_idempotence => {
+                        let seq = q.assign(&tp, batch.records.len() as i32);
+                        Some((q.producer_id, q.producer_epoch, seq))
+                    }
+                    _ => None,
+                };
+                s.in_flight.insert(tp.clone());
+                tokio::spawn(send_batch(inner.clone(), tp, batch, identity));
+            }
+            continue;
+        }
+        let woken = inner.wake.notified();
+        match deadline {
+            Some(d) => {
+                tokio::select! {
+                    _ = woken => {}
+                    _ = tokio::time::sleep_until(d.into()) => {}
+                }
+            }
+            None => woken.await,
+        }
+    }
+}
+
+/// Fails the first batch of each of `tps` with `error` (the producer id could not be had).
+fn fail_batches(inner: &Inner, tps: &[TopicPartition], error: ProduceError) {
+    let batches: Vec<_> = {
+        let mut s = inner.state.lock().unwrap();
+        tps.iter().filter_map(|tp| s.acc.take(tp)).collect()
+    };
+    for b in batches {
+        for r in b.records {
+            let _ = r.handle.tx.send(Err(error.clone()));
+        }
+    }
+    inner.progress.notify_waiters();
+}
+
+/// InitProducerId from any broker, retried until the delivery timeout.
+async fn init_producer_id(inner: &Inner) -> Result<(i64, i16), ProduceError> {
+    let cfg = &inner.config;
+    let deadline = Instant::now() + Duration::from_millis(cfg.delivery_timeout_ms);
+    let mut backoff = Duration::from_millis(cfg.retry_backoff_ms.max(1));
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let mut last_error = String::new();
+        for addr in &cfg.bootstrap_brokers {
+            let mut c = match inner.brokers.client_for(addr) {
+                Ok(c) => c,
+                Err(e) => {
+                    last_error = e;
+                    continue;
+                }
+            };
+            match c
+                .init_producer_id(InitProducerIdRequest {
+                    transactional_id: String::new(),
+                    transaction_timeout_ms: 0,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                })
+                .await
+            {
+                Err(status) => {
+                    inner.brokers.forget(addr);
+                    last_error = format!("{addr}: {}", error_chain(&status));
+                }
+                Ok(r) => {
+                    let r = r.into_inner();
+                    match ErrorCode::from_proto(r.error.as_ref()) {
+                        Ok(ErrorCode::None) => {
+                            return Ok((r.producer_id, r.producer_epoch as i16));
+                        }
+                        Ok(code) if code.retriable() => {
+                            last_error = format!("{addr}: InitProducerId: {code}");
+                        }
+                        Ok(code) => {
+                            return Err(ProduceError::InitProducerId {
+                                code,
+                                message: r.error.map(|e| e.message).unwrap_or_default(),
+                            });
+                        }
+                        Err(e) => return Err(ProduceError::Protocol(e.to_string())),
+                    }
+                }
+            }
+        }
+        if Instant::now() + backoff > deadline {
+            return Err(ProduceError::Timeout {
+                topic: String::new(),
+                partition: -1,
+                attempts,
+                last_error,
+            });
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(cfg.retry_backoff_max_ms.max(1)));
+    }
+}
+
+/// Encodes `batch` once (v2, with producer id/epoch/sequence when idempotent).
+fn encode(batch: &Batch<Handle>, identity: Option<(i64, i16, i32)>) -> Bytes {
+    let mut b = RecordBatchBuilder::new(0).with_capacity(batch.size_bytes);
+    if let Some((id, epoch, seq)) = identity {
+        b = b.producer(id, epoch, seq);
+    }
+    for r in &batch.records {
+        b.append(r.timestamp_ms, r.key.as_deref(), Some(&r.value), &[]);
+    }
+    b.build().into_bytes()
+}
+
+/// One attempt's outcome.
+enum Attempt {
+    /// The base offset (-1 with acks=0).
+    Done(i64),
+    /// Retry after backoff; the Kafka code if the broker answered with one.
+    Retry(Option<ErrorCode>, String),
+    /// Give up now.
+    Fail(ProduceError),
+}
+
+/// Sends one sealed batch until it succeeds, fails for good, or the delivery timeout ends.
+async fn send_batch(
+    inner: Arc<Inner>,
+    tp: TopicPartition,
+    batch: Batch<Handle>,
+    identity: Option<(i64, i16, i32)>,
+) {
+    let cfg = &inner.config;
+    let records = encode(&batch, identity);
+    let deadline = batch.created + Duration::from_millis(cfg.delivery_timeout_ms);
+    let mut backoff = Duration::from_millis(cfg.retry_backoff_ms.max(1));
+    let mut attempts = 0u32;
+    let outcome = loop {
+        attempts += 1;
+        let (code, last_error) = match attempt(&inner, &tp, records.clone()).await {
+            Attempt::Done(base) => break Ok(base),
+            Attempt::Fail(e) => break Err(e),
+            Attempt::Retry(code, msg) => (code, msg),
+        };
+        if Instant::now() + backoff > deadline {
+            break Err(match code {
+                Some(code) => ProduceError::Kafka {
+                    topic: tp.0.clone(),
+                    partition: tp.1,
+                    code,
+                    timed_out: true,
+                },
+                None => ProduceError::Timeout {
+                    topic: tp.0.clone(),
+                    partition: tp.1,
+                    attempts,
+                    last_error,
+                },
+            });
+        }
+        inner.retries.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_millis(cfg.retry_backoff_max_ms.max(1)));
+    };
+    let failed = outcome.is_err();
+    for (i, r) in batch.records.into_iter().enumerate() {
+        let result = match &outcome {
+            Ok(base) => Ok(RecordMetadata {
+                topic: tp.0.clone(),
+                partition: tp.1,
+                offset: if *base < 0 { -1 } else { base + i as i64 },
+                timestamp_ms: r.timestamp_ms,
+            }),
+            Err(e) => Err(e.clone()),
+        };
+        let _ = r.handle.tx.send(result);
+    }
+    {
+        let mut s = inner.state.lock().unwrap();
+        s.in_flight.remove(&tp);
+        if failed && identity.is_some() {
+            // The outcome of this batch is unknown: later batches of this partition would
+            // leave a sequence gap. Start over with a fresh producer id (KIP-360).
+            s.sequences = None;
+        }
+    }
+    inner.wake.notify_one();
+    inner.progress.notify_waiters();
+}
+
+/// One Produce of `records` to the current leader of `tp`.
+async fn attempt(inner: &Inner, tp: &TopicPartition, records: Bytes) -> Attempt {
+    let (topic, partition) = (tp.0.as_str(), tp.1);
+    let meta = match inner.brokers.topic(topic).await {
+        Ok(m) => m,
+        Err(MetadataError::Topic { code, .. }) if !code.retriable() => {
+            return Attempt::Fail(ProduceError::Kafka {
+                topic: topic.into(),
+                partition,
+                code,
+                timed_out: false,
+            });
+        }
+        Err(MetadataError::Topic { code, .. }) => {
+            return Attempt::Retry(Some(code), code.to_string());
+        }
+        Err(e) => return Attempt::Retry(None, e.to_string()),
+    };
+    let Some(leader) = meta.partitions.get(partition as usize).copied() else {
+        inner.brokers.invalidate(topic);
+        return Attempt::Retry(
+            Some(ErrorCode::UnknownTopicOrPartition),
+            "partition not in metadata".into(),
+        );
+    };
+    let Some((addr, mut client)) = (leader.leader_id >= 0)
+        .then(|| inner.brokers.client(leader.leader_id))
+        .flatten()
+    else {
+        inner.brokers.invalidate(topic);
+        return Attempt::Retry(
+            Some(ErrorCode::LeaderNotAvailable),
+            format!("no leader for {topic}-{partition}"),
+        );
+    };
+    let request = ProduceRequest {
+        acks: inner.config.acks.wire(),
+        timeout_ms: inner.config.request_timeout_ms.min(i32::MAX as u64) as i32,
+        transactional_id: String::new(),
+        topics: vec![ProduceTopicData {
+            name: topic.into(),
+            topic_id: Bytes::new(),
+            partitions: vec![ProducePartitionData {
+                index: partition,
+                records,
+                current_leader_epoch: Some(leader.leader_epoch),
+            }],
+        }],
+    };
+    let reply = match client.produce(request).await {
+        Ok(r) => r.into_inner(),
+        Err(status) => {
+            inner.brokers.forget(&addr);
+            inner.brokers.invalidate(topic);
+            return Attempt::Retry(None, format!("{addr}: {}", error_chain(&status)));
+        }
+    };
+    let p = reply
+        .responses
+        .iter()
+        .filter(|t| t.name == topic)
+        .flat_map(|t| &t.partitions)
+        .find(|p| p.index == partition);
+    let (code, base) = match p {
+        Some(p) => (ErrorCode::from_proto(p.error.as_ref()), p.base_offset),
+        None => (ErrorCode::from_proto(reply.error.as_ref()), -1),
+    };
+    match code {
+        Ok(ErrorCode::None) if p.is_some() => Attempt::Done(base),
+        Ok(ErrorCode::None) => Attempt::Fail(ProduceError::Protocol(format!(
+            "no answer for {topic}-{partition}"
+        ))),
+        Ok(code) if code.retriable() => {
+            if needs_metadata_refresh(code) {
+                inner.brokers.invalidate(topic);
+            }
+            Attempt::Retry(Some(code), code.to_string())
+        }
+        Ok(code) => Attempt::Fail(ProduceError::Kafka {
+            topic: topic.into(),
+            partition,
+            code,
+            timed_out: false,
+        }),
+        Err(e) => Attempt::Fail(ProduceError::Protocol(e.to_string())),
+    }
+}

@@ -1,0 +1,245 @@
+//! Shared fixture of the multi-process client tests: a local cluster started with
+//! `keelctl cluster up` in a temp dir on free ports, stopped on drop.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+pub const KEELCTL: &str = env!("CARGO_BIN_EXE_keelctl");
+
+/// `target/<profile>/<name>` next to keelctl, where `cargo build`/`cargo nextest` put the
+/// workspace binaries; built with `cargo build -p <package>` (same profile and target dir)
+/// when missing, like the broker tests do for `keel-controller`.
+pub fn sibling_binary(name: &str) -> PathBuf {
+    let profile_dir = Path::new(KEELCTL)
+        .parent()
+        .expect("keelctl in target/<profile>");
+    let bin = profile_dir.join(name);
+    if bin.exists() {
+        return bin;
+    }
+    let target_dir = profile_dir.parent().expect("target dir");
+    let profile = profile_dir
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    eprintln!(
+        "{} is missing: building it with `cargo build -p {name}`",
+        bin.display()
+    );
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .args(["build", "-p", name, "--bin", name])
+        .env("CARGO_TARGET_DIR", target_dir);
+    match profile.as_str() {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        other => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    assert!(
+        cmd.status().expect("run cargo build").success(),
+        "building {name} failed"
+    );
+    assert!(
+        bin.exists(),
+        "{} still missing after the build",
+        bin.display()
+    );
+    bin
+}
+
+/// A base port whose controller (base+1..=3) and broker (base+100..=102) ports are all free.
+pub fn free_base_port() -> u16 {
+    for _ in 0..100 {
+        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = probe.local_addr().unwrap().port();
+        drop(probe);
+        let Some(base) = p.checked_sub(1) else {
+            continue;
+        };
+        if base.checked_add(102).is_none() {
+            continue;
+        }
+        let ports = [1u16, 2, 3, 100, 101, 102].map(|o| base + o);
+        if ports
+            .iter()
+            .all(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        {
+            return base;
+        }
+    }
+    panic!("no free base port found");
+}
+
+/// A local cluster under a temp dir; stopped on drop even when the test fails.
+pub struct Fixture {
+    /// Temp dir holding the data dir.
+    pub dir: tempfile::TempDir,
+    /// Base port.
+    pub base: u16,
+}
+
+impl Fixture {
+    pub fn data_dir(&self) -> String {
+        self.dir.path().join("keel-data").display().to_string()
+    }
+
+    pub fn controllers(&self) -> String {
+        (1..=3)
+            .map(|i| format!("127.0.0.1:{}", self.base + i))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Runs keelctl with the cluster's controllers as bootstrap.
+    pub fn run(&self, args: &[&str]) -> Output {
+        Command::new(KEELCTL)
+            .args(args)
+            .env("KEEL_BOOTSTRAP_CONTROLLERS", self.controllers())
+            .env_remove("KEEL_BOOTSTRAP_BROKERS")
+            .output()
+            .expect("run keelctl")
+    }
+
+    /// Runs keelctl, requires success, parses stdout as JSON.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "keelctl {args:?} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "keelctl {args:?}: not JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
+    /// Runs keelctl, requires failure, returns stderr.
+    pub fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            !out.status.success(),
+            "keelctl {args:?} should fail: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    pub fn cluster(&self, verb: &str, extra: &[&str]) -> Value {
+        let base = self.base.to_string();
+        let data = self.data_dir();
+        let mut args = vec!["--json", "cluster", verb, "--data-dir", &data];
+        if verb != "down" {
+            args.extend(["--base-port", &base]);
+        } else {
+            args.extend(["--base-port", &base, "--timeout-secs", "20"]);
+        }
+        args.extend(extra);
+        self.json(&args)
+    }
+
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        for name in [
+            "controller-1",
+            "controller-2",
+            "controller-3",
+            "broker-1",
+            "broker-2",
+            "broker-3",
+        ] {
+            let path = self
+                .dir
+                .path()
+                .join("keel-data")
+                .join(format!("{name}.log"));
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(15).collect();
+            s.push_str(&format!("--- {name}\n"));
+            for l in tail.into_iter().rev() {
+                s.push_str(l);
+                s.push('\n');
+            }
+        }
+        s
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = Command::new(KEELCTL)
+            .args(["cluster", "down", "--data-dir", &self.data_dir()])
+            .args(["--base-port", &self.base.to_string(), "--timeout-secs", "5"])
+            .output();
+    }
+}
+
+impl Fixture {
+    /// A fresh fixture on free ports (nothing started yet).
+    pub fn fresh() -> Fixture {
+        sibling_binary("keel-controller");
+        sibling_binary("keel-broker");
+        Fixture {
+            dir: tempfile::tempdir().unwrap(),
+            base: free_base_port(),
+        }
+    }
+
+    /// Broker addresses of the cluster.
+    pub fn brokers(&self) -> Vec<String> {
+        (100..=102)
+            .map(|o| format!("127.0.0.1:{}", self.base + o))
+            .collect()
+    }
+
+    /// Runs keelctl with `stdin` as its standard input.
+    pub fn run_with_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        use std::io::Write;
+        use std::process::Stdio;
+        let mut child = Command::new(KEELCTL)
+            .args(args)
+            .env("KEEL_BOOTSTRAP_CONTROLLERS", self.controllers())
+            .env_remove("KEEL_BOOTSTRAP_BROKERS")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run keelctl");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// SIGKILL to broker `id` (kill -9), then waits for the process to be gone.
+    pub fn kill9_broker(&self, id: i32) {
+        let pid_file = self
+            .dir
+            .path()
+            .join("keel-data")
+            .join(format!("broker-{id}.pid"));
+        let pid = std::fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()));
+        let status = Command::new("kill")
+            .args(["-9", pid.trim()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -9 {pid}");
+    }
+}
