@@ -4,7 +4,9 @@
 //! Layout under the data dir: `controller-<id>/` and `broker-<id>/` data directories,
 //! `<name>.log` (stdout and stderr of the process) and `<name>.pid`. Ports are fixed offsets of
 //! a base port: controllers `base + id` (9093..9095 for the default 9092), brokers
-//! `base + 99 + id` (9192..9194), all on 127.0.0.1.
+//! `base + 99 + id` (9192..9194), all on 127.0.0.1. Every process also serves `/metrics` and
+//! `/health/*` over HTTP (`--metrics-listener`): controllers on `base + 300 + id`
+//! (9393..9395), brokers on `base + 310 + id` (9403..9405).
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -50,6 +52,8 @@ pub struct ProcessSpec {
     pub id: u16,
     /// `host:port` it listens on.
     pub address: String,
+    /// `host:port` of its HTTP `/metrics` and `/health` listener.
+    pub metrics_address: String,
     /// Its data directory.
     pub data_dir: PathBuf,
     /// Its log file (stdout + stderr).
@@ -81,7 +85,7 @@ pub struct Layout {
 impl Layout {
     /// The layout for `data_dir` and `base_port`. Fails when the ports would overflow.
     pub fn new(data_dir: PathBuf, base_port: u16) -> Result<Self, String> {
-        if base_port.checked_add(99 + NODES).is_none() {
+        if base_port.checked_add(310 + NODES).is_none() {
             return Err(format!(
                 "--base-port {base_port} is too high: brokers need base + {}",
                 99 + NODES
@@ -135,6 +139,10 @@ impl Layout {
                     Role::Controller => self.controller_address(id),
                     Role::Broker => self.broker_address(id),
                 },
+                metrics_address: match role {
+                    Role::Controller => format!("127.0.0.1:{}", self.base_port + 300 + id),
+                    Role::Broker => format!("127.0.0.1:{}", self.base_port + 310 + id),
+                },
                 data_dir: self.data_dir.join(&name),
                 log_file: self.data_dir.join(format!("{name}.log")),
                 pid_file: self.data_dir.join(format!("{name}.pid")),
@@ -161,6 +169,8 @@ impl Layout {
             p.address.clone(),
             data_flag.into(),
             p.data_dir.display().to_string(),
+            "--metrics-listener".into(),
+            p.metrics_address.clone(),
         ]
     }
 }
@@ -316,7 +326,9 @@ mod tests {
                 "--listeners",
                 "127.0.0.1:9192",
                 "--log-dirs",
-                "/d/broker-1"
+                "/d/broker-1",
+                "--metrics-listener",
+                "127.0.0.1:9403"
             ]
         );
         assert!(Layout::new(PathBuf::from("/d"), 65500).is_err());

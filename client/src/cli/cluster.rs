@@ -89,6 +89,8 @@ struct ProcessRow {
     role: Role,
     id: u16,
     address: String,
+    /// `/metrics` and `/health/ready` of the process.
+    metrics: String,
     pid: Option<i32>,
     alive: bool,
     log_file: String,
@@ -101,6 +103,7 @@ fn process_row(p: &ProcessSpec) -> ProcessRow {
         role: p.role,
         id: p.id,
         address: p.address.clone(),
+        metrics: format!("http://{}/metrics", p.metrics_address),
         pid,
         alive: running_pid(p).is_some(),
         log_file: p.log_file.display().to_string(),
@@ -114,13 +117,17 @@ fn processes_text(rows: &[ProcessRow]) -> String {
             vec![
                 r.name.clone(),
                 r.address.clone(),
+                r.metrics.clone(),
                 r.pid.map_or("-".into(), |p| p.to_string()),
                 if r.alive { "yes" } else { "no" }.into(),
                 r.log_file.clone(),
             ]
         })
         .collect();
-    table(&["PROCESS", "ADDRESS", "PID", "ALIVE", "LOG"], &rows)
+    table(
+        &["PROCESS", "ADDRESS", "METRICS", "PID", "ALIVE", "LOG"],
+        &rows,
+    )
 }
 
 async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
