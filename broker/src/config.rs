@@ -95,6 +95,9 @@ pub struct BrokerConfig {
     /// fdatasync after this many records; `None` = never force, rely on replication and the
     /// page cache (Kafka: `log.flush.interval.messages`, Long.MAX_VALUE). 1 = every append.
     pub log_flush_interval_messages: Option<u64>,
+    /// fdatasync a partition log whose last flush is this old, ms, checked every 10 ms and on
+    /// append; `None` = never (Kafka: `log.flush.interval.ms`, unset).
+    pub log_flush_interval_ms: Option<u64>,
     /// Optional offset-lag bound of ISR membership (Kafka's removed
     /// `replica.lag.max.messages`); `None` (default) = the time rule only. For deterministic
     /// experiments like seed 000's lab.
@@ -142,6 +145,8 @@ pub struct RawConfig {
     pub log_retention_bytes: Option<i64>,
     /// records
     pub log_flush_interval_messages: Option<u64>,
+    /// ms
+    pub log_flush_interval_ms: Option<u64>,
     /// offsets
     pub replica_lag_max_messages: Option<u64>,
     /// ms
@@ -194,6 +199,7 @@ impl RawConfig {
             log_retention_ms,
             log_retention_bytes,
             log_flush_interval_messages,
+            log_flush_interval_ms,
             replica_lag_max_messages,
             replica_fetch_wait_max_ms,
             metrics_listener,
@@ -306,6 +312,7 @@ impl RawConfig {
                 }
             },
             log_flush_interval_messages: self.log_flush_interval_messages,
+            log_flush_interval_ms: self.log_flush_interval_ms,
             replica_lag_max_messages: self.replica_lag_max_messages,
             replica_fetch_wait_max_ms: self.replica_fetch_wait_max_ms.unwrap_or(500),
             metrics_listener,
@@ -350,6 +357,12 @@ impl BrokerConfig {
                 ),
             });
         }
+        if let Some(0) = self.log_flush_interval_ms {
+            return Err(ConfigError::Invalid {
+                key: "log_flush_interval_ms",
+                reason: "must be at least 1 (omit it to never flush on time)".into(),
+            });
+        }
         if let Some(0) = self.log_flush_interval_messages {
             return Err(ConfigError::Invalid {
                 key: "log_flush_interval_messages",
@@ -381,6 +394,9 @@ impl BrokerConfig {
             retention_ms: self.log_retention_ms,
             retention_bytes: self.log_retention_bytes,
             flush_interval_messages: self.log_flush_interval_messages,
+            flush_interval_ms: self
+                .log_flush_interval_ms
+                .map(|ms| ms.min(i64::MAX as u64) as i64),
             ..crate::log::LogConfig::default()
         }
     }
@@ -543,6 +559,10 @@ mod tests {
             (
                 format!("{BASE}listeners = \"127.0.0.1:1\"\nlog_flush_interval_messages = 0"),
                 "invalid value for log_flush_interval_messages: ",
+            ),
+            (
+                format!("{BASE}listeners = \"127.0.0.1:1\"\nlog_flush_interval_ms = 0"),
+                "invalid value for log_flush_interval_ms: ",
             ),
             (
                 format!("{BASE}listeners = \"127.0.0.1:1\"\nlog_segment_bytes = 10"),

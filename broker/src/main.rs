@@ -66,6 +66,10 @@ struct Args {
     /// log.flush.interval.messages).
     #[arg(long, env = "KEEL_LOG_FLUSH_INTERVAL_MESSAGES")]
     log_flush_interval_messages: Option<u64>,
+    /// fdatasync a log whose last flush is this old, ms; unset = never (Kafka:
+    /// log.flush.interval.ms).
+    #[arg(long, env = "KEEL_LOG_FLUSH_INTERVAL_MS")]
+    log_flush_interval_ms: Option<u64>,
     /// Optional offset-lag bound of ISR membership (Kafka's removed replica.lag.max.messages).
     #[arg(long, env = "KEEL_REPLICA_LAG_MAX_MESSAGES")]
     replica_lag_max_messages: Option<u64>,
@@ -102,6 +106,7 @@ impl Args {
             log_retention_ms: self.log_retention_ms,
             log_retention_bytes: self.log_retention_bytes,
             log_flush_interval_messages: self.log_flush_interval_messages,
+            log_flush_interval_ms: self.log_flush_interval_ms,
             replica_lag_max_messages: self.replica_lag_max_messages,
             replica_fetch_wait_max_ms: self.replica_fetch_wait_max_ms,
             metrics_listener: self.metrics_listener,

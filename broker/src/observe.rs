@@ -245,6 +245,11 @@ pub async fn start(addr: SocketAddr, broker_id: i32) -> Result<SocketAddr, Endpo
     let handle = keel_observability::install_prometheus_recorder()?;
     keel_observability::describe_all(DEFS);
     keel_observability::describe_all(RESERVED);
+    keel_observability::zero_counters(DEFS, &[]);
+    keel_observability::zero_counters(RESERVED, &["keel_broker_fetch_requests_total"]);
+    for source in ["consumer", "follower"] {
+        metrics::counter!("keel_broker_fetch_requests_total", "source" => source).increment(0);
+    }
     let (ready_tx, ready_rx) = watch::channel(Readiness::not_ready("starting"));
     tokio::spawn(sample(broker_id, ready_tx));
     server.spawn(handle, ready_rx, std::future::pending());

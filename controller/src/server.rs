@@ -105,6 +105,7 @@ fn start_metrics(
 ) -> Result<MetricsGuard, StartError> {
     let handle = keel_observability::install_prometheus_recorder()?;
     keel_observability::describe_all(crate::metrics::DEFS);
+    keel_observability::zero_counters(crate::metrics::DEFS, &[]);
     let (readiness, sampler) =
         crate::metrics::spawn_sampler(raft_node.clone(), std::time::Duration::from_millis(500));
     if let Ok(addr) = server.local_addr() {

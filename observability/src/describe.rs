@@ -43,6 +43,18 @@ pub fn describe_all(defs: &[MetricDef]) {
     }
 }
 
+/// Creates every unlabelled counter of `defs` at 0 (except the names in `labelled`, whose
+/// series the caller creates with their labels), so a counter is exported from the start:
+/// Prometheus `rate()`/`increase()` miss a series' first increment, and an alert cannot tell
+/// "0" from "not exported".
+pub fn zero_counters(defs: &[MetricDef], labelled: &[&str]) {
+    for d in defs {
+        if d.kind == MetricKind::Counter && !labelled.contains(&d.name) {
+            metrics::counter!(d.name).increment(0);
+        }
+    }
+}
+
 /// Checks naming rules on a table (used by each process's unit test): prefix, counters end in
 /// `_total`, second-based units end in `_seconds`, names unique.
 pub fn check_names(defs: &[MetricDef], prefix: &str) -> Result<(), String> {

@@ -14,6 +14,6 @@ pub mod describe;
 pub mod logging;
 pub mod metrics_endpoint;
 
-pub use describe::{MetricDef, MetricKind, describe_all};
+pub use describe::{MetricDef, MetricKind, describe_all, zero_counters};
 pub use logging::{LogFormat, LoggingError, init_logging};
 pub use metrics_endpoint::{EndpointError, MetricsServer, Readiness, install_prometheus_recorder};
