@@ -489,6 +489,7 @@ impl<S: ControllerState> WriteTask<S> {
             };
             match self.working.with_records(at, &p.records) {
                 Ok(next) => {
+                    log_changes(&self.working, &next, &p.records);
                     self.working = next;
                     records.extend(p.records);
                     completions.push(p.complete);
@@ -512,6 +513,7 @@ impl<S: ControllerState> WriteTask<S> {
         };
         match self.working.with_records(at, &records) {
             Ok(next) => {
+                log_changes(&self.working, &next, &records);
                 self.working = next;
                 self.propose(records, Vec::new(), Vec::new()).await;
             }
@@ -587,6 +589,15 @@ pub fn wall_clock_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Logs the state changes an operator cares about (leader elections with old and new leader,
+/// ISR changes, fencing), one line each, as the active controller decides them
+/// ([`crate::logic::change_log`]).
+fn log_changes(before: &MetadataImage, after: &MetadataImage, records: &[MetadataRecord]) {
+    for line in crate::logic::change_log::describe_changes(before, after, records) {
+        tracing::info!("{line}");
+    }
 }
 
 #[cfg(test)]

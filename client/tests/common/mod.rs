@@ -57,7 +57,8 @@ pub fn sibling_binary(name: &str) -> PathBuf {
     bin
 }
 
-/// A base port whose controller (base+1..=3) and broker (base+100..=102) ports are all free.
+/// A base port whose controller (base+1..=3), broker (base+100..=102) and metrics
+/// (base+301..=303, base+311..=313) ports are all free.
 pub fn free_base_port() -> u16 {
     for _ in 0..100 {
         let probe = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -66,10 +67,10 @@ pub fn free_base_port() -> u16 {
         let Some(base) = p.checked_sub(1) else {
             continue;
         };
-        if base.checked_add(102).is_none() {
+        if base.checked_add(313).is_none() {
             continue;
         }
-        let ports = [1u16, 2, 3, 100, 101, 102].map(|o| base + o);
+        let ports = [1u16, 2, 3, 100, 101, 102, 301, 302, 303, 311, 312, 313].map(|o| base + o);
         if ports
             .iter()
             .all(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())

@@ -35,6 +35,7 @@
 
 pub mod alter_partition;
 pub mod brokers;
+pub mod change_log;
 pub mod configs;
 pub mod election;
 pub mod partition_change;

@@ -6,6 +6,7 @@
 
 mod alter_partition;
 mod brokers;
+mod change_log;
 mod common;
 mod configs;
 mod election;
