@@ -35,21 +35,21 @@ pub const FENCED: &str = "keel_broker_fenced";
 
 /// Metrics this module records.
 pub const DEFS: &[MetricDef] = &[
-    def(
+    MetricDef::new(
         METADATA_LAST_APPLIED_OFFSET,
         MetricKind::Gauge,
         None,
         "Metadata offset of the last entry applied to this broker's image",
         "kafka.server:type=broker-metadata-metrics,name=last-applied-record-offset",
     ),
-    def(
+    MetricDef::new(
         METADATA_LAST_APPLIED_AGE,
         MetricKind::Gauge,
         Some(Unit::Milliseconds),
         "Time since this broker's metadata image last advanced, ms; the active controller writes a NoOpRecord every metadata_max_idle_interval_ms (500), so a connected broker stays near that (an upper bound of Kafka's lag, which uses record timestamps)",
         "kafka.server:type=broker-metadata-metrics,name=last-applied-record-lag-ms",
     ),
-    def(
+    MetricDef::new(
         FENCED,
         MetricKind::Gauge,
         None,
@@ -61,112 +61,112 @@ pub const DEFS: &[MetricDef] = &[
 /// Data-plane metrics, recorded by the replica manager and its request handlers
 /// ([`crate::replica_manager::metrics`]).
 pub const RESERVED: &[MetricDef] = &[
-    def(
+    MetricDef::new(
         "keel_broker_under_replicated_partitions",
         MetricKind::Gauge,
         None,
         "Partitions led here whose ISR is smaller than their replica set",
         "kafka.server:type=ReplicaManager,name=UnderReplicatedPartitions",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_under_min_isr_partitions",
         MetricKind::Gauge,
         None,
         "Partitions led here whose ISR is smaller than min.insync.replicas",
         "kafka.server:type=ReplicaManager,name=UnderMinIsrPartitionCount",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_at_min_isr_partitions",
         MetricKind::Gauge,
         None,
         "Partitions led here whose ISR size equals min.insync.replicas",
         "kafka.server:type=ReplicaManager,name=AtMinIsrPartitionCount",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_isr_shrinks_total",
         MetricKind::Counter,
         None,
         "ISR shrinks started by the leader for partitions led here",
         "kafka.server:type=ReplicaManager,name=IsrShrinksPerSec",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_isr_expands_total",
         MetricKind::Counter,
         None,
         "ISR expansions started by the leader for partitions led here",
         "kafka.server:type=ReplicaManager,name=IsrExpandsPerSec",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_failed_isr_updates_total",
         MetricKind::Counter,
         None,
         "AlterPartition requests refused by the controller",
         "kafka.server:type=ReplicaManager,name=FailedIsrUpdatesPerSec",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_leader_count",
         MetricKind::Gauge,
         None,
         "Partitions this broker leads",
         "kafka.server:type=ReplicaManager,name=LeaderCount",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_partition_count",
         MetricKind::Gauge,
         None,
         "Partitions with a replica on this broker",
         "kafka.server:type=ReplicaManager,name=PartitionCount",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_produce_requests_total",
         MetricKind::Counter,
         None,
         "Produce requests received",
         "kafka.network:type=RequestMetrics,name=RequestsPerSec,request=Produce",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_fetch_requests_total",
         MetricKind::Counter,
         None,
         "Fetch requests received (label `source` = consumer or follower)",
         "kafka.network:type=RequestMetrics,name=RequestsPerSec,request=Fetch|FetchFollower",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_produce_request_duration_seconds",
         MetricKind::Histogram,
         Some(Unit::Seconds),
         "Produce request time from receipt to response (acks wait included)",
         "kafka.network:type=RequestMetrics,name=TotalTimeMs,request=Produce",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_fetch_request_duration_seconds",
         MetricKind::Histogram,
         Some(Unit::Seconds),
         "Fetch request time from receipt to response (label `source`)",
         "kafka.network:type=RequestMetrics,name=TotalTimeMs,request=Fetch|FetchFollower",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_bytes_in_total",
         MetricKind::Counter,
         Some(Unit::Bytes),
         "Record batch bytes appended from producers",
         "kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_bytes_out_total",
         MetricKind::Counter,
         Some(Unit::Bytes),
         "Record batch bytes sent to consumers and followers",
         "kafka.server:type=BrokerTopicMetrics,name=BytesOutPerSec",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_replica_fetcher_max_lag",
         MetricKind::Gauge,
         None,
         "Largest lag, in messages (offsets), of this broker's follower replicas behind their leaders",
         "kafka.server:type=ReplicaFetcherManager,name=MaxLag,clientId=Replica",
     ),
-    def(
+    MetricDef::new(
         "keel_broker_log_flush_duration_seconds",
         MetricKind::Histogram,
         Some(Unit::Seconds),
@@ -174,22 +174,6 @@ pub const RESERVED: &[MetricDef] = &[
         "kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs",
     ),
 ];
-
-const fn def(
-    name: &'static str,
-    kind: MetricKind,
-    unit: Option<Unit>,
-    help: &'static str,
-    kafka: &'static str,
-) -> MetricDef {
-    MetricDef {
-        name,
-        kind,
-        unit,
-        help,
-        kafka,
-    }
-}
 
 /// The broker state the sampler reads.
 #[derive(Debug, Clone)]

@@ -61,119 +61,119 @@ pub const EVENT_QUEUE_PROCESSING_TIME: &str = "keel_controller_event_queue_proce
 
 /// Every controller metric.
 pub const DEFS: &[MetricDef] = &[
-    def(
+    MetricDef::new(
         ACTIVE_CONTROLLER_COUNT,
         MetricKind::Gauge,
         None,
         "1 when this controller is the active controller (Raft leader with a confirmed quorum), else 0; sums to 1 over a healthy quorum",
         "kafka.controller:type=KafkaController,name=ActiveControllerCount",
     ),
-    def(
+    MetricDef::new(
         RAFT_CURRENT_LEADER,
         MetricKind::Gauge,
         None,
         "Node id of the Raft leader this controller knows, -1 when none",
         "kafka.server:type=raft-metrics,name=current-leader",
     ),
-    def(
+    MetricDef::new(
         RAFT_TERM,
         MetricKind::Gauge,
         None,
         "Current Raft term (Kafka: quorum epoch)",
         "kafka.server:type=raft-metrics,name=current-epoch",
     ),
-    def(
+    MetricDef::new(
         RAFT_LOG_END_OFFSET,
         MetricKind::Gauge,
         None,
         "Index of the last entry in this controller's Raft log (may be uncommitted)",
         "kafka.server:type=raft-metrics,name=log-end-offset",
     ),
-    def(
+    MetricDef::new(
         LAST_APPLIED_RECORD_OFFSET,
         MetricKind::Gauge,
         None,
         "Metadata offset (Raft index) of the last entry applied to the state machine; applied implies committed",
         "kafka.server:type=KafkaController,name=LastAppliedRecordOffset",
     ),
-    def(
+    MetricDef::new(
         LAST_APPLIED_RECORD_TIMESTAMP,
         MetricKind::Gauge,
         Some(Unit::Milliseconds),
         "Append (proposal) wall-clock time of the last applied entry, ms since the Unix epoch",
         "kafka.server:type=KafkaController,name=LastAppliedRecordTimestamp",
     ),
-    def(
+    MetricDef::new(
         LAST_APPLIED_RECORD_LAG,
         MetricKind::Gauge,
         Some(Unit::Milliseconds),
         "Now minus the append time of the last applied entry, ms; the active controller writes a NoOpRecord every metadata_max_idle_interval_ms, so this stays below about that interval when healthy",
         "kafka.server:type=KafkaController,name=LastAppliedRecordLagMs",
     ),
-    def(
+    MetricDef::new(
         ACTIVE_BROKER_COUNT,
         MetricKind::Gauge,
         None,
         "Registered brokers that are not fenced",
         "kafka.controller:type=KafkaController,name=ActiveBrokerCount",
     ),
-    def(
+    MetricDef::new(
         FENCED_BROKER_COUNT,
         MetricKind::Gauge,
         None,
         "Registered brokers that are fenced",
         "kafka.controller:type=KafkaController,name=FencedBrokerCount",
     ),
-    def(
+    MetricDef::new(
         GLOBAL_TOPIC_COUNT,
         MetricKind::Gauge,
         None,
         "Topics in the cluster",
         "kafka.controller:type=KafkaController,name=GlobalTopicCount",
     ),
-    def(
+    MetricDef::new(
         GLOBAL_PARTITION_COUNT,
         MetricKind::Gauge,
         None,
         "Partitions in the cluster",
         "kafka.controller:type=KafkaController,name=GlobalPartitionCount",
     ),
-    def(
+    MetricDef::new(
         OFFLINE_PARTITIONS_COUNT,
         MetricKind::Gauge,
         None,
         "Partitions without a leader (not writable or readable)",
         "kafka.controller:type=KafkaController,name=OfflinePartitionsCount",
     ),
-    def(
+    MetricDef::new(
         PREFERRED_REPLICA_IMBALANCE_COUNT,
         MetricKind::Gauge,
         None,
         "Partitions whose leader is not the preferred (first assigned) replica, offline ones included",
         "kafka.controller:type=KafkaController,name=PreferredReplicaImbalanceCount",
     ),
-    def(
+    MetricDef::new(
         UNCLEAN_LEADER_ELECTIONS,
         MetricKind::Counter,
         None,
         "Unclean leader elections (leader chosen outside the ISR) committed while this controller was active",
         "kafka.controller:type=ControllerStats,name=UncleanLeaderElectionsPerSec",
     ),
-    def(
+    MetricDef::new(
         TIMED_OUT_BROKER_HEARTBEATS,
         MetricKind::Counter,
         None,
         "Brokers fenced by this controller because no heartbeat arrived within broker_session_timeout_ms",
         "kafka.controller:type=KafkaController,name=TimedOutBrokerHeartbeatCount",
     ),
-    def(
+    MetricDef::new(
         EVENT_QUEUE_TIME,
         MetricKind::Histogram,
         Some(Unit::Seconds),
         "Time a write request waited in the write task's queue before being decided",
         "kafka.controller:type=ControllerEventManager,name=EventQueueTimeMs",
     ),
-    def(
+    MetricDef::new(
         EVENT_QUEUE_PROCESSING_TIME,
         MetricKind::Histogram,
         Some(Unit::Seconds),
@@ -181,22 +181,6 @@ pub const DEFS: &[MetricDef] = &[
         "kafka.controller:type=ControllerEventManager,name=EventQueueProcessingTimeMs",
     ),
 ];
-
-const fn def(
-    name: &'static str,
-    kind: MetricKind,
-    unit: Option<Unit>,
-    help: &'static str,
-    kafka: &'static str,
-) -> MetricDef {
-    MetricDef {
-        name,
-        kind,
-        unit,
-        help,
-        kafka,
-    }
-}
 
 /// Counts derived from an applied image (see the module doc on aggregation).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

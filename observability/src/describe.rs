@@ -29,6 +29,25 @@ pub struct MetricDef {
     pub kafka: &'static str,
 }
 
+impl MetricDef {
+    /// A definition (usable in `const` tables).
+    pub const fn new(
+        name: &'static str,
+        kind: MetricKind,
+        unit: Option<Unit>,
+        help: &'static str,
+        kafka: &'static str,
+    ) -> Self {
+        Self {
+            name,
+            kind,
+            unit,
+            help,
+            kafka,
+        }
+    }
+}
+
 /// Describes every metric of `defs` to the installed recorder (a no-op without one).
 pub fn describe_all(defs: &[MetricDef]) {
     for d in defs {
