@@ -81,6 +81,12 @@ pub struct ControllerConfig {
     /// Interval of the active controller's NoOpRecords, ms (Kafka:
     /// `metadata.max.idle.interval.ms`, 500).
     pub metadata_max_idle_interval_ms: u64,
+    /// Move leadership back to each partition's preferred (first) replica once it is in the
+    /// ISR again (Kafka: `auto.leader.rebalance.enable`, default true).
+    pub auto_leader_rebalance_enable: bool,
+    /// Interval of that check, seconds (Kafka: `leader.imbalance.check.interval.seconds`,
+    /// default 300). Must be > 0.
+    pub leader_imbalance_check_interval_seconds: u64,
     /// Address of the HTTP listener serving `/metrics`, `/health/live` and `/health/ready`,
     /// `ip:port`; `None` (unset) = no such listener.
     pub metrics_listener: Option<SocketAddr>,
@@ -116,6 +122,10 @@ pub struct RawConfig {
     pub metadata_snapshot_max_entries: Option<u64>,
     /// ms
     pub metadata_max_idle_interval_ms: Option<u64>,
+    /// bool
+    pub auto_leader_rebalance_enable: Option<bool>,
+    /// seconds
+    pub leader_imbalance_check_interval_seconds: Option<u64>,
     /// `ip:port`
     pub metrics_listener: Option<String>,
     /// `text` or `json`
@@ -161,6 +171,8 @@ impl RawConfig {
             raft_heartbeat_interval_ms,
             metadata_snapshot_max_entries,
             metadata_max_idle_interval_ms,
+            auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_seconds,
             metrics_listener,
             log_format
         );
@@ -226,6 +238,10 @@ impl RawConfig {
             raft_heartbeat_interval_ms: self.raft_heartbeat_interval_ms.unwrap_or(100),
             metadata_snapshot_max_entries: self.metadata_snapshot_max_entries.unwrap_or(20_000),
             metadata_max_idle_interval_ms: self.metadata_max_idle_interval_ms.unwrap_or(500),
+            auto_leader_rebalance_enable: self.auto_leader_rebalance_enable.unwrap_or(true),
+            leader_imbalance_check_interval_seconds: self
+                .leader_imbalance_check_interval_seconds
+                .unwrap_or(300),
             metrics_listener,
             log_format,
         };
@@ -262,6 +278,10 @@ impl ControllerConfig {
         positive(
             "metadata_max_idle_interval_ms",
             self.metadata_max_idle_interval_ms,
+        )?;
+        positive(
+            "leader_imbalance_check_interval_seconds",
+            self.leader_imbalance_check_interval_seconds,
         )?;
         if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms {
             return Err(ConfigError::Invalid {
@@ -387,5 +407,21 @@ mod tests {
         assert_eq!(c.metrics_listener, Some("127.0.0.1:9400".parse().unwrap()));
         assert_eq!(c.log_format, LogFormat::Json);
         assert_eq!(raw(base).resolve().unwrap().metrics_listener, None);
+        let e = raw(&format!(
+            "{base}leader_imbalance_check_interval_seconds = 0"
+        ))
+        .resolve()
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("invalid value for leader_imbalance_check_interval_seconds: "),
+            "{e}"
+        );
+        let err =
+            toml::from_str::<RawConfig>("auto_leader_rebalance_enable = \"yes\"").unwrap_err();
+        assert!(err.message().contains("bool"), "{err}");
+        let c = raw(base).resolve().unwrap();
+        assert!(c.auto_leader_rebalance_enable);
+        assert_eq!(c.leader_imbalance_check_interval_seconds, 300);
     }
 }

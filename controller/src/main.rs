@@ -60,6 +60,12 @@ struct Args {
     /// NoOpRecord interval, ms (Kafka: metadata.max.idle.interval.ms).
     #[arg(long, env = "KEEL_METADATA_MAX_IDLE_INTERVAL_MS")]
     metadata_max_idle_interval_ms: Option<u64>,
+    /// Move leadership back to preferred replicas (Kafka: auto.leader.rebalance.enable).
+    #[arg(long, env = "KEEL_AUTO_LEADER_REBALANCE_ENABLE")]
+    auto_leader_rebalance_enable: Option<bool>,
+    /// Rebalance check interval, seconds (Kafka: leader.imbalance.check.interval.seconds).
+    #[arg(long, env = "KEEL_LEADER_IMBALANCE_CHECK_INTERVAL_SECONDS")]
+    leader_imbalance_check_interval_seconds: Option<u64>,
     /// HTTP listener for /metrics and /health, `ip:port` (unset = none).
     #[arg(long, env = "KEEL_METRICS_LISTENER")]
     metrics_listener: Option<String>,
@@ -87,6 +93,8 @@ impl Args {
             raft_heartbeat_interval_ms: self.raft_heartbeat_interval_ms,
             metadata_snapshot_max_entries: self.metadata_snapshot_max_entries,
             metadata_max_idle_interval_ms: self.metadata_max_idle_interval_ms,
+            auto_leader_rebalance_enable: self.auto_leader_rebalance_enable,
+            leader_imbalance_check_interval_seconds: self.leader_imbalance_check_interval_seconds,
             metrics_listener: self.metrics_listener,
             log_format: self.log_format,
         });

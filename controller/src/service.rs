@@ -30,6 +30,13 @@ pub struct QuorumState {
     pub topic_defaults: TopicDefaults,
     /// Rotates the first broker of replica placement between CreateTopics calls.
     placement_start: usize,
+    /// Interval of the preferred-leader rebalance check, ms (Kafka:
+    /// `leader.imbalance.check.interval.seconds`); `None` = disabled (Kafka:
+    /// `auto.leader.rebalance.enable = false`).
+    rebalance_interval_ms: Option<u64>,
+    /// Write-task time (ms) of the next rebalance check; set one interval after this node
+    /// becomes active, so returning brokers are not moved onto right at a failover.
+    next_rebalance_ms: u64,
     /// What the active controller knows of each broker's session, published for
     /// DescribeCluster (empty when this node is not active).
     session_views: tokio::sync::watch::Sender<BTreeMap<i32, SessionView>>,
@@ -45,15 +52,25 @@ pub struct SessionView {
 }
 
 impl QuorumState {
-    /// Fresh state.
+    /// Fresh state. `rebalance_interval_ms`: see [`Self::with_leader_rebalance`].
     pub fn new(session_timeout_ms: u64) -> Self {
         Self {
             sessions: BrokerHeartbeatManager::new(),
             session_timeout_ms,
             topic_defaults: TopicDefaults::default(),
             placement_start: 0,
+            rebalance_interval_ms: None,
+            next_rebalance_ms: 0,
             session_views: tokio::sync::watch::channel(BTreeMap::new()).0,
         }
+    }
+
+    /// Enables the automatic preferred-leader rebalance every `interval_ms` (Kafka:
+    /// `auto.leader.rebalance.enable` with `leader.imbalance.check.interval.seconds`); `None`
+    /// disables it.
+    pub fn with_leader_rebalance(mut self, interval_ms: Option<u64>) -> Self {
+        self.rebalance_interval_ms = interval_ms;
+        self
     }
 
     /// A receiver of the published session views.
@@ -87,6 +104,9 @@ impl ControllerState for QuorumState {
     fn on_become_leader(&mut self, image: &MetadataImage, now_ms: u64) -> Vec<MetadataRecord> {
         self.sessions.reset_all(image, now_ms);
         self.publish_sessions(image, now_ms);
+        if let Some(interval) = self.rebalance_interval_ms {
+            self.next_rebalance_ms = now_ms.saturating_add(interval);
+        }
         // Bootstrap: the first active controller of a new quorum names the cluster.
         if image.cluster_id().is_some() {
             return Vec::new();
@@ -123,6 +143,21 @@ impl ControllerState for QuorumState {
             self.sessions.set_state(broker, true, false);
             metrics::counter!(crate::metrics::TIMED_OUT_BROKER_HEARTBEATS).increment(1);
             records.extend(r.records);
+        }
+        if let Some(interval) = self.rebalance_interval_ms
+            && now_ms >= self.next_rebalance_ms
+        {
+            self.next_rebalance_ms = now_ms.saturating_add(interval);
+            let (elections, waiting) =
+                logic::preferred_leader_rebalance(&view, logic::MAX_ELECTIONS_PER_IMBALANCE);
+            if !elections.is_empty() {
+                tracing::info!(
+                    partitions = elections.len(),
+                    not_balanced = waiting,
+                    "preferred leader rebalance: moving leadership back to preferred replicas"
+                );
+                records.extend(elections);
+            }
         }
         records
     }

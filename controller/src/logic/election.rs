@@ -327,3 +327,50 @@ pub(crate) fn elect_leaderless_with(
         }
     }
 }
+
+/// Partitions moved back to their preferred replica by one [`preferred_leader_rebalance`] run,
+/// at most (Kafka: `QuorumController.maxElectionsPerImbalance`, 1,000). The rest wait for the
+/// next check.
+pub const MAX_ELECTIONS_PER_IMBALANCE: usize = 1_000;
+
+/// The automatic preferred-leader rebalance (Kafka: `auto.leader.rebalance.enable`,
+/// `ReplicationControlManager.maybeBalancePartitionLeaders`): for every partition whose
+/// leader is not its preferred replica (`replicas[0]`) while the preferred replica is in the
+/// ISR and eligible (registered, unfenced, not shutting down), a PREFERRED election that hands
+/// it leadership back with leader epoch + 1. Partitions whose preferred replica is out of the
+/// ISR or ineligible are left alone (leadership never moves to a replica that could not take
+/// it, and never off a valid leader otherwise). At most `max` changes, in topic-id then
+/// partition order; returns them with the number of imbalanced partitions that could not be
+/// balanced now.
+pub fn preferred_leader_rebalance(
+    image: &MetadataImage,
+    max: usize,
+) -> (Vec<MetadataRecord>, usize) {
+    let eligible = |b: i32| is_eligible(image, b);
+    let mut records = Vec::new();
+    let mut not_balanced = 0;
+    for t in image.topics().by_id.values() {
+        for (&p, reg) in t.partitions.iter() {
+            let Some(&preferred) = reg.replicas.first() else {
+                continue;
+            };
+            if reg.leader == preferred {
+                continue;
+            }
+            if !reg.isr.contains(&preferred) || !eligible(preferred) || records.len() >= max {
+                not_balanced += 1;
+                continue;
+            }
+            let change = PartitionChangeBuilder::new(reg, t.id, p, &eligible)
+                .set_election(Election::Preferred)
+                .build();
+            match change {
+                Some(c) if c.leader == Some(preferred) => {
+                    records.push(record(Record::PartitionChange(c)))
+                }
+                _ => not_balanced += 1,
+            }
+        }
+    }
+    (records, not_balanced)
+}

@@ -49,7 +49,9 @@ pub use brokers::{
     unregister_broker,
 };
 pub use configs::{alter_configs, describe_configs};
-pub use election::{Election, elect_leaders};
+pub use election::{
+    Election, MAX_ELECTIONS_PER_IMBALANCE, elect_leaders, preferred_leader_rebalance,
+};
 pub use partition_change::PartitionChangeBuilder;
 pub use producer_ids::allocate_producer_ids;
 pub use result::ControllerResult;

@@ -117,7 +117,10 @@ impl Quorum {
             .arg("1000")
             .args(&self.extra_args)
             .args(self.node_args.get(&id).into_iter().flatten())
-            .env("KEEL_LOG", "info,openraft=warn")
+            .env(
+                "KEEL_LOG",
+                std::env::var("KEEL_BENCH_LOG").unwrap_or("info,openraft=warn".into()),
+            )
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()

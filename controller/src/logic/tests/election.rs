@@ -477,3 +477,146 @@ fn elect_leaders_preferred_and_unclean() {
     );
     assert_eq!(code(&bad.response.error), ErrorCode::InvalidRequest);
 }
+
+/// The automatic preferred-leader rebalance: which partitions it moves and which it leaves.
+#[test]
+fn preferred_leader_rebalance_moves_only_to_an_eligible_isr_member() {
+    use crate::logic::preferred_leader_rebalance;
+    /// (name, fenced, shutting, replicas, isr, leader, expected new leader or None)
+    type Row<'a> = (
+        &'a str,
+        &'a [i32],
+        &'a [i32],
+        &'a [i32],
+        &'a [i32],
+        i32,
+        Option<i32>,
+    );
+    let rows: [Row; 7] = [
+        (
+            "balanced: nothing",
+            &[],
+            &[],
+            &[1, 2, 3],
+            &[1, 2, 3],
+            1,
+            None,
+        ),
+        (
+            "preferred back in ISR",
+            &[],
+            &[],
+            &[1, 2, 3],
+            &[1, 2, 3],
+            2,
+            Some(1),
+        ),
+        (
+            "preferred out of ISR",
+            &[],
+            &[],
+            &[1, 2, 3],
+            &[2, 3],
+            2,
+            None,
+        ),
+        (
+            "preferred fenced",
+            &[1],
+            &[],
+            &[1, 2, 3],
+            &[1, 2, 3],
+            2,
+            None,
+        ),
+        (
+            "preferred shutting down",
+            &[],
+            &[1],
+            &[1, 2, 3],
+            &[1, 2, 3],
+            2,
+            None,
+        ),
+        (
+            "offline, preferred eligible in ISR",
+            &[],
+            &[],
+            &[1, 2],
+            &[1],
+            -1,
+            Some(1),
+        ),
+        (
+            "offline, preferred fenced",
+            &[1],
+            &[],
+            &[1, 2],
+            &[1],
+            -1,
+            None,
+        ),
+    ];
+    for (name, fenced, shutting, replicas, isr, leader, want) in rows {
+        let (image, _) = image_with(fenced, shutting, replicas, isr, leader);
+        let (records, not_balanced) = preferred_leader_rebalance(&image, 10);
+        match want {
+            None => {
+                assert!(records.is_empty(), "{name}: {records:?}");
+                assert_eq!(not_balanced, usize::from(leader != replicas[0]), "{name}");
+            }
+            Some(l) => {
+                assert_eq!(records.len(), 1, "{name}");
+                assert_eq!(not_balanced, 0, "{name}");
+                let Some(Record::PartitionChange(c)) = &records[0].record else {
+                    panic!("{name}: {records:?}");
+                };
+                assert_eq!(c.leader, Some(l), "{name}");
+                // Replay: epoch + 1, ISR unchanged.
+                let after = image
+                    .with_records(Provenance { offset: 2, term: 1 }, &records)
+                    .expect("replays");
+                let p = after.topics().get_by_name("t").unwrap().partitions[&0].clone();
+                assert_eq!(
+                    (p.leader, p.leader_epoch, p.isr.as_slice()),
+                    (l, 6, isr),
+                    "{name}"
+                );
+            }
+        }
+    }
+}
+
+/// At most `max` elections per run; the others are counted as not balanced yet.
+#[test]
+fn preferred_leader_rebalance_is_bounded_per_run() {
+    use crate::logic::preferred_leader_rebalance;
+    // Topic `t` from `image_with` plus four more, all led by 2 with preferred replica 1 in
+    // the ISR.
+    let (image, _) = image_with(&[], &[], &[1, 2, 3], &[1, 2, 3], 2);
+    let mut more = Vec::new();
+    for n in 2..=5u128 {
+        let id = topic_uuid(n);
+        more.push(rec(Record::Topic(TopicRecord {
+            name: format!("t{n}"),
+            topic_id: uuid_bytes(id),
+        })));
+        more.push(rec(Record::Partition(PartitionRecord {
+            topic_id: uuid_bytes(id),
+            partition_id: 0,
+            replicas: vec![1, 2, 3],
+            isr: vec![1, 2, 3],
+            leader: 2,
+            leader_epoch: 1,
+            partition_epoch: 1,
+            ..Default::default()
+        })));
+    }
+    let image = image
+        .with_records(Provenance { offset: 2, term: 1 }, &more)
+        .expect("valid setup");
+    let (records, not_balanced) = preferred_leader_rebalance(&image, 3);
+    assert_eq!((records.len(), not_balanced), (3, 2));
+    let (records, not_balanced) = preferred_leader_rebalance(&image, 10);
+    assert_eq!((records.len(), not_balanced), (5, 0));
+}
