@@ -78,6 +78,9 @@ service_container() {
 describe() { # -> $WORK/describe.json (the topic's describe --json)
     keelctl topic describe "$TOPIC" --json >"$WORK/describe.json"
 }
+last_describe() { # the last describe on one line, for failure messages
+    jq -c . "$WORK/describe.json" 2>/dev/null || cat "$WORK/describe.json"
+}
 p0() { # jq expression on partition 0 of the last describe
     jq -r ".[0].partitions[] | select(.partition == 0) | $1" "$WORK/describe.json"
 }
@@ -193,7 +196,7 @@ keelctl topic create "$TOPIC" --partitions 3 --replication-factor 3 \
     --config min.insync.replicas=2 >/dev/null || fail "topic create $TOPIC failed"
 describe
 [ "$(jq -r '.[0].partitions | length' "$WORK/describe.json")" = 3 ] \
-    || fail "topic $TOPIC does not have 3 partitions: $(cat "$WORK/describe.json")"
+    || fail "topic $TOPIC does not have 3 partitions: $(last_describe)"
 ok "created topic $TOPIC (3 partitions, replication factor 3, min.insync.replicas=2)"
 
 produce 1
@@ -204,7 +207,7 @@ describe
 X="$(p0 .leader)"
 EPOCH0="$(p0 .leader_epoch)"
 PREFERRED="$(p0 '.replicas[0]')"
-[ "$X" -gt 0 ] || fail "partition 0 has no leader: $(cat "$WORK/describe.json")"
+[ "$X" -gt 0 ] || fail "partition 0 has no leader: $(last_describe)"
 [ "$(p0 '.isr | length')" = 3 ] || fail "partition 0's ISR is not full: $(p0 '.isr')"
 X_HOST="$(keelctl broker list --json | jq -r --argjson b "$X" '.[] | select(.id == $b) | .endpoint' | cut -d: -f1)"
 X_CONTAINER="$(service_container "$X_HOST")"
@@ -239,7 +242,7 @@ while :; do
             "$WORK/describe.json" >/dev/null; then
         break
     fi
-    [ $SECONDS -lt $deadline ] || fail "no failover within ${TIMEOUT_S}s: $(cat "$WORK/describe.json")"
+    [ $SECONDS -lt $deadline ] || fail "no failover within ${TIMEOUT_S}s: $(last_describe)"
     sleep 1
 done
 NEW_LEADER="$(p0 .leader)"
@@ -289,7 +292,7 @@ while :; do
     fi
     [ $SECONDS -lt $deadline ] || {
         docker logs --tail 40 "$X_CONTAINER" >&2 2>&1 || true
-        fail "ISR not back to 3 replicas within ${TIMEOUT_S}s of the reconnect (broker $X fenced: ${fenced:-?}): $(cat "$WORK/describe.json")"
+        fail "ISR not back to 3 replicas within ${TIMEOUT_S}s of the reconnect (broker $X fenced: ${fenced:-?}): $(last_describe)"
     }
     sleep 1
 done
