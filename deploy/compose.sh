@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the deploy scripts: `compose ARGS...` runs Docker Compose (v2 plugin or the
 # v1 docker-compose binary) on deploy/docker-compose.yml with project name "keel".
 _keel_compose_file="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/docker-compose.yml"

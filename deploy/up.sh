@@ -4,8 +4,9 @@
 #   2. deploy/base-image.sh (local Debian bookworm image, made once, no registry);
 #   3. docker build of the Keel image ($KEEL_IMAGE, default keel:local);
 #   4. docker compose up -d, and a wait of up to $KEEL_UP_TIMEOUT_S (120) seconds for health.
-# Environment: CARGO_TARGET_DIR (where cargo puts target/), KEEL_IMAGE, KEEL_UP_TIMEOUT_S,
-# KEEL_SKIP_BUILD=1 (reuse the binaries already built).
+# Environment: CARGO_TARGET_DIR (where cargo puts target/), KEEL_IMAGE, KEEL_BASE_IMAGE (see
+# base-image.sh), KEEL_UP_TIMEOUT_S, KEEL_SKIP_BUILD=1 (reuse the binaries already built).
+# Ends with one `up.sh: timing: ...` line (seconds per step).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -19,24 +20,32 @@ die() { echo "up.sh: $*" >&2; exit 1; }
 # shellcheck source=deploy/compose.sh
 . "$ROOT/deploy/compose.sh"
 
+t=$SECONDS
 if [ "${KEEL_SKIP_BUILD:-0}" != 1 ]; then
     echo "up.sh: building release binaries (first build takes several minutes)"
     cargo build --release --bin keel-controller --bin keel-broker --bin keelctl
 fi
+t_build=$((SECONDS - t))
 for bin in keel-controller keel-broker keelctl; do
     [ -x "$TARGET/$bin" ] || die "$TARGET/$bin is missing (build it, or set CARGO_TARGET_DIR)"
 done
 
+t=$SECONDS
 "$ROOT/deploy/base-image.sh"
+t_base=$((SECONDS - t))
 
+t=$SECONDS
 rm -rf "$STAGE"
 mkdir -p "$STAGE"
 cp "$TARGET/keel-controller" "$TARGET/keel-broker" "$TARGET/keelctl" "$STAGE/"
 cp "$ROOT/deploy/http-get.sh" "$STAGE/"
 echo "up.sh: building image $KEEL_IMAGE"
-docker build -q -t "$KEEL_IMAGE" -f "$ROOT/deploy/Dockerfile" "$STAGE" >/dev/null \
+docker build -q -t "$KEEL_IMAGE" -f "$ROOT/deploy/Dockerfile" \
+    --build-arg BASE_IMAGE="${KEEL_BASE_IMAGE:-keel/debian-bookworm-slim:bookworm}" "$STAGE" >/dev/null \
     || die "docker build failed"
+t_image=$((SECONDS - t))
 
+t=$SECONDS
 echo "up.sh: starting the cluster"
 compose up -d
 
@@ -62,4 +71,6 @@ while :; do
     fi
     sleep 2
 done
+t_up=$((SECONDS - t))
 compose ps
+echo "up.sh: timing: release build ${t_build}s, base image ${t_base}s, docker build ${t_image}s, compose up until healthy ${t_up}s"

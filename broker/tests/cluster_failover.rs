@@ -346,3 +346,76 @@ async fn follower_joins_the_isr_only_past_the_leader_epoch_start() {
     );
     assert!(!log.contains("broker 3 caught up: LEO 3"), "{log}");
 }
+
+/// A broker that led an epoch without writing in it keeps that epoch's start at its LEO
+/// (KAFKA-7415). When it later follows a leader that never had that epoch, the leader answers
+/// its fetches (last fetched epoch = the empty epoch) with a divergence at exactly its LEO.
+/// The truncation removes no batch but must drop the epoch entry (Kafka
+/// `UnifiedLog.truncateTo`); otherwise every fetch gets the same answer, the follower spins
+/// in no-op truncations and never rejoins the ISR. Found by deploy/smoke.sh run twice on one
+/// compose cluster: disconnecting the leader's container made broker B lead an epoch with no
+/// produce; disconnecting B then moved the leadership to a broker without that epoch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_of_an_empty_epoch_rejoins_the_isr_under_a_leader_without_it() {
+    let c = Cluster::start(3, 3);
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    c.create_topic(assigned_topic("empty", &[&[1, 2, 3]]), WAIT)
+        .await;
+    c.wait_leader_isr(1, "empty", &[1, 2, 3], WAIT).await;
+    let acked = values("a", 0..3);
+    assert_eq!(
+        code(&c.produce(1, "empty", -1, &acked).await),
+        ErrorCode::None
+    );
+    // Broker 1 stops (fenced at session expiry): broker 2 leads a new epoch from offset 3 and
+    // nothing is written in it.
+    c.signal_broker(1, "STOP");
+    let b = c.wait_leader_isr(2, "empty", &[2, 3], WAIT).await;
+    let empty_epoch = b.leader_epoch;
+    assert!(
+        b.leader_epoch_cache
+            .iter()
+            .any(|e| e.epoch == empty_epoch && e.start_offset == 3),
+        "{b:?}"
+    );
+    c.signal_broker(1, "CONT");
+    c.wait_leader_isr(2, "empty", &[1, 2, 3], WAIT).await;
+    // Broker 2 stops: the new leader never had the empty epoch.
+    c.signal_broker(2, "STOP");
+    let (new_leader, _) = c
+        .wait_for("a leader other than 2", WAIT, || {
+            leader(&c, &[1, 3], "empty")
+        })
+        .await;
+    let l = c.wait_leader_isr(new_leader, "empty", &[1, 3], WAIT).await;
+    assert!(
+        l.leader_epoch_cache.iter().all(|e| e.epoch != empty_epoch),
+        "{l:?}"
+    );
+    // Broker 2 resumes: it follows, drops the empty epoch and rejoins the ISR.
+    c.signal_broker(2, "CONT");
+    let full = c
+        .wait_leader_isr(new_leader, "empty", &[1, 2, 3], WAIT)
+        .await;
+    let r2 = c.replica(2, "empty", 0).await.unwrap();
+    assert_eq!(r2.log_end_offset, 3, "{r2:?}");
+    assert!(
+        r2.leader_epoch_cache.iter().all(|e| e.epoch != empty_epoch),
+        "{r2:?}"
+    );
+    let truncations = c.broker_log(2).matches("Truncating empty-0").count();
+    assert!(
+        truncations <= 1,
+        "{truncations} truncations of empty-0 on broker 2"
+    );
+    // Records of the new epoch reach broker 2: its epoch cache becomes the leader's.
+    assert_eq!(
+        code(&c.produce(new_leader, "empty", -1, &values("b", 0..2)).await),
+        ErrorCode::None
+    );
+    c.wait_for("broker 2 has the new epoch's records", WAIT, || async {
+        let r = c.replica(2, "empty", 0).await?;
+        (r.log_end_offset == 5 && r.leader_epoch_cache == full.leader_epoch_cache).then_some(())
+    })
+    .await;
+}

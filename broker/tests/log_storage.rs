@@ -437,6 +437,63 @@ fn epoch_cache_follows_appends_truncation_and_retention() {
     assert!(log.size_bytes() <= 900 + 1024);
 }
 
+/// A replica that led an epoch without writing in it holds that epoch's start at its LEO
+/// (KAFKA-7415). Following a leader that never had the epoch, it is told to truncate to its
+/// own LEO: no batch goes, but the epoch entry must (Kafka `UnifiedLog.truncateTo` "always
+/// truncate epoch cache"), else its next fetch sends the same last fetched epoch and the
+/// leader reports the same divergence again, forever.
+#[test]
+fn truncation_at_the_log_end_drops_epochs_starting_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(0);
+    let entries = |log: &Log| -> Vec<(i32, i64)> {
+        log.epoch_cache()
+            .entries()
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect()
+    };
+    let mut log = open(
+        dir.path(),
+        small_config(),
+        &clock,
+        LogOpenOptions::default(),
+    );
+    log.append_as_leader(batch(3, 10, 0), 0).unwrap();
+    log.assign_epoch_start_offset(1).unwrap();
+    assert_eq!(entries(&log), vec![(0, 0), (1, 3)]);
+    // At the LEO and beyond it: no batch removed, the entry starting at the LEO goes.
+    assert!(!log.truncate_to(3).unwrap());
+    assert_eq!(log.log_end_offset(), 3);
+    assert_eq!(entries(&log), vec![(0, 0)]);
+    assert_eq!(log.end_offset_for_epoch(0), (0, 3));
+    log.assign_epoch_start_offset(1).unwrap();
+    assert!(!log.truncate_to(10).unwrap());
+    assert_eq!(entries(&log), vec![(0, 0)]);
+    // Entries starting below the LEO stay; the change is persisted.
+    log.append_as_leader(batch(2, 10, 0), 2).unwrap();
+    assert!(!log.truncate_to(5).unwrap());
+    assert_eq!(entries(&log), vec![(0, 0), (2, 3)]);
+    log.assign_epoch_start_offset(3).unwrap();
+    assert!(!log.truncate_to(5).unwrap());
+    drop(log);
+    let mut log = open(
+        dir.path(),
+        small_config(),
+        &clock,
+        LogOpenOptions::default(),
+    );
+    assert_eq!(entries(&log), vec![(0, 0), (2, 3)]);
+    // An empty log restarted at its start: a truncation below the start drops an epoch that
+    // starts at the (empty) log's end too.
+    log.truncate_fully_and_start_at(5).unwrap();
+    log.assign_epoch_start_offset(4).unwrap();
+    assert_eq!(entries(&log), vec![(4, 5)]);
+    assert!(!log.truncate_to(2).unwrap());
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (5, 5));
+    assert_eq!(entries(&log), Vec::<(i32, i64)>::new());
+}
+
 /// Rolling by `segment.bytes` and by `segment.ms`; retention by `retention.ms` respects the HW
 /// and never deletes the active segment; reads below the new log start are out of range.
 #[test]

@@ -643,7 +643,14 @@ impl Log {
     /// the log start every batch goes but the log start offset stays: the log restarts empty
     /// at its current start ([`Log::truncate_fully_and_start_at`]`(log_start_offset)`), as
     /// the log start never moves backwards (unlike Kafka, which restarts at `offset`). The
-    /// epoch cache and producer state follow. Returns whether anything was removed.
+    /// epoch cache and producer state follow. Returns whether any batch was removed.
+    ///
+    /// Even when no batch goes (`offset` at or past the LEO, or an empty log), epoch cache
+    /// entries starting at the LEO are dropped, as Kafka does: a replica that led an epoch
+    /// without writing in it holds that epoch's start at its LEO (KAFKA-7415), and when it
+    /// follows a leader that never had the epoch, the leader's divergence answer is exactly
+    /// this truncation. Keeping the entry would send the same last fetched epoch again and
+    /// get the same answer forever.
     pub fn truncate_to(&mut self, offset: i64) -> LogResult<bool> {
         if offset < 0 {
             return Err(LogError::InvalidOffset {
@@ -652,10 +659,12 @@ impl Log {
             });
         }
         if offset >= self.log_end_offset {
+            self.epoch_cache.truncate_from_end(self.log_end_offset)?;
             return Ok(false);
         }
         if offset < self.log_start_offset {
             if self.log_start_offset == self.log_end_offset {
+                self.epoch_cache.truncate_from_end(self.log_end_offset)?;
                 return Ok(false);
             }
             tracing::info!(
