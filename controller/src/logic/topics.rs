@@ -62,6 +62,10 @@ impl Default for TopicDefaults {
     }
 }
 
+/// The metadata log's name (Kafka: `Topic.CLUSTER_METADATA_TOPIC_NAME`); CreateTopics refuses
+/// it with INVALID_REQUEST.
+pub const CLUSTER_METADATA_TOPIC: &str = "__cluster_metadata";
+
 /// Kafka's topic name rule (`Topic.validate`): 1..=249 characters of `[a-zA-Z0-9._-]`, and
 /// not `.` or `..`. `Err` says why.
 pub fn validate_topic_name(name: &str) -> Result<(), String> {
@@ -355,6 +359,13 @@ fn create_one(
     start: usize,
 ) -> Result<TopicPlan, Refusal> {
     validate_topic_name(&t.name).map_err(|m| (ErrorCode::InvalidTopicException, m))?;
+    if t.name == CLUSTER_METADATA_TOPIC {
+        // Kafka: ControllerApis.createTopics refuses the name with INVALID_REQUEST.
+        return Err((
+            ErrorCode::InvalidRequest,
+            format!("creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited"),
+        ));
+    }
     if image.topics().by_name.contains_key(&t.name) {
         return Err((
             ErrorCode::TopicAlreadyExists,

@@ -254,6 +254,11 @@ fn bad_requests_get_exact_codes_and_write_nothing() {
             ErrorCode::TopicAlreadyExists,
         ),
         (
+            "the metadata log's name",
+            topic("__cluster_metadata", 1, 1),
+            ErrorCode::InvalidRequest,
+        ),
+        (
             "zero partitions",
             topic("z", 0, 1),
             ErrorCode::InvalidPartitions,
