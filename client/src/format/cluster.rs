@@ -22,7 +22,8 @@ pub struct BrokerRow {
     pub fenced: bool,
     /// In controlled shutdown.
     pub in_controlled_shutdown: bool,
-    /// `unfenced`, `fenced` or `shutting-down`.
+    /// `unfenced`, `fenced` (also once a controlled shutdown finished) or `shutting-down`
+    /// (in controlled shutdown, leadership moving away, not fenced yet).
     pub state: String,
     /// Last metadata offset the broker reported applying; `None` when unknown.
     pub applied_metadata_offset: Option<i64>,
@@ -51,10 +52,11 @@ pub fn broker_rows(reply: &DescribeClusterReply) -> Vec<BrokerRow> {
                 epoch: b.broker_epoch,
                 fenced: b.fenced,
                 in_controlled_shutdown: b.in_controlled_shutdown,
-                state: if b.in_controlled_shutdown {
-                    "shutting-down"
-                } else if b.fenced {
+                state: if b.fenced {
+                    // A finished controlled shutdown leaves the broker fenced too.
                     "fenced"
+                } else if b.in_controlled_shutdown {
+                    "shutting-down"
                 } else {
                     "unfenced"
                 }
@@ -367,6 +369,7 @@ mod tests {
                 b(2, true, false, -1),
                 b(1, false, false, 48),
                 b(3, false, true, 50),
+                b(4, true, true, 50),
             ],
             ..Default::default()
         };
@@ -376,7 +379,8 @@ mod tests {
             "ID  ENDPOINT        RACK  EPOCH  STATE          APPLIED_OFFSET  METADATA_LAG\n\
              1   127.0.0.1:9191  -     11     unfenced       48              2\n\
              2   127.0.0.1:9192  -     12     fenced         -               -\n\
-             3   127.0.0.1:9193  -     13     shutting-down  50              0\n"
+             3   127.0.0.1:9193  -     13     shutting-down  50              0\n\
+             4   127.0.0.1:9194  -     14     fenced         50              0\n"
         );
     }
 }

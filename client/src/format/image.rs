@@ -91,10 +91,11 @@ pub fn image_tree(image: &MetadataImage) -> Node {
                 .iter()
                 .map(|e| format!("{}:{}", e.host, e.port))
                 .collect();
-            let state = if b.in_controlled_shutdown {
-                "shutting-down"
-            } else if b.fenced {
+            let state = if b.fenced {
+                // A finished controlled shutdown leaves the broker fenced too.
                 "fenced"
+            } else if b.in_controlled_shutdown {
+                "shutting-down"
             } else {
                 "unfenced"
             };

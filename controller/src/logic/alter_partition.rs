@@ -320,8 +320,8 @@ fn alter_one(
     for m in &p.new_isr_with_epochs {
         let why = match image.broker(m.broker_id) {
             None => Some("not registered".to_string()),
-            Some(b) if b.in_controlled_shutdown => Some("in controlled shutdown".into()),
             Some(b) if b.fenced => Some("fenced".into()),
+            Some(b) if b.in_controlled_shutdown => Some("in controlled shutdown".into()),
             Some(b) if m.broker_epoch != -1 && m.broker_epoch != b.epoch => Some(format!(
                 "broker epoch {} is not the registered {}",
                 m.broker_epoch, b.epoch
