@@ -203,7 +203,34 @@ fn keelctl_drives_a_local_cluster() {
         p0_leader
     );
 
+    // A type filter keeps only the asked-for records, each still with its derived state.
+    let out = f.run(&[
+        "--json",
+        "metadata",
+        "log",
+        "--type",
+        "PartitionChangeRecord",
+    ]);
+    assert!(out.status.success());
+    let changes: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(!changes.is_empty());
+    assert!(
+        changes
+            .iter()
+            .all(|l| l["record_type"] == "PartitionChangeRecord"
+                && l["partition_state"]["partition_epoch"].is_i64()),
+        "{changes:?}"
+    );
+
     // One-line errors for an unknown topic and a bad --isr list.
+    let err = f.fails(&["metadata", "log", "--topic", "nope"]);
+    assert_eq!(
+        err,
+        "keelctl: topic \"nope\": UNKNOWN_TOPIC_OR_PARTITION (3): no such topic, and no record about it in the log\n"
+    );
     let err = f.fails(&["topic", "describe", "nope"]);
     assert_eq!(
         err,
