@@ -123,6 +123,22 @@ pub(super) async fn run(c: PartitionCommand, ctx: &Ctx) -> CliResult {
                 .admin()?
                 .elect_leaders(kind, &a.topic, &a.partition)
                 .await?;
+            // A topic-level refusal (unknown topic) comes as one result without a partition.
+            if let Some(r) = results.iter().find(|r| r.partition_id < 0) {
+                return Err(CliError(
+                    crate::admin::AdminError::Kafka {
+                        code: ErrorCode::from_proto(r.error.as_ref())
+                            .unwrap_or(ErrorCode::UnknownServerError),
+                        message: r
+                            .error
+                            .as_ref()
+                            .map(|e| e.message.clone())
+                            .unwrap_or_default(),
+                        context: format!("topic {:?}", a.topic),
+                    }
+                    .to_string(),
+                ));
+            }
             let rows: Vec<ElectRow> = results
                 .iter()
                 .map(|r| ElectRow {

@@ -39,10 +39,11 @@ pub enum TopicCommand {
 pub struct CreateArgs {
     /// Topic name.
     pub name: String,
-    /// Number of partitions (default: the cluster's `num_partitions`).
+    /// Number of partitions (default: 1, the controller's CreateTopics default).
     #[arg(long)]
     pub partitions: Option<i32>,
-    /// Replication factor (default: the cluster's `default_replication_factor`).
+    /// Replication factor (default: 1, the controller's CreateTopics default; Kafka's
+    /// `default.replication.factor` is 1 as well).
     #[arg(long)]
     pub replication_factor: Option<i32>,
     /// Topic config override `key=value` (repeatable), e.g. `min.insync.replicas=2`.
@@ -244,7 +245,8 @@ async fn describe(a: DescribeArgs, ctx: &Ctx, admin: &crate::admin::Admin) -> Cl
             }
         }
     } else {
-        for name in &a.names {
+        let mut seen = std::collections::HashSet::new();
+        for name in a.names.iter().filter(|n| seen.insert(n.as_str())) {
             let t = image.topics().get_by_name(name).ok_or_else(|| {
                 CliError(
                     AdminError::Kafka {

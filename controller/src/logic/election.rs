@@ -235,10 +235,13 @@ fn elect_one(
                 Some(c) if c.leader == Some(preferred) => (ErrorCode::None, String::new(), Some(c)),
                 _ => (
                     ErrorCode::PreferredLeaderNotAvailable,
-                    format!(
-                        "preferred replica {preferred} is not in ISR {:?} or is not eligible",
-                        reg.isr
-                    ),
+                    if reg.isr.contains(&preferred) {
+                        format!(
+                            "preferred replica {preferred} is fenced, shutting down or not registered"
+                        )
+                    } else {
+                        format!("preferred replica {preferred} is not in ISR {:?}", reg.isr)
+                    },
                     None,
                 ),
             }
