@@ -13,8 +13,8 @@ use crate::format::cluster::{
 };
 use crate::format::table;
 use crate::local_cluster::{
-    DEFAULT_BASE_PORT, Layout, ProcessSpec, Role, StopOutcome, find_binary, log_tail, running_pid,
-    spawn, stop,
+    Layout, LayoutSource, ProcessSpec, Role, StopOutcome, find_binary, log_tail, resolve,
+    running_pid, spawn, stop,
 };
 
 /// `keelctl cluster ...`
@@ -35,9 +35,11 @@ pub struct LayoutArgs {
     /// Data directory: per-process data, log files and pid files.
     #[arg(long, default_value = "./keel-data")]
     pub data_dir: PathBuf,
-    /// Base port: controllers listen on base+1..base+3, brokers on base+100..base+102.
-    #[arg(long, default_value_t = DEFAULT_BASE_PORT)]
-    pub base_port: u16,
+    /// Base port of a new cluster (default 9092): controllers listen on base+1..base+3,
+    /// brokers on base+100..base+102. The first `up` records it in DIR/cluster.toml; later
+    /// commands on DIR use the recorded one and refuse a different one.
+    #[arg(long)]
+    pub base_port: Option<u16>,
 }
 
 /// Arguments of `cluster up`.
@@ -60,8 +62,10 @@ pub struct DownArgs {
     pub timeout_secs: u64,
 }
 
-fn layout(a: &LayoutArgs) -> Result<Layout, CliError> {
-    Layout::new(a.data_dir.clone(), a.base_port).map_err(CliError)
+/// The cluster's layout: recorded in the data dir, else of its running processes, else
+/// `--base-port` or the default (see [`resolve`]).
+fn layout(a: &LayoutArgs) -> Result<(Layout, LayoutSource), CliError> {
+    resolve(&a.data_dir, a.base_port).map_err(CliError)
 }
 
 pub(super) async fn run(c: ClusterCommand, ctx: &Ctx) -> CliResult {
@@ -76,6 +80,7 @@ pub(super) async fn run(c: ClusterCommand, ctx: &Ctx) -> CliResult {
 #[derive(Debug, Serialize)]
 struct UpReport {
     already_running: bool,
+    base_port: u16,
     started: Vec<String>,
     bootstrap_controllers: String,
     bootstrap_brokers: String,
@@ -131,13 +136,21 @@ fn processes_text(rows: &[ProcessRow]) -> String {
 }
 
 async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
-    let layout = layout(&a.layout)?;
+    let (layout, source) = layout(&a.layout)?;
     std::fs::create_dir_all(&layout.data_dir).map_err(|e| {
         CliError(format!(
             "cannot create data dir {}: {e}",
             layout.data_dir.display()
         ))
     })?;
+    if source != LayoutSource::Recorded {
+        layout.record().map_err(|e| {
+            CliError(format!(
+                "cannot write {}: {e}",
+                Layout::file(&layout.data_dir).display()
+            ))
+        })?;
+    }
     let procs = layout.processes();
     let missing: Vec<&ProcessSpec> = procs.iter().filter(|p| running_pid(p).is_none()).collect();
     let already_running = missing.is_empty();
@@ -164,6 +177,7 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     }
     let report = UpReport {
         already_running,
+        base_port: layout.base_port,
         started: children.iter().map(|(p, _)| p.name()).collect(),
         bootstrap_controllers: layout.controller_addresses().join(","),
         bootstrap_brokers: layout.broker_addresses().join(","),
@@ -259,7 +273,7 @@ struct DownRow {
 }
 
 fn down(a: DownArgs, ctx: &Ctx) -> CliResult {
-    let layout = layout(&a.layout)?;
+    let (layout, _) = layout(&a.layout)?;
     let timeout = Duration::from_secs(a.timeout_secs);
     // Brokers first: their controlled shutdown needs the controllers.
     let mut procs = layout.processes();
@@ -295,6 +309,7 @@ fn down(a: DownArgs, ctx: &Ctx) -> CliResult {
 /// Output of `cluster status`.
 #[derive(Debug, Serialize)]
 struct StatusReport {
+    base_port: u16,
     processes: Vec<ProcessRow>,
     quorum: Option<QuorumStatus>,
     brokers: Option<Vec<BrokerRow>>,
@@ -302,7 +317,7 @@ struct StatusReport {
 }
 
 async fn status(a: LayoutArgs, ctx: &Ctx) -> CliResult {
-    let layout = layout(&a)?;
+    let (layout, _) = layout(&a)?;
     let processes: Vec<ProcessRow> = layout.processes().iter().map(process_row).collect();
     let mut cfg = crate::admin::AdminConfig::new(layout.controller_addresses());
     cfg.request_timeout = Duration::from_secs(2).min(ctx.request_timeout);
@@ -323,6 +338,7 @@ async fn status(a: LayoutArgs, ctx: &Ctx) -> CliResult {
         )
     };
     let report = StatusReport {
+        base_port: layout.base_port,
         processes,
         quorum,
         brokers,
@@ -351,7 +367,7 @@ async fn status(a: LayoutArgs, ctx: &Ctx) -> CliResult {
 /// (only the broker's own heartbeat can ask for one), so this signals the local cluster's
 /// broker process, whose SIGTERM handler runs the controlled shutdown.
 pub(super) async fn shutdown_broker(a: BrokerShutdownArgs, ctx: &Ctx) -> CliResult {
-    let layout = Layout::new(a.data_dir.clone(), DEFAULT_BASE_PORT).map_err(CliError)?;
+    let (layout, _) = resolve(&a.data_dir, None).map_err(CliError)?;
     let p = layout
         .processes()
         .into_iter()
