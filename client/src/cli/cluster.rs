@@ -158,22 +158,45 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     if !already_running {
         let controller_bin = find_binary(Role::Controller.binary()).map_err(CliError)?;
         let broker_bin = find_binary(Role::Broker.binary()).map_err(CliError)?;
+        let mut result = Ok(());
         for p in &missing {
             let bin = match p.role {
                 Role::Controller => &controller_bin,
                 Role::Broker => &broker_bin,
             };
-            let child = spawn(&layout, p, bin)
-                .map_err(|e| CliError(format!("cannot start {}: {e}", p.name())))?;
-            children.push(((*p).clone(), child));
+            match spawn(&layout, p, bin) {
+                Ok(child) => children.push(((*p).clone(), child)),
+                Err(e) => {
+                    result = Err(StartFailure {
+                        summary: format!("cannot start {}: {e}", p.name()),
+                        detail: None,
+                    });
+                    break;
+                }
+            }
         }
-        wait_healthy(
-            &layout,
-            ctx,
-            &mut children,
-            Duration::from_secs(a.timeout_secs),
-        )
-        .await?;
+        if result.is_ok() {
+            result = wait_healthy(
+                &layout,
+                ctx,
+                &mut children,
+                Duration::from_secs(a.timeout_secs),
+            )
+            .await;
+        }
+        if let Err(f) = result {
+            // Never leave a half-started cluster behind: stop what this call started.
+            let stopped = stop_started(&mut children);
+            let stopped = if stopped.is_empty() {
+                "nothing was started".to_string()
+            } else {
+                format!("stopped what this call started: {}", stopped.join(", "))
+            };
+            return Err(CliError(match f.detail {
+                Some(d) => format!("{}; {stopped}; {d}", f.summary),
+                None => format!("{}; {stopped}", f.summary),
+            }));
+        }
     }
     let report = UpReport {
         already_running,
@@ -207,6 +230,27 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     Ok(())
 }
 
+/// Why `up` gave up: a one-line summary and more lines (a log tail) to print after it.
+struct StartFailure {
+    summary: String,
+    detail: Option<String>,
+}
+
+/// Stops the processes this `up` started (brokers first, SIGKILL after 15 s) and reaps them;
+/// returns their names.
+fn stop_started(children: &mut [(ProcessSpec, Child)]) -> Vec<String> {
+    children.sort_by_key(|(p, _)| p.role == Role::Controller);
+    children
+        .iter_mut()
+        .map(|(p, child)| {
+            stop(p, Duration::from_secs(15));
+            let _ = child.kill();
+            let _ = child.wait();
+            p.name()
+        })
+        .collect()
+}
+
 /// Polls until the quorum has a leader and all brokers are registered and unfenced, failing
 /// early when a started process exits.
 async fn wait_healthy(
@@ -214,21 +258,26 @@ async fn wait_healthy(
     ctx: &Ctx,
     children: &mut [(ProcessSpec, Child)],
     timeout: Duration,
-) -> CliResult {
+) -> Result<(), StartFailure> {
     let mut cfg = crate::admin::AdminConfig::new(layout.controller_addresses());
     cfg.request_timeout = Duration::from_secs(2).min(ctx.request_timeout);
     cfg.max_attempts = 3;
-    let admin = crate::admin::Admin::new(cfg)?;
+    let admin = crate::admin::Admin::new(cfg).map_err(|e| StartFailure {
+        summary: e.to_string(),
+        detail: None,
+    })?;
     let start = Instant::now();
     loop {
         for (p, child) in children.iter_mut() {
             if let Ok(Some(status)) = child.try_wait() {
-                return Err(CliError(format!(
-                    "{} exited during startup ({status}); last log lines of {}:\n{}",
-                    p.name(),
-                    p.log_file.display(),
-                    log_tail(&p.log_file, 10)
-                )));
+                return Err(StartFailure {
+                    summary: format!("{} exited during startup ({status})", p.name()),
+                    detail: Some(format!(
+                        "last log lines of {}:\n{}",
+                        p.log_file.display(),
+                        log_tail(&p.log_file, 10)
+                    )),
+                });
             }
         }
         let last = match health(&admin).await {
@@ -236,10 +285,10 @@ async fn wait_healthy(
             Err(e) => e,
         };
         if start.elapsed() >= timeout {
-            return Err(CliError(format!(
-                "the cluster did not become healthy within {timeout:?}: {last} (logs in {})",
-                layout.data_dir.display()
-            )));
+            return Err(StartFailure {
+                summary: format!("the cluster did not become healthy within {timeout:?}: {last}"),
+                detail: Some(format!("logs in {}", layout.data_dir.display())),
+            });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
