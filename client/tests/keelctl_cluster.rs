@@ -237,7 +237,17 @@ fn keelctl_drives_a_local_cluster() {
         "{down:?}\n{}",
         f.logs()
     );
-    let status = f.cluster("status", &[]);
+    // status still prints what it found, and fails: nothing runs.
+    let out = f.run(&["--json", "cluster", "status", "--data-dir", &f.data_dir()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "keelctl: cluster status: no process of the local cluster in {} is running\n",
+            f.data_dir()
+        )
+    );
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
         status["processes"]
             .as_array()

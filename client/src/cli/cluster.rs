@@ -13,8 +13,8 @@ use crate::format::cluster::{
 };
 use crate::format::table;
 use crate::local_cluster::{
-    Layout, LayoutSource, ProcessSpec, Role, StopOutcome, find_binary, log_tail, resolve,
-    running_pid, spawn, stop,
+    LAYOUT_FILE, Layout, LayoutSource, ProcessSpec, Role, StopOutcome, find_binary, log_tail,
+    resolve, running_pid, spawn, stop,
 };
 
 /// `keelctl cluster ...`
@@ -365,27 +365,58 @@ struct StatusReport {
     error: Option<String>,
 }
 
+/// `cluster status`: prints what it finds, and fails (exit 1, one line on stderr) when the
+/// data dir holds no cluster, a process is down or the quorum is unreachable or leaderless.
 async fn status(a: LayoutArgs, ctx: &Ctx) -> CliResult {
-    let (layout, _) = layout(&a)?;
+    let (layout, source) = layout(&a)?;
+    if source == LayoutSource::Given {
+        let dir = a.data_dir.display();
+        let why = if a.data_dir.is_dir() {
+            format!("no {LAYOUT_FILE} in it and no process running from it")
+        } else {
+            "no such directory".into()
+        };
+        return Err(CliError(format!(
+            "cluster status: no local cluster in {dir} ({why}); start one with `keelctl cluster up --data-dir {dir}`"
+        )));
+    }
     let processes: Vec<ProcessRow> = layout.processes().iter().map(process_row).collect();
-    let mut cfg = crate::admin::AdminConfig::new(layout.controller_addresses());
-    cfg.request_timeout = Duration::from_secs(2).min(ctx.request_timeout);
-    cfg.max_attempts = 4;
-    let admin = crate::admin::Admin::new(cfg)?;
-    let (quorum, brokers, error) = if processes.iter().any(|p| p.alive) {
+    let mut problems: Vec<String> = Vec::new();
+    let down: Vec<&str> = processes
+        .iter()
+        .filter(|p| !p.alive)
+        .map(|p| p.name.as_str())
+        .collect();
+    let (quorum, brokers) = if down.len() == processes.len() {
+        problems.push(format!(
+            "no process of the local cluster in {} is running",
+            layout.data_dir.display()
+        ));
+        (None, None)
+    } else {
+        if !down.is_empty() {
+            problems.push(format!("not running: {}", down.join(", ")));
+        }
+        let mut cfg = crate::admin::AdminConfig::new(layout.controller_addresses());
+        cfg.request_timeout = Duration::from_secs(2).min(ctx.request_timeout);
+        cfg.max_attempts = 4;
+        let admin = crate::admin::Admin::new(cfg)?;
         let q = admin.describe_quorum().await;
         let c = admin.describe_cluster().await;
         match (q, c) {
-            (Ok(q), Ok(c)) => (Some(quorum_status(&q)), Some(broker_rows(&c)), None),
-            (Err(e), _) | (_, Err(e)) => (None, None, Some(e.to_string())),
+            (Ok(q), Ok(c)) => {
+                if q.leader_id < 0 {
+                    problems.push("the quorum has no leader".into());
+                }
+                (Some(quorum_status(&q)), Some(broker_rows(&c)))
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                problems.push(e.to_string());
+                (None, None)
+            }
         }
-    } else {
-        (
-            None,
-            None,
-            Some("no process of the local cluster is running".into()),
-        )
     };
+    let error = (!problems.is_empty()).then(|| problems.join("; "));
     let report = StatusReport {
         base_port: layout.base_port,
         processes,
@@ -394,22 +425,22 @@ async fn status(a: LayoutArgs, ctx: &Ctx) -> CliResult {
         error,
     };
     if ctx.json {
-        return ctx.print_json(&report);
+        ctx.print_json(&report)?;
+    } else {
+        out!("{}", processes_text(&report.processes));
+        if let Some(q) = &report.quorum {
+            outln!();
+            out!("{}", quorum_status_text(q));
+        }
+        if let Some(b) = &report.brokers {
+            outln!();
+            out!("{}", brokers_text(b));
+        }
     }
-    out!("{}", processes_text(&report.processes));
-    if let Some(q) = &report.quorum {
-        outln!();
-        out!("{}", quorum_status_text(q));
+    match report.error {
+        Some(e) => Err(CliError(format!("cluster status: {e}"))),
+        None => Ok(()),
     }
-    if let Some(b) = &report.brokers {
-        outln!();
-        out!("{}", brokers_text(b));
-    }
-    if let Some(e) = &report.error {
-        outln!();
-        outln!("cluster: {e}");
-    }
-    Ok(())
 }
 
 /// `broker shutdown ID`: the controller API has no operator RPC for a controlled shutdown
