@@ -7,6 +7,10 @@
 //! `base + 99 + id` (9192..9194), all on 127.0.0.1. Every process also serves `/metrics` and
 //! `/health/*` over HTTP (`--metrics-listener`): controllers on `base + 300 + id`
 //! (9393..9395), brokers on `base + 310 + id` (9403..9405).
+//!
+//! The first `cluster up` on a data dir records the base port in `<data dir>/cluster.toml`
+//! ([`LAYOUT_FILE`]); every later command on that dir uses it (see [`resolve`]), so a cluster
+//! started on other ports is never looked for, or restarted, on the default ones.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -16,12 +20,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process, test_kill_process};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Default base port: controllers listen on 9093..9095, brokers on 9192..9194.
 pub const DEFAULT_BASE_PORT: u16 = 9092;
 /// Number of controllers and of brokers.
 pub const NODES: u16 = 3;
+/// File in the data dir recording the layout chosen by the first `cluster up`.
+pub const LAYOUT_FILE: &str = "cluster.toml";
 
 /// Controller or broker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -87,14 +93,62 @@ impl Layout {
     pub fn new(data_dir: PathBuf, base_port: u16) -> Result<Self, String> {
         if base_port.checked_add(310 + NODES).is_none() {
             return Err(format!(
-                "--base-port {base_port} is too high: brokers need base + {}",
-                99 + NODES
+                "--base-port {base_port} is too high: the local cluster uses ports up to base + {}",
+                310 + NODES
             ));
         }
         Ok(Layout {
             data_dir,
             base_port,
         })
+    }
+
+    /// `<data_dir>/cluster.toml`.
+    pub fn file(data_dir: &Path) -> PathBuf {
+        data_dir.join(LAYOUT_FILE)
+    }
+
+    /// The layout recorded in `data_dir`, `Ok(None)` when there is no layout file. An
+    /// unreadable or invalid file is an error naming it.
+    pub fn read_recorded(data_dir: &Path) -> Result<Option<Layout>, String> {
+        let file = Self::file(data_dir);
+        let text = match fs::read_to_string(&file) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
+        };
+        let rec: LayoutToml = toml::from_str(&text).map_err(|e| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            let at = line.map(|l| format!(" (line {l})")).unwrap_or_default();
+            let msg = e.message().replace('\n', " ");
+            format!("invalid {}{at}: {}", file.display(), msg.trim())
+        })?;
+        Layout::new(data_dir.to_path_buf(), rec.base_port)
+            .map(Some)
+            .map_err(|e| format!("invalid {}: {e}", file.display()))
+    }
+
+    /// Records this layout in `<data_dir>/cluster.toml`, atomically: a temp file in the same
+    /// directory, fsync, rename, fsync of the directory.
+    pub fn record(&self) -> io::Result<()> {
+        let file = Self::file(&self.data_dir);
+        let tmp = self.data_dir.join(format!("{LAYOUT_FILE}.tmp"));
+        let text = format!(
+            "# Written by the first `keelctl cluster up` on this directory; `cluster up|status|down`\n\
+             # and `broker shutdown` use it. Controllers listen on base_port+1..+3, brokers on\n\
+             # base_port+100..+102. To use other ports, stop the cluster and remove this directory.\n\
+             base_port = {}\n",
+            self.base_port
+        );
+        {
+            let mut f = File::create(&tmp)?;
+            io::Write::write_all(&mut f, text.as_bytes())?;
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, &file)?;
+        File::open(&self.data_dir)?.sync_all()
     }
 
     /// `host:port` of controller `id`.
@@ -173,6 +227,89 @@ impl Layout {
             p.metrics_address.clone(),
         ]
     }
+}
+
+/// The contents of [`LAYOUT_FILE`].
+#[derive(Debug, Deserialize)]
+struct LayoutToml {
+    base_port: u16,
+}
+
+/// Where [`resolve`] found the base port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayoutSource {
+    /// `<data dir>/cluster.toml`.
+    Recorded,
+    /// The command line of processes running from the data dir, which has no layout file
+    /// (started by a keelctl that did not record it).
+    Running,
+    /// Nothing recorded nor running: `--base-port`, or the default.
+    Given,
+}
+
+/// The layout of the local cluster in `data_dir`: the recorded one, else the one of the
+/// processes running from it, else `base_port` (default [`DEFAULT_BASE_PORT`]). A `base_port`
+/// that differs from a recorded or running one is refused with one line naming both.
+pub fn resolve(data_dir: &Path, base_port: Option<u16>) -> Result<(Layout, LayoutSource), String> {
+    if let Some(layout) = Layout::read_recorded(data_dir)? {
+        if let Some(given) = base_port.filter(|p| *p != layout.base_port) {
+            return Err(format!(
+                "--base-port {given} differs from base_port {} recorded in {}: omit --base-port to use {}, or stop the cluster and remove {} to start a new one on other ports",
+                layout.base_port,
+                Layout::file(data_dir).display(),
+                layout.base_port,
+                data_dir.display()
+            ));
+        }
+        return Ok((layout, LayoutSource::Recorded));
+    }
+    if let Some(running) = running_base_port(data_dir) {
+        if let Some(given) = base_port.filter(|p| *p != running) {
+            return Err(format!(
+                "--base-port {given} differs from base port {running} of the processes running from {} (it has no {LAYOUT_FILE}): omit --base-port, or stop them first with `keelctl cluster down --data-dir {}`",
+                data_dir.display(),
+                data_dir.display()
+            ));
+        }
+        return Ok((
+            Layout::new(data_dir.to_path_buf(), running)?,
+            LayoutSource::Running,
+        ));
+    }
+    Ok((
+        Layout::new(
+            data_dir.to_path_buf(),
+            base_port.unwrap_or(DEFAULT_BASE_PORT),
+        )?,
+        LayoutSource::Given,
+    ))
+}
+
+/// The base port of the live processes of `data_dir`, from the `--listeners` argument on
+/// their command line (`/proc/<pid>/cmdline`); `None` when none runs or none tells.
+pub fn running_base_port(data_dir: &Path) -> Option<u16> {
+    // Pid files and names do not depend on the base port.
+    let any = Layout {
+        data_dir: data_dir.to_path_buf(),
+        base_port: DEFAULT_BASE_PORT,
+    };
+    any.processes().iter().find_map(|p| {
+        let pid = running_pid(p)?;
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let listener = args
+            .iter()
+            .position(|a| a == "--listeners")
+            .and_then(|i| args.get(i + 1))?;
+        let port: u16 = listener.rsplit_once(':')?.1.parse().ok()?;
+        match p.role {
+            Role::Controller => port.checked_sub(p.id),
+            Role::Broker => port.checked_sub(99 + p.id),
+        }
+    })
 }
 
 /// Finds `name` next to the running executable, else on `PATH`.
@@ -332,6 +469,47 @@ mod tests {
             ]
         );
         assert!(Layout::new(PathBuf::from("/d"), 65500).is_err());
+    }
+
+    #[test]
+    fn the_first_layout_is_recorded_and_a_different_base_port_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("keel-data");
+        // Nothing recorded nor running: the given port, else the default.
+        assert_eq!(Layout::read_recorded(&d).unwrap(), None);
+        let (l, src) = resolve(&d, None).unwrap();
+        assert_eq!((l.base_port, src), (DEFAULT_BASE_PORT, LayoutSource::Given));
+        let (l, src) = resolve(&d, Some(21500)).unwrap();
+        assert_eq!((l.base_port, src), (21500, LayoutSource::Given));
+
+        fs::create_dir_all(&d).unwrap();
+        l.record().unwrap();
+        assert!(!d.join("cluster.toml.tmp").exists());
+        assert_eq!(Layout::read_recorded(&d).unwrap(), Some(l.clone()));
+        let (r, src) = resolve(&d, None).unwrap();
+        assert_eq!((r, src), (l.clone(), LayoutSource::Recorded));
+        assert_eq!(resolve(&d, Some(21500)).unwrap().0, l);
+        let file = d.join("cluster.toml");
+        assert_eq!(
+            resolve(&d, Some(21700)).unwrap_err(),
+            format!(
+                "--base-port 21700 differs from base_port 21500 recorded in {}: omit --base-port to use 21500, or stop the cluster and remove {} to start a new one on other ports",
+                file.display(),
+                d.display()
+            )
+        );
+
+        fs::write(&file, "# comment\nbase_port = \"x\"\n").unwrap();
+        assert_eq!(
+            resolve(&d, None).unwrap_err(),
+            format!(
+                "invalid {} (line 2): invalid type: string \"x\", expected u16",
+                file.display()
+            )
+        );
+        fs::write(&file, "base_port = 65500\n").unwrap();
+        let err = resolve(&d, None).unwrap_err();
+        assert!(err.contains("too high"), "{err}");
     }
 
     #[test]

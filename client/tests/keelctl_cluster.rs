@@ -264,7 +264,17 @@ fn keelctl_drives_a_local_cluster() {
         "{down:?}\n{}",
         f.logs()
     );
-    let status = f.cluster("status", &[]);
+    // status still prints what it found, and fails: nothing runs.
+    let out = f.run(&["--json", "cluster", "status", "--data-dir", &f.data_dir()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "keelctl: cluster status: no process of the local cluster in {} is running\n",
+            f.data_dir()
+        )
+    );
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
         status["processes"]
             .as_array()
@@ -299,4 +309,254 @@ fn unreachable_controllers_fail_with_one_line() {
         )),
         "{err}"
     );
+}
+
+/// Runs keelctl without any bootstrap environment: the local cluster commands must find
+/// everything from the data dir.
+fn keelctl(args: &[&str]) -> std::process::Output {
+    Command::new(KEELCTL)
+        .args(args)
+        .env_remove("KEEL_BOOTSTRAP_CONTROLLERS")
+        .env_remove("KEEL_BOOTSTRAP_BROKERS")
+        .output()
+        .expect("run keelctl")
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Pids of live processes (zombies excluded) whose command line contains `needle`.
+fn processes_mentioning(needle: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(needle) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn later_commands_use_the_recorded_base_port() {
+    let f = Fixture::fresh();
+    assert_ne!(f.base, 9092, "the test needs a non-default base port");
+    let data = f.data_dir();
+    let base = f.base;
+
+    // The first `up` (with --base-port) records it.
+    let up = f.cluster("up", &["--timeout-secs", "120"]);
+    assert_eq!(up["base_port"], base, "{up}");
+    let recorded = std::fs::read_to_string(f.dir.path().join("keel-data/cluster.toml")).unwrap();
+    assert!(
+        recorded.ends_with(&format!("\nbase_port = {base}\n")),
+        "{recorded}"
+    );
+
+    // status without --base-port finds the cluster and succeeds.
+    let out = keelctl(&["--json", "cluster", "status", "--data-dir", &data]);
+    assert!(out.status.success(), "{}\n{}", stderr(&out), f.logs());
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["base_port"], base, "{status}");
+    assert_eq!(
+        status["processes"][0]["address"],
+        format!("127.0.0.1:{}", base + 1)
+    );
+    assert!(
+        (1..=3).contains(&status["quorum"]["leader_id"].as_i64().unwrap()),
+        "{status}"
+    );
+    assert_eq!(status["brokers"].as_array().unwrap().len(), 3, "{status}");
+    assert_eq!(status["error"], Value::Null, "{status}");
+
+    // up with another base port is refused with one line naming both; nothing changes.
+    let other = (base + 7).to_string();
+    let out = keelctl(&["cluster", "up", "--data-dir", &data, "--base-port", &other]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "keelctl: --base-port {other} differs from base_port {base} recorded in {data}/cluster.toml: omit --base-port to use {base}, or stop the cluster and remove {data} to start a new one on other ports\n"
+        )
+    );
+    let out = keelctl(&[
+        "cluster",
+        "status",
+        "--data-dir",
+        &data,
+        "--base-port",
+        &other,
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).starts_with(&format!("keelctl: --base-port {other} differs")));
+
+    // Stop broker 3; status prints it as down and fails.
+    let out = keelctl(&["broker", "shutdown", "3", "--data-dir", &data]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = keelctl(&["--json", "cluster", "status", "--data-dir", &data]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        "keelctl: cluster status: not running: broker-3\n"
+    );
+    let status: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(status["processes"][5]["name"], "broker-3");
+    assert_eq!(status["processes"][5]["alive"], false, "{status}");
+    assert!(
+        status["quorum"]["leader_id"].as_i64().unwrap() >= 1,
+        "{status}"
+    );
+
+    // A plain `up` restarts broker 3 on the recorded ports, pointed at the right quorum.
+    let out = keelctl(&[
+        "--json",
+        "cluster",
+        "up",
+        "--data-dir",
+        &data,
+        "--timeout-secs",
+        "120",
+    ]);
+    assert!(out.status.success(), "{}\n{}", stderr(&out), f.logs());
+    let up: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(up["started"], serde_json::json!(["broker-3"]), "{up}");
+    assert_eq!(up["bootstrap_controllers"], f.controllers(), "{up}");
+    let b3 = &up["processes"][5];
+    assert_eq!(b3["address"], format!("127.0.0.1:{}", base + 102), "{up}");
+    assert_eq!(b3["alive"], true, "{up}");
+    let pid = b3["pid"].as_i64().unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(
+        cmdline.contains(&format!(
+            "--controller-quorum-voters 1@127.0.0.1:{},2@127.0.0.1:{},3@127.0.0.1:{} --listeners 127.0.0.1:{}",
+            base + 1,
+            base + 2,
+            base + 3,
+            base + 102
+        )),
+        "{cmdline}"
+    );
+    let brokers = f.json(&["--json", "broker", "list"]);
+    assert_eq!(brokers[2]["id"], 3, "{brokers}");
+    assert_eq!(brokers[2]["state"], "unfenced", "{brokers}");
+    assert_eq!(brokers[2]["endpoint"], format!("127.0.0.1:{}", base + 102));
+    let out = keelctl(&["cluster", "status", "--data-dir", &data]);
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    // down without --base-port stops everything.
+    let out = keelctl(&["--json", "cluster", "down", "--data-dir", &data]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let down: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        down.as_array()
+            .unwrap()
+            .iter()
+            .all(|d| d["outcome"] == "terminated"),
+        "{down}"
+    );
+    assert_eq!(processes_mentioning(&data), Vec::<u32>::new());
+}
+
+#[test]
+fn status_fails_when_there_is_no_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope").display().to_string();
+    for json in [false, true] {
+        let mut args = vec!["cluster", "status", "--data-dir", &missing];
+        if json {
+            args.insert(0, "--json");
+        }
+        let out = keelctl(&args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+        assert_eq!(
+            stderr(&out),
+            format!(
+                "keelctl: cluster status: no local cluster in {missing} (no such directory); start one with `keelctl cluster up --data-dir {missing}`\n"
+            )
+        );
+    }
+    let empty = dir.path().display().to_string();
+    let out = keelctl(&["cluster", "status", "--data-dir", &empty]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).starts_with(&format!(
+            "keelctl: cluster status: no local cluster in {empty} (no cluster.toml in it and no process running from it)"
+        )),
+        "{}",
+        stderr(&out)
+    );
+    // down has nothing to do there, succeeds and creates nothing.
+    let out = keelctl(&["cluster", "down", "--data-dir", &missing]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!std::path::Path::new(&missing).exists());
+}
+
+/// Two stand-ins for controllers 1 and 2 (their pid files point at processes named
+/// `keel-controller` that do nothing), so the quorum cannot form and `up` times out: it must
+/// stop the four processes it started and leave the others alone.
+#[test]
+fn up_that_gives_up_stops_what_it_started() {
+    use std::os::unix::process::CommandExt;
+    let f = Fixture::fresh();
+    let data = f.data_dir();
+    std::fs::create_dir_all(&data).unwrap();
+    let mut stand_ins: Vec<std::process::Child> = (1..=2)
+        .map(|id| {
+            let child = Command::new("sleep")
+                .arg0("keel-controller")
+                .arg("600")
+                .spawn()
+                .unwrap();
+            std::fs::write(
+                f.dir.path().join(format!("keel-data/controller-{id}.pid")),
+                format!("{}\n", child.id()),
+            )
+            .unwrap();
+            child
+        })
+        .collect();
+
+    let base = f.base.to_string();
+    let out = keelctl(&[
+        "cluster",
+        "up",
+        "--data-dir",
+        &data,
+        "--base-port",
+        &base,
+        "--timeout-secs",
+        "3",
+    ]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("keelctl: the cluster did not become healthy within 3s: "),
+        "{err}"
+    );
+    assert!(
+        err.ends_with(&format!(
+            "; stopped what this call started: broker-1, broker-2, broker-3, controller-3; logs in {data}\n"
+        )),
+        "{err}"
+    );
+    // Nothing it started runs, and their pid files are gone; the stand-ins are untouched.
+    assert_eq!(processes_mentioning(&data), Vec::<u32>::new());
+    for name in ["controller-3", "broker-1", "broker-2", "broker-3"] {
+        assert!(
+            !f.dir.path().join(format!("keel-data/{name}.pid")).exists(),
+            "{name}"
+        );
+    }
+    for c in &mut stand_ins {
+        assert!(c.try_wait().unwrap().is_none(), "a stand-in was stopped");
+        let _ = c.kill();
+        let _ = c.wait();
+    }
 }

@@ -13,8 +13,8 @@ use crate::format::cluster::{
 };
 use crate::format::table;
 use crate::local_cluster::{
-    DEFAULT_BASE_PORT, Layout, ProcessSpec, Role, StopOutcome, find_binary, log_tail, running_pid,
-    spawn, stop,
+    LAYOUT_FILE, Layout, LayoutSource, ProcessSpec, Role, StopOutcome, find_binary, log_tail,
+    resolve, running_pid, spawn, stop,
 };
 
 /// `keelctl cluster ...`
@@ -35,9 +35,11 @@ pub struct LayoutArgs {
     /// Data directory: per-process data, log files and pid files.
     #[arg(long, default_value = "./keel-data")]
     pub data_dir: PathBuf,
-    /// Base port: controllers listen on base+1..base+3, brokers on base+100..base+102.
-    #[arg(long, default_value_t = DEFAULT_BASE_PORT)]
-    pub base_port: u16,
+    /// Base port of a new cluster (default 9092): controllers listen on base+1..base+3,
+    /// brokers on base+100..base+102. The first `up` records it in DIR/cluster.toml; later
+    /// commands on DIR use the recorded one and refuse a different one.
+    #[arg(long)]
+    pub base_port: Option<u16>,
 }
 
 /// Arguments of `cluster up`.
@@ -60,8 +62,10 @@ pub struct DownArgs {
     pub timeout_secs: u64,
 }
 
-fn layout(a: &LayoutArgs) -> Result<Layout, CliError> {
-    Layout::new(a.data_dir.clone(), a.base_port).map_err(CliError)
+/// The cluster's layout: recorded in the data dir, else of its running processes, else
+/// `--base-port` or the default (see [`resolve`]).
+fn layout(a: &LayoutArgs) -> Result<(Layout, LayoutSource), CliError> {
+    resolve(&a.data_dir, a.base_port).map_err(CliError)
 }
 
 pub(super) async fn run(c: ClusterCommand, ctx: &Ctx) -> CliResult {
@@ -76,6 +80,7 @@ pub(super) async fn run(c: ClusterCommand, ctx: &Ctx) -> CliResult {
 #[derive(Debug, Serialize)]
 struct UpReport {
     already_running: bool,
+    base_port: u16,
     started: Vec<String>,
     bootstrap_controllers: String,
     bootstrap_brokers: String,
@@ -131,13 +136,21 @@ fn processes_text(rows: &[ProcessRow]) -> String {
 }
 
 async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
-    let layout = layout(&a.layout)?;
+    let (layout, source) = layout(&a.layout)?;
     std::fs::create_dir_all(&layout.data_dir).map_err(|e| {
         CliError(format!(
             "cannot create data dir {}: {e}",
             layout.data_dir.display()
         ))
     })?;
+    if source != LayoutSource::Recorded {
+        layout.record().map_err(|e| {
+            CliError(format!(
+                "cannot write {}: {e}",
+                Layout::file(&layout.data_dir).display()
+            ))
+        })?;
+    }
     let procs = layout.processes();
     let missing: Vec<&ProcessSpec> = procs.iter().filter(|p| running_pid(p).is_none()).collect();
     let already_running = missing.is_empty();
@@ -145,25 +158,49 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     if !already_running {
         let controller_bin = find_binary(Role::Controller.binary()).map_err(CliError)?;
         let broker_bin = find_binary(Role::Broker.binary()).map_err(CliError)?;
+        let mut result = Ok(());
         for p in &missing {
             let bin = match p.role {
                 Role::Controller => &controller_bin,
                 Role::Broker => &broker_bin,
             };
-            let child = spawn(&layout, p, bin)
-                .map_err(|e| CliError(format!("cannot start {}: {e}", p.name())))?;
-            children.push(((*p).clone(), child));
+            match spawn(&layout, p, bin) {
+                Ok(child) => children.push(((*p).clone(), child)),
+                Err(e) => {
+                    result = Err(StartFailure {
+                        summary: format!("cannot start {}: {e}", p.name()),
+                        detail: None,
+                    });
+                    break;
+                }
+            }
         }
-        wait_healthy(
-            &layout,
-            ctx,
-            &mut children,
-            Duration::from_secs(a.timeout_secs),
-        )
-        .await?;
+        if result.is_ok() {
+            result = wait_healthy(
+                &layout,
+                ctx,
+                &mut children,
+                Duration::from_secs(a.timeout_secs),
+            )
+            .await;
+        }
+        if let Err(f) = result {
+            // Never leave a half-started cluster behind: stop what this call started.
+            let stopped = stop_started(&mut children);
+            let stopped = if stopped.is_empty() {
+                "nothing was started".to_string()
+            } else {
+                format!("stopped what this call started: {}", stopped.join(", "))
+            };
+            return Err(CliError(match f.detail {
+                Some(d) => format!("{}; {stopped}; {d}", f.summary),
+                None => format!("{}; {stopped}", f.summary),
+            }));
+        }
     }
     let report = UpReport {
         already_running,
+        base_port: layout.base_port,
         started: children.iter().map(|(p, _)| p.name()).collect(),
         bootstrap_controllers: layout.controller_addresses().join(","),
         bootstrap_brokers: layout.broker_addresses().join(","),
@@ -193,6 +230,27 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     Ok(())
 }
 
+/// Why `up` gave up: a one-line summary and more lines (a log tail) to print after it.
+struct StartFailure {
+    summary: String,
+    detail: Option<String>,
+}
+
+/// Stops the processes this `up` started (brokers first, SIGKILL after 15 s) and reaps them;
+/// returns their names.
+fn stop_started(children: &mut [(ProcessSpec, Child)]) -> Vec<String> {
+    children.sort_by_key(|(p, _)| p.role == Role::Controller);
+    children
+        .iter_mut()
+        .map(|(p, child)| {
+            stop(p, Duration::from_secs(15));
+            let _ = child.kill();
+            let _ = child.wait();
+            p.name()
+        })
+        .collect()
+}
+
 /// Polls until the quorum has a leader and all brokers are registered and unfenced, failing
 /// early when a started process exits.
 async fn wait_healthy(
@@ -200,21 +258,26 @@ async fn wait_healthy(
     ctx: &Ctx,
     children: &mut [(ProcessSpec, Child)],
     timeout: Duration,
-) -> CliResult {
+) -> Result<(), StartFailure> {
     let mut cfg = crate::admin::AdminConfig::new(layout.controller_addresses());
     cfg.request_timeout = Duration::from_secs(2).min(ctx.request_timeout);
     cfg.max_attempts = 3;
-    let admin = crate::admin::Admin::new(cfg)?;
+    let admin = crate::admin::Admin::new(cfg).map_err(|e| StartFailure {
+        summary: e.to_string(),
+        detail: None,
+    })?;
     let start = Instant::now();
     loop {
         for (p, child) in children.iter_mut() {
             if let Ok(Some(status)) = child.try_wait() {
-                return Err(CliError(format!(
-                    "{} exited during startup ({status}); last log lines of {}:\n{}",
-                    p.name(),
-                    p.log_file.display(),
-                    log_tail(&p.log_file, 10)
-                )));
+                return Err(StartFailure {
+                    summary: format!("{} exited during startup ({status})", p.name()),
+                    detail: Some(format!(
+                        "last log lines of {}:\n{}",
+                        p.log_file.display(),
+                        log_tail(&p.log_file, 10)
+                    )),
+                });
             }
         }
         let last = match health(&admin).await {
@@ -222,10 +285,10 @@ async fn wait_healthy(
             Err(e) => e,
         };
         if start.elapsed() >= timeout {
-            return Err(CliError(format!(
-                "the cluster did not become healthy within {timeout:?}: {last} (logs in {})",
-                layout.data_dir.display()
-            )));
+            return Err(StartFailure {
+                summary: format!("the cluster did not become healthy within {timeout:?}: {last}"),
+                detail: Some(format!("logs in {}", layout.data_dir.display())),
+            });
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -259,7 +322,7 @@ struct DownRow {
 }
 
 fn down(a: DownArgs, ctx: &Ctx) -> CliResult {
-    let layout = layout(&a.layout)?;
+    let (layout, _) = layout(&a.layout)?;
     let timeout = Duration::from_secs(a.timeout_secs);
     // Brokers first: their controlled shutdown needs the controllers.
     let mut procs = layout.processes();
@@ -295,63 +358,96 @@ fn down(a: DownArgs, ctx: &Ctx) -> CliResult {
 /// Output of `cluster status`.
 #[derive(Debug, Serialize)]
 struct StatusReport {
+    base_port: u16,
     processes: Vec<ProcessRow>,
     quorum: Option<QuorumStatus>,
     brokers: Option<Vec<BrokerRow>>,
     error: Option<String>,
 }
 
+/// `cluster status`: prints what it finds, and fails (exit 1, one line on stderr) when the
+/// data dir holds no cluster, a process is down or the quorum is unreachable or leaderless.
 async fn status(a: LayoutArgs, ctx: &Ctx) -> CliResult {
-    let layout = layout(&a)?;
+    let (layout, source) = layout(&a)?;
+    if source == LayoutSource::Given {
+        let dir = a.data_dir.display();
+        let why = if a.data_dir.is_dir() {
+            format!("no {LAYOUT_FILE} in it and no process running from it")
+        } else {
+            "no such directory".into()
+        };
+        return Err(CliError(format!(
+            "cluster status: no local cluster in {dir} ({why}); start one with `keelctl cluster up --data-dir {dir}`"
+        )));
+    }
     let processes: Vec<ProcessRow> = layout.processes().iter().map(process_row).collect();
-    let mut cfg = crate::admin::AdminConfig::new(layout.controller_addresses());
-    cfg.request_timeout = Duration::from_secs(2).min(ctx.request_timeout);
-    cfg.max_attempts = 4;
-    let admin = crate::admin::Admin::new(cfg)?;
-    let (quorum, brokers, error) = if processes.iter().any(|p| p.alive) {
+    let mut problems: Vec<String> = Vec::new();
+    let down: Vec<&str> = processes
+        .iter()
+        .filter(|p| !p.alive)
+        .map(|p| p.name.as_str())
+        .collect();
+    let (quorum, brokers) = if down.len() == processes.len() {
+        problems.push(format!(
+            "no process of the local cluster in {} is running",
+            layout.data_dir.display()
+        ));
+        (None, None)
+    } else {
+        if !down.is_empty() {
+            problems.push(format!("not running: {}", down.join(", ")));
+        }
+        let mut cfg = crate::admin::AdminConfig::new(layout.controller_addresses());
+        cfg.request_timeout = Duration::from_secs(2).min(ctx.request_timeout);
+        cfg.max_attempts = 4;
+        let admin = crate::admin::Admin::new(cfg)?;
         let q = admin.describe_quorum().await;
         let c = admin.describe_cluster().await;
         match (q, c) {
-            (Ok(q), Ok(c)) => (Some(quorum_status(&q)), Some(broker_rows(&c)), None),
-            (Err(e), _) | (_, Err(e)) => (None, None, Some(e.to_string())),
+            (Ok(q), Ok(c)) => {
+                if q.leader_id < 0 {
+                    problems.push("the quorum has no leader".into());
+                }
+                (Some(quorum_status(&q)), Some(broker_rows(&c)))
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                problems.push(e.to_string());
+                (None, None)
+            }
         }
-    } else {
-        (
-            None,
-            None,
-            Some("no process of the local cluster is running".into()),
-        )
     };
+    let error = (!problems.is_empty()).then(|| problems.join("; "));
     let report = StatusReport {
+        base_port: layout.base_port,
         processes,
         quorum,
         brokers,
         error,
     };
     if ctx.json {
-        return ctx.print_json(&report);
+        ctx.print_json(&report)?;
+    } else {
+        out!("{}", processes_text(&report.processes));
+        if let Some(q) = &report.quorum {
+            outln!();
+            out!("{}", quorum_status_text(q));
+        }
+        if let Some(b) = &report.brokers {
+            outln!();
+            out!("{}", brokers_text(b));
+        }
     }
-    out!("{}", processes_text(&report.processes));
-    if let Some(q) = &report.quorum {
-        outln!();
-        out!("{}", quorum_status_text(q));
+    match report.error {
+        Some(e) => Err(CliError(format!("cluster status: {e}"))),
+        None => Ok(()),
     }
-    if let Some(b) = &report.brokers {
-        outln!();
-        out!("{}", brokers_text(b));
-    }
-    if let Some(e) = &report.error {
-        outln!();
-        outln!("cluster: {e}");
-    }
-    Ok(())
 }
 
 /// `broker shutdown ID`: the controller API has no operator RPC for a controlled shutdown
 /// (only the broker's own heartbeat can ask for one), so this signals the local cluster's
 /// broker process, whose SIGTERM handler runs the controlled shutdown.
 pub(super) async fn shutdown_broker(a: BrokerShutdownArgs, ctx: &Ctx) -> CliResult {
-    let layout = Layout::new(a.data_dir.clone(), DEFAULT_BASE_PORT).map_err(CliError)?;
+    let (layout, _) = resolve(&a.data_dir, None).map_err(CliError)?;
     let p = layout
         .processes()
         .into_iter()

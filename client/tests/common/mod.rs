@@ -58,18 +58,16 @@ pub fn sibling_binary(name: &str) -> PathBuf {
 }
 
 /// A base port whose controller (base+1..=3), broker (base+100..=102) and metrics
-/// (base+301..=303, base+311..=313) ports are all free.
+/// (base+301..=303, base+311..=313) ports are all free. Chosen at random below 32768, out of
+/// Linux's ephemeral range (32768..=60999 by default), where an outgoing connection can take
+/// a port between this check and the process start (README, "Local cluster").
 pub fn free_base_port() -> u16 {
-    for _ in 0..100 {
-        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = probe.local_addr().unwrap().port();
-        drop(probe);
-        let Some(base) = p.checked_sub(1) else {
-            continue;
-        };
-        if base.checked_add(313).is_none() {
-            continue;
-        }
+    use std::hash::BuildHasher;
+    const LOW: u64 = 10_000;
+    const HIGH: u64 = 32_768 - 314;
+    let seed = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
+    for i in 0..200u64 {
+        let base = (LOW + seed.wrapping_add(i.wrapping_mul(7_919)) % (HIGH - LOW)) as u16;
         let ports = [1u16, 2, 3, 100, 101, 102, 301, 302, 303, 311, 312, 313].map(|o| base + o);
         if ports
             .iter()
