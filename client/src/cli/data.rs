@@ -107,7 +107,8 @@ pub struct VerifyArgs {
 
 impl Ctx {
     /// Broker addresses: `--bootstrap-brokers` / `KEEL_BOOTSTRAP_BROKERS`, else the unfenced
-    /// brokers the controllers know, else the default local cluster's brokers.
+    /// brokers the controllers know (asked for at most one request timeout), else the
+    /// default local cluster's brokers.
     pub async fn broker_addresses(&self) -> Vec<String> {
         if let Some(list) = &self.brokers {
             return list
@@ -116,7 +117,8 @@ impl Ctx {
                 .filter(|s| !s.is_empty())
                 .collect();
         }
-        let registered = match self.admin() {
+        let budget = self.api_timeout.min(self.request_timeout);
+        let registered = match self.admin_within(self.controllers.clone(), budget) {
             Ok(admin) => match admin.describe_cluster().await {
                 Ok(reply) => reply
                     .brokers
