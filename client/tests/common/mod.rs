@@ -206,8 +206,8 @@ impl Fixture {
             .collect()
     }
 
-    /// Runs keelctl with `stdin` as its standard input.
-    pub fn run_with_stdin(&self, args: &[&str], stdin: &str) -> Output {
+    /// Runs keelctl with `stdin` (text or bytes) as its standard input.
+    pub fn run_with_stdin(&self, args: &[&str], stdin: impl AsRef<[u8]>) -> Output {
         use std::io::Write;
         use std::process::Stdio;
         let mut child = Command::new(KEELCTL)
@@ -223,7 +223,7 @@ impl Fixture {
             .stdin
             .take()
             .unwrap()
-            .write_all(stdin.as_bytes())
+            .write_all(stdin.as_ref())
             .unwrap();
         child.wait_with_output().unwrap()
     }
