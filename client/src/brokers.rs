@@ -14,9 +14,10 @@ use std::time::Duration;
 use keel_proto::ErrorCode;
 use keel_proto::broker::MetadataRequest;
 use keel_proto::broker::broker_service_client::BrokerServiceClient;
+use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
-use crate::admin::error_chain;
+use crate::rpc_error::{Api, status_line};
 
 /// Largest gRPC message the data clients send or accept (fetch replies can be large).
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -41,12 +42,21 @@ pub struct TopicMetadata {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MetadataError {
     /// No broker answered the Metadata RPC.
-    #[error("cannot reach any broker at {addresses}: {last_error}")]
+    #[error("cannot reach any broker: {errors}")]
     Unreachable {
         /// Addresses tried, comma separated.
         addresses: String,
-        /// Last transport error.
-        last_error: String,
+        /// `addr: error` of each address tried, `; ` separated.
+        errors: String,
+    },
+    /// None of the addresses serves the broker API (e.g. controller addresses given as
+    /// brokers); retrying cannot help.
+    #[error("no broker at {addresses}: {errors}")]
+    NotABroker {
+        /// Addresses tried, comma separated.
+        addresses: String,
+        /// What each address answered, `; ` separated.
+        errors: String,
     },
     /// The brokers answered with an error for the topic (e.g. UNKNOWN_TOPIC_OR_PARTITION).
     #[error("topic {topic:?}: {code} ({})", .code.code())]
@@ -149,12 +159,13 @@ impl Brokers {
                 }
             }
         }
-        let mut last_error = String::from("no address given");
+        let mut errors: Vec<String> = Vec::new();
+        let mut not_a_broker = 0;
         for addr in &candidates {
             let mut c = match self.client_for(addr) {
                 Ok(c) => c,
                 Err(e) => {
-                    last_error = e;
+                    errors.push(e);
                     continue;
                 }
             };
@@ -167,7 +178,10 @@ impl Brokers {
                 Ok(r) => r.into_inner(),
                 Err(status) => {
                     self.forget(addr);
-                    last_error = format!("{addr}: {}", error_chain(&status));
+                    if status.code() == Code::Unimplemented {
+                        not_a_broker += 1;
+                    }
+                    errors.push(status_line(addr, Api::Broker, &status));
                     continue;
                 }
             };
@@ -177,7 +191,7 @@ impl Brokers {
                     .insert(b.node_id, format!("{}:{}", b.host, b.port));
             }
             let Some(t) = reply.topics.iter().find(|t| t.name == topic) else {
-                last_error = format!("{addr}: no topic {topic:?} in the Metadata reply");
+                errors.push(format!("{addr}: no topic {topic:?} in the Metadata reply"));
                 continue;
             };
             let code =
@@ -202,10 +216,15 @@ impl Brokers {
             s.topics.insert(topic.to_string(), meta.clone());
             return Ok(meta);
         }
-        Err(MetadataError::Unreachable {
-            addresses: candidates.join(","),
-            last_error,
-        })
+        let addresses = candidates.join(",");
+        if candidates.is_empty() {
+            errors.push("no address given".into());
+        }
+        let errors = errors.join("; ");
+        if not_a_broker > 0 && not_a_broker == candidates.len() {
+            return Err(MetadataError::NotABroker { addresses, errors });
+        }
+        Err(MetadataError::Unreachable { addresses, errors })
     }
 }
 

@@ -5,6 +5,7 @@
 //! - [`consumer`]: [`consumer::Consumer`], reads assigned partitions (Fetch, ListOffsets,
 //!   OffsetsForLeaderEpoch);
 //! - [`brokers`]: broker connections and the partition leader cache both share;
+//! - [`rpc_error`]: one human line for a failed gRPC call or connection;
 //! - [`verify`]: the lost/duplicated/reordered judgement of `keelctl verify`;
 //! - [`format`](mod@format): pure formatting of results as text tables and JSON rows;
 //! - [`local_cluster`]: the process and file layout of `keelctl cluster up|down|status`;
@@ -20,4 +21,5 @@ pub mod consumer;
 pub mod format;
 pub mod local_cluster;
 pub mod producer;
+pub mod rpc_error;
 pub mod verify;

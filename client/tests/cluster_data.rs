@@ -185,6 +185,57 @@ fn keelctl_produce_consume_verify_round_trip() {
         String::from_utf8_lossy(&out.stderr),
         "keelctl: line 2: no key separator \":\"\n"
     );
+    // An empty separator is a usage error (exit 2), before anything is read.
+    let out = f.run_with_stdin(
+        &["produce", "--topic", "events", "--key-separator", ""],
+        "a:b\n",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the key separator must not be empty"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Lines are bytes: not-UTF-8 keys and values arrive byte for byte; `--acks -1` is
+    // Kafka's synonym of `all`.
+    f.json(&["--json", "topic", "create", "bytes", "--partitions", "1"]);
+    let out = f.run_with_stdin(
+        &[
+            "--json",
+            "produce",
+            "--topic",
+            "bytes",
+            "--acks",
+            "-1",
+            "--key-separator",
+            ":",
+        ],
+        b"k\xff:v\xfe\x00x\r\nplain:text\n".as_slice(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["records"], 2, "{summary}");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let recs = runtime.block_on(async {
+        let mut consumer = Consumer::new(ConsumerConfig::new(f.brokers())).unwrap();
+        read_all(&mut consumer, "bytes").await
+    });
+    let got: Vec<_> = recs
+        .iter()
+        .map(|r| (r.key.as_deref(), r.value.as_deref()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (Some(&b"k\xff"[..]), Some(&b"v\xfe\x00x"[..])),
+            (Some(&b"plain"[..]), Some(&b"text"[..])),
+        ]
+    );
 }
 
 /// Sends `count` values `{prefix}-{i}` one after another in the background of the returned

@@ -1,6 +1,8 @@
 //! Errors of the admin client: a Kafka error code the controller answered with, or a transport
 //! problem reaching the controllers.
 
+use std::time::Duration;
+
 use keel_proto::ErrorCode;
 
 /// What went wrong with an admin request.
@@ -16,23 +18,37 @@ pub enum AdminError {
         /// What was asked, e.g. `topic "orders"`.
         context: String,
     },
-    /// No bootstrap controller could be reached.
-    #[error("cannot reach any controller at {addresses}: {last_error}")]
+    /// No controller could be reached within the retry budget (`api_timeout` or
+    /// `max_attempts`); `errors` names the last failure of each controller tried.
+    #[error("cannot reach any controller (gave up after {attempts} attempts in {:.1} s): {errors}", .elapsed.as_secs_f64())]
     Unreachable {
-        /// The addresses tried, comma separated.
-        addresses: String,
-        /// The last transport error seen.
-        last_error: String,
+        /// Attempts made.
+        attempts: u32,
+        /// Time spent, backoffs included.
+        elapsed: Duration,
+        /// `addr: last error` of each controller tried, `; ` separated.
+        errors: String,
     },
     /// Controllers answered, but none was the active controller within the retry budget
-    /// (an election that does not finish, or a hint that keeps pointing elsewhere).
-    #[error("no active controller answered after {attempts} attempts: {last_error}")]
+    /// (an election that does not finish, the others unreachable).
+    #[error("no active controller answered (gave up after {attempts} attempts in {:.1} s): {errors}", .elapsed.as_secs_f64())]
     NoActiveController {
         /// Attempts made.
         attempts: u32,
-        /// The last error seen.
-        last_error: String,
+        /// Time spent, backoffs included.
+        elapsed: Duration,
+        /// `addr: last error` of each controller tried, `; ` separated.
+        errors: String,
     },
+    /// None of the bootstrap addresses serves the controller API (a broker's address, ...).
+    #[error("no controller at the bootstrap addresses: {errors}")]
+    NotAController {
+        /// What each address answered.
+        errors: String,
+    },
+    /// An RPC failed in a way retrying cannot fix (e.g. a reply above the size limit).
+    #[error("controller RPC failed: {0}")]
+    Rpc(String),
     /// A reply that breaks the API contract (unknown error code, missing item, ...).
     #[error("unexpected reply from the controller: {0}")]
     Protocol(String),

@@ -1,18 +1,23 @@
 //! [`Admin`]: the operator client of the controller API (`proto/controller.proto`).
 //!
 //! Writes are served by the active controller only; any other controller answers
-//! NOT_CONTROLLER with a hint naming the active one. `Admin` starts from a list of bootstrap
-//! controller addresses, follows those hints, and retries a bounded number of times with
-//! exponential backoff while an election is in progress or a controller is unreachable.
-//! Kafka-level refusals come back as [`AdminError::Kafka`] carrying the [`ErrorCode`].
+//! NOT_CONTROLLER with a hint naming the active one. Like Kafka's admin client, `Admin`
+//! retries every retriable failure (a controller unreachable or timing out, NOT_CONTROLLER,
+//! no active controller during an election) until the operation's budget
+//! ([`AdminConfig::api_timeout`], Kafka's `default.api.timeout.ms`) runs out: it follows
+//! hints, tries every bootstrap controller, and backs off between rounds. Errors that would
+//! repeat are not retried. Kafka-level refusals come back as [`AdminError::Kafka`] carrying
+//! the [`ErrorCode`].
 
 mod error;
 mod reply;
+#[cfg(test)]
+mod tests;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use keel_metadata_log::{MetadataDelta, MetadataImage, Provenance};
 use keel_proto::ErrorCode;
@@ -21,6 +26,8 @@ use keel_proto::controller::fetch_metadata_item::Item;
 use keel_proto::controller::*;
 use keel_proto::metadata::ConfigResourceType;
 use tonic::transport::{Channel, Endpoint};
+
+use crate::rpc_error::{self, Api};
 
 pub use error::{AdminError, Result};
 pub use reply::ControllerReply;
@@ -33,23 +40,32 @@ const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 pub struct AdminConfig {
     /// `host:port` of one or more controllers; any of them will do.
     pub bootstrap_controllers: Vec<String>,
-    /// Deadline of one RPC (connect + request).
+    /// Deadline of one attempt at one controller, connect included (Kafka:
+    /// `request.timeout.ms`).
     pub request_timeout: Duration,
-    /// Attempts per operation, redirects included.
+    /// Budget of one operation, retries included (Kafka: `default.api.timeout.ms`). While the
+    /// failure is retriable (a controller unreachable or timing out, NOT_CONTROLLER, no
+    /// active controller during an election) the operation is retried until it runs out.
+    pub api_timeout: Duration,
+    /// Cap on the attempts of one operation, redirects included; `u32::MAX` (the default)
+    /// leaves the bound to `api_timeout`.
     pub max_attempts: u32,
-    /// First backoff after a round of failures; doubled each time up to `backoff_max`.
+    /// Backoff after a round in which every controller failed; doubled each round up to
+    /// `backoff_max` (Kafka: `retry.backoff.ms`).
     pub backoff_initial: Duration,
-    /// Longest backoff.
+    /// Longest backoff (Kafka: `retry.backoff.max.ms`).
     pub backoff_max: Duration,
 }
 
 impl AdminConfig {
-    /// Defaults for `addresses`: 10 s per request, 10 attempts, backoff 100 ms .. 1 s.
+    /// Defaults for `addresses`, Kafka's admin client defaults where Keel has the knob:
+    /// 10 s per attempt, 60 s per operation, backoff 100 ms .. 1 s.
     pub fn new(addresses: Vec<String>) -> Self {
         AdminConfig {
             bootstrap_controllers: addresses,
             request_timeout: Duration::from_secs(10),
-            max_attempts: 10,
+            api_timeout: Duration::from_secs(60),
+            max_attempts: u32::MAX,
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(1),
         }
@@ -108,19 +124,105 @@ pub struct Admin {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Address of the active controller, as last hinted.
+    /// Address of the active controller, as last hinted or seen serving.
     active: Option<String>,
-    /// Next bootstrap address to try when no active controller is known.
-    next_bootstrap: usize,
     channels: HashMap<String, Channel>,
 }
 
-/// Why one attempt failed.
-enum AttemptError {
-    /// Could not connect, or the RPC failed at the transport level.
-    Transport(String),
-    /// A controller answered NOT_CONTROLLER without a usable hint.
-    NoLeader(String),
+/// What one attempt at one controller came to.
+enum Step<T> {
+    /// An answer for the caller: a success, or a refusal it reports (TOPIC_ALREADY_EXISTS, ...).
+    Done(T),
+    /// The controller is not the active one (NOT_CONTROLLER, or a reply naming another
+    /// controller as active); `hint` is the active controller's address when it named one.
+    NotActive {
+        hint: Option<String>,
+        detail: String,
+        maybe_applied: bool,
+    },
+    /// A retriable failure: unreachable, timed out, connection lost.
+    Retry { detail: String, maybe_applied: bool },
+    /// The address does not serve the controller API: skipped for the rest of the operation.
+    Unusable(String),
+    /// A failure that retrying cannot fix.
+    Fatal(AdminError),
+}
+
+impl<T> Step<T> {
+    fn from_status(addr: &str, status: &tonic::Status) -> Step<T> {
+        let detail = rpc_error::status_line(addr, Api::Controller, status);
+        if status.code() == tonic::Code::Unimplemented {
+            Step::Unusable(detail)
+        } else if rpc_error::retriable(status) {
+            Step::Retry {
+                detail,
+                maybe_applied: !rpc_error::never_sent(status),
+            }
+        } else {
+            Step::Fatal(AdminError::Rpc(detail))
+        }
+    }
+}
+
+/// A successful operation.
+struct Answered<T> {
+    value: T,
+    /// Set when an earlier attempt ended without a definite answer (the connection broke or
+    /// timed out after the request was sent, or the leader stepped down before the commit):
+    /// that attempt may have been applied.
+    uncertain: Option<String>,
+}
+
+/// `Err` for a Kafka refusal of a write, with a note when an earlier attempt may have done
+/// the change itself (e.g. TOPIC_ALREADY_EXISTS after a retry: Kafka's admin client reports
+/// it too, without the note).
+fn check_write(
+    uncertain: &Option<String>,
+    error: Option<&keel_proto::common::Error>,
+    context: impl FnOnce() -> String,
+) -> Result<()> {
+    AdminError::check(error, context).map_err(|e| match (e, uncertain) {
+        (
+            AdminError::Kafka {
+                code,
+                message,
+                context,
+            },
+            Some(why),
+        ) => AdminError::Kafka {
+            code,
+            message: format!(
+                "{message}{}[an earlier attempt of this request got no definite answer ({why}); it may have been applied]",
+                if message.is_empty() { "" } else { " " }
+            ),
+            context,
+        },
+        (e, _) => e,
+    })
+}
+
+/// The last error of each controller tried, in the order they were first tried.
+#[derive(Default)]
+struct LastErrors(Vec<(String, String)>);
+
+impl LastErrors {
+    fn note(&mut self, addr: &str, detail: String) {
+        match self.0.iter_mut().find(|(a, _)| a == addr) {
+            Some(e) => e.1 = detail,
+            None => self.0.push((addr.to_string(), detail)),
+        }
+    }
+
+    fn text(&self) -> String {
+        if self.0.is_empty() {
+            return "no attempt was made".into();
+        }
+        self.0
+            .iter()
+            .map(|(_, d)| d.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
 }
 
 impl Admin {
@@ -147,17 +249,6 @@ impl Admin {
         self.state.lock().unwrap().active.clone()
     }
 
-    fn pick_address(&self) -> String {
-        let mut s = self.state.lock().unwrap();
-        if let Some(a) = &s.active {
-            return a.clone();
-        }
-        let list = &self.config.bootstrap_controllers;
-        let a = list[s.next_bootstrap % list.len()].clone();
-        s.next_bootstrap += 1;
-        a
-    }
-
     fn set_active(&self, addr: Option<String>) {
         self.state.lock().unwrap().active = addr;
     }
@@ -170,19 +261,28 @@ impl Admin {
         }
     }
 
-    async fn client(&self, addr: &str) -> Result<ControllerServiceClient<Channel>, String> {
+    /// A client for `addr`, connecting within `budget` when there is no channel yet. The
+    /// error is one line naming the address.
+    async fn client(
+        &self,
+        addr: &str,
+        budget: Duration,
+    ) -> Result<ControllerServiceClient<Channel>, String> {
         let cached = self.state.lock().unwrap().channels.get(addr).cloned();
         let channel = match cached {
             Some(c) => c,
             None => {
                 let endpoint = Endpoint::from_shared(format!("http://{addr}"))
                     .map_err(|e| format!("{addr}: bad address: {e}"))?
-                    .connect_timeout(self.config.request_timeout.min(Duration::from_secs(2)))
+                    .connect_timeout(budget.min(Duration::from_secs(2)))
                     .timeout(self.config.request_timeout);
-                let c = endpoint
-                    .connect()
-                    .await
-                    .map_err(|e| format!("{addr}: {}", error_chain(&e)))?;
+                let c = match tokio::time::timeout(budget, endpoint.connect()).await {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => return Err(rpc_error::error_line(addr, &e)),
+                    Err(_) => {
+                        return Err(format!("{addr}: no connection within {}", secs(budget)));
+                    }
+                };
                 self.state
                     .lock()
                     .unwrap()
@@ -196,101 +296,169 @@ impl Admin {
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 
+    /// Runs `attempt` against one controller after another until one gives an answer, like
+    /// Kafka's admin client: the active controller first when known, a hinted controller
+    /// right after the hint, else the bootstrap controllers in order. When every controller
+    /// of a round failed, it backs off (`backoff_initial` doubling to `backoff_max`) and
+    /// starts another round, until `api_timeout` (or `max_attempts`) runs out; the error then
+    /// names the last failure of each controller.
+    async fn attempt_each<T, F, Fut>(&self, mut attempt: F) -> Result<Answered<T>>
+    where
+        F: FnMut(String, ControllerServiceClient<Channel>) -> Fut,
+        Fut: Future<Output = Step<T>>,
+    {
+        let started = Instant::now();
+        let deadline = started + self.config.api_timeout;
+        let bootstrap = &self.config.bootstrap_controllers;
+        let mut backoff = self.config.backoff_initial;
+        let mut attempts: u32 = 0;
+        let mut errors = LastErrors::default();
+        // Whether any controller answered (NOT_CONTROLLER): then the failure is not
+        // "unreachable".
+        let mut answered = false;
+        let mut unusable: HashSet<String> = HashSet::new();
+        // This round: addresses asked, and those that could not be reached.
+        let mut tried: HashSet<String> = HashSet::new();
+        let mut down: HashSet<String> = HashSet::new();
+        // A hint to an address already asked this round: where the next round starts.
+        let mut next_round: Option<String> = None;
+        let mut uncertain: Option<String> = None;
+        let mut next = self.active_controller();
+        loop {
+            let hinted = next
+                .take()
+                .filter(|a| !unusable.contains(a) && !down.contains(a));
+            let addr = match hinted {
+                Some(a) if !tried.contains(&a) => Some(a),
+                other => {
+                    if other.is_some() {
+                        next_round = other;
+                    }
+                    bootstrap
+                        .iter()
+                        .find(|a| !tried.contains(*a) && !unusable.contains(*a))
+                        .cloned()
+                }
+            };
+            let give_up = |errors: &LastErrors, attempts| {
+                let elapsed = started.elapsed();
+                let errors = errors.text();
+                if answered {
+                    AdminError::NoActiveController {
+                        attempts,
+                        elapsed,
+                        errors,
+                    }
+                } else {
+                    AdminError::Unreachable {
+                        attempts,
+                        elapsed,
+                        errors,
+                    }
+                }
+            };
+            let Some(addr) = addr else {
+                // Every controller failed in this round.
+                if bootstrap.iter().all(|a| unusable.contains(a)) {
+                    return Err(AdminError::NotAController {
+                        errors: errors.text(),
+                    });
+                }
+                let now = Instant::now();
+                if attempts >= self.config.max_attempts || now >= deadline {
+                    return Err(give_up(&errors, attempts));
+                }
+                // The last round may be short: the budget is used up, not rounded down.
+                tokio::time::sleep(backoff.min(deadline - now)).await;
+                backoff = (backoff * 2).min(self.config.backoff_max);
+                tried.clear();
+                down.clear();
+                next = next_round.take().or_else(|| self.active_controller());
+                continue;
+            };
+            let now = Instant::now();
+            if attempts >= self.config.max_attempts || now >= deadline {
+                return Err(give_up(&errors, attempts));
+            }
+            attempts += 1;
+            tried.insert(addr.clone());
+            let budget = self.config.request_timeout.min(deadline - now);
+            let step = match self.client(&addr, budget).await {
+                Err(detail) => Step::Retry {
+                    detail,
+                    maybe_applied: false,
+                },
+                Ok(client) => {
+                    match tokio::time::timeout(budget, attempt(addr.clone(), client)).await {
+                        Ok(step) => step,
+                        Err(_) => Step::Retry {
+                            detail: format!("{addr}: no answer within {}", secs(budget)),
+                            maybe_applied: true,
+                        },
+                    }
+                }
+            };
+            match step {
+                Step::Done(value) => return Ok(Answered { value, uncertain }),
+                Step::NotActive {
+                    hint,
+                    detail,
+                    maybe_applied,
+                } => {
+                    answered = true;
+                    if maybe_applied {
+                        uncertain = Some(detail.clone());
+                    }
+                    errors.note(&addr, detail);
+                    let hint = hint.filter(|h| *h != addr);
+                    self.set_active(hint.clone());
+                    next = hint;
+                }
+                Step::Retry {
+                    detail,
+                    maybe_applied,
+                } => {
+                    self.forget(&addr);
+                    down.insert(addr.clone());
+                    if maybe_applied {
+                        uncertain = Some(detail.clone());
+                    }
+                    errors.note(&addr, detail);
+                }
+                Step::Unusable(detail) => {
+                    self.forget(&addr);
+                    unusable.insert(addr.clone());
+                    errors.note(&addr, detail);
+                }
+                Step::Fatal(e) => return Err(e),
+            }
+        }
+    }
+
     /// Runs `rpc` against the active controller (or any controller for reads when
-    /// `need_active` is false), following NOT_CONTROLLER hints with bounded retries.
-    async fn call<R, F, Fut>(&self, need_active: bool, mut rpc: F) -> Result<R>
+    /// `need_active` is false) through [`Admin::attempt_each`], following NOT_CONTROLLER
+    /// hints.
+    async fn call<R, F, Fut>(&self, need_active: bool, mut rpc: F) -> Result<Answered<R>>
     where
         R: ControllerReply,
         F: FnMut(ControllerServiceClient<Channel>) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<R>, tonic::Status>>,
     {
-        let mut backoff = self.config.backoff_initial;
-        let mut last: Option<AttemptError> = None;
-        let mut transport_failures_in_row = 0usize;
-        let mut only_transport = true;
-        for _ in 0..self.config.max_attempts {
-            let addr = self.pick_address();
-            let outcome = match self.client(&addr).await {
-                Err(e) => Err(AttemptError::Transport(e)),
-                Ok(client) => {
-                    match tokio::time::timeout(self.config.request_timeout, rpc(client)).await {
-                        Err(_) => Err(AttemptError::Transport(format!(
-                            "{addr}: no answer within {:?}",
-                            self.config.request_timeout
-                        ))),
-                        Ok(Err(status)) => Err(AttemptError::Transport(format!(
-                            "{addr}: {}",
-                            status.message()
-                        ))),
-                        Ok(Ok(resp)) => Ok(resp.into_inner()),
+        let answered = self
+            .attempt_each(|addr, client| {
+                let reply = rpc(client);
+                async move {
+                    match reply.await {
+                        Err(status) => Step::from_status(&addr, &status),
+                        Ok(reply) => classify(reply.into_inner(), addr, need_active),
                     }
                 }
-            };
-            match outcome {
-                Ok(reply) => {
-                    transport_failures_in_row = 0;
-                    let hinted = reply
-                        .leader()
-                        .filter(|h| h.leader_id >= 0 && !h.leader_address.is_empty())
-                        .map(|h| h.leader_address.clone());
-                    let not_controller =
-                        ErrorCode::from_proto(reply.error()) == Ok(ErrorCode::NotController);
-                    let elsewhere = hinted.as_deref().is_some_and(|h| h != addr);
-                    if not_controller || (need_active && elsewhere) {
-                        if elsewhere {
-                            // Redirect right away: the hint names the active controller.
-                            self.set_active(hinted);
-                            continue;
-                        }
-                        self.set_active(None);
-                        only_transport = false;
-                        last = Some(AttemptError::NoLeader(format!(
-                            "{addr} answered NOT_CONTROLLER{}",
-                            reply
-                                .error()
-                                .filter(|e| !e.message.is_empty())
-                                .map(|e| format!(": {}", e.message))
-                                .unwrap_or_default()
-                        )));
-                    } else {
-                        if hinted.is_some() {
-                            self.set_active(hinted);
-                        }
-                        return Ok(reply);
-                    }
-                }
-                Err(e) => {
-                    self.forget(&addr);
-                    transport_failures_in_row += 1;
-                    last = Some(e);
-                    // Try every bootstrap address once before backing off.
-                    if !transport_failures_in_row
-                        .is_multiple_of(self.config.bootstrap_controllers.len())
-                    {
-                        continue;
-                    }
-                }
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(self.config.backoff_max);
+            })
+            .await?;
+        if let Some(h) = hint_address(&answered.value) {
+            self.set_active(Some(h));
         }
-        let attempts = self.config.max_attempts;
-        Err(match last {
-            Some(AttemptError::Transport(e)) if only_transport => AdminError::Unreachable {
-                addresses: self.config.bootstrap_controllers.join(","),
-                last_error: e,
-            },
-            Some(AttemptError::Transport(e)) | Some(AttemptError::NoLeader(e)) => {
-                AdminError::NoActiveController {
-                    attempts,
-                    last_error: e,
-                }
-            }
-            None => AdminError::NoActiveController {
-                attempts,
-                last_error: "redirected on every attempt".into(),
-            },
-        })
+        Ok(answered)
     }
 
     /// Creates one topic; returns the controller's result (id, effective partitions,
@@ -313,20 +481,23 @@ impl Admin {
             }],
             validate_only: false,
         };
-        let reply = self
+        let Answered {
+            value: reply,
+            uncertain,
+        } = self
             .call(true, |mut c| {
                 let req = req.clone();
                 async move { c.create_topics(req).await }
             })
             .await?;
         let ctx = || format!("create topic {:?}", topic.name);
-        AdminError::check(reply.error.as_ref(), ctx)?;
+        check_write(&uncertain, reply.error.as_ref(), ctx)?;
         let result = reply
             .topics
             .into_iter()
             .find(|t| t.name == topic.name)
             .ok_or_else(|| AdminError::Protocol(format!("{}: no result for the topic", ctx())))?;
-        AdminError::check(result.error.as_ref(), ctx)?;
+        check_write(&uncertain, result.error.as_ref(), ctx)?;
         Ok(result)
     }
 
@@ -338,20 +509,23 @@ impl Admin {
                 topic_id: Default::default(),
             }],
         };
-        let reply = self
+        let Answered {
+            value: reply,
+            uncertain,
+        } = self
             .call(true, |mut c| {
                 let req = req.clone();
                 async move { c.delete_topics(req).await }
             })
             .await?;
         let ctx = || format!("delete topic {name:?}");
-        AdminError::check(reply.error.as_ref(), ctx)?;
+        check_write(&uncertain, reply.error.as_ref(), ctx)?;
         let result = reply
             .topics
             .into_iter()
             .next()
             .ok_or_else(|| AdminError::Protocol(format!("{}: no result", ctx())))?;
-        AdminError::check(result.error.as_ref(), ctx)?;
+        check_write(&uncertain, result.error.as_ref(), ctx)?;
         Ok(result)
     }
 
@@ -385,16 +559,19 @@ impl Admin {
             }],
             validate_only,
         };
-        let reply = self
+        let Answered {
+            value: reply,
+            uncertain,
+        } = self
             .call(true, |mut c| {
                 let req = req.clone();
                 async move { c.alter_configs(req).await }
             })
             .await?;
         let ctx = || format!("alter configs of {}", target.describe());
-        AdminError::check(reply.error.as_ref(), ctx)?;
+        check_write(&uncertain, reply.error.as_ref(), ctx)?;
         for r in &reply.results {
-            AdminError::check(r.error.as_ref(), ctx)?;
+            check_write(&uncertain, r.error.as_ref(), ctx)?;
         }
         Ok(())
     }
@@ -426,7 +603,8 @@ impl Admin {
                 let req = req.clone();
                 async move { c.describe_configs(req).await }
             })
-            .await?;
+            .await?
+            .value;
         AdminError::check(reply.error.as_ref(), || "describe configs".into())?;
         for (r, t) in reply.results.iter().zip(targets) {
             AdminError::check(r.error.as_ref(), || {
@@ -468,14 +646,17 @@ impl Admin {
                 }],
             }],
         };
-        let reply = self
+        let Answered {
+            value: reply,
+            uncertain,
+        } = self
             .call(true, |mut c| {
                 let req = req.clone();
                 async move { c.alter_partition(req).await }
             })
             .await?;
         let ctx = || format!("alter ISR of {topic}-{partition}");
-        AdminError::check(reply.error.as_ref(), ctx)?;
+        check_write(&uncertain, reply.error.as_ref(), ctx)?;
         let result = reply
             .topics
             .into_iter()
@@ -486,7 +667,7 @@ impl Admin {
             // The change committed but also moved leadership: still a success for operators.
             Ok(ErrorCode::NewLeaderElected) => Ok(result),
             _ => {
-                AdminError::check(result.error.as_ref(), ctx)?;
+                check_write(&uncertain, result.error.as_ref(), ctx)?;
                 Ok(result)
             }
         }
@@ -509,13 +690,16 @@ impl Admin {
                 partitions: partitions.to_vec(),
             }],
         };
-        let reply = self
+        let Answered {
+            value: reply,
+            uncertain,
+        } = self
             .call(true, |mut c| {
                 let req = req.clone();
                 async move { c.elect_leaders(req).await }
             })
             .await?;
-        AdminError::check(reply.error.as_ref(), || {
+        check_write(&uncertain, reply.error.as_ref(), || {
             format!("elect leaders of {topic:?}")
         })?;
         Ok(reply
@@ -536,7 +720,8 @@ impl Admin {
                 })
                 .await
             })
-            .await?;
+            .await?
+            .value;
         AdminError::check(reply.error.as_ref(), || "describe cluster".into())?;
         Ok(reply)
     }
@@ -547,7 +732,8 @@ impl Admin {
             .call(true, |mut c| async move {
                 c.describe_quorum(DescribeQuorumRequest {}).await
             })
-            .await?;
+            .await?
+            .value;
         AdminError::check(reply.error.as_ref(), || "describe quorum".into())?;
         Ok(reply)
     }
@@ -562,7 +748,8 @@ impl Admin {
                 let req = req.clone();
                 async move { c.read_metadata_log(req).await }
             })
-            .await?;
+            .await?
+            .value;
         AdminError::check(reply.error.as_ref(), || "read metadata log".into())?;
         Ok(reply)
     }
@@ -572,125 +759,130 @@ impl Admin {
     pub async fn latest_snapshot(
         &self,
     ) -> Result<Option<(i64, Vec<keel_proto::metadata::MetadataRecord>)>> {
-        let mut last_error = String::new();
-        for _ in 0..self.config.max_attempts {
-            let addr = self.pick_address();
-            let mut client = match self.client(&addr).await {
-                Ok(c) => c,
-                Err(e) => {
-                    self.forget(&addr);
-                    last_error = e;
-                    continue;
+        let answered = self
+            .attempt_each(|addr, mut client| async move {
+                match read_latest_snapshot(&mut client).await {
+                    Ok(snapshot) => Step::Done(snapshot),
+                    Err(status) => Step::from_status(&addr, &status),
                 }
-            };
-            let read = async {
-                let mut stream = client
-                    .fetch_metadata(FetchMetadataRequest {
-                        from_offset: 0,
-                        broker_id: None,
-                        max_bytes_per_item: 0,
-                    })
-                    .await?
-                    .into_inner();
-                let mut snapshot: Option<(i64, Vec<_>)> = None;
-                while let Some(item) = stream.message().await? {
-                    match item.item {
-                        Some(Item::SnapshotHeader(h)) => {
-                            snapshot = Some((h.last_included_offset, Vec::new()));
-                        }
-                        Some(Item::SnapshotChunk(c)) => {
-                            if let Some((_, records)) = snapshot.as_mut() {
-                                records.extend(c.records);
-                            }
-                            if c.last {
-                                return Ok(snapshot);
-                            }
-                        }
-                        // Batches before any snapshot header: there is no snapshot.
-                        Some(Item::Batch(_)) => return Ok(None),
-                        None => {}
-                    }
-                }
-                Ok::<_, tonic::Status>(None)
-            };
-            match tokio::time::timeout(self.config.request_timeout, read).await {
-                Ok(Ok(snapshot)) => return Ok(snapshot),
-                Ok(Err(status)) => {
-                    self.forget(&addr);
-                    last_error = format!("{addr}: {}", status.message());
-                }
-                Err(_) => {
-                    self.forget(&addr);
-                    last_error = format!(
-                        "{addr}: snapshot not complete within {:?}",
-                        self.config.request_timeout
-                    );
-                }
-            }
-        }
-        Err(AdminError::Unreachable {
-            addresses: self.config.bootstrap_controllers.join(","),
-            last_error,
-        })
+            })
+            .await?;
+        Ok(answered.value)
     }
 
     /// The current metadata image: the newest snapshot plus every committed batch up to the
     /// serving controller's commit index, replayed locally (like a broker's metadata tailer).
     pub async fn metadata_image(&self) -> Result<MetadataImage> {
-        let mut last_error = String::new();
-        for _ in 0..self.config.max_attempts {
-            let addr = self.pick_address();
-            let mut client = match self.client(&addr).await {
-                Ok(c) => c,
-                Err(e) => {
-                    self.forget(&addr);
-                    last_error = e;
-                    continue;
+        let answered = self
+            .attempt_each(|addr, mut client| async move {
+                match fetch_image(&mut client, &addr).await {
+                    Ok(image) => Step::Done(image),
+                    Err(FetchError::Status(status)) => Step::from_status(&addr, &status),
+                    Err(FetchError::Ended(detail)) => Step::Retry {
+                        detail,
+                        maybe_applied: false,
+                    },
+                    Err(FetchError::Fatal(e)) => Step::Fatal(e),
                 }
-            };
-            let fetched =
-                tokio::time::timeout(self.config.request_timeout, fetch_image(&mut client, &addr))
-                    .await;
-            match fetched {
-                Ok(Ok(image)) => return Ok(image),
-                Ok(Err(FetchError::Transport(e))) => {
-                    self.forget(&addr);
-                    last_error = e;
-                }
-                Ok(Err(FetchError::Fatal(e))) => return Err(e),
-                Err(_) => {
-                    self.forget(&addr);
-                    last_error = format!(
-                        "{addr}: image not complete within {:?}",
-                        self.config.request_timeout
-                    );
-                }
-            }
-        }
-        Err(AdminError::Unreachable {
-            addresses: self.config.bootstrap_controllers.join(","),
-            last_error,
-        })
+            })
+            .await?;
+        Ok(answered.value)
     }
 }
 
-/// `error: cause: cause...` (tonic's transport errors say little at the top level).
-pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !s.contains(&text) {
-            s.push_str(": ");
-            s.push_str(&text);
-        }
-        source = cause.source();
+/// What one attempt with a controller reply makes: NOT_CONTROLLER (or, for a request only
+/// the active controller serves, a reply naming another controller as active) sends the
+/// request on; anything else is the caller's answer.
+fn classify<R: ControllerReply>(reply: R, addr: String, need_active: bool) -> Step<R> {
+    let hint = hint_address(&reply);
+    if ErrorCode::from_proto(reply.error()) == Ok(ErrorCode::NotController) {
+        let message = reply
+            .error()
+            .map(|e| e.message.as_str())
+            .filter(|m| !m.is_empty())
+            .map(|m| format!(": {m}"))
+            .unwrap_or_default();
+        // A controller naming itself was the leader when asked and lost leadership before
+        // the commit: a new leader may still commit the request.
+        let maybe_applied = hint.as_deref() == Some(addr.as_str());
+        return Step::NotActive {
+            hint,
+            detail: format!(
+                "{addr}: {} ({}){message}",
+                ErrorCode::NotController,
+                ErrorCode::NotController.code()
+            ),
+            maybe_applied,
+        };
     }
-    s
+    if need_active && let Some(h) = hint.as_deref().filter(|h| **h != *addr) {
+        return Step::NotActive {
+            detail: format!("{addr}: not the active controller (it names {h})"),
+            hint: Some(h.to_string()),
+            maybe_applied: false,
+        };
+    }
+    Step::Done(reply)
+}
+
+/// The active controller's address, when the reply names one.
+fn hint_address<R: ControllerReply>(reply: &R) -> Option<String> {
+    reply
+        .leader()
+        .filter(|h| h.leader_id >= 0 && !h.leader_address.is_empty())
+        .map(|h| h.leader_address.clone())
+}
+
+/// `1.5 s`, `250 ms`.
+fn secs(d: Duration) -> String {
+    if d < Duration::from_secs(1) {
+        format!("{} ms", d.as_millis())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
+}
+
+/// Reads the metadata stream from offset 0 up to the end of its snapshot, if it starts with
+/// one.
+async fn read_latest_snapshot(
+    client: &mut ControllerServiceClient<Channel>,
+) -> std::result::Result<Option<(i64, Vec<keel_proto::metadata::MetadataRecord>)>, tonic::Status> {
+    let mut stream = client
+        .fetch_metadata(FetchMetadataRequest {
+            from_offset: 0,
+            broker_id: None,
+            max_bytes_per_item: 0,
+        })
+        .await?
+        .into_inner();
+    let mut snapshot: Option<(i64, Vec<_>)> = None;
+    while let Some(item) = stream.message().await? {
+        match item.item {
+            Some(Item::SnapshotHeader(h)) => {
+                snapshot = Some((h.last_included_offset, Vec::new()));
+            }
+            Some(Item::SnapshotChunk(c)) => {
+                if let Some((_, records)) = snapshot.as_mut() {
+                    records.extend(c.records);
+                }
+                if c.last {
+                    return Ok(snapshot);
+                }
+            }
+            // Batches before any snapshot header: there is no snapshot.
+            Some(Item::Batch(_)) => return Ok(None),
+            None => {}
+        }
+    }
+    Ok(None)
 }
 
 enum FetchError {
-    Transport(String),
+    /// The RPC or the stream failed.
+    Status(tonic::Status),
+    /// The stream ended before the image was complete.
+    Ended(String),
+    /// The records do not replay.
     Fatal(AdminError),
 }
 
@@ -698,7 +890,6 @@ async fn fetch_image(
     client: &mut ControllerServiceClient<Channel>,
     addr: &str,
 ) -> std::result::Result<MetadataImage, FetchError> {
-    let transport = |s: tonic::Status| FetchError::Transport(format!("{addr}: {}", s.message()));
     let replay_failed =
         |e: keel_metadata_log::ReplayError| FetchError::Fatal(AdminError::Protocol(e.to_string()));
     let mut stream = client
@@ -708,7 +899,7 @@ async fn fetch_image(
             max_bytes_per_item: 0,
         })
         .await
-        .map_err(transport)?
+        .map_err(FetchError::Status)?
         .into_inner();
     let mut delta = MetadataDelta::new(MetadataImage::empty());
     // The commit index when the stream started: the image is complete once it is applied.
@@ -723,8 +914,8 @@ async fn fetch_image(
         {
             return Ok(delta.apply());
         }
-        let Some(item) = stream.message().await.map_err(transport)? else {
-            return Err(FetchError::Transport(format!(
+        let Some(item) = stream.message().await.map_err(FetchError::Status)? else {
+            return Err(FetchError::Ended(format!(
                 "{addr}: metadata stream ended at offset {applied}"
             )));
         };

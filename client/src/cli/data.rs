@@ -17,10 +17,11 @@ use crate::verify::{self, VerifyReport};
 /// Deliveries awaited before more records are read (bounds memory on huge inputs).
 const MAX_PENDING: usize = 10_000;
 
-/// `--acks` values.
+/// `--acks` values (Kafka's `acks`: `all` or its synonym `-1`, `1`, `0`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum AcksArg {
-    /// Every ISR member has the record (idempotent).
+    /// Every ISR member has the record (idempotent); `-1` is accepted as a synonym.
+    #[value(alias = "-1")]
     All,
     /// The leader appended it.
     #[value(name = "1")]
@@ -36,12 +37,12 @@ pub struct ProduceArgs {
     /// Topic to write to.
     #[arg(long)]
     pub topic: String,
-    /// Split each line at the first occurrence of this string into key and value (a line
-    /// without it is an error); without it lines are values with a null key.
-    #[arg(long)]
+    /// Split each line at the first occurrence of this (non-empty) string into key and value
+    /// (a line without it is an error); without it lines are values with a null key.
+    #[arg(long, value_parser = parse_key_separator)]
     pub key_separator: Option<String>,
-    /// Acknowledgement level; `all` is idempotent, `1` and `0` are not.
-    #[arg(long, value_enum, default_value = "all")]
+    /// Acknowledgement level: `all` (or `-1`) is idempotent, `1` and `0` are not.
+    #[arg(long, value_enum, default_value = "all", allow_negative_numbers = true)]
     pub acks: AcksArg,
     /// Read lines from this file (with a progress bar) instead of stdin.
     #[arg(long)]
@@ -52,6 +53,42 @@ pub struct ProduceArgs {
     /// Target batch size per partition, bytes.
     #[arg(long, default_value_t = 16384)]
     pub batch_size: usize,
+}
+
+/// `--key-separator`: any non-empty string.
+fn parse_key_separator(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        Err(
+            "the key separator must not be empty (omit --key-separator for records without a key)"
+                .into(),
+        )
+    } else {
+        Ok(s.to_string())
+    }
+}
+
+/// Splits `line` at the first occurrence of `sep` into key and value.
+fn split_key<'a>(line: &'a [u8], sep: &[u8]) -> Option<(&'a [u8], &'a [u8])> {
+    if sep.is_empty() || sep.len() > line.len() {
+        return None;
+    }
+    let at = line.windows(sep.len()).position(|w| w == sep)?;
+    Some((&line[..at], &line[at + sep.len()..]))
+}
+
+/// Reads the next line of `reader` into `buf` without its `\n` (or `\r\n`) and returns the
+/// bytes read, 0 at the end of the input. The bytes are kept as they are: lines need not be
+/// UTF-8, keys and values are sent byte for byte.
+fn read_line(reader: &mut dyn BufRead, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    buf.clear();
+    let n = reader.read_until(b'\n', buf)?;
+    if buf.last() == Some(&b'\n') {
+        buf.pop();
+        if buf.last() == Some(&b'\r') {
+            buf.pop();
+        }
+    }
+    Ok(n)
 }
 
 /// Arguments of `consume`.
@@ -107,7 +144,8 @@ pub struct VerifyArgs {
 
 impl Ctx {
     /// Broker addresses: `--bootstrap-brokers` / `KEEL_BOOTSTRAP_BROKERS`, else the unfenced
-    /// brokers the controllers know, else the default local cluster's brokers.
+    /// brokers the controllers know (asked for at most one request timeout), else the
+    /// default local cluster's brokers.
     pub async fn broker_addresses(&self) -> Vec<String> {
         if let Some(list) = &self.brokers {
             return list
@@ -116,7 +154,8 @@ impl Ctx {
                 .filter(|s| !s.is_empty())
                 .collect();
         }
-        let registered = match self.admin() {
+        let budget = self.api_timeout.min(self.request_timeout);
+        let registered = match self.admin_within(self.controllers.clone(), budget) {
             Ok(admin) => match admin.describe_cluster().await {
                 Ok(reply) => reply
                     .brokers
@@ -151,7 +190,7 @@ pub(super) async fn produce(a: ProduceArgs, ctx: &Ctx) -> CliResult {
     cfg.batch_size_bytes = a.batch_size;
     cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
     let producer = Producer::new(cfg)?;
-    let (reader, bar): (Box<dyn BufRead>, Option<indicatif::ProgressBar>) = match &a.file {
+    let (mut reader, bar): (Box<dyn BufRead>, Option<indicatif::ProgressBar>) = match &a.file {
         Some(path) => {
             let file = std::fs::File::open(path)
                 .map_err(|e| CliError(format!("--file {}: {e}", path.display())))?;
@@ -174,27 +213,27 @@ pub(super) async fn produce(a: ProduceArgs, ctx: &Ctx) -> CliResult {
     };
     let mut partitions = BTreeSet::new();
     let mut pending: VecDeque<(u64, Delivery)> = VecDeque::new();
-    for (i, line) in reader.lines().enumerate() {
-        let line = line.map_err(|e| CliError(format!("reading input: {e}")))?;
+    let mut line = Vec::new();
+    for number in 1u64.. {
+        let read = read_line(&mut reader, &mut line)
+            .map_err(|e| CliError(format!("reading input line {number}: {e}")))?;
+        if read == 0 {
+            break;
+        }
         if let Some(bar) = &bar {
-            bar.inc(line.len() as u64 + 1);
+            bar.inc(read as u64);
         }
         let (key, value) = match &a.key_separator {
-            Some(sep) => match line.split_once(sep.as_str()) {
+            Some(sep) => match split_key(&line, sep.as_bytes()) {
                 Some((k, v)) => (Some(k), v),
                 None => {
-                    return Err(CliError(format!(
-                        "line {}: no key separator {sep:?}",
-                        i + 1
-                    )));
+                    return Err(CliError(format!("line {number}: no key separator {sep:?}")));
                 }
             },
-            None => (None, line.as_str()),
+            None => (None, line.as_slice()),
         };
-        let size = (key.map_or(0, str::len) + value.len()) as u64;
-        let d = producer
-            .send(&a.topic, key.map(str::as_bytes), value.as_bytes())
-            .await?;
+        let size = (key.map_or(0, <[u8]>::len) + value.len()) as u64;
+        let d = producer.send(&a.topic, key, value).await?;
         pending.push_back((size, d));
         while pending.len() > MAX_PENDING {
             let (size, d) = pending.pop_front().expect("non-empty");
@@ -464,5 +503,87 @@ fn note(
         Err(e) => {
             first_error.get_or_insert_with(|| e.to_string());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn produce_args(args: &[&str]) -> Result<ProduceArgs, clap::Error> {
+        let mut argv = vec!["keelctl", "produce", "--topic", "t"];
+        argv.extend(args);
+        match crate::cli::Cli::try_parse_from(argv)?.command {
+            crate::cli::Command::Produce(a) => Ok(a),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn acks_accept_kafka_spellings() {
+        for (arg, want) in [
+            ("all", AcksArg::All),
+            ("-1", AcksArg::All),
+            ("1", AcksArg::One),
+            ("0", AcksArg::Zero),
+        ] {
+            assert_eq!(produce_args(&["--acks", arg]).unwrap().acks, want, "{arg}");
+            let eq = format!("--acks={arg}");
+            assert_eq!(produce_args(&[&eq]).unwrap().acks, want, "{eq}");
+        }
+        assert_eq!(produce_args(&[]).unwrap().acks, AcksArg::All);
+        assert!(produce_args(&["--acks", "2"]).is_err());
+        assert!(produce_args(&["--acks", "-2"]).is_err());
+    }
+
+    #[test]
+    fn empty_key_separator_is_refused() {
+        let e = produce_args(&["--key-separator", ""]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("must not be empty"), "{e}");
+        assert_eq!(
+            produce_args(&["--key-separator", "::"])
+                .unwrap()
+                .key_separator,
+            Some("::".into())
+        );
+    }
+
+    #[test]
+    fn lines_are_bytes_split_at_the_first_separator() {
+        let input: &[u8] = b"k1:v1\r\nno sep\n\xff\xfe:bin\xc3\n:empty key\nlast";
+        let mut reader = std::io::BufReader::new(input);
+        let mut buf = Vec::new();
+        let mut lines = Vec::new();
+        while read_line(&mut reader, &mut buf).unwrap() > 0 {
+            lines.push(buf.clone());
+        }
+        assert_eq!(
+            lines,
+            vec![
+                b"k1:v1".to_vec(),
+                b"no sep".to_vec(),
+                b"\xff\xfe:bin\xc3".to_vec(),
+                b":empty key".to_vec(),
+                b"last".to_vec(),
+            ]
+        );
+        assert_eq!(split_key(&lines[0], b":"), Some((&b"k1"[..], &b"v1"[..])));
+        assert_eq!(split_key(&lines[1], b":"), None);
+        assert_eq!(
+            split_key(&lines[2], b":"),
+            Some((&b"\xff\xfe"[..], &b"bin\xc3"[..]))
+        );
+        assert_eq!(
+            split_key(&lines[3], b":"),
+            Some((&b""[..], &b"empty key"[..]))
+        );
+        assert_eq!(
+            split_key(b"a::b::c", b"::"),
+            Some((&b"a"[..], &b"b::c"[..]))
+        );
+        assert_eq!(split_key(b"a", b"::"), None);
+        assert_eq!(split_key(b"a", b""), None);
     }
 }

@@ -72,7 +72,7 @@ pub struct Cli {
     /// Print JSON instead of human-readable text.
     #[arg(long, global = true, help_heading = "Global options")]
     pub json: bool,
-    /// Deadline of one request to a controller or broker, ms.
+    /// Deadline of one request to a controller or broker, ms (Kafka: request.timeout.ms).
     #[arg(
         long,
         global = true,
@@ -80,6 +80,15 @@ pub struct Cli {
         default_value_t = 10_000
     )]
     pub request_timeout_ms: u64,
+    /// Budget of one admin operation, retries included, ms (Kafka: default.api.timeout.ms):
+    /// unreachable controllers, NOT_CONTROLLER and elections are retried until it runs out.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        default_value_t = 60_000
+    )]
+    pub api_timeout_ms: u64,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -170,6 +179,8 @@ pub struct Ctx {
     pub brokers: Option<Vec<String>>,
     /// Per-request deadline.
     pub request_timeout: Duration,
+    /// Budget of one admin operation, retries included.
+    pub api_timeout: Duration,
 }
 
 impl Ctx {
@@ -180,8 +191,18 @@ impl Ctx {
 
     /// An admin client for `addresses`.
     pub fn admin_for(&self, addresses: Vec<String>) -> Result<Admin, CliError> {
+        self.admin_within(addresses, self.api_timeout)
+    }
+
+    /// An admin client for `addresses` whose operations give up after `budget`.
+    pub fn admin_within(
+        &self,
+        addresses: Vec<String>,
+        budget: Duration,
+    ) -> Result<Admin, CliError> {
         let mut cfg = AdminConfig::new(addresses);
         cfg.request_timeout = self.request_timeout;
+        cfg.api_timeout = budget;
         Ok(Admin::new(cfg)?)
     }
 
@@ -205,6 +226,7 @@ pub fn main() -> ExitCode {
             .collect(),
         brokers: cli.bootstrap_brokers.clone(),
         request_timeout: Duration::from_millis(cli.request_timeout_ms.max(1)),
+        api_timeout: Duration::from_millis(cli.api_timeout_ms.max(1)),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

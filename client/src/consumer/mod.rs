@@ -33,9 +33,9 @@ use tokio::task::JoinSet;
 
 pub use error::ConsumeError;
 
-use crate::admin::error_chain;
 use crate::brokers::{Brokers, needs_metadata_refresh};
 pub use crate::producer::TopicPartition;
+use crate::rpc_error::{Api, status_line};
 
 /// What to do when a partition has no valid position (Kafka `auto.offset.reset`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,7 +299,10 @@ impl Consumer {
             Err(crate::brokers::MetadataError::Topic { code, .. }) if code.retriable() => {
                 return Err(Lookup::Retry(code.to_string()));
             }
-            Err(e @ crate::brokers::MetadataError::Topic { .. }) => {
+            Err(
+                e @ (crate::brokers::MetadataError::Topic { .. }
+                | crate::brokers::MetadataError::NotABroker { .. }),
+            ) => {
                 return Err(Lookup::Fatal(e.into()));
             }
             Err(e) => return Err(Lookup::Retry(e.to_string())),
@@ -326,7 +329,7 @@ impl Consumer {
     fn transport(&self, tp: &TopicPartition, addr: &str, status: &tonic::Status) -> Lookup {
         self.brokers.forget(addr);
         self.brokers.invalidate(&tp.0);
-        Lookup::Retry(format!("{addr}: {}", error_chain(status)))
+        Lookup::Retry(status_line(addr, Api::Broker, status))
     }
 
     fn check(

@@ -44,8 +44,8 @@ use accumulator::{Accumulator, Batch, PendingRecord, Sequences, record_size_byte
 pub use error::ProduceError;
 use partitioner::{StickyPartitioner, key_partition};
 
-use crate::admin::error_chain;
 use crate::brokers::{Brokers, MetadataError, needs_metadata_refresh, now_ms};
+use crate::rpc_error::{Api, status_line};
 
 /// Acknowledgement level (Kafka `acks`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -349,6 +349,7 @@ impl Producer {
             let retriable = match &err {
                 MetadataError::Topic { code, .. } => code.retriable(),
                 MetadataError::Unreachable { .. } => true,
+                MetadataError::NotABroker { .. } => false,
             };
             if !retriable || Instant::now() + backoff > deadline {
                 return Err(err.into());
@@ -475,7 +476,7 @@ async fn init_producer_id(inner: &Inner) -> Result<(i64, i16), ProduceError> {
             {
                 Err(status) => {
                     inner.brokers.forget(addr);
-                    last_error = format!("{addr}: {}", error_chain(&status));
+                    last_error = status_line(addr, Api::Broker, &status);
                 }
                 Ok(r) => {
                     let r = r.into_inner();
@@ -651,7 +652,7 @@ async fn attempt(inner: &Inner, tp: &TopicPartition, records: Bytes) -> Attempt 
         Err(status) => {
             inner.brokers.forget(&addr);
             inner.brokers.invalidate(topic);
-            return Attempt::Retry(None, format!("{addr}: {}", error_chain(&status)));
+            return Attempt::Retry(None, status_line(&addr, Api::Broker, &status));
         }
     };
     let p = reply

@@ -204,8 +204,8 @@ impl Fixture {
             .collect()
     }
 
-    /// Runs keelctl with `stdin` as its standard input.
-    pub fn run_with_stdin(&self, args: &[&str], stdin: &str) -> Output {
+    /// Runs keelctl with `stdin` (text or bytes) as its standard input.
+    pub fn run_with_stdin(&self, args: &[&str], stdin: impl AsRef<[u8]>) -> Output {
         use std::io::Write;
         use std::process::Stdio;
         let mut child = Command::new(KEELCTL)
@@ -221,18 +221,28 @@ impl Fixture {
             .stdin
             .take()
             .unwrap()
-            .write_all(stdin.as_bytes())
+            .write_all(stdin.as_ref())
             .unwrap();
         child.wait_with_output().unwrap()
     }
 
-    /// SIGKILL to broker `id` (kill -9), then waits for the process to be gone.
+    /// SIGKILL to broker `id` (kill -9).
     pub fn kill9_broker(&self, id: i32) {
+        self.kill9(&format!("broker-{id}"));
+    }
+
+    /// SIGKILL to controller `id` (kill -9).
+    pub fn kill9_controller(&self, id: i64) {
+        self.kill9(&format!("controller-{id}"));
+    }
+
+    /// SIGKILL to the process `name` (`broker-2`, `controller-1`) of the local cluster.
+    pub fn kill9(&self, name: &str) {
         let pid_file = self
             .dir
             .path()
             .join("keel-data")
-            .join(format!("broker-{id}.pid"));
+            .join(format!("{name}.pid"));
         let pid = std::fs::read_to_string(&pid_file)
             .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()));
         let status = Command::new("kill")
