@@ -390,7 +390,9 @@ fn print_record(r: &ConsumerRecord, fields: RecordFields, json: bool) {
     if json {
         outln!("{}", record_json(r));
     } else {
-        outln!("{}", record_text(r, fields));
+        let mut line = record_text(r, fields);
+        line.push(b'\n');
+        super::write_stdout_bytes(&line);
     }
 }
 

@@ -289,9 +289,14 @@ async fn run(command: Command, ctx: &Ctx) -> CliResult {
 /// Writes `s` to stdout and flushes. A closed pipe (`keelctl ... | head`) ends the process
 /// quietly with status 141, as SIGPIPE would; other write errors end it with status 1.
 pub(crate) fn write_stdout(s: &str) {
+    write_stdout_bytes(s.as_bytes());
+}
+
+/// Like [`write_stdout`], for bytes that need not be UTF-8 (record keys and values).
+pub(crate) fn write_stdout_bytes(b: &[u8]) {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
+    if let Err(e) = out.write_all(b).and_then(|()| out.flush()) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(141);
         }

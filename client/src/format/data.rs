@@ -87,23 +87,31 @@ fn lossy(b: Option<&[u8]>) -> Option<String> {
 }
 
 /// One record as a text line (no newline): the selected fields then the value, tab separated,
-/// like `kafka-console-consumer` with `print.offset` / `print.timestamp` / `print.key`.
-pub fn record_text(r: &ConsumerRecord, f: RecordFields) -> String {
-    let mut parts = Vec::new();
+/// like `kafka-console-consumer` with `print.offset` / `print.timestamp` / `print.key`. Key and
+/// value are written as their raw bytes (what `keelctl produce` sent, UTF-8 or not).
+pub fn record_text(r: &ConsumerRecord, f: RecordFields) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut field = |bytes: &[u8]| {
+        if !out.is_empty() {
+            out.push(b'\t');
+        }
+        out.extend_from_slice(bytes);
+    };
     if f.timestamp {
-        parts.push(format!("CreateTime:{}", timestamp_ms(r.timestamp_ms)));
+        field(format!("CreateTime:{}", timestamp_ms(r.timestamp_ms)).as_bytes());
     }
     if f.offset {
-        parts.push(format!("Partition:{}\tOffset:{}", r.partition, r.offset));
+        field(format!("Partition:{}\tOffset:{}", r.partition, r.offset).as_bytes());
     }
     if f.key {
-        parts.push(lossy(r.key.as_deref()).unwrap_or_else(|| "null".into()));
+        field(r.key.as_deref().unwrap_or(b"null"));
     }
-    parts.push(lossy(r.value.as_deref()).unwrap_or_else(|| "null".into()));
-    parts.join("\t")
+    field(r.value.as_deref().unwrap_or(b"null"));
+    out
 }
 
-/// One record as a JSON object (key and value as UTF-8 text, lossy; null when absent).
+/// One record as a JSON object (key and value as UTF-8 text, lossy: bytes that are not UTF-8
+/// become U+FFFD; null when absent). The text form keeps the raw bytes.
 pub fn record_json(r: &ConsumerRecord) -> serde_json::Value {
     serde_json::json!({
         "topic": r.topic,
@@ -157,7 +165,7 @@ mod tests {
 
     #[test]
     fn record_lines() {
-        assert_eq!(record_text(&rec(), RecordFields::default()), "hello");
+        assert_eq!(record_text(&rec(), RecordFields::default()), b"hello");
         let all = RecordFields {
             offset: true,
             timestamp: true,
@@ -165,7 +173,7 @@ mod tests {
         };
         assert_eq!(
             record_text(&rec(), all),
-            "CreateTime:2023-11-14T22:13:20.123Z\tPartition:2\tOffset:17\tk1\thello"
+            b"CreateTime:2023-11-14T22:13:20.123Z\tPartition:2\tOffset:17\tk1\thello"
         );
         let mut r = rec();
         r.key = None;
@@ -173,7 +181,10 @@ mod tests {
             key: true,
             ..Default::default()
         };
-        assert_eq!(record_text(&r, key_only), "null\thello");
+        assert_eq!(record_text(&r, key_only), b"null\thello");
+        // Raw bytes, not U+FFFD replacements.
+        r.value = Some(Bytes::from_static(b"c\xff\xfe"));
+        assert_eq!(record_text(&r, RecordFields::default()), b"c\xff\xfe");
         assert_eq!(
             record_json(&rec()).to_string(),
             r#"{"key":"k1","leader_epoch":3,"offset":17,"partition":2,"timestamp_ms":1700000000123,"topic":"t","value":"hello"}"#
