@@ -79,6 +79,21 @@ impl ProcessSpec {
     }
 }
 
+impl ProcessSpec {
+    /// The first of its addresses (gRPC listener, then metrics listener) that another program
+    /// already listens on, with the OS error; `None` when both are free. A probe bind on
+    /// loopback, released at once: a process started next may still lose a race, which the
+    /// startup wait catches.
+    pub fn taken_address(&self) -> Option<(String, io::Error)> {
+        [&self.address, &self.metrics_address]
+            .into_iter()
+            .find_map(|a| match std::net::TcpListener::bind(a.as_str()) {
+                Ok(_) => None,
+                Err(e) => Some((a.clone(), e)),
+            })
+    }
+}
+
 /// The local cluster's layout: where each process listens and keeps its files.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {

@@ -572,3 +572,36 @@ fn up_that_gives_up_stops_what_it_started() {
         let _ = c.wait();
     }
 }
+
+/// `up` on ports another program already listens on (here: one held listener, as another
+/// local cluster on the same base port would) refuses before starting anything or recording
+/// the ports, instead of reporting that other program's cluster as its own.
+#[test]
+fn up_refuses_ports_another_program_listens_on() {
+    let base = free_base_port();
+    let held = TcpListener::bind(("127.0.0.1", base + 2)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("c").display().to_string();
+    let out = keelctl(&[
+        "cluster",
+        "up",
+        "--data-dir",
+        &data,
+        "--base-port",
+        &base.to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let addr = format!("127.0.0.1:{}", base + 2);
+    assert!(
+        stderr(&out).starts_with(&format!(
+            "keelctl: cannot start controller-2: {addr} is already in use ("
+        )),
+        "{}",
+        stderr(&out)
+    );
+    let left: Vec<_> = std::fs::read_dir(&data)
+        .map(|d| d.filter_map(Result::ok).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "files left in {data}: {left:?}");
+    drop(held);
+}

@@ -143,6 +143,23 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
             layout.data_dir.display()
         ))
     })?;
+    let procs = layout.processes();
+    let missing: Vec<&ProcessSpec> = procs.iter().filter(|p| running_pid(p).is_none()).collect();
+    let already_running = missing.is_empty();
+    let mut children: Vec<(ProcessSpec, Child)> = Vec::new();
+    // Ports held by another program (often another local cluster on the same base port): its
+    // answers would pass the health check while our processes die. Checked before the layout
+    // is recorded, so a refused directory keeps no port choice.
+    if let Some((p, (addr, e))) = missing
+        .iter()
+        .find_map(|p| p.taken_address().map(|t| (p, t)))
+    {
+        return Err(CliError(format!(
+            "cannot start {}: {addr} is already in use ({e}); another cluster or program \
+             listens there: stop it, or use another --data-dir with another --base-port",
+            p.name()
+        )));
+    }
     if source != LayoutSource::Recorded {
         layout.record().map_err(|e| {
             CliError(format!(
@@ -151,10 +168,6 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
             ))
         })?;
     }
-    let procs = layout.processes();
-    let missing: Vec<&ProcessSpec> = procs.iter().filter(|p| running_pid(p).is_none()).collect();
-    let already_running = missing.is_empty();
-    let mut children: Vec<(ProcessSpec, Child)> = Vec::new();
     if !already_running {
         let controller_bin = find_binary(Role::Controller.binary()).map_err(CliError)?;
         let broker_bin = find_binary(Role::Broker.binary()).map_err(CliError)?;
@@ -281,7 +294,16 @@ async fn wait_healthy(
             }
         }
         let last = match health(&admin).await {
-            Ok(()) => return Ok(()),
+            // Healthy, and every process this call started is still the one answering (none
+            // exited meanwhile: their ports were free when they started).
+            Ok(())
+                if children
+                    .iter_mut()
+                    .all(|(_, c)| matches!(c.try_wait(), Ok(None))) =>
+            {
+                return Ok(());
+            }
+            Ok(()) => "a started process exited".to_string(),
             Err(e) => e,
         };
         if start.elapsed() >= timeout {
