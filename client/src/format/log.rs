@@ -267,10 +267,18 @@ pub fn record_fields(record: &MetadataRecord) -> Fields {
 
 /// Decodes one record of a ReadMetadataLog reply, feeding `tracker`.
 pub fn log_line(r: &MetadataLogRecord, tracker: &mut PartitionTracker) -> LogLine {
-    let (fields, state) = match &r.record {
+    let (mut fields, state) = match &r.record {
         Some(rec) => (record_fields(rec), tracker.observe(rec)),
         None => (Fields::default(), None),
     };
+    // A registration written with broker_epoch 0 gets its record's offset as epoch on replay
+    // (DESIGN §3): show the epoch the broker has, as `broker list` and later records do.
+    if let Some(Record::RegisterBroker(reg)) = &r.record.as_ref().and_then(|m| m.record.as_ref())
+        && reg.broker_epoch == 0
+        && let Some((_, v)) = fields.0.iter_mut().find(|(k, _)| *k == "broker_epoch")
+    {
+        *v = json!(r.offset);
+    }
     LogLine {
         offset: r.offset,
         index: r.index_in_batch,
@@ -348,6 +356,36 @@ mod tests {
             record: Some(MetadataRecord { record: Some(rec) }),
             topic_name: "orders".into(),
         }
+    }
+
+    #[test]
+    fn a_registration_shows_the_epoch_replay_gives_it() {
+        let reg = |epoch| {
+            Record::RegisterBroker(keel_proto::metadata::RegisterBrokerRecord {
+                broker_id: 3,
+                broker_epoch: epoch,
+                ..Default::default()
+            })
+        };
+        let line = log_line(
+            &wire(7, reg(0), "RegisterBrokerRecord"),
+            &mut PartitionTracker::default(),
+        );
+        assert!(
+            line_text(&line).contains("broker_id=3 broker_epoch=7 "),
+            "{}",
+            line_text(&line)
+        );
+        // An explicit epoch is shown as written.
+        let line = log_line(
+            &wire(9, reg(5), "RegisterBrokerRecord"),
+            &mut PartitionTracker::default(),
+        );
+        assert!(
+            line_text(&line).contains("broker_epoch=5 "),
+            "{}",
+            line_text(&line)
+        );
     }
 
     #[test]
