@@ -321,6 +321,14 @@ async fn health(admin: &crate::admin::Admin) -> Result<(), String> {
     if q.leader_id < 0 {
         return Err("the quorum has no leader".into());
     }
+    // Every controller caught up: reads go to any controller, and a restarted one must not
+    // answer with a metadata image older than writes already acknowledged.
+    if let Some(v) = q.voters.iter().find(|v| v.lag != 0) {
+        return Err(format!(
+            "controller {} is catching up (lag {} entries)",
+            v.replica_id, v.lag
+        ));
+    }
     let c = admin.describe_cluster().await.map_err(|e| e.to_string())?;
     let ready: Vec<i32> = c
         .brokers
