@@ -52,7 +52,7 @@ pub struct SessionView {
 }
 
 impl QuorumState {
-    /// Fresh state. `rebalance_interval_ms`: see [`Self::with_leader_rebalance`].
+    /// Fresh state, with the preferred-leader rebalance off ([`Self::with_leader_rebalance`]).
     pub fn new(session_timeout_ms: u64) -> Self {
         Self {
             sessions: BrokerHeartbeatManager::new(),
