@@ -15,8 +15,16 @@
 //!   row gave p99 4.7 ms to 93 ms depending on that backlog). A row's own write-back still
 //!   counts.
 //!
+//! - Scheduling hiccups ([`HiccupMeter`]): how late a 1 ms sleep in a bench thread wakes, at
+//!   idle before the cluster starts and during every row (column `hiccup p99/max`, ms). A
+//!   machine that stalls runnable threads (CPU contention, a hypervisor's steal) delays every
+//!   request alike, so a row's produce p99 cannot be read without its hiccups (measured on a
+//!   noisy 2-vCPU VM: 10-23 ms wake-up delays at idle).
+//!
 //! Run: `cargo bench -p keel-broker --bench replication`. `KEEL_BENCH_SECONDS` sets the
-//! length of each run (default 5). The cluster uses the product's 9 s broker session. The
+//! length of each run (default 5). `KEEL_BENCH_TRACE=DIR` writes each open-loop row's
+//! requests to `DIR/rate-<MiB/s>.csv` (`scheduled_ms,partition,latency_ms`) to see when
+//! stalls happen and whether they hit every partition at once. The cluster uses the product's 9 s broker session. The
 //! first failed request of each row is printed to stderr; the `errors` column counts them.
 
 #[path = "../tests/common/mod.rs"]
@@ -73,6 +81,40 @@ fn batch(batch_bytes: usize, stamp_ns: u64) -> Bytes {
 fn settle_page_cache() {
     if let Err(e) = std::process::Command::new("sync").status() {
         eprintln!("replication bench: cannot run sync ({e}); rows are not isolated");
+    }
+}
+
+/// Scheduling hiccups (like jHiccup): a plain thread sleeps 1 ms in a loop and records how
+/// far each wake-up overshoots. What it measures (CPU run-queue waits, the hypervisor's
+/// steal, reclaim stalls) delays every process on the machine alike, so its p99 and max are
+/// a floor under the produce latencies of the same row.
+struct HiccupMeter {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<Vec<Duration>>,
+}
+
+impl HiccupMeter {
+    fn start() -> Self {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let tick = Duration::from_millis(1);
+            let mut overshoots = Vec::new();
+            while !flag.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                std::thread::sleep(tick);
+                overshoots.push(t.elapsed().saturating_sub(tick));
+            }
+            overshoots.sort();
+            overshoots
+        });
+        Self { stop, thread }
+    }
+
+    /// Sorted overshoots.
+    fn finish(self) -> Vec<Duration> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap()
     }
 }
 
@@ -171,6 +213,8 @@ struct RunResult {
     elapsed: Duration,
     latencies: Vec<Duration>,
     errors: u64,
+    /// Sorted scheduling hiccups seen during the run ([`HiccupMeter`]).
+    hiccups: Vec<Duration>,
 }
 
 /// Closed loop: `IN_FLIGHT` producers per partition, each sending the same prebuilt batch.
@@ -178,6 +222,7 @@ async fn max_rate(clients: &Clients, batch_bytes: usize, secs: u64) -> RunResult
     let records = batch(batch_bytes, 0);
     let n = (batch_bytes / RECORD).max(1) as u64;
     let deadline = Instant::now() + Duration::from_secs(secs);
+    let hiccups = HiccupMeter::start();
     let start = Instant::now();
     let mut tasks = Vec::new();
     for p in 0..PARTITIONS {
@@ -218,6 +263,7 @@ async fn max_rate(clients: &Clients, batch_bytes: usize, secs: u64) -> RunResult
         elapsed,
         latencies,
         errors,
+        hiccups: hiccups.finish(),
     }
 }
 
@@ -266,6 +312,7 @@ async fn at_rate(
     }
     let inflight = Arc::new(tokio::sync::Semaphore::new(256));
     let sent = Arc::new(AtomicU64::new(0));
+    let hiccups = HiccupMeter::start();
     let start = Instant::now();
     let end = start + Duration::from_secs(secs);
     let mut next = start;
@@ -284,16 +331,24 @@ async fn at_rate(
             let r = produce(&mut c, p, records).await;
             drop(permit);
             sent.fetch_add(1, Ordering::Relaxed);
-            r.map(|()| scheduled.elapsed())
+            r.map(|()| (scheduled, p, scheduled.elapsed()))
         }));
         i += 1;
         next += interval;
     }
     let mut latencies = Vec::new();
     let mut errors = 0;
+    let mut trace = String::from("scheduled_ms,partition,latency_ms\n");
     for t in tasks {
         match t.await.unwrap() {
-            Ok(l) => latencies.push(l),
+            Ok((at, p, l)) => {
+                trace.push_str(&format!(
+                    "{:.1},{p},{:.2}\n",
+                    ms(at.duration_since(start)),
+                    ms(l)
+                ));
+                latencies.push(l)
+            }
             Err(e) => {
                 if errors == 0 {
                     eprintln!("replication bench: first error: {e}");
@@ -303,6 +358,13 @@ async fn at_rate(
         }
     }
     let elapsed = start.elapsed();
+    let hiccups = hiccups.finish();
+    if let Ok(dir) = std::env::var("KEEL_BENCH_TRACE") {
+        let path = format!("{dir}/rate-{rate_mib:.0}.csv");
+        if let Err(e) = std::fs::write(&path, trace) {
+            eprintln!("replication bench: cannot write {path}: {e}");
+        }
+    }
     // Let the consumers see the last batches.
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
@@ -319,6 +381,7 @@ async fn at_rate(
             elapsed,
             latencies,
             errors,
+            hiccups,
         },
         e2e,
     )
@@ -370,6 +433,9 @@ fn main() {
 
 async fn run() {
     let secs = seconds();
+    let idle = HiccupMeter::start();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = idle.finish();
     let loopback = loopback_bandwidth().await;
     // The product's default broker session (9 s, Kafka's broker.session.timeout.ms), not the
     // tests' 1.5 s: minutes of saturating load may delay a heartbeat past 1.5 s, and a fenced
@@ -431,23 +497,28 @@ async fn run() {
          (one led by each broker), {secs} s per run; open-loop rows start after sync(1)"
     );
     println!(
-        "loopback TCP (1 stream): {loopback:.0} MiB/s; disk sequential write: {disk:.0} MiB/s\n"
+        "loopback TCP (1 stream): {loopback:.0} MiB/s; disk sequential write: {disk:.0} MiB/s; \
+         scheduling hiccups at idle (2 s): p99 {:.1} ms, max {:.1} ms\n",
+        ms(percentile(&idle, 0.99)),
+        ms(idle.last().copied().unwrap_or_default()),
     );
     println!(
-        "{:<34} {:>9} {:>11} {:>9} {:>9} {:>9} {:>7}",
-        "run", "MiB/s", "records/s", "p50 ms", "p99 ms", "e2e p99", "errors"
+        "{:<34} {:>9} {:>11} {:>9} {:>9} {:>9} {:>7} {:>10}",
+        "run", "MiB/s", "records/s", "p50 ms", "p99 ms", "e2e p99", "errors", "hiccup p99/max"
     );
     let print = |name: &str, r: &RunResult, e2e: Option<Duration>| {
         let s = r.elapsed.as_secs_f64();
         println!(
-            "{:<34} {:>9.1} {:>11.0} {:>9.2} {:>9.2} {:>9} {:>7}",
+            "{:<34} {:>9.1} {:>11.0} {:>9.2} {:>9.2} {:>9} {:>7} {:>7.1}/{:.0}",
             name,
             r.bytes as f64 / MIB / s,
             r.records as f64 / s,
             ms(percentile(&r.latencies, 0.5)),
             ms(percentile(&r.latencies, 0.99)),
             e2e.map_or("-".to_string(), |d| format!("{:.2}", ms(d))),
-            r.errors
+            r.errors,
+            ms(percentile(&r.hiccups, 0.99)),
+            ms(r.hiccups.last().copied().unwrap_or_default()),
         );
     };
     let mut max64 = 0.0;
