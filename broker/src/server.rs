@@ -148,10 +148,6 @@ pub async fn run(
         // Keep the sender alive: a dropped sender would read as a shutdown request too.
         std::future::pending::<()>().await;
     });
-    let client = ActiveControllerClient::new(
-        channels,
-        heartbeat.clamp(Duration::from_millis(500), Duration::from_secs(5)),
-    );
     tracing::info!(
         broker_id = config.node_id,
         incarnation_id = %lifecycle_cfg.incarnation_id,
@@ -160,18 +156,20 @@ pub async fn run(
         voters = ?config.controller_quorum_voters,
         "broker started"
     );
-    let lifecycle = tokio::spawn(manager::run(
+    let lifecycle = spawn_lifecycle(
         lifecycle_cfg,
-        client,
+        config.controller_quorum_voters.clone(),
+        heartbeat.clamp(Duration::from_millis(500), Duration::from_secs(5)),
         tailer.images(),
         status_tx,
         shutdown_rx,
-    ));
+    )
+    .map_err(|e| StartError::Serve(format!("cannot start the lifecycle thread: {e}")))?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
     let lifecycle = tokio::spawn(async move {
         let r = lifecycle.await;
         let _ = done_tx.send(());
-        r
+        r.map_err(|_| "the lifecycle thread ended without an outcome (it panicked)")
     });
     let grpc = BrokerGrpc {
         broker_id: config.node_id,
@@ -199,12 +197,13 @@ pub async fn run(
             },
         )
         .await;
-    let outcome = match lifecycle.await {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) | Err(e) => {
+    let joined = lifecycle.await.map_err(|e| e.to_string());
+    let outcome = match joined.and_then(|r| r.map_err(str::to_string)) {
+        Ok(r) => r,
+        Err(why) => {
             tailer.stop().await;
             replica_tasks.shutdown(&replicas).await;
-            return Err(StartError::Serve(format!("lifecycle task: {e}")));
+            return Err(StartError::Serve(format!("lifecycle task: {why}")));
         }
     };
     tailer.stop().await;
@@ -216,6 +215,41 @@ pub async fn run(
         tracing::warn!("the controlled shutdown was not confirmed by the controller");
     }
     Ok(())
+}
+
+/// Runs the lifecycle loop ([`manager::run`]: registration, heartbeats, controlled shutdown)
+/// on its own OS thread with its own single-threaded runtime and its own controller channels
+/// (Kafka: `BrokerLifecycleManager` has its own event-queue thread). Produce and replica
+/// fetch handlers write to the log on the main runtime's workers; when write-back pressure
+/// blocks those writes (seconds on a busy ext4), a heartbeat sharing those workers would be
+/// late and the controller would fence a healthy broker after `broker_session_timeout_ms`.
+/// The channels are created on the lifecycle runtime because a tonic channel's connection
+/// task runs on the runtime that created it. The receiver yields the loop's outcome; it
+/// errors only if the thread died without one (a panic).
+fn spawn_lifecycle(
+    cfg: LifecycleConfig,
+    voters: std::collections::BTreeMap<u64, String>,
+    request_timeout: Duration,
+    images: watch::Receiver<MetadataImage>,
+    status: watch::Sender<LifecycleStatus>,
+    shutdown: watch::Receiver<bool>,
+) -> std::io::Result<tokio::sync::oneshot::Receiver<Result<ShutdownOutcome, manager::LifecycleError>>>
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("keel-lifecycle".into())
+        .spawn(move || {
+            let outcome = rt.block_on(async move {
+                let channels = ControllerChannels::new(&voters).map_err(manager::LifecycleError)?;
+                let client = ActiveControllerClient::new(channels, request_timeout);
+                manager::run(cfg, client, images, status, shutdown).await
+            });
+            let _ = tx.send(outcome);
+        })?;
+    Ok(rx)
 }
 
 /// The local snapshot, or the empty image when there is none or it is unreadable.
