@@ -60,9 +60,11 @@ pub struct BrokerConfig {
     /// Address clients and other brokers use (Kafka: `advertised.listeners`), `host:port`.
     /// Defaults to `listeners` unless that binds every interface (then it is required).
     pub advertised_listeners: String,
-    /// Data directories (Kafka: `log.dirs`, comma-separated). The first also holds the local
-    /// metadata snapshot (`<dir>/__cluster_metadata/metadata.snap`).
-    pub log_dirs: Vec<PathBuf>,
+    /// The data directory (config key `log_dirs`, Kafka: `log.dirs`): every partition and
+    /// the local metadata snapshot (`<dir>/__cluster_metadata/metadata.snap`) live here.
+    /// Exactly one directory: several (Kafka's JBOD) are refused at start rather than
+    /// silently left unused.
+    pub log_dir: PathBuf,
     /// Rack of this broker (Kafka: `broker.rack`), if any.
     pub rack: Option<String>,
     /// Interval between heartbeats to the active controller, ms (Kafka:
@@ -231,12 +233,25 @@ impl RawConfig {
             .filter(|d| !d.is_empty())
             .map(PathBuf::from)
             .collect();
-        if log_dirs.is_empty() {
-            return Err(ConfigError::Invalid {
-                key: "log_dirs",
-                reason: "no directory given".into(),
-            });
-        }
+        let log_dir = match <[PathBuf; 1]>::try_from(log_dirs) {
+            Ok([dir]) => dir,
+            Err(dirs) if dirs.is_empty() => {
+                return Err(ConfigError::Invalid {
+                    key: "log_dirs",
+                    reason: "no directory given".into(),
+                });
+            }
+            Err(dirs) => {
+                return Err(ConfigError::Invalid {
+                    key: "log_dirs",
+                    reason: format!(
+                        "{} directories given; Keel keeps all partitions in one directory \
+                         (several log dirs, Kafka's JBOD, are not supported): give exactly one",
+                        dirs.len()
+                    ),
+                });
+            }
+        };
         let listeners_str = self.listeners.unwrap_or_else(|| "0.0.0.0:9092".into());
         let listeners: SocketAddr = listeners_str.parse().map_err(|e| ConfigError::Invalid {
             key: "listeners",
@@ -282,7 +297,7 @@ impl RawConfig {
             controller_quorum_voters,
             listeners,
             advertised_listeners,
-            log_dirs,
+            log_dir,
             rack: self.rack.filter(|r| !r.is_empty()),
             broker_heartbeat_interval_ms: self.broker_heartbeat_interval_ms.unwrap_or(2000),
             broker_session_timeout_ms: self.broker_session_timeout_ms.unwrap_or(9000),
@@ -406,11 +421,11 @@ impl BrokerConfig {
         parse_host_port(&self.advertised_listeners).expect("validated in resolve")
     }
 
-    /// Directory of the local metadata snapshot: `<first log dir>/__cluster_metadata`. The
+    /// Directory of the local metadata snapshot: `<log dir>/__cluster_metadata`. The
     /// name has no `-<partition>` suffix, so the log manager's directory scan never takes it
     /// for a partition.
     pub fn metadata_dir(&self) -> PathBuf {
-        self.log_dirs[0].join("__cluster_metadata")
+        self.log_dir.join("__cluster_metadata")
     }
 }
 
@@ -444,7 +459,7 @@ mod tests {
         toml::from_str(toml_text).unwrap()
     }
 
-    const BASE: &str = "node_id = 4\ncontroller_quorum_voters = \"1@127.0.0.1:9093\"\nlog_dirs = \"/tmp/a, /tmp/b\"\n";
+    const BASE: &str = "node_id = 4\ncontroller_quorum_voters = \"1@127.0.0.1:9093\"\nlog_dirs = \"/tmp/a\"\n";
 
     #[test]
     fn resolves_with_defaults_and_overlays_in_order() {
@@ -458,10 +473,7 @@ mod tests {
         assert_eq!(c.node_id, 4);
         assert_eq!(c.advertised_listeners, "127.0.0.1:9092");
         assert_eq!(c.advertised_host_port(), ("127.0.0.1".to_string(), 9092u16));
-        assert_eq!(
-            c.log_dirs,
-            vec![PathBuf::from("/tmp/a"), PathBuf::from("/tmp/b")]
-        );
+        assert_eq!(c.log_dir, PathBuf::from("/tmp/a"));
         assert_eq!(c.metadata_dir(), PathBuf::from("/tmp/a/__cluster_metadata"));
         assert_eq!(c.broker_session_timeout_ms, 3000);
         assert_eq!(c.broker_heartbeat_interval_ms, 2000);
@@ -574,7 +586,11 @@ mod tests {
             ),
             (
                 "node_id = 1\ncontroller_quorum_voters = \"1@h:1\"\nlog_dirs = \" , \"".into(),
-                "invalid value for log_dirs: ",
+                "invalid value for log_dirs: no directory given",
+            ),
+            (
+                "node_id = 1\ncontroller_quorum_voters = \"1@h:1\"\nlog_dirs = \"/a,/b\"".into(),
+                "invalid value for log_dirs: 2 directories given",
             ),
             (
                 "node_id = 1\ncontroller_quorum_voters = \"1@h:1\"".into(),

@@ -32,7 +32,7 @@ struct Args {
     /// Address clients and replicas use, `host:port` (Kafka: advertised.listeners).
     #[arg(long, env = "KEEL_ADVERTISED_LISTENERS")]
     advertised_listeners: Option<String>,
-    /// Comma-separated data directories (Kafka: log.dirs).
+    /// The data directory (Kafka: log.dirs; exactly one, several are refused).
     #[arg(long, env = "KEEL_LOG_DIRS")]
     log_dirs: Option<String>,
     /// Rack (Kafka: broker.rack).

@@ -79,12 +79,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let listener = bind(&config).await?;
-    for dir in &config.log_dirs {
-        std::fs::create_dir_all(dir).map_err(|source| StartError::LogDir {
-            dir: dir.display().to_string(),
-            source,
-        })?;
-    }
+    std::fs::create_dir_all(&config.log_dir).map_err(|source| StartError::LogDir {
+        dir: config.log_dir.display().to_string(),
+        source,
+    })?;
     let snapshot_path = local_snapshot::path_in(&config.metadata_dir());
     let initial = load_local_snapshot(&snapshot_path);
     let channels =
@@ -100,7 +98,7 @@ pub async fn run(
     let (replicas, replica_tasks) = ReplicaManager::start(
         ReplicaManagerConfig {
             broker_id: config.node_id,
-            data_dir: config.log_dirs[0].clone(),
+            data_dir: config.log_dir.clone(),
             replica_lag_time_max_ms: config.replica_lag_time_max_ms,
             replica_lag_max_messages: config.replica_lag_max_messages,
             min_insync_replicas: config.min_insync_replicas,
