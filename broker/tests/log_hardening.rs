@@ -226,7 +226,11 @@ fn retention_bytes_above_i64_max_is_rejected_not_wrapped() {
         ..config()
     })
     .unwrap();
-    assert_eq!(log.delete_old_segments(log.log_end_offset()).unwrap(), 0);
+    assert!(
+        log.delete_old_segments(log.log_end_offset())
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(log.segment_count(), segments);
 }
 
@@ -288,9 +292,10 @@ fn leader_append_checks_timestamps_and_time_math_never_panics() {
         let bytes = edited(&b.build().into_bytes(), set_max_timestamp(lie));
         follower.append_as_follower(bytes).unwrap();
     }
-    follower
+    let deleted = follower
         .delete_old_segments(follower.log_end_offset())
         .unwrap();
+    assert!(deleted.delete_files().is_empty());
     follower.offset_for_timestamp(0).unwrap();
     follower.offset_for_timestamp(i64::MAX).unwrap();
     follower.flush_if_due().unwrap();
@@ -309,7 +314,9 @@ fn truncate_to_negative_is_rejected_and_log_start_never_moves_back() {
     for i in 0..40 {
         log.append_as_leader(batch(3, i), 2).unwrap();
     }
-    assert!(log.delete_old_segments(log.log_end_offset()).unwrap() > 0);
+    let deleted = log.delete_old_segments(log.log_end_offset()).unwrap();
+    assert!(deleted.segment_count() > 0);
+    assert!(deleted.delete_files().is_empty());
     let (lso, leo) = (log.log_start_offset(), log.log_end_offset());
     assert!(lso > 0);
     let files = dir_files(dir.path());

@@ -431,7 +431,8 @@ fn epoch_cache_follows_appends_truncation_and_retention() {
     let mut log = open(dir.path(), config, &clock, LogOpenOptions::default());
     assert_eq!(log.latest_epoch(), Some(2));
     let deleted = log.delete_old_segments(log.log_end_offset()).unwrap();
-    assert!(deleted > 0);
+    assert!(deleted.segment_count() > 0);
+    assert!(deleted.delete_files().is_empty());
     let first = log.epoch_cache().earliest_entry().unwrap();
     assert_eq!(first.start_offset, log.log_start_offset());
     assert!(log.size_bytes() <= 900 + 1024);
@@ -519,12 +520,24 @@ fn roll_and_retention() {
     let bases = log.segment_base_offsets();
     // Nothing is old enough yet.
     clock.advance(1000);
-    assert_eq!(log.delete_old_segments(log.log_end_offset()).unwrap(), 0);
+    assert!(
+        log.delete_old_segments(log.log_end_offset())
+            .unwrap()
+            .is_empty()
+    );
     clock.set(1_000_000 + 3_600_000 + 60_001);
     // The HW keeps segments that are not fully replicated.
-    assert_eq!(log.delete_old_segments(bases[1]).unwrap(), 1);
+    assert_eq!(
+        log.delete_old_segments(bases[1]).unwrap().segment_count(),
+        1
+    );
     assert_eq!(log.log_start_offset(), bases[1]);
-    assert_eq!(log.delete_old_segments(log.log_end_offset()).unwrap(), 1);
+    assert_eq!(
+        log.delete_old_segments(log.log_end_offset())
+            .unwrap()
+            .segment_count(),
+        1
+    );
     assert_eq!(log.segment_count(), 1, "the active segment stays");
     assert_eq!(log.log_start_offset(), bases[2]);
     assert!(matches!(
@@ -804,7 +817,9 @@ fn producer_snapshots_follow_rolls_truncation_and_retention() {
         log.producer_entry(5).unwrap().last_sequence(),
         cut as i32 - 1
     );
-    assert!(log.delete_old_segments(log.log_end_offset()).unwrap() > 0);
+    let deleted = log.delete_old_segments(log.log_end_offset()).unwrap();
+    assert!(deleted.segment_count() > 0);
+    assert!(deleted.delete_files().is_empty());
     let start = log.log_start_offset();
     assert!(snapshots(dir.path()).iter().all(|s| *s >= start));
     let leo = log.log_end_offset();
@@ -871,7 +886,8 @@ proptest! {
                 LogOp::Retain(bytes) => {
                     let c = LogConfig { retention_bytes: Some(bytes), ..config.clone() };
                     log.set_config(c).unwrap();
-                    log.delete_old_segments(log.log_end_offset()).unwrap();
+                    let deleted = log.delete_old_segments(log.log_end_offset()).unwrap();
+                    assert!(deleted.delete_files().is_empty());
                     log.set_config(config.clone()).unwrap();
                 }
                 LogOp::Reopen => {

@@ -5,12 +5,15 @@
 //!
 //! Invariant: entries are sorted with strictly increasing epochs AND strictly increasing
 //! start offsets; every epoch and start offset is >= 0. Every change is written to the file
-//! atomically before the call returns (temp + fsync + rename + fsync dir).
+//! before the call returns, through a temp file and a rename; all changes are fsynced (temp +
+//! fsync + rename + fsync dir) except [`LeaderEpochCache::truncate_from_start_without_fsync`],
+//! retention's, whose loss in a crash the log's load repairs (KAFKA-15046).
 
 use std::path::{Path, PathBuf};
 
 use super::checkpoint::{
     entry_line_number, format_checkpoint, read_checkpoint_lines, write_atomically,
+    write_replaceable,
 };
 use super::error::{LogError, LogResult};
 
@@ -98,7 +101,13 @@ impl LeaderEpochCache {
         );
     }
 
+    /// Writes the checkpoint durably (fsynced).
     fn flush(&self) -> LogResult<()> {
+        self.write_checkpoint(true)
+    }
+
+    /// Writes the checkpoint through `<file>.tmp` and a rename, fsynced if `durable`.
+    fn write_checkpoint(&self, durable: bool) -> LogResult<()> {
         self.check_invariant();
         let Some(path) = &self.path else {
             return Ok(());
@@ -108,7 +117,12 @@ impl LeaderEpochCache {
             .iter()
             .map(|e| format!("{} {}", e.epoch, e.start_offset))
             .collect();
-        write_atomically(path, format_checkpoint(&lines).as_bytes())
+        let contents = format_checkpoint(&lines);
+        if durable {
+            write_atomically(path, contents.as_bytes())
+        } else {
+            write_replaceable(path, contents.as_bytes())
+        }
     }
 
     /// All entries, oldest first.
@@ -206,8 +220,31 @@ impl LeaderEpochCache {
 
     /// The log start moved to `start_offset`: removes entries starting at or before it and
     /// re-adds the newest removed epoch starting exactly at `start_offset` (Kafka
-    /// `truncateFromStart`). Persists if anything changed.
+    /// `truncateFromStart`). Persists durably (fsynced) if anything changed.
     pub fn truncate_from_start(&mut self, start_offset: i64) -> LogResult<()> {
+        self.truncate_from_start_with(start_offset, true)
+    }
+
+    /// [`LeaderEpochCache::truncate_from_start`] for retention, which runs under the
+    /// partition lock: the checkpoint is rewritten through a temp file and a rename but not
+    /// fsynced, because an fsync can wait for a whole journal commit of a busy file system
+    /// (Kafka KAFKA-15046 stopped fsyncing the checkpoint written by `truncateFromStart`
+    /// on the request path).
+    ///
+    /// Crash behaviour: the file may still hold the entries from before this call. Every
+    /// write replaces the whole file, and the next fsynced one ([`LeaderEpochCache::assign`],
+    /// which every new leader epoch goes through, so a new epoch is never lost, KIP-101)
+    /// makes this truncation durable as well. Stale entries below the log start are harmless
+    /// because [`crate::log::Log::open`] truncates the loaded cache to the log's segments,
+    /// which are the truth: from the start at the first segment's base offset and from the
+    /// end at the LEO. A file system that persists the rename before the data (not ext4
+    /// with its default `auto_da_alloc`) could leave an empty or torn file, which the next
+    /// open reports as `MalformedFile`, like any corrupt checkpoint.
+    pub fn truncate_from_start_without_fsync(&mut self, start_offset: i64) -> LogResult<()> {
+        self.truncate_from_start_with(start_offset, false)
+    }
+
+    fn truncate_from_start_with(&mut self, start_offset: i64, durable: bool) -> LogResult<()> {
         let removed = self
             .entries
             .partition_point(|e| e.start_offset <= start_offset);
@@ -226,7 +263,7 @@ impl LeaderEpochCache {
                 start_offset,
             },
         );
-        self.flush()
+        self.write_checkpoint(durable)
     }
 
     /// Removes every entry (the log was fully truncated) and persists.
@@ -342,6 +379,32 @@ mod tests {
             let reloaded = LeaderEpochCache::open(dir.path()).unwrap();
             prop_assert_eq!(reloaded.entries(), cache.entries());
         }
+    }
+
+    /// Retention's variant changes the cache like `truncate_from_start` and still writes
+    /// the file (only without fsync); the fsynced `assign` after it persists the whole list.
+    #[test]
+    fn truncate_from_start_without_fsync_writes_the_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = LeaderEpochCache::open(dir.path()).unwrap();
+        let mut want = LeaderEpochCache::in_memory();
+        for (e, s) in [(1, 0), (3, 10), (6, 15)] {
+            c.assign(e, s).unwrap();
+            want.assign(e, s).unwrap();
+        }
+        c.truncate_from_start_without_fsync(12).unwrap();
+        want.truncate_from_start(12).unwrap();
+        assert_eq!(c.entries(), want.entries());
+        assert_eq!(
+            c.earliest_entry().map(|e| (e.epoch, e.start_offset)),
+            Some((3, 12))
+        );
+        let reloaded = LeaderEpochCache::open(dir.path()).unwrap();
+        assert_eq!(reloaded.entries(), c.entries());
+        assert!(!dir.path().join("leader-epoch-checkpoint.tmp").exists());
+        c.assign(7, 20).unwrap();
+        let reloaded = LeaderEpochCache::open(dir.path()).unwrap();
+        assert_eq!(reloaded.entries(), c.entries());
     }
 
     #[test]

@@ -9,7 +9,11 @@
 //!
 //! Only names of exactly 20 ASCII digits plus the suffix are the log's files
 //! ([`segment::parse_offset_file_name`]); any other file in the directory (`0.log`,
-//! `-0000000000000000001.log`, ...) is ignored with a warning and never deleted.
+//! `-0000000000000000001.log`, ...) is ignored with a warning and never deleted. The log's own
+//! leftovers are deleted on open: `<own file>.tmp` (an interrupted atomic write) and
+//! `{offset:020}.log.deleted` / `.index.deleted` / `.timeindex.deleted`, files of segments
+//! that retention renamed under the partition lock and whose deletion, done later off the
+//! lock ([`DeletedSegments`]), a crash or shutdown cut short.
 //!
 //! Untrusted input: client (leader) appends are validated like Kafka's `LogValidator`
 //! (CRC and records, no transactional/control bits, record timestamps >= 0 or -1, header max
@@ -53,5 +57,5 @@ pub use config::{Clock, LogConfig, ManualClock, SystemClock};
 pub use epoch_cache::{EpochEntry, LeaderEpochCache};
 pub use error::{LogError, LogResult};
 pub use manager::LogManager;
-pub use partition_log::{AppendInfo, Log, LogOpenOptions, ReadInfo};
+pub use partition_log::{AppendInfo, DeletedSegments, Log, LogOpenOptions, ReadInfo};
 pub use producer_state::{AppendCheck, ProducerEntry, check_append};

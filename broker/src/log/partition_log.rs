@@ -18,7 +18,8 @@ use super::epoch_cache::{LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
 use super::error::{LogError, LogResult, io_err};
 use super::producer_state::{AppendCheck, ProducerEntry, ProducerStateManager, SNAPSHOT_SUFFIX};
 use super::segment::{
-    INDEX_SUFFIX, LOG_SUFFIX, Segment, TIME_INDEX_SUFFIX, parse_offset_file_name, remove_if_exists,
+    INDEX_SUFFIX, LOG_SUFFIX, Segment, TIME_INDEX_SUFFIX, is_deleted_segment_file_name,
+    parse_offset_file_name, remove_if_exists,
 };
 
 /// Suffixes of the files named `{offset:020}{suffix}` that a partition directory holds.
@@ -104,6 +105,64 @@ pub struct ReadInfo {
     pub next_offset: i64,
 }
 
+/// Segments that retention ([`Log::delete_old_segments`]) removed from a log: their files,
+/// renamed to `<name>.deleted` under the partition lock, still to be deleted. Kafka
+/// (`UnifiedLog.deleteSegments` / `LocalLog.deleteSegmentFiles`) renames the same way and
+/// deletes `file.delete.delay.ms` later on its scheduler; Keel's replica manager deletes them
+/// on a blocking thread right after its retention pass, outside every partition lock.
+///
+/// Dropping the value without [`DeletedSegments::delete_files`] leaves the `.deleted` files
+/// on disk until the next [`Log::open`] of the directory, which deletes them (the same
+/// happens after a crash).
+#[derive(Debug, Default)]
+#[must_use = "the .deleted files stay on disk until delete_files (or the next Log::open)"]
+pub struct DeletedSegments {
+    segments: usize,
+    files: Vec<PathBuf>,
+}
+
+impl DeletedSegments {
+    /// Number of segments removed.
+    pub fn segment_count(&self) -> usize {
+        self.segments
+    }
+
+    /// No segment was removed.
+    pub fn is_empty(&self) -> bool {
+        self.segments == 0
+    }
+
+    /// The `.deleted` files to delete (data and index files).
+    pub fn files(&self) -> &[PathBuf] {
+        &self.files
+    }
+
+    /// Adds `other`'s segments and files (one deletion pass for many partitions).
+    pub fn append(&mut self, mut other: DeletedSegments) {
+        self.segments += other.segments;
+        self.files.append(&mut other.files);
+    }
+
+    /// Deletes the files, blocking (unlinking a large file frees all its blocks): call it
+    /// off the async runtime and outside any partition lock. A file that is already gone
+    /// counts as deleted (a reopened log or a deleted partition directory removed it). Every
+    /// other failure is logged with its path and returned; the file stays and the next
+    /// [`Log::open`] deletes it.
+    pub fn delete_files(self) -> Vec<LogError> {
+        let mut errors = Vec::new();
+        for path in self.files {
+            match remove_if_exists(&path) {
+                Ok(()) => tracing::debug!(file = %path.display(), "deleted segment file"),
+                Err(e) => {
+                    tracing::error!(file = %path.display(), "could not delete segment file: {e}");
+                    errors.push(e);
+                }
+            }
+        }
+        errors
+    }
+}
+
 /// One partition log; see the module doc of [`crate::log`].
 #[derive(Debug)]
 pub struct Log {
@@ -129,11 +188,16 @@ pub struct Log {
 }
 
 impl Log {
-    /// Opens (or creates) the partition log in `dir` and recovers it: segments after the
-    /// recovery point are scanned with CRC checks and a torn or corrupt tail is cut (and
-    /// every later segment deleted), indexes are rebuilt if missing or invalid, the epoch
-    /// cache is truncated to the recovered LEO, and producer state is rebuilt from the
-    /// newest snapshot plus a scan of the batches after it (Kafka `LogLoader`).
+    /// Opens (or creates) the partition log in `dir` and recovers it: leftover `.tmp` files
+    /// and `.deleted` files of segments removed by retention are deleted (a crash or
+    /// shutdown between retention's rename and the deletion, see
+    /// [`Log::delete_old_segments`]), segments after the recovery point are scanned with
+    /// CRC checks and a torn or corrupt tail is cut (and every later segment deleted),
+    /// indexes are rebuilt if missing or invalid, the epoch cache is truncated to the
+    /// segments (from the end at the recovered LEO and from the start at the log start
+    /// offset, which repairs a checkpoint whose retention rewrite was not fsynced), and
+    /// producer state is rebuilt from the newest snapshot plus a scan of the batches after
+    /// it (Kafka `LogLoader`).
     pub fn open(
         dir: &Path,
         config: LogConfig,
@@ -146,7 +210,9 @@ impl Log {
         let mut bases = Vec::new();
         // Only `{offset:020}` names are the log's segment, index and snapshot files (see
         // `parse_offset_file_name`): anything else is left alone, with a warning, and never
-        // deleted, so a stray `0.log` cannot shadow or get the real segment deleted.
+        // deleted, so a stray `0.log` cannot shadow or get the real segment deleted. The
+        // exceptions are the log's own leftovers: `<own file>.tmp` and the `.deleted` files
+        // of segments removed by retention (`{offset:020}.log.deleted` etc.), deleted here.
         for e in fs::read_dir(dir).map_err(io_err(dir))? {
             let e = e.map_err(io_err(dir))?;
             let path = e.path();
@@ -161,6 +227,12 @@ impl Log {
                 && is_file
             {
                 // Leftover of an interrupted atomic write: the old file is still valid.
+                fs::remove_file(&path).map_err(io_err(&path))?;
+            } else if is_deleted_segment_file_name(name) && is_file {
+                // A segment that retention removed from the log before a crash or shutdown
+                // (renamed under the lock, deleted later, see `delete_old_segments`); never
+                // loaded as a segment.
+                tracing::info!(file = %path.display(), "deleting leftover file of a segment removed by retention");
                 fs::remove_file(&path).map_err(io_err(&path))?;
             } else if let Some(suffix) = OFFSET_FILE_SUFFIXES.iter().find(|s| name.ends_with(**s)) {
                 match parse_offset_file_name(name, suffix) {
@@ -240,6 +312,8 @@ impl Log {
             .next_back()
             .expect("non-empty")
             .next_offset();
+        // The segments are the truth: the checkpoint may predate a truncation or a
+        // retention whose rewrite of it was not fsynced (KAFKA-15046).
         let mut epoch_cache = LeaderEpochCache::open(dir)?;
         epoch_cache.truncate_from_end(log_end_offset)?;
         epoch_cache.truncate_from_start(log_start_offset)?;
@@ -720,13 +794,32 @@ impl Log {
         Ok(())
     }
 
-    /// Retention (Kafka `UnifiedLog.deleteOldSegments`): deletes the oldest whole segments
+    /// Retention (Kafka `UnifiedLog.deleteOldSegments`): removes the oldest whole segments
     /// while they are entirely below `high_watermark` and either older than `retention.ms`
     /// (their newest batch timestamp, or creation time without timestamps) or not needed to
-    /// stay within `retention.bytes`. The active segment is never deleted. Advances the log
-    /// start offset, the epoch cache start and the producer state. Returns the number of
-    /// segments deleted.
-    pub fn delete_old_segments(&mut self, high_watermark: i64) -> LogResult<usize> {
+    /// stay within `retention.bytes`. The active segment is never removed. Advances the log
+    /// start offset (and the recovery point with it), the epoch cache start and the producer
+    /// state; reads below the new log start are OFFSET_OUT_OF_RANGE at once.
+    ///
+    /// Only cheap work happens here, as this runs under the partition lock (Kafka
+    /// `UnifiedLog.deleteSegments` / `LocalLog.deleteSegmentFiles`): the segment files are
+    /// renamed to `<name>.deleted` ([`Segment::rename_to_deleted`]), oldest segment first,
+    /// and the epoch checkpoint is rewritten without fsync
+    /// ([`LeaderEpochCache::truncate_from_start_without_fsync`], KAFKA-15046); nothing is
+    /// fsynced or unlinked (producer snapshots below the new start, small files, are). The
+    /// caller deletes the returned files off the lock with [`DeletedSegments::delete_files`].
+    ///
+    /// Crash behaviour: renames that reached the disk leave `.deleted` files, which the next
+    /// [`Log::open`] deletes; renames that did not leave the segments in the log, whose
+    /// start is then the older one until retention runs again (oldest first, so with a file
+    /// system that orders metadata operations, as the ext4 and XFS journals do, the
+    /// surviving segments stay contiguous). A stale epoch checkpoint is truncated to the
+    /// log start by [`Log::open`].
+    ///
+    /// If renaming a data file fails, that segment and the later ones stay in the log, the
+    /// state is advanced past the ones already renamed (whose `.deleted` files are left to
+    /// the next open) and the error is returned.
+    pub fn delete_old_segments(&mut self, high_watermark: i64) -> LogResult<DeletedSegments> {
         let now_ms = self.clock.now_ms();
         // Exact arithmetic: sizes and `retention.bytes` are u64, their difference may be
         // negative (nothing to delete for size) and must never wrap.
@@ -758,20 +851,51 @@ impl Log {
             }
             doomed.push(seg.base_offset());
         }
+        let mut deleted = DeletedSegments::default();
+        let mut failure = None;
+        // Oldest first (see the doc comment).
         for base in &doomed {
             let seg = self.segments.remove(base).expect("listed");
-            tracing::info!(segment = %seg.path().display(), size_bytes = seg.size_bytes(), "retention: deleting segment");
-            seg.delete()?;
+            let (path, size_bytes) = (seg.path().to_path_buf(), seg.size_bytes());
+            match seg.rename_to_deleted() {
+                Ok(files) => {
+                    tracing::info!(segment = %path.display(), size_bytes, "retention: deleting segment (renamed to .deleted)");
+                    deleted.segments += 1;
+                    deleted.files.extend(files);
+                }
+                Err(failed) => {
+                    let (seg, e) = *failed;
+                    self.segments.insert(*base, seg);
+                    failure = Some(e);
+                    break;
+                }
+            }
         }
-        if !doomed.is_empty() {
+        if !deleted.is_empty() {
             self.log_start_offset = *self.segments.keys().next().expect("active remains");
             self.recovery_point = self.recovery_point.max(self.log_start_offset);
-            self.epoch_cache
-                .truncate_from_start(self.log_start_offset)?;
-            self.producer_state.truncate_head(self.log_start_offset)?;
+            let advanced = self
+                .epoch_cache
+                .truncate_from_start_without_fsync(self.log_start_offset)
+                .and_then(|()| self.producer_state.truncate_head(self.log_start_offset));
+            if let Err(e) = advanced {
+                failure.get_or_insert(e);
+            }
         }
         self.check_invariants();
-        Ok(doomed.len())
+        match failure {
+            None => Ok(deleted),
+            Some(e) => {
+                if !deleted.is_empty() {
+                    tracing::warn!(
+                        dir = %self.dir.display(),
+                        files = ?deleted.files,
+                        "retention failed part way: these .deleted files are left for the next open"
+                    );
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Applies `producer.id.expiration.ms` with the injected clock (Kafka runs this every
@@ -902,5 +1026,270 @@ impl Log {
     /// The configuration.
     pub fn config(&self) -> &LogConfig {
         &self.config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::batch::RecordBatchBuilder;
+    use crate::log::config::ManualClock;
+    use crate::log::segment::{DELETED_SUFFIX, segment_file};
+
+    fn config() -> LogConfig {
+        LogConfig {
+            segment_bytes: 1024,
+            index_interval_bytes: 128,
+            retention_ms: None,
+            retention_bytes: None,
+            ..LogConfig::default()
+        }
+    }
+
+    /// A batch of two records with 200-byte values (two batches fill a 1 KiB segment).
+    fn batch() -> Bytes {
+        let mut b = RecordBatchBuilder::new(0);
+        for i in 0..2 {
+            b.append(1_000 + i, None, Some(&[7u8; 200]), &[]);
+        }
+        b.build().into_bytes()
+    }
+
+    fn open(dir: &Path) -> Log {
+        Log::open(
+            dir,
+            config(),
+            Arc::new(ManualClock::new(1_000)),
+            LogOpenOptions::default(),
+        )
+        .unwrap()
+    }
+
+    /// A log of at least four segments, written in leader epochs 1, 2, 3 (epoch `1 + i /
+    /// 4` for the i-th batch, so the epoch cache has entries inside the first segments).
+    fn filled_log(dir: &Path) -> Log {
+        let mut log = open(dir);
+        for i in 0..12 {
+            log.append_as_leader(batch(), 1 + i / 4).unwrap();
+        }
+        assert!(log.segment_count() >= 4, "{:?}", log.segment_base_offsets());
+        log
+    }
+
+    /// Sets `retention.bytes` so that exactly the `n` oldest segments are over it.
+    fn retain_all_but_oldest(log: &mut Log, n: usize) {
+        let sizes: Vec<u64> = log.segments.values().map(|s| s.size_bytes()).collect();
+        let keep: u64 = sizes[n..].iter().sum();
+        let c = LogConfig {
+            retention_bytes: Some(keep),
+            ..config()
+        };
+        log.set_config(c).unwrap();
+    }
+
+    /// Base offsets of the `{offset:020}.log` files in `dir`, ascending.
+    fn log_files(dir: &Path) -> Vec<i64> {
+        let mut v: Vec<i64> = fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                parse_offset_file_name(&name, LOG_SUFFIX)
+            })
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Names of the files ending in `.deleted` in `dir`, sorted.
+    fn deleted_files(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.ends_with(DELETED_SUFFIX))
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn epochs(log: &Log) -> Vec<(i32, i64)> {
+        log.epoch_cache()
+            .entries()
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect()
+    }
+
+    fn assert_out_of_range(log: &Log, offset: i64) {
+        assert!(
+            matches!(
+                log.read(offset, 1 << 20, log.log_end_offset()),
+                Err(LogError::OffsetOutOfRange { .. })
+            ),
+            "read at {offset} below the log start {}",
+            log.log_start_offset()
+        );
+    }
+
+    /// Retention removes the doomed segments from the log at once (segment listing, log
+    /// start, reads) but only renames their files to `.deleted`; the files are gone after
+    /// `delete_files`, which is what the replica manager runs off the lock.
+    #[test]
+    fn retention_renames_segments_to_deleted_until_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = filled_log(dir.path());
+        let bases = log.segment_base_offsets();
+        retain_all_but_oldest(&mut log, 2);
+        let deleted = log.delete_old_segments(log.log_end_offset()).unwrap();
+
+        assert_eq!(deleted.segment_count(), 2);
+        assert_eq!(log.segment_base_offsets(), bases[2..].to_vec());
+        assert_eq!(log.log_start_offset(), bases[2]);
+        assert_eq!(log_files(dir.path()), bases[2..].to_vec());
+        // The data files and the indexes written at each roll wait as `.deleted`.
+        let mut want: Vec<String> = bases[..2]
+            .iter()
+            .flat_map(|b| {
+                [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX]
+                    .map(|s| format!("{b:020}{s}{DELETED_SUFFIX}"))
+            })
+            .collect();
+        want.sort();
+        assert_eq!(deleted_files(dir.path()), want);
+        let mut listed: Vec<String> = deleted
+            .files()
+            .iter()
+            .map(|p| p.file_name().unwrap().to_str().unwrap().to_owned())
+            .collect();
+        listed.sort();
+        assert_eq!(listed, want);
+        for b in &bases[..2] {
+            for s in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                assert!(!segment_file(dir.path(), *b, s).exists());
+            }
+        }
+
+        // Reads below the new start are out of range; from it on they still work.
+        for offset in [0, bases[1], bases[2] - 1] {
+            assert_out_of_range(&log, offset);
+        }
+        let leo = log.log_end_offset();
+        let mut next = bases[2];
+        while next < leo {
+            let r = log.read(next, 1 << 20, leo).unwrap();
+            assert!(!r.records.is_empty(), "read at {next}");
+            assert!(r.next_offset > next);
+            next = r.next_offset;
+        }
+        assert_eq!(
+            log.epoch_cache().earliest_entry().unwrap().start_offset,
+            bases[2]
+        );
+        // The log keeps working: appends and another retention pass.
+        log.append_as_leader(batch(), 3).unwrap();
+        assert!(log.delete_old_segments(bases[2]).unwrap().is_empty());
+
+        assert!(deleted.delete_files().is_empty());
+        assert_eq!(deleted_files(dir.path()), Vec::<String>::new());
+        let segments = log.segment_base_offsets();
+        assert_eq!(log_files(dir.path()), segments);
+        drop(log);
+        let log = open(dir.path());
+        assert_eq!(log.log_start_offset(), bases[2]);
+        assert_eq!(log.segment_base_offsets(), segments);
+    }
+
+    /// A crash between retention's rename and the deletion (simulated by renaming by hand)
+    /// leaves `.deleted` files: the next open deletes them, does not load them as segments,
+    /// and starts the log at the first remaining segment. A `.deleted` file that is not one
+    /// of the log's stays untouched.
+    #[test]
+    fn open_deletes_leftover_deleted_segment_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = filled_log(dir.path());
+        let bases = log.segment_base_offsets();
+        let leo = log.log_end_offset();
+        log.close().unwrap();
+        for b in &bases[..2] {
+            for s in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                let p = segment_file(dir.path(), *b, s);
+                fs::rename(&p, super::super::segment::deleted_path(&p)).unwrap();
+            }
+        }
+        let foreign = dir.path().join("notes.txt.deleted");
+        fs::write(&foreign, b"not the log's").unwrap();
+        assert_eq!(deleted_files(dir.path()).len(), 7);
+
+        let log = open(dir.path());
+        assert_eq!(
+            deleted_files(dir.path()),
+            vec!["notes.txt.deleted".to_owned()]
+        );
+        assert_eq!(log.segment_base_offsets(), bases[2..].to_vec());
+        assert_eq!(log_files(dir.path()), bases[2..].to_vec());
+        assert_eq!(log.log_start_offset(), bases[2]);
+        assert_eq!(log.log_end_offset(), leo);
+        assert_eq!(
+            log.epoch_cache().earliest_entry().unwrap().start_offset,
+            bases[2]
+        );
+        assert_out_of_range(&log, bases[2] - 1);
+        assert!(!log.read(bases[2], 1 << 20, leo).unwrap().records.is_empty());
+    }
+
+    /// Retention rewrites the epoch checkpoint without fsync, so a crash may leave the
+    /// checkpoint from before the retention (simulated by writing its old content back):
+    /// the next open truncates the loaded cache to the log start, giving the same entries
+    /// as the log had in memory.
+    #[test]
+    fn reopen_repairs_an_epoch_checkpoint_older_than_retention() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = filled_log(dir.path());
+        let bases = log.segment_base_offsets();
+        let checkpoint = dir.path().join(LEADER_EPOCH_CHECKPOINT);
+        let before = fs::read(&checkpoint).unwrap();
+        assert_eq!(epochs(&log)[0], (1, 0));
+        retain_all_but_oldest(&mut log, 3);
+        let deleted = log.delete_old_segments(log.log_end_offset()).unwrap();
+        assert_eq!(deleted.segment_count(), 3);
+        let start = log.log_start_offset();
+        assert_eq!(start, bases[3]);
+        let retained = epochs(&log);
+        assert_eq!(retained[0].1, start);
+        assert!(
+            retained[0].0 > 1,
+            "the first epochs' data is gone: {retained:?}"
+        );
+        // The rewrite did happen (only without fsync).
+        assert_ne!(fs::read(&checkpoint).unwrap(), before);
+        assert_eq!(
+            LeaderEpochCache::open(dir.path()).unwrap().entries(),
+            log.epoch_cache().entries()
+        );
+
+        drop(log);
+        fs::write(&checkpoint, &before).unwrap();
+        assert_eq!(
+            LeaderEpochCache::open(dir.path())
+                .unwrap()
+                .earliest_entry()
+                .unwrap()
+                .start_offset,
+            0
+        );
+        let log = open(dir.path());
+        assert_eq!(log.log_start_offset(), start);
+        assert_eq!(epochs(&log), retained);
+        assert_eq!(
+            log.epoch_cache().earliest_entry().unwrap().start_offset,
+            start
+        );
+        // An epoch whose data is gone answers the log start, as before the crash.
+        assert_eq!(log.end_offset_for_epoch(0), (0, start));
+        // The repaired cache was written back.
+        drop(log);
+        assert_eq!(
+            LeaderEpochCache::open(dir.path()).unwrap().entries()[0].start_offset,
+            start
+        );
     }
 }

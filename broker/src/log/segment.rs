@@ -23,6 +23,28 @@ pub const LOG_SUFFIX: &str = ".log";
 pub const INDEX_SUFFIX: &str = ".index";
 /// Suffix of time index files.
 pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
+/// Suffix appended to the files of a segment that retention removed from the log, until
+/// they are deleted off the partition lock (Kafka `LogFileUtils.DELETED_FILE_SUFFIX`): e.g.
+/// `00000000000000000000.log.deleted`. See [`Segment::rename_to_deleted`].
+pub const DELETED_SUFFIX: &str = ".deleted";
+
+/// Whether `name` is `{offset:020}{suffix}` + [`DELETED_SUFFIX`] for a segment, offset index
+/// or time index `suffix`: a file of a segment that was removed from its log and still
+/// waits for deletion (left over by a crash or a shutdown before the deletion ran).
+pub fn is_deleted_segment_file_name(name: &str) -> bool {
+    name.strip_suffix(DELETED_SUFFIX).is_some_and(|target| {
+        [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX]
+            .iter()
+            .any(|suffix| parse_offset_file_name(target, suffix).is_some())
+    })
+}
+
+/// `<path>.deleted`.
+pub fn deleted_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(DELETED_SUFFIX);
+    PathBuf::from(s)
+}
 
 /// Recovery scans read the file in chunks of this size (bytes).
 const SCAN_CHUNK_BYTES: usize = 4 << 20;
@@ -581,6 +603,50 @@ impl Segment {
             remove_if_exists(&segment_file(&dir, self.base_offset, suffix))?;
         }
         Ok(())
+    }
+
+    /// Detaches the segment from the file system's view of the log cheaply, for retention
+    /// under the partition lock (Kafka `LocalLog.deleteSegmentFiles`, whose renames happen
+    /// under `UnifiedLog.lock` while the deletion is scheduled for later): closes the file
+    /// and renames `{base:020}.log`, `.index` and `.timeindex` to `<name>.deleted` (index
+    /// files that were never written are skipped). Nothing is fsynced and nothing is
+    /// unlinked: unlinking a large file and fsyncs can wait for the file system's journal.
+    /// Returns the `.deleted` paths; the caller deletes them later, off the lock
+    /// ([`remove_if_exists`]). After a crash before that, [`crate::log::Log::open`] deletes
+    /// leftover `.deleted` files, and a rename that did not reach the disk leaves the
+    /// segment in the log (retention deletes it again).
+    ///
+    /// The data file goes first: once it is renamed the segment is no longer part of the
+    /// log. An error renaming it leaves the files unchanged and returns the segment, so the
+    /// caller can keep it; an error renaming an index file afterwards is logged and the stale
+    /// index is left in place (a later segment with this base offset replaces it).
+    pub fn rename_to_deleted(self) -> Result<Vec<PathBuf>, Box<(Segment, LogError)>> {
+        let dir = self
+            .log_path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .to_path_buf();
+        let log_target = deleted_path(&self.log_path);
+        if let Err(e) = fs::rename(&self.log_path, &log_target) {
+            let err = io_err(&self.log_path)(e);
+            return Err(Box::new((self, err)));
+        }
+        let base_offset = self.base_offset;
+        drop(self);
+        let mut renamed = vec![log_target];
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            let path = segment_file(&dir, base_offset, suffix);
+            let target = deleted_path(&path);
+            match fs::rename(&path, &target) {
+                Ok(()) => renamed.push(target),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!(
+                    file = %path.display(),
+                    "could not rename the index of a deleted segment (left in place): {e}"
+                ),
+            }
+        }
+        Ok(renamed)
     }
 
     /// First offset of the segment.

@@ -42,7 +42,9 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use uuid::Uuid;
 
 use crate::lifecycle::{ControllerChannels, LifecycleStatus};
-use crate::log::{Log, LogConfig, LogError, LogManager, SystemClock, TopicPartition};
+use crate::log::{
+    DeletedSegments, Log, LogConfig, LogError, LogManager, SystemClock, TopicPartition,
+};
 use crate::metadata::{LocalChangesEvent, TopicIdPartition};
 use crate::replica::{
     AlterPartitionRequest, Effects, LocalLog, PartitionState, ReplicaConfig, Role, TransitionError,
@@ -772,6 +774,12 @@ impl ReplicaManager {
         let mut next_retention = RETENTION_INTERVAL_MS;
         let mut next_gauges = 0;
         let mut broker_epoch = self.broker_epoch();
+        // Files of segments removed by retention (renamed to `.deleted` under the partition
+        // locks), deleted by one blocking task at a time, off the runtime and outside every
+        // partition lock: unlinking a large segment can wait for the file system's journal.
+        // Not awaited; while a deletion runs, newly removed files wait for the next tick.
+        let mut doomed_files = DeletedSegments::default();
+        let mut deleter: Option<tokio::task::JoinHandle<()>> = None;
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
@@ -810,18 +818,32 @@ impl ReplicaManager {
                 if now >= next_retention {
                     let hw = inner.state.high_watermark();
                     match inner.log.delete_old_segments(hw) {
-                        Ok(0) => {}
-                        Ok(n) => {
+                        Ok(deleted) if deleted.is_empty() => {}
+                        Ok(deleted) => {
                             let start = inner.log.log_start_offset();
                             inner.state.set_log_start_offset(start);
-                            tracing::info!(partition = %hp.tp, segments = n, log_start_offset = start, "retention deleted old segments");
+                            tracing::info!(partition = %hp.tp, segments = deleted.segment_count(), log_start_offset = start, "retention deleted old segments");
+                            doomed_files.append(deleted);
                         }
-                        Err(e) => tracing::error!(partition = %hp.tp, "retention failed: {e}"),
+                        Err(e) => {
+                            // Part of the segments may have gone: keep the state's log start
+                            // in line with the log's.
+                            let start = inner.log.log_start_offset();
+                            inner.state.set_log_start_offset(start);
+                            tracing::error!(partition = %hp.tp, "retention failed: {e}");
+                        }
                     }
                 }
             }
             if now >= next_retention {
                 next_retention = now + RETENTION_INTERVAL_MS;
+            }
+            if !doomed_files.is_empty() && deleter.as_ref().is_none_or(|d| d.is_finished()) {
+                let files = std::mem::take(&mut doomed_files);
+                deleter = Some(tokio::task::spawn_blocking(move || {
+                    // Failures are logged with their paths; the next open deletes them.
+                    let _ = files.delete_files();
+                }));
             }
             if sample {
                 next_gauges = now + metrics::GAUGE_INTERVAL_MS;
