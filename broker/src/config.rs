@@ -459,7 +459,8 @@ mod tests {
         toml::from_str(toml_text).unwrap()
     }
 
-    const BASE: &str = "node_id = 4\ncontroller_quorum_voters = \"1@127.0.0.1:9093\"\nlog_dirs = \"/tmp/a\"\n";
+    const BASE: &str =
+        "node_id = 4\ncontroller_quorum_voters = \"1@127.0.0.1:9093\"\nlog_dirs = \"/tmp/a\"\n";
 
     #[test]
     fn resolves_with_defaults_and_overlays_in_order() {

@@ -8,7 +8,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use keel_broker::log::{Log, LogConfig, LogError, LogOpenOptions, ManualClock, RecordBatchBuilder};
+use keel_broker::log::{
+    LeaderEpochCache, Log, LogConfig, LogError, LogOpenOptions, ManualClock, RecordBatchBuilder,
+};
 
 fn config() -> LogConfig {
     LogConfig {
@@ -446,28 +448,39 @@ fn follower_batch_with_lower_epoch_is_appended_and_warned() {
 }
 
 /// Finding 7b: a non-UTF-8 `leader-epoch-checkpoint` is a malformed file naming the file and
-/// the line, not an I/O error.
+/// the line, not an I/O error; the log does not fail on it but rebuilds the cache from its
+/// batches (the file only caches their partition leader epochs) and writes it back.
 #[test]
 fn non_utf8_epoch_checkpoint_is_a_malformed_file_naming_the_line() {
     let dir = tempfile::tempdir().unwrap();
-    fs::write(
-        dir.path().join("leader-epoch-checkpoint"),
-        b"0\n2\n1 0\n\xff\xfe 5\n",
-    )
-    .unwrap();
-    let err = Log::open(
-        dir.path(),
-        config(),
-        Arc::new(ManualClock::new(0)),
-        LogOpenOptions::default(),
-    )
-    .unwrap_err();
+    let mut log = open(dir.path());
+    log.append_as_leader(batch(2, 0), 3).unwrap();
+    log.append_as_leader(batch(2, 1), 5).unwrap();
+    drop(log);
+    let checkpoint = dir.path().join("leader-epoch-checkpoint");
+    fs::write(&checkpoint, b"0\n2\n1 0\n\xff\xfe 5\n").unwrap();
+    let err = LeaderEpochCache::open(dir.path()).unwrap_err();
     assert!(
         matches!(&err, LogError::MalformedFile { path, .. } if path.ends_with("leader-epoch-checkpoint")),
         "{err:?}"
     );
     assert!(err.to_string().contains("line 4"), "{err}");
     assert_eq!(err.kafka_name(), "KAFKA_STORAGE_ERROR");
+
+    let log = open(dir.path());
+    let epochs: Vec<_> = log
+        .epoch_cache()
+        .entries()
+        .iter()
+        .map(|e| (e.epoch, e.start_offset))
+        .collect();
+    assert_eq!(epochs, [(3, 0), (5, 2)]);
+    drop(log);
+    assert_eq!(
+        LeaderEpochCache::open(dir.path()).unwrap().entries().len(),
+        2,
+        "the rebuilt cache is written back"
+    );
 }
 
 /// Finding 7c: a length field beyond the largest batch the log accepts is corruption in the

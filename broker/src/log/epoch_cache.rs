@@ -50,6 +50,29 @@ impl LeaderEpochCache {
         }
     }
 
+    /// A cache for `dir` holding the epochs of `headers` (the first batch of each higher
+    /// epoch starts it; batches without an epoch, -1, are skipped), written to the checkpoint
+    /// with fsync. The log uses it when the checkpoint cannot be read: the batches'
+    /// partition leader epochs are the truth the file only caches (Kafka rebuilds the same way
+    /// when the checkpoint is missing).
+    pub fn rebuilt(dir: &Path, headers: impl IntoIterator<Item = (i32, i64)>) -> LogResult<Self> {
+        let mut cache = Self {
+            path: Some(dir.join(LEADER_EPOCH_CHECKPOINT)),
+            entries: Vec::new(),
+        };
+        for (epoch, base_offset) in headers {
+            let newer = cache.entries.last().is_none_or(|l| l.epoch < epoch);
+            if epoch >= 0 && base_offset >= 0 && newer {
+                cache.entries.push(EpochEntry {
+                    epoch,
+                    start_offset: base_offset,
+                });
+            }
+        }
+        cache.flush()?;
+        Ok(cache)
+    }
+
     /// Loads `<dir>/leader-epoch-checkpoint` (empty if absent). A malformed (including
     /// non-UTF-8) or non-monotonic file is a `MalformedFile` error naming the file and line.
     pub fn open(dir: &Path) -> LogResult<Self> {

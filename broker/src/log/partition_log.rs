@@ -314,9 +314,20 @@ impl Log {
             .next_offset();
         // The segments are the truth: the checkpoint may predate a truncation or a
         // retention whose rewrite of it was not fsynced (KAFKA-15046).
-        let mut epoch_cache = LeaderEpochCache::open(dir)?;
-        epoch_cache.truncate_from_end(log_end_offset)?;
-        epoch_cache.truncate_from_start(log_start_offset)?;
+        // A torn or garbled checkpoint (its retention rewrite is not fsynced) is rebuilt
+        // from the batches below, once the log is assembled.
+        let (epoch_cache, rebuild_epochs) = match LeaderEpochCache::open(dir) {
+            Ok(mut cache) => {
+                cache.truncate_from_end(log_end_offset)?;
+                cache.truncate_from_start(log_start_offset)?;
+                (cache, false)
+            }
+            Err(e @ LogError::MalformedFile { .. }) => {
+                tracing::warn!(dir = %dir.display(), "{e}; rebuilding the leader-epoch cache from the batches' partition leader epochs");
+                (LeaderEpochCache::in_memory(), true)
+            }
+            Err(e) => return Err(e),
+        };
         let mut log = Log {
             dir: dir.to_path_buf(),
             config,
@@ -337,6 +348,19 @@ impl Log {
             // point can move to the LEO.
             log.recovery_point = log.log_start_offset;
             log.flush()?;
+        }
+        if rebuild_epochs {
+            // Only where the epoch rises: bounded by the number of leader epochs.
+            let mut headers: Vec<(i32, i64)> = Vec::new();
+            log.for_each_header(log.log_start_offset, |h| {
+                if headers
+                    .last()
+                    .is_none_or(|l| l.0 < h.partition_leader_epoch)
+                {
+                    headers.push((h.partition_leader_epoch, h.base_offset));
+                }
+            })?;
+            log.epoch_cache = LeaderEpochCache::rebuilt(dir, headers)?;
         }
         log.rebuild_producer_state()?;
         log.check_invariants();
@@ -1240,6 +1264,37 @@ mod tests {
     /// checkpoint from before the retention (simulated by writing its old content back):
     /// the next open truncates the loaded cache to the log start, giving the same entries
     /// as the log had in memory.
+    #[test]
+    fn reopen_rebuilds_a_torn_epoch_checkpoint_from_the_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = filled_log(dir.path());
+        retain_all_but_oldest(&mut log, 2);
+        let failures = log
+            .delete_old_segments(log.log_end_offset())
+            .unwrap()
+            .delete_files();
+        assert!(failures.is_empty(), "{failures:?}");
+        let expected = epochs(&log);
+        assert!(expected.len() > 1, "several epochs survive: {expected:?}");
+        drop(log);
+        let checkpoint = dir.path().join(LEADER_EPOCH_CHECKPOINT);
+        for torn in [&b""[..], b"0\n3\n5 1", b"\xff\xfe garbage"] {
+            fs::write(&checkpoint, torn).unwrap();
+            assert!(LeaderEpochCache::open(dir.path()).is_err(), "{torn:?}");
+            let log = open(dir.path());
+            assert_eq!(epochs(&log), expected, "{torn:?}");
+            drop(log);
+            // Written back whole.
+            let cache = LeaderEpochCache::open(dir.path()).unwrap();
+            let on_disk: Vec<_> = cache
+                .entries()
+                .iter()
+                .map(|e| (e.epoch, e.start_offset))
+                .collect();
+            assert_eq!(on_disk, expected);
+        }
+    }
+
     #[test]
     fn reopen_repairs_an_epoch_checkpoint_older_than_retention() {
         let dir = tempfile::tempdir().unwrap();
