@@ -4,6 +4,9 @@
 //! - commit throughput (committed records/s) and latency p50/p99 of metadata writes at 1, 16
 //!   and 64 concurrent clients (each write: an operator AlterPartition = one
 //!   PartitionChangeRecord, answered after commit);
+//! - the same at 1 and 64 clients with AlterPartition requests of [`BATCH_PARTITIONS`]
+//!   partitions each (records/s counts every PartitionChangeRecord; latency is per request),
+//!   the shape of the ISR traffic of brokers that lead many partitions;
 //! - failover time (kill -9 of the active controller to the first accepted write) p50/p99
 //!   over `KEEL_BENCH_KILLS` kills (default 20).
 //!
@@ -24,26 +27,33 @@ use keel_proto::controller::{
 };
 
 const RUN_SECS: u64 = 5;
+/// Partitions per request in the batched rows (a broker's AlterPartition sender puts every
+/// pending ISR change of its partitions in one request, up to 256, as Kafka's
+/// `DefaultAlterPartitionManager` does).
+const BATCH_PARTITIONS: i32 = 10;
 
-fn alter(topic: &str, isr: &[i32]) -> AlterPartitionRequest {
+/// An operator AlterPartition setting the ISR of partitions `0..partitions` of `topic`.
+fn alter(topic: &str, partitions: i32, isr: &[i32]) -> AlterPartitionRequest {
     AlterPartitionRequest {
         broker_id: -1,
         broker_epoch: -1,
         topics: vec![AlterPartitionTopic {
             topic_name: topic.into(),
-            partitions: vec![AlterPartitionPartition {
-                partition_index: 0,
-                leader_epoch: -1,
-                partition_epoch: -1,
-                new_isr_with_epochs: isr
-                    .iter()
-                    .map(|b| BrokerState {
-                        broker_id: *b,
-                        broker_epoch: -1,
-                    })
-                    .collect(),
-                ..Default::default()
-            }],
+            partitions: (0..partitions)
+                .map(|p| AlterPartitionPartition {
+                    partition_index: p,
+                    leader_epoch: -1,
+                    partition_epoch: -1,
+                    new_isr_with_epochs: isr
+                        .iter()
+                        .map(|b| BrokerState {
+                            broker_id: *b,
+                            broker_epoch: -1,
+                        })
+                        .collect(),
+                    ..Default::default()
+                })
+                .collect(),
             ..Default::default()
         }],
     }
@@ -56,16 +66,19 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-async fn create_topics(clients: &Clients, n: usize) {
+/// Topics `{prefix}-0 .. {prefix}-{n-1}`, each with `partitions` partitions on brokers 1-3.
+async fn create_topics(clients: &Clients, prefix: &str, n: usize, partitions: i32) {
     for i in 0..n {
         let topic = CreatableTopic {
-            name: format!("bench-{i}"),
+            name: format!("{prefix}-{i}"),
             num_partitions: -1,
             replication_factor: -1,
-            assignments: vec![CreatableReplicaAssignment {
-                partition_index: 0,
-                broker_ids: vec![1, 2, 3],
-            }],
+            assignments: (0..partitions)
+                .map(|p| CreatableReplicaAssignment {
+                    partition_index: p,
+                    broker_ids: vec![1, 2, 3],
+                })
+                .collect(),
             configs: vec![],
         };
         clients
@@ -86,8 +99,15 @@ async fn create_topics(clients: &Clients, n: usize) {
     }
 }
 
-/// `clients` concurrent writers for RUN_SECS; returns (records/s, latencies sorted).
-async fn load(q: &Quorum, concurrency: usize) -> (f64, Vec<Duration>) {
+/// `concurrency` writers for RUN_SECS, writer `i` altering partitions `0..partitions` of
+/// topic `{prefix}-{i}` in each request (one PartitionChangeRecord per partition); returns
+/// (committed records/s, request latencies sorted).
+async fn load(
+    q: &Quorum,
+    concurrency: usize,
+    prefix: &str,
+    partitions: i32,
+) -> (f64, Vec<Duration>) {
     let leader = q.wait_leader(Duration::from_secs(10)).await;
     let addr = q.addr(leader);
     let start = Instant::now();
@@ -95,6 +115,7 @@ async fn load(q: &Quorum, concurrency: usize) -> (f64, Vec<Duration>) {
     let mut tasks = Vec::new();
     for i in 0..concurrency {
         let addr = addr.clone();
+        let prefix = prefix.to_string();
         tasks.push(tokio::spawn(async move {
             let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
                 .unwrap()
@@ -103,7 +124,7 @@ async fn load(q: &Quorum, concurrency: usize) -> (f64, Vec<Duration>) {
                 .unwrap();
             let mut c =
                 keel_proto::controller::controller_service_client::ControllerServiceClient::new(ch);
-            let topic = format!("bench-{i}");
+            let topic = format!("{prefix}-{i}");
             let mut lat = Vec::new();
             let mut k = 0;
             while Instant::now() < end {
@@ -111,14 +132,16 @@ async fn load(q: &Quorum, concurrency: usize) -> (f64, Vec<Duration>) {
                 k += 1;
                 let t = Instant::now();
                 let r = c
-                    .alter_partition(alter(&topic, isr))
+                    .alter_partition(alter(&topic, partitions, isr))
                     .await
                     .unwrap()
                     .into_inner();
                 // A request-level error (NOT_CONTROLLER after a leader change) has no topics.
                 assert!(ok(&r.error), "AlterPartition refused: {:?}", r.error);
-                let p = &r.topics[0].partitions[0];
-                assert!(ok(&p.error), "{:?}", p.error);
+                assert_eq!(r.topics[0].partitions.len(), partitions as usize);
+                for p in &r.topics[0].partitions {
+                    assert!(ok(&p.error), "{:?}", p.error);
+                }
                 lat.push(t.elapsed());
             }
             lat
@@ -130,7 +153,7 @@ async fn load(q: &Quorum, concurrency: usize) -> (f64, Vec<Duration>) {
     }
     let secs = start.elapsed().as_secs_f64();
     all.sort();
-    (all.len() as f64 / secs, all)
+    (all.len() as f64 * f64::from(partitions) / secs, all)
 }
 
 fn main() {
@@ -170,7 +193,8 @@ fn main() {
             assert!(Instant::now() < deadline, "brokers not unfenced");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        create_topics(&clients, 64).await;
+        create_topics(&clients, "bench", 64, 1).await;
+        create_topics(&clients, "bench-batch", 64, BATCH_PARTITIONS).await;
 
         println!(
             "keel-controller quorum benchmark: 3 controllers on loopback, {RUN_SECS} s per row"
@@ -185,7 +209,7 @@ fn main() {
         header("metadata writes (1 record each)", "records/s", "targets");
         for (concurrency, target) in [(1, "p50 < 2 ms"), (16, ""), (64, ">= 20000/s, p99 < 20 ms")]
         {
-            let (rate, lat) = load(&q, concurrency).await;
+            let (rate, lat) = load(&q, concurrency, "bench", 1).await;
             println!(
                 "{:<44} {:>14.0} {:>10.2} {:>10.2}   {}",
                 format!("{concurrency} concurrent clients"),
@@ -193,6 +217,25 @@ fn main() {
                 percentile(&lat, 0.50).as_secs_f64() * 1e3,
                 percentile(&lat, 0.99).as_secs_f64() * 1e3,
                 target
+            );
+        }
+
+        println!();
+        header(
+            &format!(
+                "AlterPartition of {BATCH_PARTITIONS} partitions ({BATCH_PARTITIONS} records each)"
+            ),
+            "records/s",
+            "",
+        );
+        for concurrency in [1, 64] {
+            let (rate, lat) = load(&q, concurrency, "bench-batch", BATCH_PARTITIONS).await;
+            println!(
+                "{:<44} {:>14.0} {:>10.2} {:>10.2}",
+                format!("{concurrency} concurrent clients"),
+                rate,
+                percentile(&lat, 0.50).as_secs_f64() * 1e3,
+                percentile(&lat, 0.99).as_secs_f64() * 1e3,
             );
         }
 
@@ -211,7 +254,7 @@ fn main() {
             };
             clients
                 .on_leader(Duration::from_secs(10), |mut c| {
-                    let req = alter(&topic, &isr);
+                    let req = alter(&topic, 1, &isr);
                     async move {
                         let r = c.alter_partition(req).await.ok()?.into_inner();
                         let p = r.topics.first()?.partitions.first()?.clone();
