@@ -166,18 +166,19 @@ macro_rules! merge {
 }
 
 impl RawConfig {
-    /// Reads a TOML file. Unknown keys are refused.
+    /// Reads a TOML file. Unknown keys are refused; a Kafka-style dotted key (`log.dirs`)
+    /// is named with the key to write instead.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.message().to_string()
-                + &e.span()
-                    .map(|s| format!(" (at byte {})", s.start))
-                    .unwrap_or_default(),
+        use keel_observability::config_file::{ConfigFileError, read_toml};
+        read_toml(path).map_err(|e| match e {
+            ConfigFileError::Read(source) => ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            },
+            ConfigFileError::Parse(message) => ConfigError::Parse {
+                path: path.to_path_buf(),
+                message,
+            },
         })
     }
 
@@ -614,5 +615,18 @@ mod tests {
         let e = RawConfig::from_file(&p).unwrap_err().to_string();
         assert!(e.contains("bogus_key") && e.contains("b.toml"), "{e}");
         assert!(!e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn kafka_dotted_key_in_a_file_names_the_keel_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("b.toml");
+        std::fs::write(&p, format!("{BASE}log.retention.bytes = 1000\n")).unwrap();
+        let e = RawConfig::from_file(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("\"log.retention.bytes\"") && e.contains("use log_retention_bytes"),
+            "{e}"
+        );
+        assert!(e.contains("b.toml") && !e.contains('\n'), "{e}");
     }
 }

@@ -139,18 +139,19 @@ macro_rules! merge {
 }
 
 impl RawConfig {
-    /// Reads a TOML file. Unknown keys are refused.
+    /// Reads a TOML file. Unknown keys are refused; a Kafka-style dotted key (`log.dirs`)
+    /// is named with the key to write instead.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.to_path_buf(),
-            message: e.message().to_string()
-                + &e.span()
-                    .map(|s| format!(" (at byte {})", s.start))
-                    .unwrap_or_default(),
+        use keel_observability::config_file::{ConfigFileError, read_toml};
+        read_toml(path).map_err(|e| match e {
+            ConfigFileError::Read(source) => ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            },
+            ConfigFileError::Parse(message) => ConfigError::Parse {
+                path: path.to_path_buf(),
+                message,
+            },
         })
     }
 

@@ -1,5 +1,7 @@
-//! Observability shared by `keel-controller` and `keel-broker` (issue #7):
+//! Observability and process plumbing shared by `keel-controller` and `keel-broker`
+//! (issue #7):
 //!
+//! - [`config_file`]: reading the TOML config file, with one-line errors that name the key;
 //! - [`logging`]: the `tracing` subscriber (filter from `KEEL_LOG`, text or JSON lines);
 //! - [`metrics_endpoint`]: the Prometheus recorder and the HTTP listener configured by
 //!   `metrics_listener`, serving `/metrics`, `/health/live` and `/health/ready`;
@@ -10,6 +12,7 @@
 //! counters) with the prefix `keel_controller_` or `keel_broker_`; each definition names the
 //! Kafka JMX metric it corresponds to.
 
+pub mod config_file;
 pub mod describe;
 pub mod logging;
 pub mod metrics_endpoint;
