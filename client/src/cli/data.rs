@@ -381,7 +381,7 @@ pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
         }
     }
     if !ctx.json {
-        eprintln!("consumed {count} records");
+        eprintln!("consumed {}", crate::format::count(count, "record"));
     }
     Ok(())
 }

@@ -127,9 +127,9 @@ pub(super) async fn run(c: TopicCommand, ctx: &Ctx) -> CliResult {
                 }));
             }
             outln!(
-                "Created topic {} (id {id}, {} partitions, replication factor {}) at metadata offset {}.",
+                "Created topic {} (id {id}, {}, replication factor {}) at metadata offset {}.",
                 r.name,
-                r.num_partitions,
+                crate::format::count(r.num_partitions, "partition"),
                 r.replication_factor,
                 r.metadata_offset
             );

@@ -36,10 +36,15 @@ pub fn produce_summary_text(s: &ProduceSummary) -> String {
         String::new()
     };
     let mut out = format!(
-        "produced {} records ({}) to {} partitions {} in {secs:.2} s{rate}\n",
-        s.records,
+        "produced {} ({}) to {} {} {} in {secs:.2} s{rate}\n",
+        super::count(s.records, "record"),
         bytes_text(s.bytes),
         s.topic,
+        if s.partitions.len() == 1 {
+            "partition"
+        } else {
+            "partitions"
+        },
         if s.partitions.is_empty() {
             "-".to_string()
         } else {
@@ -48,8 +53,8 @@ pub fn produce_summary_text(s: &ProduceSummary) -> String {
     );
     if s.failed > 0 {
         out.push_str(&format!(
-            "failed {} records: {}\n",
-            s.failed,
+            "failed {}: {}\n",
+            super::count(s.failed, "record"),
             s.first_error.as_deref().unwrap_or("")
         ));
     }
@@ -130,7 +135,7 @@ pub fn verify_text(topic: &str, r: &VerifyReport) -> String {
         "topic:        {topic}\n\
          produced:     {}\n\
          acknowledged: {}\n\
-         read back:    {} (from {} partitions)\n\
+         read back:    {} (from {})\n\
          lost:         {}\n\
          duplicated:   {}\n\
          reordered:    {}\n\
@@ -138,7 +143,7 @@ pub fn verify_text(topic: &str, r: &VerifyReport) -> String {
         r.produced,
         r.acknowledged,
         r.read,
-        r.partitions,
+        super::count(r.partitions, "partition"),
         r.lost,
         r.duplicated,
         r.reordered,
@@ -212,12 +217,25 @@ mod tests {
             elapsed_ms: 0,
             records: 0,
             partitions: vec![],
-            ..s
+            ..s.clone()
         };
         assert_eq!(
             produce_summary_text(&f),
             "produced 0 records (12.3 KiB) to orders partitions - in 0.00 s\n\
              failed 2 records: orders-1: NOT_ENOUGH_REPLICAS (19) (delivery timeout)\n"
+        );
+        let one = ProduceSummary {
+            records: 1,
+            failed: 1,
+            partitions: vec![2],
+            elapsed_ms: 0,
+            first_error: Some("orders-2: REQUEST_TIMED_OUT (7)".into()),
+            ..s
+        };
+        assert_eq!(
+            produce_summary_text(&one),
+            "produced 1 record (12.3 KiB) to orders partition 2 in 0.00 s\n\
+             failed 1 record: orders-2: REQUEST_TIMED_OUT (7)\n"
         );
         assert_eq!(bytes_text(512), "512 B");
         assert_eq!(bytes_text(3 * 1024 * 1024), "3.0 MiB");

@@ -39,6 +39,16 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 /// Broker ids as Kafka's tools print them: `1,2,3` (empty list: empty string).
+/// `1 record`, `2 records`: `n` and `noun`, with an `s` unless `n` is 1.
+pub fn count(n: impl Into<i128>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
 pub fn ids(list: &[i32]) -> String {
     list.iter()
         .map(i32::to_string)
