@@ -605,3 +605,51 @@ fn up_refuses_ports_another_program_listens_on() {
     assert!(left.is_empty(), "files left in {data}: {left:?}");
     drop(held);
 }
+
+/// After kill -9 of a broker, `cluster up` restarts it and returns only once the new process
+/// is registered (a new broker epoch) and ready. The dead incarnation's registration stays
+/// unfenced until its session expires, and the new process is refused
+/// (DUPLICATE_BROKER_REGISTRATION) until then: "all brokers unfenced" alone was true at once.
+#[test]
+fn up_after_kill_9_waits_for_the_restarted_brokers_own_registration() {
+    let f = Fixture::fresh();
+    f.cluster("up", &["--timeout-secs", "120"]);
+    let epoch_of_3 = || {
+        let brokers = f.json(&["--json", "broker", "list"]);
+        let b = brokers
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|b| b["id"] == 3)
+            .cloned()
+            .unwrap();
+        (b["epoch"].as_i64().unwrap(), b["state"].clone())
+    };
+    let (before, _) = epoch_of_3();
+    let pid_file = f.dir.path().join("keel-data/broker-3.pid");
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let killed = Command::new("kill")
+        .args(["-9", pid.trim()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // Let the process die and its pid be reaped so `up` sees it as not running.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{}", pid.trim())).exists()
+        && std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+            .is_ok_and(|s| !s.contains(") Z "))
+    {
+        assert!(std::time::Instant::now() < deadline, "broker 3 did not die");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+
+    let up = f.cluster("up", &["--timeout-secs", "120"]);
+    assert_eq!(up["started"], serde_json::json!(["broker-3"]), "{up}");
+    let (after, state) = epoch_of_3();
+    assert!(
+        after > before,
+        "`up` returned while broker 3's registration was still the killed process's (epoch {before} -> {after})\n{}",
+        f.logs()
+    );
+    assert_eq!(state, "unfenced");
+}

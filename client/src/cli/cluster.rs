@@ -293,7 +293,7 @@ async fn wait_healthy(
                 });
             }
         }
-        let last = match health(&admin).await {
+        let last = match health(&admin, children).await {
             // Healthy, and every process this call started is still the one answering (none
             // exited meanwhile: their ports were free when they started).
             Ok(())
@@ -316,7 +316,15 @@ async fn wait_healthy(
     }
 }
 
-async fn health(admin: &crate::admin::Admin) -> Result<(), String> {
+/// Healthy: the quorum has a leader and every controller is caught up, all brokers are
+/// registered and unfenced, and each broker this `up` started says so itself on
+/// `/health/ready`. The last check matters after a kill -9: the dead incarnation's
+/// registration stays unfenced until its session expires (`broker_session_timeout_ms`), and
+/// the new process is refused (DUPLICATE_BROKER_REGISTRATION) until then.
+async fn health(
+    admin: &crate::admin::Admin,
+    started: &[(ProcessSpec, Child)],
+) -> Result<(), String> {
     let q = admin.describe_quorum().await.map_err(|e| e.to_string())?;
     if q.leader_id < 0 {
         return Err("the quorum has no leader".into());
@@ -337,10 +345,40 @@ async fn health(admin: &crate::admin::Admin) -> Result<(), String> {
         .map(|b| b.broker_id)
         .collect();
     let want: Vec<i32> = (1..=i32::from(crate::local_cluster::NODES)).collect();
-    if want.iter().all(|id| ready.contains(id)) {
+    if !want.iter().all(|id| ready.contains(id)) {
+        return Err(format!("unfenced brokers so far: {ready:?}"));
+    }
+    for (p, _) in started.iter().filter(|(p, _)| p.role == Role::Broker) {
+        probe_ready(&p.metrics_address)
+            .await
+            .map_err(|why| format!("{} not ready yet: {why}", p.name()))?;
+    }
+    Ok(())
+}
+
+/// `GET /health/ready` on a process's metrics listener (HTTP/1.0, 2 s bound): Ok on 200,
+/// else the status line and body, or the connection error.
+async fn probe_ready(addr: &str) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        s.write_all(b"GET /health/ready HTTP/1.0\r\nHost: keelctl\r\n\r\n")
+            .await?;
+        let mut reply = Vec::new();
+        // The endpoint's replies are one short line; 4 KiB bounds a misbehaving peer.
+        s.take(4096).read_to_end(&mut reply).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&reply).into_owned())
+    };
+    let reply = tokio::time::timeout(Duration::from_secs(2), exchange)
+        .await
+        .map_err(|_| format!("{addr}: no answer within 2 s"))?
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let status = reply.lines().next().unwrap_or("");
+    if status.split_whitespace().nth(1) == Some("200") {
         Ok(())
     } else {
-        Err(format!("unfenced brokers so far: {ready:?}"))
+        let body = reply.split("\r\n\r\n").nth(1).unwrap_or("").trim();
+        Err(format!("{status} {body}").trim().to_string())
     }
 }
 
