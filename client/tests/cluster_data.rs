@@ -185,6 +185,16 @@ fn keelctl_produce_consume_verify_round_trip() {
         String::from_utf8_lossy(&out.stderr),
         "keelctl: line 2: no key separator \":\"\n"
     );
+    // A record over max.message.bytes: the broker's reason, with both sizes, reaches the user.
+    let big = "x".repeat(2 << 20) + "\n";
+    let out = f.run_with_stdin(&["produce", "--topic", "events"], big);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("MESSAGE_TOO_LARGE (10): record batch of ")
+            && err.contains("exceeds max.message.bytes "),
+        "{err}"
+    );
     // An empty separator is a usage error (exit 2), before anything is read.
     let out = f.run_with_stdin(
         &["produce", "--topic", "events", "--key-separator", ""],

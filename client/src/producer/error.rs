@@ -9,7 +9,7 @@ use crate::brokers::MetadataError;
 pub enum ProduceError {
     /// The broker refused the batch with a non-retriable Kafka error code, or a retriable one
     /// was still returned when `delivery_timeout_ms` ran out.
-    #[error("{topic}-{partition}: {code} ({}){}", .code.code(), if *.timed_out { " (delivery timeout)" } else { "" })]
+    #[error("{topic}-{partition}: {code} ({}){}{}", .code.code(), if .message.is_empty() { String::new() } else { format!(": {}", .message) }, if *.timed_out { " (delivery timeout)" } else { "" })]
     Kafka {
         /// Topic.
         topic: String,
@@ -17,6 +17,9 @@ pub enum ProduceError {
         partition: i32,
         /// The Kafka error code.
         code: ErrorCode,
+        /// The broker's error message (Kafka's `error_message`), empty if it sent none, e.g.
+        /// `record batch of 2097230 bytes exceeds max.message.bytes 1048588`.
+        message: String,
         /// True when the code was retriable and the delivery timeout ended the retries.
         timed_out: bool,
     },

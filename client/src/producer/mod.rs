@@ -558,6 +558,7 @@ async fn send_batch(
                     topic: tp.0.clone(),
                     partition: tp.1,
                     code,
+                    message: String::new(),
                     timed_out: true,
                 },
                 None => ProduceError::Timeout {
@@ -608,6 +609,7 @@ async fn attempt(inner: &Inner, tp: &TopicPartition, records: Bytes) -> Attempt 
                 topic: topic.into(),
                 partition,
                 code,
+                message: String::new(),
                 timed_out: false,
             });
         }
@@ -661,9 +663,17 @@ async fn attempt(inner: &Inner, tp: &TopicPartition, records: Bytes) -> Attempt 
         .filter(|t| t.name == topic)
         .flat_map(|t| &t.partitions)
         .find(|p| p.index == partition);
-    let (code, base) = match p {
-        Some(p) => (ErrorCode::from_proto(p.error.as_ref()), p.base_offset),
-        None => (ErrorCode::from_proto(reply.error.as_ref()), -1),
+    let (code, base, message) = match p {
+        Some(p) => (
+            ErrorCode::from_proto(p.error.as_ref()),
+            p.base_offset,
+            p.error.as_ref().map(|e| e.message.clone()),
+        ),
+        None => (
+            ErrorCode::from_proto(reply.error.as_ref()),
+            -1,
+            reply.error.as_ref().map(|e| e.message.clone()),
+        ),
     };
     match code {
         Ok(ErrorCode::None) if p.is_some() => Attempt::Done(base),
@@ -680,6 +690,7 @@ async fn attempt(inner: &Inner, tp: &TopicPartition, records: Bytes) -> Attempt 
             topic: topic.into(),
             partition,
             code,
+            message: message.unwrap_or_default(),
             timed_out: false,
         }),
         Err(e) => Attempt::Fail(ProduceError::Protocol(e.to_string())),
