@@ -24,9 +24,9 @@ pub enum ConfigFileError {
 /// Reads `path` into `T` (a struct with `#[serde(deny_unknown_fields)]`).
 ///
 /// Errors: [`ConfigFileError::Read`] when the file cannot be read; [`ConfigFileError::Parse`]
-/// with toml's message and `(at byte N)`, or, for a Kafka-style dotted key whose underscore
-/// form is a known key, `unknown key "log.dirs": Keel writes Kafka's dotted names with
-/// underscores, use log_dirs`.
+/// with toml's message (prefixed with the key when toml names only a type) and `(line N)`,
+/// or, for a Kafka-style dotted key whose underscore form is a known key, `unknown key
+/// "log.dirs": Keel writes Kafka's dotted names with underscores, use log_dirs (line N)`.
 pub fn read_toml<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigFileError> {
     let text = std::fs::read_to_string(path)?;
     parse_toml(&text)
@@ -35,17 +35,32 @@ pub fn read_toml<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigFileError>
 /// [`read_toml`] on text already read.
 pub fn parse_toml<T: DeserializeOwned>(text: &str) -> Result<T, ConfigFileError> {
     toml::from_str(text).map_err(|e| {
-        let start = e.span().map(|s| s.start);
-        let message = start
-            .and_then(|at| dotted_key_hint(text, at, e.message()))
-            .unwrap_or_else(|| e.message().to_string());
-        ConfigFileError::Parse(
-            message
-                + &start
-                    .map(|at| format!(" (at byte {at})"))
-                    .unwrap_or_default(),
-        )
+        let Some(at) = e.span().map(|s| s.start) else {
+            return ConfigFileError::Parse(e.message().to_string());
+        };
+        let message = dotted_key_hint(text, at, e.message()).unwrap_or_else(|| {
+            // A wrong value type names only the type: say whose value it is.
+            match key_of_line(text, at) {
+                Some(key) if !e.message().starts_with("unknown field") => {
+                    format!("{key}: {}", e.message())
+                }
+                _ => e.message().to_string(),
+            }
+        });
+        let line = text
+            .get(..at)
+            .map_or(1, |before| before.matches('\n').count() + 1);
+        ConfigFileError::Parse(format!("{message} (line {line})"))
     })
+}
+
+/// The key assigned on the line holding byte `at` (`key = value`), if that line is one.
+fn key_of_line(text: &str, at: usize) -> Option<&str> {
+    let start = text.get(..at)?.rfind('\n').map_or(0, |i| i + 1);
+    let line = text[start..].lines().next()?;
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim().trim_matches('"');
+    (!key.is_empty() && !key.starts_with('#') && !key.starts_with('[')).then_some(key)
 }
 
 /// When the error at byte `at` is an unknown table opened by a dotted key (`log.dirs`) whose
@@ -92,7 +107,7 @@ mod tests {
         assert_eq!(
             err("node_id = 1\nlog.dirs = \"/data\"\n"),
             "unknown key \"log.dirs\": Keel writes Kafka's dotted names with underscores, \
-             use log_dirs (at byte 12)"
+             use log_dirs (line 2)"
         );
         let e = err("log.segment.bytes = 5\n");
         assert!(e.contains("use log_segment_bytes"), "{e}");
@@ -102,9 +117,13 @@ mod tests {
         // Plain unknown keys and wrong types are toml's own one-line messages.
         let e = err("node_idd = 1\n");
         assert!(
-            e.starts_with("unknown field `node_idd`") && e.ends_with("(at byte 0)"),
+            e.starts_with("unknown field `node_idd`") && e.ends_with("(line 1)"),
             "{e}"
         );
+        // A value of the wrong type is named by its key.
+        let e = err("node_id = 1\nlog_dirs = [\"/a\", \"/b\"]\n");
+        assert!(e.starts_with("log_dirs: invalid type: sequence"), "{e}");
+        assert!(e.ends_with("(line 2)"), "{e}");
         assert!(!err("node_id = \"one\"\n").contains('\n'));
         assert!(parse_toml::<Conf>("log_dirs = \"/d\"\n").is_ok());
     }
