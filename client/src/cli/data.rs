@@ -53,6 +53,11 @@ pub struct ProduceArgs {
     /// Target batch size per partition, bytes.
     #[arg(long, default_value_t = 16384)]
     pub batch_size: usize,
+    /// How long a record may wait for its acknowledgement, retries included, before it fails
+    /// (Kafka `delivery.timeout.ms`), ms. With the ISR below min.insync.replicas, acks=all
+    /// records retry NOT_ENOUGH_REPLICAS until then.
+    #[arg(long, default_value_t = 120_000)]
+    pub delivery_timeout_ms: u64,
 }
 
 /// `--key-separator`: any non-empty string.
@@ -187,8 +192,13 @@ pub(super) async fn produce(a: ProduceArgs, ctx: &Ctx) -> CliResult {
     };
     cfg.enable_idempotence = a.acks == AcksArg::All;
     cfg.linger_ms = a.linger_ms;
+    cfg.delivery_timeout_ms = a.delivery_timeout_ms;
     cfg.batch_size_bytes = a.batch_size;
-    cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
+    // One request may not outlive the delivery timeout (Kafka requires delivery.timeout.ms
+    // >= linger.ms + request.timeout.ms; a shorter --delivery-timeout-ms shortens requests).
+    cfg.request_timeout_ms = (ctx.request_timeout.as_millis() as u64)
+        .min(a.delivery_timeout_ms.saturating_sub(a.linger_ms))
+        .max(1);
     let producer = Producer::new(cfg)?;
     let (mut reader, bar): (Box<dyn BufRead>, Option<indicatif::ProgressBar>) = match &a.file {
         Some(path) => {
