@@ -323,11 +323,11 @@ pub fn parse_broker_ids(flag: &str, s: &str) -> Result<Vec<i32>, CliError> {
     Ok(out)
 }
 
-/// Parses `key=value`.
-pub fn parse_key_value(flag: &str, s: &str) -> Result<(String, String), CliError> {
+/// Parses `key=value` (a clap value parser: a malformed value is a usage error, exit 2).
+pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.to_string())),
-        _ => Err(CliError(format!("{flag} {s:?} is not key=value"))),
+        _ => Err(format!("{s:?} is not key=value")),
     }
 }
 
@@ -352,11 +352,14 @@ mod tests {
     #[test]
     fn key_values() {
         assert_eq!(
-            parse_key_value("--config", "min.insync.replicas=2").unwrap(),
+            parse_key_value("min.insync.replicas=2").unwrap(),
             ("min.insync.replicas".into(), "2".into())
         );
-        assert!(parse_key_value("--config", "nokey").is_err());
-        assert!(parse_key_value("--config", "=1").is_err());
+        assert_eq!(
+            parse_key_value("nokey").unwrap_err(),
+            "\"nokey\" is not key=value"
+        );
+        assert!(parse_key_value("=1").is_err());
     }
 
     #[test]

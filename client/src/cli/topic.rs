@@ -39,16 +39,16 @@ pub enum TopicCommand {
 pub struct CreateArgs {
     /// Topic name.
     pub name: String,
-    /// Number of partitions (default: 1, the controller's CreateTopics default).
-    #[arg(long)]
+    /// Number of partitions (default, or -1: 1, the controller's CreateTopics default).
+    #[arg(long, allow_negative_numbers = true)]
     pub partitions: Option<i32>,
     /// Replication factor (default: 1, the controller's CreateTopics default; Kafka's
-    /// `default.replication.factor` is 1 as well).
-    #[arg(long)]
+    /// `default.replication.factor` is 1 as well); -1 also means the default.
+    #[arg(long, allow_negative_numbers = true)]
     pub replication_factor: Option<i32>,
     /// Topic config override `key=value` (repeatable), e.g. `min.insync.replicas=2`.
-    #[arg(long = "config")]
-    pub configs: Vec<String>,
+    #[arg(long = "config", value_parser = parse_key_value)]
+    pub configs: Vec<(String, String)>,
 }
 
 /// Arguments of `topic describe`.
@@ -73,8 +73,8 @@ pub struct AlterConfigArgs {
     /// Topic name.
     pub name: String,
     /// Set `key=value` (repeatable).
-    #[arg(long = "set")]
-    pub set: Vec<String>,
+    #[arg(long = "set", value_parser = parse_key_value)]
+    pub set: Vec<(String, String)>,
     /// Delete a key, falling back to the default (repeatable).
     #[arg(long = "delete")]
     pub delete: Vec<String>,
@@ -95,11 +95,7 @@ pub(super) async fn run(c: TopicCommand, ctx: &Ctx) -> CliResult {
     let admin = ctx.admin()?;
     match c {
         TopicCommand::Create(a) => {
-            let configs = a
-                .configs
-                .iter()
-                .map(|c| parse_key_value("--config", c))
-                .collect::<Result<Vec<_>, _>>()?;
+            let configs = a.configs.clone();
             let r = admin
                 .create_topic(NewTopic {
                     name: a.name.clone(),
@@ -176,11 +172,7 @@ pub(super) async fn run(c: TopicCommand, ctx: &Ctx) -> CliResult {
                     "nothing to change: give --set key=value or --delete key".into(),
                 ));
             }
-            let set = a
-                .set
-                .iter()
-                .map(|c| parse_key_value("--set", c))
-                .collect::<Result<Vec<_>, _>>()?;
+            let set = a.set.clone();
             let target = ConfigTarget::Topic(a.name.clone());
             admin
                 .alter_configs(&target, &set, &a.delete, a.validate_only)
