@@ -49,15 +49,18 @@ pub enum ListOffsetsAnswer {
 
 impl PartitionState {
     /// Consumer fetch at `fetch_offset`: epoch fencing and leadership like produce, then
-    /// OFFSET_OUT_OF_RANGE outside `[log start, HW]`. Reading at exactly the HW is valid and
-    /// returns nothing (long poll).
+    /// OFFSET_OUT_OF_RANGE outside `[log start, LEO]` (Kafka `UnifiedLog.read`). Reads stop at
+    /// the HW: a fetch at or above it (up to the LEO) is valid and returns nothing until the
+    /// HW passes it (long poll). This matters after a leader change: the new leader's HW can
+    /// briefly trail the HW a consumer saw on the old leader, and an error there would make
+    /// the consumer reset its position.
     pub fn check_consumer_fetch(
         &self,
         fetch_offset: i64,
         current_leader_epoch: Option<i32>,
     ) -> Result<ConsumerRead, ErrorCode> {
         self.check_leader_request(current_leader_epoch)?;
-        if fetch_offset < self.log_start_offset || fetch_offset > self.high_watermark {
+        if fetch_offset < self.log_start_offset || fetch_offset > self.log_end_offset {
             return Err(ErrorCode::OffsetOutOfRange);
         }
         Ok(ConsumerRead {
