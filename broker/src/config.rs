@@ -15,22 +15,10 @@ use serde::Deserialize;
 /// Why a configuration was refused. `Display` is the one line printed at start-up.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read.
-    #[error("config file {path}: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
-    /// The file is not valid TOML, has an unknown key, or a value of the wrong type.
-    #[error("config file {path}: {message}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// toml's message, which names the key.
-        message: String,
-    },
+    /// The config file could not be read, is not valid TOML, has an unknown key or a value
+    /// of the wrong type (one line naming the file, the key and the line).
+    #[error(transparent)]
+    File(#[from] keel_observability::config_file::ConfigFileError),
     /// A key has a value outside its domain.
     #[error("invalid value for {key}: {reason}")]
     Invalid {
@@ -169,17 +157,7 @@ impl RawConfig {
     /// Reads a TOML file. Unknown keys are refused; a Kafka-style dotted key (`log.dirs`)
     /// is named with the key to write instead.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        use keel_observability::config_file::{ConfigFileError, read_toml};
-        read_toml(path).map_err(|e| match e {
-            ConfigFileError::Read(source) => ConfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            },
-            ConfigFileError::Parse(message) => ConfigError::Parse {
-                path: path.to_path_buf(),
-                message,
-            },
-        })
+        Ok(keel_observability::config_file::read_toml(path)?)
     }
 
     /// Overlays every key set in `other`.

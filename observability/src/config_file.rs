@@ -5,38 +5,55 @@
 //! would report only "unknown field `log`"; [`read_toml`] names the whole dotted key and the
 //! Keel key to write instead.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 
-/// Why a config file could not be read into its struct.
+/// Why a config file could not be read into its struct. `Display` is one line:
+/// `config file PATH: REASON`.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigFileError {
     /// The file could not be read.
-    #[error("{0}")]
-    Read(#[from] std::io::Error),
-    /// Not valid TOML, an unknown key, or a value of the wrong type: one line naming the key
-    /// and the byte offset.
-    #[error("{0}")]
-    Parse(String),
+    #[error("config file {}: {source}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Not valid TOML, an unknown key, or a value of the wrong type.
+    #[error("config file {}: {message}", .path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the key and the line (see [`parse_toml`]).
+        message: String,
+    },
 }
 
 /// Reads `path` into `T` (a struct with `#[serde(deny_unknown_fields)]`).
 ///
 /// Errors: [`ConfigFileError::Read`] when the file cannot be read; [`ConfigFileError::Parse`]
-/// with toml's message (prefixed with the key when toml names only a type) and `(line N)`,
-/// or, for a Kafka-style dotted key whose underscore form is a known key, `unknown key
-/// "log.dirs": Keel writes Kafka's dotted names with underscores, use log_dirs (line N)`.
+/// with the message of [`parse_toml`].
 pub fn read_toml<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigFileError> {
-    let text = std::fs::read_to_string(path)?;
-    parse_toml(&text)
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_toml(&text).map_err(|message| ConfigFileError::Parse {
+        path: path.to_path_buf(),
+        message,
+    })
 }
 
-/// [`read_toml`] on text already read.
-pub fn parse_toml<T: DeserializeOwned>(text: &str) -> Result<T, ConfigFileError> {
+/// Parses config text into `T`. The error is one line: toml's message (prefixed with the
+/// key when toml names only a type) and `(line N)`, or, for a Kafka-style dotted key whose
+/// underscore form is a known key, `unknown key "log.dirs": Keel writes Kafka's dotted names
+/// with underscores, use log_dirs (line N)`.
+pub fn parse_toml<T: DeserializeOwned>(text: &str) -> Result<T, String> {
     toml::from_str(text).map_err(|e| {
         let Some(at) = e.span().map(|s| s.start) else {
-            return ConfigFileError::Parse(e.message().to_string());
+            return e.message().to_string();
         };
         let message = dotted_key_hint(text, at, e.message()).unwrap_or_else(|| {
             // A wrong value type names only the type: say whose value it is.
@@ -50,7 +67,7 @@ pub fn parse_toml<T: DeserializeOwned>(text: &str) -> Result<T, ConfigFileError>
         let line = text
             .get(..at)
             .map_or(1, |before| before.matches('\n').count() + 1);
-        ConfigFileError::Parse(format!("{message} (line {line})"))
+        format!("{message} (line {line})")
     })
 }
 
@@ -99,7 +116,7 @@ mod tests {
     }
 
     fn err(text: &str) -> String {
-        parse_toml::<Conf>(text).unwrap_err().to_string()
+        parse_toml::<Conf>(text).unwrap_err()
     }
 
     #[test]
