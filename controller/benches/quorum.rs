@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use keel_proto::controller::{
     AlterPartitionPartition, AlterPartitionRequest, AlterPartitionTopic, BrokerState,
-    CreatableReplicaAssignment, CreatableTopic, CreateTopicsRequest,
+    CreatableReplicaAssignment, CreatableTopic, CreateTopicsRequest, DescribeConfigsRequest,
 };
 
 const RUN_SECS: u64 = 5;
@@ -101,15 +101,16 @@ async fn create_topics(clients: &Clients, prefix: &str, n: usize, partitions: i3
 
 /// `concurrency` writers for RUN_SECS, writer `i` altering partitions `0..partitions` of
 /// topic `{prefix}-{i}` in each request (one PartitionChangeRecord per partition); returns
-/// (committed records/s, request latencies sorted).
+/// (committed records/s, request latencies sorted, requests per Raft entry).
 async fn load(
     q: &Quorum,
     concurrency: usize,
     prefix: &str,
     partitions: i32,
-) -> (f64, Vec<Duration>) {
+) -> (f64, Vec<Duration>, f64) {
     let leader = q.wait_leader(Duration::from_secs(10)).await;
     let addr = q.addr(leader);
+    let first_index = commit_index(&addr).await;
     let start = Instant::now();
     let end = start + Duration::from_secs(RUN_SECS);
     let mut tasks = Vec::new();
@@ -152,8 +153,74 @@ async fn load(
         all.extend(t.await.unwrap());
     }
     let secs = start.elapsed().as_secs_f64();
+    // Entries include the NoOpRecords of the period (2/s), a negligible share.
+    let entries = commit_index(&addr).await - first_index;
+    let per_entry = all.len() as f64 / entries.max(1) as f64;
     all.sort();
-    (all.len() as f64 * f64::from(partitions) / secs, all)
+    (
+        all.len() as f64 * f64::from(partitions) / secs,
+        all,
+        per_entry,
+    )
+}
+
+/// The commit index (Raft entries) the controller at `addr` reports.
+async fn commit_index(addr: &str) -> i64 {
+    let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let r = keel_proto::controller::controller_service_client::ControllerServiceClient::new(ch)
+        .describe_quorum(keel_proto::controller::DescribeQuorumRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(ok(&r.error), "{:?}", r.error);
+    r.commit_index
+}
+
+/// `concurrency` readers for RUN_SECS sending empty DescribeConfigs requests to the active
+/// controller: a unary gRPC round trip to the same process with no Raft, no disk and no
+/// decision behind it. The ceiling any single-RPC metadata write can reach on this machine
+/// (client and server share the two cores); returns (requests/s, latencies sorted).
+async fn rpc_ceiling(q: &Quorum, concurrency: usize) -> (f64, Vec<Duration>) {
+    let leader = q.wait_leader(Duration::from_secs(10)).await;
+    let addr = q.addr(leader);
+    let start = Instant::now();
+    let end = start + Duration::from_secs(RUN_SECS);
+    let mut tasks = Vec::new();
+    for _ in 0..concurrency {
+        let addr = addr.clone();
+        tasks.push(tokio::spawn(async move {
+            let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut c =
+                keel_proto::controller::controller_service_client::ControllerServiceClient::new(ch);
+            let mut lat = Vec::new();
+            while Instant::now() < end {
+                let t = Instant::now();
+                let r = c
+                    .describe_configs(DescribeConfigsRequest::default())
+                    .await
+                    .unwrap()
+                    .into_inner();
+                assert!(r.results.is_empty(), "{r:?}");
+                lat.push(t.elapsed());
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let secs = start.elapsed().as_secs_f64();
+    all.sort();
+    (all.len() as f64 / secs, all)
 }
 
 fn main() {
@@ -202,22 +269,25 @@ fn main() {
         println!();
         let header = |what: &str, count: &str, target: &str| {
             println!(
-                "{what:<44} {count:>14} {:>10} {:>10}   {target}",
-                "p50 ms", "p99 ms"
+                "{what:<44} {count:>14} {:>10} {:>10} {:>10}   {target}",
+                "p50 ms", "p99 ms", "req/entry"
+            );
+        };
+        // One table row; `per_entry` = requests per Raft entry (group commit), if any.
+        let row = |label: String, rate: f64, lat: &[Duration], per_entry: Option<f64>, target| {
+            let per_entry = per_entry.map_or("-".to_string(), |n| format!("{n:.1}"));
+            println!(
+                "{label:<44} {rate:>14.0} {:>10.2} {:>10.2} {per_entry:>10}   {target}",
+                percentile(lat, 0.50).as_secs_f64() * 1e3,
+                percentile(lat, 0.99).as_secs_f64() * 1e3,
             );
         };
         header("metadata writes (1 record each)", "records/s", "targets");
         for (concurrency, target) in [(1, "p50 < 2 ms"), (16, ""), (64, ">= 20000/s, p99 < 20 ms")]
         {
-            let (rate, lat) = load(&q, concurrency, "bench", 1).await;
-            println!(
-                "{:<44} {:>14.0} {:>10.2} {:>10.2}   {}",
-                format!("{concurrency} concurrent clients"),
-                rate,
-                percentile(&lat, 0.50).as_secs_f64() * 1e3,
-                percentile(&lat, 0.99).as_secs_f64() * 1e3,
-                target
-            );
+            let (rate, lat, per_entry) = load(&q, concurrency, "bench", 1).await;
+            let label = format!("{concurrency} concurrent clients");
+            row(label, rate, &lat, Some(per_entry), target);
         }
 
         println!();
@@ -229,13 +299,26 @@ fn main() {
             "",
         );
         for concurrency in [1, 64] {
-            let (rate, lat) = load(&q, concurrency, "bench-batch", BATCH_PARTITIONS).await;
-            println!(
-                "{:<44} {:>14.0} {:>10.2} {:>10.2}",
+            let (rate, lat, per_entry) =
+                load(&q, concurrency, "bench-batch", BATCH_PARTITIONS).await;
+            let label = format!("{concurrency} concurrent clients");
+            row(label, rate, &lat, Some(per_entry), "");
+        }
+
+        println!();
+        header(
+            "RPC ceiling: empty DescribeConfigs (no Raft)",
+            "requests/s",
+            "(not a target)",
+        );
+        for concurrency in [1, 64] {
+            let (rate, lat) = rpc_ceiling(&q, concurrency).await;
+            row(
                 format!("{concurrency} concurrent clients"),
                 rate,
-                percentile(&lat, 0.50).as_secs_f64() * 1e3,
-                percentile(&lat, 0.99).as_secs_f64() * 1e3,
+                &lat,
+                None,
+                "",
             );
         }
 
@@ -281,18 +364,20 @@ fn main() {
             "target",
         );
         println!(
-            "{:<44} {:>14} {:>10.0} {:>10.0}   p99 < 2000 ms",
+            "{:<44} {:>14} {:>10.0} {:>10.0} {:>10}   p99 < 2000 ms",
             "",
             times.len(),
             percentile(&times, 0.50).as_secs_f64() * 1e3,
             percentile(&times, 0.99).as_secs_f64() * 1e3,
+            "",
         );
         println!(
-            "{:<44} {:>14} {:>10.0} {:>10.0}   (not a target)",
+            "{:<44} {:>14} {:>10.0} {:>10.0} {:>10}   (not a target)",
             "restart of killed node -> caught-up voter",
             rejoin.len(),
             percentile(&rejoin, 0.50).as_secs_f64() * 1e3,
             percentile(&rejoin, 0.99).as_secs_f64() * 1e3,
+            "",
         );
     });
 }
