@@ -88,6 +88,10 @@ pub struct BrokerConfig {
     /// fdatasync a partition log whose last flush is this old, ms, checked every 10 ms and on
     /// append; `None` = never (Kafka: `log.flush.interval.ms`, unset).
     pub log_flush_interval_ms: Option<u64>,
+    /// Bytes of each partition's newest data kept in the page cache; older written data is
+    /// written back and dropped from it ([`crate::log::cache_behind`]); `None` (0 in the
+    /// file) = keep every written page, as Kafka does. Default 32 MiB, at least 1 MiB.
+    pub log_drop_cache_behind_bytes: Option<u64>,
     /// Optional offset-lag bound of ISR membership (Kafka's removed
     /// `replica.lag.max.messages`); `None` (default) = the time rule only. For deterministic
     /// experiments like seed 000's lab.
@@ -137,6 +141,8 @@ pub struct RawConfig {
     pub log_flush_interval_messages: Option<u64>,
     /// ms
     pub log_flush_interval_ms: Option<u64>,
+    /// bytes; 0 = off
+    pub log_drop_cache_behind_bytes: Option<u64>,
     /// offsets
     pub replica_lag_max_messages: Option<u64>,
     /// ms
@@ -181,6 +187,7 @@ impl RawConfig {
             log_retention_bytes,
             log_flush_interval_messages,
             log_flush_interval_ms,
+            log_drop_cache_behind_bytes,
             replica_lag_max_messages,
             replica_fetch_wait_max_ms,
             metrics_listener,
@@ -307,6 +314,11 @@ impl RawConfig {
             },
             log_flush_interval_messages: self.log_flush_interval_messages,
             log_flush_interval_ms: self.log_flush_interval_ms,
+            log_drop_cache_behind_bytes: match self.log_drop_cache_behind_bytes {
+                None => crate::log::LogConfig::default().drop_cache_behind_bytes,
+                Some(0) => None,
+                Some(b) => Some(b),
+            },
             replica_lag_max_messages: self.replica_lag_max_messages,
             replica_fetch_wait_max_ms: self.replica_fetch_wait_max_ms.unwrap_or(500),
             metrics_listener,
@@ -364,8 +376,20 @@ impl BrokerConfig {
             });
         }
         if let Err(e) = self.log_config().validate() {
+            // Name the broker key that set the log default Kafka's key names.
+            let key = match e {
+                crate::log::LogError::InvalidConfig { key, .. } => match key {
+                    "segment.bytes" => "log_segment_bytes",
+                    "retention.ms" => "log_retention_ms",
+                    "retention.bytes" => "log_retention_bytes",
+                    "flush.messages" => "log_flush_interval_messages",
+                    "flush.ms" => "log_flush_interval_ms",
+                    other => other,
+                },
+                _ => "log_segment_bytes",
+            };
             return Err(ConfigError::Invalid {
-                key: "log_segment_bytes",
+                key,
                 reason: e.to_string(),
             });
         }
@@ -391,6 +415,7 @@ impl BrokerConfig {
             flush_interval_ms: self
                 .log_flush_interval_ms
                 .map(|ms| ms.min(i64::MAX as u64) as i64),
+            drop_cache_behind_bytes: self.log_drop_cache_behind_bytes,
             ..crate::log::LogConfig::default()
         }
     }
@@ -472,6 +497,29 @@ mod tests {
         .unwrap();
         assert_eq!(forever.log_config().retention_ms, None);
         assert_eq!(forever.log_config().retention_bytes, Some(1_000_000));
+    }
+
+    #[test]
+    fn drop_cache_behind_defaults_to_32_mib_and_0_turns_it_off() {
+        let base = format!("{BASE}listeners = \"127.0.0.1:9092\"\n");
+        let c = raw(&base).resolve().unwrap();
+        assert_eq!(c.log_config().drop_cache_behind_bytes, Some(32 << 20));
+        let c = raw(&format!("{base}log_drop_cache_behind_bytes = 0\n"))
+            .resolve()
+            .unwrap();
+        assert_eq!(c.log_config().drop_cache_behind_bytes, None);
+        let c = raw(&format!("{base}log_drop_cache_behind_bytes = 8388608\n"))
+            .resolve()
+            .unwrap();
+        assert_eq!(c.log_config().drop_cache_behind_bytes, Some(8 << 20));
+        let e = raw(&format!("{base}log_drop_cache_behind_bytes = 4096\n"))
+            .resolve()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("invalid value for log_drop_cache_behind_bytes: ") && e.contains("1 MiB"),
+            "{e}"
+        );
     }
 
     #[test]

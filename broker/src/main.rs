@@ -70,6 +70,10 @@ struct Args {
     /// log.flush.interval.ms).
     #[arg(long, env = "KEEL_LOG_FLUSH_INTERVAL_MS")]
     log_flush_interval_ms: Option<u64>,
+    /// Bytes of each partition's newest data kept in the page cache; older written data is
+    /// dropped from it; 0 = keep every written page (Kafka's behaviour). Default 32 MiB.
+    #[arg(long, env = "KEEL_LOG_DROP_CACHE_BEHIND_BYTES")]
+    log_drop_cache_behind_bytes: Option<u64>,
     /// Optional offset-lag bound of ISR membership (Kafka's removed replica.lag.max.messages).
     #[arg(long, env = "KEEL_REPLICA_LAG_MAX_MESSAGES")]
     replica_lag_max_messages: Option<u64>,
@@ -107,6 +111,7 @@ impl Args {
             log_retention_bytes: self.log_retention_bytes,
             log_flush_interval_messages: self.log_flush_interval_messages,
             log_flush_interval_ms: self.log_flush_interval_ms,
+            log_drop_cache_behind_bytes: self.log_drop_cache_behind_bytes,
             replica_lag_max_messages: self.replica_lag_max_messages,
             replica_fetch_wait_max_ms: self.replica_fetch_wait_max_ms,
             metrics_listener: self.metrics_listener,

@@ -90,6 +90,12 @@ pub struct LogConfig {
     /// segment roll and one on close (bounds the producer-state rebuild scan on load).
     /// Keel-specific: Kafka snapshots on roll and close only. Default 64 MiB.
     pub producer_snapshot_interval_bytes: u64,
+    /// Bytes of the active segment's newest data kept in the page cache: older data is
+    /// written back and dropped from it as the segment grows (see
+    /// [`crate::log::cache_behind`]; HDFS `dfs.datanode.drop.cache.behind.writes`). `None` =
+    /// keep every written page, Kafka's behaviour. Broker-wide (`log_drop_cache_behind_bytes`),
+    /// not a topic config. At least [`crate::log::cache_behind::MIN_LAG_BYTES`]. Default 32 MiB.
+    pub drop_cache_behind_bytes: Option<u64>,
 }
 
 impl LogConfig {
@@ -134,6 +140,15 @@ impl LogConfig {
         if self.flush_interval_ms.is_some_and(|ms| ms < 0) {
             return bad("flush.ms", "must be >= 0 (None = never)");
         }
+        if self
+            .drop_cache_behind_bytes
+            .is_some_and(|b| b < super::cache_behind::MIN_LAG_BYTES)
+        {
+            return bad(
+                "log_drop_cache_behind_bytes",
+                "must be at least 1048576 (1 MiB), or 0 to keep every written page cached",
+            );
+        }
         Ok(())
     }
 }
@@ -151,6 +166,7 @@ impl Default for LogConfig {
             flush_interval_ms: None,
             producer_id_expiration_ms: Some(24 * 3600 * 1000),
             producer_snapshot_interval_bytes: 64 << 20,
+            drop_cache_behind_bytes: Some(32 << 20),
         }
     }
 }

@@ -106,7 +106,8 @@ pub enum LogError {
     /// A configuration value is out of range (Kafka `INVALID_CONFIG`).
     #[error("invalid config {key}: {reason}")]
     InvalidConfig {
-        /// Kafka name of the key, e.g. `segment.bytes`.
+        /// Kafka name of the key, e.g. `segment.bytes` (Keel's broker key for a setting Kafka
+        /// lacks, e.g. `log_drop_cache_behind_bytes`).
         key: &'static str,
         /// What is wrong.
         reason: String,

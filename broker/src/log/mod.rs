@@ -41,6 +41,7 @@
 #![warn(missing_docs)]
 
 pub mod batch;
+pub mod cache_behind;
 pub mod checkpoint;
 pub mod config;
 pub mod epoch_cache;

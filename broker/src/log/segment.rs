@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use bytes::{Bytes, BytesMut};
 
 use super::batch::{BatchHeader, HEADER_SIZE, MAX_LOG_END_OFFSET, NO_TIMESTAMP};
+use super::cache_behind::CacheBehind;
 use super::error::{LogError, LogResult, io_err};
 use super::index::{OffsetIndex, TimeIndex};
 
@@ -96,6 +97,8 @@ pub struct Segment {
     bytes_since_index_entry: u64,
     /// The in-memory indexes differ from the files.
     index_dirty: bool,
+    /// Page-cache drop-behind of this file (see [`CacheBehind`]).
+    cache_behind: CacheBehind,
 }
 
 impl Segment {
@@ -125,6 +128,7 @@ impl Segment {
             created_ms: now_ms,
             bytes_since_index_entry: 0,
             index_dirty: true,
+            cache_behind: CacheBehind::default(),
         })
     }
 
@@ -163,6 +167,7 @@ impl Segment {
             created_ms: now_ms,
             bytes_since_index_entry: 0,
             index_dirty: false,
+            cache_behind: CacheBehind::default(),
         };
         let outcome = if recover {
             seg.scan_from_start(index_interval_bytes, max_batch_bytes)?
@@ -419,13 +424,16 @@ impl Segment {
 
     /// Appends one batch: `prefix` (if any) replaces the first 16 bytes of `batch` (the
     /// stamped base offset and leader epoch). `header` describes the batch as written. On
-    /// failure the file is cut back, leaving the segment unchanged.
+    /// failure the file is cut back, leaving the segment unchanged. With
+    /// `drop_cache_behind_bytes`, the file's pages that many bytes behind the new end are
+    /// written back and dropped from the page cache ([`CacheBehind`]).
     pub fn append(
         &mut self,
         prefix: Option<&[u8; 16]>,
         batch: &[u8],
         header: &BatchHeader,
         index_interval_bytes: u64,
+        drop_cache_behind_bytes: Option<u64>,
     ) -> LogResult<()> {
         debug_assert_eq!(header.base_offset, self.next_offset, "contiguous offsets");
         debug_assert_eq!(header.size_bytes(), batch.len());
@@ -452,6 +460,11 @@ impl Segment {
         self.size_bytes += batch.len() as u64;
         self.next_offset = header.next_offset();
         self.check_invariants();
+        if let Some(lag) = drop_cache_behind_bytes
+            && let Some(range) = self.cache_behind.on_grow(self.size_bytes, lag)
+        {
+            super::cache_behind::drop_in_background(&self.file, range, &self.log_path);
+        }
         Ok(())
     }
 
