@@ -132,6 +132,13 @@ pub const RESERVED: &[MetricDef] = &[
         "kafka.network:type=RequestMetrics,name=RequestsPerSec,request=Fetch|FetchFollower",
     ),
     MetricDef::new(
+        crate::replica_manager::metrics::FETCH_REQUESTS_IN_FLIGHT,
+        MetricKind::Gauge,
+        None,
+        "Fetch requests received and not yet answered, long polls waiting for data included (label `source`)",
+        "kafka.server:type=DelayedOperationPurgatory,name=PurgatorySize,delayedOperation=Fetch",
+    ),
+    MetricDef::new(
         "keel_broker_produce_request_duration_seconds",
         MetricKind::Histogram,
         Some(Unit::Seconds),
@@ -233,6 +240,8 @@ pub async fn start(addr: SocketAddr, broker_id: i32) -> Result<SocketAddr, Endpo
     keel_observability::zero_counters(RESERVED, &["keel_broker_fetch_requests_total"]);
     for source in ["consumer", "follower"] {
         metrics::counter!("keel_broker_fetch_requests_total", "source" => source).increment(0);
+        metrics::gauge!(crate::replica_manager::metrics::FETCH_REQUESTS_IN_FLIGHT, "source" => source)
+            .increment(0.0);
     }
     let (ready_tx, ready_rx) = watch::channel(Readiness::not_ready("starting"));
     tokio::spawn(sample(broker_id, ready_tx));

@@ -9,14 +9,21 @@ mod common;
 use std::time::Duration;
 
 use common::data::{code, values};
-use common::{Cluster, assigned_topic};
+use common::{Cluster, Options, assigned_topic};
 use keel_proto::ErrorCode;
 use keel_proto::broker::ReplicaRole;
 
 const WAIT: Duration = Duration::from_secs(20);
 
 async fn two_brokers(topic: &str) -> Cluster {
-    let c = Cluster::start(3, 2);
+    let c = Cluster::start_opts(
+        3,
+        2,
+        Options {
+            broker_metrics: true,
+            ..Options::default()
+        },
+    );
     c.wait_unfenced(&[1, 2], WAIT).await;
     c.create_topic(assigned_topic(topic, &[&[1, 2]]), WAIT)
         .await;
@@ -118,13 +125,20 @@ async fn hw_defect_2_returning_leader_truncates_to_the_divergence_point() {
     let m1 = values("m1", 0..1);
     assert_eq!(code(&c.produce(1, "d2", -1, &m1).await), ErrorCode::None);
     c.signal_broker(2, "STOP");
-    // A fetch B sent before it stopped may still be waiting on A (long poll): wait until A
-    // has served no fetch from B for longer than the fetch wait (500 ms), so m2 cannot ride
-    // on it.
+    // A fetch B sent before it stopped may still be waiting on A (long poll), and its answer
+    // would carry m2 into B's socket. Wait until A has no follower fetch in flight (B is its
+    // only follower) and has served none from B for longer than the fetch wait (500 ms).
+    // (Time alone was not enough: on a loaded machine a long poll's deadline fires late.)
+    let metrics = std::net::SocketAddr::from(([127, 0, 0, 1], c.broker_metrics_ports[0]));
     c.wait_for("B's last fetch answered", WAIT, || async {
         let r = c.replica(1, "d2", 0).await?;
         let f = r.followers.iter().find(|f| f.broker_id == 2)?;
-        (common::data::now_ms() - f.last_fetch_time_ms > 700).then_some(())
+        let (_, body) = common::http::http_get(metrics, "/metrics").await?;
+        let in_flight = common::http::sample(
+            &body,
+            "keel_broker_fetch_requests_in_flight{source=\"follower\"}",
+        )?;
+        (common::data::now_ms() - f.last_fetch_time_ms > 700 && in_flight == 0.0).then_some(())
     })
     .await;
     let m2 = values("m2", 0..1);

@@ -8,33 +8,8 @@ use std::net::SocketAddr;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use common::http::{http_get, sample};
 use common::*;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// `GET path` over HTTP/1.1; `None` when the connection fails. Returns (status, body).
-async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
-        .await
-        .ok()?
-        .ok()?;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: keel\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .ok()?;
-    let mut buf = String::new();
-    tokio::time::timeout(Duration::from_secs(2), s.read_to_string(&mut buf))
-        .await
-        .ok()?
-        .ok()?;
-    let status = buf.get(9..12)?.parse().ok()?;
-    Some((status, buf.split_once("\r\n\r\n")?.1.to_string()))
-}
-
-fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
 
 /// A broker process with a metrics listener, killed on drop.
 struct MetricsBroker(Child);
@@ -218,6 +193,47 @@ async fn under_replicated_and_isr_shrinks_follow_a_stopped_broker() {
         (led == 3.0 && under == 0.0).then_some(())
     })
     .await;
+    // A consumer long poll at the log end is in flight until its wait ends.
+    let consumers_in_flight = r#"keel_broker_fetch_requests_in_flight{source="consumer"}"#;
+    assert_eq!(
+        metric_sum(&ports, &[1], consumers_in_flight).await,
+        Some(0.0)
+    );
+    let mut client = c.broker_client(1);
+    let long_poll = tokio::spawn(async move {
+        let req = keel_proto::broker::FetchRequest {
+            replica_id: -1,
+            broker_epoch: -1,
+            max_wait_ms: 3_000,
+            min_bytes: 1,
+            topics: vec![keel_proto::broker::FetchTopic {
+                topic: "m".into(),
+                topic_id: Default::default(),
+                partitions: vec![keel_proto::broker::FetchPartition {
+                    partition: 0,
+                    fetch_offset: 0,
+                    current_leader_epoch: None,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    partition_max_bytes: 0,
+                }],
+            }],
+            ..Default::default()
+        };
+        client.fetch(req).await.unwrap().into_inner()
+    });
+    c.wait_for("the long poll counted in flight", wait, || async {
+        let n = metric_sum(&ports, &[1], consumers_in_flight).await?;
+        (n == 1.0).then_some(())
+    })
+    .await;
+    let reply = long_poll.await.unwrap();
+    assert!(reply.responses[0].partitions[0].records.is_empty());
+    assert_eq!(
+        metric_sum(&ports, &[1], consumers_in_flight).await,
+        Some(0.0)
+    );
+
     let shrinks_before = metric_sum(&ports, &[1, 2], "keel_broker_isr_shrinks_total")
         .await
         .unwrap();

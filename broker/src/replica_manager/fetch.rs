@@ -56,6 +56,7 @@ impl ReplicaManager {
     /// Serves a Fetch (see the module doc).
     pub async fn fetch(&self, req: FetchRequest) -> FetchReply {
         let started = std::time::Instant::now();
+        let _in_flight = super::metrics::InFlightFetch::enter(req.replica_id >= 0);
         let reply = self.fetch_inner(&req).await;
         super::metrics::record_fetch(
             req.replica_id >= 0,

@@ -129,6 +129,31 @@ pub fn record_fetch(follower: bool, elapsed: Duration, bytes_out: u64) {
     }
 }
 
+/// Name of the gauge of Fetch requests received and not yet answered.
+pub const FETCH_REQUESTS_IN_FLIGHT: &str = "keel_broker_fetch_requests_in_flight";
+
+/// One Fetch counted in [`FETCH_REQUESTS_IN_FLIGHT`] from [`InFlightFetch::enter`] until it is
+/// dropped: answered, or cancelled because the client went away.
+#[derive(Debug)]
+pub struct InFlightFetch {
+    source: &'static str,
+}
+
+impl InFlightFetch {
+    /// Counts a Fetch from a follower (`true`) or a consumer.
+    pub fn enter(follower: bool) -> Self {
+        let source = if follower { "follower" } else { "consumer" };
+        metrics::gauge!(FETCH_REQUESTS_IN_FLIGHT, "source" => source).increment(1.0);
+        Self { source }
+    }
+}
+
+impl Drop for InFlightFetch {
+    fn drop(&mut self) {
+        metrics::gauge!(FETCH_REQUESTS_IN_FLIGHT, "source" => self.source).decrement(1.0);
+    }
+}
+
 /// One log flush by the periodic flusher.
 pub fn record_flush(elapsed: Duration) {
     metrics::histogram!("keel_broker_log_flush_duration_seconds").record(elapsed.as_secs_f64());
