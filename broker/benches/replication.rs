@@ -166,11 +166,11 @@ fn disk_write_rate(dir: &std::path::Path, drop_behind: Option<u64>) -> f64 {
     let start = Instant::now();
     for i in 0..total {
         f.write_all(&buf).unwrap();
-        if let Some(lag) = drop_behind
-            && let Some(r) = cache.on_grow((i as u64 + 1) << 20, lag)
-        {
-            let len = std::num::NonZeroU64::new(r.end - r.start);
-            rustix::fs::fadvise(&f, r.start, len, rustix::fs::Advice::DontNeed).unwrap();
+        if let Some(lag) = drop_behind {
+            for r in cache.advise((i as u64 + 1) << 20, lag) {
+                let len = std::num::NonZeroU64::new(r.end - r.start);
+                rustix::fs::fadvise(&f, r.start, len, rustix::fs::Advice::DontNeed).unwrap();
+            }
         }
     }
     f.sync_data().unwrap();
@@ -522,7 +522,8 @@ async fn run() {
     println!(
         "\nKeel replication benchmark: 3 brokers + 3 controllers on loopback, RF 3, \
          min.insync.replicas 2, acks=all, {RECORD} B records, {PARTITIONS} partitions \
-         (one led by each broker), {secs} s per run; open-loop rows start after sync(1)"
+         (one led by each broker), {secs} s per run; open-loop rows start after sync(1) and a \
+         1 s warm-up"
     );
     println!(
         "loopback TCP (1 stream): {loopback:.0} MiB/s; disk sequential write: {disk:.0} MiB/s \

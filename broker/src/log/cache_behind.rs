@@ -14,14 +14,19 @@
 //! write-back runs steadily behind the writer instead of in multi-GiB bursts that throttle
 //! every writer at once (the multi-hundred-ms produce stalls the benchmark showed).
 //!
-//! What stays cached: the newest `lag` bytes of the active segment (where followers and
-//! tail consumers read) and the tail of each rolled segment. Older data is read from disk by
-//! the rare reader that wants it (a consumer catching up), with the kernel's readahead.
+//! What stays cached: the newest `lag` bytes of each partition log, across segment
+//! boundaries (where followers and tail consumers read). Older data is read from disk by the
+//! rare reader that wants it (a consumer catching up), with the kernel's readahead. The log
+//! drives it ([`crate::log::Log`]): every [`STEP_BYTES`] appended it walks its segments from
+//! the newest, asking each to advise what lies more than `lag` minus the bytes of the newer
+//! segments before its end, and stops at the first segment that is done.
 //!
-//! Each range is advised twice: once when it falls `lag` behind the end (which starts its
-//! write-back; dirty pages are not dropped), and again with the next range, by when it is
-//! normally clean and is dropped. Pages still dirty after that stay cached until the kernel
-//! reclaims them: a cost in memory, never in correctness.
+//! Each byte is advised twice: once when it falls `keep / 2` behind the end, which starts its
+//! write-back (its pages are dirty, so nothing is dropped), and once when it falls `keep`
+//! behind, by when its write-back has had `keep / 2` bytes of appends to finish and its
+//! now-clean pages are dropped. Pages still dirty then stay cached until the kernel reclaims
+//! them: a cost in memory, never in correctness. Segments loaded at open count as done
+//! (their pages were not written by this process).
 //!
 //! [`CacheBehind`] is the pure decision. The call itself runs on one background thread
 //! ([`drop_in_background`]), never under the partition lock: `fadvise` starts the range's
@@ -34,45 +39,71 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
-/// Drop-behind advances in steps of at least this many bytes (one `fadvise` per step).
+/// Drop-behind advances in steps of at least this many bytes (one `fadvise` per step and
+/// segment).
 pub const STEP_BYTES: u64 = 4 << 20;
 
-/// Smallest lag accepted (bytes): data just written is still dirty, so advising it would
+/// Smallest configured lag (bytes): data just written is still dirty, so advising it would
 /// only start write-back early without dropping anything.
 pub const MIN_LAG_BYTES: u64 = 1 << 20;
 
+/// Segments one drop-behind pass looks at, at most (bounds the walk when segments are tiny;
+/// older segments of such a log keep their pages until the kernel reclaims them).
+pub const MAX_SEGMENTS_PER_PASS: usize = 16;
+
 /// Drop-behind state of one segment file.
 ///
-/// Invariant: `prev_start <= advised_to`; both are byte positions in the segment.
+/// Invariant: `dropped_to <= written_back_to`; both are byte positions in the segment.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CacheBehind {
-    /// Start of the range advised last time (advised again with the next range).
-    prev_start: u64,
-    /// End (exclusive) of everything advised so far.
-    advised_to: u64,
+    /// End (exclusive) of what was advised to start its write-back.
+    written_back_to: u64,
+    /// End (exclusive) of what was advised to be dropped.
+    dropped_to: u64,
 }
 
 impl CacheBehind {
-    /// The segment now holds `size` bytes; with `lag` = bytes to keep cached behind the end
-    /// (at least [`MIN_LAG_BYTES`]), returns the byte range (end exclusive) to advise
-    /// `DONTNEED`, if the end has moved at least [`STEP_BYTES`] past what was advised. A
-    /// segment truncated below what was advised restarts from its new size.
-    pub fn on_grow(&mut self, size: u64, lag: u64) -> Option<Range<u64>> {
-        debug_assert!(lag >= MIN_LAG_BYTES);
-        if size < self.advised_to {
+    /// State of a file of `size` bytes whose pages are not to be advised (a segment loaded at
+    /// open): done until it grows.
+    pub fn done_at(size: u64) -> Self {
+        Self {
+            written_back_to: size,
+            dropped_to: size,
+        }
+    }
+
+    /// The file holds `size` bytes of which the last `keep` are to stay cached; returns the
+    /// byte ranges (end exclusive) to advise `DONTNEED` now, oldest first: the next part to
+    /// drop (what fell `keep` behind the end) and the next part to write back (what fell
+    /// `keep / 2` behind), each once it is at least [`STEP_BYTES`] long or reaches the end
+    /// of the file (`keep == 0`: a rolled segment far enough behind the log end). A file
+    /// truncated below what was advised restarts from its new size.
+    pub fn advise(&mut self, size: u64, keep: u64) -> Vec<Range<u64>> {
+        if size < self.written_back_to {
             // Truncated (a follower cut a diverging tail): the cut pages are gone already.
-            self.prev_start = self.prev_start.min(size);
-            self.advised_to = size;
+            self.written_back_to = size;
+            self.dropped_to = self.dropped_to.min(size);
         }
-        let to = size.saturating_sub(lag);
-        if to < self.advised_to + STEP_BYTES {
-            return None;
+        let mut ranges = Vec::new();
+        let mut next = |from: &mut u64, to: u64| {
+            if to > *from && (to >= *from + STEP_BYTES || to == size) {
+                ranges.push(*from..to);
+                *from = to;
+            }
+        };
+        next(&mut self.dropped_to, size.saturating_sub(keep));
+        next(&mut self.written_back_to, size.saturating_sub(keep / 2));
+        if self.dropped_to > self.written_back_to {
+            // Never drop ahead of write-back (a big jump of `keep`): advise it as written back.
+            self.written_back_to = self.dropped_to;
         }
-        let range = self.prev_start..to;
-        self.prev_start = self.advised_to;
-        self.advised_to = to;
-        debug_assert!(self.prev_start <= self.advised_to);
-        Some(range)
+        debug_assert!(self.dropped_to <= self.written_back_to);
+        ranges
+    }
+
+    /// Whether every byte of a file of `size` bytes has been advised to be dropped.
+    pub fn is_done(&self, size: u64) -> bool {
+        self.dropped_to >= size
     }
 }
 
@@ -154,45 +185,69 @@ fn run(rx: Receiver<Job>) {
 }
 
 #[cfg(test)]
+// `advise` returns a list of ranges; a one-element list is meant.
+#[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
 
     #[test]
-    fn nothing_until_the_end_is_a_step_past_the_lag() {
+    fn write_back_starts_at_half_the_lag_and_the_drop_follows_at_the_lag() {
         let mut c = CacheBehind::default();
-        assert_eq!(c.on_grow(0, 16 * MIB), None);
-        assert_eq!(c.on_grow(16 * MIB, 16 * MIB), None);
-        assert_eq!(c.on_grow(20 * MIB - 1, 16 * MIB), None);
-        assert_eq!(c.on_grow(20 * MIB, 16 * MIB), Some(0..4 * MIB));
+        let keep = 16 * MIB;
+        assert!(c.advise(0, keep).is_empty());
+        // 12 MiB written: 4 MiB are 8 MiB (keep / 2) behind: write them back.
+        assert!(c.advise(11 * MIB, keep).is_empty());
+        assert_eq!(c.advise(12 * MIB, keep), [0..4 * MIB]);
+        assert!(c.advise(15 * MIB, keep).is_empty());
+        assert_eq!(c.advise(16 * MIB, keep), [4 * MIB..8 * MIB]);
+        // 20 MiB: the first 4 MiB are 16 MiB behind: drop them; write back the next 4.
+        assert_eq!(c.advise(20 * MIB, keep), [0..4 * MIB, 8 * MIB..12 * MIB]);
+        assert!(!c.is_done(20 * MIB));
     }
 
     #[test]
-    fn every_range_is_advised_twice_then_left_alone() {
+    fn a_rolled_segment_is_finished_as_the_log_moves_past_it() {
+        // A 10 MiB segment rolled; the log keeps 8 MiB cached.
         let mut c = CacheBehind::default();
-        let lag = 8 * MIB;
-        assert_eq!(c.on_grow(12 * MIB, lag), Some(0..4 * MIB));
-        // Not a whole step further yet.
-        assert_eq!(c.on_grow(15 * MIB, lag), None);
-        // The first range again (now written back, so dropped), plus the new one.
-        assert_eq!(c.on_grow(17 * MIB, lag), Some(0..9 * MIB));
-        assert_eq!(c.on_grow(30 * MIB, lag), Some(4 * MIB..22 * MIB));
-        assert_eq!(c.on_grow(34 * MIB, lag), Some(9 * MIB..26 * MIB));
+        let size = 10 * MIB;
+        assert_eq!(c.advise(size, 8 * MIB), [0..6 * MIB]);
+        // 3 MiB in the next segment: keep 5 MiB of this one.
+        assert_eq!(c.advise(size, 5 * MIB), [0..5 * MIB]);
+        // 4 MiB in the next segment: keep 4 MiB: less than a step further.
+        assert!(c.advise(size, 4 * MIB).is_empty());
+        // Wholly behind the lag: the rest of both, then done.
+        assert_eq!(c.advise(size, 0), [5 * MIB..size, 6 * MIB..size]);
+        assert!(c.is_done(size));
+        assert!(c.advise(size, 0).is_empty());
+    }
+
+    #[test]
+    fn a_loaded_segment_is_done_until_it_grows() {
+        let mut c = CacheBehind::done_at(50 * MIB);
+        assert!(c.is_done(50 * MIB));
+        assert!(c.advise(50 * MIB, 0).is_empty());
+        assert!(!c.is_done(51 * MIB));
+        assert_eq!(c.advise(58 * MIB, 8 * MIB), [50 * MIB..54 * MIB]);
+        assert_eq!(
+            c.advise(58 * MIB, 0),
+            [50 * MIB..58 * MIB, 54 * MIB..58 * MIB]
+        );
+        assert!(c.is_done(58 * MIB));
     }
 
     #[test]
     fn a_truncated_segment_restarts_from_its_new_size() {
         let mut c = CacheBehind::default();
-        let lag = 4 * MIB;
-        assert_eq!(c.on_grow(10 * MIB, lag), Some(0..6 * MIB));
-        assert_eq!(c.on_grow(20 * MIB, lag), Some(0..16 * MIB));
-        // Cut back to 5 MiB: nothing to advise until 5 + lag + step.
-        assert_eq!(c.on_grow(5 * MIB, lag), None);
-        assert_eq!(c.on_grow(12 * MIB, lag), None);
-        assert_eq!(c.on_grow(13 * MIB, lag), Some(5 * MIB..9 * MIB));
+        let keep = 4 * MIB;
+        assert_eq!(c.advise(10 * MIB, keep), [0..6 * MIB, 0..8 * MIB]);
+        // Cut back to 5 MiB: nothing until the end is a step past it.
+        assert!(c.advise(5 * MIB, keep).is_empty());
+        assert!(c.advise(10 * MIB, keep).is_empty());
+        assert_eq!(c.advise(11 * MIB, keep), [5 * MIB..9 * MIB]);
         // Truncated to empty.
-        assert_eq!(c.on_grow(0, lag), None);
-        assert_eq!(c.on_grow(8 * MIB, lag), Some(0..4 * MIB));
+        assert!(c.advise(0, keep).is_empty());
+        assert!(c.is_done(0));
     }
 }

@@ -90,8 +90,8 @@ pub struct LogConfig {
     /// segment roll and one on close (bounds the producer-state rebuild scan on load).
     /// Keel-specific: Kafka snapshots on roll and close only. Default 64 MiB.
     pub producer_snapshot_interval_bytes: u64,
-    /// Bytes of the active segment's newest data kept in the page cache: older data is
-    /// written back and dropped from it as the segment grows (see
+    /// Bytes of the partition's newest data kept in the page cache (across segments): older
+    /// data is written back and dropped from it as the log grows (see
     /// [`crate::log::cache_behind`]; HDFS `dfs.datanode.drop.cache.behind.writes`). `None` =
     /// keep every written page, Kafka's behaviour. Broker-wide (`log_drop_cache_behind_bytes`),
     /// not a topic config. At least [`crate::log::cache_behind::MIN_LAG_BYTES`]. Default 32 MiB.

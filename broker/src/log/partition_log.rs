@@ -12,6 +12,7 @@ use super::batch::{
     BatchHeader, BatchIter, CONTROL_BIT, MAX_LOG_END_OFFSET, NO_TIMESTAMP, RecordBatch,
     TRANSACTIONAL_BIT, stamped_prefix,
 };
+use super::cache_behind;
 use super::checkpoint::fsync_dir;
 use super::config::{Clock, LogConfig};
 use super::epoch_cache::{LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
@@ -185,6 +186,8 @@ pub struct Log {
     /// [`Log::flush`] fsyncs the directory too, so the recovery point covers the new file's
     /// directory entry (rolls do not fsync on the append path).
     dir_dirty: bool,
+    /// Bytes appended since the last page-cache drop-behind pass (`< STEP_BYTES` after it).
+    bytes_since_drop_behind: u64,
 }
 
 impl Log {
@@ -342,6 +345,7 @@ impl Log {
             last_flush_ms: now_ms,
             bytes_since_snapshot: 0,
             dir_dirty: false,
+            bytes_since_drop_behind: 0,
         };
         if recovered_any {
             // Recovered bytes were read back and checked; make them durable so the recovery
@@ -588,9 +592,14 @@ impl Log {
             _ => {}
         }
         let interval = self.config.index_interval_bytes;
-        let drop_behind = self.config.drop_cache_behind_bytes;
-        self.active_mut()
-            .append(prefix, bytes, header, interval, drop_behind)?;
+        self.active_mut().append(prefix, bytes, header, interval)?;
+        self.bytes_since_drop_behind += bytes.len() as u64;
+        if let Some(lag) = self.config.drop_cache_behind_bytes
+            && self.bytes_since_drop_behind >= cache_behind::STEP_BYTES
+        {
+            self.bytes_since_drop_behind = 0;
+            self.drop_cache_behind(lag);
+        }
         self.log_end_offset = header.next_offset();
         self.producer_state.update(header);
         self.unflushed_messages += header.record_count as u64;
@@ -653,6 +662,24 @@ impl Log {
             self.roll()?;
         }
         Ok(())
+    }
+
+    /// One drop-behind pass ([`cache_behind`]): from the newest segment back, each drops
+    /// what lies more than `lag` bytes before the log end, until a segment that is done.
+    fn drop_cache_behind(&mut self, lag: u64) {
+        let mut after = 0u64; // bytes in the segments newer than the current one
+        for seg in self
+            .segments
+            .values_mut()
+            .rev()
+            .take(cache_behind::MAX_SEGMENTS_PER_PASS)
+        {
+            if seg.drop_cache_behind_done() {
+                break;
+            }
+            seg.drop_cache_behind(lag.saturating_sub(after));
+            after += seg.size_bytes();
+        }
     }
 
     /// Starts a new active segment at the LEO (Kafka `UnifiedLog.roll`): writes the old
@@ -1352,12 +1379,18 @@ mod tests {
 
     /// With drop-behind at its smallest lag, a log written well past it reads back every
     /// batch byte for byte, from pages dropped from the page cache (read from disk) and from
-    /// the cached tail alike, and again after a reopen.
+    /// the cached tail alike, and again after a reopen; with one big segment and with
+    /// segments smaller than a drop-behind step, whose old segments are finished.
     #[test]
     fn drop_cache_behind_loses_nothing() {
+        drop_cache_behind_reads_back(1 << 30);
+        drop_cache_behind_reads_back(3 << 20);
+    }
+
+    fn drop_cache_behind_reads_back(segment_bytes: u64) {
         let dir = tempfile::tempdir().unwrap();
         let c = LogConfig {
-            segment_bytes: 1 << 30,
+            segment_bytes,
             drop_cache_behind_bytes: Some(crate::log::cache_behind::MIN_LAG_BYTES),
             ..config()
         };
@@ -1379,8 +1412,17 @@ mod tests {
             log.append_as_leader(bytes, 1).unwrap();
             written.push(i);
         }
-        assert_eq!(log.segment_count(), 1);
         assert!(log.size_bytes() > 12 << 20, "{}", log.size_bytes());
+        if segment_bytes == 1 << 30 {
+            assert_eq!(log.segment_count(), 1);
+        } else {
+            // Rolled segments far behind the log end were advised to their end (twice);
+            // the active one still grows.
+            assert!(log.segment_count() >= 4, "{}", log.segment_count());
+            let first = log.segments.values().next().unwrap();
+            assert!(first.drop_cache_behind_done());
+            assert!(!log.active().drop_cache_behind_done());
+        }
         let check = |log: &Log| {
             let leo = log.log_end_offset();
             let mut next = 0;

@@ -167,7 +167,7 @@ impl Segment {
             created_ms: now_ms,
             bytes_since_index_entry: 0,
             index_dirty: false,
-            cache_behind: CacheBehind::default(),
+            cache_behind: CacheBehind::done_at(size_bytes),
         };
         let outcome = if recover {
             seg.scan_from_start(index_interval_bytes, max_batch_bytes)?
@@ -424,16 +424,13 @@ impl Segment {
 
     /// Appends one batch: `prefix` (if any) replaces the first 16 bytes of `batch` (the
     /// stamped base offset and leader epoch). `header` describes the batch as written. On
-    /// failure the file is cut back, leaving the segment unchanged. With
-    /// `drop_cache_behind_bytes`, the file's pages that many bytes behind the new end are
-    /// written back and dropped from the page cache ([`CacheBehind`]).
+    /// failure the file is cut back, leaving the segment unchanged.
     pub fn append(
         &mut self,
         prefix: Option<&[u8; 16]>,
         batch: &[u8],
         header: &BatchHeader,
         index_interval_bytes: u64,
-        drop_cache_behind_bytes: Option<u64>,
     ) -> LogResult<()> {
         debug_assert_eq!(header.base_offset, self.next_offset, "contiguous offsets");
         debug_assert_eq!(header.size_bytes(), batch.len());
@@ -460,12 +457,20 @@ impl Segment {
         self.size_bytes += batch.len() as u64;
         self.next_offset = header.next_offset();
         self.check_invariants();
-        if let Some(lag) = drop_cache_behind_bytes
-            && let Some(range) = self.cache_behind.on_grow(self.size_bytes, lag)
-        {
+        Ok(())
+    }
+
+    /// Page-cache drop-behind ([`CacheBehind`]): queues `fadvise(DONTNEED)` of this file's
+    /// data more than `keep` bytes before its end, if due, for the background thread.
+    pub fn drop_cache_behind(&mut self, keep: u64) {
+        for range in self.cache_behind.advise(self.size_bytes, keep) {
             super::cache_behind::drop_in_background(&self.file, range, &self.log_path);
         }
-        Ok(())
+    }
+
+    /// Whether drop-behind has nothing left to advise in this file until it grows.
+    pub fn drop_cache_behind_done(&self) -> bool {
+        self.cache_behind.is_done(self.size_bytes)
     }
 
     /// Position and header of the first batch whose last offset is >= `offset`, if any.
