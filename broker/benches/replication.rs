@@ -167,7 +167,8 @@ fn disk_write_rate(dir: &std::path::Path, drop_behind: Option<u64>) -> f64 {
     for i in 0..total {
         f.write_all(&buf).unwrap();
         if let Some(lag) = drop_behind {
-            for r in cache.advise((i as u64 + 1) << 20, lag) {
+            let step = keel_broker::log::cache_behind::step_bytes(lag);
+            for r in cache.advise((i as u64 + 1) << 20, lag, lag / 2, step) {
                 let len = std::num::NonZeroU64::new(r.end - r.start);
                 rustix::fs::fadvise(&f, r.start, len, rustix::fs::Advice::DontNeed).unwrap();
             }

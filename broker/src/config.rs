@@ -377,21 +377,21 @@ impl BrokerConfig {
         }
         if let Err(e) = self.log_config().validate() {
             // Name the broker key that set the log default Kafka's key names.
-            let key = match e {
-                crate::log::LogError::InvalidConfig { key, .. } => match key {
-                    "segment.bytes" => "log_segment_bytes",
-                    "retention.ms" => "log_retention_ms",
-                    "retention.bytes" => "log_retention_bytes",
-                    "flush.messages" => "log_flush_interval_messages",
-                    "flush.ms" => "log_flush_interval_ms",
-                    other => other,
-                },
-                _ => "log_segment_bytes",
+            let (key, reason) = match e {
+                crate::log::LogError::InvalidConfig { key, reason } => {
+                    let key = match key {
+                        "segment.bytes" => "log_segment_bytes",
+                        "retention.ms" => "log_retention_ms",
+                        "retention.bytes" => "log_retention_bytes",
+                        "flush.messages" => "log_flush_interval_messages",
+                        "flush.ms" => "log_flush_interval_ms",
+                        other => other,
+                    };
+                    (key, reason)
+                }
+                other => ("log_segment_bytes", other.to_string()),
             };
-            return Err(ConfigError::Invalid {
-                key,
-                reason: e.to_string(),
-            });
+            return Err(ConfigError::Invalid { key, reason });
         }
         if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms {
             return Err(ConfigError::Invalid {
@@ -517,7 +517,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.starts_with("invalid value for log_drop_cache_behind_bytes: ") && e.contains("1 MiB"),
+            e.starts_with("invalid value for log_drop_cache_behind_bytes: must be at least")
+                && e.contains("1 MiB"),
             "{e}"
         );
     }

@@ -16,15 +16,17 @@
 //!
 //! What stays cached: the newest `lag` bytes of each partition log, across segment
 //! boundaries (where followers and tail consumers read). Older data is read from disk by the
-//! rare reader that wants it (a consumer catching up), with the kernel's readahead. The log
-//! drives it ([`crate::log::Log`]): every [`STEP_BYTES`] appended it walks its segments from
-//! the newest, asking each to advise what lies more than `lag` minus the bytes of the newer
-//! segments before its end, and stops at the first segment that is done.
+//! rare reader that wants it (a consumer catching up), with the kernel's readahead; those
+//! reads fill the page cache again and nothing drops those pages (the kernel reclaims them
+//! under memory pressure). The log drives it ([`crate::log::Log`]): every
+//! [`step_bytes`]`(lag)` appended it walks its segments from the newest (at most
+//! [`MAX_SEGMENTS_PER_PASS`]), asking each to advise what lies more than `lag / 2` (write-back)
+//! and `lag` (drop) behind the log end, and stops at the first segment that is done.
 //!
-//! Each byte is advised twice: once when it falls `keep / 2` behind the end, which starts its
-//! write-back (its pages are dirty, so nothing is dropped), and once when it falls `keep`
-//! behind, by when its write-back has had `keep / 2` bytes of appends to finish and its
-//! now-clean pages are dropped. Pages still dirty then stay cached until the kernel reclaims
+//! Each byte is advised twice: once when it falls `lag / 2` behind the log end, which starts
+//! its write-back (its pages are dirty, so nothing is dropped), and once when it falls `lag`
+//! behind, by when its write-back has had `lag / 2` bytes of appends (at least two steps) to
+//! finish and its now-clean pages are dropped. Pages still dirty then stay cached until the kernel reclaims
 //! them: a cost in memory, never in correctness. Segments loaded at open count as done
 //! (their pages were not written by this process).
 //!
@@ -39,17 +41,27 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
-/// Drop-behind advances in steps of at least this many bytes (one `fadvise` per step and
-/// segment).
-pub const STEP_BYTES: u64 = 4 << 20;
+/// Largest drop-behind step, bytes: one pass (and at most one `fadvise` per cursor and
+/// segment) per step appended.
+pub const MAX_STEP_BYTES: u64 = 4 << 20;
 
-/// Smallest configured lag (bytes): data just written is still dirty, so advising it would
-/// only start write-back early without dropping anything.
+/// Smallest drop-behind step, bytes.
+pub const MIN_STEP_BYTES: u64 = 256 << 10;
+
+/// The step for a lag: an eighth of it within [`MIN_STEP_BYTES`, `MAX_STEP_BYTES`], so the
+/// write-back and the drop of a byte (`lag / 2` apart) are at least two steps apart.
+pub fn step_bytes(lag: u64) -> u64 {
+    (lag / 8).clamp(MIN_STEP_BYTES, MAX_STEP_BYTES)
+}
+
+/// Smallest configured lag (bytes).
 pub const MIN_LAG_BYTES: u64 = 1 << 20;
 
-/// Segments one drop-behind pass looks at, at most (bounds the walk when segments are tiny;
-/// older segments of such a log keep their pages until the kernel reclaims them).
-pub const MAX_SEGMENTS_PER_PASS: usize = 16;
+/// Segments one drop-behind pass looks at, at most: bounds the walk when segments are tiny.
+/// Segments reach the end of the walk only when more than this many lie within the lag
+/// (segments under about 1/60 of the lag, 512 KiB at the default); those keep their pages
+/// until the kernel reclaims them.
+pub const MAX_SEGMENTS_PER_PASS: usize = 64;
 
 /// Drop-behind state of one segment file.
 ///
@@ -72,13 +84,20 @@ impl CacheBehind {
         }
     }
 
-    /// The file holds `size` bytes of which the last `keep` are to stay cached; returns the
-    /// byte ranges (end exclusive) to advise `DONTNEED` now, oldest first: the next part to
-    /// drop (what fell `keep` behind the end) and the next part to write back (what fell
-    /// `keep / 2` behind), each once it is at least [`STEP_BYTES`] long or reaches the end
-    /// of the file (`keep == 0`: a rolled segment far enough behind the log end). A file
-    /// truncated below what was advised restarts from its new size.
-    pub fn advise(&mut self, size: u64, keep: u64) -> Vec<Range<u64>> {
+    /// The file holds `size` bytes; its last `keep_cached` bytes are to stay cached and its
+    /// last `keep_dirty` (<= `keep_cached`) may stay unwritten. Returns the byte ranges (end
+    /// exclusive) to advise `DONTNEED` now, oldest first: the next part to drop and the next
+    /// part to write back, each once it is at least `step` long or reaches the end of the
+    /// file (a rolled segment the log end has moved far enough past). A file truncated below
+    /// what was advised restarts from its new size.
+    pub fn advise(
+        &mut self,
+        size: u64,
+        keep_cached: u64,
+        keep_dirty: u64,
+        step: u64,
+    ) -> Vec<Range<u64>> {
+        debug_assert!(keep_dirty <= keep_cached);
         if size < self.written_back_to {
             // Truncated (a follower cut a diverging tail): the cut pages are gone already.
             self.written_back_to = size;
@@ -86,15 +105,15 @@ impl CacheBehind {
         }
         let mut ranges = Vec::new();
         let mut next = |from: &mut u64, to: u64| {
-            if to > *from && (to >= *from + STEP_BYTES || to == size) {
+            if to > *from && (to >= *from + step || to == size) {
                 ranges.push(*from..to);
                 *from = to;
             }
         };
-        next(&mut self.dropped_to, size.saturating_sub(keep));
-        next(&mut self.written_back_to, size.saturating_sub(keep / 2));
+        next(&mut self.dropped_to, size.saturating_sub(keep_cached));
+        next(&mut self.written_back_to, size.saturating_sub(keep_dirty));
         if self.dropped_to > self.written_back_to {
-            // Never drop ahead of write-back (a big jump of `keep`): advise it as written back.
+            // Never drop ahead of write-back (a jump of the log end): count it written back.
             self.written_back_to = self.dropped_to;
         }
         debug_assert!(self.dropped_to <= self.written_back_to);
@@ -107,8 +126,8 @@ impl CacheBehind {
     }
 }
 
-/// Advice waiting for the background thread, at most (a full queue drops new advice: it is
-/// only advice, and the range is advised again with the next one).
+/// Advice waiting for the background thread, at most. A full queue drops new advice: it is
+/// only advice, and a range skipped so stays cached until the kernel reclaims it.
 pub const QUEUE_CAPACITY: usize = 256;
 
 /// One `fadvise(DONTNEED)` to make: a duplicate of the segment's descriptor (so the segment
@@ -191,47 +210,67 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+    const STEP: u64 = 4 * MIB;
+
+    #[test]
+    fn the_step_is_an_eighth_of_the_lag_within_bounds() {
+        assert_eq!(step_bytes(32 * MIB), 4 * MIB);
+        assert_eq!(step_bytes(1 << 30), 4 * MIB);
+        assert_eq!(step_bytes(8 * MIB), MIB);
+        assert_eq!(step_bytes(MIN_LAG_BYTES), 256 << 10);
+    }
 
     #[test]
     fn write_back_starts_at_half_the_lag_and_the_drop_follows_at_the_lag() {
         let mut c = CacheBehind::default();
-        let keep = 16 * MIB;
-        assert!(c.advise(0, keep).is_empty());
-        // 12 MiB written: 4 MiB are 8 MiB (keep / 2) behind: write them back.
-        assert!(c.advise(11 * MIB, keep).is_empty());
-        assert_eq!(c.advise(12 * MIB, keep), [0..4 * MIB]);
-        assert!(c.advise(15 * MIB, keep).is_empty());
-        assert_eq!(c.advise(16 * MIB, keep), [4 * MIB..8 * MIB]);
+        let (keep, dirty) = (16 * MIB, 8 * MIB);
+        assert!(c.advise(0, keep, dirty, STEP).is_empty());
+        // 12 MiB written: 4 MiB are 8 MiB behind: write them back.
+        assert!(c.advise(11 * MIB, keep, dirty, STEP).is_empty());
+        assert_eq!(c.advise(12 * MIB, keep, dirty, STEP), [0..4 * MIB]);
+        assert!(c.advise(15 * MIB, keep, dirty, STEP).is_empty());
+        assert_eq!(c.advise(16 * MIB, keep, dirty, STEP), [4 * MIB..8 * MIB]);
         // 20 MiB: the first 4 MiB are 16 MiB behind: drop them; write back the next 4.
-        assert_eq!(c.advise(20 * MIB, keep), [0..4 * MIB, 8 * MIB..12 * MIB]);
+        assert_eq!(
+            c.advise(20 * MIB, keep, dirty, STEP),
+            [0..4 * MIB, 8 * MIB..12 * MIB]
+        );
         assert!(!c.is_done(20 * MIB));
     }
 
     #[test]
-    fn a_rolled_segment_is_finished_as_the_log_moves_past_it() {
-        // A 10 MiB segment rolled; the log keeps 8 MiB cached.
+    fn a_rolled_segment_is_written_back_then_dropped_as_the_log_moves_past_it() {
+        // A 10 MiB segment just rolled; the log keeps 8 MiB cached, 4 MiB dirty.
         let mut c = CacheBehind::default();
         let size = 10 * MIB;
-        assert_eq!(c.advise(size, 8 * MIB), [0..6 * MIB]);
-        // 3 MiB in the next segment: keep 5 MiB of this one.
-        assert_eq!(c.advise(size, 5 * MIB), [0..5 * MIB]);
-        // 4 MiB in the next segment: keep 4 MiB: less than a step further.
-        assert!(c.advise(size, 4 * MIB).is_empty());
-        // Wholly behind the lag: the rest of both, then done.
-        assert_eq!(c.advise(size, 0), [5 * MIB..size, 6 * MIB..size]);
+        assert_eq!(c.advise(size, 8 * MIB, 4 * MIB, STEP), [0..6 * MIB]);
+        // 4 MiB in the newer segment: wholly behind the write-back point, and what was
+        // written back a step ago is now 8 MiB behind: dropped.
+        assert_eq!(
+            c.advise(size, 4 * MIB, 0, STEP),
+            [0..6 * MIB, 6 * MIB..size]
+        );
+        assert!(!c.is_done(size));
+        // 6 MiB newer: less than a step more to drop.
+        assert!(c.advise(size, 2 * MIB, 0, STEP).is_empty());
+        // 8 MiB newer: wholly behind the lag: the rest, written back a step before.
+        assert_eq!(c.advise(size, 0, 0, STEP), [6 * MIB..size]);
         assert!(c.is_done(size));
-        assert!(c.advise(size, 0).is_empty());
+        assert!(c.advise(size, 0, 0, STEP).is_empty());
     }
 
     #[test]
     fn a_loaded_segment_is_done_until_it_grows() {
         let mut c = CacheBehind::done_at(50 * MIB);
         assert!(c.is_done(50 * MIB));
-        assert!(c.advise(50 * MIB, 0).is_empty());
+        assert!(c.advise(50 * MIB, 0, 0, STEP).is_empty());
         assert!(!c.is_done(51 * MIB));
-        assert_eq!(c.advise(58 * MIB, 8 * MIB), [50 * MIB..54 * MIB]);
         assert_eq!(
-            c.advise(58 * MIB, 0),
+            c.advise(58 * MIB, 8 * MIB, 4 * MIB, STEP),
+            [50 * MIB..54 * MIB]
+        );
+        assert_eq!(
+            c.advise(58 * MIB, 0, 0, STEP),
             [50 * MIB..58 * MIB, 54 * MIB..58 * MIB]
         );
         assert!(c.is_done(58 * MIB));
@@ -240,14 +279,17 @@ mod tests {
     #[test]
     fn a_truncated_segment_restarts_from_its_new_size() {
         let mut c = CacheBehind::default();
-        let keep = 4 * MIB;
-        assert_eq!(c.advise(10 * MIB, keep), [0..6 * MIB, 0..8 * MIB]);
+        let (keep, dirty) = (4 * MIB, 2 * MIB);
+        assert_eq!(
+            c.advise(10 * MIB, keep, dirty, STEP),
+            [0..6 * MIB, 0..8 * MIB]
+        );
         // Cut back to 5 MiB: nothing until the end is a step past it.
-        assert!(c.advise(5 * MIB, keep).is_empty());
-        assert!(c.advise(10 * MIB, keep).is_empty());
-        assert_eq!(c.advise(11 * MIB, keep), [5 * MIB..9 * MIB]);
+        assert!(c.advise(5 * MIB, keep, dirty, STEP).is_empty());
+        assert!(c.advise(10 * MIB, keep, dirty, STEP).is_empty());
+        assert_eq!(c.advise(11 * MIB, keep, dirty, STEP), [5 * MIB..9 * MIB]);
         // Truncated to empty.
-        assert!(c.advise(0, keep).is_empty());
+        assert!(c.advise(0, keep, dirty, STEP).is_empty());
         assert!(c.is_done(0));
     }
 }

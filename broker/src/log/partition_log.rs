@@ -186,7 +186,7 @@ pub struct Log {
     /// [`Log::flush`] fsyncs the directory too, so the recovery point covers the new file's
     /// directory entry (rolls do not fsync on the append path).
     dir_dirty: bool,
-    /// Bytes appended since the last page-cache drop-behind pass (`< STEP_BYTES` after it).
+    /// Bytes appended since the last page-cache drop-behind pass.
     bytes_since_drop_behind: u64,
 }
 
@@ -595,7 +595,7 @@ impl Log {
         self.active_mut().append(prefix, bytes, header, interval)?;
         self.bytes_since_drop_behind += bytes.len() as u64;
         if let Some(lag) = self.config.drop_cache_behind_bytes
-            && self.bytes_since_drop_behind >= cache_behind::STEP_BYTES
+            && self.bytes_since_drop_behind >= cache_behind::step_bytes(lag)
         {
             self.bytes_since_drop_behind = 0;
             self.drop_cache_behind(lag);
@@ -665,8 +665,10 @@ impl Log {
     }
 
     /// One drop-behind pass ([`cache_behind`]): from the newest segment back, each drops
-    /// what lies more than `lag` bytes before the log end, until a segment that is done.
+    /// what lies more than `lag` bytes before the log end and starts the write-back of what
+    /// lies more than `lag / 2`, until a segment that is done.
     fn drop_cache_behind(&mut self, lag: u64) {
+        let step = cache_behind::step_bytes(lag);
         let mut after = 0u64; // bytes in the segments newer than the current one
         for seg in self
             .segments
@@ -677,7 +679,11 @@ impl Log {
             if seg.drop_cache_behind_done() {
                 break;
             }
-            seg.drop_cache_behind(lag.saturating_sub(after));
+            seg.drop_cache_behind(
+                lag.saturating_sub(after),
+                (lag / 2).saturating_sub(after),
+                step,
+            );
             after += seg.size_bytes();
         }
     }

@@ -460,10 +460,15 @@ impl Segment {
         Ok(())
     }
 
-    /// Page-cache drop-behind ([`CacheBehind`]): queues `fadvise(DONTNEED)` of this file's
-    /// data more than `keep` bytes before its end, if due, for the background thread.
-    pub fn drop_cache_behind(&mut self, keep: u64) {
-        for range in self.cache_behind.advise(self.size_bytes, keep) {
+    /// Page-cache drop-behind ([`CacheBehind::advise`]): queues `fadvise(DONTNEED)` of the
+    /// ranges due (to drop what lies more than `keep_cached` bytes before this file's end, and
+    /// to start the write-back of what lies more than `keep_dirty`) for the background thread.
+    pub fn drop_cache_behind(&mut self, keep_cached: u64, keep_dirty: u64, step: u64) {
+        let size = self.size_bytes;
+        for range in self
+            .cache_behind
+            .advise(size, keep_cached, keep_dirty, step)
+        {
             super::cache_behind::drop_in_background(&self.file, range, &self.log_path);
         }
     }
