@@ -122,7 +122,7 @@ impl Args {
 }
 
 fn main() -> ExitCode {
-    let config = match Args::parse().into_config() {
+    let config = match keel_observability::cli::parse_or_exit::<Args>("keel-broker").into_config() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("keel-broker: {e}");

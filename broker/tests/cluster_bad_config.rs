@@ -104,3 +104,31 @@ fn port_in_use_fails_with_one_line_naming_listeners() {
         "listeners",
     );
 }
+
+/// A bad flag or environment value stops the start with one line naming the flag, exit 2
+/// (clap's own error would take three lines).
+#[test]
+fn bad_flag_or_env_values_fail_with_one_line() {
+    for (args, env) in [
+        (&["--log-segment-bytes", "abc"][..], None),
+        (&[][..], Some(("KEEL_LOG_DROP_CACHE_BEHIND_BYTES", "-1"))),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new(BROKER_BIN);
+        cmd.args(args)
+            .env_remove("KEEL_LOG")
+            .env("KEEL_LOG_DIRS", dir.path().join("data"));
+        if let Some((k, v)) = env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}: {stderr}");
+        let lines: Vec<_> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{args:?} {env:?}: {stderr}");
+        assert!(
+            lines[0].starts_with("keel-broker: invalid value ") && lines[0].contains("--log-"),
+            "{stderr}"
+        );
+    }
+}

@@ -103,13 +103,14 @@ impl Args {
 }
 
 fn main() -> ExitCode {
-    let config = match Args::parse().into_config() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("keel-controller: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let config =
+        match keel_observability::cli::parse_or_exit::<Args>("keel-controller").into_config() {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("keel-controller: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
     if let Err(e) = keel_observability::init_logging(config.log_format, "info,openraft=warn") {
         eprintln!("keel-controller: {e}");
         return ExitCode::FAILURE;

@@ -12,6 +12,7 @@
 //! counters) with the prefix `keel_controller_` or `keel_broker_`; each definition names the
 //! Kafka JMX metric it corresponds to.
 
+pub mod cli;
 pub mod config_file;
 pub mod describe;
 pub mod logging;
