@@ -118,13 +118,7 @@ async fn load(
         let addr = addr.clone();
         let prefix = prefix.to_string();
         tasks.push(tokio::spawn(async move {
-            let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
-                .unwrap()
-                .connect()
-                .await
-                .unwrap();
-            let mut c =
-                keel_proto::controller::controller_service_client::ControllerServiceClient::new(ch);
+            let mut c = connect(&addr).await;
             let topic = format!("{prefix}-{i}");
             let mut lat = Vec::new();
             let mut k = 0;
@@ -148,15 +142,11 @@ async fn load(
             lat
         }));
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
+    let all = gather(tasks).await;
     let secs = start.elapsed().as_secs_f64();
     // Entries include the NoOpRecords of the period (2/s), a negligible share.
     let entries = commit_index(&addr).await - first_index;
     let per_entry = all.len() as f64 / entries.max(1) as f64;
-    all.sort();
     (
         all.len() as f64 * f64::from(partitions) / secs,
         all,
@@ -164,14 +154,34 @@ async fn load(
     )
 }
 
-/// The commit index (Raft entries) the controller at `addr` reports.
-async fn commit_index(addr: &str) -> i64 {
+/// A client of the controller at `addr` (its own connection).
+async fn connect(
+    addr: &str,
+) -> keel_proto::controller::controller_service_client::ControllerServiceClient<
+    tonic::transport::Channel,
+> {
     let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
         .await
         .unwrap();
-    let r = keel_proto::controller::controller_service_client::ControllerServiceClient::new(ch)
+    keel_proto::controller::controller_service_client::ControllerServiceClient::new(ch)
+}
+
+/// Every task's latencies, sorted.
+async fn gather(tasks: Vec<tokio::task::JoinHandle<Vec<Duration>>>) -> Vec<Duration> {
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort();
+    all
+}
+
+/// The commit index (Raft entries) the controller at `addr` reports.
+async fn commit_index(addr: &str) -> i64 {
+    let r = connect(addr)
+        .await
         .describe_quorum(keel_proto::controller::DescribeQuorumRequest {})
         .await
         .unwrap()
@@ -193,13 +203,7 @@ async fn rpc_ceiling(q: &Quorum, concurrency: usize) -> (f64, Vec<Duration>) {
     for _ in 0..concurrency {
         let addr = addr.clone();
         tasks.push(tokio::spawn(async move {
-            let ch = tonic::transport::Channel::from_shared(format!("http://{addr}"))
-                .unwrap()
-                .connect()
-                .await
-                .unwrap();
-            let mut c =
-                keel_proto::controller::controller_service_client::ControllerServiceClient::new(ch);
+            let mut c = connect(&addr).await;
             let mut lat = Vec::new();
             while Instant::now() < end {
                 let t = Instant::now();
@@ -214,12 +218,8 @@ async fn rpc_ceiling(q: &Quorum, concurrency: usize) -> (f64, Vec<Duration>) {
             lat
         }));
     }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
+    let all = gather(tasks).await;
     let secs = start.elapsed().as_secs_f64();
-    all.sort();
     (all.len() as f64 / secs, all)
 }
 
