@@ -11,6 +11,12 @@
 //!   over `KEEL_BENCH_KILLS` kills (default 20).
 //!
 //! `KEEL_BENCH_LOG` sets the controllers' `KEEL_LOG` filter (default `info,openraft=warn`).
+//! `KEEL_BENCH_QUICK=1` runs only the 64-client rows (no failover), for profiling.
+//!
+//! Column `CPU us/req L/F/C`: CPU time (user + system, from `/proc`) per request of the active
+//! controller, of both followers together, and of this benchmark's own clients. Throughput on
+//! this 2-core machine swings ±15% between runs with neighbours' load; CPU per request is the
+//! steadier figure to compare changes by.
 //!
 //! Targets (issue #3, 2-core machine): >= 20,000 records/s at 64 clients with p99 < 20 ms;
 //! single-client p50 < 2 ms; failover p99 < 2 s.
@@ -99,18 +105,57 @@ async fn create_topics(clients: &Clients, prefix: &str, n: usize, partitions: i3
     }
 }
 
+/// CPU time (user + system) used so far by process `pid` ("self" = this process), from
+/// `/proc/<pid>/stat` (clock ticks of 10 ms, Linux's USER_HZ). Zero when unreadable.
+fn cpu_time(pid: &str) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    // Fields after the command name (which may hold spaces) start at field 3 (state);
+    // utime and stime are fields 14 and 15.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return Duration::ZERO;
+    };
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    Duration::from_millis(f.iter().sum::<u64>() * 10)
+}
+
+/// CPU time of the leader, the two followers (together) and this benchmark process, as a
+/// snapshot to subtract.
+fn cpu_snapshot(q: &Quorum, leader: u64) -> [Duration; 3] {
+    let of = |id: u64| {
+        q.pid(id)
+            .map_or(Duration::ZERO, |p| cpu_time(&p.to_string()))
+    };
+    let followers = (1..=3).filter(|&id| id != leader).map(of).sum();
+    [of(leader), followers, cpu_time("self")]
+}
+
+/// What one row of writes measured.
+struct Load {
+    /// Committed records per second.
+    records_per_sec: f64,
+    /// Request latencies, sorted.
+    latencies: Vec<Duration>,
+    /// Requests per Raft entry (group commit).
+    per_entry: f64,
+    /// CPU µs per request: leader, both followers together, benchmark client.
+    cpu_us_per_request: [f64; 3],
+}
+
 /// `concurrency` writers for RUN_SECS, writer `i` altering partitions `0..partitions` of
 /// topic `{prefix}-{i}` in each request (one PartitionChangeRecord per partition); returns
-/// (committed records/s, request latencies sorted, requests per Raft entry).
-async fn load(
-    q: &Quorum,
-    concurrency: usize,
-    prefix: &str,
-    partitions: i32,
-) -> (f64, Vec<Duration>, f64) {
+/// what it measured.
+async fn load(q: &Quorum, concurrency: usize, prefix: &str, partitions: i32) -> Load {
     let leader = q.wait_leader(Duration::from_secs(10)).await;
     let addr = q.addr(leader);
     let first_index = commit_index(&addr).await;
+    let cpu_before = cpu_snapshot(q, leader);
     let start = Instant::now();
     let end = start + Duration::from_secs(RUN_SECS);
     let mut tasks = Vec::new();
@@ -144,14 +189,18 @@ async fn load(
     }
     let all = gather(tasks).await;
     let secs = start.elapsed().as_secs_f64();
+    let cpu_after = cpu_snapshot(q, leader);
     // Entries include the NoOpRecords of the period (2/s), a negligible share.
     let entries = commit_index(&addr).await - first_index;
-    let per_entry = all.len() as f64 / entries.max(1) as f64;
-    (
-        all.len() as f64 * f64::from(partitions) / secs,
-        all,
-        per_entry,
-    )
+    let requests = all.len().max(1) as f64;
+    Load {
+        records_per_sec: all.len() as f64 * f64::from(partitions) / secs,
+        per_entry: all.len() as f64 / entries.max(1) as f64,
+        cpu_us_per_request: std::array::from_fn(|i| {
+            (cpu_after[i] - cpu_before[i]).as_secs_f64() * 1e6 / requests
+        }),
+        latencies: all,
+    }
 }
 
 /// A client of the controller at `addr` (its own connection).
@@ -230,10 +279,12 @@ fn main() {
         .build()
         .unwrap();
     rt.block_on(async {
+        let quick = std::env::var("KEEL_BENCH_QUICK").is_ok_and(|v| v == "1");
         let kills: usize = std::env::var("KEEL_BENCH_KILLS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(20);
+            .unwrap_or(if quick { 0 } else { 20 });
+        let client_counts: &[usize] = if quick { &[64] } else { &[1, 64] };
         let mut q = Quorum::start(3);
         let hb = Duration::from_millis(200);
         let _brokers = [
@@ -269,25 +320,45 @@ fn main() {
         println!();
         let header = |what: &str, count: &str, target: &str| {
             println!(
-                "{what:<44} {count:>14} {:>10} {:>10} {:>10}   {target}",
-                "p50 ms", "p99 ms", "req/entry"
+                "{what:<44} {count:>14} {:>10} {:>10} {:>10} {:>16}   {target}",
+                "p50 ms", "p99 ms", "req/entry", "CPU us/req L/F/C"
             );
         };
-        // One table row; `per_entry` = requests per Raft entry (group commit), if any.
-        let row = |label: String, rate: f64, lat: &[Duration], per_entry: Option<f64>, target| {
+        // One table row; `per_entry` = requests per Raft entry (group commit) and `cpu` =
+        // CPU µs per request of the leader, both followers and this client, if measured.
+        let row = |label: String,
+                   rate: f64,
+                   lat: &[Duration],
+                   per_entry: Option<f64>,
+                   cpu: Option<[f64; 3]>,
+                   target| {
             let per_entry = per_entry.map_or("-".to_string(), |n| format!("{n:.1}"));
+            let cpu = cpu.map_or("-".to_string(), |[l, f, c]| format!("{l:.0}/{f:.0}/{c:.0}"));
             println!(
-                "{label:<44} {rate:>14.0} {:>10.2} {:>10.2} {per_entry:>10}   {target}",
+                "{label:<44} {rate:>14.0} {:>10.2} {:>10.2} {per_entry:>10} {cpu:>16}   {target}",
                 percentile(lat, 0.50).as_secs_f64() * 1e3,
                 percentile(lat, 0.99).as_secs_f64() * 1e3,
+            );
+        };
+        let load_row = |label: String, l: &Load, target| {
+            let cpu = Some(l.cpu_us_per_request);
+            row(
+                label,
+                l.records_per_sec,
+                &l.latencies,
+                Some(l.per_entry),
+                cpu,
+                target,
             );
         };
         header("metadata writes (1 record each)", "records/s", "targets");
         for (concurrency, target) in [(1, "p50 < 2 ms"), (16, ""), (64, ">= 20000/s, p99 < 20 ms")]
         {
-            let (rate, lat, per_entry) = load(&q, concurrency, "bench", 1).await;
-            let label = format!("{concurrency} concurrent clients");
-            row(label, rate, &lat, Some(per_entry), target);
+            if quick && concurrency != 64 {
+                continue;
+            }
+            let l = load(&q, concurrency, "bench", 1).await;
+            load_row(format!("{concurrency} concurrent clients"), &l, target);
         }
 
         println!();
@@ -298,11 +369,9 @@ fn main() {
             "records/s",
             "",
         );
-        for concurrency in [1, 64] {
-            let (rate, lat, per_entry) =
-                load(&q, concurrency, "bench-batch", BATCH_PARTITIONS).await;
-            let label = format!("{concurrency} concurrent clients");
-            row(label, rate, &lat, Some(per_entry), "");
+        for &concurrency in client_counts {
+            let l = load(&q, concurrency, "bench-batch", BATCH_PARTITIONS).await;
+            load_row(format!("{concurrency} concurrent clients"), &l, "");
         }
 
         println!();
@@ -311,12 +380,13 @@ fn main() {
             "requests/s",
             "(not a target)",
         );
-        for concurrency in [1, 64] {
+        for &concurrency in client_counts {
             let (rate, lat) = rpc_ceiling(&q, concurrency).await;
             row(
                 format!("{concurrency} concurrent clients"),
                 rate,
                 &lat,
+                None,
                 None,
                 "",
             );
@@ -355,6 +425,9 @@ fn main() {
             wait_all_voters_caught_up(&clients, Duration::from_secs(20)).await;
             rejoin.push(restarted.elapsed());
         }
+        if kills == 0 {
+            return;
+        }
         times.sort();
         rejoin.sort();
         println!();
@@ -364,19 +437,21 @@ fn main() {
             "target",
         );
         println!(
-            "{:<44} {:>14} {:>10.0} {:>10.0} {:>10}   p99 < 2000 ms",
+            "{:<44} {:>14} {:>10.0} {:>10.0} {:>10} {:>16}   p99 < 2000 ms",
             "",
             times.len(),
             percentile(&times, 0.50).as_secs_f64() * 1e3,
             percentile(&times, 0.99).as_secs_f64() * 1e3,
             "",
+            "",
         );
         println!(
-            "{:<44} {:>14} {:>10.0} {:>10.0} {:>10}   (not a target)",
+            "{:<44} {:>14} {:>10.0} {:>10.0} {:>10} {:>16}   (not a target)",
             "restart of killed node -> caught-up voter",
             rejoin.len(),
             percentile(&rejoin, 0.50).as_secs_f64() * 1e3,
             percentile(&rejoin, 0.99).as_secs_f64() * 1e3,
+            "",
             "",
         );
     });

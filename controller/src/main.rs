@@ -13,6 +13,12 @@ use clap::Parser;
 use keel_controller::config::{ControllerConfig, RawConfig};
 use keel_controller::server;
 
+/// mimalloc instead of glibc malloc: under metadata write load glibc's malloc and free were
+/// 15-20% of the controller's CPU; with mimalloc the active controller used ~25% less CPU per
+/// AlterPartition request (`cargo bench -p keel-controller --bench quorum`, column CPU us/req).
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Command line of `keel-controller`.
 #[derive(Debug, Parser)]
 #[command(

@@ -282,13 +282,21 @@ pub fn spawn_check_quorum(
 ///
 /// A clean [`Raft::shutdown`] also resolves it; callers stop watching before they shut down.
 pub async fn raft_stopped(raft: Raft<TypeConfig>) -> String {
-    let mut metrics = raft.metrics();
+    // The core records the cause in `metrics` and then ends, which closes every metrics
+    // channel. Waiting on `server_metrics` (changed only with the vote, state, leader or
+    // membership) instead of `metrics` (changed with every append and apply) keeps this task
+    // asleep while the node works.
+    let metrics = raft.metrics();
+    let mut server = raft.server_metrics();
     loop {
-        if let Err(fatal) = &metrics.borrow_and_update().running_state {
+        if let Err(fatal) = &metrics.borrow().running_state {
             return fatal.to_string();
         }
-        if metrics.changed().await.is_err() {
-            return "the Raft core task ended".to_string();
+        if server.changed().await.is_err() {
+            return match &metrics.borrow().running_state {
+                Err(fatal) => fatal.to_string(),
+                Ok(()) => "the Raft core task ended".to_string(),
+            };
         }
     }
 }

@@ -256,7 +256,10 @@ impl<S: ControllerState> WriteTask<S> {
     }
 
     async fn run(mut self) {
-        let mut metrics = self.raft.metrics();
+        // Leadership only: `server_metrics` changes with the vote, state, leader or membership,
+        // not with every append and apply as `metrics` does (a wake-up of this task per
+        // entry on a busy controller).
+        let mut metrics = self.raft.server_metrics();
         let mut noop = tokio::time::interval(Duration::from_millis(self.config.noop_interval_ms));
         let mut tick = tokio::time::interval(Duration::from_millis(self.config.tick_interval_ms));
         noop.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -335,7 +338,9 @@ impl<S: ControllerState> WriteTask<S> {
     /// Re-evaluates leadership: Raft leader with a confirmed quorum.
     async fn on_leadership_signal(
         &mut self,
-        metrics: &mut watch::Receiver<openraft::RaftMetrics<u64, openraft::BasicNode>>,
+        metrics: &mut watch::Receiver<
+            openraft::metrics::RaftServerMetrics<u64, openraft::BasicNode>,
+        >,
     ) {
         let is_leader = {
             let m = metrics.borrow_and_update();
@@ -592,11 +597,16 @@ pub fn wall_clock_ms() -> i64 {
 }
 
 /// Logs the state changes an operator cares about (leader elections with old and new leader,
-/// ISR changes, fencing), one line each, as the active controller decides them
-/// ([`crate::logic::change_log`]).
+/// fencing at INFO; ISR changes at DEBUG), one line each, as the active controller decides
+/// them ([`crate::logic::change_log`]).
 fn log_changes(before: &MetadataImage, after: &MetadataImage, records: &[MetadataRecord]) {
-    for line in crate::logic::change_log::describe_changes(before, after, records) {
-        tracing::info!("{line}");
+    use crate::logic::change_log::{ChangeLevel, describe_changes};
+    let with_debug = tracing::enabled!(tracing::Level::DEBUG);
+    for (level, line) in describe_changes(before, after, records, with_debug) {
+        match level {
+            ChangeLevel::Info => tracing::info!("{line}"),
+            ChangeLevel::Debug => tracing::debug!("{line}"),
+        }
     }
 }
 

@@ -129,6 +129,11 @@ impl Quorum {
     }
 
     /// SIGKILL of node `id`.
+    /// Process id of node `id`, if it runs.
+    pub fn pid(&self, id: u64) -> Option<u32> {
+        self.procs[id as usize - 1].as_ref().map(|c| c.id())
+    }
+
     pub fn kill(&mut self, id: u64) {
         if let Some(mut c) = self.procs[id as usize - 1].take() {
             c.kill().unwrap();

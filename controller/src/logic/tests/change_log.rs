@@ -2,17 +2,25 @@
 
 use super::common::Cluster;
 use crate::logic::brokers::fence_broker;
-use crate::logic::change_log::describe_changes;
+use crate::logic::change_log::{ChangeLevel, describe_changes};
+use keel_metadata_log::MetadataImage;
 
-#[test]
-fn fencing_a_leader_logs_the_fence_and_the_election_with_old_and_new_leader() {
+/// A cluster of brokers 1-3 with topic `t` (one partition on [1, 2, 3], led by 1), and the
+/// image after fencing `broker` with the records that did it.
+fn fenced(
+    broker: i32,
+) -> (
+    MetadataImage,
+    MetadataImage,
+    Vec<keel_metadata_log::records::MetadataRecord>,
+) {
     let mut c = Cluster::new();
     for b in 1..=3 {
         c.add_broker(b, None);
     }
     c.create_topic("t", &[&[1, 2, 3]]);
     let before = c.image.clone();
-    let r = fence_broker(&before, 1);
+    let r = fence_broker(&before, broker);
     let after = before
         .with_records(
             keel_metadata_log::Provenance {
@@ -22,16 +30,47 @@ fn fencing_a_leader_logs_the_fence_and_the_election_with_old_and_new_leader() {
             &r.records,
         )
         .unwrap();
-    let lines = describe_changes(&before, &after, &r.records);
+    (before, after, r.records)
+}
+
+#[test]
+fn fencing_a_leader_logs_the_fence_and_the_election_with_old_and_new_leader() {
+    let (before, after, records) = fenced(1);
+    let lines = describe_changes(&before, &after, &records, false);
     assert!(
-        lines.iter().any(|l| l.starts_with("Broker 1 fenced")),
+        lines
+            .iter()
+            .any(|(l, s)| *l == ChangeLevel::Info && s.starts_with("Broker 1 fenced")),
         "{lines:?}"
     );
     assert!(
-        lines.iter().any(|l| l.starts_with(
-            "Leader of t-0: 1 -> 2 (leader epoch 0 -> 1, partition epoch 1, ISR [1, 2, 3] -> [2, 3])"
-        )),
+        lines.iter().any(|(l, s)| *l == ChangeLevel::Info
+            && s.starts_with(
+                "Leader of t-0: 1 -> 2 (leader epoch 0 -> 1, partition epoch 1, ISR [1, 2, 3] -> [2, 3])"
+            )),
         "{lines:?}"
     );
-    assert!(describe_changes(&after, &after, &[]).is_empty());
+    assert!(describe_changes(&after, &after, &[], true).is_empty());
+}
+
+#[test]
+fn an_isr_change_that_keeps_the_leader_is_a_debug_line_formatted_only_when_asked_for() {
+    // Fencing follower 3 shrinks the ISR of t-0 and leaves 1 as its leader.
+    let (before, after, records) = fenced(3);
+    let epoch = before.broker(3).expect("registered").epoch;
+    let with_debug = describe_changes(&before, &after, &records, true);
+    assert_eq!(
+        with_debug,
+        vec![
+            (
+                ChangeLevel::Debug,
+                "ISR of t-0: [1, 2, 3] -> [1, 2] (leader 1, leader epoch 0, partition epoch 0 -> 1)"
+                    .to_string()
+            ),
+            (ChangeLevel::Info, format!("Broker 3 fenced (broker epoch {epoch})")),
+        ],
+        "{with_debug:?}"
+    );
+    let without = describe_changes(&before, &after, &records, false);
+    assert_eq!(without, with_debug[1..].to_vec());
 }
