@@ -109,9 +109,18 @@ fn port_in_use_fails_with_one_line_naming_listeners() {
 /// (clap's own error would take three lines).
 #[test]
 fn bad_flag_or_env_values_fail_with_one_line() {
-    for (args, env) in [
-        (&["--log-segment-bytes", "abc"][..], None),
-        (&[][..], Some(("KEEL_LOG_DROP_CACHE_BEHIND_BYTES", "-1"))),
+    // The line names where the bad value came from: the flag, or the environment variable.
+    for (args, env, names) in [
+        (
+            &["--log-segment-bytes", "abc"][..],
+            None,
+            " for '--log-segment-bytes <LOG_SEGMENT_BYTES>': ",
+        ),
+        (
+            &[][..],
+            Some(("KEEL_LOG_DROP_CACHE_BEHIND_BYTES", "-1")),
+            " for KEEL_LOG_DROP_CACHE_BEHIND_BYTES: ",
+        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(BROKER_BIN);
@@ -127,7 +136,7 @@ fn bad_flag_or_env_values_fail_with_one_line() {
         let lines: Vec<_> = stderr.lines().collect();
         assert_eq!(lines.len(), 1, "{args:?} {env:?}: {stderr}");
         assert!(
-            lines[0].starts_with("keel-broker: invalid value ") && lines[0].contains("--log-"),
+            lines[0].starts_with("keel-broker: invalid value ") && lines[0].contains(names),
             "{stderr}"
         );
     }

@@ -1,9 +1,12 @@
 //! Command-line parsing shared by `keel-controller` and `keel-broker`: a bad flag or
 //! environment value stops the start with one line on stderr (`<program>: <what>`, exit 2),
 //! like a bad key in the config file does (exit 1), instead of clap's multi-line usage
-//! error. `--help` and `--version` print as usual.
+//! error. `--help` and `--version` print as usual. A bad value that came from an environment
+//! variable (the flag was not on the command line) is reported under the variable's name.
 
-use clap::error::ErrorKind;
+use std::ffi::OsString;
+
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 
 /// Parses the process arguments (and the environment variables the flags name); exits as
 /// described in the module doc on failure.
@@ -15,11 +18,48 @@ pub fn parse_or_exit<A: clap::Parser>(program: &str) -> A {
             | ErrorKind::DisplayVersion
             | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
             _ => {
-                eprintln!("{program}: {}", one_line(&e.to_string()));
+                let mut line = one_line(&e.to_string());
+                let argv: Vec<OsString> = std::env::args_os().collect();
+                if let Some((shown, env)) = env_source(&A::command(), &e, &argv, |name| {
+                    std::env::var_os(name).is_some()
+                }) {
+                    line = line.replacen(&format!("'{shown}'"), &env, 1);
+                }
+                eprintln!("{program}: {line}");
                 std::process::exit(2);
             }
         },
     }
+}
+
+/// For an invalid-value or value-validation error whose flag is absent from `argv` but whose environment variable
+/// is set (`env_is_set`), returns the flag as the error shows it (`--name <NAME>`) and the
+/// variable's name: the value came from the environment.
+fn env_source(
+    cmd: &clap::Command,
+    e: &clap::Error,
+    argv: &[OsString],
+    env_is_set: impl Fn(&std::ffi::OsStr) -> bool,
+) -> Option<(String, String)> {
+    if !matches!(
+        e.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return None;
+    }
+    let Some(ContextValue::String(shown)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let long = shown.split_whitespace().next()?.strip_prefix("--")?;
+    let arg = cmd.get_arguments().find(|a| a.get_long() == Some(long))?;
+    let env = arg.get_env()?;
+    let flag = format!("--{long}");
+    let on_command_line = argv.iter().skip(1).any(|a| {
+        a.to_str()
+            .is_some_and(|a| a == flag || a.starts_with(&format!("{flag}=")))
+    });
+    (!on_command_line && env_is_set(env))
+        .then(|| (shown.clone(), env.to_string_lossy().into_owned()))
 }
 
 /// The first non-empty line of a clap error, without its `error: ` prefix, followed by its
@@ -37,6 +77,47 @@ fn one_line(message: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::{CommandFactory, Parser};
+
+    #[derive(Debug, Parser)]
+    struct Args {
+        #[arg(long, env = "KEEL_TEST_SEGMENT_BYTES")]
+        segment_bytes: Option<u64>,
+    }
+
+    fn os(v: &[&str]) -> Vec<OsString> {
+        v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn a_bad_value_from_the_environment_names_the_variable() {
+        let cmd = Args::command();
+        let e = cmd
+            .clone()
+            .try_get_matches_from(["p", "--segment-bytes", "abc"])
+            .unwrap_err();
+        let shown = "--segment-bytes <SEGMENT_BYTES>".to_string();
+        let env = "KEEL_TEST_SEGMENT_BYTES".to_string();
+        // The flag was not given: the value came from the set variable.
+        assert_eq!(
+            env_source(&cmd, &e, &os(&["p"]), |_| true),
+            Some((shown, env))
+        );
+        // Given on the command line (both spellings), or the variable unset: the flag.
+        for argv in [
+            &["p", "--segment-bytes", "abc"][..],
+            &["p", "--segment-bytes=abc"],
+        ] {
+            assert_eq!(env_source(&cmd, &e, &os(argv), |_| true), None);
+        }
+        assert_eq!(env_source(&cmd, &e, &os(&["p"]), |_| false), None);
+        // Other errors are left alone.
+        let unknown = cmd.try_get_matches_from(["p", "--nope"]).unwrap_err();
+        assert_eq!(
+            env_source(&Args::command(), &unknown, &os(&["p"]), |_| true),
+            None
+        );
+    }
 
     #[test]
     fn keeps_the_first_line_without_the_prefix() {
