@@ -533,13 +533,13 @@ async fn run() {
         ms(idle.last().copied().unwrap_or_default()),
     );
     println!(
-        "{:<34} {:>9} {:>11} {:>9} {:>9} {:>9} {:>7} {:>10}",
+        "{:<38} {:>9} {:>11} {:>9} {:>9} {:>9} {:>7} {:>10}",
         "run", "MiB/s", "records/s", "p50 ms", "p99 ms", "e2e p99", "errors", "hiccup p99/max"
     );
     let print = |name: &str, r: &RunResult, e2e: Option<Duration>| {
         let s = r.elapsed.as_secs_f64();
         println!(
-            "{:<34} {:>9.1} {:>11.0} {:>9.2} {:>9.2} {:>9} {:>7} {:>7.1}/{:.0}",
+            "{:<38} {:>9.1} {:>11.0} {:>9.2} {:>9.2} {:>9} {:>7} {:>7.1}/{:.0}",
             name,
             r.bytes as f64 / MIB / s,
             r.records as f64 / s,
