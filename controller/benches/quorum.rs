@@ -7,6 +7,9 @@
 //! - the same at 1 and 64 clients with AlterPartition requests of [`BATCH_PARTITIONS`]
 //!   partitions each (records/s counts every PartitionChangeRecord; latency is per request),
 //!   the shape of the ISR traffic of brokers that lead many partitions;
+//! - open loop: 64 clients offering 20,000 records/s together (the throughput target as a
+//!   load), as 10-record and as 1-record requests, latency counted from each request's
+//!   scheduled time;
 //! - failover time (kill -9 of the active controller to the first accepted write) p50/p99
 //!   over `KEEL_BENCH_KILLS` kills (default 20).
 //!
@@ -37,6 +40,8 @@ const RUN_SECS: u64 = 5;
 /// pending ISR change of its partitions in one request, up to 256, as Kafka's
 /// `DefaultAlterPartitionManager` does).
 const BATCH_PARTITIONS: i32 = 10;
+/// Records per second the open-loop rows offer (the throughput target of issue #3).
+const OFFERED_RECORDS_PER_SEC: f64 = 20_000.0;
 
 /// An operator AlterPartition setting the ISR of partitions `0..partitions` of `topic`.
 fn alter(topic: &str, partitions: i32, isr: &[i32]) -> AlterPartitionRequest {
@@ -151,7 +156,19 @@ struct Load {
 /// `concurrency` writers for RUN_SECS, writer `i` altering partitions `0..partitions` of
 /// topic `{prefix}-{i}` in each request (one PartitionChangeRecord per partition); returns
 /// what it measured.
-async fn load(q: &Quorum, concurrency: usize, prefix: &str, partitions: i32) -> Load {
+///
+/// Closed loop when `offered` is `None` (each writer sends its next request when the last is
+/// answered: the saturation rate). Open loop with `Some(records_per_sec)`: together the
+/// writers offer that rate, each request at a fixed scheduled time, and a request's latency
+/// counts from its scheduled time, so a writer that falls behind charges the delay to every
+/// request behind it (no coordinated omission).
+async fn load(
+    q: &Quorum,
+    concurrency: usize,
+    prefix: &str,
+    partitions: i32,
+    offered: Option<f64>,
+) -> Load {
     let leader = q.wait_leader(Duration::from_secs(10)).await;
     let addr = q.addr(leader);
     let first_index = commit_index(&addr).await;
@@ -166,11 +183,30 @@ async fn load(q: &Quorum, concurrency: usize, prefix: &str, partitions: i32) -> 
             let mut c = connect(&addr).await;
             let topic = format!("{prefix}-{i}");
             let mut lat = Vec::new();
-            let mut k = 0;
-            while Instant::now() < end {
-                let isr: &[i32] = if k % 2 == 0 { &[1, 2] } else { &[1, 2, 3] };
+            // Open loop: this writer's share of the offered rate, its start staggered.
+            let interval = offered.map(|rate| {
+                Duration::from_secs_f64(concurrency as f64 * f64::from(partitions) / rate)
+            });
+            let mut k: u32 = 0;
+            loop {
+                let t = match interval {
+                    Some(every) => {
+                        let at = start + every.mul_f64(i as f64 / concurrency as f64) + every * k;
+                        if at >= end {
+                            break;
+                        }
+                        tokio::time::sleep_until(at.into()).await;
+                        at
+                    }
+                    None if Instant::now() >= end => break,
+                    None => Instant::now(),
+                };
+                let isr: &[i32] = if k.is_multiple_of(2) {
+                    &[1, 2]
+                } else {
+                    &[1, 2, 3]
+                };
                 k += 1;
-                let t = Instant::now();
                 let r = c
                     .alter_partition(alter(&topic, partitions, isr))
                     .await
@@ -357,7 +393,7 @@ fn main() {
             if quick && concurrency != 64 {
                 continue;
             }
-            let l = load(&q, concurrency, "bench", 1).await;
+            let l = load(&q, concurrency, "bench", 1, None).await;
             load_row(format!("{concurrency} concurrent clients"), &l, target);
         }
 
@@ -370,8 +406,28 @@ fn main() {
             "",
         );
         for &concurrency in client_counts {
-            let l = load(&q, concurrency, "bench-batch", BATCH_PARTITIONS).await;
+            let l = load(&q, concurrency, "bench-batch", BATCH_PARTITIONS, None).await;
             load_row(format!("{concurrency} concurrent clients"), &l, "");
+        }
+
+        // The target as an offered load: 64 clients writing 20,000 records/s together, each
+        // request on schedule (latency from its scheduled time).
+        println!();
+        header(
+            "open loop: 64 clients offering 20,000 records/s",
+            "records/s",
+            "",
+        );
+        for (records, label) in [
+            (
+                BATCH_PARTITIONS,
+                format!("AlterPartition of {BATCH_PARTITIONS} partitions"),
+            ),
+            (1, "1 record per request".to_string()),
+        ] {
+            let prefix = if records == 1 { "bench" } else { "bench-batch" };
+            let l = load(&q, 64, prefix, records, Some(OFFERED_RECORDS_PER_SEC)).await;
+            load_row(label, &l, "p99 < 20 ms");
         }
 
         println!();
