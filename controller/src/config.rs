@@ -9,6 +9,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use keel_observability::LogFormat;
+
+use crate::logic::TopicDefaults;
+use crate::logic::topics::MAX_PARTITIONS_PER_TOPIC;
 use serde::Deserialize;
 
 /// Why a configuration was refused. `Display` is the one line printed at start-up.
@@ -75,6 +78,14 @@ pub struct ControllerConfig {
     /// Interval of that check, seconds (Kafka: `leader.imbalance.check.interval.seconds`,
     /// default 300). Must be > 0.
     pub leader_imbalance_check_interval_seconds: u64,
+    /// Partitions of a topic created with `num_partitions` -1 (Kafka: `num.partitions`,
+    /// default 1). 1..=[`MAX_PARTITIONS_PER_TOPIC`].
+    pub num_partitions: i32,
+    /// Replication factor of a topic created with `replication_factor` -1 (Kafka:
+    /// `default.replication.factor`, default 1). 1..=32767 (Kafka's replication factor is an
+    /// int16); a creation that asks for more replicas than there are usable brokers still
+    /// fails with INVALID_REPLICATION_FACTOR.
+    pub default_replication_factor: i32,
     /// Address of the HTTP listener serving `/metrics`, `/health/live` and `/health/ready`,
     /// `ip:port`; `None` (unset) = no such listener.
     pub metrics_listener: Option<SocketAddr>,
@@ -114,6 +125,10 @@ pub struct RawConfig {
     pub auto_leader_rebalance_enable: Option<bool>,
     /// seconds
     pub leader_imbalance_check_interval_seconds: Option<u64>,
+    /// partitions
+    pub num_partitions: Option<i32>,
+    /// replicas
+    pub default_replication_factor: Option<i32>,
     /// `ip:port`
     pub metrics_listener: Option<String>,
     /// `text` or `json`
@@ -152,6 +167,8 @@ impl RawConfig {
             metadata_max_idle_interval_ms,
             auto_leader_rebalance_enable,
             leader_imbalance_check_interval_seconds,
+            num_partitions,
+            default_replication_factor,
             metrics_listener,
             log_format
         );
@@ -221,6 +238,8 @@ impl RawConfig {
             leader_imbalance_check_interval_seconds: self
                 .leader_imbalance_check_interval_seconds
                 .unwrap_or(300),
+            num_partitions: self.num_partitions.unwrap_or(1),
+            default_replication_factor: self.default_replication_factor.unwrap_or(1),
             metrics_listener,
             log_format,
         };
@@ -262,6 +281,26 @@ impl ControllerConfig {
             "leader_imbalance_check_interval_seconds",
             self.leader_imbalance_check_interval_seconds,
         )?;
+        let within = |key: &'static str, v: i32, max: i32| {
+            if (1..=max).contains(&v) {
+                Ok(())
+            } else {
+                Err(ConfigError::Invalid {
+                    key,
+                    reason: format!("{v} is not in 1..={max}"),
+                })
+            }
+        };
+        within(
+            "num_partitions",
+            self.num_partitions,
+            MAX_PARTITIONS_PER_TOPIC,
+        )?;
+        within(
+            "default_replication_factor",
+            self.default_replication_factor,
+            i32::from(i16::MAX),
+        )?;
         if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms {
             return Err(ConfigError::Invalid {
                 key: "broker_session_timeout_ms",
@@ -285,6 +324,14 @@ impl ControllerConfig {
             });
         }
         Ok(())
+    }
+
+    /// What CreateTopics uses for -1 (`num_partitions`, `default_replication_factor`).
+    pub fn topic_defaults(&self) -> TopicDefaults {
+        TopicDefaults {
+            num_partitions: self.num_partitions,
+            replication_factor: self.default_replication_factor,
+        }
     }
 
     /// This node's advertised address, `host:port`.
@@ -402,5 +449,55 @@ mod tests {
         let c = raw(base).resolve().unwrap();
         assert!(c.auto_leader_rebalance_enable);
         assert_eq!(c.leader_imbalance_check_interval_seconds, 300);
+    }
+
+    #[test]
+    fn topic_defaults_are_kafkas_and_validated() {
+        let base = "node_id = 1\ncontroller_quorum_voters = \"1@h:1\"\nmetadata_log_dir = \"d\"\n";
+        assert_eq!(
+            raw(base).resolve().unwrap().topic_defaults(),
+            TopicDefaults {
+                num_partitions: 1,
+                replication_factor: 1
+            }
+        );
+        let c = raw(&format!(
+            "{base}num_partitions = 6\ndefault_replication_factor = 3"
+        ))
+        .resolve()
+        .unwrap();
+        assert_eq!(
+            c.topic_defaults(),
+            TopicDefaults {
+                num_partitions: 6,
+                replication_factor: 3
+            }
+        );
+        for (line, key) in [
+            (
+                "num_partitions = 0",
+                "num_partitions: 0 is not in 1..=10000",
+            ),
+            (
+                "num_partitions = -1",
+                "num_partitions: -1 is not in 1..=10000",
+            ),
+            ("num_partitions = 10001", "num_partitions: 10001 is not in"),
+            (
+                "default_replication_factor = 0",
+                "default_replication_factor: 0 is not in 1..=32767",
+            ),
+            (
+                "default_replication_factor = 40000",
+                "default_replication_factor: 40000 is not in",
+            ),
+        ] {
+            let e = raw(&format!("{base}{line}")).resolve().unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("invalid value for {key}")),
+                "{line}: {e}"
+            );
+        }
     }
 }

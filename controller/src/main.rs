@@ -72,6 +72,12 @@ struct Args {
     /// Rebalance check interval, seconds (Kafka: leader.imbalance.check.interval.seconds).
     #[arg(long, env = "KEEL_LEADER_IMBALANCE_CHECK_INTERVAL_SECONDS")]
     leader_imbalance_check_interval_seconds: Option<u64>,
+    /// Partitions of a topic created without a count (Kafka: num.partitions).
+    #[arg(long, env = "KEEL_NUM_PARTITIONS")]
+    num_partitions: Option<i32>,
+    /// Replication factor of a topic created without one (Kafka: default.replication.factor).
+    #[arg(long, env = "KEEL_DEFAULT_REPLICATION_FACTOR")]
+    default_replication_factor: Option<i32>,
     /// HTTP listener for /metrics and /health, `ip:port` (unset = none).
     #[arg(long, env = "KEEL_METRICS_LISTENER")]
     metrics_listener: Option<String>,
@@ -101,6 +107,8 @@ impl Args {
             metadata_max_idle_interval_ms: self.metadata_max_idle_interval_ms,
             auto_leader_rebalance_enable: self.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_seconds: self.leader_imbalance_check_interval_seconds,
+            num_partitions: self.num_partitions,
+            default_replication_factor: self.default_replication_factor,
             metrics_listener: self.metrics_listener,
             log_format: self.log_format,
         });

@@ -31,11 +31,12 @@ pub async fn run(
         Some(server) => Some(start_metrics(server, &raft_node)?),
         None => None,
     };
-    let state = QuorumState::new(config.broker_session_timeout_ms).with_leader_rebalance(
+    let mut state = QuorumState::new(config.broker_session_timeout_ms).with_leader_rebalance(
         config
             .auto_leader_rebalance_enable
             .then_some(config.leader_imbalance_check_interval_seconds * 1000),
     );
+    state.topic_defaults = config.topic_defaults();
     let session_views = state.session_views();
     let (writer, write_task) = write_path::spawn(
         raft_node.raft.clone(),

@@ -2,7 +2,8 @@
 //! heartbeating is fenced within session timeout + one heartbeat interval, leaves every ISR,
 //! and its partitions move to another ISR member with leader epoch + 1; a partition whose only
 //! ISR member it was goes offline (unclean off) and comes back with the broker, or (unclean
-//! on) gets another live replica as leader in RECOVERING state.
+//! on) gets another live replica as leader in RECOVERING state. CreateTopics defaults come
+//! from the controllers' `num_partitions` and `default_replication_factor`.
 
 mod common;
 
@@ -103,6 +104,26 @@ async fn leader_image(q: &Quorum) -> MetadataImage {
     fetch_image(q, leader).await.unwrap()
 }
 
+/// Waits (at most 10 s) until the active controller's image has `n` unfenced brokers.
+async fn wait_unfenced(q: &Quorum, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while leader_image(q)
+        .await
+        .brokers()
+        .values()
+        .filter(|b| !b.fenced)
+        .count()
+        < n
+    {
+        assert!(
+            Instant::now() < deadline,
+            "fewer than {n} brokers unfenced\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 fn partition(img: &MetadataImage, topic: &str) -> keel_metadata_log::PartitionRegistration {
     let t = img
         .topics()
@@ -118,23 +139,7 @@ async fn dead_broker_is_fenced_and_its_partitions_move_or_go_offline() {
     let b1 = FakeBroker::start(&q, 1, "", hb).await;
     let _b2 = FakeBroker::start(&q, 2, "", hb).await;
     let _b3 = FakeBroker::start(&q, 3, "", hb).await;
-    // Wait until all three are unfenced.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while leader_image(&q)
-        .await
-        .brokers()
-        .values()
-        .filter(|b| !b.fenced)
-        .count()
-        < 3
-    {
-        assert!(
-            Instant::now() < deadline,
-            "brokers not unfenced\n{}",
-            q.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_unfenced(&q, 3).await;
 
     // The active controller reports each broker's heartbeat state.
     let described = on_leader(&q, Duration::from_secs(5), |mut c| async move {
@@ -351,22 +356,7 @@ async fn controlled_shutdown_moves_leadership_and_isr_away_before_granting() {
     let b1 = FakeBroker::start(&q, 1, "", hb).await;
     let _b2 = FakeBroker::start(&q, 2, "", hb).await;
     let _b3 = FakeBroker::start(&q, 3, "", hb).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while leader_image(&q)
-        .await
-        .brokers()
-        .values()
-        .filter(|b| !b.fenced)
-        .count()
-        < 3
-    {
-        assert!(
-            Instant::now() < deadline,
-            "brokers not unfenced\n{}",
-            q.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_unfenced(&q, 3).await;
     create(&q, assigned("cs", &[1, 2, 3], &[])).await;
     assert_eq!(partition(&leader_image(&q).await, "cs").leader, 1);
 
@@ -484,4 +474,53 @@ async fn oversized_operations_are_refused_and_the_quorum_keeps_committing() {
         img.topics().get_by_name("big-a").is_none() && img.topics().get_by_name("big-b").is_none()
     );
     assert!(img.topics().get_by_name("small").is_some());
+}
+
+/// `num_partitions` / `default_replication_factor` (Kafka: `num.partitions`,
+/// `default.replication.factor`) fill in a CreateTopics that says -1, on whichever controller
+/// is active; an explicit count still wins, and a default larger than the usable brokers is
+/// refused per topic with INVALID_REPLICATION_FACTOR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_topics_defaults_come_from_the_controller_config() {
+    let q = Quorum::start_with(
+        3,
+        &["--num-partitions", "4", "--default-replication-factor", "2"],
+    );
+    let hb = Duration::from_millis(HEARTBEAT_INTERVAL_MS as u64);
+    let _b1 = FakeBroker::start(&q, 1, "", hb).await;
+    let topic = |name: &str, partitions: i32| CreatableTopic {
+        name: name.into(),
+        num_partitions: partitions,
+        replication_factor: -1,
+        ..Default::default()
+    };
+    // One usable broker: the default replication factor 2 cannot be placed.
+    wait_unfenced(&q, 1).await;
+    let refused = on_leader(&q, Duration::from_secs(10), |mut c| {
+        let req = CreateTopicsRequest {
+            topics: vec![topic("too-wide", -1)],
+            validate_only: false,
+        };
+        async move {
+            let r = c.create_topics(req).await.ok()?.into_inner();
+            let e = r.topics.first()?.error.clone();
+            (!is_not_controller(&r.error) && !is_not_controller(&e)).then_some(e)?
+        }
+    })
+    .await;
+    assert_eq!(refused.name, "INVALID_REPLICATION_FACTOR", "{refused:?}");
+
+    let _b2 = FakeBroker::start(&q, 2, "", hb).await;
+    wait_unfenced(&q, 2).await;
+    create(&q, topic("defaults", -1)).await;
+    create(&q, topic("explicit", 7)).await;
+    let img = leader_image(&q).await;
+    for (name, partitions) in [("defaults", 4), ("explicit", 7)] {
+        let t = img.topics().get_by_name(name).unwrap();
+        assert_eq!(t.partitions.len(), partitions, "{name}");
+        for p in t.partitions.values() {
+            assert_eq!(p.replicas.len(), 2, "{name}: {p:?}");
+        }
+    }
+    assert!(img.topics().get_by_name("too-wide").is_none());
 }

@@ -229,6 +229,17 @@ fn bad_config_fails_at_start_with_one_line_naming_the_key() {
         d,
     ]);
     assert!(e.contains("controller_quorum_voters"), "{e}");
+    let e = run(&[
+        "--node-id",
+        "1",
+        "--controller-quorum-voters",
+        "1@127.0.0.1:1",
+        "--metadata-log-dir",
+        d,
+        "--num-partitions",
+        "0",
+    ]);
+    assert!(e.contains("num_partitions: 0 is not in 1..=10000"), "{e}");
     // Port in use.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();

@@ -39,11 +39,12 @@ pub enum TopicCommand {
 pub struct CreateArgs {
     /// Topic name.
     pub name: String,
-    /// Number of partitions (default, or -1: 1, the controller's CreateTopics default).
+    /// Number of partitions (unset or -1: the controllers' `num_partitions`, 1 unless
+    /// configured; Kafka: `num.partitions`).
     #[arg(long, allow_negative_numbers = true)]
     pub partitions: Option<i32>,
-    /// Replication factor (default: 1, the controller's CreateTopics default; Kafka's
-    /// `default.replication.factor` is 1 as well); -1 also means the default.
+    /// Replication factor (unset or -1: the controllers' `default_replication_factor`, 1
+    /// unless configured; Kafka: `default.replication.factor`).
     #[arg(long, allow_negative_numbers = true)]
     pub replication_factor: Option<i32>,
     /// Topic config override `key=value` (repeatable), e.g. `min.insync.replicas=2`.
