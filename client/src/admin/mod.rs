@@ -274,8 +274,11 @@ impl Admin {
             None => {
                 let endpoint = Endpoint::from_shared(format!("http://{addr}"))
                     .map_err(|e| format!("{addr}: bad address: {e}"))?
-                    .connect_timeout(budget.min(Duration::from_secs(2)))
-                    .timeout(self.config.request_timeout);
+                    .connect_timeout(budget.min(Duration::from_secs(2)));
+                // No per-request timeout on the channel: every attempt is bounded by one
+                // `tokio::time::timeout(budget)` below, the only timer, so a silent
+                // controller is always reported as "no answer within <budget>" (two timers of
+                // the same length raced, and the report depended on which fired first).
                 let c = match tokio::time::timeout(budget, endpoint.connect()).await {
                     Ok(Ok(c)) => c,
                     Ok(Err(e)) => return Err(rpc_error::error_line(addr, &e)),

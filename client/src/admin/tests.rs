@@ -372,7 +372,7 @@ async fn already_exists_after_an_unanswered_attempt_says_it_may_have_been_applie
     let text = err.to_string();
     assert!(
         text.ends_with(&format!(
-            "topic \"t\" already exists [an earlier attempt of this request got no definite answer ({a_addr}: no answer within the request timeout); it may have been applied]"
+            "topic \"t\" already exists [an earlier attempt of this request got no definite answer ({a_addr}: no answer within 500 ms); it may have been applied]"
         )),
         "{text}"
     );
