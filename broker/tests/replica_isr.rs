@@ -460,4 +460,31 @@ fn consumer_reads_below_hw_only() {
         q.list_offsets(OffsetSpec::Latest, Some(2)),
         Err(ErrorCode::OffsetNotAvailable)
     );
+    // Its consumer fetches: above its HW (6), where a consumer may have read on the old
+    // leader, OFFSET_NOT_AVAILABLE rather than an HW below the consumer's position; at or
+    // below it, served (lagging consumers keep reading).
+    for at in [7, 10] {
+        assert_eq!(
+            q.check_consumer_fetch(at, Some(2)),
+            Err(ErrorCode::OffsetNotAvailable),
+            "at {at}"
+        );
+    }
+    for at in [3, 6] {
+        let r = q.check_consumer_fetch(at, Some(2)).unwrap();
+        assert_eq!((r.fetch_offset, r.high_watermark), (at, 6));
+    }
+    assert_eq!(
+        q.check_consumer_fetch(11, Some(2)),
+        Err(ErrorCode::OffsetOutOfRange)
+    );
+    // Once the follower reaches the epoch start the HW is there, and so are the answers.
+    fetch(&mut q, 1, 10, 1);
+    assert_eq!(q.high_watermark(), 10);
+    let r = q.check_consumer_fetch(7, Some(2)).unwrap();
+    assert_eq!((r.fetch_offset, r.high_watermark), (7, 10));
+    assert_eq!(
+        q.list_offsets(OffsetSpec::Latest, Some(2)),
+        Ok(ListOffsetsAnswer::Offset(10))
+    );
 }

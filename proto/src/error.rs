@@ -180,7 +180,8 @@ error_codes! {
     /// BrokerHeartbeat / AlterPartition / AllocateProducerIds / follower Fetch carry an
     /// older broker epoch than the broker's current registration.
     StaleBrokerEpoch = (77, "STALE_BROKER_EPOCH", false);
-    /// ListOffsets: a new leader's HW has not yet caught up to the previous leader's.
+    /// ListOffsets, or a consumer Fetch above the HW: a new leader's HW has not yet caught up
+    /// to the start offset of its epoch, so it may trail the previous leader's (KIP-207).
     OffsetNotAvailable = (78, "OFFSET_NOT_AVAILABLE", true);
     /// ElectLeaders PREFERRED: the preferred replica is not in the ISR or not eligible.
     PreferredLeaderNotAvailable = (80, "PREFERRED_LEADER_NOT_AVAILABLE", true);

@@ -51,9 +51,15 @@ impl PartitionState {
     /// Consumer fetch at `fetch_offset`: epoch fencing and leadership like produce, then
     /// OFFSET_OUT_OF_RANGE outside `[log start, LEO]` (Kafka `UnifiedLog.read`). Reads stop at
     /// the HW: a fetch at or above it (up to the LEO) is valid and returns nothing until the
-    /// HW passes it (long poll). This matters after a leader change: the new leader's HW can
-    /// briefly trail the HW a consumer saw on the old leader, and an error there would make
-    /// the consumer reset its position.
+    /// HW passes it (long poll); an error there would make the consumer reset its position.
+    ///
+    /// After a leader change the new leader's HW can trail the HW consumers saw on the old
+    /// leader (it learnt the HW from its last fetch response) until its followers reach the
+    /// start offset of its epoch. While that holds, a fetch *above* its HW is answered
+    /// OFFSET_NOT_AVAILABLE (retriable; the consumer polls again) rather than with an HW below
+    /// the consumer's own position, so a consumer never sees the HW go back past what it read
+    /// (DESIGN §7 invariant 3; the rule KIP-207 gives ListOffsets, [`Self::list_offsets`]).
+    /// A fetch at or below that HW is served, so lagging consumers keep reading meanwhile.
     pub fn check_consumer_fetch(
         &self,
         fetch_offset: i64,
@@ -62,6 +68,12 @@ impl PartitionState {
         self.check_leader_request(current_leader_epoch)?;
         if fetch_offset < self.log_start_offset || fetch_offset > self.log_end_offset {
             return Err(ErrorCode::OffsetOutOfRange);
+        }
+        if let Role::Leader(l) = &self.role
+            && fetch_offset > self.high_watermark
+            && l.epoch_start_offset > self.high_watermark
+        {
+            return Err(ErrorCode::OffsetNotAvailable);
         }
         Ok(ConsumerRead {
             fetch_offset,
