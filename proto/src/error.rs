@@ -241,6 +241,17 @@ impl ErrorCode {
 
     /// The code carried by an optional wire error field: absent means success
     /// ([`ErrorCode::None`]), as in every Keel reply.
+    ///
+    /// ```
+    /// use keel_proto::ErrorCode;
+    ///
+    /// assert_eq!(ErrorCode::from_proto(None), Ok(ErrorCode::None));
+    /// let wire = ErrorCode::NotLeaderOrFollower.to_proto("leader is broker 2");
+    /// let code = ErrorCode::from_proto(Some(&wire)).unwrap();
+    /// assert_eq!((code.code(), code.name()), (6, "NOT_LEADER_OR_FOLLOWER"));
+    /// assert!(code.retriable());
+    /// assert_eq!("OFFSET_NOT_AVAILABLE".parse(), Ok(ErrorCode::OffsetNotAvailable));
+    /// ```
     pub fn from_proto(error: Option<&common::Error>) -> Result<ErrorCode, UnknownErrorCode> {
         error.map_or(Ok(ErrorCode::None), common::Error::error_code)
     }

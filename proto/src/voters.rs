@@ -9,6 +9,16 @@ use std::collections::BTreeMap;
 /// Errors (a human-readable reason, for the caller to attach to its config key): an entry
 /// that is not `id@host:port`, a non-numeric id, a missing or invalid port, an empty host, a
 /// repeated id, or no entries at all.
+///
+/// ```
+/// use keel_proto::voters::parse_voters;
+///
+/// let voters = parse_voters("1@10.0.0.1:9093,2@10.0.0.2:9093,3@ctl-3:9093").unwrap();
+/// assert_eq!(voters.len(), 3);
+/// assert_eq!(voters[&3], "ctl-3:9093");
+/// assert!(parse_voters("1@10.0.0.1:9093,1@10.0.0.2:9093").unwrap_err().contains("twice"));
+/// assert!(parse_voters("1@nohost").is_err());
+/// ```
 pub fn parse_voters(s: &str) -> Result<BTreeMap<u64, String>, String> {
     let mut out = BTreeMap::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {

@@ -14,6 +14,26 @@
 //!   consumed record ends; if that is below the position, records already returned were
 //!   truncated and [`ConsumeError::LogTruncation`] is reported instead of silently
 //!   continuing.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! use keel_client::consumer::{Consumer, ConsumerConfig, SeekTo};
+//!
+//! # async fn run() -> Result<(), keel_client::consumer::ConsumeError> {
+//! let mut consumer = Consumer::new(ConsumerConfig::new(vec!["127.0.0.1:9192".into()]))?;
+//! let tp = ("events".to_string(), 0);
+//! consumer.assign([tp.clone()]);
+//! consumer.seek(&tp, SeekTo::Earliest).await?;
+//! loop {
+//!     // Records below the high watermark only; an empty poll is normal (long poll timeout,
+//!     // or a leader change in progress).
+//!     for r in consumer.poll(Duration::from_millis(500)).await? {
+//!         println!("{}-{}@{}: {:?}", r.topic, r.partition, r.offset, r.value);
+//!     }
+//! }
+//! # }
+//! ```
 
 mod error;
 

@@ -18,6 +18,22 @@
 //!   the record was handed to [`Producer::send`].
 //! - **Memory bound**: at most `buffer_memory_bytes` of records wait or are in flight;
 //!   `send` waits for room (up to `max_block_ms`).
+//!
+//! ```no_run
+//! use keel_client::producer::{Acks, Producer, ProducerConfig};
+//!
+//! # async fn run() -> Result<(), keel_client::producer::ProduceError> {
+//! let mut config = ProducerConfig::new(vec!["127.0.0.1:9192".into()]);
+//! config.acks = Acks::All; // the default: wait for the ISR (min.insync.replicas applies)
+//! let producer = Producer::new(config)?;
+//! // `send` returns once the record is batched; awaiting the delivery waits for the ack.
+//! let delivery = producer.send("events", Some(b"user-1"), b"clicked").await?;
+//! let meta = delivery.await?;
+//! println!("{}-{} at offset {}", meta.topic, meta.partition, meta.offset);
+//! producer.close().await;
+//! # Ok(())
+//! # }
+//! ```
 
 pub mod accumulator;
 mod error;
