@@ -10,8 +10,12 @@
 //!
 //! The first `cluster up` on a data dir records the base port in `<data dir>/cluster.toml`
 //! ([`LAYOUT_FILE`]); every later command on that dir uses it (see [`resolve`]), so a cluster
-//! started on other ports is never looked for, or restarted, on the default ones.
+//! started on other ports is never looked for, or restarted, on the default ones. It also
+//! records, under `[settings]`, the `KEEL_*` environment variables the controller and broker
+//! binaries read that were set at that first `up` (e.g. `KEEL_NUM_PARTITIONS`); every process
+//! a later `up` (re)starts gets them, so a restarted process keeps the cluster's settings.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -101,6 +105,9 @@ pub struct Layout {
     pub data_dir: PathBuf,
     /// Base port.
     pub base_port: u16,
+    /// `KEEL_*` environment variables given to every process started (recorded by the first
+    /// `cluster up`; see the module doc).
+    pub settings: BTreeMap<String, String>,
 }
 
 impl Layout {
@@ -115,6 +122,7 @@ impl Layout {
         Ok(Layout {
             data_dir,
             base_port,
+            settings: BTreeMap::new(),
         })
     }
 
@@ -140,9 +148,16 @@ impl Layout {
             let msg = e.message().replace('\n', " ");
             format!("invalid {}{at}: {}", file.display(), msg.trim())
         })?;
-        Layout::new(data_dir.to_path_buf(), rec.base_port)
-            .map(Some)
-            .map_err(|e| format!("invalid {}: {e}", file.display()))
+        let mut layout = Layout::new(data_dir.to_path_buf(), rec.base_port)
+            .map_err(|e| format!("invalid {}: {e}", file.display()))?;
+        if let Some(bad) = rec.settings.keys().find(|k| !is_env_name(k)) {
+            return Err(format!(
+                "invalid {}: [settings] key {bad:?} is not a KEEL_* environment variable name",
+                file.display()
+            ));
+        }
+        layout.settings = rec.settings;
+        Ok(Some(layout))
     }
 
     /// Records this layout in `<data_dir>/cluster.toml`, atomically: a temp file in the same
@@ -150,13 +165,21 @@ impl Layout {
     pub fn record(&self) -> io::Result<()> {
         let file = Self::file(&self.data_dir);
         let tmp = self.data_dir.join(format!("{LAYOUT_FILE}.tmp"));
-        let text = format!(
+        let mut text = format!(
             "# Written by the first `keelctl cluster up` on this directory; `cluster up|status|down`\n\
              # and `broker shutdown` use it. Controllers listen on base_port+1..+3, brokers on\n\
              # base_port+100..+102. To use other ports, stop the cluster and remove this directory.\n\
              base_port = {}\n",
             self.base_port
         );
+        text.push_str(
+            "\n# KEEL_* environment variables of keel-controller/keel-broker set at the first\n\
+             # `cluster up`, given to every process `cluster up` starts. To change one: edit it\n\
+             # here, then `keelctl cluster down` and `keelctl cluster up`.\n[settings]\n",
+        );
+        for (k, v) in &self.settings {
+            text.push_str(&format!("{k} = {}\n", toml_string(v)));
+        }
         {
             let mut f = File::create(&tmp)?;
             io::Write::write_all(&mut f, text.as_bytes())?;
@@ -246,8 +269,79 @@ impl Layout {
 
 /// The contents of [`LAYOUT_FILE`].
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LayoutToml {
     base_port: u16,
+    #[serde(default)]
+    settings: BTreeMap<String, String>,
+}
+
+/// `KEEL_` followed by upper-case letters, digits and underscores.
+fn is_env_name(k: &str) -> bool {
+    k.strip_prefix("KEEL_").is_some_and(|rest| {
+        !rest.is_empty()
+            && rest
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+    })
+}
+
+/// `v` as a TOML basic string (quotes, backslashes and control characters escaped).
+fn toml_string(v: &str) -> String {
+    let mut out = String::with_capacity(v.len() + 2);
+    out.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The environment variables a binary reads, from its `--help` text: every `[env: NAME=...]`
+/// clap prints (the binary is the one source of its keys; `KEEL_LOG`, the log filter, is read
+/// outside clap and so is never recorded).
+pub fn env_names_from_help(help: &str) -> BTreeSet<String> {
+    help.split("[env:")
+        .skip(1)
+        .filter_map(|rest| {
+            let name: String = rest
+                .trim_start()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            is_env_name(&name).then_some(name)
+        })
+        .collect()
+}
+
+/// The variables of `env` whose names are in `names` (what the first `up` records).
+pub fn settings_from_env(
+    names: &BTreeSet<String>,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> BTreeMap<String, String> {
+    env.into_iter().filter(|(k, _)| names.contains(k)).collect()
+}
+
+/// The settings in `ambient` (this `up`'s environment) that differ from the recorded ones,
+/// one line each (`KEEL_X=5 (recorded: 3)` or `KEEL_X=5 (not recorded)`); empty when they
+/// agree. Recorded settings missing from `ambient` are fine: they still apply.
+pub fn settings_conflicts(
+    recorded: &BTreeMap<String, String>,
+    ambient: &BTreeMap<String, String>,
+) -> Vec<String> {
+    ambient
+        .iter()
+        .filter(|(k, v)| recorded.get(*k) != Some(*v))
+        .map(|(k, v)| match recorded.get(k) {
+            Some(r) => format!("{k}={v} (recorded: {r})"),
+            None => format!("{k}={v} (not recorded)"),
+        })
+        .collect()
 }
 
 /// Where [`resolve`] found the base port.
@@ -307,6 +401,7 @@ pub fn running_base_port(data_dir: &Path) -> Option<u16> {
     let any = Layout {
         data_dir: data_dir.to_path_buf(),
         base_port: DEFAULT_BASE_PORT,
+        settings: BTreeMap::new(),
     };
     any.processes().iter().find_map(|p| {
         let pid = running_pid(p)?;
@@ -388,6 +483,7 @@ pub fn spawn(layout: &Layout, p: &ProcessSpec, binary: &Path) -> io::Result<Chil
         .open(&p.log_file)?;
     let child = Command::new(binary)
         .args(layout.args(p))
+        .envs(&layout.settings)
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -525,6 +621,71 @@ mod tests {
         fs::write(&file, "base_port = 65500\n").unwrap();
         let err = resolve(&d, None).unwrap_err();
         assert!(err.contains("too high"), "{err}");
+    }
+
+    #[test]
+    fn settings_are_the_binaries_env_vars_recorded_once() {
+        // clap may wrap a long help line inside `[env: ...]`.
+        let help = "      --node-id <NODE_ID>\n          Id [env: KEEL_NODE_ID=]\n      --x\n          \
+                    long text [env:\n          KEEL_LOG_SEGMENT_BYTES=]\n  [env: lower=] [env: KEEL_=]\n";
+        let names = env_names_from_help(help);
+        assert_eq!(
+            names.iter().map(String::as_str).collect::<Vec<_>>(),
+            ["KEEL_LOG_SEGMENT_BYTES", "KEEL_NODE_ID"]
+        );
+        let env = [
+            ("KEEL_LOG_SEGMENT_BYTES", "1048576"),
+            ("KEEL_BOOTSTRAP_BROKERS", "h:1"),
+            ("PATH", "/bin"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string()));
+        let recorded = settings_from_env(&names, env);
+        assert_eq!(
+            recorded,
+            BTreeMap::from([("KEEL_LOG_SEGMENT_BYTES".into(), "1048576".into())])
+        );
+        let ambient = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        assert!(settings_conflicts(&recorded, &ambient(&[])).is_empty());
+        assert!(
+            settings_conflicts(
+                &recorded,
+                &ambient(&[("KEEL_LOG_SEGMENT_BYTES", "1048576")])
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            settings_conflicts(
+                &recorded,
+                &ambient(&[("KEEL_LOG_SEGMENT_BYTES", "2"), ("KEEL_NODE_ID", "7")])
+            ),
+            [
+                "KEEL_LOG_SEGMENT_BYTES=2 (recorded: 1048576)",
+                "KEEL_NODE_ID=7 (not recorded)"
+            ]
+        );
+
+        // Round trip through cluster.toml, with characters TOML must escape.
+        let dir = tempfile::tempdir().unwrap();
+        let mut l = Layout::new(dir.path().to_path_buf(), 21500).unwrap();
+        l.settings = ambient(&[
+            ("KEEL_NUM_PARTITIONS", "3"),
+            ("KEEL_RACK", "a \"b\" \\ c\td"),
+        ]);
+        l.record().unwrap();
+        assert_eq!(Layout::read_recorded(dir.path()).unwrap(), Some(l));
+        let file = dir.path().join("cluster.toml");
+        fs::write(&file, "base_port = 21500\n[settings]\nPATH = \"/x\"\n").unwrap();
+        let err = Layout::read_recorded(dir.path()).unwrap_err();
+        assert!(err.contains("\"PATH\" is not a KEEL_*"), "{err}");
+        // A file written before settings were recorded still reads (no settings).
+        fs::write(&file, "base_port = 21500\n").unwrap();
+        let l = Layout::read_recorded(dir.path()).unwrap().unwrap();
+        assert!(l.settings.is_empty());
     }
 
     #[test]

@@ -326,10 +326,16 @@ fn unreachable_controllers_fail_with_one_line() {
 /// Runs keelctl without any bootstrap environment: the local cluster commands must find
 /// everything from the data dir.
 fn keelctl(args: &[&str]) -> std::process::Output {
+    keelctl_with_env(args, &[])
+}
+
+/// keelctl with extra environment variables.
+fn keelctl_with_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     Command::new(KEELCTL)
         .args(args)
         .env_remove("KEEL_BOOTSTRAP_CONTROLLERS")
         .env_remove("KEEL_BOOTSTRAP_BROKERS")
+        .envs(env.iter().copied())
         .output()
         .expect("run keelctl")
 }
@@ -360,13 +366,49 @@ fn later_commands_use_the_recorded_base_port() {
     let data = f.data_dir();
     let base = f.base;
 
-    // The first `up` (with --base-port) records it.
-    let up = f.cluster("up", &["--timeout-secs", "120"]);
+    // The first `up` (with --base-port) records it, and the KEEL_* settings of the
+    // controllers and brokers in its environment (not keelctl's own, nor unknown ones).
+    let base_s = base.to_string();
+    let out = keelctl_with_env(
+        &[
+            "--json",
+            "cluster",
+            "up",
+            "--data-dir",
+            &data,
+            "--base-port",
+            &base_s,
+            "--timeout-secs",
+            "120",
+        ],
+        &[("KEEL_NUM_PARTITIONS", "3"), ("KEEL_NOT_A_KEY", "x")],
+    );
+    assert!(out.status.success(), "{}\n{}", stderr(&out), f.logs());
+    let up: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(up["base_port"], base, "{up}");
     let recorded = std::fs::read_to_string(f.dir.path().join("keel-data/cluster.toml")).unwrap();
     assert!(
-        recorded.ends_with(&format!("\nbase_port = {base}\n")),
+        recorded.contains(&format!("\nbase_port = {base}\n")),
         "{recorded}"
+    );
+    assert!(
+        recorded.ends_with("\n[settings]\nKEEL_NUM_PARTITIONS = \"3\"\n"),
+        "{recorded}"
+    );
+    // The controllers use it: a topic created without a partition count gets 3.
+    let created = f.json(&["--json", "topic", "create", "dflt"]);
+    assert_eq!(created["partitions"], 3, "{created}");
+    // Another value for a recorded setting is refused with one line, and nothing changes.
+    let out = keelctl_with_env(
+        &["cluster", "up", "--data-dir", &data],
+        &[("KEEL_NUM_PARTITIONS", "5")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "keelctl: settings differ from the [settings] recorded in {data}/cluster.toml by the first `cluster up`: KEEL_NUM_PARTITIONS=5 (recorded: 3); unset them, or edit that file and restart (`keelctl cluster down`, then `keelctl cluster up`)\n"
+        )
     );
 
     // status without --base-port finds the cluster and succeeds.
@@ -441,6 +483,14 @@ fn later_commands_use_the_recorded_base_port() {
     assert_eq!(b3["address"], format!("127.0.0.1:{}", base + 102), "{up}");
     assert_eq!(b3["alive"], true, "{up}");
     let pid = b3["pid"].as_i64().unwrap();
+    // ... with the recorded settings, though this `up` did not set them.
+    let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    assert!(
+        environ
+            .split(|b| *b == 0)
+            .any(|kv| kv == b"KEEL_NUM_PARTITIONS=3"),
+        "broker-3 was restarted without the recorded settings"
+    );
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
     let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
     assert!(

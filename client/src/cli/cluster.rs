@@ -13,8 +13,9 @@ use crate::format::cluster::{
 };
 use crate::format::table;
 use crate::local_cluster::{
-    LAYOUT_FILE, Layout, LayoutSource, ProcessSpec, Role, StopOutcome, find_binary, log_tail,
-    resolve, running_pid, spawn, stop,
+    LAYOUT_FILE, Layout, LayoutSource, ProcessSpec, Role, StopOutcome, env_names_from_help,
+    find_binary, log_tail, resolve, running_pid, settings_conflicts, settings_from_env, spawn,
+    stop,
 };
 
 /// `keelctl cluster ...`
@@ -135,8 +136,25 @@ fn processes_text(rows: &[ProcessRow]) -> String {
     )
 }
 
+/// The `KEEL_*` variables `binary` reads, from its `--help` ([`env_names_from_help`]).
+fn env_names(binary: &std::path::Path) -> Result<std::collections::BTreeSet<String>, CliError> {
+    let out = std::process::Command::new(binary)
+        .arg("--help")
+        .env_clear()
+        .output()
+        .map_err(|e| CliError(format!("cannot run {} --help: {e}", binary.display())))?;
+    if !out.status.success() {
+        return Err(CliError(format!(
+            "{} --help failed ({})",
+            binary.display(),
+            out.status
+        )));
+    }
+    Ok(env_names_from_help(&String::from_utf8_lossy(&out.stdout)))
+}
+
 async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
-    let (layout, source) = layout(&a.layout)?;
+    let (mut layout, source) = layout(&a.layout)?;
     std::fs::create_dir_all(&layout.data_dir).map_err(|e| {
         CliError(format!(
             "cannot create data dir {}: {e}",
@@ -160,7 +178,27 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
             p.name()
         )));
     }
-    if source != LayoutSource::Recorded {
+    let controller_bin = find_binary(Role::Controller.binary()).map_err(CliError)?;
+    let broker_bin = find_binary(Role::Broker.binary()).map_err(CliError)?;
+    // The KEEL_* variables of this environment that the binaries read: recorded by the first
+    // `up`; a later `up` applies the recorded ones and refuses a different value rather than
+    // start processes with settings that differ from the running ones.
+    let mut names = env_names(&controller_bin)?;
+    names.extend(env_names(&broker_bin)?);
+    let ambient = settings_from_env(&names, std::env::vars());
+    if source == LayoutSource::Recorded {
+        let conflicts = settings_conflicts(&layout.settings, &ambient);
+        if !conflicts.is_empty() {
+            return Err(CliError(format!(
+                "settings differ from the [settings] recorded in {} by the first `cluster up`: \
+                 {}; unset them, or edit that file and restart (`keelctl cluster down`, then \
+                 `keelctl cluster up`)",
+                Layout::file(&layout.data_dir).display(),
+                conflicts.join(", ")
+            )));
+        }
+    } else {
+        layout.settings = ambient;
         layout.record().map_err(|e| {
             CliError(format!(
                 "cannot write {}: {e}",
@@ -169,8 +207,6 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
         })?;
     }
     if !already_running {
-        let controller_bin = find_binary(Role::Controller.binary()).map_err(CliError)?;
-        let broker_bin = find_binary(Role::Broker.binary()).map_err(CliError)?;
         let mut result = Ok(());
         for p in &missing {
             let bin = match p.role {
