@@ -73,10 +73,14 @@ struct Args {
     #[arg(long, env = "KEEL_LEADER_IMBALANCE_CHECK_INTERVAL_SECONDS")]
     leader_imbalance_check_interval_seconds: Option<u64>,
     /// Partitions of a topic created without a count (Kafka: num.partitions).
-    #[arg(long, env = "KEEL_NUM_PARTITIONS")]
+    #[arg(long, env = "KEEL_NUM_PARTITIONS", allow_negative_numbers = true)]
     num_partitions: Option<i32>,
     /// Replication factor of a topic created without one (Kafka: default.replication.factor).
-    #[arg(long, env = "KEEL_DEFAULT_REPLICATION_FACTOR")]
+    #[arg(
+        long,
+        env = "KEEL_DEFAULT_REPLICATION_FACTOR",
+        allow_negative_numbers = true
+    )]
     default_replication_factor: Option<i32>,
     /// HTTP listener for /metrics and /health, `ip:port` (unset = none).
     #[arg(long, env = "KEEL_METRICS_LISTENER")]

@@ -99,6 +99,29 @@ fn encode<T: Serialize>(v: &T) -> Result<RaftRequest, NetworkError> {
     })
 }
 
+/// One line for an RPC that got no reply: the peer's address, the status message and its
+/// distinct causes (`127.0.0.1:9094: tcp connect error: Connection refused (os error 111)`).
+/// openraft logs the error with its whole source chain, and tonic's chain repeats each layer
+/// ("tcp connect error; source: tcp connect error; source: ..."), several times a second
+/// while a peer is down; this error has no source.
+fn concise(addr: &str, status: &tonic::Status) -> openraft::AnyError {
+    let mut parts: Vec<String> = Vec::new();
+    let mut push = |s: String| {
+        if !s.is_empty() && !parts.iter().any(|p| p.contains(s.as_str())) {
+            parts.push(s);
+        }
+    };
+    push(status.message().to_string());
+    let mut source = std::error::Error::source(status);
+    // Bounded: a cause chain is a handful of layers.
+    for _ in 0..8 {
+        let Some(e) = source else { break };
+        push(e.to_string());
+        source = e.source();
+    }
+    openraft::AnyError::error(format!("{addr}: {}", parts.join(": ")))
+}
+
 impl PeerClient {
     fn client(&mut self) -> Result<RaftServiceClient<Channel>, Unreachable> {
         if let Some(c) = &self.client {
@@ -141,7 +164,9 @@ impl PeerClient {
                 // transport error): treat the peer as unreachable so openraft backs off
                 // instead of retrying in a tight loop (a half-open link that accepts and
                 // closes connections would otherwise burn a core).
-                return Err(RPCError::Unreachable(Unreachable::new(&status)));
+                return Err(RPCError::Unreachable(Unreachable::from(concise(
+                    &self.addr, &status,
+                ))));
             }
         };
         if !reply.error.is_empty() {
