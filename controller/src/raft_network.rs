@@ -100,7 +100,8 @@ fn encode<T: Serialize>(v: &T) -> Result<RaftRequest, NetworkError> {
 }
 
 /// One line for an RPC that got no reply: the peer's address, the status message and its
-/// distinct causes (`127.0.0.1:9094: tcp connect error: Connection refused (os error 111)`).
+/// distinct causes (`127.0.0.1:9094: tcp connect error: transport error: Connection refused
+/// (os error 111)`).
 /// openraft logs the error with its whole source chain, and tonic's chain repeats each layer
 /// ("tcp connect error; source: tcp connect error; source: ..."), several times a second
 /// while a peer is down; this error has no source.
