@@ -327,6 +327,25 @@ pub fn settings_from_env(
     env.into_iter().filter(|(k, _)| names.contains(k)).collect()
 }
 
+/// The settings (`names`) in the environment of a live process of `layout`
+/// (`/proc/<pid>/environ`), for a data dir whose cluster.toml is gone while its processes
+/// run; `None` when none runs or none can be read.
+pub fn running_settings(
+    layout: &Layout,
+    names: &BTreeSet<String>,
+) -> Option<BTreeMap<String, String>> {
+    layout.processes().iter().find_map(|p| {
+        let pid = running_pid(p)?;
+        let environ = fs::read(format!("/proc/{pid}/environ")).ok()?;
+        let vars = environ.split(|b| *b == 0).filter_map(|kv| {
+            let kv = String::from_utf8_lossy(kv);
+            let (k, v) = kv.split_once('=')?;
+            Some((k.to_string(), v.to_string()))
+        });
+        Some(settings_from_env(names, vars))
+    })
+}
+
 /// The settings in `ambient` (this `up`'s environment) that differ from the recorded ones,
 /// one line each (`KEEL_X=5 (recorded: 3)` or `KEEL_X=5 (not recorded)`); empty when they
 /// agree. Recorded settings missing from `ambient` are fine: they still apply.

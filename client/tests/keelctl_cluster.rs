@@ -344,6 +344,12 @@ fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Asserts that keelctl exited 1 with stderr starting with `prefix`.
+fn refused_with(out: &std::process::Output, prefix: &str) {
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(out));
+    assert!(stderr(out).starts_with(prefix), "{}", stderr(out));
+}
+
 /// Pids of live processes (zombies excluded) whose command line contains `needle`.
 fn processes_mentioning(needle: &str) -> Vec<u32> {
     let mut pids = Vec::new();
@@ -510,9 +516,35 @@ fn later_commands_use_the_recorded_base_port() {
     let out = keelctl(&["cluster", "status", "--data-dir", &data]);
     assert!(out.status.success(), "{}", stderr(&out));
 
-    // down without --base-port stops everything.
+    // cluster.toml removed while the cluster runs: the next `up` records the running
+    // processes' settings, not this (empty) environment's.
+    let toml = f.dir.path().join("keel-data/cluster.toml");
+    std::fs::remove_file(&toml).unwrap();
+    let out = keelctl(&["cluster", "up", "--data-dir", &data]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rebuilt = std::fs::read_to_string(&toml).unwrap();
+    assert!(
+        rebuilt.ends_with("\n[settings]\nKEEL_NUM_PARTITIONS = \"3\"\n"),
+        "{rebuilt}"
+    );
+    // A misspelt key in [settings] is refused, naming it.
+    std::fs::write(&toml, format!("{rebuilt}KEEL_NUM_PARTITONS = \"5\"\n")).unwrap();
+    refused_with(
+        &keelctl(&["cluster", "up", "--data-dir", &data]),
+        &format!(
+            "keelctl: [settings] in {data}/cluster.toml names KEEL_NUM_PARTITONS, which is not a setting"
+        ),
+    );
+    // An edit that breaks the file does not keep the cluster from stopping: down (without
+    // --base-port) warns and stops every process by its pid file.
+    std::fs::write(&toml, format!("{rebuilt}[settings\n")).unwrap();
     let out = keelctl(&["--json", "cluster", "down", "--data-dir", &data]);
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).starts_with(&format!("keelctl: warning: invalid {data}/cluster.toml")),
+        "{}",
+        stderr(&out)
+    );
     let down: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(
         down.as_array()
@@ -544,14 +576,11 @@ fn status_fails_when_there_is_no_cluster() {
         );
     }
     let empty = dir.path().display().to_string();
-    let out = keelctl(&["cluster", "status", "--data-dir", &empty]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).starts_with(&format!(
+    refused_with(
+        &keelctl(&["cluster", "status", "--data-dir", &empty]),
+        &format!(
             "keelctl: cluster status: no local cluster in {empty} (no cluster.toml in it and no process running from it)"
-        )),
-        "{}",
-        stderr(&out)
+        ),
     );
     // down has nothing to do there, succeeds and creates nothing.
     let out = keelctl(&["cluster", "down", "--data-dir", &missing]);
@@ -621,6 +650,36 @@ fn up_that_gives_up_stops_what_it_started() {
         let _ = c.kill();
         let _ = c.wait();
     }
+}
+
+/// A first `up` that fails (here: a setting the controllers refuse) stops what it started and
+/// takes back its record, so a retry may choose other settings.
+#[test]
+fn a_failed_first_up_records_nothing() {
+    let f = Fixture::fresh();
+    let data = f.data_dir();
+    let base = f.base.to_string();
+    let out = keelctl_with_env(
+        &[
+            "cluster",
+            "up",
+            "--data-dir",
+            &data,
+            "--base-port",
+            &base,
+            "--timeout-secs",
+            "20",
+        ],
+        &[("KEEL_NUM_PARTITIONS", "0")],
+    );
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("invalid value for num_partitions: 0 is not in 1..=10000"),
+        "{err}"
+    );
+    assert!(!f.dir.path().join("keel-data/cluster.toml").exists());
+    assert_eq!(processes_mentioning(&data), Vec::<u32>::new());
 }
 
 /// `up` on ports another program already listens on (here: one held listener, as another

@@ -13,9 +13,9 @@ use crate::format::cluster::{
 };
 use crate::format::table;
 use crate::local_cluster::{
-    LAYOUT_FILE, Layout, LayoutSource, ProcessSpec, Role, StopOutcome, env_names_from_help,
-    find_binary, log_tail, resolve, running_pid, settings_conflicts, settings_from_env, spawn,
-    stop,
+    DEFAULT_BASE_PORT, LAYOUT_FILE, Layout, LayoutSource, ProcessSpec, Role, StopOutcome,
+    env_names_from_help, find_binary, log_tail, resolve, running_pid, running_settings,
+    settings_conflicts, settings_from_env, spawn, stop,
 };
 
 /// `keelctl cluster ...`
@@ -185,20 +185,52 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     // start processes with settings that differ from the running ones.
     let mut names = env_names(&controller_bin)?;
     names.extend(env_names(&broker_bin)?);
+    // Per-process keys `up` always passes as flags (node id, listeners, data dir, ...): a
+    // variable for them would have no effect, so it is neither recorded nor compared.
+    for p in &procs {
+        for flag in layout.args(p).iter().filter_map(|a| a.strip_prefix("--")) {
+            names.remove(&format!("KEEL_{}", flag.to_uppercase().replace('-', "_")));
+        }
+    }
+    if let Some(unknown) = layout.settings.keys().find(|k| !names.contains(*k)) {
+        return Err(CliError(format!(
+            "[settings] in {} names {unknown}, which is not a setting keel-controller or \
+             keel-broker reads (see their --help) or one `cluster up` passes as a flag: fix \
+             or remove it",
+            Layout::file(&layout.data_dir).display()
+        )));
+    }
     let ambient = settings_from_env(&names, std::env::vars());
-    if source == LayoutSource::Recorded {
-        let conflicts = settings_conflicts(&layout.settings, &ambient);
+    // The cluster's settings: recorded, else (cluster.toml gone while processes run) those
+    // the running processes have, else this environment's (a first `up`).
+    let established = match source {
+        LayoutSource::Recorded => Some(layout.settings.clone()),
+        LayoutSource::Running => running_settings(&layout, &names),
+        LayoutSource::Given => None,
+    };
+    if let Some(established) = &established {
+        let conflicts = settings_conflicts(established, &ambient);
         if !conflicts.is_empty() {
+            let whose = if source == LayoutSource::Recorded {
+                format!(
+                    "the [settings] recorded in {} by the first `cluster up`",
+                    Layout::file(&layout.data_dir).display()
+                )
+            } else {
+                format!(
+                    "those of the processes running from {}",
+                    layout.data_dir.display()
+                )
+            };
             return Err(CliError(format!(
-                "settings differ from the [settings] recorded in {} by the first `cluster up`: \
-                 {}; unset them, or edit that file and restart (`keelctl cluster down`, then \
-                 `keelctl cluster up`)",
-                Layout::file(&layout.data_dir).display(),
+                "settings differ from {whose}: {}; unset them, or edit that file and restart \
+                 (`keelctl cluster down`, then `keelctl cluster up`)",
                 conflicts.join(", ")
             )));
         }
-    } else {
-        layout.settings = ambient;
+    }
+    if source != LayoutSource::Recorded {
+        layout.settings = established.unwrap_or(ambient);
         layout.record().map_err(|e| {
             CliError(format!(
                 "cannot write {}: {e}",
@@ -234,8 +266,13 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
             .await;
         }
         if let Err(f) = result {
-            // Never leave a half-started cluster behind: stop what this call started.
+            // Never leave a half-started cluster behind: stop what this call started. A first
+            // `up` that failed also takes back its record, so a retry may choose other ports
+            // or settings (a bad setting is the usual reason for the failure).
             let stopped = stop_started(&mut children);
+            if source != LayoutSource::Recorded && missing.len() == procs.len() {
+                let _ = std::fs::remove_file(Layout::file(&layout.data_dir));
+            }
             let stopped = if stopped.is_empty() {
                 "nothing was started".to_string()
             } else {
@@ -426,7 +463,15 @@ struct DownRow {
 }
 
 fn down(a: DownArgs, ctx: &Ctx) -> CliResult {
-    let (layout, _) = layout(&a.layout)?;
+    // `down` needs only the pid files, named alike for every base port: an unreadable or
+    // invalid cluster.toml (say, a [settings] edit gone wrong) must not keep the cluster up.
+    let layout = match Layout::read_recorded(&a.layout.data_dir) {
+        Err(e) => {
+            eprintln!("keelctl: warning: {e}; stopping the processes by their pid files");
+            Layout::new(a.layout.data_dir.clone(), DEFAULT_BASE_PORT).map_err(CliError)?
+        }
+        Ok(_) => layout(&a.layout)?.0,
+    };
     let timeout = Duration::from_secs(a.timeout_secs);
     // Brokers first: their controlled shutdown needs the controllers.
     let mut procs = layout.processes();
