@@ -229,32 +229,32 @@ fn bad_config_fails_at_start_with_one_line_naming_the_key() {
         d,
     ]);
     assert!(e.contains("controller_quorum_voters"), "{e}");
-    let e = run(&[
-        "--node-id",
-        "1",
-        "--controller-quorum-voters",
-        "1@127.0.0.1:1",
-        "--metadata-log-dir",
-        d,
-        "--num-partitions",
-        "0",
-    ]);
-    assert!(e.contains("num_partitions: 0 is not in 1..=10000"), "{e}");
-    // A negative value after a space is the flag's value, not another flag.
-    let e = run(&[
-        "--node-id",
-        "1",
-        "--controller-quorum-voters",
-        "1@127.0.0.1:1",
-        "--metadata-log-dir",
-        d,
-        "--default-replication-factor",
-        "-1",
-    ]);
-    assert!(
-        e.contains("default_replication_factor: -1 is not in 1..=32767"),
-        "{e}"
-    );
+    // Topic defaults out of range; a negative value after a space is the flag's value, not
+    // another flag.
+    for (flag, value, want) in [
+        (
+            "--num-partitions",
+            "0",
+            "num_partitions: 0 is not in 1..=10000",
+        ),
+        (
+            "--default-replication-factor",
+            "-1",
+            "default_replication_factor: -1 is not in 1..=32767",
+        ),
+    ] {
+        let e = run(&[
+            "--node-id",
+            "1",
+            "--controller-quorum-voters",
+            "1@127.0.0.1:1",
+            "--metadata-log-dir",
+            d,
+            flag,
+            value,
+        ]);
+        assert!(e.contains(want), "{flag} {value}: {e}");
+    }
     // Port in use.
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port();
