@@ -200,7 +200,10 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
             Layout::file(&layout.data_dir).display()
         )));
     }
-    let ambient = settings_from_env(&names, std::env::vars());
+    // `vars_os`: `vars` panics on a variable that is not UTF-8 (anywhere in the environment).
+    let vars = std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    let ambient = settings_from_env(&names, vars);
     // The cluster's settings: recorded, else (cluster.toml gone while processes run) those
     // the running processes have, else this environment's (a first `up`).
     let established = match source {
