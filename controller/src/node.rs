@@ -1,4 +1,4 @@
-//! A controller node: the Raft node on the sled store, the write path, and the gRPC server
+//! A controller node: the Raft node on the metadata-log store, the write path, and the gRPC server
 //! (RaftService + ControllerService) on one listener.
 //!
 //! Start-up: open the metadata log directory (recovering the newest snapshot and the Raft

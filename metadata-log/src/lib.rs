@@ -4,7 +4,7 @@
 //! - [`delta`]: [`MetadataDelta`], replay of records on an image, with epoch derivation;
 //! - [`snapshot`]: the snapshot file format (image as records + header + CRC32C);
 //! - [`raft_types`]: openraft's type configuration (entries carry record batches);
-//! - [`store`]: openraft log and state-machine storage on sled.
+//! - [`store`]: openraft log storage (Keel's own segment files) and state-machine storage.
 //!
 //! Data flows one way: committed records -> `MetadataDelta::replay` -> `apply` -> a new
 //! `MetadataImage`, on controllers (state machine) and brokers (metadata tailer) alike.

@@ -1,7 +1,7 @@
 //! openraft type configuration for `__cluster_metadata`.
 //!
 //! One Raft entry carries one [`MetadataRecords`] batch; its records are applied atomically.
-//! Entries are stored (sled) and shipped (the Raft gRPC transport) with serde + postcard; the
+//! Entries are stored (Raft log segments) and shipped (the Raft gRPC transport) with serde + postcard; the
 //! records inside stay protobuf, so [`MetadataRecords`] serializes as the protobuf encoding of
 //! a `keel.metadata.MetadataBatch`.
 

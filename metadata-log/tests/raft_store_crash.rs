@@ -1,8 +1,8 @@
 //! Crash test of the Raft log store: a child process writes a vote and appends entries,
 //! printing each entry index after its append callback fired; the parent kills it with
 //! SIGKILL mid-stream, reopens the store, and checks that the vote and every acknowledged
-//! entry are on disk, intact. This is the durability contract of DESIGN §1 (sled must be
-//! flushed before the callback fires).
+//! entry are on disk, intact. This is the durability contract of DESIGN §1 (the log must be
+//! fsynced before the callback fires).
 //!
 //! The child is this same test binary re-executed with `KEEL_CRASH_CHILD_DIR` set, running
 //! only `crash_child_appends_until_killed` (a no-op without the variable), so it works under

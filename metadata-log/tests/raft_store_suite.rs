@@ -1,4 +1,4 @@
-//! openraft's storage conformance suite on Keel's sled log store and state machine.
+//! openraft's storage conformance suite on Keel's Raft log store and state machine.
 
 use keel_metadata_log::raft_types::{StorageError, TypeConfig};
 use keel_metadata_log::store::{self, LogStore, StateMachineStore};
@@ -17,7 +17,7 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachineStore, tempfile::TempDir> fo
 }
 
 #[test]
-fn openraft_storage_suite_passes_on_sled_store() {
+fn openraft_storage_suite_passes_on_keel_store() {
     if let Err(e) = Suite::test_all(Builder) {
         panic!("openraft storage suite failed: {e}");
     }

@@ -54,6 +54,11 @@ impl LogStore {
         let bytes = postcard::to_stdvec(value).map_err(io::Error::other)?;
         self.disk.put_meta(key, &bytes)
     }
+
+    fn put_lazily<T: serde::Serialize>(&self, key: &str, value: &T) -> io::Result<()> {
+        let bytes = postcard::to_stdvec(value).map_err(io::Error::other)?;
+        self.disk.put_meta_lazily(key, &bytes)
+    }
 }
 
 /// What the Raft log directory holds, for start-up consistency checks
@@ -151,8 +156,9 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        // Not flushed: losing it only means re-learning the commit index from the leader.
-        self.put(KEY_COMMITTED, &committed)
+        // Lazily durable: an older committed log id read back after a crash only means
+        // re-learning the commit index from the leader (a committed entry stays committed).
+        self.put_lazily(KEY_COMMITTED, &committed)
             .map_err(|e| StorageIOError::write(&e))?;
         Ok(())
     }

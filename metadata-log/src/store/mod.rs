@@ -1,10 +1,10 @@
 //! openraft storage for `__cluster_metadata` (storage-v2 API of openraft 0.9).
 //!
-//! - [`disk`]: the key-value engine (sled) behind Keel's own [`RaftDisk`] type;
+//! - [`disk`]: the Raft log's segment files and the vote ([`RaftDisk`]);
 //! - [`log_store`]: the Raft log and vote ([`LogStore`]);
 //! - [`state_machine`]: the metadata image and snapshot files ([`StateMachineStore`]).
 //!
-//! Layout under the controller's `metadata_log_dir`: `raft/` (sled database) and
+//! Layout under the controller's `metadata_log_dir`: `raft/` (Raft log segments and `meta`) and
 //! `snapshots/` (snapshot files).
 
 // openraft's traits fix the error type to its 200-byte `StorageError`; boxing it in our
@@ -25,7 +25,7 @@ use crate::raft_types::StorageError;
 
 /// Opens (creating if needed) the Raft log and the state machine under `dir`.
 ///
-/// Errors: the sled database cannot be opened (corrupt, or locked by another process), or
+/// Errors: the Raft log cannot be opened (corrupt, or locked by another process), or
 /// the newest snapshot is corrupt.
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore), StorageError> {
     let disk =
