@@ -43,6 +43,10 @@ pub enum StartError {
         /// The storage error.
         source: Box<keel_metadata_log::raft_types::StorageError>,
     },
+    /// The Raft log could not be opened: locked by another process, corrupt, or written by
+    /// an earlier build (the message names the path).
+    #[error("metadata_log_dir {0}")]
+    RaftLog(std::io::Error),
     /// openraft refused the configuration or failed to start.
     #[error("raft: {0}")]
     Raft(String),
@@ -132,6 +136,7 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
     let stored = meta_properties::read(&c.metadata_log_dir)?;
     let inconsistent = |e: store::OpenError| match e {
         store::OpenError::Inconsistent { .. } => StartError::Inconsistent(e.to_string()),
+        store::OpenError::Log(e) => StartError::RaftLog(e),
         store::OpenError::Storage(source) => StartError::Storage {
             dir: dir.clone(),
             source,

@@ -243,3 +243,33 @@ fn a_fatal_raft_storage_error_ends_the_process() {
     let last = log.lines().last().unwrap_or_default();
     assert!(last.starts_with("keel-controller: raft stopped: "), "{log}");
 }
+
+#[test]
+fn a_second_controller_on_the_same_directory_is_refused_while_the_first_runs() {
+    let q = Quorum::start(1);
+    let dir = q.data_dir(1);
+    wait_until_serving(&q, &dir);
+    let port = free_ports(1)[0];
+    let out = run_to_exit(&[
+        "--node-id".into(),
+        "1".into(),
+        "--controller-quorum-voters".into(),
+        format!("1@127.0.0.1:{}", q.ports[0]),
+        "--listeners".into(),
+        format!("127.0.0.1:{port}"),
+        "--metadata-log-dir".into(),
+        dir.display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        format!(
+            "keel-controller: metadata_log_dir {} is locked by another process (is another \
+             keel-controller using this metadata_log_dir?)",
+            dir.join("raft").display()
+        )
+    );
+    // The first one still serves.
+    wait_until_serving(&q, &dir);
+    assert!(q.pid(1).is_some(), "{}", q.logs());
+}

@@ -25,6 +25,7 @@
 //! ```text
 //! header (32 bytes): "KEELRLOG" | version u32 | crc32c u32 | base u64 | prev_end u64
 //! record:            len u32 | crc32c u32 | index u64 | payload (len bytes)
+//!                    (bit 31 of len: first record of a batch)
 //! ```
 //!
 //! The header crc covers the header with the crc field zeroed. `prev_end` is one past the
@@ -45,9 +46,12 @@
 //!   point in `meta`; whole segments below it are deleted only after that is durable. Entries
 //!   at or below the purge point that are still in a file are ignored on open.
 //! - On open, the active segment is scanned and cut at its first incomplete or corrupt record
-//!   (a write that never reached the disk: a torn tail). Any other bad record, a bad header,
-//!   an out-of-order index or a missing segment is refused with an error naming the file and
-//!   byte offset: nothing is dropped silently.
+//!   when that is a torn tail: a write that never fully reached the disk. Every batch is
+//!   flushed before the next one is written, so only the last batch can be torn; the first
+//!   record of each batch is flagged, and an intact batch start after the bad record proves
+//!   the damage is to data that was on disk. That, any bad record in an older segment, a bad
+//!   header, an out-of-order index or a missing segment is refused with an error naming the
+//!   file and byte offset: nothing is dropped silently.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions, TryLockError};
@@ -182,8 +186,20 @@ impl RaftDisk {
     ///
     /// Errors: the directory cannot be created or read; another process holds it
     /// (`WouldBlock`); it holds a sled database of an earlier Keel; a segment or `meta` is
-    /// corrupt other than at the tail (`InvalidData`, naming the file and byte offset).
+    /// corrupt other than at the tail (`InvalidData`, naming the file and byte offset). Every
+    /// error message names the directory or file.
     pub fn open_with(dir: &Path, options: DiskOptions) -> io::Result<Self> {
+        Self::open_inner(dir, options).map_err(|e| {
+            let shown = dir.display().to_string();
+            if e.to_string().contains(&shown) {
+                e
+            } else {
+                io::Error::new(e.kind(), format!("{shown}: {e}"))
+            }
+        })
+    }
+
+    fn open_inner(dir: &Path, options: DiskOptions) -> io::Result<Self> {
         fs::create_dir_all(dir)?;
         refuse_sled(dir)?;
         let lock = OpenOptions::new()
@@ -455,7 +471,7 @@ impl Inner {
                 )));
             }
             records.push((index, buf.len() as u64, bytes.len() as u32));
-            encode_record(&mut buf, index, &bytes);
+            encode_record(&mut buf, index, &bytes, index == first);
             next += 1;
         }
         if self.last_written().is_some_and(|l| first <= l) {
@@ -710,6 +726,16 @@ impl Inner {
                 let rec = match decode_record(&bytes[offset..]) {
                     Ok(r) => r,
                     Err(why) if is_active => {
+                        if let Some(later) = later_batch(&bytes, offset, last) {
+                            return Err(corrupt(
+                                &path,
+                                offset as u64,
+                                &format!(
+                                    "{why}; a later write (byte {later}) is intact, so this is \
+                                     not a torn tail"
+                                ),
+                            ));
+                        }
                         tracing::warn!(
                             path = %path.display(),
                             offset,
@@ -828,8 +854,13 @@ fn check_segment_header(bytes: &[u8], base: u64) -> Result<u64, HeaderError> {
     Ok(u64::from_le_bytes(h[24..32].try_into().expect("8 bytes")))
 }
 
-fn encode_record(buf: &mut Vec<u8>, index: u64, payload: &[u8]) {
-    let len = (payload.len() as u32).to_le_bytes();
+/// Bit of a record's length word set on the first record of each [`RaftDisk::put_entries`]
+/// batch (payload lengths stay below 2^31, see [`MAX_ENTRY_BYTES`]).
+const FIRST_IN_BATCH: u32 = 1 << 31;
+
+fn encode_record(buf: &mut Vec<u8>, index: u64, payload: &[u8], first_in_batch: bool) {
+    let flag = if first_in_batch { FIRST_IN_BATCH } else { 0 };
+    let len = (payload.len() as u32 | flag).to_le_bytes();
     let index = index.to_le_bytes();
     let crc = crc32c::crc32c_append(crc32c::crc32c_append(crc32c::crc32c(&len), &index), payload);
     buf.extend_from_slice(&len);
@@ -840,6 +871,8 @@ fn encode_record(buf: &mut Vec<u8>, index: u64, payload: &[u8]) {
 
 struct Record<'a> {
     index: u64,
+    /// The first record of its batch.
+    first_in_batch: bool,
     payload: &'a [u8],
     /// Bytes of the whole record.
     total: usize,
@@ -851,7 +884,8 @@ fn decode_record(bytes: &[u8]) -> Result<Record<'_>, String> {
     let Some(h) = bytes.get(..RECORD_HEADER_BYTES) else {
         return Err(format!("record header cut after {} bytes", bytes.len()));
     };
-    let len = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes"));
+    let word = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes"));
+    let len = word & !FIRST_IN_BATCH;
     let crc = u32::from_le_bytes(h[4..8].try_into().expect("4 bytes"));
     let index = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
     if len as usize > MAX_ENTRY_BYTES {
@@ -873,8 +907,27 @@ fn decode_record(bytes: &[u8]) -> Result<Record<'_>, String> {
     }
     Ok(Record {
         index,
+        first_in_batch: word & FIRST_IN_BATCH != 0,
         payload,
         total,
+    })
+}
+
+/// The offset of an intact record that starts a batch somewhere after `bad` in a segment
+/// whose last good record is `last`: proof that the bad record is not part of the last,
+/// possibly torn, batch. A torn write only damages the last batch, because every batch is
+/// flushed before the next is written (`LogStore` does); so a later intact batch means the
+/// damage is to data that was on disk. Only runs when a segment is damaged; it tries every
+/// byte offset, but checks the crc only of a header that could follow `last`.
+fn later_batch(bytes: &[u8], bad: usize, last: Option<u64>) -> Option<usize> {
+    let after = last.map_or(0, |l| l + 1);
+    (bad + 1..bytes.len().saturating_sub(RECORD_HEADER_BYTES - 1)).find(|&at| {
+        let h = &bytes[at..at + RECORD_HEADER_BYTES];
+        let word = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes"));
+        let index = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
+        word & FIRST_IN_BATCH != 0
+            && index >= after
+            && decode_record(&bytes[at..]).is_ok_and(|r| r.first_in_batch)
     })
 }
 

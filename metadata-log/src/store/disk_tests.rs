@@ -209,7 +209,7 @@ fn a_torn_tail_is_cut_on_open_and_appends_continue() {
 
     // Half of a record: a header that promises 40 bytes, followed by 5.
     let mut torn = Vec::new();
-    super::encode_record(&mut torn, 11, &[7; 40]);
+    super::encode_record(&mut torn, 11, &[7; 40], true);
     torn.truncate(21);
     let mut bytes = std::fs::read(&seg).unwrap();
     bytes.extend_from_slice(&torn);
@@ -235,6 +235,51 @@ fn a_torn_tail_is_cut_on_open_and_appends_continue() {
     std::fs::write(&seg, &bytes).unwrap();
     let disk = RaftDisk::open(dir.path()).unwrap();
     assert_eq!(all(&disk), expected(1..=10, 1));
+}
+
+/// Byte offset of entry `index`'s record in a one-segment log of `payload(_, salt)` entries
+/// starting at 1.
+fn record_offset(index: u64, salt: u8) -> usize {
+    SEGMENT_HEADER_BYTES as usize
+        + (1..index)
+            .map(|i| 16 + payload(i, salt).len())
+            .sum::<usize>()
+}
+
+#[test]
+fn damage_inside_the_last_batch_is_a_torn_tail_but_before_it_is_refused() {
+    let rt = rt();
+    let dir = tempfile::tempdir().unwrap();
+    let disk = RaftDisk::open(dir.path()).unwrap();
+    // Batches 1..=5, 6..=10, 11..=15, each flushed.
+    put(&disk, 1..=15, 1);
+    rt.block_on(disk.flush()).unwrap();
+    drop(disk);
+    let seg = active_segment(dir.path());
+    let pristine = std::fs::read(&seg).unwrap();
+
+    // The last batch lost a page in its middle (entry 12) but later pages landed: a torn
+    // write of the last batch, cut at entry 12.
+    let mut bytes = pristine.clone();
+    bytes[record_offset(12, 1) + 20] ^= 0xff;
+    std::fs::write(&seg, &bytes).unwrap();
+    let disk = RaftDisk::open(dir.path()).unwrap();
+    assert_eq!(all(&disk), expected(1..=11, 1));
+    drop(disk);
+
+    // Entry 7 damaged while the batch 11..=15 after it is intact: that data was on disk, so
+    // this is not a torn tail; nothing is cut.
+    let mut bytes = pristine.clone();
+    bytes[record_offset(7, 1) + 20] ^= 0xff;
+    std::fs::write(&seg, &bytes).unwrap();
+    let e = RaftDisk::open(dir.path()).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!("corrupt at byte {}", record_offset(7, 1)))
+            && msg.contains("not a torn tail"),
+        "{msg}"
+    );
+    assert_eq!(std::fs::read(&seg).unwrap(), bytes, "the file was changed");
 }
 
 #[test]

@@ -47,7 +47,12 @@ pub enum OpenError {
         /// What is missing, in one line.
         problem: String,
     },
-    /// The storage could not be opened (see [`open`]).
+    /// The Raft log could not be opened: locked by another process, corrupt (the message
+    /// names the file and byte offset), or written by an earlier build (see
+    /// [`RaftDisk::open`]).
+    #[error("{0}")]
+    Log(std::io::Error),
+    /// The state machine could not be opened (see [`open`]).
     #[error("{0}")]
     Storage(Box<StorageError>),
 }
@@ -62,12 +67,14 @@ pub enum OpenError {
 /// - the log purged through an offset that no snapshot covers (`snapshots/` deleted: the
 ///   state machine could not be rebuilt).
 ///
-/// Errors: [`OpenError::Inconsistent`] naming the path and what is missing, or
-/// [`OpenError::Storage`].
+/// Errors: [`OpenError::Inconsistent`] naming the path and what is missing,
+/// [`OpenError::Log`] or [`OpenError::Storage`].
 pub fn open_checked(dir: &Path) -> Result<(LogStore, StateMachineStore), OpenError> {
     check_before_open(dir)?;
     let raft_dir = dir.join("raft");
-    let (log, sm) = open(dir).map_err(|e| OpenError::Storage(Box::new(e)))?;
+    let log = LogStore::new(RaftDisk::open(&raft_dir).map_err(OpenError::Log)?);
+    let sm = StateMachineStore::open(&dir.join("snapshots"))
+        .map_err(|e| OpenError::Storage(Box::new(e)))?;
     let state = log
         .stored_state()
         .map_err(|e| OpenError::Storage(Box::new(e)))?;
