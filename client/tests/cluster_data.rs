@@ -135,6 +135,12 @@ fn keelctl_produce_consume_verify_round_trip() {
         ),
         "{err}"
     );
+    // So is a negative one (not clap's "unexpected argument").
+    let err = f.fails(&["consume", "--topic", "events", "--offset", "-5"]);
+    assert!(
+        err.starts_with("keelctl: events-0: offset -5 is out of range (OFFSET_OUT_OF_RANGE (1))"),
+        "{err}"
+    );
     // --latest without --follow: nothing new.
     let out = f.run(&["--json", "consume", "--topic", "events", "--latest"]);
     assert!(out.status.success());

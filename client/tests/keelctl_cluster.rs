@@ -329,6 +329,16 @@ fn keelctl(args: &[&str]) -> std::process::Output {
     keelctl_with_env(args, &[])
 }
 
+/// `cluster up` with `KEEL_NUM_PARTITIONS=5` exits 1 printing exactly `want`.
+fn up_refused_with_num_partitions_5(data: &str, want: String) {
+    let out = keelctl_with_env(
+        &["cluster", "up", "--data-dir", data],
+        &[("KEEL_NUM_PARTITIONS", "5")],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stderr(&out), want);
+}
+
 /// keelctl with extra environment variables.
 fn keelctl_with_env(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     Command::new(KEELCTL)
@@ -405,16 +415,11 @@ fn later_commands_use_the_recorded_base_port() {
     let created = f.json(&["--json", "topic", "create", "dflt"]);
     assert_eq!(created["partitions"], 3, "{created}");
     // Another value for a recorded setting is refused with one line, and nothing changes.
-    let out = keelctl_with_env(
-        &["cluster", "up", "--data-dir", &data],
-        &[("KEEL_NUM_PARTITIONS", "5")],
-    );
-    assert_eq!(out.status.code(), Some(1));
-    assert_eq!(
-        stderr(&out),
+    up_refused_with_num_partitions_5(
+        &data,
         format!(
             "keelctl: settings differ from the [settings] recorded in {data}/cluster.toml by the first `cluster up`: KEEL_NUM_PARTITIONS=5 (recorded: 3); unset them, or edit that file and restart (`keelctl cluster down`, then `keelctl cluster up`)\n"
-        )
+        ),
     );
 
     // status without --base-port finds the cluster and succeeds.
@@ -517,9 +522,17 @@ fn later_commands_use_the_recorded_base_port() {
     assert!(out.status.success(), "{}", stderr(&out));
 
     // cluster.toml removed while the cluster runs: the next `up` records the running
-    // processes' settings, not this (empty) environment's.
+    // processes' settings, not this (empty) environment's; another value is refused with
+    // what to do (there is no file to edit).
     let toml = f.dir.path().join("keel-data/cluster.toml");
     std::fs::remove_file(&toml).unwrap();
+    up_refused_with_num_partitions_5(
+        &data,
+        format!(
+            "keelctl: settings differ from those of the processes running from {data}: KEEL_NUM_PARTITIONS=5 (recorded: 3); unset them, or stop the cluster (`keelctl cluster down`) and start it with them (`keelctl cluster up`)\n"
+        ),
+    );
+    assert!(!toml.exists(), "a refused up wrote {}", toml.display());
     let out = keelctl(&["cluster", "up", "--data-dir", &data]);
     assert!(out.status.success(), "{}", stderr(&out));
     let rebuilt = std::fs::read_to_string(&toml).unwrap();

@@ -214,20 +214,29 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     if let Some(established) = &established {
         let conflicts = settings_conflicts(established, &ambient);
         if !conflicts.is_empty() {
-            let whose = if source == LayoutSource::Recorded {
-                format!(
-                    "the [settings] recorded in {} by the first `cluster up`",
-                    Layout::file(&layout.data_dir).display()
+            // What to do: edit the recorded file, or (no file: it is rebuilt from the
+            // running processes) restart the cluster with the new values.
+            let (whose, or_else) = if source == LayoutSource::Recorded {
+                (
+                    format!(
+                        "the [settings] recorded in {} by the first `cluster up`",
+                        Layout::file(&layout.data_dir).display()
+                    ),
+                    "edit that file and restart (`keelctl cluster down`, then `keelctl cluster \
+                     up`)",
                 )
             } else {
-                format!(
-                    "those of the processes running from {}",
-                    layout.data_dir.display()
+                (
+                    format!(
+                        "those of the processes running from {}",
+                        layout.data_dir.display()
+                    ),
+                    "stop the cluster (`keelctl cluster down`) and start it with them \
+                     (`keelctl cluster up`)",
                 )
             };
             return Err(CliError(format!(
-                "settings differ from {whose}: {}; unset them, or edit that file and restart \
-                 (`keelctl cluster down`, then `keelctl cluster up`)",
+                "settings differ from {whose}: {}; unset them, or {or_else}",
                 conflicts.join(", ")
             )));
         }

@@ -108,8 +108,9 @@ pub struct ConsumeArgs {
     /// Start at the log start offset (the default without --follow).
     #[arg(long, group = "start")]
     pub from_beginning: bool,
-    /// Start at this offset (in every partition read).
-    #[arg(long, group = "start")]
+    /// Start at this offset (in every partition read). One outside [log start offset, high
+    /// watermark] is refused with OFFSET_OUT_OF_RANGE, a negative one included.
+    #[arg(long, group = "start", allow_negative_numbers = true)]
     pub offset: Option<i64>,
     /// Start at the high watermark: only records produced from now on (the default with
     /// --follow, like kafka-console-consumer).
