@@ -593,6 +593,46 @@ fn flush_policy_moves_recovery_point() {
     assert_eq!(log.recovery_point(), 2);
 }
 
+/// A flush taken under the partition lock and run outside it (`begin_flush` / `run` /
+/// `finish_flush`) makes durable what was there when it was taken, no more; a truncation in
+/// between keeps the recovery point where the truncation put it.
+#[test]
+fn a_flush_run_outside_the_lock_covers_only_what_it_took() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(0);
+    let timed = LogConfig {
+        flush_interval_ms: Some(500),
+        ..small_config()
+    };
+    let mut log = open(dir.path(), timed, &clock, LogOpenOptions::default());
+    log.append_as_leader(batch(2, 10, 0), 0).unwrap();
+    assert!(log.begin_flush_if_due().is_none(), "not due yet");
+    clock.advance(500);
+    let job = log.begin_flush_if_due().expect("due");
+    // Appends go on while the job runs.
+    log.append_as_leader(batch(3, 10, 0), 0).unwrap();
+    let result = job.run();
+    log.finish_flush(job, result).unwrap();
+    assert_eq!(log.recovery_point(), 2);
+    assert_eq!(log.log_end_offset(), 5);
+    // The timer restarted: the rest waits for the next interval.
+    assert!(log.begin_flush_if_due().is_none());
+    clock.advance(500);
+    let job = log.begin_flush_if_due().expect("due");
+    // The log is cut below the job's LEO and grows past it again before the job ends.
+    log.truncate_to(2).unwrap();
+    log.append_as_leader(batch(6, 10, 0), 0).unwrap();
+    let result = job.run();
+    log.finish_flush(job, result).unwrap();
+    assert_eq!(
+        log.recovery_point(),
+        2,
+        "offsets 2..8 were written after the flush began"
+    );
+    log.flush().unwrap();
+    assert_eq!(log.recovery_point(), 8);
+}
+
 #[test]
 fn offset_for_timestamp_finds_first_record_at_or_after() {
     let dir = tempfile::tempdir().unwrap();

@@ -80,7 +80,8 @@ pub struct LogConfig {
     /// makes every append durable before it returns.
     pub flush_interval_messages: Option<u64>,
     /// `flush.ms` / `log.flush.interval.ms`: fdatasync when the last flush is this old (ms),
-    /// checked on append and by [`crate::log::Log::flush_if_due`]. `None` = never.
+    /// checked by the periodic flusher ([`crate::log::Log::begin_flush_if_due`], every
+    /// replica-manager tick), not on append (as Kafka's log flusher). `None` = never.
     pub flush_interval_ms: Option<i64>,
     /// `producer.id.expiration.ms`: forget a producer whose newest batch timestamp is this
     /// old (ms), see [`crate::log::Log::remove_expired_producers`]; `None` = never. Kafka

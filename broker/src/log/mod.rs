@@ -58,5 +58,5 @@ pub use config::{Clock, LogConfig, ManualClock, SystemClock};
 pub use epoch_cache::{EpochEntry, LeaderEpochCache};
 pub use error::{LogError, LogResult};
 pub use manager::LogManager;
-pub use partition_log::{AppendInfo, DeletedSegments, Log, LogOpenOptions, ReadInfo};
+pub use partition_log::{AppendInfo, DeletedSegments, Log, LogFlush, LogOpenOptions, ReadInfo};
 pub use producer_state::{AppendCheck, ProducerEntry, check_append};

@@ -188,6 +188,42 @@ pub struct Log {
     dir_dirty: bool,
     /// Bytes appended since the last page-cache drop-behind pass.
     bytes_since_drop_behind: u64,
+    /// Counts truncations (of the tail or the whole log): a [`LogFlush`] taken before one
+    /// may have synced bytes that are gone, so it must not move the recovery point.
+    truncations: u64,
+}
+
+/// The fsyncs of one flush: taken under the partition lock by [`Log::begin_flush`], run
+/// without it ([`LogFlush::run`], it may wait for the file system's journal), then handed
+/// back to [`Log::finish_flush`], which moves the recovery point. Kafka `UnifiedLog.flush`
+/// likewise syncs outside the log lock and takes it only to mark the log flushed.
+#[derive(Debug)]
+pub struct LogFlush {
+    /// Segments from the one holding the recovery point to the active one.
+    files: Vec<(Arc<std::fs::File>, PathBuf)>,
+    /// The partition directory, when a segment file was created since its last fsync.
+    dir: Option<PathBuf>,
+    /// The LEO when taken: every offset below it is durable once `run` succeeded.
+    target: i64,
+    /// `unflushed_messages` when taken.
+    messages: u64,
+    /// [`Log`]'s `truncations` when taken.
+    truncations: u64,
+}
+
+impl LogFlush {
+    /// fdatasync of the segments, then fsync of the directory if a file was created.
+    ///
+    /// Errors: the first failed sync ([`LogError::Io`] naming the file).
+    pub fn run(&self) -> LogResult<()> {
+        for (file, path) in &self.files {
+            file.sync_data().map_err(io_err(path))?;
+        }
+        if let Some(dir) = &self.dir {
+            fsync_dir(dir)?;
+        }
+        Ok(())
+    }
 }
 
 impl Log {
@@ -345,6 +381,7 @@ impl Log {
             last_flush_ms: now_ms,
             bytes_since_snapshot: 0,
             dir_dirty: false,
+            truncations: 0,
             bytes_since_drop_behind: 0,
         };
         if recovered_any {
@@ -605,16 +642,14 @@ impl Log {
         self.unflushed_messages += header.record_count as u64;
         self.bytes_since_snapshot += bytes.len() as u64;
         self.check_invariants();
-        let now_ms = self.clock.now_ms();
+        // Only flush.messages flushes here, as in Kafka's `UnifiedLog.append`; flush.ms is
+        // the periodic flusher's ([`Log::begin_flush_if_due`]), which syncs outside the
+        // partition lock.
         let by_messages = self
             .config
             .flush_interval_messages
             .is_some_and(|n| self.unflushed_messages >= n);
-        let by_time = self
-            .config
-            .flush_interval_ms
-            .is_some_and(|ms| now_ms.saturating_sub(self.last_flush_ms) >= ms);
-        if by_messages || by_time {
+        if by_messages {
             // Durability point: with flush.messages=1 the batch is on disk before the caller
             // can acknowledge it.
             self.flush()?;
@@ -820,6 +855,7 @@ impl Log {
         tracing::info!(dir = %self.dir.display(), offset, new_leo = self.log_end_offset, removed_bytes = removed, "truncated log");
         self.epoch_cache.truncate_from_end(self.log_end_offset)?;
         self.recovery_point = self.recovery_point.min(self.log_end_offset);
+        self.truncations += 1;
         self.rebuild_producer_state()?;
         self.check_invariants();
         Ok(true)
@@ -845,6 +881,7 @@ impl Log {
         self.log_start_offset = offset;
         self.log_end_offset = offset;
         self.recovery_point = offset;
+        self.truncations += 1;
         self.epoch_cache.clear()?;
         self.producer_state.delete_snapshots_above(-1)?;
         self.producer_state.reset(offset);
@@ -969,38 +1006,77 @@ impl Log {
     /// fdatasyncs every segment holding data at or after the recovery point, then moves the
     /// recovery point to the LEO (Kafka `UnifiedLog.flush`).
     pub fn flush(&mut self) -> LogResult<()> {
-        if self.recovery_point < self.log_end_offset {
+        let job = self.begin_flush();
+        let result = job.run();
+        self.finish_flush(job, result)
+    }
+
+    /// Takes the fsyncs that make every offset below the LEO durable (none when the
+    /// recovery point is the LEO), to run without the partition lock. Pass the job and its
+    /// result to [`Log::finish_flush`].
+    pub fn begin_flush(&mut self) -> LogFlush {
+        let files = if self.recovery_point < self.log_end_offset {
             let start = self
                 .segments
                 .range(..=self.recovery_point)
                 .next_back()
                 .map_or(self.log_start_offset, |(b, _)| *b);
-            for seg in self.segments.range(start..).map(|(_, s)| s) {
-                seg.sync()?;
-            }
-            if self.dir_dirty {
-                fsync_dir(&self.dir)?;
-                self.dir_dirty = false;
-            }
-            self.recovery_point = self.log_end_offset;
+            self.segments
+                .range(start..)
+                .map(|(_, s)| s.sync_handle())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        LogFlush {
+            files,
+            dir: std::mem::take(&mut self.dir_dirty).then(|| self.dir.clone()),
+            target: self.log_end_offset,
+            messages: self.unflushed_messages,
+            truncations: self.truncations,
         }
-        self.unflushed_messages = 0;
+    }
+
+    /// Completes `job` (from [`Log::begin_flush`]) after it ran with `result`: on success,
+    /// offsets below its LEO are durable (the recovery point moves there, unless the log was
+    /// truncated meanwhile) and the `flush.ms` / `flush.messages` counters restart.
+    ///
+    /// Errors: `result`'s error (the directory is then synced again by the next flush).
+    pub fn finish_flush(&mut self, job: LogFlush, result: LogResult<()>) -> LogResult<()> {
+        if let Err(e) = result {
+            self.dir_dirty |= job.dir.is_some();
+            return Err(e);
+        }
+        if job.truncations == self.truncations {
+            debug_assert!(job.target <= self.log_end_offset);
+            self.recovery_point = self.recovery_point.max(job.target);
+        }
+        self.unflushed_messages = self.unflushed_messages.saturating_sub(job.messages);
         self.last_flush_ms = self.clock.now_ms();
+        self.check_invariants();
         Ok(())
     }
 
-    /// Flushes if `flush.ms` has passed since the last flush (Kafka's log flusher).
-    /// Returns whether it flushed.
-    pub fn flush_if_due(&mut self) -> LogResult<bool> {
+    /// [`Log::begin_flush`] if `flush.ms` has passed since the last flush and something is
+    /// unflushed (Kafka's log flusher); `None` otherwise.
+    pub fn begin_flush_if_due(&mut self) -> Option<LogFlush> {
         let due = self
             .config
             .flush_interval_ms
             .is_some_and(|ms| self.clock.now_ms().saturating_sub(self.last_flush_ms) >= ms);
-        if due && self.recovery_point < self.log_end_offset {
-            self.flush()?;
-            return Ok(true);
+        (due && self.recovery_point < self.log_end_offset).then(|| self.begin_flush())
+    }
+
+    /// Flushes if `flush.ms` has passed since the last flush, under the caller's lock.
+    /// Returns whether it flushed.
+    pub fn flush_if_due(&mut self) -> LogResult<bool> {
+        match self.begin_flush_if_due() {
+            Some(job) => {
+                let result = job.run();
+                self.finish_flush(job, result).map(|()| true)
+            }
+            None => Ok(false),
         }
-        Ok(false)
     }
 
     /// Records that a new leader epoch starts at the LEO even before any write (Kafka

@@ -10,6 +10,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{IoSlice, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
@@ -82,7 +83,8 @@ pub struct ScanOutcome {
 pub struct Segment {
     base_offset: i64,
     log_path: PathBuf,
-    file: File,
+    /// Shared only with a flush running outside the partition lock ([`Segment::sync_handle`]).
+    file: Arc<File>,
     size_bytes: u64,
     next_offset: i64,
     index: OffsetIndex,
@@ -118,7 +120,7 @@ impl Segment {
         Ok(Segment {
             base_offset,
             log_path,
-            file,
+            file: Arc::new(file),
             size_bytes: 0,
             next_offset: base_offset,
             index: OffsetIndex::default(),
@@ -157,7 +159,7 @@ impl Segment {
         let mut seg = Segment {
             base_offset,
             log_path,
-            file,
+            file: Arc::new(file),
             size_bytes,
             next_offset: base_offset,
             index: OffsetIndex::default(),
@@ -400,7 +402,7 @@ impl Segment {
 
     /// Puts the file cursor (used by appends) at `size_bytes`.
     fn seek_to_end(&mut self) -> LogResult<()> {
-        (&self.file)
+        (&*self.file)
             .seek(SeekFrom::Start(self.size_bytes))
             .map_err(io_err(&self.log_path))?;
         Ok(())
@@ -447,7 +449,7 @@ impl Segment {
         if let Err(e) = result {
             // Best effort: the error already says the disk is in trouble.
             let _ = self.file.set_len(pos);
-            let _ = (&self.file).seek(SeekFrom::Start(pos));
+            let _ = (&*self.file).seek(SeekFrom::Start(pos));
             return Err(io_err(&self.log_path)(e));
         }
         self.index_batch(header, pos, index_interval_bytes);
@@ -597,6 +599,12 @@ impl Segment {
     /// fdatasync of the data file.
     pub fn sync(&self) -> LogResult<()> {
         self.file.sync_data().map_err(io_err(&self.log_path))
+    }
+
+    /// The file and its path, for an fdatasync outside the partition lock (see
+    /// [`super::partition_log::LogFlush`]).
+    pub fn sync_handle(&self) -> (Arc<File>, PathBuf) {
+        (self.file.clone(), self.log_path.clone())
     }
 
     /// Writes the index files if they changed.

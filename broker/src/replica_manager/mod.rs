@@ -791,6 +791,9 @@ impl ReplicaManager {
             broker_epoch = epoch;
             let sample = now >= next_gauges;
             let mut roles = Vec::new();
+            // `flush.ms` flushes: taken under each partition lock, synced after the loop
+            // without any lock (produce and fetch go on meanwhile), then completed.
+            let mut flushes = Vec::new();
             for hp in self.partitions() {
                 let mut inner = hp.lock();
                 if sample {
@@ -809,11 +812,8 @@ impl ReplicaManager {
                     let eff = inner.state.tick(now);
                     self.execute(&hp, &mut inner, eff);
                 }
-                let flush_start = Instant::now();
-                match inner.log.flush_if_due() {
-                    Ok(true) => metrics::record_flush(flush_start.elapsed()),
-                    Ok(false) => {}
-                    Err(e) => tracing::error!(partition = %hp.tp, "flush failed: {e}"),
+                if let Some(job) = inner.log.begin_flush_if_due() {
+                    flushes.push((hp.clone(), job));
                 }
                 if now >= next_retention {
                     let hw = inner.state.high_watermark();
@@ -838,6 +838,9 @@ impl ReplicaManager {
             if now >= next_retention {
                 next_retention = now + RETENTION_INTERVAL_MS;
             }
+            if !flushes.is_empty() {
+                Self::run_flushes(flushes).await;
+            }
             if !doomed_files.is_empty() && deleter.as_ref().is_none_or(|d| d.is_finished()) {
                 let files = std::mem::take(&mut doomed_files);
                 deleter = Some(tokio::task::spawn_blocking(move || {
@@ -854,6 +857,33 @@ impl ReplicaManager {
                 // fsyncs can wait for the file system's whole journal: off the runtime.
                 let rm = self.clone();
                 let _ = tokio::task::spawn_blocking(move || rm.write_checkpoints()).await;
+            }
+        }
+    }
+
+    /// Runs `flush.ms` flushes (from [`crate::log::Log::begin_flush_if_due`]) on one
+    /// blocking thread, off the runtime and outside every partition lock, then completes
+    /// each under its partition's lock. Bounded by the number of hosted partitions.
+    async fn run_flushes(flushes: Vec<(Arc<HostedPartition>, crate::log::LogFlush)>) {
+        let ran = tokio::task::spawn_blocking(move || {
+            flushes
+                .into_iter()
+                .map(|(hp, job)| {
+                    let start = Instant::now();
+                    let result = job.run();
+                    (hp, job, result, start.elapsed())
+                })
+                .collect::<Vec<_>>()
+        })
+        .await;
+        let Ok(ran) = ran else {
+            tracing::error!("flush task panicked");
+            return;
+        };
+        for (hp, job, result, took) in ran {
+            match hp.lock().log.finish_flush(job, result) {
+                Ok(()) => metrics::record_flush(took),
+                Err(e) => tracing::error!(partition = %hp.tp, "flush failed: {e}"),
             }
         }
     }
