@@ -69,6 +69,11 @@ pub struct ControllerConfig {
     /// Build a snapshot after this many log entries since the last one (Kafka:
     /// `metadata.log.max.record.bytes.between.snapshots`, counted in entries here).
     pub metadata_snapshot_max_entries: u64,
+    /// Size at which the Raft log starts a new segment file, bytes (Kafka:
+    /// `metadata.log.segment.bytes`). Whole segments below the last snapshot are deleted, so
+    /// this bounds the disk the log keeps beyond what the snapshot covers. In
+    /// 4096..=1073741824; default 16 MiB. Small values are for tests.
+    pub metadata_log_segment_bytes: u64,
     /// Interval of the active controller's NoOpRecords, ms (Kafka:
     /// `metadata.max.idle.interval.ms`, 500).
     pub metadata_max_idle_interval_ms: u64,
@@ -119,6 +124,8 @@ pub struct RawConfig {
     pub raft_heartbeat_interval_ms: Option<u64>,
     /// entries
     pub metadata_snapshot_max_entries: Option<u64>,
+    /// bytes
+    pub metadata_log_segment_bytes: Option<u64>,
     /// ms
     pub metadata_max_idle_interval_ms: Option<u64>,
     /// bool
@@ -164,6 +171,7 @@ impl RawConfig {
             election_timeout_max_ms,
             raft_heartbeat_interval_ms,
             metadata_snapshot_max_entries,
+            metadata_log_segment_bytes,
             metadata_max_idle_interval_ms,
             auto_leader_rebalance_enable,
             leader_imbalance_check_interval_seconds,
@@ -233,6 +241,9 @@ impl RawConfig {
             election_timeout_max_ms: self.election_timeout_max_ms.unwrap_or(600),
             raft_heartbeat_interval_ms: self.raft_heartbeat_interval_ms.unwrap_or(100),
             metadata_snapshot_max_entries: self.metadata_snapshot_max_entries.unwrap_or(20_000),
+            metadata_log_segment_bytes: self
+                .metadata_log_segment_bytes
+                .unwrap_or(keel_metadata_log::store::disk::DEFAULT_SEGMENT_BYTES),
             metadata_max_idle_interval_ms: self.metadata_max_idle_interval_ms.unwrap_or(500),
             auto_leader_rebalance_enable: self.auto_leader_rebalance_enable.unwrap_or(true),
             leader_imbalance_check_interval_seconds: self
@@ -273,6 +284,15 @@ impl ControllerConfig {
             "metadata_snapshot_max_entries",
             self.metadata_snapshot_max_entries,
         )?;
+        if !(4096..=1 << 30).contains(&self.metadata_log_segment_bytes) {
+            return Err(ConfigError::Invalid {
+                key: "metadata_log_segment_bytes",
+                reason: format!(
+                    "{} is not in 4096..=1073741824",
+                    self.metadata_log_segment_bytes
+                ),
+            });
+        }
         positive(
             "metadata_max_idle_interval_ms",
             self.metadata_max_idle_interval_ms,

@@ -63,6 +63,9 @@ struct Args {
     /// Snapshot after this many entries.
     #[arg(long, env = "KEEL_METADATA_SNAPSHOT_MAX_ENTRIES")]
     metadata_snapshot_max_entries: Option<u64>,
+    /// Raft log segment size, bytes (Kafka: metadata.log.segment.bytes).
+    #[arg(long, env = "KEEL_METADATA_LOG_SEGMENT_BYTES")]
+    metadata_log_segment_bytes: Option<u64>,
     /// NoOpRecord interval, ms (Kafka: metadata.max.idle.interval.ms).
     #[arg(long, env = "KEEL_METADATA_MAX_IDLE_INTERVAL_MS")]
     metadata_max_idle_interval_ms: Option<u64>,
@@ -108,6 +111,7 @@ impl Args {
             election_timeout_max_ms: self.election_timeout_max_ms,
             raft_heartbeat_interval_ms: self.raft_heartbeat_interval_ms,
             metadata_snapshot_max_entries: self.metadata_snapshot_max_entries,
+            metadata_log_segment_bytes: self.metadata_log_segment_bytes,
             metadata_max_idle_interval_ms: self.metadata_max_idle_interval_ms,
             auto_leader_rebalance_enable: self.auto_leader_rebalance_enable,
             leader_imbalance_check_interval_seconds: self.leader_imbalance_check_interval_seconds,

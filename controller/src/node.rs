@@ -155,7 +155,10 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
             )));
         }
     }
-    let (log, sm) = store::open_checked(&c.metadata_log_dir).map_err(inconsistent)?;
+    let disk_options = store::disk::DiskOptions {
+        segment_bytes: c.metadata_log_segment_bytes,
+    };
+    let (log, sm) = store::open_checked(&c.metadata_log_dir, disk_options).map_err(inconsistent)?;
     let image_cluster_id = sm.image().cluster_id().map(str::to_string);
     match &stored {
         Some(p) => p.check_cluster_id(&props_path, image_cluster_id.as_deref())?,

@@ -273,3 +273,55 @@ fn a_second_controller_on_the_same_directory_is_refused_while_the_first_runs() {
     wait_until_serving(&q, &dir);
     assert!(q.pid(1).is_some(), "{}", q.logs());
 }
+
+/// Raft log segment files in `raft`, by base index.
+fn raft_segments(raft: &Path) -> Vec<u64> {
+    let mut v: Vec<u64> = std::fs::read_dir(raft)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".log")?.parse().ok()
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// With small segments and frequent snapshots, the Raft log rolls and whole segments below
+/// the snapshot are deleted while the controller runs (the disk it keeps is bounded), and a
+/// restart recovers from what is left.
+#[test]
+fn old_raft_log_segments_are_deleted_after_snapshots() {
+    let mut q = Quorum::start_with(
+        1,
+        &[FAST_SNAPSHOTS, &["--metadata-log-segment-bytes", "4096"]].concat(),
+    );
+    let dir = q.data_dir(1);
+    wait_until_serving(&q, &dir);
+    let raft = dir.join("raft");
+    // NoOpRecords every 20 ms fill a 4 KiB segment in about a second.
+    wait_until(&q, Duration::from_secs(30), "no segment deleted", || {
+        raft_segments(&raft).first().is_some_and(|&first| first > 0)
+    });
+    let during = raft_segments(&raft);
+    assert!(during.len() <= 4, "old segments kept: {during:?}");
+    let cluster_id = std::fs::read_to_string(dir.join("meta.properties")).unwrap();
+    assert!(q.terminate(1).success());
+    q.start_node(1);
+    // It starts from the snapshot and what is left of the log, and serves.
+    wait_until(
+        &q,
+        Duration::from_secs(20),
+        "no newer segment after restart",
+        || {
+            raft_segments(&raft)
+                .last()
+                .is_some_and(|l| l > during.last().unwrap())
+        },
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("meta.properties")).unwrap(),
+        cluster_id
+    );
+    assert!(q.pid(1).is_some(), "{}", q.logs());
+}

@@ -229,7 +229,7 @@ fn bad_config_fails_at_start_with_one_line_naming_the_key() {
         d,
     ]);
     assert!(e.contains("controller_quorum_voters"), "{e}");
-    // Topic defaults out of range; a negative value after a space is the flag's value, not
+    // Topic defaults and the segment size out of range; a negative value after a space is the flag's value, not
     // another flag.
     for (flag, value, want) in [
         (
@@ -241,6 +241,11 @@ fn bad_config_fails_at_start_with_one_line_naming_the_key() {
             "--default-replication-factor",
             "-1",
             "default_replication_factor: -1 is not in 1..=32767",
+        ),
+        (
+            "--metadata-log-segment-bytes",
+            "100",
+            "metadata_log_segment_bytes: 100 is not in 4096..=1073741824",
         ),
     ] {
         let e = run(&[

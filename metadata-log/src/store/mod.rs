@@ -17,7 +17,7 @@ pub mod state_machine;
 
 use std::path::{Path, PathBuf};
 
-pub use disk::RaftDisk;
+pub use disk::{DiskOptions, RaftDisk};
 pub use log_store::LogStore;
 pub use state_machine::StateMachineStore;
 
@@ -69,10 +69,13 @@ pub enum OpenError {
 ///
 /// Errors: [`OpenError::Inconsistent`] naming the path and what is missing,
 /// [`OpenError::Log`] or [`OpenError::Storage`].
-pub fn open_checked(dir: &Path) -> Result<(LogStore, StateMachineStore), OpenError> {
+pub fn open_checked(
+    dir: &Path,
+    options: DiskOptions,
+) -> Result<(LogStore, StateMachineStore), OpenError> {
     check_before_open(dir)?;
     let raft_dir = dir.join("raft");
-    let log = LogStore::new(RaftDisk::open(&raft_dir).map_err(OpenError::Log)?);
+    let log = LogStore::new(RaftDisk::open_with(&raft_dir, options).map_err(OpenError::Log)?);
     let sm = StateMachineStore::open(&dir.join("snapshots"))
         .map_err(|e| OpenError::Storage(Box::new(e)))?;
     let state = log
