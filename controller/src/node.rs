@@ -149,7 +149,7 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
         if !raft_dir.exists() {
             return Err(StartError::Inconsistent(format!(
                 "{} is inconsistent: missing (no Raft log and no vote), but {} exists; \
-                 restore it, or empty the whole directory to rejoin as a new member",
+                 restore it from a backup (emptying a voter's directory is unsafe, see the README)",
                 raft_dir.display(),
                 props_path.display()
             )));

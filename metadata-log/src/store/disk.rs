@@ -975,9 +975,8 @@ fn refuse_sled(dir: &Path) -> io::Result<()> {
             io::ErrorKind::InvalidData,
             format!(
                 "{} holds a sled database, the Raft log format of earlier Keel builds; this \
-                 build keeps the Raft log in segment files. Empty this controller's whole \
-                 metadata_log_dir and start it again: it rejoins and catches up from the other \
-                 controllers (do one controller at a time)",
+                 build keeps the Raft log in segment files and cannot read it (there is no \
+                 converter): run the earlier build on it (see the README)",
                 dir.display()
             ),
         ));

@@ -107,7 +107,7 @@ pub fn check_before_open(dir: &Path) -> Result<(), OpenError> {
             path: raft_dir,
             problem: format!(
                 "missing (no Raft log and no vote), but {} holds a snapshot at offset {index}; \
-                 restore it, or empty the whole directory to rejoin as a new member",
+                 restore it from a backup (emptying a voter's directory is unsafe, see the README)",
                 snap_dir.display()
             ),
         });
@@ -122,7 +122,7 @@ pub fn inconsistency(raft: &log_store::StoredState, snapshot_index: Option<u64>)
         if let Some(index) = snapshot_index {
             return Some(format!(
                 "no vote, but snapshots/ holds a snapshot at offset {index} (was raft/ deleted?); \
-                 restore it, or empty the whole directory to rejoin as a new member"
+                 restore it from a backup (emptying a voter's directory is unsafe, see the README)"
             ));
         }
         if let Some(purged) = raft.last_purged_index {
