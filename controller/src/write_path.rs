@@ -380,6 +380,23 @@ impl<S: ControllerState> WriteTask<S> {
             tracing::warn!(error = %e, "could not confirm leadership");
             return;
         }
+        // And every entry already in this leader's log: requests are validated against the
+        // applied image, so deciding before those entries are applied could commit a record
+        // that contradicts one of them (a duplicate TopicRecord was seen in a break-it run).
+        // They commit with this term's first entry; bounded by leadership: give up when
+        // this node stops being the leader with a confirmed quorum.
+        let target = self.raft.metrics().borrow().last_log_index.unwrap_or(0);
+        while self.images.borrow().provenance().offset < target {
+            let m = self.raft.metrics().borrow().clone();
+            if m.current_leader != Some(self.config.node_id) || !*self.quorum_confirmed.borrow() {
+                tracing::info!(
+                    node_id = self.config.node_id,
+                    "lost leadership while applying the log"
+                );
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
         self.working = self.images.borrow().clone();
         self.working_offset = self.working.provenance().offset;
         self.leader = true;

@@ -325,3 +325,29 @@ fn old_raft_log_segments_are_deleted_after_snapshots() {
     );
     assert!(q.pid(1).is_some(), "{}", q.logs());
 }
+
+#[test]
+fn emptying_raft_but_keeping_meta_properties_is_refused_at_start() {
+    let mut q = Quorum::start(1);
+    let dir = q.data_dir(1);
+    wait_until_serving(&q, &dir);
+    assert!(q.terminate(1).success());
+    let raft = dir.join("raft");
+    for e in std::fs::read_dir(&raft).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    let line = restart_expecting_refusal(&mut q, 1);
+    assert!(
+        line.contains(&format!(
+            "{} is inconsistent: it holds no vote, but {} records cluster_id",
+            raft.display(),
+            dir.join("meta.properties").display()
+        )),
+        "{line}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&raft).unwrap().count(),
+        0,
+        "files were created"
+    );
+}

@@ -13,8 +13,8 @@
 //! CPU per write on followers and ~15% on the leader (interleaved A/B, session 7 notes).
 //!
 //! ## Layout of `raft/`
-//! - `lock`: held with an exclusive lock (`flock`, [`File::try_lock`]) while open, so two
-//!   processes never share a log.
+//! The directory is held with an exclusive lock (`flock` on its descriptor,
+//! [`File::try_lock`]) while open, so two processes never share a log.
 //! - `<base>.log`: segments, named by the index of their first entry (20 digits). The last
 //!   one is *active*: appends go there. Each holds one contiguous run of indexes.
 //! - `meta`: the purge point and the named values; replaced atomically (`meta.tmp`, fsync,
@@ -71,7 +71,6 @@ const META_MAGIC: &[u8; 8] = b"KEELMETA";
 const FORMAT_VERSION: u32 = 1;
 const SEGMENT_HEADER_BYTES: u64 = 32;
 const RECORD_HEADER_BYTES: usize = 16;
-const LOCK_FILE: &str = "lock";
 const META_FILE: &str = "meta";
 const META_TMP_FILE: &str = "meta.tmp";
 const SEGMENT_SUFFIX: &str = ".log";
@@ -169,7 +168,7 @@ struct Inner {
     doomed: Vec<PathBuf>,
     /// Set when an fsync failed; every later call fails with it.
     failed: Option<String>,
-    /// Holds the exclusive lock on `raft/lock` while open.
+    /// The `raft/` directory, held with an exclusive lock while open.
     _lock: File,
 }
 
@@ -202,11 +201,9 @@ impl RaftDisk {
     fn open_inner(dir: &Path, options: DiskOptions) -> io::Result<Self> {
         fs::create_dir_all(dir)?;
         refuse_sled(dir)?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(LOCK_FILE))?;
+        // The directory itself is locked (flock on its descriptor): unlike a lock file, it
+        // cannot be deleted from under a running controller.
+        let lock = File::open(dir)?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
@@ -830,8 +827,9 @@ fn check_segment_header(bytes: &[u8], base: u64) -> Result<u64, HeaderError> {
         return Err(HeaderError::Short);
     };
     if &h[0..8] != SEGMENT_MAGIC {
-        // An all-zero header is one whose bytes never reached the disk.
-        return Err(if h.iter().all(|&b| b == 0) {
+        // A file of zeros is one whose bytes never reached the disk; a zeroed header with
+        // data after it is damage.
+        return Err(if bytes.iter().all(|&b| b == 0) {
             HeaderError::Short
         } else {
             HeaderError::Magic

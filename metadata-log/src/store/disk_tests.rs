@@ -283,6 +283,21 @@ fn damage_inside_the_last_batch_is_a_torn_tail_but_before_it_is_refused() {
 }
 
 #[test]
+fn a_zeroed_header_with_records_after_it_is_refused_not_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = RaftDisk::open(dir.path()).unwrap();
+    put(&disk, 1..=3, 1);
+    drop(disk);
+    let seg = active_segment(dir.path());
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[..SEGMENT_HEADER_BYTES as usize].fill(0);
+    std::fs::write(&seg, &bytes).unwrap();
+    let e = RaftDisk::open(dir.path()).unwrap_err();
+    assert!(e.to_string().contains("bad magic"), "{e}");
+    assert_eq!(std::fs::read(&seg).unwrap(), bytes, "the file was changed");
+}
+
+#[test]
 fn a_segment_whose_header_never_reached_the_disk_is_removed() {
     let dir = tempfile::tempdir().unwrap();
     let disk = RaftDisk::open(dir.path()).unwrap();
