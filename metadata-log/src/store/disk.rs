@@ -161,7 +161,7 @@ struct Inner {
     /// `meta` changed in a way the next flush must make durable.
     meta_dirty: bool,
     /// Segment files written since the last flush.
-    unsynced: Vec<Arc<File>>,
+    unsynced: Vec<(Arc<File>, PathBuf)>,
     /// A segment file was created since the last flush (the directory needs an fsync).
     dir_dirty: bool,
     /// Segments wholly at or below the purge point, deleted once `meta` is durable.
@@ -361,7 +361,7 @@ impl RaftDisk {
 /// The I/O of one flush, taken from [`Inner`] under its lock and run without it.
 struct FlushJob {
     dir: PathBuf,
-    files: Vec<Arc<File>>,
+    files: Vec<(Arc<File>, PathBuf)>,
     meta: Option<Vec<u8>>,
     sync_dir: bool,
     doomed: Vec<PathBuf>,
@@ -373,18 +373,19 @@ impl FlushJob {
     }
 
     fn run(self) -> io::Result<()> {
-        for f in &self.files {
-            f.sync_data()?;
+        for (f, path) in &self.files {
+            f.sync_data().map_err(|e| with_path(e, path))?;
         }
         if let Some(bytes) = &self.meta {
             let tmp = self.dir.join(META_TMP_FILE);
-            let mut f = File::create(&tmp)?;
-            f.write_all(bytes)?;
-            f.sync_all()?;
-            fs::rename(&tmp, self.dir.join(META_FILE))?;
+            let on_tmp = |e| with_path(e, &tmp);
+            let mut f = File::create(&tmp).map_err(on_tmp)?;
+            f.write_all(bytes).map_err(on_tmp)?;
+            f.sync_all().map_err(on_tmp)?;
+            fs::rename(&tmp, self.dir.join(META_FILE)).map_err(on_tmp)?;
         }
         if self.sync_dir || self.meta.is_some() {
-            sync_dir(&self.dir)?;
+            sync_dir(&self.dir).map_err(|e| with_path(e, &self.dir))?;
         }
         // The purge point is durable: the segments below it may go. A failed delete loses
         // nothing (the next open ignores and deletes them).
@@ -482,12 +483,12 @@ impl Inner {
         if let Err(e) = seg.file.write_all_at(&buf, seg.len) {
             // Take back a partial write; if that fails too, open cuts it as a torn tail.
             let _ = seg.file.set_len(seg.len);
-            return Err(e);
+            return Err(with_path(e, &seg.path));
         }
         let start = seg.len;
         seg.len += buf.len() as u64;
         seg.last = Some(next - 1);
-        let file = seg.file.clone();
+        let (file, path) = (seg.file.clone(), seg.path.clone());
         self.entries
             .extend(records.into_iter().map(|(index, off, len)| {
                 (
@@ -499,7 +500,7 @@ impl Inner {
                     },
                 )
             }));
-        self.mark_unsynced(file);
+        self.mark_unsynced(file, &path);
         self.check_invariants();
         Ok(())
     }
@@ -531,9 +532,10 @@ impl Inner {
             .write(true)
             .create_new(true)
             .open(&path)?;
-        file.write_all_at(&segment_header(index, prev_end), 0)?;
+        file.write_all_at(&segment_header(index, prev_end), 0)
+            .map_err(|e| with_path(e, &path))?;
         let file = Arc::new(file);
-        self.mark_unsynced(file.clone());
+        self.mark_unsynced(file.clone(), &path);
         self.dir_dirty = true;
         self.segments.insert(
             index,
@@ -547,9 +549,9 @@ impl Inner {
         Ok(index)
     }
 
-    fn mark_unsynced(&mut self, file: Arc<File>) {
-        if !self.unsynced.iter().any(|f| Arc::ptr_eq(f, &file)) {
-            self.unsynced.push(file);
+    fn mark_unsynced(&mut self, file: Arc<File>, path: &Path) {
+        if !self.unsynced.iter().any(|(f, _)| Arc::ptr_eq(f, &file)) {
+            self.unsynced.push((file, path.to_path_buf()));
         }
     }
 
@@ -572,14 +574,16 @@ impl Inner {
         if !later.is_empty() {
             sync_dir(&self.dir)?;
         }
-        if let Some((_, pos)) = removed.first_key_value()
+        if let Some((&cut, pos)) = removed.first_key_value()
             && let Some(seg) = self.segments.get_mut(&pos.segment)
         {
-            seg.file.set_len(pos.offset)?;
+            seg.file
+                .set_len(pos.offset)
+                .map_err(|e| with_path(e, &seg.path))?;
             seg.len = pos.offset;
-            seg.last = (from > pos.segment).then(|| from - 1);
-            let file = seg.file.clone();
-            self.mark_unsynced(file);
+            seg.last = (cut > pos.segment).then(|| cut - 1);
+            let (file, path) = (seg.file.clone(), seg.path.clone());
+            self.mark_unsynced(file, &path);
         }
         self.check_invariants();
         Ok(())
@@ -984,6 +988,11 @@ fn refuse_sled(dir: &Path) -> io::Result<()> {
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+/// `e` with the file it happened on, for one-line reports (a full disk, a failed fsync).
+fn with_path(e: io::Error, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
 fn invalid_input(msg: String) -> io::Error {
