@@ -54,6 +54,16 @@ impl MetadataRecords {
             append_timestamp_ms: 0,
         }
     }
+
+    /// An upper bound of the serialized size, bytes (each record's protobuf size plus its
+    /// field key and length prefix, plus the timestamp). Walks the records without encoding.
+    pub fn encoded_len_bound(&self) -> usize {
+        self.records
+            .iter()
+            .map(|r| r.encoded_len() + 5)
+            .sum::<usize>()
+            + 11
+    }
 }
 
 impl fmt::Debug for MetadataRecords {
@@ -77,13 +87,7 @@ impl Serialize for MetadataRecords {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         // The protobuf encoding of a MetadataBatch, written field by field so the records
         // are not cloned into a temporary batch.
-        let mut buf = Vec::with_capacity(
-            self.records
-                .iter()
-                .map(|r| r.encoded_len() + 5)
-                .sum::<usize>()
-                + 11,
-        );
+        let mut buf = Vec::with_capacity(self.encoded_len_bound());
         for r in &self.records {
             prost::encoding::message::encode(1, r, &mut buf);
         }

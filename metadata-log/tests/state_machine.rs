@@ -120,3 +120,59 @@ fn snapshot_builds_installs_on_another_node_and_reloads_on_open() {
         assert!(c.image().is_empty());
     });
 }
+
+/// openraft 0.9 purges the log up to a received snapshot without waiting for the state
+/// machine to write it (`following_handler::install_full_snapshot`). The purge waits until a
+/// durable snapshot covers it, so a kill -9 between the two leaves a directory that opens:
+/// every index is in the log or in a snapshot file. A purge never covered fails, naming it.
+#[test]
+fn a_purge_waits_for_a_durable_snapshot_covering_it() {
+    use keel_metadata_log::store::DiskOptions;
+    use openraft::storage::{RaftLogReader, RaftLogStorage, RaftLogStorageExt};
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let id = |i: u64| LogId::new(CommittedLeaderId::new(2, 1), i);
+    rt().block_on(async {
+        let (log, mut sm) = store::open(dir.path()).unwrap();
+        let mut log = log.with_purge_wait(Duration::from_millis(200));
+        log.save_vote(&openraft::Vote::new(2, 1)).await.unwrap();
+        let entries: Vec<Entry> = (1..=20)
+            .map(|i| entry(i, vec![register(i as i32)]))
+            .collect();
+        log.blocking_append(entries.clone()).await.unwrap();
+        // No snapshot: the purge gives up after its wait, and nothing is purged.
+        let err = log.purge(id(15)).await.unwrap_err().to_string();
+        assert!(
+            err.contains("through offset 15") && err.contains("ends at none"),
+            "{err}"
+        );
+        assert_eq!(log.get_log_state().await.unwrap().last_purged_log_id, None);
+        // A snapshot through 10 does not cover a purge through 15 either.
+        sm.apply(entries[..10].to_vec()).await.unwrap();
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        let mut purging = log.clone().with_purge_wait(Duration::from_secs(30));
+        let purge = tokio::spawn(async move { purging.purge(id(15)).await });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!purge.is_finished());
+        assert_eq!(log.try_get_log_entries(0..100).await.unwrap().len(), 20);
+        // The snapshot through 15 is written: the purge goes on.
+        sm.apply(entries[10..15].to_vec()).await.unwrap();
+        sm.get_snapshot_builder()
+            .await
+            .build_snapshot()
+            .await
+            .unwrap();
+        purge.await.unwrap().unwrap();
+    });
+    let (mut log, _) = store::open_checked(dir.path(), DiskOptions::default()).unwrap();
+    rt().block_on(async {
+        let state = log.get_log_state().await.unwrap();
+        assert_eq!(state.last_purged_log_id, Some(id(15)));
+        let left = log.try_get_log_entries(0..100).await.unwrap();
+        assert_eq!(left.first().map(|e| e.log_id.index), Some(16));
+    });
+}

@@ -3,15 +3,22 @@
 //! Durability (DESIGN §1): `save_vote`, `append` (before the `LogFlushed` callback fires),
 //! `truncate` and `purge` flush to disk before they return. A vote or an entry whose append
 //! callback fired survives a crash (kill -9) of the process.
+//!
+//! A purge waits until a durable snapshot covers what it removes ([`DurableSnapshot`]), so
+//! after any crash every index is in the log or in a snapshot file. openraft runs log
+//! commands in order, so entries appended after the purge wait too and the log never holds
+//! a hole.
 
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::time::Duration;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, OptionalSend, StorageIOError, Vote};
 
 use crate::raft_types::{Entry, LogId, StorageError, TypeConfig};
+use crate::store::DurableSnapshot;
 use crate::store::disk::RaftDisk;
 
 const KEY_VOTE: &str = "vote";
@@ -26,12 +33,34 @@ const MAX_ENTRIES_PER_READ: usize = 65_536;
 #[derive(Debug, Clone)]
 pub struct LogStore {
     disk: RaftDisk,
+    /// Purges wait for this index to cover them (see the module doc).
+    durable_snapshot: DurableSnapshot,
+    /// How long a purge waits for the snapshot that covers it before failing.
+    purge_wait: Duration,
 }
 
+/// Default of how long a purge waits for the state machine to write the snapshot covering it.
+/// The state machine writes a received snapshot right after it is handed over (decode, write,
+/// two fsyncs): milliseconds at metadata sizes, so this is reached only when it failed.
+pub const PURGE_WAIT: Duration = Duration::from_secs(30);
+
 impl LogStore {
-    /// Opens the log stored in `disk`.
-    pub fn new(disk: RaftDisk) -> Self {
-        Self { disk }
+    /// Opens the log stored in `disk`; purges wait for `durable_snapshot` (the state machine's
+    /// [`StateMachineStore::durable_snapshot`](crate::store::StateMachineStore::durable_snapshot),
+    /// or [`DurableSnapshot::unbounded`] in storage tests that purge without snapshots) at
+    /// most [`PURGE_WAIT`].
+    pub fn new(disk: RaftDisk, durable_snapshot: DurableSnapshot) -> Self {
+        Self {
+            disk,
+            durable_snapshot,
+            purge_wait: PURGE_WAIT,
+        }
+    }
+
+    /// Sets how long a purge waits for the snapshot covering it (default [`PURGE_WAIT`]).
+    pub fn with_purge_wait(mut self, wait: Duration) -> Self {
+        self.purge_wait = wait;
+        self
     }
 
     fn get<T: serde::de::DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StorageError> {
@@ -212,6 +241,22 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        if !self
+            .durable_snapshot
+            .wait_for(log_id.index, self.purge_wait)
+            .await
+        {
+            let e = io::Error::other(format!(
+                "purging the log through offset {} waited {:?} for a snapshot covering it, but \
+                 the newest durable snapshot ends at {}",
+                log_id.index,
+                self.purge_wait,
+                self.durable_snapshot
+                    .index()
+                    .map_or("none".to_string(), |i| format!("offset {i}"))
+            ));
+            return Err(StorageIOError::write_logs(&e).into());
+        }
         // Record the purge point first: a crash in between leaves extra entries below it,
         // which are never read, never a hole above it.
         self.put(KEY_LAST_PURGED, &log_id)

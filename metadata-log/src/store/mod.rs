@@ -16,6 +16,10 @@ pub mod log_store;
 pub mod state_machine;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
 
 pub use disk::{DiskOptions, RaftDisk};
 pub use log_store::LogStore;
@@ -31,7 +35,66 @@ pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore), StorageError> {
     let disk =
         RaftDisk::open(&dir.join("raft")).map_err(|e| openraft::StorageIOError::read_logs(&e))?;
     let sm = StateMachineStore::open(&dir.join("snapshots"))?;
-    Ok((LogStore::new(disk), sm))
+    let log = LogStore::new(disk, sm.durable_snapshot());
+    Ok((log, sm))
+}
+
+/// The log index (inclusive) of the newest snapshot that is durable in `snapshots/`: its file
+/// fsynced, renamed into place and the directory fsynced. `None` while there is none.
+///
+/// Shared by the state machine, which raises it after writing a snapshot (built or received),
+/// and the log store, whose purges wait for it. openraft 0.9 does not order the two: on a
+/// received snapshot it hands the install to the state-machine task and at once runs the
+/// purge of the log up to the snapshot's last index
+/// (`engine/handler/following_handler::install_full_snapshot`). A purge that ran ahead of the
+/// snapshot file, and a kill -9 in between, would leave entries that neither the log nor any
+/// snapshot holds. Cheap to clone; clones share the value.
+#[derive(Debug, Clone)]
+pub struct DurableSnapshot(Arc<watch::Sender<u64>>);
+
+impl Default for DurableSnapshot {
+    fn default() -> Self {
+        Self(Arc::new(watch::channel(Self::NONE).0))
+    }
+}
+
+impl DurableSnapshot {
+    /// Stored as `index + 1`, so that 0 means "no snapshot".
+    const NONE: u64 = 0;
+
+    /// A watermark that covers every index, for storage tests that purge without building
+    /// snapshots (openraft's storage `Suite`).
+    pub fn unbounded() -> Self {
+        Self(Arc::new(watch::channel(u64::MAX).0))
+    }
+
+    /// The newest durable snapshot's last log index, `None` when there is none.
+    pub fn index(&self) -> Option<u64> {
+        match *self.0.borrow() {
+            Self::NONE => None,
+            plus_one => Some(plus_one - 1),
+        }
+    }
+
+    /// Records that a snapshot through `index` is durable. Never lowers the watermark.
+    pub(crate) fn raise(&self, index: u64) {
+        let new = index.saturating_add(1);
+        self.0.send_if_modified(|v| {
+            let higher = new > *v;
+            if higher {
+                *v = new;
+            }
+            higher
+        });
+    }
+
+    /// Waits until a snapshot through `index` or later is durable, at most `timeout`.
+    /// Returns whether it is.
+    pub async fn wait_for(&self, index: u64, timeout: Duration) -> bool {
+        let mut rx = self.0.subscribe();
+        let covered = rx.wait_for(|v| *v > index);
+        matches!(tokio::time::timeout(timeout, covered).await, Ok(Ok(_)))
+    }
 }
 
 /// Why [`open_checked`] refused a metadata log directory.
@@ -75,9 +138,10 @@ pub fn open_checked(
 ) -> Result<(LogStore, StateMachineStore), OpenError> {
     check_before_open(dir)?;
     let raft_dir = dir.join("raft");
-    let log = LogStore::new(RaftDisk::open_with(&raft_dir, options).map_err(OpenError::Log)?);
+    let disk = RaftDisk::open_with(&raft_dir, options).map_err(OpenError::Log)?;
     let sm = StateMachineStore::open(&dir.join("snapshots"))
         .map_err(|e| OpenError::Storage(Box::new(e)))?;
+    let log = LogStore::new(disk, sm.durable_snapshot());
     let state = log
         .stored_state()
         .map_err(|e| OpenError::Storage(Box::new(e)))?;

@@ -24,6 +24,7 @@ use crate::raft_types::{
     ApplyOutcome, Entry, LogId, SnapshotMeta, StorageError, StoredMembership, TypeConfig,
 };
 use crate::snapshot;
+use crate::store::DurableSnapshot;
 
 const SNAPSHOT_PREFIX: &str = "snapshot-";
 const SNAPSHOT_SUFFIX: &str = ".snap";
@@ -38,6 +39,8 @@ pub struct StateMachineStore {
     image_tx: watch::Sender<MetadataImage>,
     /// Counter making snapshot ids unique within this process.
     snapshots_built: u64,
+    /// Raised after each snapshot file is durable; read by the log store's purge.
+    durable: DurableSnapshot,
 }
 
 impl StateMachineStore {
@@ -54,6 +57,7 @@ impl StateMachineStore {
             image: MetadataImage::empty(),
             image_tx: watch::channel(MetadataImage::empty()).0,
             snapshots_built: 0,
+            durable: DurableSnapshot::default(),
         };
         if let Some(path) = newest_snapshot(dir)? {
             let snap =
@@ -65,6 +69,9 @@ impl StateMachineStore {
                 .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
             sm.last_applied = meta.last_log_id;
             sm.membership = meta.last_membership;
+            if let Some(last) = sm.last_applied {
+                sm.durable.raise(last.index);
+            }
             tracing::info!(path = %path.display(), offset = sm.image.provenance().offset, "loaded metadata snapshot");
         }
         sm.image_tx.send_replace(sm.image.clone());
@@ -79,6 +86,12 @@ impl StateMachineStore {
     /// A receiver that sees every newly applied image.
     pub fn subscribe(&self) -> watch::Receiver<MetadataImage> {
         self.image_tx.subscribe()
+    }
+
+    /// The newest snapshot made durable by this state machine (see [`DurableSnapshot`]); the
+    /// log store must be given this handle.
+    pub fn durable_snapshot(&self) -> DurableSnapshot {
+        self.durable.clone()
     }
 
     /// The last applied log id: right after [`open`](Self::open), that of the newest
@@ -171,12 +184,21 @@ fn snapshot_path(dir: &Path, last: Option<LogId>) -> PathBuf {
     ))
 }
 
-/// Writes `bytes` as the snapshot for `last` and removes older snapshot files.
-fn store_snapshot(dir: &Path, last: Option<LogId>, bytes: &[u8]) -> Result<PathBuf, StorageError> {
+/// Writes `bytes` durably as the snapshot for `last`, raises `durable` to it, and removes
+/// older snapshot files.
+fn store_snapshot(
+    dir: &Path,
+    durable: &DurableSnapshot,
+    last: Option<LogId>,
+    bytes: &[u8],
+) -> Result<PathBuf, StorageError> {
     let path = snapshot_path(dir, last);
     let sig = None;
     snapshot::write_atomic(&path, bytes)
         .map_err(|e| StorageIOError::write_snapshot(sig.clone(), &e))?;
+    if let Some(last) = last {
+        durable.raise(last.index);
+    }
     let keep = last.map_or(0, |l| l.index);
     for (index, old) in snapshot_files(dir)? {
         if index < keep {
@@ -193,6 +215,7 @@ fn store_snapshot(dir: &Path, last: Option<LogId>, bytes: &[u8]) -> Result<PathB
 #[derive(Debug)]
 pub struct SnapshotBuilder {
     dir: PathBuf,
+    durable: DurableSnapshot,
     image: MetadataImage,
     meta: SnapshotMeta,
 }
@@ -202,7 +225,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let raft_meta = postcard::to_stdvec(&self.meta)
             .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
         let bytes = snapshot::encode(&self.image, &raft_meta);
-        let path = store_snapshot(&self.dir, self.meta.last_log_id, &bytes)?;
+        let path = store_snapshot(&self.dir, &self.durable, self.meta.last_log_id, &bytes)?;
         tracing::info!(path = %path.display(), bytes = bytes.len(), "built metadata snapshot");
         Ok(Snapshot {
             meta: self.meta.clone(),
@@ -284,6 +307,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         };
         SnapshotBuilder {
             dir: self.dir.clone(),
+            durable: self.durable.clone(),
             image: self.image.clone(),
             meta: SnapshotMeta {
                 last_log_id: self.last_applied,
@@ -318,7 +342,7 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         let image = snap
             .to_image(label)
             .map_err(|e| StorageIOError::read_snapshot(sig.clone(), &e))?;
-        store_snapshot(&self.dir, meta.last_log_id, &bytes)?;
+        store_snapshot(&self.dir, &self.durable, meta.last_log_id, &bytes)?;
         self.image = image;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
