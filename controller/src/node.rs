@@ -122,6 +122,38 @@ pub fn raft_config(c: &ControllerConfig) -> openraft::Config {
     }
 }
 
+/// Turns a committed vote for this node (it was the leader when it stopped) into a plain vote
+/// for itself in the same term, so it starts as a follower instead of resuming leadership.
+///
+/// openraft 0.9 lets a restarted leader lead again in its old term. If the process lost the
+/// unsynced tail of its log (power loss, a torn write) after sending those entries to the
+/// followers, it would then write different entries at the same (term, index) as theirs and
+/// the logs would diverge for good (seen in a break-it run). A new term rules that out: the
+/// node keeps its vote in its term and becomes leader again only through an election, which
+/// the followers grant only to a log as up to date as theirs. Kafka's KRaft likewise never
+/// resumes leadership after a restart (the leader epoch is bumped by a new election).
+///
+/// Errors: the vote cannot be read or written.
+async fn never_resume_leadership(
+    log: &mut store::LogStore,
+    node_id: u64,
+) -> Result<(), keel_metadata_log::raft_types::StorageError> {
+    use openraft::storage::RaftLogStorage;
+    if let Some(vote) = log.read_vote().await?
+        && vote.is_committed()
+        && vote.leader_id().voted_for() == Some(node_id)
+    {
+        let plain = openraft::Vote::new(vote.leader_id().term, node_id);
+        log.save_vote(&plain).await?;
+        tracing::info!(
+            node_id,
+            term = vote.leader_id().term,
+            "was the leader when it stopped: starts as a follower (a new election decides)"
+        );
+    }
+    Ok(())
+}
+
 /// Opens storage and starts the Raft node (initializing the voter set on first start).
 ///
 /// Before openraft sees the directory: `meta.properties` must match `node_id` and the voter
@@ -158,7 +190,8 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
     let disk_options = store::disk::DiskOptions {
         segment_bytes: c.metadata_log_segment_bytes,
     };
-    let (log, sm) = store::open_checked(&c.metadata_log_dir, disk_options).map_err(inconsistent)?;
+    let (mut log, sm) =
+        store::open_checked(&c.metadata_log_dir, disk_options).map_err(inconsistent)?;
     let storage_err = |e: keel_metadata_log::raft_types::StorageError| StartError::Storage {
         dir: dir.clone(),
         source: Box::new(e),
@@ -177,6 +210,9 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
             props_path.display()
         )));
     }
+    never_resume_leadership(&mut log, c.node_id)
+        .await
+        .map_err(storage_err)?;
     let image_cluster_id = sm.image().cluster_id().map(str::to_string);
     match &stored {
         Some(p) => p.check_cluster_id(&props_path, image_cluster_id.as_deref())?,

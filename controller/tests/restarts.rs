@@ -243,3 +243,48 @@ async fn clients_of(
     }
     v
 }
+
+/// The term a controller reports in DescribeQuorum (`None` while it has no leader).
+async fn term_seen_by(q: &Quorum, id: u64) -> Option<(i32, i64)> {
+    let mut c = q.client(id).await;
+    let r = c
+        .describe_quorum(keel_proto::controller::DescribeQuorumRequest {})
+        .await
+        .ok()?
+        .into_inner();
+    (r.error.is_none() && r.leader_id >= 0).then_some((r.leader_id, r.term))
+}
+
+/// A leader killed and started again at once does not lead again in its old term: it might
+/// have lost the unsynced tail of its log after sending it to the followers, and writing
+/// other entries at their (term, index) would split the logs for good (a break-it run saw
+/// it with a torn tail). A new term comes from an election, which only a log as up to date
+/// as the followers' wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_restarted_at_once_does_not_resume_its_term() {
+    let mut q = Quorum::start(3);
+    let leader = q.wait_leader(Duration::from_secs(10)).await;
+    let (_, term) = term_seen_by(&q, leader).await.expect("leader answers");
+    q.kill(leader);
+    q.start_node(leader);
+    let start = Instant::now();
+    let (new_leader, new_term) = loop {
+        if let Some(seen) = term_seen_by(&q, leader).await
+            && seen.1 > term
+        {
+            break seen;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no leader in a term after {term}\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    eprintln!("leader {leader} in term {term} killed; now leader {new_leader} in term {new_term}");
+    assert!(
+        q.log_of(leader).contains("starts as a follower"),
+        "{}",
+        q.log_of(leader)
+    );
+}
