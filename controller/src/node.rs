@@ -18,7 +18,7 @@ use tokio::sync::watch;
 
 use crate::config::ControllerConfig;
 use crate::meta_properties::{self, MetaProperties};
-use crate::peer_acks::PeerAcks;
+use crate::peer_acks::{PeerAcks, quorum_in_contact};
 use crate::raft_network::{MAX_RAFT_MESSAGE_BYTES, NetworkFactory, RaftServer};
 
 /// Why a controller could not start, or had to stop. `Display` is one line naming the cause.
@@ -255,6 +255,8 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
     let (quorum_confirmed, _check_quorum) = spawn_check_quorum(
         raft.clone(),
         c.node_id,
+        voters.keys().copied().collect(),
+        peer_acks.clone(),
         std::time::Duration::from_millis(c.election_timeout_min_ms / 2),
         std::time::Duration::from_millis(c.election_timeout_max_ms),
     );
@@ -291,43 +293,68 @@ pub fn raft_service(
 }
 
 /// Check-quorum (Raft thesis §6.2; Kafka: `controller.quorum.fetch.timeout.ms`): every
-/// `interval`, an active controller confirms with a heartbeat round that a quorum still
-/// follows it. If it cannot within `timeout`, it must stop acting as the active controller:
-/// the returned flag turns false, the write path then answers NOT_CONTROLLER and leader hints
-/// say "unknown" until a confirmation succeeds again (or the node learns of a newer leader and
-/// becomes a follower). openraft 0.9 keeps such a node in its Leader state (it cannot commit,
-/// so nothing is acknowledged either way) and ignores an election trigger on a leader, hence
-/// this application-level flag.
+/// `interval`, an active controller checks that a majority of `voters` answered its
+/// replication within `timeout` ([`quorum_in_contact`] over `acks`). If not, it must stop
+/// acting as the active controller: the returned flag turns false, the write path then answers
+/// NOT_CONTROLLER and leader hints say "unknown" until contact is back (or the node learns of
+/// a newer leader and becomes a follower). openraft 0.9 keeps such a node in its Leader state
+/// (it cannot commit, so nothing is acknowledged either way) and ignores an election trigger
+/// on a leader, hence this application-level flag.
+///
+/// An earlier version asked openraft for one heartbeat round (`ensure_linearizable`), which
+/// fails as soon as the replies are in without a quorum: with one voter down, a single
+/// heartbeat that missed its deadline on a busy follower stepped the leader down.
 pub fn spawn_check_quorum(
     raft: Raft<TypeConfig>,
     node_id: u64,
+    voters: Vec<u64>,
+    acks: PeerAcks,
     interval: std::time::Duration,
     timeout: std::time::Duration,
 ) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
     let (tx, rx) = watch::channel(true);
+    let timeout_ms = timeout.as_millis() as i64;
     let task = tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Wall clock (ms) at which this node was first seen leading in its current term.
+        let mut leading_since: Option<(u64, i64)> = None;
         loop {
             ticker.tick().await;
-            let is_leader = {
+            let (is_leader, term) = {
                 let m = raft.metrics();
                 let m = m.borrow();
-                m.state.is_leader() && m.current_leader == Some(node_id)
+                (
+                    m.state.is_leader() && m.current_leader == Some(node_id),
+                    m.current_term,
+                )
             };
             if !is_leader {
+                leading_since = None;
                 tx.send_if_modified(|ok| !std::mem::replace(ok, true));
                 continue;
             }
-            let confirmed = matches!(
-                tokio::time::timeout(timeout, raft.ensure_linearizable()).await,
-                Ok(Ok(_))
+            let now = crate::write_path::wall_clock_ms();
+            let since = match leading_since {
+                Some((t, since)) if t == term => since,
+                _ => {
+                    leading_since = Some((term, now));
+                    now
+                }
+            };
+            let confirmed = quorum_in_contact(
+                now,
+                since,
+                timeout_ms,
+                node_id,
+                voters.iter().copied(),
+                |peer| acks.get(peer).map(|a| a.last_fetch_ms),
             );
             let changed = tx.send_if_modified(|ok| std::mem::replace(ok, confirmed) != confirmed);
             if changed && !confirmed {
                 tracing::warn!(
                     node_id,
-                    timeout_ms = timeout.as_millis() as u64,
+                    timeout_ms,
                     "lost contact with a quorum of controllers: no longer acting as the active controller"
                 );
             } else if changed {

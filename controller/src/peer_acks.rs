@@ -13,6 +13,38 @@ use std::sync::{Arc, Mutex, OnceLock};
 use openraft::{BasicNode, RaftMetrics};
 use tokio::sync::watch;
 
+/// Check-quorum (Raft thesis §6.2; Kafka `LeaderState.timeUntilCheckQuorumExpires` with
+/// `controller.quorum.fetch.timeout.ms`): whether a majority of `voters`, the leader
+/// `self_id` included, was in contact within the last `timeout_ms` before `now_ms`. A peer's
+/// contact is its last AppendEntries reply (`last_fetch`, heartbeats included) or, if later,
+/// the moment this node became the leader (`leader_since_ms`), so a new leader gets a whole
+/// timeout before it judges. All times are wall-clock ms of this node.
+///
+/// A missed heartbeat or two (a slow follower) does not count against the leader: only
+/// `timeout_ms` of silence from too many peers does.
+pub fn quorum_in_contact(
+    now_ms: i64,
+    leader_since_ms: i64,
+    timeout_ms: i64,
+    self_id: u64,
+    voters: impl IntoIterator<Item = u64>,
+    last_fetch: impl Fn(u64) -> Option<i64>,
+) -> bool {
+    let (mut total, mut in_contact) = (0usize, 0usize);
+    for v in voters {
+        total += 1;
+        let contact = if v == self_id {
+            now_ms
+        } else {
+            last_fetch(v).unwrap_or(i64::MIN).max(leader_since_ms)
+        };
+        if now_ms.saturating_sub(contact) <= timeout_ms {
+            in_contact += 1;
+        }
+    }
+    in_contact * 2 > total
+}
+
 /// What the leader knows about one peer's replication replies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerAck {
@@ -88,6 +120,28 @@ impl PeerAcks {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_quorum_needs_a_majority_heard_from_within_the_timeout() {
+        let fetched = |at: &'static [(u64, i64)]| {
+            move |id: u64| at.iter().find(|(p, _)| *p == id).map(|(_, t)| *t)
+        };
+        // Leader 1 of {1, 2, 3} since t=0, timeout 600.
+        let check = |now, at| quorum_in_contact(now, 0, 600, 1, [1, 2, 3], fetched(at));
+        // A new leader has a whole timeout before it judges, even with no reply at all.
+        assert!(check(600, &[]));
+        assert!(!check(601, &[]));
+        // One peer heard from within the timeout is enough (2 of 3); a late one is not.
+        assert!(check(1000, &[(2, 400)]));
+        assert!(!check(1000, &[(2, 399), (3, 100)]));
+        assert!(check(1000, &[(2, 399), (3, 990)]));
+        // Five voters need two peers.
+        let five = |at| quorum_in_contact(2000, 0, 600, 1, 1..=5, fetched(at));
+        assert!(!five(&[(2, 1900)]));
+        assert!(five(&[(2, 1900), (4, 1500)]));
+        // A single voter is its own quorum.
+        assert!(quorum_in_contact(10_000, 0, 600, 1, [1], |_| None));
+    }
 
     #[test]
     fn every_reply_is_a_fetch_and_only_a_full_match_is_caught_up() {
