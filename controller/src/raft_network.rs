@@ -13,12 +13,13 @@
 
 use std::time::Duration;
 
-use keel_metadata_log::raft_types::TypeConfig;
+use keel_metadata_log::raft_types::{Entry, TypeConfig};
 use keel_proto::raft::raft_service_client::RaftServiceClient;
 use keel_proto::raft::raft_service_server::RaftService;
 use keel_proto::raft::{RaftReply, RaftRequest};
 use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+    InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
+    Unreachable,
 };
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
@@ -36,6 +37,12 @@ use tonic::transport::{Channel, Endpoint};
 const PAYLOAD_VERSION: u32 = 1;
 /// Largest Raft message accepted or sent, bytes (entries batches and snapshot chunks).
 pub const MAX_RAFT_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
+/// Most bytes of entries sent in one AppendEntries (estimated before encoding, see
+/// [`entries_within`]). openraft bounds a request by entry count only (`max_payload_entries`),
+/// and the request must arrive, be fsynced and be answered within one heartbeat interval:
+/// 256 entries of a 10,000-partition topic creation are ~100 MB and would time out forever.
+/// A single larger entry is still sent alone.
+pub const MAX_APPEND_ENTRIES_BYTES: usize = 1024 * 1024;
 /// Connect timeout for a peer.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -179,6 +186,27 @@ impl PeerClient {
     }
 }
 
+/// `None` when `entries` are estimated to fit in `max_bytes`; otherwise how many of the first
+/// entries fit (at least 1, so an entry larger than `max_bytes` still goes alone). Stops
+/// walking once over the limit, so the cost is bounded by `max_bytes`, not the request.
+pub fn entries_within(entries: &[Entry], max_bytes: usize) -> Option<u64> {
+    /// Log id, payload tag and lengths of one entry, bytes (generous).
+    const ENTRY_OVERHEAD: usize = 32;
+    let mut total = 0usize;
+    for (i, e) in entries.iter().enumerate() {
+        total += ENTRY_OVERHEAD
+            + match &e.payload {
+                openraft::EntryPayload::Normal(batch) => batch.encoded_len_bound(),
+                openraft::EntryPayload::Membership(m) => 64 * m.nodes().count().max(1),
+                openraft::EntryPayload::Blank => 0,
+            };
+        if total > max_bytes {
+            return (entries.len() > 1).then_some(i.max(1) as u64);
+        }
+    }
+    None
+}
+
 #[derive(Debug, Clone, Copy)]
 enum Method {
     AppendEntries,
@@ -192,6 +220,13 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RpcErr> {
+        if let Some(fit) = entries_within(&rpc.entries, MAX_APPEND_ENTRIES_BYTES) {
+            // openraft retries at once with this many entries and keeps the hint for the
+            // next few requests (`replication::update_hint`).
+            return Err(RPCError::PayloadTooLarge(
+                PayloadTooLarge::new_entries_hint(fit),
+            ));
+        }
         let end = rpc
             .entries
             .last()
@@ -228,6 +263,21 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     ) -> Result<VoteResponse<u64>, RpcErr> {
         self.call(Method::Vote, &rpc, &option).await
     }
+
+    /// Pauses after an unreachable peer: [`backoff_ms`]. openraft's default is a constant
+    /// 500 ms, so one AppendEntries that missed its heartbeat-interval deadline (a large
+    /// entry on a busy follower) silenced the leader toward that follower for most of its
+    /// check-quorum window (election_timeout_max_ms, 600 ms by default), and with another
+    /// follower down the leader stepped down.
+    fn backoff(&self) -> openraft::network::Backoff {
+        openraft::network::Backoff::new((0..).map(|i| Duration::from_millis(backoff_ms(i))))
+    }
+}
+
+/// The pause before retry `i` (0-based) of an unreachable peer, ms: 25, 50, 100, 200, 400,
+/// then 500 for good. A retry that succeeds ends the series (openraft drops it).
+pub fn backoff_ms(i: u32) -> u64 {
+    (25u64 << i.min(5)).min(500)
 }
 
 /// The server side: hands RPCs from peers to the local Raft node.
@@ -302,5 +352,47 @@ impl RaftService for RaftServer {
     ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
         let req: InstallSnapshotRequest<TypeConfig> = decode(request.get_ref())?;
         reply(self.raft.install_snapshot(req).await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::entries_within;
+    use keel_metadata_log::raft_types::{Entry, LogId, MetadataRecords};
+    use keel_metadata_log::records::{MetadataRecord, NoOpRecord, metadata_record::Record};
+    use openraft::{CommittedLeaderId, EntryPayload};
+
+    /// An entry of `records` no-op records (a few bytes each).
+    fn entry(index: u64, records: usize) -> Entry {
+        let rec = MetadataRecord {
+            record: Some(Record::NoOp(NoOpRecord {})),
+        };
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(MetadataRecords::new(vec![rec; records])),
+        }
+    }
+
+    #[test]
+    fn backoff_grows_from_25_ms_to_500_ms() {
+        let got: Vec<u64> = (0..8).map(super::backoff_ms).collect();
+        assert_eq!(got, [25, 50, 100, 200, 400, 500, 500, 500]);
+        assert_eq!(super::backoff_ms(u32::MAX), 500);
+    }
+
+    #[test]
+    fn append_entries_are_cut_by_bytes_but_never_below_one_entry() {
+        let small: Vec<Entry> = (1..=256).map(|i| entry(i, 1)).collect();
+        assert_eq!(entries_within(&small, 1 << 20), None);
+        assert_eq!(entries_within(&[], 1 << 20), None);
+        // Each entry of 1000 records is over 2 KB: 10 KB hold only a few.
+        let big: Vec<Entry> = (1..=10).map(|i| entry(i, 1000)).collect();
+        let fit = entries_within(&big, 10_000).expect("over the limit");
+        assert!((1..10).contains(&fit), "{fit}");
+        assert_eq!(entries_within(&big[..fit as usize], 10_000), None);
+        assert!(entries_within(&big[..fit as usize + 1], 10_000).is_some());
+        // One entry over the limit goes alone; two get a hint of one.
+        assert_eq!(entries_within(&big[..1], 100), None);
+        assert_eq!(entries_within(&big[..2], 100), Some(1));
     }
 }

@@ -476,6 +476,77 @@ async fn oversized_operations_are_refused_and_the_quorum_keeps_committing() {
     assert!(img.topics().get_by_name("small").is_some());
 }
 
+/// The commit index controller `id` reports in DescribeCluster (-1 while it does not answer).
+async fn commit_index_of(q: &Quorum, id: u64) -> i64 {
+    let mut c = q.client(id).await;
+    c.describe_cluster(keel_proto::controller::DescribeClusterRequest::default())
+        .await
+        .map(|r| r.into_inner().commit_index)
+        .unwrap_or(-1)
+}
+
+/// A follower that missed many large entries (topic creations of 1,000 partitions, ~40 KB
+/// each, 6 MB in all) catches up. AppendEntries are bounded by bytes
+/// (`MAX_APPEND_ENTRIES_BYTES`), not only by openraft's entry count: 256 such entries in one
+/// request could not be sent, stored and answered within the heartbeat-interval RPC timeout,
+/// and the follower never caught up (a break-it run left the quorum without a leader so).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_by_large_entries_catches_up() {
+    const TOPICS: usize = 150;
+    let mut q = Quorum::start(3);
+    let hb = Duration::from_millis(HEARTBEAT_INTERVAL_MS as u64);
+    let _b1 = FakeBroker::start(&q, 1, "", hb).await;
+    wait_unfenced(&q, 1).await;
+    let leader = q.wait_leader(Duration::from_secs(5)).await;
+    let behind = q.ids().into_iter().find(|i| *i != leader).unwrap();
+    q.kill(behind);
+    // Straight to the active controller, without the harness's 1.5 s retry: an entry this
+    // large takes a while to commit in a debug build, and a retry would find the topic made.
+    let mut c = q.client(leader).await;
+    for i in 0..TOPICS {
+        let r = c
+            .create_topics(CreateTopicsRequest {
+                topics: vec![CreatableTopic {
+                    name: format!("wide-{i}"),
+                    num_partitions: 1000,
+                    replication_factor: 1,
+                    ..Default::default()
+                }],
+                validate_only: false,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(
+            ok(&r.error) && ok(&r.topics[0].error),
+            "wide-{i}: {r:?}\n{}",
+            q.logs()
+        );
+    }
+    let target = commit_index_of(&q, leader).await;
+    q.start_node(behind);
+    let restarted = Instant::now();
+    while commit_index_of(&q, behind).await < target {
+        assert!(
+            restarted.elapsed() < Duration::from_secs(20),
+            "node {behind} did not catch up to offset {target}\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "node {behind} caught up to offset {target} {:?} after its restart",
+        restarted.elapsed()
+    );
+    let img = fetch_image(&q, behind).await.unwrap();
+    for i in 0..TOPICS {
+        assert!(
+            img.topics().get_by_name(&format!("wide-{i}")).is_some(),
+            "wide-{i} missing on node {behind}"
+        );
+    }
+}
+
 /// `num_partitions` / `default_replication_factor` (Kafka: `num.partitions`,
 /// `default.replication.factor`) fill in a CreateTopics that says -1, on whichever controller
 /// is active; an explicit count still wins, and a default larger than the usable brokers is
