@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use crate::config::ControllerConfig;
 use crate::meta_properties::{self, MetaProperties};
 use crate::peer_acks::{PeerAcks, quorum_in_contact};
-use crate::raft_network::{MAX_RAFT_MESSAGE_BYTES, NetworkFactory, RaftServer};
+use crate::raft_network::{Identity, MAX_RAFT_MESSAGE_BYTES, NetworkFactory, RaftServer};
 
 /// Why a controller could not start, or had to stop. `Display` is one line naming the cause.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +81,8 @@ pub struct RaftNode {
     pub quorum_confirmed: watch::Receiver<bool>,
     /// When each peer last answered this node's AppendEntries (meaningful while leader).
     pub peer_acks: PeerAcks,
+    /// Node id and cluster id presented on and checked against Raft RPCs.
+    pub identity: Identity,
 }
 
 impl RaftNode {
@@ -230,8 +232,10 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
         .validate()
         .map_err(|e| StartError::Raft(e.to_string()))?;
     let voters = Arc::new(c.controller_quorum_voters.clone());
+    let recorded_cluster_id = stored.as_ref().and_then(|p| p.cluster_id.clone());
     let peer_acks = PeerAcks::default();
-    let network = NetworkFactory::new(voters.clone(), peer_acks.clone());
+    let identity = Identity::new(c.node_id, images.clone(), recorded_cluster_id);
+    let network = NetworkFactory::new(voters.clone(), peer_acks.clone(), identity.clone());
     let raft = Raft::new(c.node_id, Arc::new(config), network, log.clone(), sm)
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
@@ -268,6 +272,7 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
         node_id: c.node_id,
         quorum_confirmed,
         peer_acks,
+        identity,
     })
 }
 
@@ -287,6 +292,7 @@ pub fn raft_service(
 ) -> keel_proto::raft::raft_service_server::RaftServiceServer<RaftServer> {
     keel_proto::raft::raft_service_server::RaftServiceServer::new(RaftServer::new(
         node.raft.clone(),
+        node.identity.clone(),
     ))
     .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES)

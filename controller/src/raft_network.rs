@@ -10,6 +10,9 @@
 //! stream, deadline) is `Unreachable`, so openraft backs off before retrying; a reply that does
 //! not decode is a `NetworkError`; an error the remote Raft returned is a `RemoteError`. Every
 //! RPC is bounded by openraft's per-RPC TTL.
+//!
+//! Every request names the node it is for and the sender's cluster id ([`Identity`]); a
+//! receiver refuses one meant for another node or another cluster ([`misdirected`]).
 
 use std::time::Duration;
 
@@ -31,6 +34,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::peer_acks::{AppendOutcome, PeerAcks};
+use keel_metadata_log::MetadataImage;
+use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
 /// Payload format version carried in `RaftRequest.version`.
@@ -51,21 +56,85 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// Peer addresses come from this node's `controller_quorum_voters` (static voters, like KRaft
 /// before KIP-853): each controller decides how it reaches the others (through a proxy, a NAT,
 /// another interface), so the membership's stored address is only a fallback.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct NetworkFactory {
     voters: std::sync::Arc<std::collections::BTreeMap<u64, String>>,
     acks: PeerAcks,
+    identity: Identity,
 }
 
 impl NetworkFactory {
-    /// A factory dialing the voters at the given addresses and recording every
-    /// AppendEntries reply in `acks`.
+    /// A factory dialing the voters at the given addresses, presenting `identity`'s cluster
+    /// id, and recording every AppendEntries reply in `acks`.
     pub fn new(
         voters: std::sync::Arc<std::collections::BTreeMap<u64, String>>,
         acks: PeerAcks,
+        identity: Identity,
     ) -> Self {
-        Self { voters, acks }
+        Self {
+            voters,
+            acks,
+            identity,
+        }
     }
+}
+
+/// This controller's node id and its cluster id: the one the applied image names, else the
+/// one `meta.properties` recorded at start (a restarted node may not have re-applied the
+/// `ClusterIdRecord` yet). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    node_id: u64,
+    images: watch::Receiver<MetadataImage>,
+    recorded_cluster_id: Option<String>,
+}
+
+impl Identity {
+    /// The identity of node `node_id`, whose applied images are `images`, and whose
+    /// `meta.properties` recorded `recorded_cluster_id`.
+    pub fn new(
+        node_id: u64,
+        images: watch::Receiver<MetadataImage>,
+        recorded_cluster_id: Option<String>,
+    ) -> Self {
+        Self {
+            node_id,
+            images,
+            recorded_cluster_id,
+        }
+    }
+
+    /// The cluster id, empty while neither the log nor `meta.properties` names it.
+    fn cluster_id(&self) -> String {
+        match self.images.borrow().cluster_id() {
+            Some(id) => id.to_string(),
+            None => self.recorded_cluster_id.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// Why a controller (`own_id`, `own_cluster`) refuses a Raft request meant for node `target`
+/// and sent by a member of `sender_cluster`; `None` when it accepts it. An empty cluster id
+/// (not known yet on one side) matches any.
+pub fn misdirected(
+    own_id: u64,
+    own_cluster: &str,
+    target: u64,
+    sender_cluster: &str,
+) -> Option<String> {
+    if target != own_id {
+        return Some(format!(
+            "raft request for controller {target} reached controller {own_id}: the sender's \
+             controller_quorum_voters gives this address to another node"
+        ));
+    }
+    if !own_cluster.is_empty() && !sender_cluster.is_empty() && own_cluster != sender_cluster {
+        return Some(format!(
+            "INCONSISTENT_CLUSTER_ID: raft request from cluster {sender_cluster} reached \
+             controller {own_id} of cluster {own_cluster}"
+        ));
+    }
+    None
 }
 
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
@@ -82,6 +151,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             addr,
             client: None,
             acks: self.acks.clone(),
+            identity: self.identity.clone(),
         }
     }
 }
@@ -94,15 +164,22 @@ pub struct PeerClient {
     addr: String,
     client: Option<RaftServiceClient<Channel>>,
     acks: PeerAcks,
+    identity: Identity,
 }
 
 type RpcErr<E = openraft::error::Infallible> = RPCError<u64, BasicNode, RaftError<u64, E>>;
 
-fn encode<T: Serialize>(v: &T) -> Result<RaftRequest, NetworkError> {
+fn encode<T: Serialize>(
+    v: &T,
+    target: u64,
+    cluster_id: String,
+) -> Result<RaftRequest, NetworkError> {
     let payload = postcard::to_stdvec(v).map_err(|e| NetworkError::new(&e))?;
     Ok(RaftRequest {
         version: PAYLOAD_VERSION,
         payload: payload.into(),
+        target_node_id: target,
+        cluster_id,
     })
 }
 
@@ -158,7 +235,8 @@ impl PeerClient {
         E: std::error::Error + DeserializeOwned,
     {
         let mut client = self.client()?;
-        let mut request = tonic::Request::new(encode(req)?);
+        let mut request =
+            tonic::Request::new(encode(req, self.target, self.identity.cluster_id())?);
         request.set_timeout(option.hard_ttl());
         let result = match method {
             Method::AppendEntries => client.append_entries(request).await,
@@ -280,10 +358,12 @@ pub fn backoff_ms(i: u32) -> u64 {
     (25u64 << i.min(5)).min(500)
 }
 
-/// The server side: hands RPCs from peers to the local Raft node.
+/// The server side: hands RPCs from peers to the local Raft node, after checking they are
+/// meant for it ([`misdirected`]).
 #[derive(Clone)]
 pub struct RaftServer {
     raft: Raft<TypeConfig>,
+    identity: Identity,
 }
 
 impl std::fmt::Debug for RaftServer {
@@ -293,9 +373,25 @@ impl std::fmt::Debug for RaftServer {
 }
 
 impl RaftServer {
-    /// Serves `raft`.
-    pub fn new(raft: Raft<TypeConfig>) -> Self {
-        Self { raft }
+    /// Serves `raft`, the node of `identity`.
+    pub fn new(raft: Raft<TypeConfig>, identity: Identity) -> Self {
+        Self { raft, identity }
+    }
+
+    /// Refuses a request meant for another node or cluster (FAILED_PRECONDITION; the sender
+    /// treats it as an unreachable peer and backs off), and decodes the rest.
+    fn accept<T: DeserializeOwned>(&self, req: &RaftRequest) -> Result<T, tonic::Status> {
+        let own = self.identity.cluster_id();
+        if let Some(why) = misdirected(
+            self.identity.node_id,
+            &own,
+            req.target_node_id,
+            &req.cluster_id,
+        ) {
+            tracing::warn!("refused: {why}");
+            return Err(tonic::Status::failed_precondition(why));
+        }
+        decode(req)
     }
 }
 
@@ -334,7 +430,7 @@ impl RaftService for RaftServer {
         &self,
         request: tonic::Request<RaftRequest>,
     ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
-        let req: AppendEntriesRequest<TypeConfig> = decode(request.get_ref())?;
+        let req: AppendEntriesRequest<TypeConfig> = self.accept(request.get_ref())?;
         reply(self.raft.append_entries(req).await)
     }
 
@@ -342,7 +438,7 @@ impl RaftService for RaftServer {
         &self,
         request: tonic::Request<RaftRequest>,
     ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
-        let req: VoteRequest<u64> = decode(request.get_ref())?;
+        let req: VoteRequest<u64> = self.accept(request.get_ref())?;
         reply(self.raft.vote(req).await)
     }
 
@@ -350,7 +446,7 @@ impl RaftService for RaftServer {
         &self,
         request: tonic::Request<RaftRequest>,
     ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
-        let req: InstallSnapshotRequest<TypeConfig> = decode(request.get_ref())?;
+        let req: InstallSnapshotRequest<TypeConfig> = self.accept(request.get_ref())?;
         reply(self.raft.install_snapshot(req).await)
     }
 }
@@ -371,6 +467,27 @@ mod tests {
             log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
             payload: EntryPayload::Normal(MetadataRecords::new(vec![rec; records])),
         }
+    }
+
+    #[test]
+    fn requests_for_another_node_or_cluster_are_refused() {
+        use super::misdirected;
+        assert_eq!(misdirected(1, "a", 1, "a"), None);
+        // Either side may not know the cluster id yet.
+        assert_eq!(misdirected(1, "", 1, "b"), None);
+        assert_eq!(misdirected(1, "a", 1, ""), None);
+        let other_node = misdirected(1, "a", 2, "a").unwrap();
+        assert!(
+            other_node.contains("for controller 2 reached controller 1"),
+            "{other_node}"
+        );
+        let other_cluster = misdirected(1, "a", 1, "b").unwrap();
+        assert!(
+            other_cluster.starts_with("INCONSISTENT_CLUSTER_ID")
+                && other_cluster.contains("cluster b")
+                && other_cluster.contains("cluster a"),
+            "{other_cluster}"
+        );
     }
 
     #[test]

@@ -476,3 +476,68 @@ async fn describe_quorum_reports_when_each_voter_last_fetched_and_caught_up() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The cluster id and term controller `id` reports once it knows both (at most 10 s).
+async fn cluster_and_term(q: &Quorum, id: u64) -> (String, i64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let cluster = cluster_id_seen_by(q, id).await;
+        let r = q
+            .client(id)
+            .await
+            .describe_quorum(keel_proto::controller::DescribeQuorumRequest {})
+            .await
+            .unwrap()
+            .into_inner();
+        if !cluster.is_empty() && r.leader_id >= 0 {
+            return (cluster, r.term);
+        }
+        assert!(Instant::now() < deadline, "no cluster id\n{}", q.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A controller of another quorum that reaches this one's addresses (a stale process on a
+/// reused port, a wrong voters string) is refused: requests carry the node id they are for
+/// and the sender's cluster id (KIP-595's clusterId check, INCONSISTENT_CLUSTER_ID), and this
+/// quorum's term and writes are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raft_requests_from_another_quorum_are_refused() {
+    let a = Quorum::start(3);
+    let mut b = Quorum::start(3);
+    let leader_a = a.wait_leader(Duration::from_secs(5)).await;
+    b.wait_leader(Duration::from_secs(5)).await;
+    let (cluster_a, term_a) = cluster_and_term(&a, leader_a).await;
+    let (cluster_b, _) = cluster_and_term(&b, 1).await;
+    assert_ne!(cluster_a, cluster_b);
+
+    // b's node 1 comes back believing its node 2 lives at a's node 2 and its node 3 at a's
+    // node 1; the rest of b is down, so it campaigns (in ever higher terms) at those addresses.
+    for id in b.ids() {
+        b.kill(id);
+    }
+    b.voter_overrides.insert(
+        1,
+        format!("1@{},2@{},3@{}", b.addr(1), a.addr(2), a.addr(1)),
+    );
+    b.start_node(1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let wrong_cluster = format!(
+        "INCONSISTENT_CLUSTER_ID: raft request from cluster {cluster_b} reached controller 2 of cluster {cluster_a}"
+    );
+    let wrong_node = "raft request for controller 3 reached controller 1";
+    while !(a.log_of(2).contains(&wrong_cluster) && a.log_of(1).contains(wrong_node)) {
+        assert!(
+            Instant::now() < deadline,
+            "no refusal seen\n{}\n{}",
+            a.logs(),
+            b.log_of(1)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Quorum a kept its leader and term, and still commits.
+    let (_, term_now) = cluster_and_term(&a, leader_a).await;
+    assert_eq!(term_now, term_a, "quorum a changed term\n{}", a.logs());
+    let (_, at) = register_until_ok(&a, 1, Duration::from_secs(3)).await;
+    assert_eq!(at, leader_a);
+}
