@@ -176,3 +176,47 @@ fn a_purge_waits_for_a_durable_snapshot_covering_it() {
         assert_eq!(left.first().map(|e| e.log_id.index), Some(16));
     });
 }
+
+/// A tail lost after it was flushed and its commit recorded (the disk lost writes it had
+/// acknowledged, or a segment was truncated by hand) looks like a torn tail to the segment
+/// files, but the recorded commit index tells it apart: the directory is refused.
+#[test]
+fn a_log_cut_below_its_recorded_commit_index_is_refused() {
+    use keel_metadata_log::store::{DiskOptions, OpenError};
+    use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let (mut log, _sm) = store::open(dir.path()).unwrap();
+        let entries: Vec<Entry> = (1..=10)
+            .map(|i| entry(i, vec![register(i as i32)]))
+            .collect();
+        log.blocking_append(entries).await.unwrap();
+        log.save_committed(Some(LogId::new(CommittedLeaderId::new(2, 1), 8)))
+            .await
+            .unwrap();
+        // The committed index is written lazily: the vote's flush carries it.
+        log.save_vote(&openraft::Vote::new(2, 1)).await.unwrap();
+    });
+    let raft = dir.path().join("raft");
+    let segment = std::fs::read_dir(&raft)
+        .unwrap()
+        .map(|d| d.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "log"))
+        .unwrap();
+    let len = std::fs::metadata(&segment).unwrap().len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&segment)
+        .unwrap();
+    f.set_len(len * 3 / 10).unwrap();
+    drop(f);
+    let err = match store::open_checked(dir.path(), DiskOptions::default()) {
+        Err(e @ OpenError::Inconsistent { .. }) => e.to_string(),
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("opened a log cut below its commit index"),
+    };
+    assert!(
+        err.contains("offset 8 was committed") && err.contains("restore raft/ from a backup"),
+        "{err}"
+    );
+}

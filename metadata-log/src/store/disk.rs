@@ -699,6 +699,18 @@ impl Inner {
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
             match check_segment_header(&bytes, base) {
                 Ok(prev_end) => {
+                    // The first segment on disk: whatever came before it was purged.
+                    if k == 0 && prev_end != 0 && purged.is_none_or(|p| prev_end - 1 > p) {
+                        return Err(corrupt_file(
+                            &path,
+                            &format!(
+                                "created after entry {}, but the log was purged only through {} \
+                                 (the segment before it is missing)",
+                                prev_end - 1,
+                                purged.map_or("none".to_string(), |p| p.to_string())
+                            ),
+                        ));
+                    }
                     if let Some(l) = prev_last
                         && prev_end != l + 1
                     {
@@ -999,17 +1011,24 @@ fn invalid_input(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
 }
 
+/// What a user can do about a damaged Raft log (the README's "metadata log dir" section).
+const DAMAGE_ADVICE: &str =
+    "restore this controller's raft/ from a backup taken while it was stopped (see the README)";
+
 fn corrupt(path: &Path, offset: u64, why: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
-        format!("{} is corrupt at byte {offset}: {why}", path.display()),
+        format!(
+            "{} is corrupt at byte {offset}: {why}; {DAMAGE_ADVICE}",
+            path.display()
+        ),
     )
 }
 
 fn corrupt_file(path: &Path, why: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidData,
-        format!("{} is corrupt: {why}", path.display()),
+        format!("{} is corrupt: {why}; {DAMAGE_ADVICE}", path.display()),
     )
 }
 

@@ -341,6 +341,34 @@ fn a_missing_middle_segment_is_refused() {
 }
 
 #[test]
+fn a_missing_first_segment_is_refused_unless_it_was_purged() {
+    let (rt, dir, disk) = small_disk();
+    put(&disk, 1..=60, 1);
+    let disk = reopen(&rt, disk, dir.path());
+    let files = segment_files(dir.path());
+    assert!(files.len() >= 3, "{files:?}");
+    // Purged through the end of the first segment: its deletion is expected.
+    let second_base: u64 = files[1].trim_end_matches(".log").parse().unwrap();
+    disk.remove_through(second_base - 1).unwrap();
+    drop(reopen(&rt, disk, dir.path()));
+    assert_eq!(
+        all(&RaftDisk::open_with(dir.path(), SMALL).unwrap()),
+        expected(second_base..=60, 1)
+    );
+    // The (now) first segment deleted by hand: refused, naming the one after it.
+    let files = segment_files(dir.path());
+    std::fs::remove_file(dir.path().join(&files[0])).unwrap();
+    let e = RaftDisk::open_with(dir.path(), SMALL).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&files[1])
+            && msg.contains("the segment before it is missing")
+            && msg.ends_with("restore this controller's raft/ from a backup taken while it was stopped (see the README)"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn meta_values_are_durable_after_flush_and_lazy_ones_ride_along() {
     let rt = rt();
     let dir = tempfile::tempdir().unwrap();

@@ -100,6 +100,11 @@ pub struct StoredState {
     pub last_purged_index: Option<u64>,
     /// Term of the last entry in the log (0 when empty or only the initial membership entry).
     pub last_entry_term: u64,
+    /// Index of the last entry in the log, `None` when it holds none.
+    pub last_entry_index: Option<u64>,
+    /// The committed index recorded on disk (written lazily, so it may trail the real one,
+    /// never lead what was flushed).
+    pub committed_index: Option<u64>,
 }
 
 impl LogStore {
@@ -113,14 +118,20 @@ impl LogStore {
             .disk
             .last_entry()
             .map_err(|e| StorageIOError::read_logs(&e))?;
-        let last_entry_term = match last {
-            Some((i, b)) => decode_entry(i, &b)?.log_id.leader_id.term,
+        let last_entry_term = match &last {
+            Some((i, b)) => decode_entry(*i, b)?.log_id.leader_id.term,
             None => 0,
         };
+        let committed_index = self
+            .get::<Option<LogId>>(KEY_COMMITTED)?
+            .flatten()
+            .map(|l| l.index);
         Ok(StoredState {
             has_vote,
             last_purged_index,
             last_entry_term,
+            last_entry_index: last.map(|(i, _)| i),
+            committed_index,
         })
     }
 }

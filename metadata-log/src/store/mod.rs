@@ -179,6 +179,10 @@ pub fn check_before_open(dir: &Path) -> Result<(), OpenError> {
     Ok(())
 }
 
+fn offset_or_none(offset: Option<u64>) -> String {
+    offset.map_or("none".to_string(), |o| format!("offset {o}"))
+}
+
 /// The pure part of [`open_checked`]: what is wrong with `raft` given the newest snapshot's
 /// offset, or `None` when the two agree.
 pub fn inconsistency(raft: &log_store::StoredState, snapshot_index: Option<u64>) -> Option<String> {
@@ -198,6 +202,19 @@ pub fn inconsistency(raft: &log_store::StoredState, snapshot_index: Option<u64>)
             return Some(format!(
                 "no vote, but the log holds entries of term {}",
                 raft.last_entry_term
+            ));
+        }
+    }
+    // The committed index reaches disk only after the entries up to it were flushed, so a
+    // log (and snapshot) ending below it lost flushed entries: a deleted or cut segment.
+    if let Some(committed) = raft.committed_index {
+        let held = raft.last_entry_index.max(snapshot_index);
+        if held.is_none_or(|h| h < committed) {
+            return Some(format!(
+                "offset {committed} was committed, but the log ends at {} and the newest \
+                 snapshot at {} (a segment was deleted or cut); restore raft/ from a backup",
+                offset_or_none(raft.last_entry_index),
+                offset_or_none(snapshot_index),
             ));
         }
     }
@@ -224,7 +241,33 @@ mod tests {
             has_vote,
             last_purged_index,
             last_entry_term,
+            last_entry_index: None,
+            committed_index: None,
         }
+    }
+
+    #[test]
+    fn a_log_ending_below_its_committed_index_is_refused() {
+        let with = |last: Option<u64>, committed: Option<u64>| StoredState {
+            last_entry_index: last,
+            committed_index: committed,
+            ..state(true, None, 3)
+        };
+        assert_eq!(inconsistency(&with(Some(10), Some(10)), None), None);
+        assert_eq!(inconsistency(&with(Some(10), Some(7)), None), None);
+        assert_eq!(inconsistency(&with(None, None), None), None);
+        // A snapshot may hold what the log no longer does.
+        assert_eq!(inconsistency(&with(Some(5), Some(9)), Some(9)), None);
+        let p = inconsistency(&with(Some(5), Some(9)), Some(3)).unwrap();
+        assert!(
+            p.contains("offset 9 was committed")
+                && p.contains("log ends at offset 5")
+                && p.contains("snapshot at offset 3")
+                && p.contains("backup"),
+            "{p}"
+        );
+        let p = inconsistency(&with(None, Some(9)), None).unwrap();
+        assert!(p.contains("log ends at none"), "{p}");
     }
 
     #[test]
