@@ -212,6 +212,15 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
             props_path.display()
         )));
     }
+    if let Some(owner) = log.claim_for_node(c.node_id).await.map_err(storage_err)? {
+        return Err(StartError::Inconsistent(format!(
+            "{} is inconsistent: it belongs to node {owner}, not node_id {} (was it copied from \
+             another controller?), so its vote and log are that node's; restore this node's own \
+             raft/ from a backup",
+            c.metadata_log_dir.join("raft").display(),
+            c.node_id
+        )));
+    }
     never_resume_leadership(&mut log, c.node_id)
         .await
         .map_err(storage_err)?;

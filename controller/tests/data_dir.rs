@@ -204,6 +204,31 @@ fn meta_properties_is_written_and_a_foreign_node_id_or_voter_set_is_refused() {
     assert!(out.stdout.is_empty(), "{out:?}");
     // The file was not rewritten by the refused starts.
     assert_eq!(std::fs::read_to_string(&props).unwrap(), text);
+
+    // Without meta.properties (raft/ and snapshots/ copied to another node's directory),
+    // raft/ itself says whose it is.
+    std::fs::remove_file(&props).unwrap();
+    let out = run_to_exit(&[
+        "--node-id".into(),
+        "7".into(),
+        "--controller-quorum-voters".into(),
+        format!("7@127.0.0.1:{port}"),
+        "--listeners".into(),
+        format!("127.0.0.1:{port}"),
+        "--metadata-log-dir".into(),
+        q.data_dir(1).display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "keel-controller: metadata_log_dir {} is inconsistent: it belongs to node 1, not \
+             node_id 7 (was it copied from another controller?), so its vote and log are that \
+             node's; restore this node's own raft/ from a backup",
+            q.data_dir(1).join("raft").display()
+        )
+    );
 }
 
 #[test]

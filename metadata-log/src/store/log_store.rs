@@ -24,6 +24,7 @@ use crate::store::disk::RaftDisk;
 const KEY_VOTE: &str = "vote";
 const KEY_COMMITTED: &str = "committed";
 const KEY_LAST_PURGED: &str = "last_purged";
+const KEY_NODE_ID: &str = "node_id";
 
 /// Upper bound on entries returned by one read (openraft asks for bounded ranges; this keeps
 /// a bad range from loading the whole log).
@@ -133,6 +134,27 @@ impl LogStore {
             last_entry_index: last.map(|(i, _)| i),
             committed_index,
         })
+    }
+}
+
+impl LogStore {
+    /// Records, durably, that this log and vote belong to node `node_id`, or checks that they
+    /// do. Returns the other node's id when they belong to another node (its `raft/` was
+    /// copied here: starting on it would vote and append as that node). A log written before
+    /// this record existed is claimed by the first node that opens it.
+    ///
+    /// Errors: the record cannot be read, written or flushed.
+    pub async fn claim_for_node(&mut self, node_id: u64) -> Result<Option<u64>, StorageError> {
+        match self.get::<u64>(KEY_NODE_ID)? {
+            Some(owner) if owner == node_id => Ok(None),
+            Some(owner) => Ok(Some(owner)),
+            None => {
+                let write = |e: &io::Error| StorageIOError::write(e);
+                self.put(KEY_NODE_ID, &node_id).map_err(|e| write(&e))?;
+                self.disk.flush().await.map_err(|e| write(&e))?;
+                Ok(None)
+            }
+        }
     }
 }
 
