@@ -487,6 +487,12 @@ pub fn is_alive(pid: i32, role: Role) -> bool {
     }
 }
 
+/// True when a process with `pid` exists in any state, including one that is exiting after
+/// a kill -9 (it may still hold its ports for a moment) or a zombie.
+pub fn pid_exists(pid: i32) -> bool {
+    Pid::from_raw(pid).is_some_and(|p| test_kill_process(p).is_ok())
+}
+
 /// The pid of the running process for `p`, if any.
 pub fn running_pid(p: &ProcessSpec) -> Option<i32> {
     read_pid(&p.pid_file).filter(|pid| is_alive(*pid, p.role))

@@ -14,8 +14,8 @@ use crate::format::cluster::{
 use crate::format::table;
 use crate::local_cluster::{
     DEFAULT_BASE_PORT, LAYOUT_FILE, Layout, LayoutSource, ProcessSpec, Role, StopOutcome,
-    env_names_from_help, find_binary, log_tail, resolve, running_pid, running_settings,
-    settings_conflicts, settings_from_env, spawn, stop,
+    env_names_from_help, find_binary, log_tail, pid_exists, read_pid, resolve, running_pid,
+    running_settings, settings_conflicts, settings_from_env, spawn, stop,
 };
 
 /// `keelctl cluster ...`
@@ -153,6 +153,33 @@ fn env_names(binary: &std::path::Path) -> Result<std::collections::BTreeSet<Stri
     Ok(env_names_from_help(&String::from_utf8_lossy(&out.stdout)))
 }
 
+/// How long `up` waits for a process of the cluster that is still exiting (killed a moment
+/// ago) to release its ports.
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// The first address of `procs` that another program holds. An address held while the pid
+/// recorded for that process still exists (a kill -9 a moment ago: the process is exiting
+/// and its sockets are not closed yet) is checked again every 50 ms for up to [`EXIT_WAIT`].
+async fn taken_address_after_exits<'a>(
+    procs: &[&'a ProcessSpec],
+) -> Option<(&'a ProcessSpec, (String, std::io::Error))> {
+    let deadline = std::time::Instant::now() + EXIT_WAIT;
+    loop {
+        let taken = procs
+            .iter()
+            .find_map(|p| p.taken_address().map(|t| (*p, t)));
+        match &taken {
+            Some((p, _))
+                if std::time::Instant::now() < deadline
+                    && read_pid(&p.pid_file).is_some_and(pid_exists) =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            _ => return taken,
+        }
+    }
+}
+
 async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     let (mut layout, source) = layout(&a.layout)?;
     std::fs::create_dir_all(&layout.data_dir).map_err(|e| {
@@ -168,10 +195,7 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     // Ports held by another program (often another local cluster on the same base port): its
     // answers would pass the health check while our processes die. Checked before the layout
     // is recorded, so a refused directory keeps no port choice.
-    if let Some((p, (addr, e))) = missing
-        .iter()
-        .find_map(|p| p.taken_address().map(|t| (p, t)))
-    {
+    if let Some((p, (addr, e))) = taken_address_after_exits(&missing).await {
         return Err(CliError(format!(
             "cannot start {}: {addr} is already in use ({e}); another cluster or program \
              listens there: stop it, or use another --data-dir with another --base-port",
