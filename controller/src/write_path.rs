@@ -528,19 +528,27 @@ impl<S: ControllerState> WriteTask<S> {
         self.propose(records, completions, hooks).await;
     }
 
+    /// Proposes the controller's own records (bootstrap, session expiry). They are not atomic
+    /// (Kafka's non-atomic `ControllerResult`): beyond [`MAX_RECORDS_PER_ENTRY`] they go into
+    /// several entries, each replayed on the working image at its own offset. Fencing a
+    /// broker that leads 66,000 partitions used to be one entry of 66,000 records, which the
+    /// followers could not take within the RPC timeout.
     async fn propose_internal(&mut self, records: Vec<MetadataRecord>) {
-        let at = Provenance {
-            offset: self.working_offset + 1,
-            term: 0,
-        };
-        match self.working.with_records(at, &records) {
-            Ok(next) => {
-                log_changes(&self.working, &next, &records);
-                self.working = next;
-                self.propose(records, Vec::new(), Vec::new()).await;
-            }
-            Err((i, e)) => {
-                tracing::error!(record = i, error = %e, "internal records do not replay")
+        for chunk in chunks(records, MAX_RECORDS_PER_ENTRY) {
+            let at = Provenance {
+                offset: self.working_offset + 1,
+                term: 0,
+            };
+            match self.working.with_records(at, &chunk) {
+                Ok(next) => {
+                    log_changes(&self.working, &next, &chunk);
+                    self.working = next;
+                    self.propose(chunk, Vec::new(), Vec::new()).await;
+                }
+                Err((i, e)) => {
+                    tracing::error!(record = i, error = %e, "internal records do not replay");
+                    return;
+                }
             }
         }
     }
@@ -619,12 +627,43 @@ pub fn wall_clock_ms() -> i64 {
 fn log_changes(before: &MetadataImage, after: &MetadataImage, records: &[MetadataRecord]) {
     use crate::logic::change_log::{ChangeLevel, describe_changes};
     let with_debug = tracing::enabled!(tracing::Level::DEBUG);
+    let mut info_lines = 0usize;
     for (level, line) in describe_changes(before, after, records, with_debug) {
         match level {
-            ChangeLevel::Info => tracing::info!("{line}"),
+            ChangeLevel::Info if info_lines < MAX_INFO_CHANGE_LINES => {
+                info_lines += 1;
+                tracing::info!("{line}");
+            }
+            ChangeLevel::Info => {
+                info_lines += 1;
+                tracing::debug!("{line}");
+            }
             ChangeLevel::Debug => tracing::debug!("{line}"),
         }
     }
+    if info_lines > MAX_INFO_CHANGE_LINES {
+        tracing::info!(
+            "... and {} more changes in this entry (each at DEBUG)",
+            info_lines - MAX_INFO_CHANGE_LINES
+        );
+    }
+}
+
+/// INFO lines [`log_changes`] writes for one entry at most; the rest go to DEBUG (fencing a
+/// broker that leads 66,000 partitions wrote 66,000 INFO lines).
+const MAX_INFO_CHANGE_LINES: usize = 100;
+
+/// `records` in order, in pieces of at most `max` (at least one piece when not empty).
+fn chunks(mut records: Vec<MetadataRecord>, max: usize) -> Vec<Vec<MetadataRecord>> {
+    let mut out = Vec::with_capacity(records.len().div_ceil(max.max(1)));
+    while records.len() > max {
+        let rest = records.split_off(max);
+        out.push(std::mem::replace(&mut records, rest));
+    }
+    if !records.is_empty() {
+        out.push(records);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -640,6 +679,22 @@ mod tests {
                 ..Default::default()
             })),
         }
+    }
+
+    #[test]
+    fn internal_records_are_cut_into_entries_in_order() {
+        let recs: Vec<MetadataRecord> = (0..7).map(|l| change(Some(l), None)).collect();
+        let sizes = |max| {
+            chunks(recs.clone(), max)
+                .iter()
+                .map(Vec::len)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(sizes(3), [3, 3, 1]);
+        assert_eq!(sizes(7), [7]);
+        assert_eq!(sizes(100), [7]);
+        assert!(chunks(Vec::new(), 3).is_empty());
+        assert_eq!(chunks(recs.clone(), 2).concat(), recs);
     }
 
     #[test]

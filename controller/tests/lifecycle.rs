@@ -476,6 +476,37 @@ async fn oversized_operations_are_refused_and_the_quorum_keeps_committing() {
     assert!(img.topics().get_by_name("small").is_some());
 }
 
+/// Creates topic `name` with `partitions` partitions (replication factor 1) through `c`, a
+/// client of the active controller, without the harness's retry: an entry this large takes a
+/// while to commit in a debug build, and a retry would find the topic made.
+async fn create_on(
+    q: &Quorum,
+    c: &mut keel_proto::controller::controller_service_client::ControllerServiceClient<
+        tonic::transport::Channel,
+    >,
+    name: &str,
+    partitions: i32,
+) {
+    let r = c
+        .create_topics(CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: name.into(),
+                num_partitions: partitions,
+                replication_factor: 1,
+                ..Default::default()
+            }],
+            validate_only: false,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        ok(&r.error) && ok(&r.topics[0].error),
+        "{name}: {r:?}\n{}",
+        q.logs()
+    );
+}
+
 /// The commit index controller `id` reports in DescribeCluster (-1 while it does not answer).
 async fn commit_index_of(q: &Quorum, id: u64) -> i64 {
     let mut c = q.client(id).await;
@@ -500,28 +531,9 @@ async fn a_follower_behind_by_large_entries_catches_up() {
     let leader = q.wait_leader(Duration::from_secs(5)).await;
     let behind = q.ids().into_iter().find(|i| *i != leader).unwrap();
     q.kill(behind);
-    // Straight to the active controller, without the harness's 1.5 s retry: an entry this
-    // large takes a while to commit in a debug build, and a retry would find the topic made.
     let mut c = q.client(leader).await;
     for i in 0..TOPICS {
-        let r = c
-            .create_topics(CreateTopicsRequest {
-                topics: vec![CreatableTopic {
-                    name: format!("wide-{i}"),
-                    num_partitions: 1000,
-                    replication_factor: 1,
-                    ..Default::default()
-                }],
-                validate_only: false,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        assert!(
-            ok(&r.error) && ok(&r.topics[0].error),
-            "wide-{i}: {r:?}\n{}",
-            q.logs()
-        );
+        create_on(&q, &mut c, &format!("wide-{i}"), 1000).await;
     }
     let target = commit_index_of(&q, leader).await;
     q.start_node(behind);
@@ -594,4 +606,72 @@ async fn create_topics_defaults_come_from_the_controller_config() {
         }
     }
     assert!(img.topics().get_by_name("too-wide").is_none());
+}
+
+/// Fencing a broker that leads more partitions than one entry may carry (10,000 records) is
+/// written as several entries (Kafka's non-atomic controller results), each within the
+/// limit: all its partitions go offline, and the quorum keeps its leader. It used to be one
+/// entry of every record, which followers could not take within the RPC timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_a_broker_that_leads_many_partitions_spans_several_entries() {
+    let q = Quorum::start(3);
+    let hb = Duration::from_millis(HEARTBEAT_INTERVAL_MS as u64);
+    let b1 = FakeBroker::start(&q, 1, "", hb).await;
+    wait_unfenced(&q, 1).await;
+    let leader = q.wait_leader(Duration::from_secs(5)).await;
+    let mut c = q.client(leader).await;
+    for name in ["many-a", "many-b"] {
+        create_on(&q, &mut c, name, 6000).await;
+    }
+    b1.alive.store(false, Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let img = leader_image(&q).await;
+        let offline = img
+            .topics()
+            .by_id
+            .values()
+            .flat_map(|t| t.partitions.values())
+            .filter(|p| p.leader == -1)
+            .count();
+        if img.broker(1).unwrap().fenced && offline == 12_000 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "broker 1 fenced: {}, {offline} of 12000 partitions offline\n{}",
+            img.broker(1).unwrap().fenced,
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The leader changes, entry by entry.
+    let mut per_entry = std::collections::BTreeMap::<i64, usize>::new();
+    let mut from = 0;
+    loop {
+        let r = c
+            .read_metadata_log(ReadMetadataLogRequest {
+                from_offset: from,
+                record_types: vec!["PartitionChangeRecord".into()],
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(r.error.is_none(), "{:?}", r.error);
+        for rec in &r.records {
+            *per_entry.entry(rec.offset).or_default() += 1;
+        }
+        if r.next_offset > r.commit_index || r.next_offset <= from {
+            break;
+        }
+        from = r.next_offset;
+    }
+    let total: usize = per_entry.values().sum();
+    assert_eq!(total, 12_000, "{per_entry:?}");
+    assert!(
+        per_entry.len() >= 2 && per_entry.values().all(|n| *n <= 10_000),
+        "{per_entry:?}"
+    );
+    assert_eq!(q.wait_leader(Duration::from_secs(5)).await, leader);
 }
