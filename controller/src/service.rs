@@ -252,10 +252,7 @@ macro_rules! write_rpc {
         let $r = $req.into_inner();
         let res = $self
             .writer
-            .submit(move |$ctx: WriteContext<'_, QuorumState>| {
-                let result = $decide;
-                (result.records, result.response)
-            })
+            .submit(move |$ctx: WriteContext<'_, QuorumState>| $decide)
             .await;
         let mut reply: $reply = match res {
             Ok((mut $rep, $committed)) => {

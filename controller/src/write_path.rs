@@ -31,6 +31,8 @@ use keel_metadata_log::records::{MetadataRecord, NoOpRecord, metadata_record::Re
 use keel_metadata_log::{MetadataImage, Provenance};
 use keel_proto::ErrorCode;
 use openraft::Raft;
+
+use crate::logic::result::ControllerResult;
 use openraft::raft::ClientWriteResponse;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -38,9 +40,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 pub const QUEUE_CAPACITY: usize = 4096;
 /// Operations decided into one Raft entry at most.
 pub const MAX_OPS_PER_BATCH: usize = 1024;
-/// Records one operation may write (Kafka: `QuorumController.MAX_RECORDS_PER_USER_OP`,
-/// 10,000); a larger operation is refused with POLICY_VIOLATION and writes nothing. Keeps
-/// every Raft entry small enough to replicate within the RPC timeout.
+/// Records one atomic operation may write (Kafka: `QuorumController.MAX_RECORDS_PER_USER_OP`,
+/// 10,000); a larger one is refused with POLICY_VIOLATION and writes nothing, while a larger
+/// non-atomic one ([`ControllerResult::non_atomic`], e.g. a broker's controlled shutdown) is
+/// written as several entries. Keeps every Raft entry small enough to replicate within the
+/// RPC timeout.
 pub const MAX_RECORDS_PER_OPERATION: usize = 10_000;
 /// Records one Raft entry carries at most: operations beyond it go into the next entry.
 pub const MAX_RECORDS_PER_ENTRY: usize = MAX_RECORDS_PER_OPERATION;
@@ -62,6 +66,8 @@ pub struct Committed {
 pub struct Proposal {
     /// Records to append; empty = nothing to write.
     pub records: Vec<MetadataRecord>,
+    /// Whether the records must go into one entry (see [`ControllerResult::atomic`]).
+    pub atomic: bool,
     /// Called exactly once with the outcome.
     pub complete: Box<dyn FnOnce(Result<Committed, ErrorCode>) + Send>,
 }
@@ -81,6 +87,7 @@ impl Proposal {
     ) -> Self {
         Self {
             records: Vec::new(),
+            atomic: true,
             complete: Box::new(complete),
         }
     }
@@ -146,7 +153,7 @@ impl<S: ControllerState> WriteHandle<S> {
     /// answer is `Err(NOT_CONTROLLER)`.
     pub async fn submit<T: Send + 'static>(
         &self,
-        op: impl for<'a> FnOnce(WriteContext<'a, S>) -> (Vec<MetadataRecord>, T) + Send + 'static,
+        op: impl for<'a> FnOnce(WriteContext<'a, S>) -> ControllerResult<T> + Send + 'static,
     ) -> Result<(T, Committed), ErrorCode> {
         let (tx, rx) = oneshot::channel();
         let enqueued = Instant::now();
@@ -154,11 +161,16 @@ impl<S: ControllerState> WriteHandle<S> {
             let started = Instant::now();
             metrics::histogram!(crate::metrics::EVENT_QUEUE_TIME)
                 .record(started.duration_since(enqueued));
-            let (records, value) = op(ctx);
+            let ControllerResult {
+                records,
+                response: value,
+                atomic,
+            } = op(ctx);
             metrics::histogram!(crate::metrics::EVENT_QUEUE_PROCESSING_TIME)
                 .record(started.elapsed());
             Proposal {
                 records,
+                atomic,
                 complete: Box::new(move |res| {
                     let _ = tx.send(res.map(|c| (value, c)));
                 }),
@@ -487,6 +499,17 @@ impl<S: ControllerState> WriteTask<S> {
                 completions.push(p.complete);
                 continue;
             }
+            if p.records.len() > MAX_RECORDS_PER_OPERATION && !p.atomic {
+                // Its own entries, after the ones of the operations before it.
+                let full = std::mem::take(&mut records);
+                let done = std::mem::take(&mut completions);
+                let done_hooks: Vec<StateHook<S>> = hooks.drain(..hooks_before).collect();
+                self.propose(full, done, done_hooks).await;
+                let own_hooks = std::mem::take(&mut hooks);
+                self.propose_in_pieces(p.records, p.complete, own_hooks)
+                    .await;
+                continue;
+            }
             if p.records.len() > MAX_RECORDS_PER_OPERATION {
                 tracing::warn!(
                     records = p.records.len(),
@@ -528,6 +551,54 @@ impl<S: ControllerState> WriteTask<S> {
         self.propose(records, completions, hooks).await;
     }
 
+    /// Proposes the records of one non-atomic operation as entries of at most
+    /// [`MAX_RECORDS_PER_ENTRY`] records, each replayed on the working image at its own
+    /// offset; `complete` and `hooks` go with the last entry. Earlier entries stay when a later
+    /// one fails (a non-atomic result: every prefix is a valid state).
+    async fn propose_in_pieces(
+        &mut self,
+        records: Vec<MetadataRecord>,
+        complete: Completion,
+        hooks: Vec<StateHook<S>>,
+    ) {
+        let mut pieces = chunks(records, MAX_RECORDS_PER_ENTRY);
+        let last = pieces.pop();
+        for piece in pieces {
+            if !self.replay_on_working(&piece) {
+                complete(Err(ErrorCode::UnknownServerError));
+                return;
+            }
+            self.propose(piece, Vec::new(), Vec::new()).await;
+        }
+        match last {
+            Some(piece) if self.replay_on_working(&piece) => {
+                self.propose(piece, vec![complete], hooks).await;
+            }
+            Some(_) => complete(Err(ErrorCode::UnknownServerError)),
+            None => self.propose(Vec::new(), vec![complete], hooks).await,
+        }
+    }
+
+    /// Replays `records` on the working image at the next offset and logs the changes;
+    /// false (logged as a bug) when they do not replay.
+    fn replay_on_working(&mut self, records: &[MetadataRecord]) -> bool {
+        let at = Provenance {
+            offset: self.working_offset + 1,
+            term: 0,
+        };
+        match self.working.with_records(at, records) {
+            Ok(next) => {
+                log_changes(&self.working, &next, records);
+                self.working = next;
+                true
+            }
+            Err((i, e)) => {
+                tracing::error!(record = i, error = %e, "records do not replay");
+                false
+            }
+        }
+    }
+
     /// Proposes the controller's own records (bootstrap, session expiry). They are not atomic
     /// (Kafka's non-atomic `ControllerResult`): beyond [`MAX_RECORDS_PER_ENTRY`] they go into
     /// several entries, each replayed on the working image at its own offset. Fencing a
@@ -535,21 +606,10 @@ impl<S: ControllerState> WriteTask<S> {
     /// followers could not take within the RPC timeout.
     async fn propose_internal(&mut self, records: Vec<MetadataRecord>) {
         for chunk in chunks(records, MAX_RECORDS_PER_ENTRY) {
-            let at = Provenance {
-                offset: self.working_offset + 1,
-                term: 0,
-            };
-            match self.working.with_records(at, &chunk) {
-                Ok(next) => {
-                    log_changes(&self.working, &next, &chunk);
-                    self.working = next;
-                    self.propose(chunk, Vec::new(), Vec::new()).await;
-                }
-                Err((i, e)) => {
-                    tracing::error!(record = i, error = %e, "internal records do not replay");
-                    return;
-                }
+            if !self.replay_on_working(&chunk) {
+                return;
             }
+            self.propose(chunk, Vec::new(), Vec::new()).await;
         }
     }
 

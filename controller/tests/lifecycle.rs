@@ -349,25 +349,16 @@ async fn bad_requests_get_exact_codes_and_write_nothing() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn controlled_shutdown_moves_leadership_and_isr_away_before_granting() {
-    let q = Quorum::start(3);
-    let hb = Duration::from_millis(HEARTBEAT_INTERVAL_MS as u64);
-    let b1 = FakeBroker::start(&q, 1, "", hb).await;
-    let _b2 = FakeBroker::start(&q, 2, "", hb).await;
-    let _b3 = FakeBroker::start(&q, 3, "", hb).await;
-    wait_unfenced(&q, 3).await;
-    create(&q, assigned("cs", &[1, 2, 3], &[])).await;
-    assert_eq!(partition(&leader_image(&q).await, "cs").leader, 1);
-
-    // Broker 1 asks to shut down (its background heartbeats stop; it sends its own).
-    b1.alive.store(false, Ordering::SeqCst);
-    let mut granted = false;
+/// Stops `b`'s background heartbeats and sends its own with `want_shut_down` until the active
+/// controller grants the shutdown (at most `within`). Returns whether the first reply granted
+/// it at once.
+async fn shut_down_until_granted(q: &Quorum, b: &FakeBroker, within: Duration) -> bool {
+    b.alive.store(false, Ordering::SeqCst);
+    let (id, epoch) = (b.id, b.epoch);
     let mut first_reply = None;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !granted {
-        let epoch = b1.epoch;
-        let r = on_leader(&q, Duration::from_secs(5), |mut c| async move {
+    let deadline = Instant::now() + within;
+    loop {
+        let r = on_leader(q, Duration::from_secs(5), |mut c| async move {
             let offset = c
                 .describe_cluster(keel_proto::controller::DescribeClusterRequest::default())
                 .await
@@ -376,7 +367,7 @@ async fn controlled_shutdown_moves_leadership_and_isr_away_before_granting() {
                 .commit_index;
             let r = c
                 .broker_heartbeat(keel_proto::controller::BrokerHeartbeatRequest {
-                    broker_id: 1,
+                    broker_id: id,
                     broker_epoch: epoch,
                     current_metadata_offset: offset,
                     want_shut_down: true,
@@ -390,17 +381,33 @@ async fn controlled_shutdown_moves_leadership_and_isr_away_before_granting() {
         .await;
         assert!(ok(&r.error), "{:?}", r.error);
         first_reply.get_or_insert(r.should_shut_down);
-        granted = r.should_shut_down;
+        if r.should_shut_down {
+            return first_reply.unwrap_or(true);
+        }
         assert!(
             Instant::now() < deadline,
-            "shutdown never granted\n{}",
+            "shutdown of broker {id} never granted\n{}",
             q.logs()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(
-        first_reply,
-        Some(false),
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controlled_shutdown_moves_leadership_and_isr_away_before_granting() {
+    let q = Quorum::start(3);
+    let hb = Duration::from_millis(HEARTBEAT_INTERVAL_MS as u64);
+    let b1 = FakeBroker::start(&q, 1, "", hb).await;
+    let _b2 = FakeBroker::start(&q, 2, "", hb).await;
+    let _b3 = FakeBroker::start(&q, 3, "", hb).await;
+    wait_unfenced(&q, 3).await;
+    create(&q, assigned("cs", &[1, 2, 3], &[])).await;
+    assert_eq!(partition(&leader_image(&q).await, "cs").leader, 1);
+
+    // Broker 1 asks to shut down (its background heartbeats stop; it sends its own).
+    let first_reply = shut_down_until_granted(&q, &b1, Duration::from_secs(10)).await;
+    assert!(
+        !first_reply,
         "the first heartbeat must not grant the shutdown at once"
     );
     let img = leader_image(&q).await;
@@ -476,7 +483,7 @@ async fn oversized_operations_are_refused_and_the_quorum_keeps_committing() {
     assert!(img.topics().get_by_name("small").is_some());
 }
 
-/// Creates topic `name` with `partitions` partitions (replication factor 1) through `c`, a
+/// Creates topic `name` with `partitions` partitions and `replication_factor` through `c`, a
 /// client of the active controller, without the harness's retry: an entry this large takes a
 /// while to commit in a debug build, and a retry would find the topic made.
 async fn create_on(
@@ -486,13 +493,14 @@ async fn create_on(
     >,
     name: &str,
     partitions: i32,
+    replication_factor: i16,
 ) {
     let r = c
         .create_topics(CreateTopicsRequest {
             topics: vec![CreatableTopic {
                 name: name.into(),
                 num_partitions: partitions,
-                replication_factor: 1,
+                replication_factor: replication_factor.into(),
                 ..Default::default()
             }],
             validate_only: false,
@@ -533,7 +541,7 @@ async fn a_follower_behind_by_large_entries_catches_up() {
     q.kill(behind);
     let mut c = q.client(leader).await;
     for i in 0..TOPICS {
-        create_on(&q, &mut c, &format!("wide-{i}"), 1000).await;
+        create_on(&q, &mut c, &format!("wide-{i}"), 1000, 1).await;
     }
     let target = commit_index_of(&q, leader).await;
     q.start_node(behind);
@@ -621,7 +629,7 @@ async fn fencing_a_broker_that_leads_many_partitions_spans_several_entries() {
     let leader = q.wait_leader(Duration::from_secs(5)).await;
     let mut c = q.client(leader).await;
     for name in ["many-a", "many-b"] {
-        create_on(&q, &mut c, name, 6000).await;
+        create_on(&q, &mut c, name, 6000, 1).await;
     }
     b1.alive.store(false, Ordering::SeqCst);
     let deadline = Instant::now() + Duration::from_secs(15);
@@ -673,5 +681,36 @@ async fn fencing_a_broker_that_leads_many_partitions_spans_several_entries() {
         per_entry.len() >= 2 && per_entry.values().all(|n| *n <= 10_000),
         "{per_entry:?}"
     );
+    assert_eq!(q.wait_leader(Duration::from_secs(5)).await, leader);
+}
+
+/// A controlled shutdown of a broker in more ISRs than one entry may carry (12,000 partitions,
+/// one change each) is written as several entries and granted after the last; it used to be
+/// refused above the per-operation limit, so the broker stopped without moving anything away.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controlled_shutdown_of_a_broker_in_many_isrs_spans_several_entries() {
+    let q = Quorum::start(3);
+    let hb = Duration::from_millis(HEARTBEAT_INTERVAL_MS as u64);
+    let b1 = FakeBroker::start(&q, 1, "", hb).await;
+    let _b2 = FakeBroker::start(&q, 2, "", hb).await;
+    wait_unfenced(&q, 2).await;
+    let leader = q.wait_leader(Duration::from_secs(5)).await;
+    let mut c = q.client(leader).await;
+    for name in ["cs-a", "cs-b"] {
+        create_on(&q, &mut c, name, 6000, 2).await;
+    }
+    shut_down_until_granted(&q, &b1, Duration::from_secs(30)).await;
+    let img = leader_image(&q).await;
+    let mut partitions = 0;
+    for p in img
+        .topics()
+        .by_id
+        .values()
+        .flat_map(|t| t.partitions.values())
+    {
+        partitions += 1;
+        assert!(p.leader == 2 && p.isr == [2], "{p:?}");
+    }
+    assert_eq!(partitions, 12_000);
     assert_eq!(q.wait_leader(Duration::from_secs(5)).await, leader);
 }

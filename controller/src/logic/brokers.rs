@@ -474,7 +474,9 @@ pub fn heartbeat(
         }
     }
     sessions.set_state(id, fenced, shutting_down);
-    ControllerResult::new(
+    // Fencing, unfencing and controlled shutdown move leaders partition by partition: every
+    // prefix is a valid state, and a broker may lead more than one entry can carry.
+    ControllerResult::non_atomic(
         records,
         BrokerHeartbeatReply {
             error: None,

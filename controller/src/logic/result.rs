@@ -9,25 +9,43 @@ use keel_proto::metadata::MetadataRecord;
 /// `records` is empty when the request was refused or changes nothing; the reply then may be
 /// sent as soon as every earlier proposal is committed (the reply may describe state that
 /// earlier, still uncommitted records produce).
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct ControllerResult<R> {
-    /// Records to append to `__cluster_metadata`, applied atomically in this order.
+    /// Records to append to `__cluster_metadata`, in this order.
     pub records: Vec<MetadataRecord>,
     /// The reply for the requester.
     pub response: R,
+    /// Whether `records` must be applied together, in one entry (Kafka:
+    /// `ControllerResult.isAtomic`). An atomic result over
+    /// [`MAX_RECORDS_PER_OPERATION`](crate::write_path::MAX_RECORDS_PER_OPERATION) records
+    /// is refused; a non-atomic one is written as several entries and answered after the
+    /// last.
+    pub atomic: bool,
 }
 
 impl<R> ControllerResult<R> {
-    /// A result with records.
+    /// A result whose records are applied atomically (Kafka: `ControllerResult.atomicOf`).
     pub fn new(records: Vec<MetadataRecord>, response: R) -> Self {
-        Self { records, response }
+        Self {
+            records,
+            response,
+            atomic: true,
+        }
+    }
+
+    /// A result whose records may be applied over several entries, every prefix being a
+    /// valid state (Kafka: `ControllerResult.of`), e.g. leader moves for a broker's
+    /// partitions.
+    pub fn non_atomic(records: Vec<MetadataRecord>, response: R) -> Self {
+        Self {
+            records,
+            response,
+            atomic: false,
+        }
     }
 
     /// A result that writes nothing.
     pub fn response_only(response: R) -> Self {
-        Self {
-            records: Vec::new(),
-            response,
-        }
+        Self::new(Vec::new(), response)
     }
 }
