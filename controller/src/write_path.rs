@@ -31,10 +31,10 @@ use keel_metadata_log::records::{MetadataRecord, NoOpRecord, metadata_record::Re
 use keel_metadata_log::{MetadataImage, Provenance};
 use keel_proto::ErrorCode;
 use openraft::Raft;
-
-use crate::logic::result::ControllerResult;
 use openraft::raft::ClientWriteResponse;
 use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::logic::result::ControllerResult;
 
 /// Operations waiting to be decided (bounded; senders wait).
 pub const QUEUE_CAPACITY: usize = 4096;
@@ -713,8 +713,10 @@ fn log_changes(before: &MetadataImage, after: &MetadataImage, records: &[Metadat
 /// broker that leads 66,000 partitions wrote 66,000 INFO lines).
 const MAX_INFO_CHANGE_LINES: usize = 100;
 
-/// `records` in order, in pieces of at most `max` (at least one piece when not empty).
+/// `records` in order, in pieces of at most `max` (at least one piece when not empty;
+/// `max` must be positive).
 fn chunks(mut records: Vec<MetadataRecord>, max: usize) -> Vec<Vec<MetadataRecord>> {
+    assert!(max > 0, "pieces of 0 records");
     let mut out = Vec::with_capacity(records.len().div_ceil(max.max(1)));
     while records.len() > max {
         let rest = records.split_off(max);

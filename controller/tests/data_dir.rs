@@ -150,6 +150,23 @@ fn deleting_snapshots_of_a_purged_log_is_refused_at_start() {
     );
 }
 
+/// Starts a controller as node 7 (a quorum of itself) on `dir`, expecting it to be refused:
+/// exit code 1.
+fn run_as_node_7(dir: &std::path::Path, port: u16) -> std::process::Output {
+    let out = run_to_exit(&[
+        "--node-id".into(),
+        "7".into(),
+        "--controller-quorum-voters".into(),
+        format!("7@127.0.0.1:{port}"),
+        "--listeners".into(),
+        format!("127.0.0.1:{port}"),
+        "--metadata-log-dir".into(),
+        dir.display().to_string(),
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    out
+}
+
 #[test]
 fn meta_properties_is_written_and_a_foreign_node_id_or_voter_set_is_refused() {
     let mut q = Quorum::start(1);
@@ -181,17 +198,7 @@ fn meta_properties_is_written_and_a_foreign_node_id_or_voter_set_is_refused() {
     );
 
     // Same directory, another node id (and a voter set that has it).
-    let out = run_to_exit(&[
-        "--node-id".into(),
-        "7".into(),
-        "--controller-quorum-voters".into(),
-        format!("7@127.0.0.1:{port}"),
-        "--listeners".into(),
-        format!("127.0.0.1:{port}"),
-        "--metadata-log-dir".into(),
-        q.data_dir(1).display().to_string(),
-    ]);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let out = run_as_node_7(&q.data_dir(1), port);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         stderr.trim_end(),
@@ -208,17 +215,7 @@ fn meta_properties_is_written_and_a_foreign_node_id_or_voter_set_is_refused() {
     // Without meta.properties (raft/ and snapshots/ copied to another node's directory),
     // raft/ itself says whose it is.
     std::fs::remove_file(&props).unwrap();
-    let out = run_to_exit(&[
-        "--node-id".into(),
-        "7".into(),
-        "--controller-quorum-voters".into(),
-        format!("7@127.0.0.1:{port}"),
-        "--listeners".into(),
-        format!("127.0.0.1:{port}"),
-        "--metadata-log-dir".into(),
-        q.data_dir(1).display().to_string(),
-    ]);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let out = run_as_node_7(&q.data_dir(1), port);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         stderr.trim_end(),
