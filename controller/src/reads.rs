@@ -323,8 +323,15 @@ async fn stream_metadata(
     let mut next = (req.from_offset as u64).max(1);
     let start = log_start_offset(node);
     if next < start {
-        let snap = read_newest_snapshot(snapshot_dir)
-            .map_err(|e| tonic::Status::unavailable(format!("reading snapshot: {e}")))?
+        // Reading and decoding a large snapshot takes a while: off the async workers, which
+        // also serve the Raft RPCs.
+        let dir = snapshot_dir.to_path_buf();
+        let snap = tokio::task::spawn_blocking(move || {
+            read_newest_snapshot(&dir)
+                .map_err(|e| tonic::Status::unavailable(format!("reading snapshot: {e}")))
+        })
+        .await
+        .map_err(|e| tonic::Status::internal(format!("reading snapshot: {e}")))??
             .ok_or_else(|| tonic::Status::unavailable("log purged but no snapshot found"))?;
         let h = &snap.header;
         let commit = applied_offset(node) as i64;

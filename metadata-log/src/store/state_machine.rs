@@ -222,11 +222,26 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
+        let started = std::time::Instant::now();
         let raft_meta = postcard::to_stdvec(&self.meta)
             .map_err(|e| StorageIOError::write_snapshot(None, &e))?;
-        let bytes = snapshot::encode(&self.image, &raft_meta);
-        let path = store_snapshot(&self.dir, &self.durable, self.meta.last_log_id, &bytes)?;
-        tracing::info!(path = %path.display(), bytes = bytes.len(), "built metadata snapshot");
+        // Encoding a large image and writing it with fsync takes a while: off the async
+        // workers, which must keep answering Raft RPCs and heartbeats meanwhile.
+        let (dir, durable, image) = (self.dir.clone(), self.durable.clone(), self.image.clone());
+        let last = self.meta.last_log_id;
+        let (path, bytes) = tokio::task::spawn_blocking(move || {
+            let bytes = snapshot::encode(&image, &raft_meta);
+            store_snapshot(&dir, &durable, last, &bytes).map(|path| (path, bytes))
+        })
+        .await
+        .map_err(|e| StorageIOError::write_snapshot(None, &std::io::Error::other(e)))??;
+        tracing::info!(
+            path = %path.display(),
+            offset = self.image.provenance().offset,
+            bytes = bytes.len(),
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "built metadata snapshot"
+        );
         Ok(Snapshot {
             meta: self.meta.clone(),
             snapshot: Box::new(Cursor::new(bytes)),
@@ -326,23 +341,41 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
         meta: &SnapshotMeta,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
+        let started = std::time::Instant::now();
         let bytes = snapshot.into_inner();
-        let label = Path::new("<received snapshot>");
+        let size = bytes.len();
         let sig = Some(meta.signature());
-        let snap = snapshot::decode(label, &bytes)
-            .map_err(|e| StorageIOError::read_snapshot(sig.clone(), &e))?;
         let expected = meta.last_log_id.map_or(0, |l| l.index);
-        if snap.header.provenance.offset != expected {
-            let e = std::io::Error::other(format!(
-                "snapshot header offset {} does not match meta last log id {expected}",
-                snap.header.provenance.offset
-            ));
-            return Err(StorageIOError::read_snapshot(sig, &e).into());
-        }
-        let image = snap
-            .to_image(label)
-            .map_err(|e| StorageIOError::read_snapshot(sig.clone(), &e))?;
-        store_snapshot(&self.dir, &self.durable, meta.last_log_id, &bytes)?;
+        let (dir, durable, last) = (self.dir.clone(), self.durable.clone(), meta.last_log_id);
+        // Decoding, building the image and the fsync'd write take a while for a large image:
+        // off the async workers (see `build_snapshot`).
+        let job_sig = sig.clone();
+        let (image, path) = tokio::task::spawn_blocking(move || {
+            let label = Path::new("<received snapshot>");
+            let snap = snapshot::decode(label, &bytes)
+                .map_err(|e| StorageIOError::read_snapshot(job_sig.clone(), &e))?;
+            if snap.header.provenance.offset != expected {
+                let e = std::io::Error::other(format!(
+                    "snapshot header offset {} does not match meta last log id {expected}",
+                    snap.header.provenance.offset
+                ));
+                return Err(StorageIOError::read_snapshot(job_sig, &e).into());
+            }
+            let image = snap
+                .to_image(label)
+                .map_err(|e| StorageIOError::read_snapshot(job_sig.clone(), &e))?;
+            let path = store_snapshot(&dir, &durable, last, &bytes)?;
+            Ok::<_, StorageError>((image, path))
+        })
+        .await
+        .map_err(|e| StorageIOError::read_snapshot(sig, &std::io::Error::other(e)))??;
+        tracing::info!(
+            path = %path.display(),
+            offset = expected,
+            bytes = size,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "installed metadata snapshot from the leader"
+        );
         self.image = image;
         self.last_applied = meta.last_log_id;
         self.membership = meta.last_membership.clone();
@@ -352,17 +385,24 @@ impl RaftStateMachine<TypeConfig> for StateMachineStore {
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let Some(path) = newest_snapshot(&self.dir)? else {
-            return Ok(None);
-        };
-        let bytes = std::fs::read(&path).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        let snap =
-            snapshot::decode(&path, &bytes).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        let meta: SnapshotMeta = postcard::from_bytes(&snap.header.raft_meta)
-            .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
-        Ok(Some(Snapshot {
-            meta,
-            snapshot: Box::new(Cursor::new(bytes)),
-        }))
+        let dir = self.dir.clone();
+        // Reads and checks the whole file: off the async workers (see `build_snapshot`).
+        tokio::task::spawn_blocking(move || {
+            let Some(path) = newest_snapshot(&dir)? else {
+                return Ok(None);
+            };
+            let bytes =
+                std::fs::read(&path).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+            let snap = snapshot::decode(&path, &bytes)
+                .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+            let meta: SnapshotMeta = postcard::from_bytes(&snap.header.raft_meta)
+                .map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+            Ok(Some(Snapshot {
+                meta,
+                snapshot: Box::new(Cursor::new(bytes)),
+            }))
+        })
+        .await
+        .map_err(|e| StorageIOError::read_snapshot(None, &std::io::Error::other(e)))?
     }
 }
