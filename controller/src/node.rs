@@ -332,7 +332,8 @@ pub fn spawn_check_quorum(
     let task = tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // Wall clock (ms) at which this node was first seen leading in its current term.
+        // Monotonic ms (`peer_acks::monotonic_ms`) at which this node was first seen leading
+        // in its current term.
         let mut leading_since: Option<(u64, i64)> = None;
         loop {
             ticker.tick().await;
@@ -349,7 +350,7 @@ pub fn spawn_check_quorum(
                 tx.send_if_modified(|ok| !std::mem::replace(ok, true));
                 continue;
             }
-            let now = crate::write_path::wall_clock_ms();
+            let now = crate::peer_acks::monotonic_ms();
             let since = match leading_since {
                 Some((t, since)) if t == term => since,
                 _ => {
@@ -363,7 +364,7 @@ pub fn spawn_check_quorum(
                 timeout_ms,
                 node_id,
                 voters.iter().copied(),
-                |peer| acks.get(peer).map(|a| a.last_fetch_ms),
+                |peer| acks.contact_at(peer, now, timeout_ms),
             );
             let changed = tx.send_if_modified(|ok| std::mem::replace(ok, confirmed) != confirmed);
             if changed && !confirmed {

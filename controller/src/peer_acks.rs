@@ -5,7 +5,9 @@
 //!
 //! openraft 0.9's metrics carry only each follower's matched log id, not when it was
 //! acknowledged, so the Raft client ([`crate::raft_network`]) records every AppendEntries
-//! reply here. Times are the leader's wall clock in ms since the Unix epoch.
+//! reply here, and every InstallSnapshot round trip. The reported times are the leader's wall
+//! clock in ms since the Unix epoch; check-quorum reads the same contacts on a monotonic
+//! clock ([`monotonic_ms`]), so a wall-clock jump cannot step a leader down.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -18,7 +20,7 @@ use tokio::sync::watch;
 /// `self_id` included, was in contact within the last `timeout_ms` before `now_ms`. A peer's
 /// contact is its last AppendEntries reply (`last_fetch`, heartbeats included) or, if later,
 /// the moment this node became the leader (`leader_since_ms`), so a new leader gets a whole
-/// timeout before it judges. All times are wall-clock ms of this node.
+/// timeout before it judges. All times are [`monotonic_ms`] of this node.
 ///
 /// A missed heartbeat or two (a slow follower) does not count against the leader: only
 /// `timeout_ms` of silence from too many peers does.
@@ -45,6 +47,11 @@ pub fn quorum_in_contact(
     in_contact * 2 > total
 }
 
+/// [`crate::write_path::monotonic_ms`] as the signed ms this module computes with.
+pub fn monotonic_ms() -> i64 {
+    crate::write_path::monotonic_ms() as i64
+}
+
 /// What the leader knows about one peer's replication replies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerAck {
@@ -54,6 +61,33 @@ pub struct PeerAck {
     /// Wall clock (ms) of the last successful reply whose entries reached the leader's last
     /// log index at the time of the reply; -1 never. Kafka: LastCaughtUpTimestamp.
     pub last_caught_up_ms: i64,
+    /// [`monotonic_ms`] of the last reply of the peer's Raft that accepted this node as
+    /// leader: an AppendEntries reply as above, or an InstallSnapshot reply.
+    pub last_contact_ms: i64,
+}
+
+/// The peer's contact time for check-quorum at `now_ms` ([`monotonic_ms`]): its last reply
+/// (`ack`), or `now_ms` while an InstallSnapshot to it is pending (started at
+/// `installing_since`) that began while the peer was in contact (its last reply at most
+/// `timeout_ms` before the start). A pending install keeps a contact alive; it does not make
+/// one: an install to a peer that is down is pending too, until its connection fails.
+///
+/// openraft answers the last chunk of a snapshot only once the follower has installed it and
+/// sends the follower nothing else meanwhile, so a large install is a long silence that is
+/// not a lost follower (Kafka counts each FetchSnapshot request as contact,
+/// `LeaderState.updateCheckQuorumForFollowingVoter`). The pending RPC is bounded by
+/// `install_snapshot_timeout`; when it fails or times out the peer's silence counts again.
+pub fn contact_at(
+    ack: Option<PeerAck>,
+    installing_since: Option<i64>,
+    now_ms: i64,
+    timeout_ms: i64,
+) -> Option<i64> {
+    let last = ack.map(|a| a.last_contact_ms);
+    match (last, installing_since) {
+        (Some(last), Some(since)) if since.saturating_sub(last) <= timeout_ms => Some(now_ms),
+        _ => last,
+    }
 }
 
 /// The outcome of one AppendEntries round trip, as far as [`next_ack`] cares.
@@ -68,11 +102,13 @@ pub enum AppendOutcome {
     Rejected,
 }
 
-/// The pure step: the record after a reply at `now_ms`, given the previous record and the
-/// leader's last log index when the reply arrived.
+/// The pure step: the record after an AppendEntries reply at `now_ms` (wall clock) and
+/// `mono_ms` ([`monotonic_ms`]), given the previous record and the leader's last log index
+/// when the reply arrived.
 pub fn next_ack(
     prev: Option<PeerAck>,
     now_ms: i64,
+    mono_ms: i64,
     outcome: AppendOutcome,
     leader_last_index: Option<u64>,
 ) -> PeerAck {
@@ -84,6 +120,7 @@ pub fn next_ack(
     PeerAck {
         last_fetch_ms: now_ms,
         last_caught_up_ms: caught_up,
+        last_contact_ms: mono_ms,
     }
 }
 
@@ -91,6 +128,9 @@ pub fn next_ack(
 #[derive(Debug, Clone, Default)]
 pub struct PeerAcks {
     peers: Arc<Mutex<BTreeMap<u64, PeerAck>>>,
+    /// Peers with an InstallSnapshot RPC pending (see [`contact_at`]); at most one per peer,
+    /// as openraft runs one replication stream per peer.
+    installing: Arc<Mutex<BTreeMap<u64, i64>>>,
     /// This node's Raft metrics, attached once the node exists (the network is built first).
     metrics: Arc<OnceLock<watch::Receiver<RaftMetrics<u64, BasicNode>>>>,
 }
@@ -101,19 +141,77 @@ impl PeerAcks {
         let _ = self.metrics.set(metrics);
     }
 
-    /// Records a reply from `peer` now.
+    /// Records an AppendEntries reply from `peer` now.
     pub fn record(&self, peer: u64, outcome: AppendOutcome) {
         let leader_last = self.metrics.get().and_then(|m| m.borrow().last_log_index);
         let now_ms = crate::write_path::wall_clock_ms();
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         let prev = peers.get(&peer).copied();
-        peers.insert(peer, next_ack(prev, now_ms, outcome, leader_last));
+        peers.insert(
+            peer,
+            next_ack(prev, now_ms, monotonic_ms(), outcome, leader_last),
+        );
+    }
+
+    /// Records an InstallSnapshot reply from `peer` now (contact only: what the peer holds
+    /// is reported by the AppendEntries that follow).
+    pub fn record_snapshot_reply(&self, peer: u64) {
+        let mono_ms = monotonic_ms();
+        let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        let ack = peers.entry(peer).or_insert(PeerAck {
+            last_fetch_ms: -1,
+            last_caught_up_ms: -1,
+            last_contact_ms: mono_ms,
+        });
+        ack.last_contact_ms = mono_ms;
+    }
+
+    /// Marks an InstallSnapshot RPC to `peer` pending from now until the returned guard is
+    /// dropped.
+    pub fn installing(&self, peer: u64) -> InstallingGuard {
+        self.installing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(peer, monotonic_ms());
+        InstallingGuard {
+            acks: self.clone(),
+            peer,
+        }
     }
 
     /// The record of `peer`, if it ever answered.
     pub fn get(&self, peer: u64) -> Option<PeerAck> {
         let peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         peers.get(&peer).copied()
+    }
+
+    /// The contact time of `peer` for check-quorum at `now_ms` ([`contact_at`]).
+    pub fn contact_at(&self, peer: u64, now_ms: i64, timeout_ms: i64) -> Option<i64> {
+        let installing = self
+            .installing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&peer)
+            .copied();
+        contact_at(self.get(peer), installing, now_ms, timeout_ms)
+    }
+}
+
+/// An InstallSnapshot RPC in progress (see [`PeerAcks::installing`]); dropping it, when the
+/// RPC ends or is abandoned, ends the pending state.
+#[derive(Debug)]
+pub struct InstallingGuard {
+    acks: PeerAcks,
+    peer: u64,
+}
+
+impl Drop for InstallingGuard {
+    fn drop(&mut self) {
+        self.acks
+            .installing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.peer);
     }
 }
 
@@ -145,56 +243,71 @@ mod tests {
 
     #[test]
     fn every_reply_is_a_fetch_and_only_a_full_match_is_caught_up() {
-        let a = next_ack(
-            None,
-            100,
-            AppendOutcome::Accepted { matched: Some(5) },
-            Some(7),
-        );
-        assert_eq!(
-            a,
-            PeerAck {
-                last_fetch_ms: 100,
-                last_caught_up_ms: -1
-            }
-        );
-        let b = next_ack(
-            Some(a),
-            200,
-            AppendOutcome::Accepted { matched: Some(7) },
-            Some(7),
-        );
-        assert_eq!(
-            b,
-            PeerAck {
-                last_fetch_ms: 200,
-                last_caught_up_ms: 200
-            }
-        );
+        let accepted = |m: u64| AppendOutcome::Accepted { matched: Some(m) };
+        // Wall clock and monotonic clock differ on purpose: each field takes its own.
+        let a = next_ack(None, 100, 10, accepted(5), Some(7));
+        let ack = |fetch, caught_up, contact| PeerAck {
+            last_fetch_ms: fetch,
+            last_caught_up_ms: caught_up,
+            last_contact_ms: contact,
+        };
+        assert_eq!(a, ack(100, -1, 10));
+        let b = next_ack(Some(a), 200, 20, accepted(7), Some(7));
+        assert_eq!(b, ack(200, 200, 20));
         // Behind again (the leader appended meanwhile): fetch advances, caught-up stays.
-        let c = next_ack(
-            Some(b),
-            300,
-            AppendOutcome::Accepted { matched: Some(7) },
-            Some(9),
-        );
-        assert_eq!(
-            c,
-            PeerAck {
-                last_fetch_ms: 300,
-                last_caught_up_ms: 200
-            }
-        );
-        let d = next_ack(Some(c), 400, AppendOutcome::Rejected, Some(9));
-        assert_eq!(
-            d,
-            PeerAck {
-                last_fetch_ms: 400,
-                last_caught_up_ms: 200
-            }
-        );
+        let c = next_ack(Some(b), 300, 30, accepted(7), Some(9));
+        assert_eq!(c, ack(300, 200, 30));
+        let d = next_ack(Some(c), 400, 40, AppendOutcome::Rejected, Some(9));
+        assert_eq!(d, ack(400, 200, 40));
         // Both logs empty: caught up.
-        let e = next_ack(None, 1, AppendOutcome::Accepted { matched: None }, None);
+        let e = next_ack(None, 1, 1, AppendOutcome::Accepted { matched: None }, None);
         assert_eq!(e.last_caught_up_ms, 1);
+    }
+
+    #[test]
+    fn a_pending_snapshot_install_keeps_a_contact_alive_until_it_ends() {
+        let ack = |contact| PeerAck {
+            last_fetch_ms: 5_000,
+            last_caught_up_ms: 5_000,
+            last_contact_ms: contact,
+        };
+        // Not installing: the last reply.
+        assert_eq!(contact_at(Some(ack(100)), None, 2_000, 600), Some(100));
+        // Installing since 700, last reply at 100 (within 600 of the start): in contact now.
+        assert_eq!(
+            contact_at(Some(ack(100)), Some(700), 2_000, 600),
+            Some(2_000)
+        );
+        // An install that began after the peer fell silent (down) does not count.
+        assert_eq!(contact_at(Some(ack(100)), Some(701), 2_000, 600), Some(100));
+        assert_eq!(contact_at(None, Some(700), 2_000, 600), None);
+        assert_eq!(contact_at(None, None, 2_000, 600), None);
+
+        let acks = PeerAcks::default();
+        assert_eq!(acks.contact_at(2, 1_000, 600), None);
+        let pending = acks.installing(2);
+        assert_eq!(
+            acks.contact_at(2, 1_000, 600),
+            None,
+            "a peer never heard from stays silent"
+        );
+        drop(pending);
+        acks.record_snapshot_reply(2);
+        let got = acks.get(2).unwrap();
+        assert_eq!((got.last_fetch_ms, got.last_caught_up_ms), (-1, -1));
+        let now = monotonic_ms();
+        let pending = acks.installing(2);
+        assert_eq!(acks.contact_at(2, now + 10_000, 600), Some(now + 10_000));
+        assert_eq!(
+            acks.contact_at(3, now + 10_000, 600),
+            None,
+            "only that peer"
+        );
+        drop(pending);
+        assert_eq!(
+            acks.contact_at(2, now + 10_000, 600),
+            Some(got.last_contact_ms),
+            "ended (answered, failed or abandoned): its last reply again"
+        );
     }
 }

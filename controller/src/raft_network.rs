@@ -331,7 +331,17 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<u64>, RpcErr<InstallSnapshotError>> {
-        self.call(Method::InstallSnapshot, &rpc, &option).await
+        // Contact while pending: the last chunk is answered only after the install (see
+        // `peer_acks::contact_at`).
+        let _pending = self.acks.installing(self.target);
+        let result: Result<InstallSnapshotResponse<u64>, _> =
+            self.call(Method::InstallSnapshot, &rpc, &option).await;
+        if let Ok(resp) = &result
+            && resp.vote <= rpc.vote
+        {
+            self.acks.record_snapshot_reply(self.target);
+        }
+        result
     }
 
     async fn vote(

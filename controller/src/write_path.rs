@@ -107,7 +107,7 @@ pub trait ControllerState: Send + 'static {
 pub struct WriteContext<'a, S> {
     /// The working image (committed + proposed-but-unapplied records).
     pub image: &'a MetadataImage,
-    /// Monotonic time, ms (from the task's clock).
+    /// Monotonic time, ms ([`monotonic_ms`]).
     pub now_ms: u64,
     /// The controller's in-memory state.
     pub state: &'a mut S,
@@ -228,7 +228,6 @@ pub fn spawn<S: ControllerState>(
         state,
         config,
         rx,
-        clock: Instant::now(),
         leader: false,
         working: MetadataImage::empty(),
         working_offset: 0,
@@ -246,7 +245,6 @@ struct WriteTask<S> {
     state: S,
     config: WritePathConfig,
     rx: mpsc::Receiver<Operation<S>>,
-    clock: Instant,
     /// True while this node is the active controller and its working image is current.
     leader: bool,
     /// Committed image + records of `inflight` (valid only while `leader`).
@@ -264,7 +262,7 @@ struct WriteTask<S> {
 
 impl<S: ControllerState> WriteTask<S> {
     fn now_ms(&self) -> u64 {
-        self.clock.elapsed().as_millis() as u64
+        monotonic_ms()
     }
 
     async fn run(mut self) {
@@ -672,6 +670,14 @@ fn count_unclean_elections(records: &[MetadataRecord]) -> u64 {
                 if c.leader.is_some_and(|l| l >= 0) && c.leader_recovery_state == Some(recovering))
         })
         .count() as u64
+}
+
+/// Milliseconds on this process's monotonic clock, counted from its first call: the one time
+/// base of the controller's decisions (broker sessions, check-quorum), which must not move
+/// with wall-clock adjustments.
+pub fn monotonic_ms() -> u64 {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
 /// Wall-clock now, ms since the Unix epoch (display only).

@@ -714,3 +714,111 @@ async fn controlled_shutdown_of_a_broker_in_many_isrs_spans_several_entries() {
     assert_eq!(partitions, 12_000);
     assert_eq!(q.wait_leader(Duration::from_secs(5)).await, leader);
 }
+
+/// Creates topic `name` with `partitions` partitions on whichever controller is active,
+/// retrying while there is none; TOPIC_ALREADY_EXISTS on a retry means an earlier try was
+/// committed.
+async fn ensure_topic(q: &Quorum, name: &str, partitions: i32) {
+    on_leader(q, Duration::from_secs(30), |mut c| async move {
+        let r = c
+            .create_topics(CreateTopicsRequest {
+                topics: vec![CreatableTopic {
+                    name: name.into(),
+                    num_partitions: partitions,
+                    replication_factor: 1,
+                    ..Default::default()
+                }],
+                validate_only: false,
+            })
+            .await
+            .ok()?
+            .into_inner();
+        let e = r.topics.first()?.error.clone();
+        (ok(&e) || e.as_ref().is_some_and(|e| e.name == "TOPIC_ALREADY_EXISTS")).then_some(())
+    })
+    .await
+}
+
+/// A follower that must install a large snapshot while the other follower is down keeps the
+/// leader active (check-quorum counts a snapshot being installed as contact, as Kafka counts
+/// FetchSnapshot requests). openraft answers the last chunk of an InstallSnapshot only once
+/// the follower has installed it, and sends the follower nothing else meanwhile: counting
+/// AppendEntries replies alone made the leader step down during every install longer than
+/// the check-quorum timeout, and the quorum had no active controller until it finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_install_to_the_only_live_follower_keeps_the_leader_active() {
+    const TOPICS: usize = 250;
+    // A long broker session: the broker only places the partitions, and a debug build
+    // committing 1,000-partition entries back to back can answer a heartbeat late.
+    let mut q = Quorum::start_with(
+        3,
+        &[
+            "--metadata-snapshot-max-entries",
+            "100",
+            "--broker-session-timeout-ms",
+            "60000",
+        ],
+    );
+    let hb = Duration::from_millis(HEARTBEAT_INTERVAL_MS as u64);
+    let _b1 = FakeBroker::start(&q, 1, "", hb).await;
+    wait_unfenced(&q, 1).await;
+    for i in 0..TOPICS {
+        ensure_topic(&q, &format!("wide-{i}"), 1000).await;
+    }
+    let leader = q.wait_leader(Duration::from_secs(5)).await;
+    // `behind` misses 200 entries: the snapshots (every 100 entries, 50 kept after each) go
+    // beyond its log end, so it can only catch up from a snapshot of 250,000 partitions.
+    let behind = q.ids().into_iter().find(|i| *i != leader).unwrap();
+    q.kill(behind);
+    for i in 0..200 {
+        ensure_topic(&q, &format!("small-{i}"), 1).await;
+    }
+    let leader = q.wait_leader(Duration::from_secs(5)).await;
+    let other = q
+        .ids()
+        .into_iter()
+        .find(|i| ![leader, behind].contains(i))
+        .unwrap();
+    // Alone, the leader stops acting within the check-quorum timeout (Raft thesis §6.2).
+    // Wait for that, so that everything it logs from here on is about `behind`.
+    const LOST: &str = "lost contact with a quorum";
+    let lost_before = q.log_of(leader).matches(LOST).count();
+    q.kill(other);
+    let killed = Instant::now();
+    while q.log_of(leader).matches(LOST).count() == lost_before {
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "leader {leader} kept acting alone\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before_restart = q.log_of(leader).len();
+    q.start_node(behind);
+    let restarted = Instant::now();
+    ensure_topic(&q, "after-install", 1).await;
+    eprintln!(
+        "node {behind} installed the snapshot and the quorum took a write {:?} after its restart",
+        restarted.elapsed()
+    );
+    let log = q.log_of(leader);
+    let since_restart = &log[before_restart..];
+    assert!(
+        q.log_of(behind)
+            .contains("installed metadata snapshot from the leader"),
+        "node {behind} caught up without a snapshot: the test proves nothing\n{}",
+        q.logs()
+    );
+    assert!(
+        since_restart.contains("quorum contact restored") && !since_restart.contains(LOST),
+        "leader {leader} stopped acting while node {behind} installed the snapshot\n{}",
+        q.logs()
+    );
+    assert_eq!(q.wait_leader(Duration::from_secs(1)).await, leader);
+    let img = fetch_image(&q, behind).await.unwrap();
+    assert!(img.topics().get_by_name("after-install").is_some());
+    assert_eq!(
+        img.topics().get_by_name("wide-0").unwrap().partitions.len(),
+        1000
+    );
+}

@@ -111,10 +111,7 @@ impl Quorum {
             .arg(self.addr(id))
             .arg("--metadata-log-dir")
             .arg(self.data_dir(id))
-            .arg("--broker-heartbeat-interval-ms")
-            .arg("200")
-            .arg("--broker-session-timeout-ms")
-            .arg("1000")
+            .args(self.default_session_args())
             .args(&self.extra_args)
             .args(self.node_args.get(&id).into_iter().flatten())
             .env(
@@ -126,6 +123,21 @@ impl Quorum {
             .spawn()
             .unwrap();
         self.procs[id as usize - 1] = Some(child);
+    }
+
+    /// The harness's broker heartbeat interval (200 ms) and session timeout (1 s), unless
+    /// the quorum's extra args set them.
+    fn default_session_args(&self) -> Vec<&'static str> {
+        let mut args = Vec::new();
+        for (flag, value) in [
+            ("--broker-heartbeat-interval-ms", "200"),
+            ("--broker-session-timeout-ms", "1000"),
+        ] {
+            if !self.extra_args.iter().any(|a| a == flag) {
+                args.extend([flag, value]);
+            }
+        }
+        args
     }
 
     /// SIGKILL of node `id`.
@@ -288,10 +300,20 @@ impl Quorum {
 }
 
 impl Drop for Quorum {
+    /// Kills every node. With `KEEL_TEST_KEEP_LOGS=<dir>` set, first copies each node's whole
+    /// log there (`controller-<id>.log`) for debugging; failure messages show only the tails.
     fn drop(&mut self) {
         for c in self.procs.iter_mut().flatten() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        if let Some(keep) = std::env::var_os("KEEL_TEST_KEEP_LOGS") {
+            let keep = PathBuf::from(keep);
+            let _ = std::fs::create_dir_all(&keep);
+            for id in self.ids() {
+                let name = format!("controller-{id}.log");
+                let _ = std::fs::copy(self.dir.path().join(&name), keep.join(&name));
+            }
         }
     }
 }
