@@ -38,6 +38,7 @@ pub async fn run(
     );
     state.topic_defaults = config.topic_defaults();
     let session_views = state.session_views();
+    let heartbeat_tracker = state.heartbeat_tracker();
     let (writer, write_task) = write_path::spawn(
         raft_node.raft.clone(),
         raft_node.images.clone(),
@@ -55,6 +56,7 @@ pub async fn run(
         raft_node.clone(),
         writer,
         session_views,
+        heartbeat_tracker,
         config.metadata_log_dir.join("snapshots"),
     );
     tracing::info!(

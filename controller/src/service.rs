@@ -14,7 +14,7 @@ use keel_proto::controller::controller_service_server::ControllerService;
 use keel_proto::controller::*;
 use tonic::{Request, Response, Status};
 
-use crate::logic::{self, BrokerHeartbeatManager, TopicDefaults};
+use crate::logic::{self, BrokerHeartbeatManager, HeartbeatTracker, TopicDefaults};
 use crate::node::RaftNode;
 use crate::reads;
 use crate::write_path::{ControllerState, WriteContext, WriteHandle};
@@ -24,6 +24,9 @@ use crate::write_path::{ControllerState, WriteContext, WriteHandle};
 pub struct QuorumState {
     /// Broker heartbeat sessions (not replicated; reset on leadership change).
     pub sessions: BrokerHeartbeatManager,
+    /// Heartbeat arrivals recorded by the RPC handlers, taken into `sessions` before each
+    /// session-expiry check.
+    tracker: HeartbeatTracker,
     /// `broker.session.timeout.ms`.
     pub session_timeout_ms: u64,
     /// Defaults for CreateTopics.
@@ -56,6 +59,7 @@ impl QuorumState {
     pub fn new(session_timeout_ms: u64) -> Self {
         Self {
             sessions: BrokerHeartbeatManager::new(),
+            tracker: HeartbeatTracker::default(),
             session_timeout_ms,
             topic_defaults: TopicDefaults::default(),
             placement_start: 0,
@@ -71,6 +75,11 @@ impl QuorumState {
     pub fn with_leader_rebalance(mut self, interval_ms: Option<u64>) -> Self {
         self.rebalance_interval_ms = interval_ms;
         self
+    }
+
+    /// The tracker the BrokerHeartbeat handler records arrivals in.
+    pub fn heartbeat_tracker(&self) -> HeartbeatTracker {
+        self.tracker.clone()
     }
 
     /// A receiver of the published session views.
@@ -120,6 +129,9 @@ impl ControllerState for QuorumState {
 
     fn tick(&mut self, image: &MetadataImage, now_ms: u64) -> Vec<MetadataRecord> {
         let mut records = Vec::new();
+        // Heartbeats that arrived while the write task was busy count before any expiry.
+        self.sessions
+            .note_contacts(self.tracker.take_contacts(image));
         // Fence every broker whose session expired (DESIGN §4), composing the changes so
         // that later fences see earlier ones.
         let mut view = image.clone();
@@ -177,21 +189,25 @@ fn starts_controlled_shutdown(records: &[MetadataRecord], broker: i32) -> bool {
 pub struct ControllerGrpc {
     node: RaftNode,
     sessions: tokio::sync::watch::Receiver<BTreeMap<i32, SessionView>>,
+    tracker: HeartbeatTracker,
     writer: WriteHandle<QuorumState>,
     snapshot_dir: std::path::PathBuf,
 }
 
 impl ControllerGrpc {
-    /// Serves `node`, sending writes to `writer`.
+    /// Serves `node`, sending writes to `writer`; heartbeat arrivals go to `tracker` (the
+    /// write task's [`QuorumState::heartbeat_tracker`]).
     pub fn new(
         node: RaftNode,
         writer: WriteHandle<QuorumState>,
         sessions: tokio::sync::watch::Receiver<BTreeMap<i32, SessionView>>,
+        tracker: HeartbeatTracker,
         snapshot_dir: std::path::PathBuf,
     ) -> Self {
         Self {
             node,
             sessions,
+            tracker,
             writer,
             snapshot_dir,
         }
@@ -331,6 +347,15 @@ impl ControllerService for ControllerGrpc {
         &self,
         request: Request<BrokerHeartbeatRequest>,
     ) -> Result<Response<BrokerHeartbeatReply>, Status> {
+        // Record the arrival first, so that a busy write task cannot let the session expire
+        // while this heartbeat waits in its queue (Kafka: `trackBrokerHeartbeat`).
+        let (id, epoch) = (request.get_ref().broker_id, request.get_ref().broker_epoch);
+        self.tracker.update_contact(
+            &self.node.images.borrow(),
+            id,
+            epoch,
+            crate::write_path::monotonic_ms(),
+        );
         let raft = self.node.raft.clone();
         write_rpc!(
             self,

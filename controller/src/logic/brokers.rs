@@ -22,6 +22,7 @@
 //! stays, with leader -1); unfencing elects leaders for leaderless partitions it replicates.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use keel_metadata_log::MetadataImage;
 use keel_metadata_log::image::uuid_from_bytes;
@@ -55,6 +56,63 @@ pub struct BrokerSession {
     /// Offset of the batch that moved leadership away for a controlled shutdown, once the
     /// caller knows it ([`BrokerHeartbeatManager::set_controlled_shutdown_offset`]).
     pub controlled_shutdown_offset: Option<u64>,
+}
+
+/// The last heartbeat arrival per broker, recorded by the RPC handler as each heartbeat
+/// arrives, before it waits in the write task's queue (Kafka: `BrokerHeartbeatTracker`, "so
+/// that the heartbeats always get through, even if the main controller thread is busy").
+///
+/// Without it a busy write task (entries in flight, a long queue) decides heartbeats late and
+/// its session-expiry check, which runs between operations, can fence a broker whose
+/// heartbeats are waiting in the queue; the fencing (one record per partition the broker
+/// leads or follows) then makes the task busier still.
+///
+/// Shared between threads (cheap to clone). Holds one entry per registered broker id: only a
+/// heartbeat whose `(broker_id, broker_epoch)` matches the committed registration is
+/// recorded, and [`take_contacts`](Self::take_contacts) drops ids no longer registered.
+/// Times are the caller's monotonic ms.
+#[derive(Debug, Clone, Default)]
+pub struct HeartbeatTracker {
+    /// broker id -> (broker epoch, arrival ms).
+    contacts: Arc<Mutex<BTreeMap<i32, (i64, u64)>>>,
+}
+
+impl HeartbeatTracker {
+    /// Records a heartbeat of `broker_id` at `broker_epoch` arriving at `now_ms`, if `image`
+    /// (the committed image) registers that broker at that epoch. Returns whether it counted.
+    pub fn update_contact(
+        &self,
+        image: &MetadataImage,
+        broker_id: i32,
+        broker_epoch: i64,
+        now_ms: u64,
+    ) -> bool {
+        if image
+            .broker(broker_id)
+            .is_none_or(|b| b.epoch != broker_epoch)
+        {
+            return false;
+        }
+        let mut contacts = self.contacts.lock().unwrap_or_else(|e| e.into_inner());
+        let e = contacts.entry(broker_id).or_insert((broker_epoch, now_ms));
+        if e.0 != broker_epoch {
+            *e = (broker_epoch, now_ms);
+        }
+        e.1 = e.1.max(now_ms);
+        true
+    }
+
+    /// The recorded contacts as `(broker_id, broker_epoch, at_ms)`, for
+    /// [`BrokerHeartbeatManager::note_contacts`]; forgets brokers `image` no longer registers
+    /// at the recorded epoch.
+    pub fn take_contacts(&self, image: &MetadataImage) -> Vec<(i32, i64, u64)> {
+        let mut contacts = self.contacts.lock().unwrap_or_else(|e| e.into_inner());
+        contacts.retain(|id, (epoch, _)| image.broker(*id).is_some_and(|b| b.epoch == *epoch));
+        contacts
+            .iter()
+            .map(|(id, (epoch, at))| (*id, *epoch, *at))
+            .collect()
+    }
 }
 
 /// In-memory heartbeat sessions of the active controller (Kafka: `BrokerHeartbeatManager`).
@@ -106,6 +164,20 @@ impl BrokerHeartbeatManager {
             *s = fresh_session(broker_epoch, now_ms);
         }
         s.last_contact_ms = s.last_contact_ms.max(now_ms);
+    }
+
+    /// Takes in heartbeat contacts recorded outside the write task ([`HeartbeatTracker`]):
+    /// `(broker_id, broker_epoch, at_ms)`. A contact counts only for the session of that
+    /// epoch, and only moves its last contact forward; it starts no session (a heartbeat that
+    /// starts one goes through [`heartbeat`] on the write task).
+    pub fn note_contacts(&mut self, contacts: impl IntoIterator<Item = (i32, i64, u64)>) {
+        for (id, epoch, at_ms) in contacts {
+            if let Some(s) = self.sessions.get_mut(&id)
+                && s.broker_epoch == epoch
+            {
+                s.last_contact_ms = s.last_contact_ms.max(at_ms);
+            }
+        }
     }
 
     /// Sets the metadata offset `broker_id` reported. No-op without a session.

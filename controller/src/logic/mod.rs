@@ -45,8 +45,8 @@ pub mod topics;
 
 pub use alter_partition::alter_partition;
 pub use brokers::{
-    BrokerHeartbeatManager, BrokerSession, fence_broker, heartbeat, register_broker,
-    unregister_broker,
+    BrokerHeartbeatManager, BrokerSession, HeartbeatTracker, fence_broker, heartbeat,
+    register_broker, unregister_broker,
 };
 pub use configs::{alter_configs, describe_configs};
 pub use election::{

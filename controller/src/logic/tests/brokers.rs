@@ -11,8 +11,8 @@ use keel_proto::metadata::{ConfigResourceType, LeaderRecoveryState};
 use super::common::{CLUSTER_ID, Cluster, SESSION_TIMEOUT_MS, code};
 use crate::logic::brokers::leads_nothing_shared;
 use crate::logic::{
-    BrokerHeartbeatManager, allocate_producer_ids, alter_configs, fence_broker, heartbeat,
-    register_broker, unregister_broker,
+    BrokerHeartbeatManager, HeartbeatTracker, allocate_producer_ids, alter_configs, fence_broker,
+    heartbeat, register_broker, unregister_broker,
 };
 
 fn set_topic_config(c: &mut Cluster, topic: &str, key: &str, value: &str) {
@@ -357,6 +357,39 @@ fn new_active_controller_gives_a_fresh_grace_period() {
         fresh.expired(later + SESSION_TIMEOUT_MS + 1, SESSION_TIMEOUT_MS),
         vec![1, 2]
     );
+}
+
+/// Heartbeats recorded as they arrive (Kafka's `BrokerHeartbeatTracker`) keep a session alive
+/// while the write task has not decided them yet; only heartbeats of the registered epoch
+/// count, and they never revive another epoch's session.
+#[test]
+fn heartbeats_recorded_on_arrival_keep_the_session_alive() {
+    let mut c = Cluster::new();
+    c.add_broker(1, None);
+    c.add_broker(2, None);
+    let (e1, e2) = (c.epoch(1), c.epoch(2));
+    let tracker = HeartbeatTracker::default();
+    let start = c.now_ms;
+    // Broker 1's heartbeats arrive on time but wait in the queue; broker 2 is silent.
+    let later = start + SESSION_TIMEOUT_MS + 500;
+    assert!(tracker.update_contact(&c.image, 1, e1, later - 100));
+    // Unknown broker, wrong epoch: not recorded.
+    assert!(!tracker.update_contact(&c.image, 9, 1, later));
+    assert!(!tracker.update_contact(&c.image, 2, e2 + 1, later));
+    assert!(!tracker.update_contact(&c.image, 2, e2 - 1, later));
+    assert_eq!(c.sessions.expired(later, SESSION_TIMEOUT_MS), vec![1, 2]);
+    c.sessions.note_contacts(tracker.take_contacts(&c.image));
+    assert_eq!(c.sessions.expired(later, SESSION_TIMEOUT_MS), vec![2]);
+    // An older arrival never moves the contact back.
+    c.sessions.note_contacts([(1, e1, start)]);
+    assert_eq!(c.sessions.session(1).unwrap().last_contact_ms, later - 100);
+    // A contact for another epoch than the session's is ignored.
+    c.sessions.note_contacts([(2, e2 + 7, later)]);
+    assert_eq!(c.sessions.expired(later, SESSION_TIMEOUT_MS), vec![2]);
+    // Unregistered brokers are forgotten by the tracker.
+    let r = unregister_broker(&c.image, &UnregisterBrokerRequest { broker_id: 1 });
+    c.commit(r);
+    assert!(tracker.take_contacts(&c.image).is_empty());
 }
 
 #[test]
