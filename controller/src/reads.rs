@@ -332,7 +332,7 @@ async fn stream_metadata(
         })
         .await
         .map_err(|e| tonic::Status::internal(format!("reading snapshot: {e}")))??
-            .ok_or_else(|| tonic::Status::unavailable("log purged but no snapshot found"))?;
+        .ok_or_else(|| tonic::Status::unavailable("log purged but no snapshot found"))?;
         let h = &snap.header;
         let commit = applied_offset(node) as i64;
         let send = |item: Item| FetchMetadataItem {

@@ -103,10 +103,15 @@ fn snapshot_builds_installs_on_another_node_and_reloads_on_open() {
         assert_eq!(b.image(), a.image());
         assert_eq!(b.image().digest(), a.image().digest());
 
-        // A restart of b loads the installed snapshot.
+        // A restart of b loads the installed snapshot, and deletes what a crash left of an
+        // interrupted snapshot write (a temp file never renamed into place).
         drop(b);
-        let b2 = StateMachineStore::open(&b_dir.path().join("snapshots")).unwrap();
+        let snapshots = b_dir.path().join("snapshots");
+        let unfinished = snapshots.join(format!("snapshot-{:020}-{:020}.snap.tmp", 9, 2));
+        std::fs::write(&unfinished, b"").unwrap();
+        let b2 = StateMachineStore::open(&snapshots).unwrap();
         assert_eq!(b2.image(), a.image());
+        assert!(!unfinished.exists(), "{} left behind", unfinished.display());
 
         // A damaged snapshot is refused and leaves the receiver unchanged.
         let (_, mut c) = store::open(tempfile::tempdir().unwrap().path()).unwrap();

@@ -59,6 +59,7 @@ impl StateMachineStore {
             snapshots_built: 0,
             durable: DurableSnapshot::default(),
         };
+        remove_unfinished_snapshots(dir)?;
         if let Some(path) = newest_snapshot(dir)? {
             let snap =
                 snapshot::read_file(&path).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
@@ -146,6 +147,37 @@ pub(crate) fn newest_snapshot_index(dir: &Path) -> Result<Option<u64>, StorageEr
         return Ok(None);
     }
     Ok(snapshot_files(dir)?.into_iter().map(|(i, _)| i).max())
+}
+
+/// Deletes the temp files of snapshot writes that a crash interrupted (`<snapshot>.tmp`,
+/// see [`snapshot::write_atomic`]): never renamed into place, so never read. A file that
+/// cannot be deleted is logged and left (harmless clutter).
+///
+/// Errors: `dir` cannot be listed.
+fn remove_unfinished_snapshots(dir: &Path) -> Result<(), StorageError> {
+    let rd = std::fs::read_dir(dir).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+    for ent in rd {
+        let ent = ent.map_err(|e| StorageIOError::read_snapshot(None, &e))?;
+        let name = ent.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let unfinished = name.starts_with(SNAPSHOT_PREFIX)
+            && name
+                .strip_suffix(".tmp")
+                .is_some_and(|n| n.ends_with(SNAPSHOT_SUFFIX));
+        if !unfinished {
+            continue;
+        }
+        let path = ent.path();
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                tracing::info!(path = %path.display(), "removed an unfinished snapshot write")
+            }
+            Err(e) => {
+                tracing::warn!(path = %path.display(), error = %e, "could not remove an unfinished snapshot write")
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The newest snapshot file in `dir`, by index.
