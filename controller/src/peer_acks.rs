@@ -18,7 +18,8 @@ use tokio::sync::watch;
 /// Check-quorum (Raft thesis §6.2; Kafka `LeaderState.timeUntilCheckQuorumExpires` with
 /// `controller.quorum.fetch.timeout.ms`): whether a majority of `voters`, the leader
 /// `self_id` included, was in contact within the last `timeout_ms` before `now_ms`. A peer's
-/// contact is its last AppendEntries reply (`last_fetch`, heartbeats included) or, if later,
+/// contact is `last_contact(peer)` (its last reply, heartbeats included, or now while it
+/// installs a snapshot: [`contact_at`]) or, if later,
 /// the moment this node became the leader (`leader_since_ms`), so a new leader gets a whole
 /// timeout before it judges. All times are [`monotonic_ms`] of this node.
 ///
@@ -30,7 +31,7 @@ pub fn quorum_in_contact(
     timeout_ms: i64,
     self_id: u64,
     voters: impl IntoIterator<Item = u64>,
-    last_fetch: impl Fn(u64) -> Option<i64>,
+    last_contact: impl Fn(u64) -> Option<i64>,
 ) -> bool {
     let (mut total, mut in_contact) = (0usize, 0usize);
     for v in voters {
@@ -38,7 +39,7 @@ pub fn quorum_in_contact(
         let contact = if v == self_id {
             now_ms
         } else {
-            last_fetch(v).unwrap_or(i64::MIN).max(leader_since_ms)
+            last_contact(v).unwrap_or(i64::MIN).max(leader_since_ms)
         };
         if now_ms.saturating_sub(contact) <= timeout_ms {
             in_contact += 1;
