@@ -18,7 +18,9 @@
 //! On a node that is not the active controller, operations are not run: they complete with
 //! `NOT_CONTROLLER` at once. When this node becomes leader it first waits until its state
 //! machine has applied everything committed by earlier terms (`ensure_linearizable`), then
-//! calls [`ControllerState::on_become_leader`] (fresh broker session grace, DESIGN §4).
+//! calls [`ControllerState::on_become_leader`] (fresh broker session grace, DESIGN §4). An
+//! attempt that fails (leadership not confirmed, or lost while applying) is retried every
+//! [`LEADERSHIP_RETRY`] while Raft keeps this node leader.
 //!
 //! Bounds: the request queue holds [`QUEUE_CAPACITY`] operations (senders wait when full);
 //! one entry takes at most [`MAX_OPS_PER_BATCH`] operations.
@@ -48,6 +50,12 @@ pub const MAX_OPS_PER_BATCH: usize = 1024;
 pub const MAX_RECORDS_PER_OPERATION: usize = 10_000;
 /// Records one Raft entry carries at most: operations beyond it go into the next entry.
 pub const MAX_RECORDS_PER_ENTRY: usize = MAX_RECORDS_PER_OPERATION;
+/// How often a node that Raft made leader, with a confirmed quorum, tries again to become the
+/// active controller after a failed attempt (its leadership could not be confirmed, e.g. a
+/// follower busy installing a snapshot missed the confirming heartbeat round). Without the
+/// retry nothing changed in Raft's leadership or the quorum flag to trigger another attempt,
+/// and the node refused every write with NOT_CONTROLLER while Raft kept it leader.
+pub const LEADERSHIP_RETRY: Duration = Duration::from_millis(100);
 /// Raft entries proposed and not yet applied, at most. Small on purpose: while entries are in
 /// flight new operations accumulate into the next, larger entry (group commit). Measured with
 /// `cargo bench -p keel-controller --bench quorum` at 64 clients on 2 cores: 16 in flight gave
@@ -229,6 +237,7 @@ pub fn spawn<S: ControllerState>(
         config,
         rx,
         leader: false,
+        confirm_failed: false,
         working: MetadataImage::empty(),
         working_offset: 0,
         inflight: VecDeque::new(),
@@ -247,6 +256,9 @@ struct WriteTask<S> {
     rx: mpsc::Receiver<Operation<S>>,
     /// True while this node is the active controller and its working image is current.
     leader: bool,
+    /// The last attempt to become the active controller could not confirm leadership (logged
+    /// once per run of failures).
+    confirm_failed: bool,
     /// Committed image + records of `inflight` (valid only while `leader`).
     working: MetadataImage,
     /// Raft index of the last entry this task proposed (or of the committed image after a
@@ -272,8 +284,10 @@ impl<S: ControllerState> WriteTask<S> {
         let mut metrics = self.raft.server_metrics();
         let mut noop = tokio::time::interval(Duration::from_millis(self.config.noop_interval_ms));
         let mut tick = tokio::time::interval(Duration::from_millis(self.config.tick_interval_ms));
+        let mut retry = tokio::time::interval(LEADERSHIP_RETRY);
         noop.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let can_take = self.inflight.len() < MAX_INFLIGHT_BATCHES;
             tokio::select! {
@@ -287,6 +301,11 @@ impl<S: ControllerState> WriteTask<S> {
                     if changed.is_err() {
                         break;
                     }
+                    self.on_leadership_signal(&mut metrics).await;
+                }
+                _ = retry.tick(), if !self.leader => {
+                    // Cheap when Raft does not make this node leader; otherwise another
+                    // attempt after a failed one (see LEADERSHIP_RETRY).
                     self.on_leadership_signal(&mut metrics).await;
                 }
                 res = Self::front(&mut self.inflight), if !self.inflight.is_empty() => {
@@ -387,9 +406,16 @@ impl<S: ControllerState> WriteTask<S> {
     async fn become_leader(&mut self) {
         // Wait until everything committed by earlier terms is applied locally.
         if let Err(e) = self.raft.ensure_linearizable().await {
-            tracing::warn!(error = %e, "could not confirm leadership");
+            // Retried every LEADERSHIP_RETRY while Raft keeps this node leader: log once.
+            if !self.confirm_failed {
+                tracing::warn!(error = %e, "could not confirm leadership; retrying");
+            } else {
+                tracing::debug!(error = %e, "could not confirm leadership");
+            }
+            self.confirm_failed = true;
             return;
         }
+        self.confirm_failed = false;
         // And every entry already in this leader's log: requests are validated against the
         // applied image, so deciding before those entries are applied could commit a record
         // that contradicts one of them (a duplicate TopicRecord was seen in a break-it run).
