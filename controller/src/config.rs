@@ -14,6 +14,9 @@ use crate::logic::TopicDefaults;
 use crate::logic::topics::MAX_PARTITIONS_PER_TOPIC;
 use serde::Deserialize;
 
+/// Milliseconds in a day: the largest duration setting accepted.
+const MS_PER_DAY: u64 = 86_400_000;
+
 /// Why a configuration was refused. `Display` is the one line printed at start-up.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -271,14 +274,41 @@ impl ControllerConfig {
                 Ok(())
             }
         };
-        positive(
-            "broker_heartbeat_interval_ms",
-            self.broker_heartbeat_interval_ms,
-        )?;
-        positive("broker_session_timeout_ms", self.broker_session_timeout_ms)?;
-        positive(
-            "raft_heartbeat_interval_ms",
-            self.raft_heartbeat_interval_ms,
+        // Durations: above a day is a typo, and values near u64::MAX made timers panic at
+        // start ("duration is unrealistically large") while the process kept running.
+        let duration = |key: &'static str, v: u64, unit_per_day: u64| {
+            positive(key, v)?;
+            if v > unit_per_day {
+                return Err(ConfigError::Invalid {
+                    key,
+                    reason: format!("{v} is more than a day ({unit_per_day})"),
+                });
+            }
+            Ok(())
+        };
+        for (key, v) in [
+            (
+                "broker_heartbeat_interval_ms",
+                self.broker_heartbeat_interval_ms,
+            ),
+            ("broker_session_timeout_ms", self.broker_session_timeout_ms),
+            (
+                "raft_heartbeat_interval_ms",
+                self.raft_heartbeat_interval_ms,
+            ),
+            ("election_timeout_min_ms", self.election_timeout_min_ms),
+            ("election_timeout_max_ms", self.election_timeout_max_ms),
+            (
+                "metadata_max_idle_interval_ms",
+                self.metadata_max_idle_interval_ms,
+            ),
+        ] {
+            duration(key, v, MS_PER_DAY)?;
+        }
+        duration(
+            "leader_imbalance_check_interval_seconds",
+            self.leader_imbalance_check_interval_seconds,
+            MS_PER_DAY / 1000,
         )?;
         positive(
             "metadata_snapshot_max_entries",
@@ -293,14 +323,6 @@ impl ControllerConfig {
                 ),
             });
         }
-        positive(
-            "metadata_max_idle_interval_ms",
-            self.metadata_max_idle_interval_ms,
-        )?;
-        positive(
-            "leader_imbalance_check_interval_seconds",
-            self.leader_imbalance_check_interval_seconds,
-        )?;
         let within = |key: &'static str, v: i32, max: i32| {
             if (1..=max).contains(&v) {
                 Ok(())
@@ -463,6 +485,24 @@ mod tests {
                 .starts_with("invalid value for leader_imbalance_check_interval_seconds: "),
             "{e}"
         );
+        for (key, value) in [
+            ("election_timeout_max_ms", "18446744073709551615"),
+            ("election_timeout_min_ms", "9223372036854775000"),
+            ("broker_session_timeout_ms", "86400001"),
+            ("leader_imbalance_check_interval_seconds", "86401"),
+        ] {
+            let e = raw(&format!("{base}{key} = {value}"))
+                .resolve()
+                .map(|_| ())
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.starts_with(&format!(
+                    "invalid value for {key}: {value} is more than a day"
+                )),
+                "{key} = {value}: {e}"
+            );
+        }
         let err =
             toml::from_str::<RawConfig>("auto_leader_rebalance_enable = \"yes\"").unwrap_err();
         assert!(err.message().contains("bool"), "{err}");
