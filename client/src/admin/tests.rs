@@ -33,6 +33,10 @@ struct FakeState {
     /// The first call sleeps this long before answering (an answer that never arrives in
     /// time: the client cannot know whether it was applied).
     first_delay: Option<Duration>,
+    /// FetchMetadata calls so far; the first `purged_fetches` fail with OUT_OF_RANGE (the
+    /// log was purged under the stream), later ones stream one committed batch.
+    fetches: u32,
+    purged_fetches: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -192,7 +196,34 @@ impl ControllerService for Fake {
         &self,
         _: Request<FetchMetadataRequest>,
     ) -> Result<Response<Self::FetchMetadataStream>, Status> {
-        Err(Status::unimplemented(""))
+        let purged = {
+            let mut st = self.0.lock().unwrap();
+            st.fetches += 1;
+            st.fetches <= st.purged_fetches
+        };
+        if purged {
+            return Err(Status::out_of_range(
+                "offset 7 is no longer in the log; fetch again from 0 to get the snapshot",
+            ));
+        }
+        let noop = keel_proto::metadata::MetadataRecord {
+            record: Some(keel_proto::metadata::metadata_record::Record::NoOp(
+                keel_proto::metadata::NoOpRecord {},
+            )),
+        };
+        let item = FetchMetadataItem {
+            item: Some(fetch_metadata_item::Item::Batch(CommittedBatch {
+                offset: 1,
+                term: 1,
+                append_timestamp_ms: -1,
+                batch: Some(keel_proto::metadata::MetadataBatch {
+                    records: vec![noop],
+                    append_timestamp_ms: -1,
+                }),
+            })),
+            commit_index: 1,
+        };
+        Ok(Response::new(Box::pin(tokio_stream::iter([Ok(item)]))))
     }
 
     async fn read_metadata_log(
@@ -217,6 +248,8 @@ async fn fake(role: Role, first_delay: Option<Duration>) -> (Fake, String) {
         role,
         calls: 0,
         first_delay,
+        fetches: 0,
+        purged_fetches: 0,
     })));
     let svc = ControllerServiceServer::new(f.clone());
     tokio::spawn(async move {
@@ -406,4 +439,16 @@ async fn addresses_that_are_not_controllers_are_skipped() {
     let mixed = admin(&[&not_controller, &a_addr], Duration::from_secs(10));
     assert_eq!(mixed.create_topic(topic("t")).await.unwrap().name, "t");
     assert_eq!(b.calls(), 2);
+}
+
+/// A metadata stream cut by a purge (OUT_OF_RANGE: the controller took a snapshot while the
+/// stream was between the old snapshot and the log) is read again from 0.
+#[tokio::test]
+async fn a_metadata_stream_cut_by_a_purge_is_read_again() {
+    let (a, a_addr) = fake(Role::Follower(None), None).await;
+    a.0.lock().unwrap().purged_fetches = 2;
+    let admin = admin(&[&a_addr], Duration::from_secs(10));
+    let image = admin.metadata_image().await.unwrap();
+    assert_eq!(image.provenance().offset, 1, "{image:?}");
+    assert_eq!(a.0.lock().unwrap().fetches, 3);
 }
