@@ -534,15 +534,12 @@ mod tests {
             }
         );
         for (line, key) in [
-            (
-                "num_partitions = 0",
-                "num_partitions: 0 is not in 1..=10000",
-            ),
+            ("num_partitions = 0", "num_partitions: 0 is not in 1..=9990"),
             (
                 "num_partitions = -1",
-                "num_partitions: -1 is not in 1..=10000",
+                "num_partitions: -1 is not in 1..=9990",
             ),
-            ("num_partitions = 10001", "num_partitions: 10001 is not in"),
+            ("num_partitions = 9991", "num_partitions: 9991 is not in"),
             (
                 "default_replication_factor = 0",
                 "default_replication_factor: 0 is not in 1..=32767",

@@ -35,9 +35,14 @@ use super::{ControllerResult, error, is_eligible, record};
 /// Kafka's longest legal topic name (`Topic.MAX_NAME_LENGTH`).
 pub const MAX_TOPIC_NAME_LEN: usize = 249;
 
-/// Most partitions one CreateTopics topic may ask for (Kafka bounds the records of one user
-/// operation to 10,000, `QuorumController.MAX_RECORDS_PER_USER_OP`, KIP-868).
-pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
+/// Most partitions one CreateTopics topic may ask for: the topic's records (its TopicRecord, a
+/// ConfigRecord per topic config, a PartitionRecord per partition) must fit in one user
+/// operation of [`MAX_RECORDS_PER_OPERATION`](crate::write_path::MAX_RECORDS_PER_OPERATION)
+/// records (Kafka: `QuorumController.MAX_RECORDS_PER_USER_OP`, 10,000, KIP-868): 9,990 with
+/// the 9 topic configs Keel knows.
+/// It was 10,000, which no create could reach (POLICY_VIOLATION for 10,001 records).
+pub const MAX_PARTITIONS_PER_TOPIC: i32 =
+    (crate::write_path::MAX_RECORDS_PER_OPERATION - 1 - super::configs::CONFIG_DEFS.len()) as i32;
 
 /// How many topic ids the id source may propose before a creation gives up (a collision
 /// with a random UUID is astronomically unlikely; this only bounds a broken source).

@@ -12,7 +12,7 @@ use keel_proto::controller::{
 use uuid::Uuid;
 
 use super::common::{Cluster, code, topic_uuid};
-use crate::logic::topics::place_replicas;
+use crate::logic::topics::{MAX_PARTITIONS_PER_TOPIC, place_replicas};
 use crate::logic::{ControllerResult, TopicDefaults, create_topics, delete_topics};
 
 fn topic(name: &str, partitions: i32, rf: i32) -> CreatableTopic {
@@ -270,7 +270,7 @@ fn bad_requests_get_exact_codes_and_write_nothing() {
         ),
         (
             "too many partitions",
-            topic("z", 10_001, 1),
+            topic("z", MAX_PARTITIONS_PER_TOPIC + 1, 1),
             ErrorCode::InvalidPartitions,
         ),
         (
@@ -557,4 +557,26 @@ fn validate_only_reports_no_metadata_offset() {
     crate::logic::topics::set_created_offsets(&mut real, false, 42);
     let offsets: Vec<_> = real.topics.iter().map(|t| t.metadata_offset).collect();
     assert_eq!(offsets, vec![42, -1]);
+}
+
+/// The largest topic CreateTopics accepts, with every topic config set, fits in one
+/// operation's record limit (it used to be refused with POLICY_VIOLATION at 10,001 records).
+#[test]
+fn the_largest_topic_with_every_config_fits_in_one_operation() {
+    let c = cluster(&[None]);
+    let mut t = topic("widest", MAX_PARTITIONS_PER_TOPIC, 1);
+    t.configs = crate::logic::configs::CONFIG_DEFS
+        .iter()
+        .map(|d| ConfigEntry {
+            name: d.name.into(),
+            value: Some(d.default.into()),
+        })
+        .collect();
+    let r = create(&c, vec![t], false);
+    assert_eq!(code(&r.response.topics[0].error), ErrorCode::None);
+    assert_eq!(
+        r.records.len(),
+        crate::write_path::MAX_RECORDS_PER_OPERATION,
+        "TopicRecord + one ConfigRecord per config + one PartitionRecord per partition"
+    );
 }
