@@ -6,6 +6,7 @@
 //! working image, proposes the records through Raft ([`node`], [`raft_network`]), and answers
 //! after the records are committed and applied by the state machine (metadata-log crate).
 //!
+//! - [`bounds`]: field bounds of every ControllerService request, checked before anything else;
 //! - [`config`]: TOML/env/flag configuration;
 //! - [`logic`]: pure decisions: request + image -> records + response (no I/O, no clock);
 //! - [`write_path`]: the one task that batches, proposes and answers writes;
@@ -15,6 +16,7 @@
 //! - [`peer_acks`]: when each peer last answered replication (DescribeQuorum);
 //! - [`metrics`]: Prometheus metrics and readiness (served on `metrics_listener`).
 
+pub mod bounds;
 pub mod config;
 pub mod logic;
 pub mod meta_properties;

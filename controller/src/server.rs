@@ -71,7 +71,9 @@ pub async fn run(
         .add_service(node::raft_service(&raft_node))
         .add_service(
             ControllerServiceServer::new(grpc)
-                .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
+                // Requests are small (bounds.rs); replies (snapshot chunks, metadata log
+                // reads) can be large.
+                .max_decoding_message_size(keel_proto::limits::MAX_CONTROLLER_REQUEST_BYTES)
                 .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES),
         )
         // TCP_NODELAY on every accepted connection (tonic's builder option only applies to

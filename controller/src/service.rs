@@ -14,6 +14,7 @@ use keel_proto::controller::controller_service_server::ControllerService;
 use keel_proto::controller::*;
 use tonic::{Request, Response, Status};
 
+use crate::bounds;
 use crate::logic::{self, BrokerHeartbeatManager, HeartbeatTracker, TopicDefaults};
 use crate::node::RaftNode;
 use crate::reads;
@@ -231,8 +232,10 @@ impl ControllerGrpc {
         match code {
             ErrorCode::PolicyViolation => {
                 return Some(code.to_proto(format!(
-                    "the request would write more than {} metadata records (Kafka's per-operation limit); split it",
-                    crate::write_path::MAX_RECORDS_PER_OPERATION
+                    "the request would write more than {} metadata records (Kafka's per-operation limit) or {} bytes of them, or a record over {} bytes; split it",
+                    crate::write_path::MAX_RECORDS_PER_OPERATION,
+                    keel_metadata_log::limits::MAX_PROPOSED_ENTRY_BYTES,
+                    keel_metadata_log::limits::MAX_PROPOSED_RECORD_BYTES,
                 )));
             }
             ErrorCode::UnknownServerError => {
@@ -261,11 +264,23 @@ impl ControllerGrpc {
     }
 }
 
-/// Runs a logic function on the write task and turns its outcome into a reply: the reply
-/// after commit (with `fill` applied), or the default reply carrying the write-path error.
+/// The whole-request INVALID_REQUEST for a field outside its bound ([`bounds`]).
+fn invalid_request(e: &keel_proto::limits::FieldError) -> keel_proto::common::Error {
+    ErrorCode::InvalidRequest.to_proto(e.to_string())
+}
+
+/// Checks the request's field bounds ([`bounds`]; a violation is answered with the default
+/// reply carrying INVALID_REQUEST), then runs a logic function on the write task and turns
+/// its outcome into a reply: the reply after commit (with `fill` applied), or the default
+/// reply carrying the write-path error.
 macro_rules! write_rpc {
-    ($self:ident, $req:ident, $reply:ty, |$ctx:ident, $r:ident| $decide:expr, |$rep:ident, $committed:ident| $fill:expr) => {{
+    ($self:ident, $req:ident, $reply:ty, $bounds:path, |$ctx:ident, $r:ident| $decide:expr, |$rep:ident, $committed:ident| $fill:expr) => {{
         let $r = $req.into_inner();
+        if let Err(e) = $bounds(&$r) {
+            let mut reply = <$reply>::default_with_error(Some(invalid_request(&e)));
+            reply.leader = $self.hint();
+            return Ok(Response::new(reply));
+        }
         let res = $self
             .writer
             .submit(move |$ctx: WriteContext<'_, QuorumState>| $decide)
@@ -325,6 +340,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             RegisterBrokerReply,
+            bounds::register_broker,
             |ctx, req| {
                 let now = ctx.now_ms;
                 let timeout = ctx.state.session_timeout_ms;
@@ -361,6 +377,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             BrokerHeartbeatReply,
+            bounds::broker_heartbeat,
             |ctx, req| {
                 // Every offset the broker can have applied was committed before it sent this,
                 // so it is in the active controller's (this node's) log.
@@ -398,6 +415,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             UnregisterBrokerReply,
+            bounds::unregister_broker,
             |ctx, req| logic::unregister_broker(ctx.image, &req),
             |_reply, _committed| ()
         )
@@ -412,6 +430,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             CreateTopicsReply,
+            bounds::create_topics,
             |ctx, req| {
                 let start = ctx.state.placement_start;
                 ctx.state.placement_start = ctx.state.placement_start.wrapping_add(1);
@@ -434,6 +453,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             DeleteTopicsReply,
+            bounds::delete_topics,
             |ctx, req| logic::delete_topics(ctx.image, &req),
             |_reply, _committed| ()
         )
@@ -447,6 +467,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             AlterPartitionReply,
+            bounds::alter_partition,
             |ctx, req| logic::alter_partition(ctx.image, &req),
             |_reply, _committed| ()
         )
@@ -460,6 +481,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             ElectLeadersReply,
+            bounds::elect_leaders,
             |ctx, req| logic::elect_leaders(ctx.image, &req),
             |_reply, _committed| ()
         )
@@ -473,6 +495,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             AlterConfigsReply,
+            bounds::alter_configs,
             |ctx, req| logic::alter_configs(ctx.image, &req),
             |_reply, _committed| ()
         )
@@ -482,6 +505,13 @@ impl ControllerService for ControllerGrpc {
         &self,
         request: Request<DescribeConfigsRequest>,
     ) -> Result<Response<DescribeConfigsReply>, Status> {
+        if let Err(e) = bounds::describe_configs(request.get_ref()) {
+            return Ok(Response::new(DescribeConfigsReply {
+                error: Some(invalid_request(&e)),
+                leader: self.hint(),
+                ..Default::default()
+            }));
+        }
         let image = self.node.images.borrow().clone();
         let mut reply = logic::describe_configs(&image, request.get_ref());
         reply.metadata_offset = image.provenance().offset as i64;
@@ -496,6 +526,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             AllocateProducerIdsReply,
+            bounds::allocate_producer_ids,
             |ctx, req| logic::allocate_producer_ids(ctx.image, &req),
             |_reply, _committed| ()
         )
@@ -561,6 +592,9 @@ impl ControllerService for ControllerGrpc {
         &self,
         request: Request<FetchMetadataRequest>,
     ) -> Result<Response<Self::FetchMetadataStream>, Status> {
+        if let Err(e) = bounds::fetch_metadata(request.get_ref()) {
+            return Err(Status::invalid_argument(format!("INVALID_REQUEST: {e}")));
+        }
         Ok(Response::new(reads::fetch_metadata(
             self.node.clone(),
             self.snapshot_dir.clone(),
@@ -572,6 +606,12 @@ impl ControllerService for ControllerGrpc {
         &self,
         request: Request<ReadMetadataLogRequest>,
     ) -> Result<Response<ReadMetadataLogReply>, Status> {
+        if let Err(e) = bounds::read_metadata_log(request.get_ref()) {
+            return Ok(Response::new(ReadMetadataLogReply {
+                error: Some(invalid_request(&e)),
+                ..Default::default()
+            }));
+        }
         Ok(Response::new(
             reads::read_metadata_log(&self.node, request.into_inner()).await,
         ))

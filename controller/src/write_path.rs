@@ -23,11 +23,19 @@
 //! [`LEADERSHIP_RETRY`] while Raft keeps this node leader.
 //!
 //! Bounds: the request queue holds [`QUEUE_CAPACITY`] operations (senders wait when full);
-//! one entry takes at most [`MAX_OPS_PER_BATCH`] operations.
+//! one entry takes at most [`MAX_OPS_PER_BATCH`] operations, [`MAX_RECORDS_PER_ENTRY`]
+//! records and [`MAX_PROPOSED_ENTRY_BYTES`] bytes. An atomic operation above
+//! [`MAX_RECORDS_PER_OPERATION`] records or `MAX_PROPOSED_ENTRY_BYTES` bytes, or any operation
+//! with a record above [`MAX_PROPOSED_RECORD_BYTES`], is refused with POLICY_VIOLATION before
+//! anything is proposed, so every committed record fits every later stage (Raft log,
+//! snapshots, brokers; [`keel_metadata_log::limits`]).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use keel_metadata_log::limits::{
+    MAX_PROPOSED_ENTRY_BYTES, MAX_PROPOSED_RECORD_BYTES, record_entry_bytes,
+};
 use keel_metadata_log::raft_types::{ApplyOutcome, MetadataRecords, TypeConfig};
 use keel_metadata_log::records::{MetadataRecord, NoOpRecord, metadata_record::Record};
 use keel_metadata_log::{MetadataImage, Provenance};
@@ -509,6 +517,8 @@ impl<S: ControllerState> WriteTask<S> {
         }
         let now = self.now_ms();
         let mut records = Vec::new();
+        // Encoded bytes of `records`, at most MAX_PROPOSED_ENTRY_BYTES.
+        let mut entry_bytes = 0usize;
         let mut completions: Vec<Completion> = Vec::with_capacity(ops.len());
         let mut hooks: Vec<StateHook<S>> = Vec::new();
         for op in ops {
@@ -523,7 +533,23 @@ impl<S: ControllerState> WriteTask<S> {
                 completions.push(p.complete);
                 continue;
             }
-            if p.records.len() > MAX_RECORDS_PER_OPERATION && !p.atomic {
+            let op_bytes = match proposal_bytes(&p.records) {
+                Ok(bytes) => bytes,
+                Err(record_bytes) => {
+                    // Defence in depth: request bounds keep every field far below this.
+                    tracing::warn!(
+                        record_bytes,
+                        limit = MAX_PROPOSED_RECORD_BYTES,
+                        "refusing an operation with a record above the size limit"
+                    );
+                    hooks.truncate(hooks_before);
+                    (p.complete)(Err(ErrorCode::PolicyViolation));
+                    continue;
+                }
+            };
+            let too_big =
+                p.records.len() > MAX_RECORDS_PER_OPERATION || op_bytes > MAX_PROPOSED_ENTRY_BYTES;
+            if too_big && !p.atomic {
                 // Its own entries, after the ones of the operations before it.
                 let full = std::mem::take(&mut records);
                 let done = std::mem::take(&mut completions);
@@ -534,22 +560,26 @@ impl<S: ControllerState> WriteTask<S> {
                     .await;
                 continue;
             }
-            if p.records.len() > MAX_RECORDS_PER_OPERATION {
+            if too_big {
                 tracing::warn!(
                     records = p.records.len(),
-                    "refusing an operation above the record limit"
+                    bytes = op_bytes,
+                    "refusing an operation above the record or byte limit"
                 );
                 hooks.truncate(hooks_before);
                 (p.complete)(Err(ErrorCode::PolicyViolation));
                 continue;
             }
-            if records.len() + p.records.len() > MAX_RECORDS_PER_ENTRY {
+            if records.len() + p.records.len() > MAX_RECORDS_PER_ENTRY
+                || entry_bytes + op_bytes > MAX_PROPOSED_ENTRY_BYTES
+            {
                 // Close this entry; the operation starts the next one (same working image,
                 // whose next index is then one further).
                 let full = std::mem::take(&mut records);
                 let done = std::mem::take(&mut completions);
                 let done_hooks: Vec<StateHook<S>> = hooks.drain(..hooks_before).collect();
                 self.propose(full, done, done_hooks).await;
+                entry_bytes = 0;
             }
             // Every operation of this batch lands in the same entry, at the next index.
             let at = Provenance {
@@ -560,6 +590,7 @@ impl<S: ControllerState> WriteTask<S> {
                 Ok(next) => {
                     log_changes(&self.working, &next, &p.records);
                     self.working = next;
+                    entry_bytes += op_bytes;
                     records.extend(p.records);
                     completions.push(p.complete);
                 }
@@ -745,19 +776,42 @@ fn log_changes(before: &MetadataImage, after: &MetadataImage, records: &[Metadat
 /// broker that leads 66,000 partitions wrote 66,000 INFO lines).
 const MAX_INFO_CHANGE_LINES: usize = 100;
 
-/// `records` in order, in pieces of at most `max` (at least one piece when not empty;
-/// `max` must be positive).
-fn chunks(mut records: Vec<MetadataRecord>, max: usize) -> Vec<Vec<MetadataRecord>> {
+/// `records` in order, in pieces of at most `max` records and at most
+/// [`MAX_PROPOSED_ENTRY_BYTES`] encoded bytes (at least one piece when not empty; a record
+/// above the byte bound goes alone; `max` must be positive).
+fn chunks(records: Vec<MetadataRecord>, max: usize) -> Vec<Vec<MetadataRecord>> {
     assert!(max > 0, "pieces of 0 records");
-    let mut out = Vec::with_capacity(records.len().div_ceil(max.max(1)));
-    while records.len() > max {
-        let rest = records.split_off(max);
-        out.push(std::mem::replace(&mut records, rest));
+    let mut out = Vec::with_capacity(records.len().div_ceil(max));
+    let mut piece = Vec::new();
+    let mut bytes = 0usize;
+    for r in records {
+        let len = record_entry_bytes(&r);
+        if !piece.is_empty() && (piece.len() == max || bytes + len > MAX_PROPOSED_ENTRY_BYTES) {
+            out.push(std::mem::take(&mut piece));
+            bytes = 0;
+        }
+        bytes += len;
+        piece.push(r);
     }
-    if !records.is_empty() {
-        out.push(records);
+    if !piece.is_empty() {
+        out.push(piece);
     }
     out
+}
+
+/// Encoded bytes of `records` in an entry, or `Err` when one record is above
+/// [`MAX_PROPOSED_RECORD_BYTES`] (then the operation must be refused: see
+/// [`keel_metadata_log::limits`]).
+fn proposal_bytes(records: &[MetadataRecord]) -> Result<usize, usize> {
+    let mut total = 0usize;
+    for r in records {
+        let len = record_entry_bytes(r);
+        if len > MAX_PROPOSED_RECORD_BYTES {
+            return Err(len);
+        }
+        total += len;
+    }
+    Ok(total)
 }
 
 #[cfg(test)]

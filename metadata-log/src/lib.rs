@@ -2,6 +2,7 @@
 //!
 //! - [`image`]: [`MetadataImage`], the immutable cluster state at one offset, and its parts;
 //! - [`delta`]: [`MetadataDelta`], replay of records on an image, with epoch derivation;
+//! - [`limits`]: size bounds from the Raft log up to what the write path proposes;
 //! - [`snapshot`]: the snapshot file format (image as records + header + CRC32C);
 //! - [`raft_types`]: openraft's type configuration (entries carry record batches);
 //! - [`store`]: openraft log storage (Keel's own segment files) and state-machine storage.
@@ -11,6 +12,7 @@
 
 pub mod delta;
 pub mod image;
+pub mod limits;
 pub mod raft_types;
 pub mod snapshot;
 pub mod store;

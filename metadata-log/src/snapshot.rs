@@ -40,8 +40,9 @@ pub const FORMAT_VERSION: u16 = 1;
 const FIXED_HEADER_BYTES: usize = 40;
 /// Bytes of the CRC trailer.
 const TRAILER_BYTES: usize = 4;
-/// Upper bound on one encoded record (bytes): a record longer than this is corruption.
-pub const MAX_RECORD_BYTES: u32 = 16 * 1024 * 1024;
+/// Upper bound on one encoded record (bytes): a record longer than this is corruption. Equal
+/// to the Raft log's entry bound, so every committed record fits (see [`crate::limits`]).
+pub const MAX_RECORD_BYTES: u32 = crate::limits::MAX_SNAPSHOT_RECORD_BYTES;
 
 /// Why a snapshot could not be read or written. `path` is the file (or a label such as
 /// `<received snapshot>` for bytes that came over the network); `offset` is a byte position.
@@ -184,6 +185,7 @@ pub fn encode(image: &MetadataImage, raft_meta: &[u8]) -> Vec<u8> {
     buf.put_slice(raft_meta);
     for r in &records {
         let len = r.encoded_len();
+        // Unreachable for committed records (crate::limits): they lie inside a Raft entry.
         assert!(
             len as u64 <= MAX_RECORD_BYTES as u64,
             "record of {len} bytes exceeds the snapshot limit"

@@ -116,3 +116,58 @@ fn a_missing_file_is_an_io_error_naming_it() {
         "{err}"
     );
 }
+
+/// A registration whose host makes the record exactly `bytes` long in an entry.
+fn registration_of_entry_size(
+    broker: i32,
+    bytes: usize,
+) -> keel_metadata_log::records::MetadataRecord {
+    use keel_metadata_log::limits::record_entry_bytes;
+    use keel_metadata_log::records::metadata_record::Record;
+    let mut r = register(broker);
+    let set_host = |r: &mut keel_metadata_log::records::MetadataRecord, n: usize| {
+        if let Some(Record::RegisterBroker(b)) = &mut r.record {
+            b.endpoints[0].host = "h".repeat(n);
+        }
+    };
+    // Varint lengths make the size step; search the host length that lands on `bytes`.
+    let mut n = bytes.saturating_sub(200);
+    loop {
+        set_host(&mut r, n);
+        let len = record_entry_bytes(&r);
+        if len >= bytes {
+            assert_eq!(len, bytes, "no host length gives exactly {bytes} bytes");
+            return r;
+        }
+        n += 1;
+    }
+}
+
+/// Issue #18: whatever the write path can commit, the snapshot writer and reader accept.
+/// The largest record the active controller proposes round-trips through a snapshot file,
+/// and so does a record as large as a whole Raft entry (one committed before the write
+/// path's bounds existed used to panic the snapshot writer: "record of 20971573 bytes
+/// exceeds the snapshot limit").
+#[test]
+fn the_largest_committable_records_round_trip_through_a_snapshot() {
+    use keel_metadata_log::limits::{MAX_PROPOSED_RECORD_BYTES, MAX_SNAPSHOT_RECORD_BYTES};
+    let dir = tempfile::tempdir().unwrap();
+    for (name, bytes) in [
+        ("proposed.snap", MAX_PROPOSED_RECORD_BYTES),
+        ("twenty-mib.snap", 20 << 20),
+    ] {
+        assert!(bytes < MAX_SNAPSHOT_RECORD_BYTES as usize);
+        let big = registration_of_entry_size(7, bytes);
+        let img = sample_image()
+            .with_records(Provenance { offset: 6, term: 2 }, [&big])
+            .unwrap();
+        let path = dir.path().join(name);
+        snapshot::write_file(&path, &img, b"raft").unwrap();
+        let back = snapshot::read_file(&path).unwrap().to_image(&path).unwrap();
+        assert_eq!(back, img, "{name}");
+        assert_eq!(
+            back.broker(7).unwrap().endpoints[0].host.len(),
+            img.broker(7).unwrap().endpoints[0].host.len()
+        );
+    }
+}

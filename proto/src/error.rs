@@ -235,7 +235,7 @@ impl ErrorCode {
         common::Error {
             code: i32::from(self.code()),
             name: self.name().to_owned(),
-            message: message.into(),
+            message: crate::limits::cap_message(message.into()),
         }
     }
 

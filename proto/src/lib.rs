@@ -4,7 +4,8 @@
 //! - [`raft`]: the Raft transport between controllers;
 //! - [`controller`]: the controller API used by brokers, clients and operators;
 //! - [`broker`]: the broker API (produce, fetch, replication, admin reads);
-//! - [`error`]: Kafka error codes carried inside responses.
+//! - [`error`]: Kafka error codes carried inside responses;
+//! - [`limits`]: bounds on request fields, shared by the services that validate them.
 //!
 //! The message and service code is generated at build time from `proto/*.proto` by `protox`
 //! (no `protoc` needed) and `tonic-prost-build`. Protobuf `bytes` fields are `bytes::Bytes`.
@@ -37,6 +38,7 @@ pub mod broker {
 }
 
 pub mod error;
+pub mod limits;
 pub mod voters;
 
 pub use error::ErrorCode;

@@ -10,18 +10,10 @@ use keel_proto::broker::{
     MetadataRequest, MetadataTopic, NodeEndpoint, ReplicaDescription, ReplicaRole,
 };
 
-/// Longest legal topic name (Kafka: `Topic.MAX_NAME_LENGTH`).
-const MAX_TOPIC_NAME_LEN: usize = 249;
-
-/// Kafka's topic name rule: 1..=249 of `[a-zA-Z0-9._-]`, not `.` or `..`.
+/// Kafka's topic name rule: 1..=249 of `[a-zA-Z0-9._-]`, not `.` or `..`
+/// ([`keel_proto::limits::validate_topic_name`]).
 pub fn is_legal_topic_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= MAX_TOPIC_NAME_LEN
-        && name != "."
-        && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    keel_proto::limits::validate_topic_name(name).is_ok()
 }
 
 /// The `Metadata` reply for `req` from `image`. `controller_id` is the active controller as

@@ -32,8 +32,7 @@ use uuid::Uuid;
 use super::configs::{effective_configs_for_new_topic, validate_new_topic_configs};
 use super::{ControllerResult, error, is_eligible, record};
 
-/// Kafka's longest legal topic name (`Topic.MAX_NAME_LENGTH`).
-pub const MAX_TOPIC_NAME_LEN: usize = 249;
+pub use keel_proto::limits::{MAX_TOPIC_NAME_LEN, validate_topic_name};
 
 /// Most partitions one CreateTopics topic may ask for: the topic's records (its TopicRecord, a
 /// ConfigRecord per topic config, a PartitionRecord per partition) must fit in one user
@@ -70,32 +69,6 @@ impl Default for TopicDefaults {
 /// The metadata log's name (Kafka: `Topic.CLUSTER_METADATA_TOPIC_NAME`); CreateTopics refuses
 /// it with INVALID_REQUEST.
 pub const CLUSTER_METADATA_TOPIC: &str = "__cluster_metadata";
-
-/// Kafka's topic name rule (`Topic.validate`): 1..=249 characters of `[a-zA-Z0-9._-]`, and
-/// not `.` or `..`. `Err` says why.
-pub fn validate_topic_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("topic name is empty".into());
-    }
-    if name == "." || name == ".." {
-        return Err(format!("topic name cannot be {name:?}"));
-    }
-    if name.len() > MAX_TOPIC_NAME_LEN {
-        return Err(format!(
-            "topic name is {} characters, the limit is {MAX_TOPIC_NAME_LEN}",
-            name.len()
-        ));
-    }
-    if let Some(c) = name
-        .chars()
-        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
-    {
-        return Err(format!(
-            "topic name {name:?} contains {c:?}; legal characters are [a-zA-Z0-9._-]"
-        ));
-    }
-    Ok(())
-}
 
 /// Replica lists for `num_partitions` partitions of `rf` replicas over `brokers` (id, rack),
 /// following the module doc. Preconditions: `brokers` sorted by id without duplicates,
