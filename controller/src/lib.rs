@@ -8,6 +8,7 @@
 //!
 //! - [`bounds`]: field bounds of every ControllerService request, checked before anything else;
 //! - [`config`]: TOML/env/flag configuration;
+//! - [`fuzz`]: entry point of the request-validation fuzz target and its proptest version;
 //! - [`logic`]: pure decisions: request + image -> records + response (no I/O, no clock);
 //! - [`write_path`]: the one task that batches, proposes and answers writes;
 //! - [`raft_network`]: openraft transport over gRPC (client and server);
@@ -18,6 +19,7 @@
 
 pub mod bounds;
 pub mod config;
+pub mod fuzz;
 pub mod logic;
 pub mod meta_properties;
 pub mod metrics;

@@ -2,6 +2,7 @@
 //!
 //! - [`image`]: [`MetadataImage`], the immutable cluster state at one offset, and its parts;
 //! - [`delta`]: [`MetadataDelta`], replay of records on an image, with epoch derivation;
+//! - [`fuzz`]: entry points of the fuzz targets and their proptest versions;
 //! - [`limits`]: size bounds from the Raft log up to what the write path proposes;
 //! - [`snapshot`]: the snapshot file format (image as records + header + CRC32C);
 //! - [`raft_types`]: openraft's type configuration (entries carry record batches);
@@ -11,6 +12,7 @@
 //! `MetadataImage`, on controllers (state machine) and brokers (metadata tailer) alike.
 
 pub mod delta;
+pub mod fuzz;
 pub mod image;
 pub mod limits;
 pub mod raft_types;

@@ -46,6 +46,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod epoch_cache;
 pub mod error;
+pub mod fuzz;
 pub mod index;
 pub mod manager;
 mod partition_log;

@@ -808,6 +808,21 @@ impl Inner {
     }
 }
 
+/// The name and bytes of a segment file as [`RaftDisk`] writes it: header (`base`,
+/// `prev_end`), then one framed record per `(index, payload, first_in_batch)`. For fuzzing
+/// and tests of recovery ([`crate::fuzz`]); a caller may append damage to the bytes.
+pub fn segment_file_bytes<'a>(
+    base: u64,
+    prev_end: u64,
+    records: impl IntoIterator<Item = (u64, &'a [u8], bool)>,
+) -> (String, Vec<u8>) {
+    let mut bytes = segment_header(base, prev_end).to_vec();
+    for (index, payload, first) in records {
+        encode_record(&mut bytes, index, payload, first);
+    }
+    (segment_name(base), bytes)
+}
+
 fn segment_name(base: u64) -> String {
     format!("{base:020}{SEGMENT_SUFFIX}")
 }
