@@ -3,6 +3,8 @@
 //!
 //! - [`log`]: the on-disk partition log (segments, indexes, leader-epoch cache, producer state,
 //!   checkpoints, recovery), with no network or metadata knowledge;
+//! - [`log_dir`]: the lock and `meta.properties` of the log directory (node, directory and
+//!   cluster ids), checked before any partition file is opened;
 //! - [`metadata`]: the metadata tailer: committed records from the controllers -> local
 //!   `MetadataImage` -> local changes (became leader / follower / deleted);
 //! - [`replica`]: the pure replication rules of a partition (HW, ISR, acks × min.insync);
@@ -13,6 +15,7 @@
 pub mod config;
 pub mod lifecycle;
 pub mod log;
+pub mod log_dir;
 pub mod metadata;
 pub mod observe;
 pub mod replica;

@@ -2,8 +2,10 @@
 //!
 //! `keel-broker --config broker.toml` (every key also as `--flag` and `KEEL_*` env var;
 //! flag > env > file > default). Prints one line and exits 1 on a bad config or a start-up
-//! failure (port in use, unusable log dir, registration refused for good). SIGTERM/SIGINT run
-//! a controlled shutdown (bounded by `broker_session_timeout_ms`) and exit 0.
+//! failure (port in use, unusable log dir, a log dir locked by another process or whose
+//! `meta.properties` names another node or cluster, registration refused for good).
+//! SIGTERM/SIGINT run a controlled shutdown (bounded by `broker_session_timeout_ms`) and exit
+//! 0.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,6 +1,8 @@
-//! The broker process: bind, load the local metadata snapshot, start the metadata tailer and
-//! the lifecycle, serve `BrokerService` until the lifecycle ends (shutdown requested and the
-//! controlled shutdown done), then stop the tailer (final local snapshot).
+//! The broker process: bind, lock and check the log directory ([`crate::log_dir`]), learn the
+//! cluster id from the controllers and check it against the directory, load the local
+//! metadata snapshot, open the partition logs, start the metadata tailer and the lifecycle,
+//! serve `BrokerService` until the lifecycle ends (shutdown requested and the controlled
+//! shutdown done), then stop the tailer (final local snapshot).
 //!
 //! `Metadata` is answered from the local image; Produce, Fetch, ListOffsets,
 //! OffsetsForLeaderEpoch, InitProducerId and DescribeReplicas by the replica manager
@@ -12,6 +14,7 @@ use std::time::Duration;
 use keel_metadata_log::MetadataImage;
 use keel_proto::broker::broker_service_server::{BrokerService, BrokerServiceServer};
 use keel_proto::broker::*;
+use keel_proto::controller::{DescribeClusterReply, DescribeClusterRequest};
 use keel_proto::metadata::BrokerEndpoint;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -24,6 +27,7 @@ use crate::lifecycle::{
     ActiveControllerClient, ControllerChannels, LifecycleConfig, LifecycleStatus, ShutdownOutcome,
     manager,
 };
+use crate::log_dir::LogDir;
 use crate::metadata::{LocalChangesSink, TailerConfig, describe, local_snapshot, tailer};
 use crate::replica_manager::{ReplicaManager, ReplicaManagerConfig};
 
@@ -39,14 +43,10 @@ pub enum StartError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// A log directory could not be created.
-    #[error("log_dirs {dir}: {source}")]
-    LogDir {
-        /// The directory.
-        dir: String,
-        /// The OS error.
-        source: std::io::Error,
-    },
+    /// The log directory is locked by another process, belongs to another node or cluster,
+    /// or its `meta.properties` cannot be read or written.
+    #[error("{0}")]
+    LogDir(#[from] crate::log_dir::LogDirError),
     /// The partition logs could not be opened or recovered.
     #[error("log_dirs: {0}")]
     Logs(#[from] crate::log::LogError),
@@ -79,12 +79,16 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let listener = bind(&config).await?;
-    std::fs::create_dir_all(&config.log_dir).map_err(|source| StartError::LogDir {
-        dir: config.log_dir.display().to_string(),
-        source,
-    })?;
-    let snapshot_path = local_snapshot::path_in(&config.metadata_dir());
-    let initial = load_local_snapshot(&snapshot_path);
+    // Before anything reads or writes a partition file: the lock, and meta.properties must
+    // name this node (Kafka: `LogManager` locks every log dir; `MetaProperties` check).
+    let mut log_dir = LogDir::open(&config.log_dir, config.node_id)?;
+    let (shutdown_tx, mut shutdown_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        shutdown_tx.send_replace(true);
+        // Keep the sender alive: a dropped sender would read as a shutdown request too.
+        std::future::pending::<()>().await;
+    });
     let channels =
         ControllerChannels::new(&config.controller_quorum_voters).map_err(StartError::Voters)?;
     let heartbeat = Duration::from_millis(config.broker_heartbeat_interval_ms);
@@ -93,6 +97,30 @@ pub async fn run(
         initial_ms: 50,
         max_ms: config.broker_heartbeat_interval_ms.clamp(100, 2000),
     };
+    let snapshot_path = local_snapshot::path_in(&config.metadata_dir());
+    let initial = load_local_snapshot(&snapshot_path);
+    // The partition logs are opened only once the directory is known to be this cluster's
+    // (Kafka's broker, too, starts its `LogManager` only once it has the quorum's metadata:
+    // `BrokerMetadataPublisher.initializeManagers` on the first published image).
+    let request_timeout = heartbeat.clamp(Duration::from_millis(500), Duration::from_secs(5));
+    let Some(cluster_id) =
+        learn_cluster_id(&channels, backoff, request_timeout, &mut shutdown_rx).await
+    else {
+        tracing::info!("shutdown requested before the controllers reported the cluster id");
+        return Ok(());
+    };
+    log_dir.record_cluster_id(
+        &cluster_id,
+        initial
+            .cluster_id()
+            .map(|stored| (snapshot_path.as_path(), stored)),
+    )?;
+    tracing::info!(
+        log_dir = %log_dir.dir().display(),
+        %cluster_id,
+        directory_id = ?log_dir.meta().directory_id,
+        "log directory checked"
+    );
     let (status_tx, status_rx) = watch::channel(LifecycleStatus::default());
     let (sink, events) = LocalChangesSink::channel(crate::metadata::sink::DEFAULT_CAPACITY);
     let (replicas, replica_tasks) = ReplicaManager::start(
@@ -133,19 +161,12 @@ pub async fn run(
             security_protocol: "PLAINTEXT".into(),
         },
         rack: config.rack.clone().unwrap_or_default(),
-        cluster_id: initial.cluster_id().unwrap_or_default().to_string(),
+        cluster_id: cluster_id.clone(),
         heartbeat_interval: heartbeat,
         controlled_shutdown_timeout: session,
         backoff,
     };
     crate::observe::publish(tailer.images(), status_rx.clone());
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        shutdown_tx.send_replace(true);
-        // Keep the sender alive: a dropped sender would read as a shutdown request too.
-        std::future::pending::<()>().await;
-    });
     tracing::info!(
         broker_id = config.node_id,
         incarnation_id = %lifecycle_cfg.incarnation_id,
@@ -157,7 +178,7 @@ pub async fn run(
     let lifecycle = spawn_lifecycle(
         lifecycle_cfg,
         config.controller_quorum_voters.clone(),
-        heartbeat.clamp(Duration::from_millis(500), Duration::from_secs(5)),
+        request_timeout,
         tailer.images(),
         status_tx,
         shutdown_rx,
@@ -212,7 +233,68 @@ pub async fn run(
     if outcome == ShutdownOutcome::TimedOut {
         tracing::warn!("the controlled shutdown was not confirmed by the controller");
     }
+    // The lock is released only now, after every partition log is closed.
+    drop(log_dir);
     Ok(())
+}
+
+/// The cluster id in a DescribeCluster reply, if the replying controller knows it (no error,
+/// non-empty: a controller that has not applied the `ClusterIdRecord` answers empty).
+pub fn reported_cluster_id(reply: &DescribeClusterReply) -> Option<&str> {
+    let failed = reply.error.as_ref().is_some_and(|e| e.code != 0);
+    (!failed && !reply.cluster_id.is_empty()).then_some(reply.cluster_id.as_str())
+}
+
+/// Asks the voters in turn (DescribeCluster, a read any controller serves) until one reports
+/// the cluster id, backing off after each round without an answer. Returns `None` if
+/// `shutdown` turns true first. Logs every failed round at most once per 10 s.
+async fn learn_cluster_id(
+    channels: &ControllerChannels,
+    backoff: Backoff,
+    request_timeout: Duration,
+    shutdown: &mut watch::Receiver<bool>,
+) -> Option<String> {
+    let mut failures = 0u32;
+    let mut last_log: Option<std::time::Instant> = None;
+    loop {
+        for index in 0..channels.len() {
+            let mut client = channels.client(index);
+            let ask = tokio::time::timeout(
+                request_timeout,
+                client.describe_cluster(DescribeClusterRequest {
+                    include_fenced_brokers: false,
+                }),
+            );
+            let answer = tokio::select! {
+                _ = shutdown.wait_for(|s| *s) => return None,
+                r = ask => r,
+            };
+            let why = match answer {
+                Ok(Ok(reply)) => match reported_cluster_id(reply.get_ref()) {
+                    Some(id) => return Some(id.to_string()),
+                    None => "no cluster id yet".to_string(),
+                },
+                Ok(Err(status)) => format!("{}: {}", status.code(), status.message()),
+                Err(_) => format!("no answer in {request_timeout:?}"),
+            };
+            if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
+                let (voter, addr) = channels.voter(index);
+                tracing::info!(
+                    controller = voter,
+                    address = %addr,
+                    "waiting for the controllers to report the cluster id before opening the \
+                     partition logs ({why})"
+                );
+                last_log = Some(std::time::Instant::now());
+            }
+        }
+        failures = failures.saturating_add(1);
+        let delay = Duration::from_millis(backoff.delay_ms(failures));
+        tokio::select! {
+            _ = shutdown.wait_for(|s| *s) => return None,
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
 }
 
 /// Runs the lifecycle loop ([`manager::run`]: registration, heartbeats, controlled shutdown)
@@ -365,5 +447,28 @@ impl BrokerService for BrokerGrpc {
         );
         self.replicas.fill_describe_replicas(&mut reply);
         Ok(Response::new(reply))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use keel_proto::common::Error as WireError;
+
+    use super::*;
+
+    #[test]
+    fn a_cluster_id_is_reported_only_by_a_reply_without_error_that_has_one() {
+        let reply = |code: Option<i32>, id: &str| DescribeClusterReply {
+            error: code.map(|code| WireError {
+                code,
+                ..Default::default()
+            }),
+            cluster_id: id.into(),
+            ..Default::default()
+        };
+        assert_eq!(reported_cluster_id(&reply(None, "c1")), Some("c1"));
+        assert_eq!(reported_cluster_id(&reply(Some(0), "c1")), Some("c1"));
+        assert_eq!(reported_cluster_id(&reply(None, "")), None);
+        assert_eq!(reported_cluster_id(&reply(Some(41), "c1")), None);
     }
 }

@@ -7,7 +7,8 @@
 //! to the wrong node, or starting a node with a changed `controller_quorum_voters`, fails
 //! with one line instead of corrupting the quorum.
 //!
-//! Format (Java properties, `key=value` lines, `#` comments):
+//! Format (Java properties, `key=value` lines, `#` comments; the syntax is
+//! [`keel_metadata_log::data_dir::parse_properties`], shared with the broker's log dirs):
 //!
 //! ```text
 //! version=1
@@ -20,7 +21,7 @@
 //! while addresses may change between starts (a host moves) without changing who votes.
 //! `cluster_id` appears once the quorum has committed its `ClusterIdRecord`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 /// File name inside `metadata_log_dir`.
@@ -112,19 +113,12 @@ impl MetaProperties {
     /// Errors: a line without `=`, a repeated key, a missing or unparsable `version`,
     /// `node_id` or `controller_quorum_voters`, or a version other than [`VERSION`].
     pub fn parse(text: &str) -> Result<Self, String> {
-        let mut kv = BTreeMap::new();
-        for line in text.lines().map(str::trim) {
-            if line.is_empty() || line.starts_with('#') {
-                continue;
-            }
-            let (k, v) = line
-                .split_once('=')
-                .ok_or_else(|| format!("line `{line}` is not key=value"))?;
-            if kv.insert(k.trim(), v.trim()).is_some() {
-                return Err(format!("key {} appears twice", k.trim()));
-            }
-        }
-        let get = |k: &str| kv.get(k).copied().ok_or_else(|| format!("{k} is missing"));
+        let kv = keel_metadata_log::data_dir::parse_properties(text)?;
+        let get = |k: &str| {
+            kv.get(k)
+                .map(String::as_str)
+                .ok_or_else(|| format!("{k} is missing"))
+        };
         let version: u32 = get("version")?
             .parse()
             .map_err(|_| format!("version `{}` is not a number", kv["version"]))?;

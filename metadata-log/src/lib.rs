@@ -2,6 +2,8 @@
 //!
 //! - [`image`]: [`MetadataImage`], the immutable cluster state at one offset, and its parts;
 //! - [`delta`]: [`MetadataDelta`], replay of records on an image, with epoch derivation;
+//! - [`data_dir`]: the directory lock and the `meta.properties` syntax shared by controllers
+//!   and brokers;
 //! - [`fuzz`]: entry points of the fuzz targets and their proptest versions;
 //! - [`limits`]: size bounds from the Raft log up to what the write path proposes;
 //! - [`snapshot`]: the snapshot file format (image as records + header + CRC32C);
@@ -11,6 +13,7 @@
 //! Data flows one way: committed records -> `MetadataDelta::replay` -> `apply` -> a new
 //! `MetadataImage`, on controllers (state machine) and brokers (metadata tailer) alike.
 
+pub mod data_dir;
 pub mod delta;
 pub mod fuzz;
 pub mod image;

@@ -14,7 +14,7 @@
 //!
 //! ## Layout of `raft/`
 //! The directory is held with an exclusive lock (`flock` on its descriptor,
-//! [`File::try_lock`]) while open, so two processes never share a log.
+//! [`crate::data_dir::try_lock_dir`]) while open, so two processes never share a log.
 //! - `<base>.log`: segments, named by the index of their first entry (20 digits). The last
 //!   one is *active*: appends go there. Each holds one contiguous run of indexes.
 //! - `meta`: the purge point and the named values; replaced atomically (`meta.tmp`, fsync,
@@ -54,7 +54,7 @@
 //!   file and byte offset: nothing is dropped silently.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions, TryLockError};
+use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::ops::Bound;
 use std::os::unix::fs::FileExt;
@@ -203,21 +203,16 @@ impl RaftDisk {
         refuse_sled(dir)?;
         // The directory itself is locked (flock on its descriptor): unlike a lock file, it
         // cannot be deleted from under a running controller.
-        let lock = File::open(dir)?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::WouldBlock,
-                    format!(
-                        "{} is locked by another process (is another keel-controller using \
-                         this metadata_log_dir?)",
-                        dir.display()
-                    ),
-                ));
-            }
-            Err(TryLockError::Error(e)) => return Err(e),
-        }
+        let Some(lock) = crate::data_dir::try_lock_dir(dir)? else {
+            return Err(io::Error::new(
+                io::ErrorKind::WouldBlock,
+                format!(
+                    "{} is locked by another process (is another keel-controller using \
+                     this metadata_log_dir?)",
+                    dir.display()
+                ),
+            ));
+        };
         match fs::remove_file(dir.join(META_TMP_FILE)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
             _ => {}
