@@ -702,7 +702,10 @@ impl Consumer {
             } = decode(tp, &p.records, *position)?;
             out.extend(records);
             if let Some(e) = last_epoch {
-                // Kafka `FetchCollector`: the epoch of fetched batches counts as seen.
+                // The epoch of a fetched batch counts as seen. Kafka keeps it in the position
+                // (`FetchCollector`, `SubscriptionState.FetchPosition`) and raises the known
+                // epoch from seeks and committed offsets (`Metadata.updateLastSeenEpochIfNewer`);
+                // a batch's epoch never exceeds the leader's, so counting it is safe.
                 self.brokers.observe_epoch(&tp.0, tp.1, e);
             }
             if let Some(s) = self.partitions.get_mut(tp) {
