@@ -91,6 +91,17 @@ struct CachedTopic {
     stale: bool,
 }
 
+/// What one fan-out of [`Brokers::refresh`] heard.
+#[derive(Default)]
+struct Round {
+    /// `(address, reply)` of each broker that answered.
+    replies: Vec<(String, MetadataReply)>,
+    /// `addr: error` of each broker that did not.
+    errors: Vec<String>,
+    /// How many answered UNIMPLEMENTED (not a broker).
+    not_a_broker: usize,
+}
+
 /// One broker's answer for a topic in [`Brokers::refresh`].
 struct Answer {
     metadata_offset: i64,
@@ -218,7 +229,8 @@ impl Brokers {
     /// Asks the brokers for `topic` and caches the result.
     ///
     /// Kafka asks one broker (`leastLoadedNode`). Keel asks every known broker at once (at
-    /// most [`MAX_METADATA_FANOUT`]) and waits for a majority ([`enough_answers`]), because
+    /// most [`MAX_METADATA_FANOUT`]; on first contact also the brokers the first answers
+    /// list) and waits for a majority ([`enough_answers`]), because
     /// one broker's answer may be stale: a broker resumed from a pause, or restarted from an
     /// old snapshot, still names itself leader at an old epoch (issue #18, item 7). Per
     /// partition the newest leader epoch wins ([`merge_answers`]), and an answer older than an
@@ -227,14 +239,62 @@ impl Brokers {
     /// known epoch is returned with `leader_id` -1 (callers retry).
     pub async fn refresh(&self, topic: &str) -> Result<TopicMetadata, MetadataError> {
         let candidates = self.candidates();
-        let mut errors: Vec<String> = Vec::new();
-        let mut not_a_broker = 0;
+        let mut round = self.ask(&candidates, topic).await;
+        self.note_brokers(&round.replies);
+        // First contact through fewer brokers than the answers listed (one bootstrap
+        // address): ask the others too, so one broker does not decide alone.
+        let more: Vec<String> = self
+            .candidates()
+            .into_iter()
+            .filter(|a| !candidates.contains(a))
+            .collect();
+        if !round.replies.is_empty() && !more.is_empty() {
+            let extra = self.ask(&more, topic).await;
+            round.replies.extend(extra.replies);
+            round.errors.extend(extra.errors);
+        }
+        let Round {
+            replies,
+            mut errors,
+            not_a_broker,
+        } = round;
+        if !replies.is_empty() {
+            return self.take_answers(topic, replies, errors);
+        }
+        let addresses = candidates.join(",");
+        if candidates.is_empty() {
+            errors.push("no address given".into());
+        }
+        let errors = errors.join("; ");
+        if not_a_broker > 0 && not_a_broker == candidates.len() {
+            return Err(MetadataError::NotABroker { addresses, errors });
+        }
+        Err(MetadataError::Unreachable { addresses, errors })
+    }
+
+    /// Remembers the broker addresses `replies` list (the most recent image last, so its
+    /// address of a broker wins).
+    fn note_brokers(&self, replies: &[(String, MetadataReply)]) {
+        let mut by_age: Vec<&MetadataReply> = replies.iter().map(|(_, r)| r).collect();
+        by_age.sort_by_key(|r| r.metadata_offset);
+        let mut s = self.state.lock().unwrap();
+        for reply in by_age {
+            for b in &reply.brokers {
+                s.addresses
+                    .insert(b.node_id, format!("{}:{}", b.host, b.port));
+            }
+        }
+    }
+
+    /// Asks `addrs` for `topic` at once and collects the answers until [`enough_answers`].
+    async fn ask(&self, addrs: &[String], topic: &str) -> Round {
+        let mut round = Round::default();
         let mut tasks = tokio::task::JoinSet::new();
-        for addr in &candidates {
+        for addr in addrs {
             let mut c = match self.client_for(addr) {
                 Ok(c) => c,
                 Err(e) => {
-                    errors.push(e);
+                    round.errors.push(e);
                     continue;
                 }
             };
@@ -249,12 +309,11 @@ impl Brokers {
             });
         }
         let asked = tasks.len();
-        let mut replies: Vec<(String, MetadataReply)> = Vec::new();
         let mut failed = 0;
         let mut majority_at: Option<tokio::time::Instant> = None;
         loop {
             let since = majority_at.map(|t| t.elapsed());
-            if enough_answers(asked, replies.len(), failed, since) {
+            if enough_answers(asked, round.replies.len(), failed, since) {
                 break;
             }
             let next = match majority_at {
@@ -273,34 +332,23 @@ impl Brokers {
             };
             match r {
                 Ok(r) => {
-                    replies.push((addr, r.into_inner()));
-                    if majority_at.is_none() && replies.len() > asked / 2 {
+                    round.replies.push((addr, r.into_inner()));
+                    if majority_at.is_none() && round.replies.len() > asked / 2 {
                         majority_at = Some(tokio::time::Instant::now());
                     }
                 }
                 Err(status) => {
                     self.forget(&addr);
                     if status.code() == Code::Unimplemented {
-                        not_a_broker += 1;
+                        round.not_a_broker += 1;
                     }
-                    errors.push(status_line(&addr, Api::Broker, &status));
+                    round.errors.push(status_line(&addr, Api::Broker, &status));
                     failed += 1;
                 }
             }
         }
         tasks.abort_all();
-        if !replies.is_empty() {
-            return self.take_answers(topic, replies, errors);
-        }
-        let addresses = candidates.join(",");
-        if candidates.is_empty() {
-            errors.push("no address given".into());
-        }
-        let errors = errors.join("; ");
-        if not_a_broker > 0 && not_a_broker == candidates.len() {
-            return Err(MetadataError::NotABroker { addresses, errors });
-        }
-        Err(MetadataError::Unreachable { addresses, errors })
+        round
     }
 
     /// Caches what `replies` say about `topic` (see [`Brokers::refresh`]).
@@ -310,14 +358,11 @@ impl Brokers {
         replies: Vec<(String, MetadataReply)>,
         mut errors: Vec<String>,
     ) -> Result<TopicMetadata, MetadataError> {
+        self.note_brokers(&replies);
         let mut s = self.state.lock().unwrap();
         let mut answers = Vec::new();
         let mut topic_error = None;
         for (addr, reply) in &replies {
-            for b in &reply.brokers {
-                s.addresses
-                    .insert(b.node_id, format!("{}:{}", b.host, b.port));
-            }
             let Some(t) = reply.topics.iter().find(|t| t.name == topic) else {
                 errors.push(format!("{addr}: no topic {topic:?} in the Metadata reply"));
                 continue;
