@@ -174,6 +174,9 @@ pub struct Consumer {
     config: ConsumerConfig,
     brokers: Arc<Brokers>,
     partitions: BTreeMap<TopicPartition, PartitionState>,
+    /// Consecutive polls that returned nothing because some partition needed a retry (the
+    /// exponent of the next pause).
+    failed_polls: u32,
 }
 
 /// The outcome of asking the new leader where an epoch ends (KIP-320), pure.
@@ -212,6 +215,7 @@ impl Consumer {
             brokers,
             config,
             partitions: BTreeMap::new(),
+            failed_polls: 0,
         })
     }
 
@@ -632,10 +636,15 @@ impl Consumer {
             }
         }
         if out.is_empty() && retry {
-            // Give the cluster a moment (a leader election) before the caller polls again;
-            // jittered so consumers that failed together do not retry in lockstep.
-            let pause = max_wait.min(self.backoff(0));
+            // Give the cluster a moment (a leader election) before the caller polls again:
+            // exponential over consecutive fruitless polls (each refreshes the metadata) and
+            // jittered so consumers that failed together do not retry in lockstep; never
+            // longer than `max_wait`.
+            let pause = max_wait.min(self.backoff(self.failed_polls));
+            self.failed_polls = self.failed_polls.saturating_add(1);
             tokio::time::sleep(pause).await;
+        } else {
+            self.failed_polls = 0;
         }
         Ok(out)
     }
