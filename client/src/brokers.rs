@@ -12,11 +12,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use keel_proto::ErrorCode;
-use keel_proto::broker::MetadataRequest;
 use keel_proto::broker::broker_service_client::BrokerServiceClient;
+use keel_proto::broker::{MetadataReply, MetadataRequest};
 use tonic::Code;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::leader_epochs::{
+    Choice, LeaderEpochs, METADATA_GRACE, choose, enough_answers, merge_answers,
+};
 use crate::rpc_error::{Api, status_line};
 
 /// Largest gRPC message the data clients send or accept (fetch replies can be large).
@@ -72,18 +75,53 @@ pub enum MetadataError {
 struct State {
     /// Broker id -> `host:port` from the last Metadata replies.
     addresses: HashMap<i32, String>,
-    topics: HashMap<String, TopicMetadata>,
+    topics: HashMap<String, CachedTopic>,
     channels: HashMap<String, Channel>,
+    /// The highest leader epoch seen per partition (never forgotten, except when a topic id
+    /// changes).
+    epochs: LeaderEpochs,
 }
 
-/// Broker connections and leader cache. Cheap to share by reference; all methods take
-/// `&self`.
+/// A topic's cached metadata.
+#[derive(Debug, Clone)]
+struct CachedTopic {
+    meta: TopicMetadata,
+    /// Set by [`Brokers::invalidate`]: the next [`Brokers::topic`] asks the brokers again;
+    /// the entry stays as the fallback for answers older than it ([`choose`]).
+    stale: bool,
+}
+
+/// What one fan-out of [`Brokers::refresh`] heard.
+#[derive(Default)]
+struct Round {
+    /// `(address, reply)` of each broker that answered.
+    replies: Vec<(String, MetadataReply)>,
+    /// `addr: error` of each broker that did not.
+    errors: Vec<String>,
+    /// How many answered UNIMPLEMENTED (not a broker).
+    not_a_broker: usize,
+}
+
+/// One broker's answer for a topic in [`Brokers::refresh`].
+struct Answer {
+    metadata_offset: i64,
+    topic_id: Vec<u8>,
+    partitions: Vec<PartitionLeader>,
+}
+
+/// Broker connections and leader cache. Cheap to share by reference (or in an `Arc` between
+/// a producer and a consumer, so an epoch learnt by one counts for the other); all methods
+/// take `&self`.
 #[derive(Debug)]
 pub struct Brokers {
     bootstrap: Vec<String>,
     request_timeout: Duration,
     state: Mutex<State>,
 }
+
+/// Most brokers one metadata refresh asks at once (bootstrap addresses first, then the
+/// brokers earlier answers listed).
+pub const MAX_METADATA_FANOUT: usize = 16;
 
 impl Brokers {
     /// Connections to the cluster reachable through `bootstrap` (`host:port` list).
@@ -128,9 +166,12 @@ impl Brokers {
         Some((addr, c))
     }
 
-    /// Drops the cached metadata of `topic` so the next [`Brokers::topic`] asks again.
+    /// Marks the cached metadata of `topic` stale so the next [`Brokers::topic`] asks again
+    /// (Kafka `Metadata.requestUpdate()`).
     pub fn invalidate(&self, topic: &str) {
-        self.state.lock().unwrap().topics.remove(topic);
+        if let Some(t) = self.state.lock().unwrap().topics.get_mut(topic) {
+            t.stale = true;
+        }
     }
 
     /// Drops the cached channel to `addr` (after a transport error).
@@ -138,83 +179,87 @@ impl Brokers {
         self.state.lock().unwrap().channels.remove(addr);
     }
 
+    /// The highest leader epoch seen for `topic`-`partition`, if any.
+    pub fn known_epoch(&self, topic: &str, partition: i32) -> Option<i32> {
+        self.state.lock().unwrap().epochs.known(topic, partition)
+    }
+
+    /// Records a leader epoch seen outside the metadata (a fetched batch, a ListOffsets or
+    /// OffsetsForLeaderEpoch answer; Kafka `Metadata.updateLastSeenEpochIfNewer`). One newer
+    /// than the cached metadata's marks it stale.
+    pub fn observe_epoch(&self, topic: &str, partition: i32, epoch: i32) {
+        let mut s = self.state.lock().unwrap();
+        if s.epochs.observe(topic, partition, epoch)
+            && let Some(t) = s.topics.get_mut(topic)
+            && t.meta
+                .partitions
+                .get(partition as usize)
+                .is_some_and(|p| p.leader_epoch < epoch)
+        {
+            t.stale = true;
+        }
+    }
+
     /// The cached metadata of `topic`, or a fresh one from the brokers.
     pub async fn topic(&self, topic: &str) -> Result<TopicMetadata, MetadataError> {
-        if let Some(t) = self.state.lock().unwrap().topics.get(topic) {
-            return Ok(t.clone());
+        if let Some(t) = self.state.lock().unwrap().topics.get(topic)
+            && !t.stale
+        {
+            return Ok(t.meta.clone());
         }
         self.refresh(topic).await
     }
 
-    /// Asks the brokers for `topic` (one answer is enough) and caches the result.
-    pub async fn refresh(&self, topic: &str) -> Result<TopicMetadata, MetadataError> {
+    /// The brokers to ask: bootstrap addresses, then those earlier answers listed, at most
+    /// [`MAX_METADATA_FANOUT`].
+    fn candidates(&self) -> Vec<String> {
         let mut candidates = self.bootstrap.clone();
-        {
-            let s = self.state.lock().unwrap();
-            let mut known: Vec<_> = s.addresses.iter().collect();
-            known.sort();
-            for (_, a) in known {
-                if !candidates.contains(a) {
-                    candidates.push(a.clone());
-                }
+        let s = self.state.lock().unwrap();
+        let mut known: Vec<_> = s.addresses.iter().collect();
+        known.sort();
+        for (_, a) in known {
+            if !candidates.contains(a) {
+                candidates.push(a.clone());
             }
         }
-        let mut errors: Vec<String> = Vec::new();
-        let mut not_a_broker = 0;
-        for addr in &candidates {
-            let mut c = match self.client_for(addr) {
-                Ok(c) => c,
-                Err(e) => {
-                    errors.push(e);
-                    continue;
-                }
-            };
-            let reply = match c
-                .metadata(MetadataRequest {
-                    topics: vec![topic.to_string()],
-                })
-                .await
-            {
-                Ok(r) => r.into_inner(),
-                Err(status) => {
-                    self.forget(addr);
-                    if status.code() == Code::Unimplemented {
-                        not_a_broker += 1;
-                    }
-                    errors.push(status_line(addr, Api::Broker, &status));
-                    continue;
-                }
-            };
-            let mut s = self.state.lock().unwrap();
-            for b in &reply.brokers {
-                s.addresses
-                    .insert(b.node_id, format!("{}:{}", b.host, b.port));
-            }
-            let Some(t) = reply.topics.iter().find(|t| t.name == topic) else {
-                errors.push(format!("{addr}: no topic {topic:?} in the Metadata reply"));
-                continue;
-            };
-            let code =
-                ErrorCode::from_proto(t.error.as_ref()).unwrap_or(ErrorCode::UnknownServerError);
-            if code != ErrorCode::None {
-                return Err(MetadataError::Topic {
-                    topic: topic.to_string(),
-                    code,
-                });
-            }
-            let mut parts: Vec<_> = t.partitions.iter().collect();
-            parts.sort_by_key(|p| p.partition_index);
-            let meta = TopicMetadata {
-                partitions: parts
-                    .iter()
-                    .map(|p| PartitionLeader {
-                        leader_id: p.leader_id,
-                        leader_epoch: p.leader_epoch,
-                    })
-                    .collect(),
-            };
-            s.topics.insert(topic.to_string(), meta.clone());
-            return Ok(meta);
+        candidates.truncate(MAX_METADATA_FANOUT);
+        candidates
+    }
+
+    /// Asks the brokers for `topic` and caches the result.
+    ///
+    /// Kafka asks one broker (`leastLoadedNode`). Keel asks every known broker at once (at
+    /// most [`MAX_METADATA_FANOUT`]; on first contact also the brokers the first answers
+    /// list) and waits for a majority ([`enough_answers`]), because
+    /// one broker's answer may be stale: a broker resumed from a pause, or restarted from an
+    /// old snapshot, still names itself leader at an old epoch (issue #18, item 7). Per
+    /// partition the newest leader epoch wins ([`merge_answers`]), and an answer older than an
+    /// epoch this client has already seen is ignored ([`choose`]; KIP-320, Kafka
+    /// `Metadata.updateLatestMetadata`). A partition whose every answer is older than the
+    /// known epoch is returned with `leader_id` -1 (callers retry).
+    pub async fn refresh(&self, topic: &str) -> Result<TopicMetadata, MetadataError> {
+        let candidates = self.candidates();
+        let mut round = self.ask(&candidates, topic).await;
+        self.note_brokers(&round.replies);
+        // First contact through fewer brokers than the answers listed (one bootstrap
+        // address): ask the others too, so one broker does not decide alone.
+        let more: Vec<String> = self
+            .candidates()
+            .into_iter()
+            .filter(|a| !candidates.contains(a))
+            .collect();
+        if !round.replies.is_empty() && !more.is_empty() {
+            let extra = self.ask(&more, topic).await;
+            round.replies.extend(extra.replies);
+            round.errors.extend(extra.errors);
+        }
+        let Round {
+            replies,
+            mut errors,
+            not_a_broker,
+        } = round;
+        if !replies.is_empty() {
+            return self.take_answers(topic, replies, errors);
         }
         let addresses = candidates.join(",");
         if candidates.is_empty() {
@@ -225,6 +270,175 @@ impl Brokers {
             return Err(MetadataError::NotABroker { addresses, errors });
         }
         Err(MetadataError::Unreachable { addresses, errors })
+    }
+
+    /// Remembers the broker addresses `replies` list (the most recent image last, so its
+    /// address of a broker wins).
+    fn note_brokers(&self, replies: &[(String, MetadataReply)]) {
+        let mut by_age: Vec<&MetadataReply> = replies.iter().map(|(_, r)| r).collect();
+        by_age.sort_by_key(|r| r.metadata_offset);
+        let mut s = self.state.lock().unwrap();
+        for reply in by_age {
+            for b in &reply.brokers {
+                s.addresses
+                    .insert(b.node_id, format!("{}:{}", b.host, b.port));
+            }
+        }
+    }
+
+    /// Asks `addrs` for `topic` at once and collects the answers until [`enough_answers`].
+    async fn ask(&self, addrs: &[String], topic: &str) -> Round {
+        let mut round = Round::default();
+        let mut tasks = tokio::task::JoinSet::new();
+        for addr in addrs {
+            let mut c = match self.client_for(addr) {
+                Ok(c) => c,
+                Err(e) => {
+                    round.errors.push(e);
+                    continue;
+                }
+            };
+            let (addr, topic) = (addr.clone(), topic.to_string());
+            tasks.spawn(async move {
+                let r = c
+                    .metadata(MetadataRequest {
+                        topics: vec![topic],
+                    })
+                    .await;
+                (addr, r)
+            });
+        }
+        let asked = tasks.len();
+        let mut failed = 0;
+        let mut majority_at: Option<tokio::time::Instant> = None;
+        loop {
+            let since = majority_at.map(|t| t.elapsed());
+            if enough_answers(asked, round.replies.len(), failed, since) {
+                break;
+            }
+            let next = match majority_at {
+                Some(t) => {
+                    match tokio::time::timeout_at(t + METADATA_GRACE, tasks.join_next()).await {
+                        Ok(n) => n,
+                        Err(_) => continue,
+                    }
+                }
+                None => tasks.join_next().await,
+            };
+            let Some(joined) = next else { break };
+            let Ok((addr, r)) = joined else {
+                failed += 1;
+                continue;
+            };
+            match r {
+                Ok(r) => {
+                    round.replies.push((addr, r.into_inner()));
+                    if majority_at.is_none() && round.replies.len() > asked / 2 {
+                        majority_at = Some(tokio::time::Instant::now());
+                    }
+                }
+                Err(status) => {
+                    self.forget(&addr);
+                    if status.code() == Code::Unimplemented {
+                        round.not_a_broker += 1;
+                    }
+                    round.errors.push(status_line(&addr, Api::Broker, &status));
+                    failed += 1;
+                }
+            }
+        }
+        tasks.abort_all();
+        round
+    }
+
+    /// Caches what `replies` say about `topic` (see [`Brokers::refresh`]).
+    fn take_answers(
+        &self,
+        topic: &str,
+        replies: Vec<(String, MetadataReply)>,
+        mut errors: Vec<String>,
+    ) -> Result<TopicMetadata, MetadataError> {
+        self.note_brokers(&replies);
+        let mut s = self.state.lock().unwrap();
+        let mut answers = Vec::new();
+        let mut topic_error = None;
+        for (addr, reply) in &replies {
+            let Some(t) = reply.topics.iter().find(|t| t.name == topic) else {
+                errors.push(format!("{addr}: no topic {topic:?} in the Metadata reply"));
+                continue;
+            };
+            let code =
+                ErrorCode::from_proto(t.error.as_ref()).unwrap_or(ErrorCode::UnknownServerError);
+            if code != ErrorCode::None {
+                topic_error.get_or_insert(code);
+                continue;
+            }
+            let mut parts: Vec<_> = t.partitions.iter().collect();
+            parts.sort_by_key(|p| p.partition_index);
+            answers.push(Answer {
+                metadata_offset: reply.metadata_offset,
+                topic_id: t.topic_id.to_vec(),
+                partitions: parts
+                    .iter()
+                    .map(|p| PartitionLeader {
+                        leader_id: p.leader_id,
+                        leader_epoch: p.leader_epoch,
+                    })
+                    .collect(),
+            });
+        }
+        // A broker that knows the topic beats one that does not (yet); among those, the
+        // topic id of the most recent image (a topic deleted and created again).
+        let Some(newest) = answers.iter().max_by_key(|a| a.metadata_offset) else {
+            return match topic_error {
+                Some(code) => Err(MetadataError::Topic {
+                    topic: topic.to_string(),
+                    code,
+                }),
+                None => Err(MetadataError::Unreachable {
+                    addresses: replies
+                        .iter()
+                        .map(|(a, _)| a.as_str())
+                        .collect::<Vec<_>>()
+                        .join(","),
+                    errors: errors.join("; "),
+                }),
+            };
+        };
+        let topic_id = newest.topic_id.clone();
+        let lists: Vec<Vec<PartitionLeader>> = answers
+            .iter()
+            .filter(|a| a.topic_id == topic_id)
+            .map(|a| a.partitions.clone())
+            .collect();
+        s.epochs.note_topic_id(topic, &topic_id);
+        let cached = s.topics.get(topic).map(|t| t.meta.clone());
+        let mut partitions = Vec::new();
+        for (i, fresh) in merge_answers(&lists).into_iter().enumerate() {
+            let p = i as i32;
+            let cached = cached.as_ref().and_then(|c| c.partitions.get(i).copied());
+            let chosen = match choose(fresh, cached, s.epochs.known(topic, p)) {
+                Choice::Fresh(l) | Choice::Cached(l) => l,
+                Choice::Stale { known, .. } => PartitionLeader {
+                    leader_id: -1,
+                    leader_epoch: known,
+                },
+            };
+            if chosen.leader_id >= 0 {
+                s.epochs.observe(topic, p, chosen.leader_epoch);
+            }
+            partitions.push(chosen);
+        }
+        let meta = TopicMetadata { partitions };
+        let stale = meta.partitions.iter().any(|p| p.leader_id < 0);
+        s.topics.insert(
+            topic.to_string(),
+            CachedTopic {
+                meta: meta.clone(),
+                stale,
+            },
+        );
+        Ok(meta)
     }
 }
 
@@ -248,4 +462,122 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_proto::broker::{MetadataPartition, MetadataTopic, NodeEndpoint};
+
+    /// A Metadata reply for topic `t` (id `id`) at image offset `offset`, partitions as
+    /// (leader, epoch).
+    fn reply(offset: i64, id: u8, parts: &[(i32, i32)]) -> MetadataReply {
+        MetadataReply {
+            brokers: (1..=3)
+                .map(|n| NodeEndpoint {
+                    node_id: n,
+                    host: "127.0.0.1".into(),
+                    port: 9000 + n as u32,
+                    rack: String::new(),
+                })
+                .collect(),
+            topics: vec![MetadataTopic {
+                name: "t".into(),
+                topic_id: vec![id; 16].into(),
+                partitions: parts
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (leader, epoch))| MetadataPartition {
+                        partition_index: i as i32,
+                        leader_id: *leader,
+                        leader_epoch: *epoch,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            metadata_offset: offset,
+            ..Default::default()
+        }
+    }
+
+    fn leaders(m: &TopicMetadata) -> Vec<(i32, i32)> {
+        m.partitions
+            .iter()
+            .map(|p| (p.leader_id, p.leader_epoch))
+            .collect()
+    }
+
+    fn take(b: &Brokers, replies: &[(&str, MetadataReply)]) -> Vec<(i32, i32)> {
+        let replies = replies
+            .iter()
+            .map(|(a, r)| (a.to_string(), r.clone()))
+            .collect();
+        leaders(&b.take_answers("t", replies, Vec::new()).unwrap())
+    }
+
+    /// Item 7 of issue #18 without processes: a resumed ex-leader (broker 1) describes the
+    /// partition as it was; the client never steps back to it.
+    #[test]
+    fn metadata_never_steps_back_to_an_older_leader_epoch() {
+        let b = Brokers::new(vec!["a".into()], Duration::from_secs(1));
+        let resumed = reply(100, 1, &[(1, 4), (1, 2)]);
+        let caught_up = reply(180, 1, &[(2, 5), (1, 2)]);
+        // Asked together: per partition the newest epoch.
+        assert_eq!(
+            take(&b, &[("b1", resumed.clone()), ("b2", caught_up.clone())]),
+            vec![(2, 5), (1, 2)]
+        );
+        assert_eq!(b.known_epoch("t", 0), Some(5));
+        // Later only the resumed broker answers: its epoch 4 is ignored, the cached leader
+        // at epoch 5 kept (Kafka Metadata.updateLatestMetadata).
+        assert_eq!(take(&b, &[("b1", resumed.clone())]), vec![(2, 5), (1, 2)]);
+        // Epoch 6 seen in a fetched batch: the cache is stale, and answers at 5 or 4 name
+        // no leader until a broker has caught up.
+        b.observe_epoch("t", 0, 6);
+        assert!(b.state.lock().unwrap().topics["t"].stale);
+        assert_eq!(
+            take(&b, &[("b1", resumed.clone()), ("b2", caught_up.clone())]),
+            vec![(-1, 6), (1, 2)]
+        );
+        assert!(b.state.lock().unwrap().topics["t"].stale, "asks again");
+        assert_eq!(
+            take(&b, &[("b3", reply(200, 1, &[(3, 6), (1, 2)]))]),
+            vec![(3, 6), (1, 2)]
+        );
+        assert!(!b.state.lock().unwrap().topics["t"].stale);
+        // The topic deleted and created again (new id, newest image): epochs start over.
+        assert_eq!(
+            take(&b, &[("b1", resumed), ("b2", reply(300, 9, &[(1, 0)]))]),
+            vec![(1, 0)]
+        );
+        assert_eq!(b.known_epoch("t", 0), Some(0));
+    }
+
+    #[test]
+    fn a_broker_that_does_not_know_the_topic_yet_is_outvoted() {
+        let b = Brokers::new(vec!["a".into()], Duration::from_secs(1));
+        let mut unknown = reply(10, 0, &[]);
+        unknown.topics[0].topic_id = Default::default();
+        unknown.topics[0].error =
+            Some(ErrorCode::UnknownTopicOrPartition.to_proto("unknown topic".to_string()));
+        assert_eq!(
+            take(
+                &b,
+                &[("b1", unknown.clone()), ("b2", reply(20, 1, &[(2, 0)]))]
+            ),
+            vec![(2, 0)]
+        );
+        // Alone, its error is the answer.
+        let err = b
+            .take_answers("t", vec![("b1".into(), unknown)], Vec::new())
+            .unwrap_err();
+        assert_eq!(
+            err,
+            MetadataError::Topic {
+                topic: "t".into(),
+                code: ErrorCode::UnknownTopicOrPartition
+            }
+        );
+    }
 }

@@ -5,6 +5,8 @@
 //! - [`consumer`]: [`consumer::Consumer`], reads assigned partitions (Fetch, ListOffsets,
 //!   OffsetsForLeaderEpoch);
 //! - [`brokers`]: broker connections and the partition leader cache both share;
+//! - [`leader_epochs`]: the highest leader epoch seen per partition and the reactions to
+//!   leader errors (pure);
 //! - [`rpc_error`]: one human line for a failed gRPC call or connection;
 //! - [`verify`]: the lost/duplicated/reordered judgement of `keelctl verify`;
 //! - [`format`](mod@format): pure formatting of results as text tables and JSON rows;
@@ -19,6 +21,7 @@ pub mod brokers;
 pub mod cli;
 pub mod consumer;
 pub mod format;
+pub mod leader_epochs;
 pub mod local_cluster;
 pub mod producer;
 pub mod rpc_error;

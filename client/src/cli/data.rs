@@ -3,9 +3,11 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::BufRead;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{CliError, CliResult, Ctx};
+use crate::brokers::Brokers;
 use crate::consumer::{Consumer, ConsumerConfig, ConsumerRecord, SeekTo, TopicPartition};
 use crate::format::data::{
     ProduceSummary, RecordFields, produce_summary_text, record_json, record_text, verify_text,
@@ -142,9 +144,10 @@ pub struct VerifyArgs {
     /// Number of records to produce and read back.
     #[arg(long, default_value_t = 1000)]
     pub records: u64,
-    /// Deadline for reading the records back once they are acknowledged, seconds (a
-    /// partition that stays unavailable fails the check instead of hanging).
-    #[arg(long, default_value_t = 60)]
+    /// Deadline for reading the records back once they are acknowledged, seconds, 1 to
+    /// 86400 (a partition that stays unavailable fails the check instead of hanging; records
+    /// not read by then are reported lost).
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
     pub read_timeout_secs: u64,
 }
 
@@ -294,15 +297,21 @@ fn settle(
     }
 }
 
-/// A consumer of `topic` (one partition or all) for the CLI.
+/// A consumer of `topic` (one partition or all) for the CLI, over `brokers` (shared with a
+/// producer by `verify`) or its own connections.
 async fn consumer_for(
     ctx: &Ctx,
     topic: &str,
     partition: Option<i32>,
+    brokers: Option<Arc<Brokers>>,
 ) -> Result<(Consumer, Vec<TopicPartition>), CliError> {
     let mut cfg = ConsumerConfig::new(ctx.broker_addresses().await);
     cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
-    let mut consumer = Consumer::new(cfg)?;
+    cfg.default_api_timeout_ms = ctx.api_timeout.as_millis() as u64;
+    let mut consumer = match brokers {
+        Some(b) => Consumer::with_brokers(cfg, b)?,
+        None => Consumer::new(cfg)?,
+    };
     let all = consumer.partitions_of(topic).await?;
     let tps = match partition {
         Some(p) => {
@@ -323,7 +332,7 @@ async fn consumer_for(
 
 /// `keelctl consume`.
 pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
-    let (mut consumer, tps) = consumer_for(ctx, &a.topic, a.partition).await?;
+    let (mut consumer, tps) = consumer_for(ctx, &a.topic, a.partition, None).await?;
     let start = match (a.offset, a.latest, a.from_beginning, a.follow) {
         (Some(o), _, _, _) => SeekTo::Offset(o),
         (None, true, _, _) => SeekTo::Latest,
@@ -407,20 +416,30 @@ fn print_record(r: &ConsumerRecord, fields: RecordFields, json: bool) {
     }
 }
 
-/// `keelctl verify`.
+/// `keelctl verify`: produces `--records` numbered records (acks=all, idempotent), then
+/// reads back from where each partition ended before and judges the result
+/// ([`VerifyReport`]).
+///
+/// The read-back never trusts one broker's end offset (issue #18, item 7): producer and
+/// consumer share one [`Brokers`], so the leader epochs learnt while producing count for
+/// reading (KIP-320) and a resumed ex-leader is never asked with an older epoch; and each
+/// partition is read at least up to its last acknowledged offset, whatever a ListOffsets
+/// answer says. Reading stops when every partition reached that end, or when
+/// `--read-timeout-secs` passes: only then are missing records reported lost.
 pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
-    let (mut consumer, tps) = consumer_for(ctx, &a.topic, None).await?;
+    let addresses = ctx.broker_addresses().await;
+    let brokers = Arc::new(Brokers::new(addresses.clone(), ctx.request_timeout));
+    let (mut consumer, tps) = consumer_for(ctx, &a.topic, None, Some(brokers.clone())).await?;
     let mut starts = BTreeMap::new();
     for tp in &tps {
         starts.insert(tp.clone(), consumer.end_offset(tp).await?);
     }
-    let mut cfg = ProducerConfig::new(ctx.broker_addresses().await);
+    let mut cfg = ProducerConfig::new(addresses);
     cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
-    let producer = Producer::new(cfg)?;
+    let producer = Producer::with_brokers(cfg, brokers)?;
     let run = format!("{:x}", crate::brokers::now_ms());
     let mut pending = VecDeque::new();
-    let mut acked = Vec::new();
-    let mut first_error = None;
+    let mut acked = Acked::default();
     for n in 0..a.records {
         let d = producer
             .send(&a.topic, None, verify::value(&run, n).as_bytes())
@@ -428,27 +447,30 @@ pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
         pending.push_back((n, d));
         while pending.len() > MAX_PENDING {
             let (n, d) = pending.pop_front().expect("non-empty");
-            note(n, d.await, &mut acked, &mut first_error);
+            acked.note(n, d.await);
         }
     }
     producer.flush().await;
     for (n, d) in pending {
-        note(n, d.await, &mut acked, &mut first_error);
+        acked.note(n, d.await);
     }
-    // Read back everything written since the start, up to the HW now.
+    // Read back everything written since the start: up to the HW now, and at least past
+    // every acknowledged offset.
     let mut ends = BTreeMap::new();
     for tp in &tps {
-        ends.insert(tp.clone(), consumer.end_offset(tp).await?);
+        let latest = consumer.end_offset(tp).await?;
+        ends.insert(tp.clone(), read_back_end(latest, acked.last_offset.get(tp)));
         consumer.seek(tp, SeekTo::Offset(starts[tp])).await?;
     }
     let mut read = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(a.read_timeout_secs);
+    let mut behind = Vec::new();
     while tps
         .iter()
         .any(|tp| consumer.position(tp).unwrap_or(0) < ends[tp])
     {
         if Instant::now() >= deadline {
-            let behind: Vec<String> = tps
+            behind = tps
                 .iter()
                 .filter(|tp| consumer.position(tp).unwrap_or(0) < ends[*tp])
                 .map(|tp| {
@@ -461,12 +483,7 @@ pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
                     )
                 })
                 .collect();
-            return Err(CliError(format!(
-                "verify {}: reading back did not finish within {} s: {}",
-                a.topic,
-                a.read_timeout_secs,
-                behind.join(", ")
-            )));
+            break;
         }
         for r in consumer.poll(Duration::from_millis(500)).await? {
             if r.offset >= ends[&(r.topic.clone(), r.partition)] {
@@ -481,11 +498,20 @@ pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
             }
         }
     }
-    let report = VerifyReport::compute(a.records, &acked, &read);
+    let report = VerifyReport::compute(a.records, &acked.numbers, &read);
     if ctx.json {
         ctx.print_json(&report)?;
     } else {
         out!("{}", verify_text(&a.topic, &report));
+    }
+    if !behind.is_empty() {
+        return Err(CliError(format!(
+            "verify {}: reading back did not finish within {} s ({}): {} lost so far",
+            a.topic,
+            a.read_timeout_secs,
+            behind.join(", "),
+            report.lost
+        )));
     }
     if report.healthy() {
         Ok(())
@@ -498,23 +524,51 @@ pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
             report.reordered,
             report.produced - report.acknowledged,
             report.produced,
-            first_error
+            acked
+                .first_error
                 .map(|e| format!(" (first error: {e})"))
                 .unwrap_or_default()
         )))
     }
 }
 
-fn note(
-    n: u64,
-    r: Result<crate::producer::RecordMetadata, crate::producer::ProduceError>,
-    acked: &mut Vec<u64>,
-    first_error: &mut Option<String>,
-) {
-    match r {
-        Ok(_) => acked.push(n),
-        Err(e) => {
-            first_error.get_or_insert_with(|| e.to_string());
+/// Where verify's read-back of a partition ends (exclusive): the high watermark the leader
+/// reported, but never before the offset after the last acknowledged record (`last_acked`):
+/// an acknowledged record is committed, so an end below it is a stale answer (a resumed
+/// ex-leader's old HW), not the log's end.
+fn read_back_end(latest: i64, last_acked: Option<&i64>) -> i64 {
+    match last_acked {
+        Some(o) => latest.max(o.saturating_add(1)),
+        None => latest,
+    }
+}
+
+/// What verify's producer got acknowledged.
+#[derive(Debug, Default)]
+struct Acked {
+    /// Numbers of the acknowledged records.
+    numbers: Vec<u64>,
+    /// Per partition the highest acknowledged offset.
+    last_offset: BTreeMap<TopicPartition, i64>,
+    /// The first failure, for the message.
+    first_error: Option<String>,
+}
+
+impl Acked {
+    fn note(
+        &mut self,
+        n: u64,
+        r: Result<crate::producer::RecordMetadata, crate::producer::ProduceError>,
+    ) {
+        match r {
+            Ok(m) => {
+                self.numbers.push(n);
+                let last = self.last_offset.entry((m.topic, m.partition)).or_insert(-1);
+                *last = (*last).max(m.offset);
+            }
+            Err(e) => {
+                self.first_error.get_or_insert_with(|| e.to_string());
+            }
         }
     }
 }
@@ -531,6 +585,65 @@ mod tests {
             crate::cli::Command::Produce(a) => Ok(a),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn verify_read_timeout_is_bounded() {
+        let parse = |v: &str| {
+            crate::cli::Cli::try_parse_from([
+                "keelctl",
+                "verify",
+                "--topic",
+                "t",
+                "--read-timeout-secs",
+                v,
+            ])
+            .map(|c| match c.command {
+                crate::cli::Command::Verify(a) => a.read_timeout_secs,
+                other => panic!("{other:?}"),
+            })
+        };
+        assert_eq!(parse("1").unwrap(), 1);
+        assert_eq!(parse("86400").unwrap(), 86_400);
+        // 0 would report every record lost at once; a huge value overflowed the deadline.
+        for bad in ["0", "86401", "18446744073709551615"] {
+            let e = parse(bad).unwrap_err().to_string();
+            assert!(e.contains("--read-timeout-secs"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn read_back_reaches_past_every_acknowledged_offset() {
+        // A resumed ex-leader said the HW is 1000, but offset 5999 was acknowledged.
+        assert_eq!(read_back_end(1000, Some(&5999)), 6000);
+        // The HW is past the acknowledged records (others wrote too): read to it.
+        assert_eq!(read_back_end(7000, Some(&5999)), 7000);
+        assert_eq!(read_back_end(40, None), 40);
+        assert_eq!(read_back_end(0, Some(&i64::MAX)), i64::MAX);
+    }
+
+    #[test]
+    fn acked_records_track_the_last_offset_per_partition() {
+        use crate::producer::{ProduceError, RecordMetadata};
+        let meta = |partition, offset| RecordMetadata {
+            topic: "t".into(),
+            partition,
+            offset,
+            timestamp_ms: 0,
+        };
+        let mut a = Acked::default();
+        a.note(0, Ok(meta(0, 7)));
+        a.note(1, Ok(meta(1, 3)));
+        a.note(2, Err(ProduceError::Closed));
+        a.note(3, Ok(meta(0, 5)));
+        a.note(4, Err(ProduceError::InvalidArgument("x".into())));
+        assert_eq!(a.numbers, vec![0, 1, 3]);
+        assert_eq!(a.last_offset.get(&("t".to_string(), 0)), Some(&7));
+        assert_eq!(a.last_offset.get(&("t".to_string(), 1)), Some(&3));
+        assert_eq!(
+            a.first_error.as_deref(),
+            Some("the producer was closed before the record was sent")
+        );
     }
 
     #[test]

@@ -8,7 +8,15 @@
 //!   `auto.offset.reset=none`).
 //! - Fetches go to the leader named by the metadata with its leader epoch; stale-leader
 //!   errors and transport errors refresh the metadata and the next poll follows the new
-//!   leader.
+//!   leader. The consumer never steps back to an older leader epoch than one it has seen
+//!   (in metadata, fetched batches or offset answers; KIP-320), so a resumed ex-leader is
+//!   asked with the newer epoch and answers UNKNOWN_LEADER_EPOCH instead of stale data
+//!   ([`crate::leader_epochs`]).
+//! - [`Consumer::poll`] never fails on a retriable condition (leader moved or unreachable,
+//!   position validation impossible for now): the partition yields nothing in that poll and
+//!   the next poll tries again, so a consumer that keeps polling rides through leader
+//!   failures. Offset lookups ([`Consumer::seek`], [`Consumer::end_offset`]) retry for up to
+//!   `default_api_timeout_ms` with jittered exponential backoff.
 //! - KIP-320: when the leader epoch changed since the position was last validated, the
 //!   consumer asks the new leader (OffsetsForLeaderEpoch) where the epoch of the last
 //!   consumed record ends; if that is below the position, records already returned were
@@ -38,6 +46,7 @@
 mod error;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -53,7 +62,8 @@ use tokio::task::JoinSet;
 
 pub use error::ConsumeError;
 
-use crate::brokers::{Brokers, needs_metadata_refresh};
+use crate::brokers::Brokers;
+use crate::leader_epochs::{self, Failure, Reaction, react};
 pub use crate::producer::TopicPartition;
 use crate::rpc_error::{Api, status_line};
 
@@ -92,10 +102,24 @@ pub struct ConsumerConfig {
     pub fetch_max_bytes: i32,
     /// Deadline of one RPC (on top of the long-poll wait), ms; default 30000.
     pub request_timeout_ms: u64,
-    /// Attempts of a ListOffsets / OffsetsForLeaderEpoch lookup across leader changes;
-    /// default 10, with backoff 100 ms doubling to 1 s.
-    pub max_lookup_attempts: u32,
+    /// Budget of one offset lookup (ListOffsets for a seek or an end offset) across leader
+    /// changes, retries included, ms; default 60000 (Kafka `default.api.timeout.ms`); values
+    /// above [`MAX_API_TIMEOUT_MS`] (one day) count as that.
+    pub default_api_timeout_ms: u64,
+    /// First backoff between retries, ms, doubled up to `retry_backoff_max_ms`, with ±20%
+    /// jitter; default 100 (Kafka `retry.backoff.ms`); 0 counts as 1, values above
+    /// [`MAX_RETRY_BACKOFF_MS`] (one hour) as that.
+    pub retry_backoff_ms: u64,
+    /// Longest backoff between retries, ms; default 1000 (Kafka `retry.backoff.max.ms`);
+    /// bounded like `retry_backoff_ms`.
+    pub retry_backoff_max_ms: u64,
 }
+
+/// Largest effective `default_api_timeout_ms`: one day.
+pub const MAX_API_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
+
+/// Largest effective `retry_backoff_ms` / `retry_backoff_max_ms`: one hour.
+pub const MAX_RETRY_BACKOFF_MS: u64 = 3600 * 1000;
 
 impl ConsumerConfig {
     /// Defaults for `bootstrap_brokers`.
@@ -106,7 +130,9 @@ impl ConsumerConfig {
             max_partition_fetch_bytes: 1024 * 1024,
             fetch_max_bytes: 50 * 1024 * 1024,
             request_timeout_ms: 30_000,
-            max_lookup_attempts: 10,
+            default_api_timeout_ms: 60_000,
+            retry_backoff_ms: 100,
+            retry_backoff_max_ms: 1000,
         }
     }
 }
@@ -146,8 +172,11 @@ struct PartitionState {
 #[derive(Debug)]
 pub struct Consumer {
     config: ConsumerConfig,
-    brokers: Brokers,
+    brokers: Arc<Brokers>,
     partitions: BTreeMap<TopicPartition, PartitionState>,
+    /// Consecutive polls that returned nothing because some partition needed a retry (the
+    /// exponent of the next pause).
+    failed_polls: u32,
 }
 
 /// The outcome of asking the new leader where an epoch ends (KIP-320), pure.
@@ -163,17 +192,45 @@ pub fn truncation_detected(position: i64, end_epoch: i32, end_offset: i64) -> bo
 impl Consumer {
     /// A consumer for `config` with nothing assigned. Connects lazily.
     pub fn new(config: ConsumerConfig) -> Result<Consumer, ConsumeError> {
+        let timeout = Duration::from_millis(config.request_timeout_ms.max(1));
+        let brokers = Arc::new(Brokers::new(config.bootstrap_brokers.clone(), timeout));
+        Consumer::with_brokers(config, brokers)
+    }
+
+    /// A consumer that shares `brokers` (connections, leader cache and the leader epochs
+    /// seen) with others, e.g. the [`Producer`](crate::producer::Producer) whose records it
+    /// reads back: an epoch learnt while producing then counts for reading (KIP-320).
+    /// `config.bootstrap_brokers` must not be empty; `brokers` keeps its own bootstrap list
+    /// and request timeout.
+    pub fn with_brokers(
+        config: ConsumerConfig,
+        brokers: Arc<Brokers>,
+    ) -> Result<Consumer, ConsumeError> {
         if config.bootstrap_brokers.is_empty() {
             return Err(ConsumeError::Unreachable(
                 "no bootstrap broker addresses given".into(),
             ));
         }
-        let timeout = Duration::from_millis(config.request_timeout_ms.max(1));
         Ok(Consumer {
-            brokers: Brokers::new(config.bootstrap_brokers.clone(), timeout),
+            brokers,
             config,
             partitions: BTreeMap::new(),
+            failed_polls: 0,
         })
+    }
+
+    /// The backoff before retry number `attempt` (see [`leader_epochs::backoff`]).
+    fn backoff(&self, attempt: u32) -> Duration {
+        leader_epochs::backoff(
+            attempt,
+            Duration::from_millis(self.config.retry_backoff_ms.clamp(1, MAX_RETRY_BACKOFF_MS)),
+            Duration::from_millis(
+                self.config
+                    .retry_backoff_max_ms
+                    .clamp(1, MAX_RETRY_BACKOFF_MS),
+            ),
+            leader_epochs::jitter(),
+        )
     }
 
     /// Replaces the assignment by `partitions`; partitions kept keep their positions.
@@ -247,26 +304,34 @@ impl Consumer {
     }
 
     /// ListOffsets for `tp` at `timestamp` (-2 earliest, -1 latest, >= 0 a time) on the
-    /// leader, retried across leader changes.
+    /// leader, retried across leader changes (metadata refreshed) for up to
+    /// `default_api_timeout_ms`.
     async fn list_offset(
         &self,
         tp: &TopicPartition,
         timestamp: i64,
     ) -> Result<PartitionState, ConsumeError> {
-        let mut backoff = Duration::from_millis(100);
+        let budget =
+            Duration::from_millis(self.config.default_api_timeout_ms.min(MAX_API_TIMEOUT_MS));
+        let deadline = tokio::time::Instant::now() + budget;
         let mut last = String::new();
-        for _ in 0..self.config.max_lookup_attempts.max(1) {
+        for attempt in 0u32.. {
             match self.try_list_offset(tp, timestamp).await {
                 Ok(s) => return Ok(s),
                 Err(Lookup::Fatal(e)) => return Err(e),
                 Err(Lookup::Retry(msg)) => last = msg,
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
+            let pause = self.backoff(attempt);
+            if tokio::time::Instant::now() + pause > deadline {
+                break;
+            }
+            tokio::time::sleep(pause).await;
         }
         Err(ConsumeError::Unreachable(format!(
-            "{}-{}: offset lookup failed: {last}",
-            tp.0, tp.1
+            "{}-{}: offset lookup failed within {} ms: {last}",
+            tp.0,
+            tp.1,
+            budget.as_millis()
         )))
     }
 
@@ -305,6 +370,7 @@ impl Consumer {
                 )))
             })?;
         self.check(tp, p.error.as_ref())?;
+        self.brokers.observe_epoch(&tp.0, tp.1, p.leader_epoch);
         Ok(PartitionState {
             position: (p.offset >= 0).then_some(p.offset),
             last_epoch: (p.leader_epoch >= 0).then_some(p.leader_epoch),
@@ -341,7 +407,16 @@ impl Consumer {
             Some((addr, c)) => Ok((addr, c, p.leader_epoch)),
             None => {
                 self.brokers.invalidate(&tp.0);
-                Err(Lookup::Retry(format!("no leader for {}-{}", tp.0, tp.1)))
+                let known = match self.brokers.known_epoch(&tp.0, tp.1) {
+                    Some(e) if p.leader_id < 0 && e >= 0 => {
+                        format!(" (no broker has caught up with leader epoch {e} yet)")
+                    }
+                    _ => String::new(),
+                };
+                Err(Lookup::Retry(format!(
+                    "no leader for {}-{}{known}",
+                    tp.0, tp.1
+                )))
             }
         }
     }
@@ -359,62 +434,57 @@ impl Consumer {
     ) -> Result<(), Lookup> {
         match ErrorCode::from_proto(error) {
             Ok(ErrorCode::None) => Ok(()),
-            Ok(code) if code.retriable() => {
-                if needs_metadata_refresh(code) {
+            Ok(code) => match react(Failure::Kafka(code)) {
+                Reaction::RefreshAndRetry => {
                     self.brokers.invalidate(&tp.0);
+                    Err(Lookup::Retry(code.to_string()))
                 }
-                Err(Lookup::Retry(code.to_string()))
-            }
-            Ok(code) => Err(Lookup::Fatal(ConsumeError::Kafka {
-                topic: tp.0.clone(),
-                partition: tp.1,
-                code,
-            })),
+                Reaction::Retry => Err(Lookup::Retry(code.to_string())),
+                Reaction::Fatal => Err(Lookup::Fatal(ConsumeError::Kafka {
+                    topic: tp.0.clone(),
+                    partition: tp.1,
+                    code,
+                })),
+            },
             Err(e) => Err(Lookup::Fatal(ConsumeError::Protocol(e.to_string()))),
         }
     }
 
     /// KIP-320 validation of `tp`'s position against its current leader, if the leader
-    /// epoch changed since the position was last validated.
-    async fn validate(&mut self, tp: &TopicPartition) -> Result<(), ConsumeError> {
+    /// epoch changed since the position was last validated. One attempt: `Ok(false)` when it
+    /// could not be done now (leader unknown, unreachable, or moved again: the metadata is
+    /// refreshed) and the partition must wait for the next poll, as Kafka's consumer keeps a
+    /// partition "awaiting validation" and retries from its poll loop
+    /// (`OffsetsForLeaderEpochUtils`, `SubscriptionState.awaitingValidation`).
+    async fn validate(&mut self, tp: &TopicPartition) -> Result<bool, ConsumeError> {
         let state = self.partitions.get(tp).cloned().unwrap_or_default();
         let (Some(position), Some(last_epoch)) = (state.position, state.last_epoch) else {
-            return Ok(());
+            return Ok(true);
         };
-        let mut backoff = Duration::from_millis(100);
-        let mut last = String::new();
-        for _ in 0..self.config.max_lookup_attempts.max(1) {
-            match self
-                .try_epoch_end(tp, last_epoch, state.validated_epoch)
-                .await
-            {
-                Ok(None) => return Ok(()),
-                Ok(Some((leader_epoch, r))) => {
-                    if truncation_detected(position, r.leader_epoch, r.end_offset) {
-                        return Err(ConsumeError::LogTruncation {
-                            topic: tp.0.clone(),
-                            partition: tp.1,
-                            position,
-                            epoch: last_epoch,
-                            end_epoch: r.leader_epoch,
-                            end_offset: r.end_offset,
-                        });
-                    }
-                    if let Some(s) = self.partitions.get_mut(tp) {
-                        s.validated_epoch = Some(leader_epoch);
-                    }
-                    return Ok(());
+        match self
+            .try_epoch_end(tp, last_epoch, state.validated_epoch)
+            .await
+        {
+            Ok(None) => Ok(true),
+            Ok(Some((leader_epoch, r))) => {
+                if truncation_detected(position, r.leader_epoch, r.end_offset) {
+                    return Err(ConsumeError::LogTruncation {
+                        topic: tp.0.clone(),
+                        partition: tp.1,
+                        position,
+                        epoch: last_epoch,
+                        end_epoch: r.leader_epoch,
+                        end_offset: r.end_offset,
+                    });
                 }
-                Err(Lookup::Fatal(e)) => return Err(e),
-                Err(Lookup::Retry(msg)) => last = msg,
+                if let Some(s) = self.partitions.get_mut(tp) {
+                    s.validated_epoch = Some(leader_epoch);
+                }
+                Ok(true)
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
+            Err(Lookup::Fatal(e)) => Err(e),
+            Err(Lookup::Retry(_)) => Ok(false),
         }
-        Err(ConsumeError::Unreachable(format!(
-            "{}-{}: position validation failed: {last}",
-            tp.0, tp.1
-        )))
     }
 
     /// `Ok(None)` when the leader epoch is the validated one (nothing to check), else the
@@ -463,8 +533,10 @@ impl Consumer {
 
     /// Fetches from the leaders of every assigned partition, waiting up to `max_wait` for
     /// data, and returns the records read (possibly none), in offset order per partition.
-    /// Retriable errors (leader moved, broker down) refresh the metadata and yield no
-    /// records for that partition in this poll; call `poll` again.
+    /// Retriable errors (leader moved, broker down, position validation not possible yet)
+    /// refresh the metadata and yield no records for that partition in this poll; call
+    /// `poll` again. Errors: [`ConsumeError::NoPosition`], [`ConsumeError::OffsetOutOfRange`],
+    /// [`ConsumeError::LogTruncation`], non-retriable Kafka codes, corrupt batches.
     pub async fn poll(&mut self, max_wait: Duration) -> Result<Vec<ConsumerRecord>, ConsumeError> {
         let tps = self.assignment();
         // Positions first: reset policy or error.
@@ -490,7 +562,10 @@ impl Consumer {
         let mut by_leader: HashMap<String, (Clients, Vec<Target>)> = HashMap::new();
         let mut retry = false;
         for tp in &tps {
-            self.validate(tp).await?;
+            if !self.validate(tp).await? {
+                retry = true;
+                continue;
+            }
             match self.leader(tp).await {
                 Ok((addr, client, epoch)) => {
                     let position = self.position(tp).unwrap_or(0);
@@ -561,8 +636,15 @@ impl Consumer {
             }
         }
         if out.is_empty() && retry {
-            // Give the cluster a moment (a leader election) before the caller polls again.
-            tokio::time::sleep(max_wait.min(Duration::from_millis(100))).await;
+            // Give the cluster a moment (a leader election) before the caller polls again:
+            // exponential over consecutive fruitless polls (each refreshes the metadata) and
+            // jittered so consumers that failed together do not retry in lockstep; never
+            // longer than `max_wait`.
+            let pause = max_wait.min(self.backoff(self.failed_polls));
+            self.failed_polls = self.failed_polls.saturating_add(1);
+            tokio::time::sleep(pause).await;
+        } else {
+            self.failed_polls = 0;
         }
         Ok(out)
     }
@@ -606,8 +688,8 @@ impl Consumer {
                         });
                     }
                 },
-                Ok(code) if code.retriable() => {
-                    if needs_metadata_refresh(code) {
+                Ok(code) if react(Failure::Kafka(code)) != Reaction::Fatal => {
+                    if react(Failure::Kafka(code)) == Reaction::RefreshAndRetry {
                         self.brokers.invalidate(&tp.0);
                     }
                     retry = true;
@@ -628,6 +710,13 @@ impl Consumer {
                 last_epoch,
             } = decode(tp, &p.records, *position)?;
             out.extend(records);
+            if let Some(e) = last_epoch {
+                // The epoch of a fetched batch counts as seen. Kafka keeps it in the position
+                // (`FetchCollector`, `SubscriptionState.FetchPosition`) and raises the known
+                // epoch from seeks and committed offsets (`Metadata.updateLastSeenEpochIfNewer`);
+                // a batch's epoch never exceeds the leader's, so counting it is safe.
+                self.brokers.observe_epoch(&tp.0, tp.1, e);
+            }
             if let Some(s) = self.partitions.get_mut(tp) {
                 // Only if nobody seeked meanwhile (positions are per poll).
                 if s.position == Some(*position) {

@@ -60,7 +60,8 @@ use accumulator::{Accumulator, Batch, PendingRecord, Sequences, record_size_byte
 pub use error::ProduceError;
 use partitioner::{StickyPartitioner, key_partition};
 
-use crate::brokers::{Brokers, MetadataError, needs_metadata_refresh, now_ms};
+use crate::brokers::{Brokers, MetadataError, now_ms};
+use crate::leader_epochs::{Failure, Reaction, react};
 use crate::rpc_error::{Api, status_line};
 
 /// Acknowledgement level (Kafka `acks`).
@@ -186,7 +187,7 @@ struct State {
 #[derive(Debug)]
 struct Inner {
     config: ProducerConfig,
-    brokers: Brokers,
+    brokers: Arc<Brokers>,
     state: Mutex<State>,
     /// Wakes the sender loop (records appended, batch done, flush, close).
     wake: Notify,
@@ -209,6 +210,21 @@ impl Producer {
     /// A producer for `config`; starts its sender task, so it must be called inside a Tokio
     /// runtime. Connects lazily.
     pub fn new(config: ProducerConfig) -> Result<Producer, ProduceError> {
+        let brokers = Arc::new(Brokers::new(
+            config.bootstrap_brokers.clone(),
+            Duration::from_millis(config.request_timeout_ms.max(1)),
+        ));
+        Producer::with_brokers(config, brokers)
+    }
+
+    /// A producer that shares `brokers` (connections, leader cache and the leader epochs
+    /// seen) with others, e.g. a [`Consumer`](crate::consumer::Consumer) that reads its
+    /// records back (KIP-320: the epoch learnt while producing counts for reading).
+    /// `brokers` keeps its own bootstrap list and request timeout.
+    pub fn with_brokers(
+        config: ProducerConfig,
+        brokers: Arc<Brokers>,
+    ) -> Result<Producer, ProduceError> {
         if config.bootstrap_brokers.is_empty() {
             return Err(ProduceError::InvalidArgument(
                 "no bootstrap broker addresses given".into(),
@@ -221,10 +237,7 @@ impl Producer {
         }
         let permits = config.buffer_memory_bytes.clamp(1, Semaphore::MAX_PERMITS);
         let inner = Arc::new(Inner {
-            brokers: Brokers::new(
-                config.bootstrap_brokers.clone(),
-                Duration::from_millis(config.request_timeout_ms.max(1)),
-            ),
+            brokers,
             state: Mutex::new(State {
                 acc: Accumulator::new(
                     config.batch_size_bytes,
@@ -696,8 +709,8 @@ async fn attempt(inner: &Inner, tp: &TopicPartition, records: Bytes) -> Attempt 
         Ok(ErrorCode::None) => Attempt::Fail(ProduceError::Protocol(format!(
             "no answer for {topic}-{partition}"
         ))),
-        Ok(code) if code.retriable() => {
-            if needs_metadata_refresh(code) {
+        Ok(code) if react(Failure::Kafka(code)) != Reaction::Fatal => {
+            if react(Failure::Kafka(code)) == Reaction::RefreshAndRetry {
                 inner.brokers.invalidate(topic);
             }
             Attempt::Retry(Some(code), code.to_string())

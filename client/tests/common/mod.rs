@@ -252,3 +252,98 @@ impl Fixture {
         assert!(status.success(), "kill -9 {pid}");
     }
 }
+
+impl Fixture {
+    /// The pid of `name` (`broker-2`, `controller-1`) from its pid file.
+    pub fn pid(&self, name: &str) -> String {
+        let pid_file = self
+            .dir
+            .path()
+            .join("keel-data")
+            .join(format!("{name}.pid"));
+        std::fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()))
+            .trim()
+            .to_string()
+    }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the process `name` of the local cluster.
+    pub fn signal(&self, name: &str, signal: &str) {
+        let pid = self.pid(name);
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {pid} ({name})");
+    }
+
+    /// Starts broker `id` again (after a kill -9) with the layout of `cluster up`; the child
+    /// is stopped by `cluster down` (the fixture's drop) and reaped by the caller.
+    pub fn restart_broker(&self, id: i32) -> std::process::Child {
+        let layout =
+            keel_client::local_cluster::Layout::new(self.dir.path().join("keel-data"), self.base)
+                .unwrap();
+        let spec = layout
+            .processes()
+            .into_iter()
+            .find(|s| s.name() == format!("broker-{id}"))
+            .unwrap();
+        let bin = sibling_binary("keel-broker");
+        keel_client::local_cluster::spawn(&layout, &spec, &bin).unwrap()
+    }
+
+    /// Runs keelctl with the cluster's controllers and `brokers` (comma separated) as
+    /// bootstrap.
+    pub fn run_with_brokers(&self, brokers: &str, args: &[&str]) -> Output {
+        Command::new(KEELCTL)
+            .args(args)
+            .env("KEEL_BOOTSTRAP_CONTROLLERS", self.controllers())
+            .env("KEEL_BOOTSTRAP_BROKERS", brokers)
+            .output()
+            .expect("run keelctl")
+    }
+
+    /// Polls `topic describe` of `topic` partition 0 until `pred` holds (deadline 60 s).
+    pub fn wait_partition(&self, topic: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let out = self.run(&["--json", "topic", "describe", topic]);
+            if out.status.success() {
+                let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+                let p = v[0]["partitions"][0].clone();
+                if pred(&p) {
+                    return p;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{topic}-0: {what} not reached: {p}\n{}",
+                    self.logs()
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    }
+}
+
+impl Fixture {
+    /// `cluster up` with extra `KEEL_*` settings in its environment (recorded for the
+    /// processes it starts).
+    pub fn cluster_up_env(&self, env: &[(&str, &str)]) {
+        let base = self.base.to_string();
+        let data = self.data_dir();
+        let out = Command::new(KEELCTL)
+            .args(["--json", "cluster", "up", "--data-dir", &data])
+            .args(["--base-port", &base, "--timeout-secs", "120"])
+            .env("KEEL_BOOTSTRAP_CONTROLLERS", self.controllers())
+            .env_remove("KEEL_BOOTSTRAP_BROKERS")
+            .envs(env.iter().copied())
+            .output()
+            .expect("run keelctl");
+        assert!(
+            out.status.success(),
+            "cluster up failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+    }
+}
