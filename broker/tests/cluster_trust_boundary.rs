@@ -1,13 +1,14 @@
 //! Issue #18 on the real binaries, from the BrokerService's side: requests an outside client
 //! can send (generated from `broker.proto`, nothing of Keel's client) that must be refused or
-//! bounded before they change anything — follower impostors (item 3).
+//! bounded before they change anything — follower impostors (item 3), Fetch `max_bytes`
+//! (item 2).
 
 mod common;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::data::{code, values};
+use common::data::{batch, code, decode, values};
 use common::{Cluster, Options, assigned_topic};
 use keel_proto::ErrorCode;
 use keel_proto::broker::{
@@ -144,4 +145,46 @@ async fn follower_impostors_get_stale_broker_epoch_and_change_nothing() {
     assert_eq!(code_of(&partition(&reply).error), ErrorCode::None);
     assert_eq!(follower_leo(&leader_view(&c, "imp").await, 2), 25);
     c.signal_broker(2, "CONT");
+}
+
+/// Item 2: six batches of ~1.2 KB; a consumer fetch with `max_bytes` 1000, 1 and 0 and
+/// `partition_max_bytes` 1 MiB returns exactly the first batch (KIP-74), not the partition's
+/// whole 1 MiB as before the fix; 2.5 batches' worth returns two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_max_bytes_bounds_the_whole_reply() {
+    let c = cluster();
+    c.wait_unfenced(&[1, 2], WAIT).await;
+    c.create_topic(assigned_topic("tb", &[&[1, 2]]), WAIT).await;
+    c.wait_leader_isr(1, "tb", &[1, 2], WAIT).await;
+
+    // Item 2: six batches of ~1.2 KB; max_bytes 1000, 1 and 0 with partition_max_bytes 1 MiB
+    // return exactly the first batch (KIP-74), not the partition's 1 MiB.
+    let mut sizes = Vec::new();
+    for b in 0..6 {
+        let records = batch(&values(&format!("b{b}-{}", "x".repeat(90)), 0..10));
+        sizes.push(records.len());
+        let r = c
+            .produce_raw(1, "tb", 0, -1, 5000, records, None)
+            .await
+            .unwrap();
+        assert_eq!(code(&r), ErrorCode::None, "{r:?}");
+    }
+    for max_bytes in [1000, 1, 0] {
+        let reply = raw_fetch(&c, "tb", -1, -1, 0, None, max_bytes, 1 << 20).await;
+        let p = partition(&reply);
+        assert_eq!(code_of(&p.error), ErrorCode::None);
+        let (_, crcs) = decode(&p.records);
+        assert_eq!(
+            (crcs.len(), p.records.len()),
+            (1, sizes[0]),
+            "max_bytes {max_bytes}: only the first batch"
+        );
+    }
+    let two_and_a_half = (sizes[0] + sizes[1] + sizes[2] / 2) as i32;
+    let reply = raw_fetch(&c, "tb", -1, -1, 0, None, two_and_a_half, 1 << 20).await;
+    assert_eq!(
+        decode(&partition(&reply).records).1.len(),
+        2,
+        "max_bytes of 2.5 batches: two"
+    );
 }
