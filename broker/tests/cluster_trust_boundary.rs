@@ -1,18 +1,21 @@
 //! Issue #18 on the real binaries, from the BrokerService's side: requests an outside client
 //! can send (generated from `broker.proto`, nothing of Keel's client) that must be refused or
 //! bounded before they change anything — follower impostors (item 3), Fetch `max_bytes`
-//! (item 2).
+//! (item 2), Produce `timeout_ms` (item 4), InitProducerId (item 5), echoed input (item 6)
+//! and field bounds.
 
 mod common;
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use common::data::{batch, code, decode, values};
+use bytes::{Bytes, BytesMut};
+use common::data::{batch, code, decode, idempotent_batch, values};
 use common::{Cluster, Options, assigned_topic};
 use keel_proto::ErrorCode;
 use keel_proto::broker::{
-    FetchPartition, FetchPartitionData, FetchReply, FetchRequest, FetchTopic, ReplicaDescription,
+    FetchPartition, FetchPartitionData, FetchReply, FetchRequest, FetchTopic, InitProducerIdReply,
+    InitProducerIdRequest, MetadataRequest, ProducePartitionData, ProduceReply, ProduceRequest,
+    ProduceTopicData, ReplicaDescription,
 };
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -32,6 +35,10 @@ fn cluster() -> Cluster {
 
 fn code_of(e: &Option<keel_proto::common::Error>) -> ErrorCode {
     ErrorCode::from_proto(e.as_ref()).unwrap()
+}
+
+fn message_of(e: &Option<keel_proto::common::Error>) -> String {
+    e.as_ref().map(|e| e.message.clone()).unwrap_or_default()
 }
 
 async fn leader_view(c: &Cluster, topic: &str) -> ReplicaDescription {
@@ -86,6 +93,41 @@ async fn raw_fetch(
 
 fn partition(reply: &FetchReply) -> &FetchPartitionData {
     &reply.responses[0].partitions[0]
+}
+
+async fn produce_request(c: &Cluster, req: ProduceRequest) -> ProduceReply {
+    c.broker_client(1).produce(req).await.unwrap().into_inner()
+}
+
+fn produce_to(
+    topic: &str,
+    acks: i32,
+    timeout_ms: i32,
+    transactional_id: &str,
+    records: Bytes,
+) -> ProduceRequest {
+    ProduceRequest {
+        acks,
+        timeout_ms,
+        transactional_id: transactional_id.into(),
+        topics: vec![ProduceTopicData {
+            name: topic.into(),
+            topic_id: Bytes::new(),
+            partitions: vec![ProducePartitionData {
+                index: 0,
+                records,
+                current_leader_epoch: None,
+            }],
+        }],
+    }
+}
+
+async fn init_producer_id(c: &Cluster, req: InitProducerIdRequest) -> InitProducerIdReply {
+    c.broker_client(1)
+        .init_producer_id(req)
+        .await
+        .unwrap()
+        .into_inner()
 }
 
 /// Item 3: a Fetch posing as follower 2 with broker epoch -1, an older or a newer epoch is
@@ -149,7 +191,8 @@ async fn follower_impostors_get_stale_broker_epoch_and_change_nothing() {
 
 /// Item 2: six batches of ~1.2 KB; a consumer fetch with `max_bytes` 1000, 1 and 0 and
 /// `partition_max_bytes` 1 MiB returns exactly the first batch (KIP-74), not the partition's
-/// whole 1 MiB as before the fix; 2.5 batches' worth returns two.
+/// whole 1 MiB as before the fix; 2.5 batches' worth returns two; negative limits are
+/// refused whole with INVALID_REQUEST.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_max_bytes_bounds_the_whole_reply() {
     let c = cluster();
@@ -187,4 +230,228 @@ async fn fetch_max_bytes_bounds_the_whole_reply() {
         2,
         "max_bytes of 2.5 batches: two"
     );
+    // Negative limits are refused whole.
+    let reply = raw_fetch(&c, "tb", -1, -1, 0, None, -5, 1 << 20).await;
+    assert_eq!(code_of(&reply.error), ErrorCode::InvalidRequest);
+    assert!(
+        message_of(&reply.error).starts_with("max_bytes:"),
+        "{reply:?}"
+    );
+    assert!(reply.responses.is_empty());
+}
+
+/// Item 4: a negative `timeout_ms` is refused with INVALID_REQUEST before the append (before
+/// the fix it was appended, committed and answered REQUEST_TIMED_OUT); `timeout_ms` 0 with
+/// acks=all appends as Kafka does and its REQUEST_TIMED_OUT says where the batch is and that
+/// it may still be committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn produce_timeout_is_checked_before_the_append() {
+    let c = cluster();
+    c.wait_unfenced(&[1, 2], WAIT).await;
+    c.create_topic(assigned_topic("tb", &[&[1, 2]]), WAIT).await;
+    c.wait_leader_isr(1, "tb", &[1, 2], WAIT).await;
+
+    // Item 4: a negative timeout is refused before the append; the log does not change.
+    let r = c.produce(1, "tb", -1, &values("first", 0..3)).await;
+    assert_eq!(code(&r), ErrorCode::None, "{r:?}");
+    let leo = leader_view(&c, "tb").await.log_end_offset;
+    for timeout in [-1, i32::MIN] {
+        let reply = produce_request(
+            &c,
+            produce_to("tb", -1, timeout, "", batch(&values("neg", 0..1))),
+        )
+        .await;
+        assert_eq!(
+            code_of(&reply.error),
+            ErrorCode::InvalidRequest,
+            "{reply:?}"
+        );
+        assert!(message_of(&reply.error).starts_with("timeout_ms:"));
+        assert!(reply.responses.is_empty());
+    }
+    // timeout 0 with acks=all and a follower that cannot fetch (stopped): appended, as in
+    // Kafka, and the REQUEST_TIMED_OUT says where and that it may still be committed.
+    c.signal_broker(2, "STOP");
+    let reply = produce_request(
+        &c,
+        produce_to("tb", -1, 0, "", batch(&values("zero", 0..1))),
+    )
+    .await;
+    c.signal_broker(2, "CONT");
+    let p = &reply.responses[0].partitions[0];
+    assert_eq!(code_of(&p.error), ErrorCode::RequestTimedOut, "{p:?}");
+    assert_eq!(
+        p.base_offset, leo,
+        "nothing was appended by the refused requests"
+    );
+    let m = message_of(&p.error);
+    assert!(
+        m.contains(&format!("offset {leo}")) && m.contains("may still be committed"),
+        "{m}"
+    );
+}
+
+/// Item 5: InitProducerId as KIP-360 (a re-initialising producer gets its epoch bumped and
+/// Produce accepts it; the old epoch is then stale), int16 epochs, and transactional ids
+/// refused with UNSUPPORTED_VERSION in InitProducerId and Produce (nothing appended). Before
+/// the fix every InitProducerId got a new id with epoch 0 and transactional ids were
+/// accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn init_producer_id_bumps_epochs_and_refuses_transactions() {
+    let c = cluster();
+    c.wait_unfenced(&[1, 2], WAIT).await;
+    c.create_topic(assigned_topic("tb", &[&[1, 2]]), WAIT).await;
+    c.wait_leader_isr(1, "tb", &[1, 2], WAIT).await;
+
+    // Item 5: KIP-360. A new producer gets (id, 0); re-initialising with (id, 0) bumps to
+    // (id, 1), which Produce accepts from sequence 0; (id, 0) is then stale.
+    let new = init_producer_id(
+        &c,
+        InitProducerIdRequest {
+            producer_id: -1,
+            producer_epoch: -1,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(code_of(&new.error), ErrorCode::None, "{new:?}");
+    assert_eq!(new.producer_epoch, 0);
+    let pid = new.producer_id;
+    let r = c
+        .produce_raw(
+            1,
+            "tb",
+            0,
+            -1,
+            5000,
+            idempotent_batch(pid, 0, 0, &values("p0", 0..2)),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(code(&r), ErrorCode::None, "{r:?}");
+    let bumped = init_producer_id(
+        &c,
+        InitProducerIdRequest {
+            producer_id: pid,
+            producer_epoch: 0,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        (
+            code_of(&bumped.error),
+            bumped.producer_id,
+            bumped.producer_epoch
+        ),
+        (ErrorCode::None, pid, 1),
+        "{bumped:?}"
+    );
+    let r = c
+        .produce_raw(
+            1,
+            "tb",
+            0,
+            -1,
+            5000,
+            idempotent_batch(pid, 1, 0, &values("p1", 0..2)),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        code(&r),
+        ErrorCode::None,
+        "the bumped epoch is accepted: {r:?}"
+    );
+    let stale = init_producer_id(
+        &c,
+        InitProducerIdRequest {
+            producer_id: pid,
+            producer_epoch: 0,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        (
+            code_of(&stale.error),
+            stale.producer_id,
+            stale.producer_epoch
+        ),
+        (ErrorCode::InvalidProducerEpoch, -1, -1),
+        "{stale:?}"
+    );
+    let out_of_range = init_producer_id(
+        &c,
+        InitProducerIdRequest {
+            producer_id: pid,
+            producer_epoch: 40_000,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(code_of(&out_of_range.error), ErrorCode::InvalidRequest);
+    assert!(message_of(&out_of_range.error).starts_with("producer_epoch:"));
+    // Transactional ids: Kafka's "not supported" code, in InitProducerId and in Produce
+    // (nothing appended).
+    let tx = init_producer_id(
+        &c,
+        InitProducerIdRequest {
+            transactional_id: "tx-1".into(),
+            producer_id: -1,
+            producer_epoch: -1,
+            ..Default::default()
+        },
+    )
+    .await;
+    assert_eq!(
+        (code_of(&tx.error), tx.producer_id),
+        (ErrorCode::UnsupportedVersion, -1)
+    );
+    let leo = leader_view(&c, "tb").await.log_end_offset;
+    let reply = produce_request(
+        &c,
+        produce_to("tb", -1, 5000, "tx-1", batch(&values("tx", 0..1))),
+    )
+    .await;
+    assert_eq!(
+        code_of(&reply.responses[0].partitions[0].error),
+        ErrorCode::UnsupportedVersion
+    );
+    assert_eq!(leader_view(&c, "tb").await.log_end_offset, leo);
+}
+
+/// Item 6: a 1 MB topic name is refused with a short INVALID_REQUEST instead of coming back
+/// twice in the Metadata reply; over-long names in Produce are refused the same way and
+/// append nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_topic_names_are_refused_without_echo() {
+    let c = cluster();
+    c.wait_unfenced(&[1, 2], WAIT).await;
+    c.create_topic(assigned_topic("tb", &[&[1, 2]]), WAIT).await;
+    c.wait_leader_isr(1, "tb", &[1, 2], WAIT).await;
+
+    // Item 6: a 1 MB topic name is refused with a short message, not echoed back.
+    let huge = "n".repeat(1 << 20);
+    let reply = c
+        .broker_client(1)
+        .metadata(MetadataRequest {
+            topics: vec![huge.clone()],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(code_of(&reply.error), ErrorCode::InvalidRequest);
+    assert!(reply.topics.is_empty());
+    let m = message_of(&reply.error);
+    assert!(m.starts_with("topics[0]:") && m.len() < 300, "{m}");
+    // Over-long names in data-plane requests too.
+    let mut long = BytesMut::new();
+    long.extend_from_slice(&batch(&values("long", 0..1)));
+    let reply = produce_request(&c, produce_to(&huge, 1, 5000, "", long.freeze())).await;
+    assert_eq!(code_of(&reply.error), ErrorCode::InvalidRequest);
+    assert!(message_of(&reply.error).len() < 300);
+    assert_eq!(leader_view(&c, "tb").await.log_end_offset, 0);
 }

@@ -19,6 +19,7 @@ use keel_proto::broker::{
     ListOffsetsTopicResponse, OffsetForLeaderTopicResult, OffsetsForLeaderEpochReply,
     OffsetsForLeaderEpochRequest, ReplicaRole,
 };
+use keel_proto::limits::clip;
 
 use super::ReplicaManager;
 use super::produce::{check_topic_id, log_error_code};
@@ -49,7 +50,8 @@ pub const PARTITION_MAX_BYTES_CAP: usize = 16 << 20;
 ///
 /// `max_bytes` and `partition_max_bytes` are capped at [`FETCH_MAX_BYTES_CAP`] and
 /// [`PARTITION_MAX_BYTES_CAP`]; 0 means "only the first batch of the first non-empty
-/// partition" (Kafka: the limits are taken as sent); negative values count as 0.
+/// partition" (Kafka: the limits are taken as sent; negative values are refused by
+/// [`crate::bounds::fetch`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FetchBudget {
     /// Bytes of `max_bytes` not used yet.
@@ -157,7 +159,7 @@ impl ReplicaManager {
                     partitions.push(error_data(
                         p.partition,
                         ErrorCode::UnknownTopicOrPartition,
-                        format!("{}-{} is not hosted here", t.topic, p.partition),
+                        format!("{}-{} is not hosted here", clip(&t.topic), p.partition),
                     ));
                     continue;
                 };
@@ -166,7 +168,7 @@ impl ReplicaManager {
                     partitions.push(error_data(
                         p.partition,
                         code,
-                        format!("topic id of {}", t.topic),
+                        format!("topic id of {}", clip(&t.topic)),
                     ));
                     continue;
                 }
@@ -335,7 +337,8 @@ impl ReplicaManager {
                 let Some(hp) = self.partition(&t.name, p.partition_index) else {
                     out.error = Some(ErrorCode::UnknownTopicOrPartition.to_proto(format!(
                         "{}-{} is not hosted here",
-                        t.name, p.partition_index
+                        clip(&t.name),
+                        p.partition_index
                     )));
                     partitions.push(out);
                     continue;
@@ -395,11 +398,11 @@ impl ReplicaManager {
                 };
                 match self.partition(&t.topic, p.partition) {
                     None => {
-                        out.error =
-                            Some(ErrorCode::UnknownTopicOrPartition.to_proto(format!(
-                                "{}-{} is not hosted here",
-                                t.topic, p.partition
-                            )))
+                        out.error = Some(ErrorCode::UnknownTopicOrPartition.to_proto(format!(
+                            "{}-{} is not hosted here",
+                            clip(&t.topic),
+                            p.partition
+                        )))
                     }
                     Some(hp) => {
                         let inner = hp.lock();
