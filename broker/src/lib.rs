@@ -10,8 +10,10 @@
 //! - [`replica`]: the pure replication rules of a partition (HW, ISR, acks × min.insync);
 //! - [`replica_manager`]: the async layer that owns the partition logs and drives those rules
 //!   (produce, fetch, follower fetchers, AlterPartition, InitProducerId);
+//! - [`bounds`]: field bounds of every BrokerService request, checked before anything else;
 //! - [`observe`]: Prometheus metrics and readiness (served on `metrics_listener`).
 
+pub mod bounds;
 pub mod config;
 pub mod lifecycle;
 pub mod log;

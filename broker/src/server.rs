@@ -12,6 +12,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use keel_metadata_log::MetadataImage;
+use keel_proto::ErrorCode;
 use keel_proto::broker::broker_service_server::{BrokerService, BrokerServiceServer};
 use keel_proto::broker::*;
 use keel_proto::controller::{DescribeClusterReply, DescribeClusterRequest};
@@ -21,6 +22,7 @@ use tokio::sync::watch;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
+use crate::bounds;
 use crate::config::BrokerConfig;
 use crate::lifecycle::decision::Backoff;
 use crate::lifecycle::{
@@ -355,8 +357,14 @@ fn load_local_snapshot(path: &std::path::Path) -> MetadataImage {
     }
 }
 
-/// Largest gRPC message the broker accepts or sends, bytes (fetch replies carry up to
-/// `max_bytes` of records; produce requests up to the batch limits).
+/// Largest gRPC message the broker decodes or sends, bytes (64 MiB). Kafka's
+/// `socket.request.max.bytes` is 100 MiB; Keel keeps 64 MiB because nothing legitimate
+/// needs more: a Produce carries one batch per partition, each at most the topic's
+/// `max.message.bytes` (default 1 MiB + 12), and fetch replies are capped at
+/// [`FETCH_MAX_BYTES_CAP`](crate::replica_manager::fetch::FETCH_MAX_BYTES_CAP) (32 MiB) of
+/// records. A larger request is refused by tonic with gRPC OUT_OF_RANGE before it is
+/// decoded; a topic whose `max.message.bytes` exceeds this limit cannot receive batches that
+/// large over gRPC.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
 /// HTTP/2 flow-control window per stream, bytes, on the broker's server and its clients.
@@ -376,18 +384,69 @@ struct BrokerGrpc {
     replicas: ReplicaManager,
 }
 
+/// INVALID_REQUEST (42) carrying the bound violation (`field: problem`).
+fn invalid_request(e: &keel_proto::limits::FieldError) -> Option<keel_proto::common::Error> {
+    Some(ErrorCode::InvalidRequest.to_proto(keel_proto::limits::cap_message(e.to_string())))
+}
+
+/// Checks `$req` with `bounds::$check`; on a violation answers `$reply` with only the
+/// top-level error set, before anything else sees the request.
+macro_rules! check_bounds {
+    ($req:expr, $check:path, $reply:ty) => {
+        if let Err(e) = $check($req.get_ref()) {
+            return Ok(Response::new(<$reply>::default_with(invalid_request(&e))));
+        }
+    };
+}
+
+/// Replies whose default plus a top-level error is the answer to a refused request.
+trait RefusedReply: Default {
+    fn default_with(error: Option<keel_proto::common::Error>) -> Self;
+}
+
+macro_rules! refused_reply {
+    ($($t:ty),*) => {$(
+        impl RefusedReply for $t {
+            fn default_with(error: Option<keel_proto::common::Error>) -> Self {
+                Self { error, ..Default::default() }
+            }
+        }
+    )*};
+}
+
+refused_reply!(
+    ProduceReply,
+    FetchReply,
+    ListOffsetsReply,
+    OffsetsForLeaderEpochReply,
+    MetadataReply,
+    DescribeReplicasReply
+);
+
+impl RefusedReply for InitProducerIdReply {
+    fn default_with(error: Option<keel_proto::common::Error>) -> Self {
+        Self {
+            error,
+            producer_id: -1,
+            producer_epoch: -1,
+        }
+    }
+}
+
 #[tonic::async_trait]
 impl BrokerService for BrokerGrpc {
     async fn produce(
         &self,
         request: Request<ProduceRequest>,
     ) -> Result<Response<ProduceReply>, Status> {
+        check_bounds!(request, bounds::produce, ProduceReply);
         Ok(Response::new(
             self.replicas.produce(request.into_inner()).await,
         ))
     }
 
     async fn fetch(&self, request: Request<FetchRequest>) -> Result<Response<FetchReply>, Status> {
+        check_bounds!(request, bounds::fetch, FetchReply);
         Ok(Response::new(
             self.replicas.fetch(request.into_inner()).await,
         ))
@@ -397,6 +456,7 @@ impl BrokerService for BrokerGrpc {
         &self,
         request: Request<ListOffsetsRequest>,
     ) -> Result<Response<ListOffsetsReply>, Status> {
+        check_bounds!(request, bounds::list_offsets, ListOffsetsReply);
         Ok(Response::new(
             self.replicas.list_offsets(request.into_inner()),
         ))
@@ -406,6 +466,11 @@ impl BrokerService for BrokerGrpc {
         &self,
         request: Request<OffsetsForLeaderEpochRequest>,
     ) -> Result<Response<OffsetsForLeaderEpochReply>, Status> {
+        check_bounds!(
+            request,
+            bounds::offsets_for_leader_epoch,
+            OffsetsForLeaderEpochReply
+        );
         Ok(Response::new(
             self.replicas.offsets_for_leader_epoch(request.into_inner()),
         ))
@@ -415,6 +480,7 @@ impl BrokerService for BrokerGrpc {
         &self,
         request: Request<MetadataRequest>,
     ) -> Result<Response<MetadataReply>, Status> {
+        check_bounds!(request, bounds::metadata, MetadataReply);
         let image = self.images.borrow().clone();
         let controller_id = self.status.borrow().controller_id;
         Ok(Response::new(describe::metadata_reply(
@@ -426,16 +492,22 @@ impl BrokerService for BrokerGrpc {
 
     async fn init_producer_id(
         &self,
-        _request: Request<InitProducerIdRequest>,
+        request: Request<InitProducerIdRequest>,
     ) -> Result<Response<InitProducerIdReply>, Status> {
+        check_bounds!(request, bounds::init_producer_id, InitProducerIdReply);
         let epoch = self.status.borrow().broker_epoch;
-        Ok(Response::new(self.replicas.init_producer_id(epoch).await))
+        Ok(Response::new(
+            self.replicas
+                .init_producer_id(request.get_ref(), epoch)
+                .await,
+        ))
     }
 
     async fn describe_replicas(
         &self,
         request: Request<DescribeReplicasRequest>,
     ) -> Result<Response<DescribeReplicasReply>, Status> {
+        check_bounds!(request, bounds::describe_replicas, DescribeReplicasReply);
         let image = self.images.borrow().clone();
         let epoch = self.status.borrow().broker_epoch;
         let mut reply = describe::describe_replicas_reply(

@@ -111,19 +111,18 @@ fn expansion_needs_hw_and_eligibility() {
             .is_none(),
         "below HW"
     );
-    // Fenced broker 3 (absent from the eligible set) / stale broker epoch: not added.
-    let fenced = EligibleBrokers::all(&[1, 2], BROKER_EPOCH);
+    // Fenced broker 3 (registered, not eligible): served but not added.
+    let fenced = EligibleBrokers::all(&[1, 2, 3], BROKER_EPOCH).with_ineligible(&[3], BROKER_EPOCH);
     let req = fetch_req(&p, 3, 8);
     let d = p
         .handle_follower_fetch(&req, |e| (e, i64::MAX), &fenced, 3)
         .unwrap();
     assert!(read_effects(d).alter_partition.is_none(), "fenced");
+    // Registered with another broker epoch: refused outright (issue #18), not added.
     let other_epoch = EligibleBrokers::all(&[1, 2, 3], BROKER_EPOCH + 1);
-    let d = p
-        .handle_follower_fetch(&req, |e| (e, i64::MAX), &other_epoch, 4)
-        .unwrap();
-    assert!(
-        read_effects(d).alter_partition.is_none(),
+    assert_eq!(
+        p.handle_follower_fetch(&req, |e| (e, i64::MAX), &other_epoch, 4),
+        Err(ErrorCode::StaleBrokerEpoch),
         "broker epoch mismatch"
     );
     assert!(
@@ -362,8 +361,8 @@ fn follower_fetch_errors() {
     req.broker_epoch = Some(BROKER_EPOCH - 1);
     assert_eq!(
         p.handle_follower_fetch(&req, ok, &eligible(), 3),
-        Err(ErrorCode::NotLeaderOrFollower),
-        "stale broker epoch (KIP-903)"
+        Err(ErrorCode::StaleBrokerEpoch),
+        "stale broker epoch (KIP-903; the code the proto documents, issue #18)"
     );
     let mut f = hosted(2, cfg(1), 0, 0);
     f.become_follower(&reg(&[1, 2], &[1, 2], 1, 1, 1), 0)
@@ -487,4 +486,37 @@ fn consumer_reads_below_hw_only() {
         q.list_offsets(OffsetSpec::Latest, Some(2)),
         Ok(ListOffsetsAnswer::Offset(10))
     );
+}
+
+/// Issue #18 item 3: a fetch posing as follower 2 without a broker epoch (-1 on the wire) or
+/// with an epoch other than the registered one is refused with STALE_BROKER_EPOCH and
+/// changes nothing the leader knows about follower 2 (LEO, fetch times, HW).
+#[test]
+fn follower_fetch_needs_the_registered_broker_epoch() {
+    let mut p = leader(&[1, 2, 3], &[1, 2, 3], 1, 0, 0);
+    p.on_leader_append(25, 1);
+    fetch(&mut p, 2, 25, 2);
+    fetch(&mut p, 3, 25, 2);
+    assert_eq!(p.high_watermark(), 25);
+    let before = p.leader_state().unwrap().followers[&2].clone();
+    for epoch in [None, Some(BROKER_EPOCH - 1), Some(BROKER_EPOCH + 1)] {
+        let mut req = fetch_req(&p, 2, 0);
+        req.broker_epoch = epoch;
+        assert_eq!(
+            p.handle_follower_fetch(&req, |e| (e, i64::MAX), &eligible(), 3),
+            Err(ErrorCode::StaleBrokerEpoch),
+            "broker epoch {epoch:?}"
+        );
+        assert_eq!(p.leader_state().unwrap().followers[&2], before);
+        assert_eq!(follower_leo(&p, 2), Some(25));
+        assert_eq!(p.high_watermark(), 25);
+    }
+    // A replica the leader does not know as registered cannot fetch either.
+    let unregistered = EligibleBrokers::all(&[1, 3], BROKER_EPOCH);
+    let req = fetch_req(&p, 2, 0);
+    assert_eq!(
+        p.handle_follower_fetch(&req, |e| (e, i64::MAX), &unregistered, 3),
+        Err(ErrorCode::StaleBrokerEpoch)
+    );
+    assert_eq!(follower_leo(&p, 2), Some(25));
 }

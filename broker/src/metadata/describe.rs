@@ -9,6 +9,7 @@ use keel_proto::broker::{
     DescribeReplicasReply, DescribeReplicasRequest, MetadataPartition, MetadataReply,
     MetadataRequest, MetadataTopic, NodeEndpoint, ReplicaDescription, ReplicaRole,
 };
+use keel_proto::limits::clip;
 
 /// Kafka's topic name rule: 1..=249 of `[a-zA-Z0-9._-]`, not `.` or `..`
 /// ([`keel_proto::limits::validate_topic_name`]).
@@ -76,7 +77,7 @@ pub fn metadata_reply(
 
 fn topic_error(name: &str, code: ErrorCode, msg: &str) -> MetadataTopic {
     MetadataTopic {
-        error: Some(code.to_proto(format!("{msg}: {name:?}"))),
+        error: Some(code.to_proto(format!("{msg}: {:?}", clip(name)))),
         name: name.to_string(),
         ..Default::default()
     }
@@ -168,10 +169,10 @@ pub fn describe_replicas_reply(
     let not_hosted = |topic: &str, p: i32| ReplicaDescription {
         topic: topic.to_string(),
         partition: p,
-        error: Some(
-            ErrorCode::UnknownTopicOrPartition
-                .to_proto(format!("{topic}-{p} is not hosted on broker {broker_id}")),
-        ),
+        error: Some(ErrorCode::UnknownTopicOrPartition.to_proto(format!(
+            "{}-{p} is not hosted on broker {broker_id}",
+            clip(topic)
+        ))),
         role: ReplicaRole::None as i32,
         leader_id: NO_LEADER,
         leader_epoch: -1,

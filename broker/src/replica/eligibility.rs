@@ -4,6 +4,10 @@
 //! local metadata image: the broker must be registered, unfenced, not in controlled
 //! shutdown, and the broker epoch the follower sent in its fetches must equal the registered
 //! one (a restarted broker that lost its log has a new epoch: KIP-903).
+//!
+//! The same source says which broker epoch a replica is registered with
+//! ([`IsrEligibility::registered_epoch`], fenced or not): a follower fetch must carry exactly
+//! that epoch to be served ([`crate::replica::PartitionState::handle_follower_fetch`]).
 
 use std::collections::BTreeMap;
 
@@ -14,6 +18,10 @@ pub trait IsrEligibility {
     /// Whether `broker_id`, which fetched with `broker_epoch` (`None` = not seen yet), may
     /// be added to an ISR.
     fn is_isr_eligible(&self, broker_id: i32, broker_epoch: Option<i64>) -> bool;
+
+    /// The broker epoch `broker_id` is registered with, fenced or not (`None` = not
+    /// registered).
+    fn registered_epoch(&self, broker_id: i32) -> Option<i64>;
 }
 
 impl IsrEligibility for MetadataImage {
@@ -23,23 +31,52 @@ impl IsrEligibility for MetadataImage {
             _ => false,
         }
     }
+
+    fn registered_epoch(&self, broker_id: i32) -> Option<i64> {
+        self.broker(broker_id).map(|reg| reg.epoch)
+    }
 }
 
-/// Test and simulation helper: broker id -> registered broker epoch of eligible brokers
-/// (absent = fenced, shutting down or unregistered).
+/// Test and simulation helper: broker id -> registered broker epoch of eligible brokers,
+/// and of registered but ineligible ones (fenced or shutting down); absent from both =
+/// unregistered.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct EligibleBrokers(pub BTreeMap<i32, i64>);
+pub struct EligibleBrokers {
+    /// Eligible brokers and their registered epochs.
+    pub eligible: BTreeMap<i32, i64>,
+    /// Registered brokers that may not join an ISR (fenced / shutting down), and their epochs.
+    pub ineligible: BTreeMap<i32, i64>,
+}
 
 impl EligibleBrokers {
     /// Every broker in `ids` eligible with broker epoch `epoch`.
     pub fn all(ids: &[i32], epoch: i64) -> Self {
-        Self(ids.iter().map(|id| (*id, epoch)).collect())
+        Self {
+            eligible: ids.iter().map(|id| (*id, epoch)).collect(),
+            ineligible: BTreeMap::new(),
+        }
+    }
+
+    /// `self` with the brokers `ids` registered with `epoch` but ineligible (fenced).
+    pub fn with_ineligible(mut self, ids: &[i32], epoch: i64) -> Self {
+        for id in ids {
+            self.eligible.remove(id);
+            self.ineligible.insert(*id, epoch);
+        }
+        self
     }
 }
 
 impl IsrEligibility for EligibleBrokers {
     fn is_isr_eligible(&self, broker_id: i32, broker_epoch: Option<i64>) -> bool {
-        broker_epoch.is_some() && self.0.get(&broker_id).copied() == broker_epoch
+        broker_epoch.is_some() && self.eligible.get(&broker_id).copied() == broker_epoch
+    }
+
+    fn registered_epoch(&self, broker_id: i32) -> Option<i64> {
+        self.eligible
+            .get(&broker_id)
+            .or_else(|| self.ineligible.get(&broker_id))
+            .copied()
     }
 }
 
@@ -54,6 +91,10 @@ mod tests {
         assert!(!e.is_isr_eligible(2, Some(9)), "stale broker epoch");
         assert!(!e.is_isr_eligible(2, None), "never fetched");
         assert!(!e.is_isr_eligible(3, Some(10)), "fenced or unknown");
+        let e = e.with_ineligible(&[2], 10);
+        assert!(!e.is_isr_eligible(2, Some(10)), "fenced");
+        assert_eq!(e.registered_epoch(2), Some(10), "fenced but registered");
+        assert_eq!(e.registered_epoch(3), None);
         assert!(!MetadataImage::empty().is_isr_eligible(1, Some(1)));
     }
 }

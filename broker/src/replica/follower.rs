@@ -72,9 +72,10 @@ impl FollowerState {
     /// Records an accepted (non-diverging) fetch at `fetch_offset` at `now_ms`, with the
     /// leader's LEO `leader_leo` at that moment and the follower's `broker_epoch`.
     ///
-    /// Errors: NOT_LEADER_OR_FOLLOWER if `broker_epoch` is older than the one this follower
+    /// Errors: STALE_BROKER_EPOCH if `broker_epoch` is older than the one this follower
     /// already fetched with (a request from a previous incarnation, KIP-903; Kafka
-    /// `Replica.updateFetchStateOrThrow`). Nothing changes then.
+    /// `Replica.updateFetchStateOrThrow` answers NOT_LEADER_OR_FOLLOWER, the proto documents
+    /// STALE_BROKER_EPOCH). Nothing changes then.
     pub fn on_fetch(
         &mut self,
         fetch_offset: i64,
@@ -86,7 +87,7 @@ impl FollowerState {
         if let (Some(stored), Some(sent)) = (self.broker_epoch, broker_epoch)
             && sent < stored
         {
-            return Err(ErrorCode::NotLeaderOrFollower);
+            return Err(ErrorCode::StaleBrokerEpoch);
         }
         if fetch_offset >= leader_leo {
             self.last_caught_up_time_ms = self.last_caught_up_time_ms.max(now_ms);
@@ -163,7 +164,7 @@ mod tests {
         let before = f.clone();
         assert_eq!(
             f.on_fetch(12, None, Some(6), 12, 5_000),
-            Err(ErrorCode::NotLeaderOrFollower)
+            Err(ErrorCode::StaleBrokerEpoch)
         );
         assert_eq!(f, before);
     }

@@ -4,15 +4,25 @@
 //! Order of checks:
 //! 1. leader epoch fencing of `current_leader_epoch` (FENCED_LEADER_EPOCH /
 //!    UNKNOWN_LEADER_EPOCH), then leadership (NOT_LEADER_OR_FOLLOWER);
-//! 2. the requester must be a follower replica of the partition (NOT_LEADER_OR_FOLLOWER);
+//! 2. the requester must be a follower replica of the partition (NOT_LEADER_OR_FOLLOWER),
+//!    and the fetch must carry the broker epoch the follower is registered with in the leader's
+//!    metadata (STALE_BROKER_EPOCH otherwise, also for a missing epoch (-1) and for a broker
+//!    the leader does not know as registered). Kafka (`Replica.updateFetchStateOrThrow`,
+//!    KIP-903) refuses only an epoch older than the registered one, with
+//!    NOT_LEADER_OR_FOLLOWER, and lets -1 through for pre-v15 fetchers; it relies on
+//!    ClusterAction ACLs to keep clients from posing as followers. Keel has no ACLs, so the
+//!    registered epoch is the proof of identity, and the code is the one the proto documents
+//!    (issue #18). A follower whose registration the leader has not applied yet is refused
+//!    until it has (its fetcher backs off and retries). Nothing changes on a refusal;
 //! 3. divergence: with `last_fetched_epoch = e`, the leader's answer `(epoch, end_offset)`
 //!    for `e` from its epoch cache; if `epoch < e` or `end_offset < fetch_offset` the
 //!    follower's log diverges and the answer is [`LeaderFetchDecision::Diverging`] — and the
 //!    follower's state is NOT updated (KAFKA-13141: its fetch offset is not a valid LEO of a
 //!    log that matches ours, so counting it could advance the HW over records it lacks);
 //! 4. `fetch_offset` in `[log start, LEO]` (OFFSET_OUT_OF_RANGE, state not updated);
-//! 5. follower LEO = `fetch_offset`, caught-up and fetch times; stale broker epoch ->
-//!    NOT_LEADER_OR_FOLLOWER; then ISR expansion and HW advance.
+//! 5. follower LEO = `fetch_offset`, caught-up and fetch times (an epoch older than the one
+//!    of the follower's earlier fetches -> STALE_BROKER_EPOCH); then ISR expansion and HW
+//!    advance.
 
 use keel_proto::ErrorCode;
 
@@ -92,6 +102,10 @@ impl PartitionState {
         self.check_leader_request(req.current_leader_epoch)?;
         if req.replica_id == self.local_broker_id || !self.replicas.contains(&req.replica_id) {
             return Err(ErrorCode::NotLeaderOrFollower);
+        }
+        let registered = eligibility.registered_epoch(req.replica_id);
+        if req.broker_epoch.is_none() || req.broker_epoch != registered {
+            return Err(ErrorCode::StaleBrokerEpoch);
         }
         if let Some(last_epoch) = req.last_fetched_epoch {
             let (epoch, end_offset) = epoch_end_offset(last_epoch);

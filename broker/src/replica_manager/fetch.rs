@@ -19,6 +19,7 @@ use keel_proto::broker::{
     ListOffsetsTopicResponse, OffsetForLeaderTopicResult, OffsetsForLeaderEpochReply,
     OffsetsForLeaderEpochRequest, ReplicaRole,
 };
+use keel_proto::limits::clip;
 
 use super::ReplicaManager;
 use super::produce::{check_topic_id, log_error_code};
@@ -26,11 +27,6 @@ use crate::replica::{
     FollowerFetchRequest, LeaderFetchDecision, ListOffsetsAnswer, OffsetSpec, Role, epoch_from_wire,
 };
 
-/// Default per-partition and per-request byte bounds when a request sends 0 or less (Kafka's
-/// `max.partition.fetch.bytes` 1 MiB and `fetch.max.bytes` 50 MiB).
-pub const DEFAULT_PARTITION_MAX_BYTES: usize = 1 << 20;
-/// See [`DEFAULT_PARTITION_MAX_BYTES`].
-pub const DEFAULT_MAX_BYTES: usize = 50 << 20;
 /// Longest long poll accepted, ms (a larger `max_wait_ms` is capped).
 pub const MAX_WAIT_MS: u64 = 30_000;
 /// Cap of a whole fetch reply's records, bytes, whatever the request asks (Kafka's broker
@@ -40,6 +36,67 @@ pub const FETCH_MAX_BYTES_CAP: usize = 32 << 20;
 /// Cap of one partition's records in a reply, bytes (a single larger batch is still
 /// returned whole; batches are bounded by `max.message.bytes`).
 pub const PARTITION_MAX_BYTES_CAP: usize = 16 << 20;
+
+/// The byte budget of one fetch reply (KIP-74; Kafka `ReplicaManager.readFromLocalLog`):
+/// partitions are read in request order, each up to `min(partition_max_bytes, what is left
+/// of max_bytes)`. Until a partition returned records, the first batch is returned whole
+/// even when it is larger than that (Kafka's `minOneMessage`), so a consumer always makes
+/// progress; that is the only way a reply exceeds `max_bytes`. Later partitions never take
+/// more than is left: a batch that does not fit is not returned (it comes first in a later
+/// fetch). Where Kafka also holds later partitions to `partition_max_bytes` for a first batch
+/// larger than it, Keel returns it if it fits what is left of `max_bytes`: Keel's fetchers
+/// do not rotate partitions (Kafka's fetch sessions do), and a partition whose next batch
+/// exceeds `partition_max_bytes` must not starve behind partitions that always have data.
+///
+/// `max_bytes` and `partition_max_bytes` are capped at [`FETCH_MAX_BYTES_CAP`] and
+/// [`PARTITION_MAX_BYTES_CAP`]; 0 means "only the first batch of the first non-empty
+/// partition" (Kafka: the limits are taken as sent; negative values are refused by
+/// [`crate::bounds::fetch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FetchBudget {
+    /// Bytes of `max_bytes` not used yet.
+    left: usize,
+    /// No partition returned records yet (the first batch is owed for progress).
+    first: bool,
+}
+
+impl FetchBudget {
+    /// The budget of a reply with `max_bytes` (capped at [`FETCH_MAX_BYTES_CAP`]).
+    pub fn new(max_bytes: usize) -> Self {
+        Self {
+            left: max_bytes.min(FETCH_MAX_BYTES_CAP),
+            first: true,
+        }
+    }
+
+    /// The `max_bytes` to pass to [`crate::log::Log::read`] for the next partition, or `None`
+    /// when nothing may be read from it (the budget is spent after a non-empty partition).
+    pub fn limit(&self, partition_max_bytes: usize) -> Option<usize> {
+        if !self.first && self.left == 0 {
+            return None;
+        }
+        Some(
+            partition_max_bytes
+                .min(PARTITION_MAX_BYTES_CAP)
+                .min(self.left),
+        )
+    }
+
+    /// Accounts for `records` read with [`FetchBudget::limit`] and returns what the reply may
+    /// carry: all of them, or nothing when a later partition's first batch exceeds what is
+    /// left (the log returns a first batch whole whatever the limit).
+    pub fn take(&mut self, records: Bytes) -> Bytes {
+        if records.is_empty() {
+            return records;
+        }
+        if !self.first && records.len() > self.left {
+            return Bytes::new();
+        }
+        self.first = false;
+        self.left = self.left.saturating_sub(records.len());
+        records
+    }
+}
 
 fn error_data(partition: i32, code: ErrorCode, message: String) -> FetchPartitionData {
     FetchPartitionData {
@@ -89,10 +146,7 @@ impl ReplicaManager {
     /// whether it must be answered now (an error or a divergence).
     fn read_once(&self, req: &FetchRequest) -> (FetchReply, usize, bool) {
         let follower = req.replica_id >= 0;
-        let mut budget = match usize::try_from(req.max_bytes) {
-            Ok(n) if n > 0 => n.min(FETCH_MAX_BYTES_CAP),
-            _ => DEFAULT_MAX_BYTES.min(FETCH_MAX_BYTES_CAP),
-        };
+        let mut budget = FetchBudget::new(usize::try_from(req.max_bytes).unwrap_or(0));
         let mut total = 0usize;
         let mut done = false;
         let image = follower.then(|| self.image());
@@ -105,7 +159,7 @@ impl ReplicaManager {
                     partitions.push(error_data(
                         p.partition,
                         ErrorCode::UnknownTopicOrPartition,
-                        format!("{}-{} is not hosted here", t.topic, p.partition),
+                        format!("{}-{} is not hosted here", clip(&t.topic), p.partition),
                     ));
                     continue;
                 };
@@ -114,20 +168,11 @@ impl ReplicaManager {
                     partitions.push(error_data(
                         p.partition,
                         code,
-                        format!("topic id of {}", t.topic),
+                        format!("topic id of {}", clip(&t.topic)),
                     ));
                     continue;
                 }
-                let part_max = match usize::try_from(p.partition_max_bytes) {
-                    Ok(n) if n > 0 => n.min(PARTITION_MAX_BYTES_CAP),
-                    _ => DEFAULT_PARTITION_MAX_BYTES,
-                };
-                // The first non-empty partition may exceed the budget by one batch (progress).
-                let max = if total == 0 {
-                    part_max
-                } else {
-                    part_max.min(budget)
-                };
+                let part_max = usize::try_from(p.partition_max_bytes).unwrap_or(0);
                 let now = self.now_ms();
                 let mut inner = hp.lock();
                 let inner = &mut *inner;
@@ -199,15 +244,13 @@ impl ReplicaManager {
                         }
                     }
                 };
-                // The budget is spent: later partitions answer no records (the log returns a
-                // first batch even above `max`, which would grow the reply per partition).
-                let read = read.filter(|_| total == 0 || budget > 0);
-                if let Some((from, upper)) = read {
+                let read = read.and_then(|r| budget.limit(part_max).map(|max| (r, max)));
+                if let Some(((from, upper), max)) = read {
                     match inner.log.read(from, max, upper) {
                         Ok(info) => {
-                            total += info.records.len();
-                            budget = budget.saturating_sub(info.records.len());
-                            data.records = info.records;
+                            let records = budget.take(info.records);
+                            total += records.len();
+                            data.records = records;
                         }
                         Err(e) => {
                             done = true;
@@ -294,7 +337,8 @@ impl ReplicaManager {
                 let Some(hp) = self.partition(&t.name, p.partition_index) else {
                     out.error = Some(ErrorCode::UnknownTopicOrPartition.to_proto(format!(
                         "{}-{} is not hosted here",
-                        t.name, p.partition_index
+                        clip(&t.name),
+                        p.partition_index
                     )));
                     partitions.push(out);
                     continue;
@@ -354,11 +398,11 @@ impl ReplicaManager {
                 };
                 match self.partition(&t.topic, p.partition) {
                     None => {
-                        out.error =
-                            Some(ErrorCode::UnknownTopicOrPartition.to_proto(format!(
-                                "{}-{} is not hosted here",
-                                t.topic, p.partition
-                            )))
+                        out.error = Some(ErrorCode::UnknownTopicOrPartition.to_proto(format!(
+                            "{}-{} is not hosted here",
+                            clip(&t.topic),
+                            p.partition
+                        )))
                     }
                     Some(hp) => {
                         let inner = hp.lock();
@@ -482,4 +526,54 @@ pub fn reply_bytes(reply: &FetchReply) -> usize {
         .flat_map(|t| t.partitions.iter())
         .map(|p| Bytes::len(&p.records))
         .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bytes(n: usize) -> Bytes {
+        Bytes::from(vec![0u8; n])
+    }
+
+    #[test]
+    fn the_first_partition_exceeds_max_bytes_by_its_first_batch_only() {
+        for max_bytes in [0, 1, 1000] {
+            let mut b = FetchBudget::new(max_bytes);
+            // The log gets the small limit and returns its first batch whole (2000 bytes).
+            assert_eq!(b.limit(1 << 20), Some(max_bytes));
+            assert_eq!(b.take(bytes(2000)).len(), 2000, "progress");
+            // Nothing more: later partitions read nothing.
+            assert_eq!(b.limit(1 << 20), None, "max_bytes {max_bytes}");
+        }
+    }
+
+    #[test]
+    fn later_partitions_stay_within_what_is_left() {
+        let mut b = FetchBudget::new(5000);
+        assert_eq!(
+            b.take(Bytes::new()).len(),
+            0,
+            "an empty partition owes nothing"
+        );
+        assert_eq!(b.limit(1 << 20), Some(5000));
+        assert_eq!(b.take(bytes(3000)).len(), 3000);
+        assert_eq!(b.limit(1 << 20), Some(2000));
+        // A first batch larger than what is left is not returned (it comes in a later fetch).
+        assert_eq!(b.take(bytes(2500)).len(), 0);
+        assert_eq!(b.limit(1000), Some(1000));
+        // One larger than partition_max_bytes but within what is left is (no starvation).
+        assert_eq!(b.take(bytes(1500)).len(), 1500);
+        assert_eq!(b.limit(1 << 20), Some(500));
+        assert_eq!(b.take(bytes(500)).len(), 500);
+        assert_eq!(b.limit(1 << 20), None);
+    }
+
+    #[test]
+    fn limits_are_capped() {
+        let b = FetchBudget::new(usize::MAX);
+        assert_eq!(b.limit(usize::MAX), Some(PARTITION_MAX_BYTES_CAP));
+        let b = FetchBudget::new(usize::MAX);
+        assert_eq!(b.left, FETCH_MAX_BYTES_CAP);
+    }
 }

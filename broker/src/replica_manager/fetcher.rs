@@ -233,6 +233,11 @@ fn build_request(
     wait_ms: u64,
 ) -> (FetchRequest, Vec<Sent>) {
     let now = rm.now_ms();
+    if rm.broker_epoch() < 0 {
+        // Not registered yet: a leader serves only fetches carrying this broker's registered
+        // epoch (STALE_BROKER_EPOCH otherwise), so there is nothing to send.
+        return (FetchRequest::default(), Vec::new());
+    }
     let due: Vec<(TopicPartition, Entry)> = entries
         .lock()
         .unwrap_or_else(|e| e.into_inner())

@@ -294,15 +294,52 @@ impl ReplicaManager {
             .collect()
     }
 
-    /// InitProducerId: a fresh producer id from this broker's block (see [`producer_ids`]).
+    /// InitProducerId (see [`producer_ids`]): a fresh producer id from this broker's block,
+    /// or for a re-initialising producer (KIP-360) its id with the epoch bumped, decided by
+    /// [`producer_ids::decide`] from the largest epoch of that id in the hosted partitions'
+    /// producer state. `req` passed [`crate::bounds::init_producer_id`].
     pub async fn init_producer_id(
         &self,
+        req: &keel_proto::broker::InitProducerIdRequest,
         broker_epoch: i64,
     ) -> keel_proto::broker::InitProducerIdReply {
-        self.shared
-            .producer_ids
-            .init_producer_id(broker_epoch)
-            .await
+        let known_epoch = if req.producer_id >= 0 {
+            self.partitions()
+                .iter()
+                .filter_map(|hp| {
+                    hp.lock()
+                        .log
+                        .producer_entry(req.producer_id)
+                        .map(|e| e.producer_epoch)
+                })
+                .max()
+        } else {
+            None
+        };
+        let next_unallocated = self.image().next_producer_id();
+        match producer_ids::decide(req, known_epoch, next_unallocated) {
+            producer_ids::InitDecision::NewId => {
+                self.shared
+                    .producer_ids
+                    .init_producer_id(broker_epoch)
+                    .await
+            }
+            producer_ids::InitDecision::Bump {
+                producer_id,
+                producer_epoch,
+            } => keel_proto::broker::InitProducerIdReply {
+                error: None,
+                producer_id,
+                producer_epoch: i32::from(producer_epoch),
+            },
+            producer_ids::InitDecision::Refuse(code, message) => {
+                keel_proto::broker::InitProducerIdReply {
+                    error: Some(code.to_proto(message)),
+                    producer_id: -1,
+                    producer_epoch: -1,
+                }
+            }
+        }
     }
 
     /// Milliseconds on the manager's monotonic clock.

@@ -16,6 +16,7 @@ use keel_proto::broker::{
     LeaderIdAndEpoch, ProducePartitionResponse, ProduceReply as WireReply, ProduceRequest,
     ProduceTopicResponse,
 };
+use keel_proto::limits::{cap_message, clip};
 use tokio::sync::oneshot;
 
 use super::ReplicaManager;
@@ -60,25 +61,32 @@ impl ReplicaManager {
     }
 
     async fn produce_inner(&self, req: ProduceRequest, bytes_in: &mut u64) -> WireReply {
-        let acks = Acks::from_wire(req.acks);
+        let acks = if req.transactional_id.is_empty() {
+            Acks::from_wire(req.acks)
+                .map_err(|code| (code, format!("acks must be 0, 1 or -1, got {}", req.acks)))
+        } else {
+            // Nothing is appended for a transactional producer (see
+            // `bounds::UNSUPPORTED_TRANSACTIONS` for the code).
+            Err((
+                ErrorCode::UnsupportedVersion,
+                crate::bounds::UNSUPPORTED_TRANSACTIONS.to_string(),
+            ))
+        };
+        // Negative timeouts were refused by `bounds::produce` before anything was appended.
         let timeout_ms = u64::try_from(req.timeout_ms).unwrap_or(0);
         let mut topics = Vec::with_capacity(req.topics.len());
         for t in req.topics {
             let mut parts = Vec::with_capacity(t.partitions.len());
             for p in t.partitions {
-                let outcome = match acks {
-                    Err(code) => Pending::Done(failed(
-                        p.index,
-                        code,
-                        format!("acks must be 0, 1 or -1, got {}", req.acks),
-                    )),
+                let outcome = match &acks {
+                    Err((code, message)) => Pending::Done(failed(p.index, *code, message.clone())),
                     Ok(acks) => self.produce_partition(
                         &t.name,
                         &t.topic_id,
                         p.index,
                         p.records,
                         p.current_leader_epoch,
-                        acks,
+                        *acks,
                         timeout_ms,
                         bytes_in,
                     ),
@@ -103,9 +111,12 @@ impl ReplicaManager {
                             Err(_) => ErrorCode::RequestTimedOut,
                         };
                         if code != ErrorCode::None {
-                            r.error = Some(
-                                code.to_proto(format!("acks=all for {name}-{}: {code}", r.index)),
-                            );
+                            r.error = Some(code.to_proto(cap_message(format!(
+                                "acks=all for {}-{}: {code} after timeout_ms {timeout_ms}: {}",
+                                clip(&name),
+                                r.index,
+                                appended_note(r.base_offset)
+                            ))));
                         }
                         r
                     }
@@ -136,18 +147,19 @@ impl ReplicaManager {
         timeout_ms: u64,
         bytes_in: &mut u64,
     ) -> Pending {
+        let shown = clip(topic);
         let Some(hp) = self.partition(topic, index) else {
             return Pending::Done(failed(
                 index,
                 ErrorCode::UnknownTopicOrPartition,
                 format!(
-                    "{topic}-{index} is not hosted on broker {}",
+                    "{shown}-{index} is not hosted on broker {}",
                     self.broker_id()
                 ),
             ));
         };
         if let Some(code) = check_topic_id(topic_id, hp.topic_id()) {
-            return Pending::Done(failed(index, code, format!("topic id of {topic}")));
+            return Pending::Done(failed(index, code, format!("topic id of {shown}")));
         }
         // Parse the batches before taking the lock; nothing is written unless all parse.
         let mut batches = Vec::new();
@@ -164,7 +176,7 @@ impl ReplicaManager {
             return Pending::Done(failed(
                 index,
                 ErrorCode::CorruptMessage,
-                format!("no record batch for {topic}-{index}"),
+                format!("no record batch for {shown}-{index}"),
             ));
         }
         if batches.len() > 1 {
@@ -174,7 +186,7 @@ impl ReplicaManager {
                 index,
                 ErrorCode::InvalidRecord,
                 format!(
-                    "{} record batches for {topic}-{index}: a produce request carries exactly one \
+                    "{} record batches for {shown}-{index}: a produce request carries exactly one \
                      batch per partition",
                     batches.len()
                 ),
@@ -188,7 +200,7 @@ impl ReplicaManager {
             .check_produce(acks, current_leader_epoch.and_then(epoch_from_wire))
         {
             let (_, leader, epoch) = Self::role_of(inner);
-            let mut r = failed(index, code, format!("{topic}-{index}: {code}"));
+            let mut r = failed(index, code, format!("{shown}-{index}: {code}"));
             if matches!(
                 code,
                 ErrorCode::NotLeaderOrFollower | ErrorCode::FencedLeaderEpoch
@@ -242,18 +254,32 @@ impl ReplicaManager {
             }),
             (ProduceReply::Respond(ErrorCode::None), _) => Pending::Done(ok),
             (ProduceReply::Respond(code), _) => Pending::Done(ProducePartitionResponse {
-                error: Some(code.to_proto(format!("{topic}-{index}: {code}"))),
+                error: Some(code.to_proto(format!(
+                    "{shown}-{index}: {code}: {}",
+                    appended_note(ok.base_offset)
+                ))),
                 ..ok
             }),
             (ProduceReply::Wait, None) => {
                 let code = ErrorCode::UnknownServerError;
                 Pending::Done(ProducePartitionResponse {
-                    error: Some(code.to_proto(format!("{topic}-{index}: {code}"))),
+                    error: Some(code.to_proto(format!("{shown}-{index}: {code}"))),
                     ..ok
                 })
             }
         }
     }
+}
+
+/// What an acks=all error after the append must tell the producer: the batch is in the
+/// leader's log and may still be committed, so a retry without idempotence may duplicate it
+/// (Kafka's REQUEST_TIMED_OUT / NOT_ENOUGH_REPLICAS_AFTER_APPEND have the same meaning; the
+/// reply keeps `base_offset` so the producer knows where).
+fn appended_note(base_offset: i64) -> String {
+    format!(
+        "the batch was appended to the leader's log at offset {base_offset} and may still be \
+         committed; a retry without idempotence may duplicate it"
+    )
 }
 
 /// UNKNOWN_TOPIC_ID / INCONSISTENT_TOPIC_ID when the request names a topic id that does not

@@ -829,7 +829,9 @@ pub mod data {
                         broker_epoch: -1,
                         max_wait_ms: 0,
                         min_bytes: 0,
-                        max_bytes: 0,
+                        // Kafka's consumer defaults (`fetch.max.bytes`,
+                        // `max.partition.fetch.bytes`); 0 would read one batch per fetch.
+                        max_bytes: 50 << 20,
                         isolation_level: 0,
                         topics: vec![FetchTopic {
                             topic: topic.into(),
@@ -840,7 +842,7 @@ pub mod data {
                                 current_leader_epoch: None,
                                 last_fetched_epoch: -1,
                                 log_start_offset: -1,
-                                partition_max_bytes: 0,
+                                partition_max_bytes: 1 << 20,
                             }],
                         }],
                     })

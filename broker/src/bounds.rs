@@ -1,0 +1,426 @@
+//! The BrokerService's one validation place for field bounds (issue #18): every request is
+//! checked here, in [`crate::server`], before the replica manager or the metadata image sees
+//! it, against the limits of [`keel_proto::limits`]. A field outside its bound refuses the
+//! whole request with INVALID_REQUEST (42) in the reply's top-level `error` and a message
+//! `field: problem` naming the field and its limit ([`FieldError`]); the request changes
+//! nothing (no append, no follower state, no producer id handed out).
+//!
+//! These are sizes and ranges only. The meaning of each field is decided where it is used,
+//! with Kafka's specific codes: `acks` outside {-1, 0, 1} is INVALID_REQUIRED_ACKS (21) for
+//! every partition ([`crate::replica::Acks::from_wire`]); an unknown partition is
+//! UNKNOWN_TOPIC_OR_PARTITION (3); a stale epoch FENCED_LEADER_EPOCH (74) or
+//! STALE_BROKER_EPOCH (77); a ListOffsets timestamp other than -2, -1 or >= 0 is
+//! INVALID_REQUEST per partition; an illegal (but not over-long) Metadata topic name is
+//! INVALID_TOPIC_EXCEPTION (17) per topic; a transactional id is UNSUPPORTED_VERSION (35)
+//! ([`UNSUPPORTED_TRANSACTIONS`]).
+//!
+//! Transport bound: the service decodes at most
+//! [`MAX_MESSAGE_BYTES`](crate::server::MAX_MESSAGE_BYTES) per request (above it tonic
+//! answers gRPC OUT_OF_RANGE, "decoded message length too large").
+
+use keel_proto::broker::*;
+use keel_proto::limits::{
+    FieldError, MAX_PARTITIONS_PER_REQUEST, MAX_TOPIC_NAME_LEN, MAX_TOPICS_PER_REQUEST,
+    MAX_TRANSACTIONAL_ID_LEN, check_count, check_len, check_range, check_topic_id,
+};
+
+/// Range of a producer epoch: Kafka's int16 `ProducerEpoch`, 0..=32767 (-1 = none, where the
+/// field allows it).
+pub const PRODUCER_EPOCH_RANGE: std::ops::RangeInclusive<i32> = 0..=(i16::MAX as i32);
+
+/// Why a transactional id is refused (Keel has no transaction coordinator). Answered with
+/// UNSUPPORTED_VERSION (35), Kafka's code for a feature the broker cannot serve
+/// (`KafkaApis.ensureInterBrokerVersion`, which refuses EndTxn/InitProducerId on a broker
+/// whose protocol predates transactions); TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) would
+/// wrongly blame ACLs, and a retriable code would make a Kafka producer retry forever.
+pub const UNSUPPORTED_TRANSACTIONS: &str =
+    "transactions are not supported: transactional_id must be empty";
+
+/// Bounds of a Produce: `timeout_ms` >= 0 (the proto's rule; Kafka does not check it, a
+/// negative one would append and then time out at once), `transactional_id` at most
+/// [`MAX_TRANSACTIONAL_ID_LEN`] bytes, at most [`MAX_TOPICS_PER_REQUEST`] topics (name at
+/// most [`MAX_TOPIC_NAME_LEN`], id empty or 16 bytes) and [`MAX_PARTITIONS_PER_REQUEST`]
+/// partitions over all of them. `acks` is judged by the handler (INVALID_REQUIRED_ACKS).
+pub fn produce(req: &ProduceRequest) -> Result<(), FieldError> {
+    check_range(|| "timeout_ms".into(), req.timeout_ms, 0..=i32::MAX)?;
+    check_len(
+        || "transactional_id".into(),
+        &req.transactional_id,
+        MAX_TRANSACTIONAL_ID_LEN,
+    )?;
+    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
+    let mut partitions = 0usize;
+    for (t, topic) in req.topics.iter().enumerate() {
+        topic_name(|| format!("topics[{t}].name"), &topic.name)?;
+        check_topic_id(|| format!("topics[{t}].topic_id"), &topic.topic_id)?;
+        partitions += topic.partitions.len();
+        check_count(
+            || format!("topics[{t}].partitions (over all topics)"),
+            partitions,
+            MAX_PARTITIONS_PER_REQUEST,
+        )?;
+    }
+    Ok(())
+}
+
+/// Bounds of a Fetch: `replica_id` >= -1 (-1 consumer, >= 0 a follower), `broker_epoch` at
+/// least -1, `max_bytes` >= 0, `isolation_level` 0 or 1, at most [`MAX_TOPICS_PER_REQUEST`]
+/// topics (name at most [`MAX_TOPIC_NAME_LEN`], id empty or 16 bytes) and
+/// [`MAX_PARTITIONS_PER_REQUEST`] partitions over all of them, each with
+/// `partition_max_bytes` >= 0, `last_fetched_epoch` >= -1 and `log_start_offset` >= -1.
+/// `max_wait_ms` and `min_bytes` are not refused: <= 0 means "answer at once", and
+/// `max_wait_ms` is capped ([`crate::replica_manager::fetch::MAX_WAIT_MS`]), like Kafka.
+pub fn fetch(req: &FetchRequest) -> Result<(), FieldError> {
+    check_range(|| "replica_id".into(), req.replica_id, -1..=i32::MAX)?;
+    check_range(|| "broker_epoch".into(), req.broker_epoch, -1..=i64::MAX)?;
+    check_range(|| "max_bytes".into(), req.max_bytes, 0..=i32::MAX)?;
+    check_range(|| "isolation_level".into(), req.isolation_level, 0..=1)?;
+    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
+    let mut partitions = 0usize;
+    for (t, topic) in req.topics.iter().enumerate() {
+        topic_name(|| format!("topics[{t}].topic"), &topic.topic)?;
+        check_topic_id(|| format!("topics[{t}].topic_id"), &topic.topic_id)?;
+        partitions += topic.partitions.len();
+        check_count(
+            || format!("topics[{t}].partitions (over all topics)"),
+            partitions,
+            MAX_PARTITIONS_PER_REQUEST,
+        )?;
+        for (p, part) in topic.partitions.iter().enumerate() {
+            check_range(
+                || format!("topics[{t}].partitions[{p}].partition_max_bytes"),
+                part.partition_max_bytes,
+                0..=i32::MAX,
+            )?;
+            check_range(
+                || format!("topics[{t}].partitions[{p}].last_fetched_epoch"),
+                part.last_fetched_epoch,
+                -1..=i32::MAX,
+            )?;
+            check_range(
+                || format!("topics[{t}].partitions[{p}].log_start_offset"),
+                part.log_start_offset,
+                -1..=i64::MAX,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Bounds of a ListOffsets: `replica_id` >= -2 (-1 consumer, -2 debugging), `isolation_level`
+/// 0 or 1, at most [`MAX_TOPICS_PER_REQUEST`] topics (name at most [`MAX_TOPIC_NAME_LEN`])
+/// and [`MAX_PARTITIONS_PER_REQUEST`] partitions over all of them. Timestamps are judged per
+/// partition (INVALID_REQUEST for negative values other than -1 and -2).
+pub fn list_offsets(req: &ListOffsetsRequest) -> Result<(), FieldError> {
+    check_range(|| "replica_id".into(), req.replica_id, -2..=i32::MAX)?;
+    check_range(|| "isolation_level".into(), req.isolation_level, 0..=1)?;
+    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
+    let mut partitions = 0usize;
+    for (t, topic) in req.topics.iter().enumerate() {
+        topic_name(|| format!("topics[{t}].name"), &topic.name)?;
+        partitions += topic.partitions.len();
+        check_count(
+            || format!("topics[{t}].partitions (over all topics)"),
+            partitions,
+            MAX_PARTITIONS_PER_REQUEST,
+        )?;
+    }
+    Ok(())
+}
+
+/// Bounds of an OffsetsForLeaderEpoch: `replica_id` >= -2, at most
+/// [`MAX_TOPICS_PER_REQUEST`] topics (name at most [`MAX_TOPIC_NAME_LEN`]) and
+/// [`MAX_PARTITIONS_PER_REQUEST`] partitions over all of them.
+pub fn offsets_for_leader_epoch(req: &OffsetsForLeaderEpochRequest) -> Result<(), FieldError> {
+    check_range(|| "replica_id".into(), req.replica_id, -2..=i32::MAX)?;
+    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
+    let mut partitions = 0usize;
+    for (t, topic) in req.topics.iter().enumerate() {
+        topic_name(|| format!("topics[{t}].topic"), &topic.topic)?;
+        partitions += topic.partitions.len();
+        check_count(
+            || format!("topics[{t}].partitions (over all topics)"),
+            partitions,
+            MAX_PARTITIONS_PER_REQUEST,
+        )?;
+    }
+    Ok(())
+}
+
+/// Bounds of a Metadata: at most [`MAX_TOPICS_PER_REQUEST`] names of at most
+/// [`MAX_TOPIC_NAME_LEN`] (no longer name can exist). Shorter illegal names are answered per
+/// topic with INVALID_TOPIC_EXCEPTION.
+pub fn metadata(req: &MetadataRequest) -> Result<(), FieldError> {
+    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
+    for (t, name) in req.topics.iter().enumerate() {
+        topic_name(|| format!("topics[{t}]"), name)?;
+    }
+    Ok(())
+}
+
+/// Bounds of an InitProducerId: `transactional_id` at most [`MAX_TRANSACTIONAL_ID_LEN`]
+/// bytes (a non-empty one is then refused with UNSUPPORTED_VERSION by the handler),
+/// `producer_id` >= -1, `producer_epoch` -1 or in [`PRODUCER_EPOCH_RANGE`], and both -1 or
+/// neither (Kafka `KafkaApis.handleInitProducerIdRequest`: one without the other is
+/// INVALID_REQUEST). `transaction_timeout_ms` is ignored without transactions.
+pub fn init_producer_id(req: &InitProducerIdRequest) -> Result<(), FieldError> {
+    check_len(
+        || "transactional_id".into(),
+        &req.transactional_id,
+        MAX_TRANSACTIONAL_ID_LEN,
+    )?;
+    check_range(|| "producer_id".into(), req.producer_id, -1..=i64::MAX)?;
+    if req.producer_epoch != -1 {
+        check_range(
+            || "producer_epoch".into(),
+            req.producer_epoch,
+            PRODUCER_EPOCH_RANGE,
+        )?;
+    }
+    if (req.producer_id == -1) != (req.producer_epoch == -1) {
+        return Err(FieldError::new(
+            "producer_id/producer_epoch",
+            format!(
+                "{}/{}: both -1 (a new producer) or both set (KIP-360 re-initialisation)",
+                req.producer_id, req.producer_epoch
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Bounds of a DescribeReplicas: at most [`MAX_TOPICS_PER_REQUEST`] topics (name at most
+/// [`MAX_TOPIC_NAME_LEN`]) and [`MAX_PARTITIONS_PER_REQUEST`] partitions over all of them.
+pub fn describe_replicas(req: &DescribeReplicasRequest) -> Result<(), FieldError> {
+    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
+    let mut partitions = 0usize;
+    for (t, topic) in req.topics.iter().enumerate() {
+        topic_name(|| format!("topics[{t}].name"), &topic.name)?;
+        partitions += topic.partitions.len();
+        check_count(
+            || format!("topics[{t}].partitions (over all topics)"),
+            partitions,
+            MAX_PARTITIONS_PER_REQUEST,
+        )?;
+    }
+    Ok(())
+}
+
+/// A topic name field: at most [`MAX_TOPIC_NAME_LEN`] characters (Kafka
+/// `Topic.MAX_NAME_LENGTH`; legal names are ASCII, so characters are bytes). Its characters
+/// are judged where it is used (an unknown or illegal name exists nowhere).
+fn topic_name(field: impl FnOnce() -> String, name: &str) -> Result<(), FieldError> {
+    check_len(field, name, MAX_TOPIC_NAME_LEN)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn fetch_request() -> FetchRequest {
+        FetchRequest {
+            replica_id: -1,
+            broker_epoch: -1,
+            max_wait_ms: 500,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            isolation_level: 0,
+            topics: vec![FetchTopic {
+                topic: "t".into(),
+                topic_id: Bytes::new(),
+                partitions: vec![FetchPartition {
+                    partition: 0,
+                    fetch_offset: 0,
+                    current_leader_epoch: None,
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    partition_max_bytes: 1 << 20,
+                }],
+            }],
+        }
+    }
+
+    fn produce_request() -> ProduceRequest {
+        ProduceRequest {
+            acks: -1,
+            timeout_ms: 30_000,
+            transactional_id: String::new(),
+            topics: vec![ProduceTopicData {
+                name: "t".into(),
+                topic_id: Bytes::new(),
+                partitions: vec![ProducePartitionData::default()],
+            }],
+        }
+    }
+
+    #[test]
+    fn normal_requests_pass() {
+        fetch(&fetch_request()).unwrap();
+        produce(&produce_request()).unwrap();
+        // Kafka's lenient long-poll fields stay accepted.
+        let mut f = fetch_request();
+        f.max_wait_ms = i32::MIN;
+        f.min_bytes = -1;
+        f.max_bytes = 0;
+        f.topics[0].partitions[0].partition_max_bytes = 0;
+        fetch(&f).unwrap();
+        init_producer_id(&InitProducerIdRequest {
+            producer_id: -1,
+            producer_epoch: -1,
+            ..Default::default()
+        })
+        .unwrap();
+        init_producer_id(&InitProducerIdRequest {
+            producer_id: 7,
+            producer_epoch: i16::MAX as i32,
+            ..Default::default()
+        })
+        .unwrap();
+        metadata(&MetadataRequest {
+            topics: vec!["a".repeat(MAX_TOPIC_NAME_LEN)],
+        })
+        .unwrap();
+    }
+
+    #[test]
+    fn every_bounded_fetch_field_names_itself() {
+        type Mutation = Box<dyn Fn(&mut FetchRequest)>;
+        let cases: Vec<(&str, Mutation)> = vec![
+            ("replica_id", Box::new(|r| r.replica_id = -2)),
+            ("broker_epoch", Box::new(|r| r.broker_epoch = -2)),
+            ("max_bytes", Box::new(|r| r.max_bytes = -5)),
+            ("isolation_level", Box::new(|r| r.isolation_level = 7)),
+            (
+                "topics",
+                Box::new(|r| r.topics = vec![r.topics[0].clone(); MAX_TOPICS_PER_REQUEST + 1]),
+            ),
+            (
+                "topics[0].topic",
+                Box::new(|r| r.topics[0].topic = "x".repeat(1 << 20)),
+            ),
+            (
+                "topics[0].topic_id",
+                Box::new(|r| r.topics[0].topic_id = Bytes::from_static(&[1; 15])),
+            ),
+            (
+                "topics[0].partitions (over all topics)",
+                Box::new(|r| {
+                    r.topics[0].partitions =
+                        vec![r.topics[0].partitions[0]; MAX_PARTITIONS_PER_REQUEST + 1]
+                }),
+            ),
+            (
+                "topics[0].partitions[0].partition_max_bytes",
+                Box::new(|r| r.topics[0].partitions[0].partition_max_bytes = -1),
+            ),
+            (
+                "topics[0].partitions[0].last_fetched_epoch",
+                Box::new(|r| r.topics[0].partitions[0].last_fetched_epoch = -3),
+            ),
+            (
+                "topics[0].partitions[0].log_start_offset",
+                Box::new(|r| r.topics[0].partitions[0].log_start_offset = -3),
+            ),
+        ];
+        for (field, mutate) in cases {
+            let mut req = fetch_request();
+            mutate(&mut req);
+            let e = fetch(&req).unwrap_err();
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.to_string().len() < 300, "echoed input is clipped: {e}");
+        }
+    }
+
+    #[test]
+    fn produce_timeout_and_transactional_id_are_bounded() {
+        for timeout in [-1, i32::MIN] {
+            let mut req = produce_request();
+            req.timeout_ms = timeout;
+            assert_eq!(produce(&req).unwrap_err().field, "timeout_ms");
+        }
+        let mut req = produce_request();
+        req.timeout_ms = 0;
+        produce(&req).unwrap();
+        req.transactional_id = "x".repeat(MAX_TRANSACTIONAL_ID_LEN + 1);
+        assert_eq!(produce(&req).unwrap_err().field, "transactional_id");
+        let mut req = produce_request();
+        req.topics[0].name = "n".repeat(MAX_TOPIC_NAME_LEN + 1);
+        assert_eq!(produce(&req).unwrap_err().field, "topics[0].name");
+        let mut req = produce_request();
+        req.topics[0].topic_id = Bytes::from_static(&[0; 17]);
+        assert_eq!(produce(&req).unwrap_err().field, "topics[0].topic_id");
+    }
+
+    #[test]
+    fn producer_epochs_are_int16_and_come_with_an_id() {
+        let req = |producer_id, producer_epoch| InitProducerIdRequest {
+            producer_id,
+            producer_epoch,
+            ..Default::default()
+        };
+        for (id, epoch, field) in [
+            (7, 40_000, "producer_epoch"),
+            (7, i16::MAX as i32 + 1, "producer_epoch"),
+            (7, -2, "producer_epoch"),
+            (-2, -1, "producer_id"),
+            (7, -1, "producer_id/producer_epoch"),
+            (-1, 0, "producer_id/producer_epoch"),
+        ] {
+            assert_eq!(
+                init_producer_id(&req(id, epoch)).unwrap_err().field,
+                field,
+                "{id}/{epoch}"
+            );
+        }
+        let mut long = req(-1, -1);
+        long.transactional_id = "t".repeat(MAX_TRANSACTIONAL_ID_LEN + 1);
+        assert_eq!(
+            init_producer_id(&long).unwrap_err().field,
+            "transactional_id"
+        );
+    }
+
+    #[test]
+    fn metadata_and_reads_refuse_overlong_names_with_a_short_message() {
+        let huge = "m".repeat(1 << 20);
+        let e = metadata(&MetadataRequest {
+            topics: vec!["ok".into(), huge.clone()],
+        })
+        .unwrap_err();
+        assert_eq!(e.field, "topics[1]");
+        assert!(e.to_string().len() < 300, "{e}");
+        let e = list_offsets(&ListOffsetsRequest {
+            topics: vec![ListOffsetsTopic {
+                name: huge.clone(),
+                partitions: vec![],
+            }],
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(e.field, "topics[0].name");
+        let e = offsets_for_leader_epoch(&OffsetsForLeaderEpochRequest {
+            replica_id: -1,
+            topics: vec![OffsetForLeaderTopic {
+                topic: huge.clone(),
+                partitions: vec![],
+            }],
+        })
+        .unwrap_err();
+        assert_eq!(e.field, "topics[0].topic");
+        let e = describe_replicas(&DescribeReplicasRequest {
+            topics: vec![DescribeReplicasTopic {
+                name: huge,
+                partitions: vec![],
+            }],
+        })
+        .unwrap_err();
+        assert_eq!(e.field, "topics[0].name");
+        let e = list_offsets(&ListOffsetsRequest {
+            replica_id: -3,
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert_eq!(e.field, "replica_id");
+    }
+}
