@@ -1,30 +1,17 @@
 //! Short proptest versions of the broker's fuzz targets (`fuzz/fuzz_targets/record_batch.rs`,
 //! `partition_segment.rs`; entry points in `keel_broker::log::fuzz`), run in the normal test
 //! suite: every committed seed of `fuzz/corpus/<target>/`, then random bytes and random
-//! mutations (byte changes, cuts, splices) of valid batches.
-
-use std::path::PathBuf;
+//! mutations (byte changes and cuts) of valid batches.
 
 use keel_broker::log::batch::RecordBatchBuilder;
 use keel_broker::log::fuzz;
+use keel_metadata_log::fuzz::{corpus_seeds, mutate};
 use proptest::prelude::*;
 
-/// The committed seed corpus of `target`.
-fn seeds(target: &str) -> Vec<Vec<u8>> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus")
-        .join(target);
-    let mut out: Vec<Vec<u8>> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
-        .collect();
-    out.sort();
-    out
-}
-
 /// Valid concatenated batches: `shape` gives, per batch, its record count and value size.
+/// The first byte is the targets' mode byte: odd = fix the CRCs up after mutating.
 fn valid_batches(shape: &[(u8, u8)]) -> Vec<u8> {
-    let mut out = Vec::new();
+    let mut out = vec![shape.len() as u8];
     let mut base = 0i64;
     for &(records, value) in shape {
         let mut b = RecordBatchBuilder::new(base).producer(9, 1, base as i32);
@@ -43,26 +30,12 @@ fn valid_batches(shape: &[(u8, u8)]) -> Vec<u8> {
     out
 }
 
-/// `data` with the mutations applied: (position, new byte) pairs, then a cut at `cut`.
-fn mutate(mut data: Vec<u8>, changes: &[(usize, u8)], cut: Option<usize>) -> Vec<u8> {
-    if !data.is_empty() {
-        for &(at, byte) in changes {
-            let at = at % data.len();
-            data[at] = byte;
-        }
-    }
-    if let Some(cut) = cut {
-        data.truncate(cut % (data.len() + 1));
-    }
-    data
-}
-
 #[test]
 fn committed_seeds_pass() {
-    for seed in seeds("record_batch") {
+    for seed in corpus_seeds("record_batch") {
         fuzz::record_batches(&seed);
     }
-    for seed in seeds("partition_segment") {
+    for seed in corpus_seeds("partition_segment") {
         let dir = tempfile::tempdir().unwrap();
         fuzz::partition_segment(dir.path(), &seed);
     }

@@ -3,23 +3,12 @@
 //! run in the normal test suite: every committed seed of `fuzz/corpus/request_validation/`,
 //! then random bytes and random mutations of valid encoded requests.
 
-use std::path::PathBuf;
-
 use keel_controller::fuzz;
+use keel_metadata_log::fuzz::corpus_seeds;
 use keel_proto::controller::*;
 use keel_proto::metadata::BrokerEndpoint;
 use proptest::prelude::*;
 use prost::Message;
-
-fn seeds() -> Vec<Vec<u8>> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/request_validation");
-    let mut out: Vec<Vec<u8>> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| std::fs::read(e.unwrap().path()).unwrap())
-        .collect();
-    out.sort();
-    out
-}
 
 /// Valid requests of several kinds, each prefixed with its kind byte.
 pub fn valid_requests() -> Vec<Vec<u8>> {
@@ -114,7 +103,7 @@ pub fn valid_requests() -> Vec<Vec<u8>> {
 
 #[test]
 fn committed_seeds_pass() {
-    for seed in seeds() {
+    for seed in corpus_seeds("request_validation") {
         fuzz::request(&seed);
     }
 }
