@@ -123,6 +123,15 @@ pub enum ReplayError {
         /// Broker id.
         broker_id: i32,
     },
+    /// A registration's epoch would be assigned from an offset beyond the int64 range of
+    /// broker epochs (a damaged snapshot header; Raft indexes never get there).
+    #[error("broker {broker_id} registration at offset {offset}: beyond the int64 broker epochs")]
+    OffsetBeyondBrokerEpochs {
+        /// Broker id.
+        broker_id: i32,
+        /// The offset.
+        offset: u64,
+    },
     /// A config record's resource is not usable.
     #[error("invalid config resource: {reason}")]
     InvalidConfigResource {
@@ -334,7 +343,12 @@ impl MetadataDelta {
                     broker_id: r.broker_id,
                 });
             }
-            0 => self.provenance.offset as i64,
+            0 => i64::try_from(self.provenance.offset).map_err(|_| {
+                ReplayError::OffsetBeyondBrokerEpochs {
+                    broker_id: r.broker_id,
+                    offset: self.provenance.offset,
+                }
+            })?,
             e => e,
         };
         let reg = BrokerRegistration {
