@@ -36,10 +36,11 @@ const MAX_RESOURCE_NAME_LEN: usize = MAX_TOPIC_NAME_LEN;
 /// Bounds of a RegisterBroker request: `broker_id` >= 0, `cluster_id` at most
 /// [`MAX_CLUSTER_ID_LEN`], `incarnation_id` at most 16 bytes (logic wants exactly 16),
 /// 1..=[`MAX_LISTENERS`] listeners with a name of at most [`MAX_LISTENER_NAME_LEN`] bytes of
-/// `[A-Za-z0-9_-]`, a host of at most [`MAX_HOST_LEN`] bytes without whitespace or control
-/// characters, a port in 1..=65535 and a security protocol of at most
-/// [`MAX_LISTENER_NAME_LEN`]; `rack` at most [`MAX_RACK_LEN`]; at most [`MAX_FEATURES`]
-/// features with names of at most [`MAX_FEATURE_NAME_LEN`].
+/// `[A-Za-z0-9_-]`, a host of at most [`MAX_HOST_LEN`] bytes of printable ASCII without
+/// spaces, a port in 1..=65535 and a security protocol of at most [`MAX_LISTENER_NAME_LEN`];
+/// `rack` at most [`MAX_RACK_LEN`]; at most [`MAX_FEATURES`] features with names of at most
+/// [`MAX_FEATURE_NAME_LEN`]. Security protocol, rack and feature names are printable ASCII
+/// (they are shown by keelctl and in logs: no control characters or escape sequences).
 pub fn register_broker(req: &RegisterBrokerRequest) -> Result<(), FieldError> {
     check_range(|| "broker_id".into(), req.broker_id, 0..=i32::MAX)?;
     check_len(|| "cluster_id".into(), &req.cluster_id, MAX_CLUSTER_ID_LEN)?;
@@ -68,10 +69,10 @@ pub fn register_broker(req: &RegisterBrokerRequest) -> Result<(), FieldError> {
             ));
         }
         check_len(|| format!("listeners[{i}].host"), &l.host, MAX_HOST_LEN)?;
-        if let Some(c) = l.host.chars().find(|c| c.is_whitespace() || c.is_control()) {
+        if let Some(c) = l.host.chars().find(|c| !c.is_ascii_graphic()) {
             return Err(FieldError::new(
                 format!("listeners[{i}].host"),
-                format!("contains {c:?}; a host name has no whitespace or control characters"),
+                format!("contains {c:?}; a host name or address is printable ASCII without spaces"),
             ));
         }
         check_range(|| format!("listeners[{i}].port"), l.port, 1..=65_535)?;
@@ -80,8 +81,13 @@ pub fn register_broker(req: &RegisterBrokerRequest) -> Result<(), FieldError> {
             &l.security_protocol,
             MAX_LISTENER_NAME_LEN,
         )?;
+        printable(
+            || format!("listeners[{i}].security_protocol"),
+            &l.security_protocol,
+        )?;
     }
     check_len(|| "rack".into(), &req.rack, MAX_RACK_LEN)?;
+    printable(|| "rack".into(), &req.rack)?;
     check_count(|| "features".into(), req.features.len(), MAX_FEATURES)?;
     for (i, f) in req.features.iter().enumerate() {
         check_len(
@@ -89,8 +95,21 @@ pub fn register_broker(req: &RegisterBrokerRequest) -> Result<(), FieldError> {
             &f.name,
             MAX_FEATURE_NAME_LEN,
         )?;
+        printable(|| format!("features[{i}].name"), &f.name)?;
     }
     Ok(())
+}
+
+/// `s` is printable ASCII (spaces allowed): stored strings are shown by `keelctl` and in
+/// logs, where control characters or escape sequences could forge lines.
+fn printable(field: impl FnOnce() -> String, s: &str) -> Result<(), FieldError> {
+    match s.chars().find(|c| !(c.is_ascii_graphic() || *c == ' ')) {
+        Some(c) => Err(FieldError::new(
+            field(),
+            format!("contains {c:?}; only printable ASCII is allowed"),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Bounds of a BrokerHeartbeat: `broker_id` >= 0 (epochs and offsets are judged by logic).
@@ -390,6 +409,18 @@ mod tests {
                 Box::new(|r| r.listeners[0].security_protocol = "s".repeat(256)),
             ),
             ("rack", Box::new(|r| r.rack = "r".repeat(4 << 20))),
+            (
+                "rack",
+                Box::new(|r| r.rack = "r1\nERROR forged\x1b[31m".into()),
+            ),
+            (
+                "listeners[0].host",
+                Box::new(|r| r.listeners[0].host = "h\u{202e}ost".into()),
+            ),
+            (
+                "listeners[0].security_protocol",
+                Box::new(|r| r.listeners[0].security_protocol = "PLAIN\nTEXT\x07".into()),
+            ),
             (
                 "features",
                 Box::new(|r| r.features = vec![SupportedFeature::default(); 65]),

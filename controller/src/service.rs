@@ -318,8 +318,15 @@ macro_rules! with_error {
     )*};
 }
 
+impl WithError for RegisterBrokerReply {
+    fn set_error(&mut self, e: Option<keel_proto::common::Error>) {
+        self.error = e;
+        // The proto: "-1 on error".
+        self.broker_epoch = -1;
+    }
+}
+
 with_error!(
-    RegisterBrokerReply,
     BrokerHeartbeatReply,
     UnregisterBrokerReply,
     CreateTopicsReply,

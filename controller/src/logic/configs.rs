@@ -258,7 +258,11 @@ fn check_topic_value(
     let invalid = |why: String| {
         (
             ErrorCode::InvalidConfig,
-            format!("invalid value {value:?} for config {}: {why}", def.name),
+            format!(
+                "invalid value {:?} for config {}: {why}",
+                keel_proto::limits::clip(value),
+                def.name
+            ),
         )
     };
     validate_value(def, value).map_err(invalid)?;
@@ -312,7 +316,7 @@ fn resolve_resource(
             } else {
                 Err((
                     ErrorCode::UnknownTopicOrPartition,
-                    format!("unknown topic {name:?}"),
+                    format!("unknown topic {:?}", keel_proto::limits::clip(name)),
                 ))
             }
         }
@@ -322,13 +326,16 @@ fn resolve_resource(
             Ok(id) if id >= 0 => Ok(ConfigResource::Broker(id)),
             _ => Err((
                 ErrorCode::InvalidRequest,
-                format!("{name:?} is not a broker id"),
+                format!("{:?} is not a broker id", keel_proto::limits::clip(name)),
             )),
         },
         Ok(ConfigResourceType::Cluster) if name.is_empty() => Ok(ConfigResource::Cluster),
         Ok(ConfigResourceType::Cluster) => Err((
             ErrorCode::InvalidRequest,
-            format!("the CLUSTER resource has no name, got {name:?}"),
+            format!(
+                "the CLUSTER resource has no name, got {:?}",
+                keel_proto::limits::clip(name)
+            ),
         )),
         _ => Err((
             ErrorCode::InvalidRequest,
@@ -448,7 +455,10 @@ fn alter_one(
         let def = def_for(res, &c.name).ok_or_else(|| {
             (
                 ErrorCode::InvalidConfig,
-                format!("unknown config {:?} for {res:?}", c.name),
+                format!(
+                    "unknown config {:?} for {res:?}",
+                    keel_proto::limits::clip(&c.name)
+                ),
             )
         })?;
         let current = image.config(res, &c.name);
