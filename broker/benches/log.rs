@@ -22,9 +22,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use keel_broker::log::{
-    Log, LogConfig, LogOpenOptions, RecordBatch, RecordBatchBuilder, SystemClock,
-};
+use keel_broker::log::{Log, LogConfig, LogOpenOptions, SystemClock};
+use keel_record::{RecordBatch, RecordBatchBuilder};
 
 const MIB: f64 = 1024.0 * 1024.0;
 

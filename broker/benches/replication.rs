@@ -39,7 +39,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{Cluster, Options};
-use keel_broker::log::{BatchIter, RecordBatchBuilder};
 use keel_proto::ErrorCode;
 use keel_proto::broker::broker_service_client::BrokerServiceClient;
 use keel_proto::broker::{
@@ -47,6 +46,7 @@ use keel_proto::broker::{
     ProduceTopicData,
 };
 use keel_proto::controller::{ConfigEntry, CreatableReplicaAssignment, CreatableTopic};
+use keel_record::{BatchIter, RecordBatchBuilder};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
 

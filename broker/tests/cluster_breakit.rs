@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use common::data::{batch, code, idempotent_batch, now_ms, values};
 use common::{Cluster, Options, assigned_topic, ok};
-use keel_broker::log::RecordBatchBuilder;
 use keel_proto::ErrorCode;
 use keel_proto::broker::{
     FetchPartition, FetchRequest, FetchTopic, ListOffsetsPartition, ListOffsetsRequest,
     ListOffsetsTopic,
 };
 use keel_proto::controller::{DeleteTopicState, DeleteTopicsRequest};
+use keel_record::RecordBatchBuilder;
 
 const WAIT: Duration = Duration::from_secs(20);
 

@@ -23,9 +23,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use keel_broker::log::{
-    BatchIter, Log, LogConfig, LogOpenOptions, ManualClock, RecordBatchBuilder,
-};
+use keel_broker::log::{Log, LogConfig, LogOpenOptions, ManualClock};
+use keel_record::{BatchIter, RecordBatchBuilder};
 
 const DIR_ENV: &str = "KEEL_CRASH_CHILD_DIR";
 const FLUSH_ENV: &str = "KEEL_CRASH_CHILD_FLUSH";

@@ -8,9 +8,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use keel_broker::log::{
-    LeaderEpochCache, Log, LogConfig, LogError, LogOpenOptions, ManualClock, RecordBatchBuilder,
-};
+use keel_broker::log::{LeaderEpochCache, Log, LogConfig, LogError, LogOpenOptions, ManualClock};
+use keel_record::RecordBatchBuilder;
 
 fn config() -> LogConfig {
     LogConfig {
@@ -344,7 +343,7 @@ fn truncate_to_negative_is_rejected_and_log_start_never_moves_back() {
 }
 
 /// The largest log end offset.
-const OFFSET_LIMIT: i64 = keel_broker::log::batch::MAX_LOG_END_OFFSET;
+const OFFSET_LIMIT: i64 = keel_record::MAX_LOG_END_OFFSET;
 
 /// Finding 5: offsets near i64::MAX are bounded before anything is written: a start offset
 /// or an append whose end would pass the limit is an error naming the offset, and the files

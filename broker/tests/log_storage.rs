@@ -11,9 +11,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use keel_broker::log::Log;
 use keel_broker::log::{
-    BatchIter, LogConfig, LogError, LogManager, LogOpenOptions, ManualClock, RecordBatchBuilder,
-    TopicPartition,
+    LogConfig, LogError, LogManager, LogOpenOptions, ManualClock, TopicPartition,
 };
+use keel_record::{BatchIter, RecordBatchBuilder};
 use proptest::prelude::*;
 
 fn small_config() -> LogConfig {

@@ -13,8 +13,9 @@
 //! - [`local_cluster`]: the process and file layout of `keelctl cluster up|down|status`;
 //! - [`cli`]: the `keelctl` command line (the binary only calls [`cli::main`]).
 //!
-//! Record batches are built and parsed with `keel_broker::log` (Kafka v2 format), so client
-//! and broker share one implementation of the format.
+//! Record batches are built and parsed with `keel_record` (Kafka v2 format), so client and
+//! broker share one implementation of the format; the client depends on neither the broker
+//! nor the controller crate (checked by `scripts/check-deps`).
 
 pub mod admin;
 pub mod brokers;

@@ -233,7 +233,7 @@ impl ControllerGrpc {
             ErrorCode::PolicyViolation => {
                 return Some(code.to_proto(format!(
                     "the request would write more than {} metadata records (Kafka's per-operation limit) or {} bytes of them, or a record over {} bytes; split it",
-                    crate::write_path::MAX_RECORDS_PER_OPERATION,
+                    crate::logic::result::MAX_RECORDS_PER_OPERATION,
                     keel_metadata_log::limits::MAX_PROPOSED_ENTRY_BYTES,
                     keel_metadata_log::limits::MAX_PROPOSED_RECORD_BYTES,
                 )));

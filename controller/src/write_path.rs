@@ -44,18 +44,12 @@ use openraft::Raft;
 use openraft::raft::ClientWriteResponse;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::logic::result::ControllerResult;
+use crate::logic::result::{ControllerResult, MAX_RECORDS_PER_OPERATION};
 
 /// Operations waiting to be decided (bounded; senders wait).
 pub const QUEUE_CAPACITY: usize = 4096;
 /// Operations decided into one Raft entry at most.
 pub const MAX_OPS_PER_BATCH: usize = 1024;
-/// Records one atomic operation may write (Kafka: `QuorumController.MAX_RECORDS_PER_USER_OP`,
-/// 10,000); a larger one is refused with POLICY_VIOLATION and writes nothing, while a larger
-/// non-atomic one ([`ControllerResult::non_atomic`], e.g. a broker's controlled shutdown) is
-/// written as several entries. Keeps every Raft entry small enough to replicate within the
-/// RPC timeout.
-pub const MAX_RECORDS_PER_OPERATION: usize = 10_000;
 /// Records one Raft entry carries at most: operations beyond it go into the next entry.
 pub const MAX_RECORDS_PER_ENTRY: usize = MAX_RECORDS_PER_OPERATION;
 /// How often a node that Raft made leader, with a confirmed quorum, tries again to become the

@@ -4,9 +4,9 @@
 //! then random bytes and random mutations of valid encoded requests.
 
 use keel_controller::fuzz;
-use keel_metadata_log::fuzz::corpus_seeds;
 use keel_proto::controller::*;
 use keel_proto::metadata::BrokerEndpoint;
+use keel_record::fuzz::corpus_seeds;
 use proptest::prelude::*;
 use prost::Message;
 

@@ -24,8 +24,8 @@ use keel_proto::metadata::{
 use uuid::Uuid;
 
 use crate::image::{
-    BrokerRegistration, ConfigResource, MetadataImage, PartitionRegistration, Provenance,
-    TopicImage, TopicsImage, uuid_from_bytes,
+    BrokerRegistration, ConfigResource, MergeError, MetadataImage, PartitionRegistration,
+    Provenance, TopicImage, TopicsImage, uuid_from_bytes,
 };
 
 /// Why a record could not be replayed. The delta is unchanged when `replay` returns one.
@@ -444,44 +444,17 @@ impl MetadataDelta {
                     topic: topic.to_string(),
                     partition: r.partition_id,
                 })?;
-        let mut reg = old.clone();
-        if let Some(isr) = &r.isr {
-            reg.isr = isr.ids.clone();
-        }
-        if let Some(replicas) = &r.replicas {
-            reg.replicas = replicas.ids.clone();
-        }
-        if let Some(l) = &r.removing_replicas {
-            reg.removing_replicas = l.ids.clone();
-        }
-        if let Some(l) = &r.adding_replicas {
-            reg.adding_replicas = l.ids.clone();
-        }
-        if let Some(l) = &r.eligible_leader_replicas {
-            reg.elr = l.ids.clone();
-        }
-        if let Some(l) = &r.last_known_elr {
-            reg.last_known_elr = l.ids.clone();
-        }
-        if let Some(s) = r.leader_recovery_state {
-            reg.leader_recovery_state = recovery_state(s)?;
-        }
-        let overflow = |what: &str| ReplayError::InvalidPartition {
-            topic: topic.to_string(),
-            partition: r.partition_id,
-            reason: format!("{what} would overflow"),
-        };
-        if let Some(leader) = r.leader {
-            reg.leader = leader;
-            reg.leader_epoch = reg
-                .leader_epoch
-                .checked_add(1)
-                .ok_or_else(|| overflow("leader epoch"))?;
-        }
-        reg.partition_epoch = reg
-            .partition_epoch
-            .checked_add(1)
-            .ok_or_else(|| overflow("partition epoch"))?;
+        let reg = old.merge(r).map_err(|e| match e {
+            MergeError::UnknownLeaderRecoveryState(value) => ReplayError::UnknownEnumValue {
+                field: "leader_recovery_state",
+                value,
+            },
+            MergeError::EpochOverflow(_) => ReplayError::InvalidPartition {
+                topic: topic.to_string(),
+                partition: r.partition_id,
+                reason: e.to_string(),
+            },
+        })?;
         reg.validate()
             .map_err(|reason| ReplayError::InvalidPartition {
                 topic: topic.to_string(),

@@ -85,35 +85,6 @@ pub fn raft_segment(dir: &Path, data: &[u8]) {
     assert_eq!(first, again, "a second recovery changed the entries");
 }
 
-/// The committed seed corpus of `target` (`fuzz/corpus/<target>/` of this checkout), sorted,
-/// for the proptest versions. Panics naming the directory when it cannot be read.
-pub fn corpus_seeds(target: &str) -> Vec<Vec<u8>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fuzz/corpus")
-        .join(target);
-    let mut out: Vec<Vec<u8>> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| std::fs::read(e.expect("corpus entry").path()).expect("corpus file"))
-        .collect();
-    out.sort();
-    out
-}
-
-/// `data` with the mutations of a proptest case applied: each `(position, byte)` sets the
-/// byte at `position` modulo the length, then `cut` (modulo the length + 1) truncates.
-pub fn mutate(mut data: Vec<u8>, changes: &[(usize, u8)], cut: Option<usize>) -> Vec<u8> {
-    if !data.is_empty() {
-        for &(at, byte) in changes {
-            let at = at % data.len();
-            data[at] = byte;
-        }
-    }
-    if let Some(cut) = cut {
-        data.truncate(cut % (data.len() + 1));
-    }
-    data
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use imbl::OrdMap;
 use keel_proto::metadata::{
     BrokerEndpoint, ClusterIdRecord, ConfigRecord, ConfigResourceType, FeatureLevelRecord,
-    LeaderRecoveryState, MetadataRecord, PartitionRecord, ProducerIdsRecord, RegisterBrokerRecord,
-    TopicRecord, metadata_record::Record,
+    LeaderRecoveryState, MetadataRecord, PartitionChangeRecord, PartitionRecord, ProducerIdsRecord,
+    RegisterBrokerRecord, TopicRecord, metadata_record::Record,
 };
 use prost::Message;
 use sha2::{Digest, Sha256};
@@ -111,10 +111,69 @@ pub struct PartitionRegistration {
     pub last_known_elr: Vec<i32>,
 }
 
+/// Why a `PartitionChangeRecord` cannot apply to a registration ([`PartitionRegistration::merge`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MergeError {
+    /// `leader_recovery_state` is not a `LeaderRecoveryState` value.
+    #[error("unknown leader_recovery_state {0}")]
+    UnknownLeaderRecoveryState(i32),
+    /// The named epoch is at `i32::MAX` and cannot go up.
+    #[error("{0} would overflow")]
+    EpochOverflow(&'static str),
+}
+
 impl PartitionRegistration {
     /// True when the partition has a leader.
     pub fn has_leader(&self) -> bool {
         self.leader != NO_LEADER
+    }
+
+    /// The registration after `change` (Kafka: `PartitionRegistration.merge`): each list or
+    /// value the record carries replaces the current one; the leader epoch goes up by one iff
+    /// the record names a leader (even the same one: KIP-841), the partition epoch by one
+    /// always. The one derivation of a partition's next state, used by replay
+    /// ([`MetadataDelta::replay`](crate::MetadataDelta::replay)) and by the controller to
+    /// answer with the state "as it will be after replay".
+    ///
+    /// # Errors
+    /// [`MergeError`] for a leader recovery state outside the enum or an epoch at `i32::MAX`.
+    /// The result is not validated: callers check [`PartitionRegistration::validate`].
+    pub fn merge(&self, change: &PartitionChangeRecord) -> Result<Self, MergeError> {
+        let mut next = self.clone();
+        if let Some(isr) = &change.isr {
+            next.isr = isr.ids.clone();
+        }
+        if let Some(r) = &change.replicas {
+            next.replicas = r.ids.clone();
+        }
+        if let Some(l) = &change.removing_replicas {
+            next.removing_replicas = l.ids.clone();
+        }
+        if let Some(l) = &change.adding_replicas {
+            next.adding_replicas = l.ids.clone();
+        }
+        if let Some(l) = &change.eligible_leader_replicas {
+            next.elr = l.ids.clone();
+        }
+        if let Some(l) = &change.last_known_elr {
+            next.last_known_elr = l.ids.clone();
+        }
+        if let Some(s) = change.leader_recovery_state {
+            next.leader_recovery_state = LeaderRecoveryState::try_from(s)
+                .map_err(|_| MergeError::UnknownLeaderRecoveryState(s))?;
+        }
+        if let Some(leader) = change.leader {
+            next.leader = leader;
+            next.leader_epoch = next
+                .leader_epoch
+                .checked_add(1)
+                .ok_or(MergeError::EpochOverflow("leader epoch"))?;
+        }
+        next.partition_epoch = next
+            .partition_epoch
+            .checked_add(1)
+            .ok_or(MergeError::EpochOverflow("partition epoch"))?;
+        Ok(next)
     }
 
     /// Checks the structural invariants listed in the module doc. Returns a description of

@@ -24,7 +24,7 @@ pub mod store;
 
 pub use delta::{MetadataDelta, ReplayError};
 pub use image::{
-    BrokerRegistration, ConfigResource, ImageDigest, MetadataImage, NO_LEADER,
+    BrokerRegistration, ConfigResource, ImageDigest, MergeError, MetadataImage, NO_LEADER,
     PartitionRegistration, Provenance, RECORD_TYPE_NAMES, TopicImage, TopicsImage, record_topic_id,
     record_type_name,
 };

@@ -6,8 +6,9 @@
 mod common;
 
 use common::*;
-use keel_metadata_log::fuzz::{self, corpus_seeds, mutate};
+use keel_metadata_log::fuzz;
 use keel_metadata_log::{MetadataImage, Provenance, snapshot};
+use keel_record::fuzz::{corpus_seeds, mutate};
 use proptest::prelude::*;
 
 fn valid_snapshot() -> Vec<u8> {

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::batch::CorruptBatch;
+use keel_record::CorruptBatch;
 
 /// Result alias of the log module.
 pub type LogResult<T> = Result<T, LogError>;
@@ -93,7 +93,7 @@ pub enum LogError {
         reason: &'static str,
     },
     /// An offset argument or the offsets an append would assign are outside what a log can
-    /// hold: negative, or beyond [`crate::log::batch::MAX_LOG_END_OFFSET`] (Kafka
+    /// hold: negative, or beyond [`keel_record::MAX_LOG_END_OFFSET`] (Kafka
     /// `OFFSET_OUT_OF_RANGE`; Kafka itself throws `IllegalArgumentException` for a negative
     /// truncation offset). Nothing was changed.
     #[error("invalid offset {offset}: {reason}")]

@@ -18,7 +18,7 @@
 //! Untrusted input: client (leader) appends are validated like Kafka's `LogValidator`
 //! (CRC and records, no transactional/control bits, record timestamps >= 0 or -1, header max
 //! timestamp equal to the records' maximum); follower appends keep the leader's bytes. Every
-//! offset is bounded by [`batch::MAX_LOG_END_OFFSET`] before anything is written, and time
+//! offset is bounded by [`keel_record::MAX_LOG_END_OFFSET`] before anything is written, and time
 //! differences saturate, so no batch, offset or clock value can make the log panic.
 //!
 //! A [`LogManager`] owns a data directory: it loads every partition log, keeps the
@@ -40,7 +40,6 @@
 
 #![warn(missing_docs)]
 
-pub mod batch;
 pub mod cache_behind;
 pub mod checkpoint;
 pub mod config;
@@ -53,7 +52,6 @@ mod partition_log;
 pub mod producer_state;
 pub mod segment;
 
-pub use batch::{BatchHeader, BatchIter, Record, RecordBatch, RecordBatchBuilder, RecordHeader};
 pub use checkpoint::{OffsetCheckpointFile, TopicPartition};
 pub use config::{Clock, LogConfig, ManualClock, SystemClock};
 pub use epoch_cache::{EpochEntry, LeaderEpochCache};

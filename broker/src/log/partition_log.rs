@@ -8,10 +8,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::batch::{
-    BatchHeader, BatchIter, CONTROL_BIT, MAX_LOG_END_OFFSET, NO_TIMESTAMP, RecordBatch,
-    TRANSACTIONAL_BIT, stamped_prefix,
-};
 use super::cache_behind;
 use super::checkpoint::fsync_dir;
 use super::config::{Clock, LogConfig};
@@ -21,6 +17,10 @@ use super::producer_state::{AppendCheck, ProducerEntry, ProducerStateManager, SN
 use super::segment::{
     INDEX_SUFFIX, LOG_SUFFIX, Segment, TIME_INDEX_SUFFIX, is_deleted_segment_file_name,
     parse_offset_file_name, remove_if_exists,
+};
+use keel_record::{
+    BatchHeader, BatchIter, CONTROL_BIT, MAX_LOG_END_OFFSET, NO_TIMESTAMP, RecordBatch,
+    TRANSACTIONAL_BIT, stamped_prefix,
 };
 
 /// Suffixes of the files named `{offset:020}{suffix}` that a partition directory holds.
@@ -483,7 +483,7 @@ impl Log {
     /// the idempotence rules of [`crate::log::check_append`] (a duplicate returns the original
     /// offsets with `duplicate: true` and writes nothing; INVALID_PRODUCER_EPOCH;
     /// OUT_OF_ORDER_SEQUENCE_NUMBER); the new LEO must not pass
-    /// [`crate::log::batch::MAX_LOG_END_OFFSET`] (`InvalidOffset`). Then assigns base offset
+    /// [`keel_record::MAX_LOG_END_OFFSET`] (`InvalidOffset`). Then assigns base offset
     /// = LEO and partition leader epoch = `leader_epoch` (both outside the CRC) and writes;
     /// with `flush.messages = 1` the batch is fdatasynced before this returns. On any error
     /// the log is unchanged.
@@ -550,7 +550,7 @@ impl Log {
     /// for replication. The leader's bytes are kept as they are: attribute bits
     /// (transactional, control) and timestamps are not re-validated, and every use of a
     /// timestamp is saturating, so no value can make the log panic. Batch offsets are bounded
-    /// by [`crate::log::batch::MAX_LOG_END_OFFSET`] when parsed. A batch whose partition
+    /// by [`keel_record::MAX_LOG_END_OFFSET`] when parsed. A batch whose partition
     /// leader epoch is lower than the epoch cache's latest is appended but does not change
     /// the cache (Kafka's `LeaderEpochFileCache.assign` ignores lower epochs with a warning;
     /// such a batch means the leader's log is inconsistent, but its data is valid). Returns
@@ -1167,9 +1167,9 @@ impl Log {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::batch::RecordBatchBuilder;
     use crate::log::config::ManualClock;
     use crate::log::segment::{DELETED_SUFFIX, segment_file};
+    use keel_record::RecordBatchBuilder;
 
     fn config() -> LogConfig {
         LogConfig {
@@ -1511,7 +1511,7 @@ mod tests {
             let mut batches = 0;
             while next < leo {
                 let r = log.read(next, 1, leo).unwrap();
-                for batch in crate::log::batch::BatchIter::new(r.records.clone()) {
+                for batch in keel_record::BatchIter::new(r.records.clone()) {
                     let batch = batch.unwrap();
                     assert!(batch.is_crc_valid(), "batch {batches}");
                     let i = written[batches];

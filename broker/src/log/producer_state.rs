@@ -15,10 +15,10 @@ use std::collections::{HashMap, VecDeque};
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use super::batch::{BatchHeader, NO_PRODUCER_EPOCH, NO_SEQUENCE};
 use super::checkpoint::write_replaceable;
 use super::error::{LogError, LogResult, io_err};
 use super::segment::parse_offset_file_name;
+use keel_record::{BatchHeader, NO_PRODUCER_EPOCH, NO_SEQUENCE};
 
 /// Batches retained per producer (Kafka `ProducerStateEntry.NUM_BATCHES_TO_RETAIN`, equal to
 /// the producer's `max.in.flight.requests.per.connection` limit with idempotence).
@@ -422,7 +422,7 @@ fn decode_snapshot(data: &[u8]) -> Option<SnapshotContents> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::batch::RecordBatchBuilder;
+    use keel_record::RecordBatchBuilder;
 
     fn entry(epoch: i16, batches: &[(i32, i32, i64)]) -> ProducerEntry {
         ProducerEntry {

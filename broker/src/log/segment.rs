@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
-use super::batch::{BatchHeader, HEADER_SIZE, MAX_LOG_END_OFFSET, NO_TIMESTAMP};
 use super::cache_behind::CacheBehind;
 use super::error::{LogError, LogResult, io_err};
 use super::index::{OffsetIndex, TimeIndex};
+use keel_record::{BatchHeader, HEADER_SIZE, MAX_LOG_END_OFFSET, NO_TIMESTAMP};
 
 /// Suffix of segment data files.
 pub const LOG_SUFFIX: &str = ".log";
@@ -412,7 +412,7 @@ impl Segment {
     pub fn read_header(&self, position: u64) -> LogResult<BatchHeader> {
         let mut h = [0u8; HEADER_SIZE];
         if position + HEADER_SIZE as u64 > self.size_bytes {
-            return Err(LogError::CorruptMessage(super::batch::CorruptBatch {
+            return Err(LogError::CorruptMessage(keel_record::CorruptBatch {
                 position,
                 base_offset: -1,
                 reason: "header beyond segment end",

@@ -20,8 +20,9 @@ use keel_proto::limits::{cap_message, clip};
 use tokio::sync::oneshot;
 
 use super::ReplicaManager;
-use crate::log::{BatchIter, LogError};
+use crate::log::LogError;
 use crate::replica::{Acks, ProduceReply, epoch_from_wire};
+use keel_record::BatchIter;
 
 /// Extra time the handler waits beyond the request timeout for the ticker to expire a
 /// waiter, ms.

@@ -689,7 +689,6 @@ pub mod data {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use keel_broker::log::{BatchIter, RecordBatchBuilder};
     use keel_proto::ErrorCode;
     use keel_proto::broker::{
         FetchPartition, FetchRequest, FetchTopic, ProducePartitionData, ProducePartitionResponse,
@@ -699,6 +698,7 @@ pub mod data {
         AlterConfigOp, AlterConfigsRequest, AlterConfigsResource, AlterableConfig,
     };
     use keel_proto::metadata::ConfigResourceType;
+    use keel_record::{BatchIter, RecordBatchBuilder};
 
     use super::Cluster;
 

@@ -50,14 +50,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use keel_broker::log::BatchIter;
-use keel_broker::log::batch::TIMESTAMP_TYPE_BIT;
 use keel_proto::ErrorCode;
 use keel_proto::broker::{
     EpochEndOffsetResult, FetchPartition, FetchReply, FetchRequest, FetchTopic,
     ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, OffsetForLeaderPartition,
     OffsetForLeaderTopic, OffsetsForLeaderEpochRequest,
 };
+use keel_record::BatchIter;
+use keel_record::TIMESTAMP_TYPE_BIT;
 use tokio::task::JoinSet;
 
 pub use error::ConsumeError;
@@ -809,7 +809,7 @@ pub fn decode(tp: &TopicPartition, data: &Bytes, position: i64) -> Result<Decode
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keel_broker::log::RecordBatchBuilder;
+    use keel_record::RecordBatchBuilder;
 
     fn batch(base: i64, epoch: i32, values: &[&str]) -> Bytes {
         let mut b = RecordBatchBuilder::new(base).partition_leader_epoch(epoch);

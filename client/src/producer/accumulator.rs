@@ -178,7 +178,7 @@ impl Sequences {
     pub fn assign(&mut self, tp: &TopicPartition, records: i32) -> i32 {
         let next = self.next.entry(tp.clone()).or_insert(0);
         let base = *next;
-        *next = keel_broker::log::batch::increment_sequence(base, records);
+        *next = keel_record::increment_sequence(base, records);
         base
     }
 

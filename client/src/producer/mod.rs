@@ -48,11 +48,11 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use keel_broker::log::RecordBatchBuilder;
 use keel_proto::ErrorCode;
 use keel_proto::broker::{
     InitProducerIdRequest, ProducePartitionData, ProduceRequest, ProduceTopicData,
 };
+use keel_record::RecordBatchBuilder;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, oneshot};
 
 pub use accumulator::TopicPartition;

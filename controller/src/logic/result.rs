@@ -3,6 +3,13 @@
 
 use keel_proto::metadata::MetadataRecord;
 
+/// Records one atomic operation may write (Kafka: `QuorumController.MAX_RECORDS_PER_USER_OP`,
+/// 10,000); a larger one is refused with POLICY_VIOLATION and writes nothing, while a larger
+/// non-atomic one ([`ControllerResult::non_atomic`], e.g. a broker's controlled shutdown) is
+/// written as several entries. Keeps every Raft entry small enough to replicate within the
+/// RPC timeout.
+pub const MAX_RECORDS_PER_OPERATION: usize = 10_000;
+
 /// The outcome of one controller operation: the records to propose (as one batch, in order)
 /// and the reply to send once they are committed.
 ///
@@ -17,7 +24,7 @@ pub struct ControllerResult<R> {
     pub response: R,
     /// Whether `records` must be applied together, in one entry (Kafka:
     /// `ControllerResult.isAtomic`). An atomic result over
-    /// [`MAX_RECORDS_PER_OPERATION`](crate::write_path::MAX_RECORDS_PER_OPERATION) records
+    /// [`MAX_RECORDS_PER_OPERATION`] records
     /// is refused; a non-atomic one is written as several entries and answered after the
     /// last.
     pub atomic: bool,

@@ -576,7 +576,7 @@ fn the_largest_topic_with_every_config_fits_in_one_operation() {
     assert_eq!(code(&r.response.topics[0].error), ErrorCode::None);
     assert_eq!(
         r.records.len(),
-        crate::write_path::MAX_RECORDS_PER_OPERATION,
+        crate::logic::result::MAX_RECORDS_PER_OPERATION,
         "TopicRecord + one ConfigRecord per config + one PartitionRecord per partition"
     );
 }

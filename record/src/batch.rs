@@ -1,0 +1,186 @@
+//! One batch over shared bytes ([`RecordBatch`]: CRC and record checks as Kafka's leader
+//! makes them) and the splitter of concatenated batches ([`BatchIter`]).
+
+use bytes::{Bytes, BytesMut};
+
+use crate::records::{RecordIter, check_records};
+use crate::*;
+
+/// One record batch over shared bytes (zero copy: slices of one [`Bytes`]). See the module
+/// doc for the invariant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordBatch {
+    pub(crate) header: BatchHeader,
+    pub(crate) data: Bytes,
+}
+
+impl RecordBatch {
+    /// Wraps `data`, which must hold exactly one batch (length field == buffer length).
+    /// Does not check the CRC: call [`RecordBatch::validate`].
+    pub fn from_bytes(data: Bytes) -> Result<RecordBatch, CorruptBatch> {
+        let header = BatchHeader::parse(&data, 0)?;
+        if header.size_bytes() != data.len() {
+            return Err(CorruptBatch::new(
+                0,
+                header.base_offset,
+                "batch length does not match the buffer",
+            ));
+        }
+        Ok(RecordBatch { header, data })
+    }
+
+    /// The parsed header.
+    pub fn header(&self) -> &BatchHeader {
+        &self.header
+    }
+
+    /// Base offset (first record's offset).
+    pub fn base_offset(&self) -> i64 {
+        self.header.base_offset
+    }
+
+    /// Last offset (inclusive).
+    pub fn last_offset(&self) -> i64 {
+        self.header.last_offset()
+    }
+
+    /// Whole batch size in bytes.
+    pub fn size_bytes(&self) -> usize {
+        self.data.len()
+    }
+
+    /// The batch bytes.
+    pub fn as_bytes(&self) -> &Bytes {
+        &self.data
+    }
+
+    /// Consumes the view, returning its bytes.
+    pub fn into_bytes(self) -> Bytes {
+        self.data
+    }
+
+    /// CRC32C of bytes 21..end as computed now.
+    pub fn compute_crc(&self) -> u32 {
+        crc32c::crc32c(&self.data[ATTRIBUTES_POS..])
+    }
+
+    /// Whether the stored CRC matches the contents.
+    pub fn is_crc_valid(&self) -> bool {
+        self.compute_crc() == self.header.crc
+    }
+
+    /// Full check as Kafka's leader does before appending (`DefaultRecordBatch.ensureValid` +
+    /// `LogValidator`): CRC, at least one record, `record_count == last_offset_delta + 1`, no
+    /// compression (codec bits reserved), and every record parses with offset deltas
+    /// 0..count-1 and ends exactly at the batch end.
+    pub fn validate(&self) -> Result<(), CorruptBatch> {
+        self.validate_with_timestamp_deltas().map(|_| ())
+    }
+
+    /// [`RecordBatch::validate`], also returning the smallest and largest record timestamp
+    /// delta found by the same walk over the records (the leader derives the record
+    /// timestamps from them instead of trusting the header's max timestamp).
+    pub fn validate_with_timestamp_deltas(&self) -> Result<(i64, i64), CorruptBatch> {
+        let err = |reason| CorruptBatch::new(0, self.base_offset(), reason);
+        if !self.is_crc_valid() {
+            return Err(err("CRC32C mismatch"));
+        }
+        let h = &self.header;
+        if h.record_count == 0 || h.record_count as i64 != h.last_offset_delta as i64 + 1 {
+            return Err(err("record count does not match last offset delta"));
+        }
+        if h.compression_codec() != 0 {
+            return Err(err("compressed batches are not supported yet"));
+        }
+        check_records(&self.data[HEADER_SIZE..], h.record_count).map_err(err)
+    }
+
+    /// Iterates the records. Stops after `record_count` records; yields an error (and then
+    /// stops) at the first malformed record or if bytes remain after the last record.
+    pub fn records(&self) -> RecordIter {
+        RecordIter {
+            data: self.data.slice(HEADER_SIZE..),
+            pos: 0,
+            remaining: self.header.record_count.max(0) as u32,
+            base_offset: self.header.base_offset,
+            failed: false,
+        }
+    }
+
+    /// Returns a copy of the batch bytes with a new base offset and partition leader epoch
+    /// (fields not covered by the CRC). Used by tests and tools; the log writes the stamped
+    /// header without copying the body.
+    pub fn with_offset_and_epoch(&self, base_offset: i64, leader_epoch: i32) -> RecordBatch {
+        let mut buf = BytesMut::from(&self.data[..]);
+        buf[0..8].copy_from_slice(&base_offset.to_be_bytes());
+        buf[PARTITION_LEADER_EPOCH_POS..PARTITION_LEADER_EPOCH_POS + 4]
+            .copy_from_slice(&leader_epoch.to_be_bytes());
+        let mut header = self.header;
+        header.base_offset = base_offset;
+        header.partition_leader_epoch = leader_epoch;
+        RecordBatch {
+            header,
+            data: buf.freeze(),
+        }
+    }
+}
+
+/// The first 16 header bytes (base offset, length, partition leader epoch) with a new base
+/// offset and epoch, to be written in front of `batch[16..]`.
+pub fn stamped_prefix(batch: &[u8], base_offset: i64, leader_epoch: i32) -> [u8; 16] {
+    let mut p = [0u8; 16];
+    p.copy_from_slice(&batch[..16]);
+    p[0..8].copy_from_slice(&base_offset.to_be_bytes());
+    p[12..16].copy_from_slice(&leader_epoch.to_be_bytes());
+    p
+}
+
+/// Splits concatenated batches (a fetch response, a follower append, a segment slice).
+/// Yields an error and stops at the first batch whose header or length is invalid or
+/// truncated. Does not check CRCs.
+#[derive(Debug)]
+pub struct BatchIter {
+    data: Bytes,
+    pos: usize,
+    failed: bool,
+}
+
+impl BatchIter {
+    /// Iterates the batches in `data`.
+    pub fn new(data: Bytes) -> Self {
+        Self {
+            data,
+            pos: 0,
+            failed: false,
+        }
+    }
+}
+
+impl Iterator for BatchIter {
+    type Item = Result<RecordBatch, CorruptBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.pos >= self.data.len() {
+            return None;
+        }
+        let rest = &self.data[self.pos..];
+        let header = match BatchHeader::parse(rest, self.pos as u64) {
+            Ok(h) => h,
+            Err(e) => {
+                self.failed = true;
+                return Some(Err(e));
+            }
+        };
+        if header.size_bytes() > rest.len() {
+            self.failed = true;
+            return Some(Err(CorruptBatch::new(
+                self.pos as u64,
+                header.base_offset,
+                "batch truncated",
+            )));
+        }
+        let data = self.data.slice(self.pos..self.pos + header.size_bytes());
+        self.pos += header.size_bytes();
+        Some(Ok(RecordBatch { header, data }))
+    }
+}
