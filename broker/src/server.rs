@@ -73,14 +73,27 @@ pub async fn bind(config: &BrokerConfig) -> Result<TcpListener, StartError> {
         })
 }
 
-/// Runs a broker until `shutdown` resolves and the controlled shutdown is over. Errors are
-/// start-up failures or a permanent registration refusal; a clean stop returns `Ok` (also when
-/// the controlled shutdown timed out: that is logged).
+/// Runs a broker until `shutdown` resolves and the controlled shutdown is over: binds
+/// `config.listeners`, then [`serve`]. Errors are start-up failures or a permanent
+/// registration refusal; a clean stop returns `Ok` (also when the controlled shutdown timed
+/// out: that is logged).
 pub async fn run(
     config: BrokerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     let listener = bind(&config).await?;
+    serve(listener, config, shutdown).await
+}
+
+/// Runs a broker on an already bound `listener` (clients reach it at
+/// `config.advertised_listeners`; `config.listeners` is not bound again) until `shutdown`
+/// resolves and the controlled shutdown is over. This is how a test process runs several
+/// brokers over real gRPC on listeners bound to port 0. Errors as [`run`].
+pub async fn serve(
+    listener: TcpListener,
+    config: BrokerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
     // Before anything reads or writes a partition file: the lock, and meta.properties must
     // name this node (Kafka: `LogManager` locks every log dir; `MetaProperties` check).
     let mut log_dir = LogDir::open(&config.log_dir, config.node_id)?;

@@ -5,6 +5,7 @@ use std::future::Future;
 
 use keel_observability::MetricsServer;
 use keel_proto::controller::controller_service_server::ControllerServiceServer;
+use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 
 use crate::config::ControllerConfig;
@@ -13,15 +14,27 @@ use crate::raft_network::MAX_RAFT_MESSAGE_BYTES;
 use crate::service::{ControllerGrpc, QuorumState};
 use crate::write_path::{self, WritePathConfig};
 
-/// Runs a controller until `shutdown` resolves. Errors are start-up failures, or
-/// [`StartError::RaftStopped`] when openraft stops on a fatal error while serving (one line
-/// each); a clean shutdown returns `Ok`.
+/// Runs a controller until `shutdown` resolves: binds `config.listeners`, then [`serve`].
+/// Errors are start-up failures, or [`StartError::RaftStopped`] when openraft stops on a fatal
+/// error while serving (one line each); a clean shutdown returns `Ok`.
 pub async fn run(
     config: ControllerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
     // Bind first: a taken port fails before anything touches the log directory.
     let listener = node::bind(&config).await?;
+    serve(listener, config, shutdown).await
+}
+
+/// Runs a controller on an already bound `listener` (its address is the one peers and
+/// clients reach, so `config.listeners` is not bound again) until `shutdown` resolves. This
+/// is how a test process runs several controllers over real gRPC: bind every listener on
+/// port 0 first, then write the voter set from the bound addresses. Errors as [`run`].
+pub async fn serve(
+    listener: TcpListener,
+    config: ControllerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
     let metrics_server = match config.metrics_listener {
         Some(addr) => Some(MetricsServer::bind(addr).await?),
         None => None,
