@@ -15,7 +15,7 @@
 //! ([`UNSUPPORTED_TRANSACTIONS`]).
 //!
 //! Transport bound: the service decodes at most
-//! [`MAX_MESSAGE_BYTES`](crate::server::MAX_MESSAGE_BYTES) per request (above it tonic
+//! [`MAX_BROKER_MESSAGE_BYTES`](keel_proto::limits::MAX_BROKER_MESSAGE_BYTES) per request (above it tonic
 //! answers gRPC OUT_OF_RANGE, "decoded message length too large").
 
 use keel_proto::broker::*;

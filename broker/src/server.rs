@@ -16,6 +16,9 @@ use keel_proto::ErrorCode;
 use keel_proto::broker::broker_service_server::{BrokerService, BrokerServiceServer};
 use keel_proto::broker::*;
 use keel_proto::controller::{DescribeClusterReply, DescribeClusterRequest};
+use keel_proto::limits::{
+    BROKER_CONNECTION_WINDOW_BYTES, BROKER_STREAM_WINDOW_BYTES, MAX_BROKER_MESSAGE_BYTES,
+};
 use keel_proto::metadata::BrokerEndpoint;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -213,12 +216,12 @@ pub async fn serve(
         replicas: replicas.clone(),
     };
     let served = tonic::transport::Server::builder()
-        .initial_stream_window_size(STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .initial_stream_window_size(BROKER_STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(BROKER_CONNECTION_WINDOW_BYTES)
         .add_service(
             BrokerServiceServer::new(grpc)
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                .max_decoding_message_size(MAX_BROKER_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_BROKER_MESSAGE_BYTES),
         )
         // Own listener (bound early so a taken port fails start-up): TCP_NODELAY must be set
         // on each accepted connection here; the builder's `tcp_nodelay` only applies to
@@ -369,23 +372,6 @@ fn load_local_snapshot(path: &std::path::Path) -> MetadataImage {
         }
     }
 }
-
-/// Largest gRPC message the broker decodes or sends, bytes (64 MiB). Kafka's
-/// `socket.request.max.bytes` is 100 MiB; Keel keeps 64 MiB because nothing legitimate
-/// needs more: a Produce carries one batch per partition, each at most the topic's
-/// `max.message.bytes` (default 1 MiB + 12), and fetch replies are capped at
-/// [`FETCH_MAX_BYTES_CAP`](crate::replica_manager::fetch::FETCH_MAX_BYTES_CAP) (32 MiB) of
-/// records. A larger request is refused by tonic with gRPC OUT_OF_RANGE before it is
-/// decoded; a topic whose `max.message.bytes` exceeds this limit cannot receive batches that
-/// large over gRPC.
-pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
-
-/// HTTP/2 flow-control window per stream, bytes, on the broker's server and its clients.
-/// h2's default (64 KiB) makes every larger produce request or fetch reply wait for window
-/// updates; batches are up to `max.message.bytes` and fetch replies several MiB.
-pub const STREAM_WINDOW_BYTES: u32 = 8 << 20;
-/// HTTP/2 flow-control window per connection, bytes (many requests share a connection).
-pub const CONNECTION_WINDOW_BYTES: u32 = 64 << 20;
 
 /// `BrokerService` over the local image and the replica manager.
 #[derive(Debug, Clone)]

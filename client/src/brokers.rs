@@ -20,19 +20,8 @@ use tonic::transport::{Channel, Endpoint};
 use crate::leader_epochs::{
     Choice, LeaderEpochs, METADATA_GRACE, choose, enough_answers, merge_answers,
 };
+pub use crate::leader_epochs::{PartitionLeader, needs_metadata_refresh};
 use crate::rpc_error::{Api, status_line};
-
-/// Largest gRPC message the data clients send or accept (fetch replies can be large).
-pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
-
-/// One partition as the metadata names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PartitionLeader {
-    /// Leader broker id; -1 = none (offline).
-    pub leader_id: i32,
-    /// Leader epoch the metadata reported.
-    pub leader_epoch: i32,
-}
 
 /// Topic metadata: the leader of each partition, indexed by partition id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,8 +144,8 @@ impl Brokers {
             }
         };
         Ok(BrokerServiceClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+            .max_decoding_message_size(keel_proto::limits::MAX_BROKER_MESSAGE_BYTES)
+            .max_encoding_message_size(keel_proto::limits::MAX_BROKER_MESSAGE_BYTES))
     }
 
     /// A client for broker `id`, if its address is known.
@@ -440,20 +429,6 @@ impl Brokers {
         );
         Ok(meta)
     }
-}
-
-/// Whether a per-partition error means "the metadata is stale: refresh and retry"
-/// (Kafka: `InvalidMetadataException` subclasses).
-pub fn needs_metadata_refresh(code: ErrorCode) -> bool {
-    matches!(
-        code,
-        ErrorCode::NotLeaderOrFollower
-            | ErrorCode::FencedLeaderEpoch
-            | ErrorCode::UnknownLeaderEpoch
-            | ErrorCode::UnknownTopicOrPartition
-            | ErrorCode::LeaderNotAvailable
-            | ErrorCode::NetworkException
-    )
 }
 
 /// Wall clock now in ms since the Unix epoch (record timestamps).

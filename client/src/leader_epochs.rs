@@ -23,7 +23,28 @@ use std::time::Duration;
 
 use keel_proto::ErrorCode;
 
-use crate::brokers::PartitionLeader;
+/// One partition as the metadata names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PartitionLeader {
+    /// Leader broker id; -1 = none (offline).
+    pub leader_id: i32,
+    /// Leader epoch the metadata reported.
+    pub leader_epoch: i32,
+}
+
+/// Whether a per-partition error means "the metadata is stale: refresh and retry"
+/// (Kafka: `InvalidMetadataException` subclasses).
+pub fn needs_metadata_refresh(code: ErrorCode) -> bool {
+    matches!(
+        code,
+        ErrorCode::NotLeaderOrFollower
+            | ErrorCode::FencedLeaderEpoch
+            | ErrorCode::UnknownLeaderEpoch
+            | ErrorCode::UnknownTopicOrPartition
+            | ErrorCode::LeaderNotAvailable
+            | ErrorCode::NetworkException
+    )
+}
 
 /// The highest leader epoch seen for each partition of each topic (see the module
 /// documentation). Epochs are >= 0; negative values (Kafka's "unknown") are ignored.
@@ -208,9 +229,7 @@ pub enum Reaction {
 pub fn react(failure: Failure) -> Reaction {
     match failure {
         Failure::Transport | Failure::NoLeader => Reaction::RefreshAndRetry,
-        Failure::Kafka(code) if crate::brokers::needs_metadata_refresh(code) => {
-            Reaction::RefreshAndRetry
-        }
+        Failure::Kafka(code) if needs_metadata_refresh(code) => Reaction::RefreshAndRetry,
         Failure::Kafka(code) if code.retriable() => Reaction::Retry,
         Failure::Kafka(_) => Reaction::Fatal,
     }

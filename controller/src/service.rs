@@ -90,7 +90,7 @@ impl QuorumState {
 
     /// Publishes the sessions of `image`'s brokers (`now_ms` is the write task's clock).
     fn publish_sessions(&self, image: &MetadataImage, now_ms: u64) {
-        let wall_now = crate::write_path::wall_clock_ms();
+        let wall_now = crate::clock::wall_clock_ms();
         let views = image
             .brokers()
             .keys()
@@ -377,7 +377,7 @@ impl ControllerService for ControllerGrpc {
             &self.node.images.borrow(),
             id,
             epoch,
-            crate::write_path::monotonic_ms(),
+            crate::clock::monotonic_ms(),
         );
         let raft = self.node.raft.clone();
         write_rpc!(

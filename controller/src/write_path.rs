@@ -117,7 +117,7 @@ pub trait ControllerState: Send + 'static {
 pub struct WriteContext<'a, S> {
     /// The working image (committed + proposed-but-unapplied records).
     pub image: &'a MetadataImage,
-    /// Monotonic time, ms ([`monotonic_ms`]).
+    /// Monotonic time, ms ([`monotonic_ms`](crate::clock::monotonic_ms)).
     pub now_ms: u64,
     /// The controller's in-memory state.
     pub state: &'a mut S,
@@ -276,7 +276,7 @@ struct WriteTask<S> {
 
 impl<S: ControllerState> WriteTask<S> {
     fn now_ms(&self) -> u64 {
-        monotonic_ms()
+        crate::clock::monotonic_ms()
     }
 
     async fn run(mut self) {
@@ -685,7 +685,7 @@ impl<S: ControllerState> WriteTask<S> {
         let unclean_elections = count_unclean_elections(&records);
         let batch = MetadataRecords {
             records,
-            append_timestamp_ms: wall_clock_ms(),
+            append_timestamp_ms: crate::clock::wall_clock_ms(),
         };
         match self.raft.client_write_ff(batch).await {
             Ok(rx) => {
@@ -721,21 +721,6 @@ fn count_unclean_elections(records: &[MetadataRecord]) -> u64 {
                 if c.leader.is_some_and(|l| l >= 0) && c.leader_recovery_state == Some(recovering))
         })
         .count() as u64
-}
-
-/// Milliseconds on this process's monotonic clock, counted from its first call: the one time
-/// base of the controller's decisions (broker sessions, check-quorum), which must not move
-/// with wall-clock adjustments.
-pub fn monotonic_ms() -> u64 {
-    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    ORIGIN.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
-
-/// Wall-clock now, ms since the Unix epoch (display only).
-pub fn wall_clock_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Logs the state changes an operator cares about (leader elections with old and new leader,

@@ -64,6 +64,24 @@ pub const MAX_ERROR_MESSAGE_BYTES: usize = 1_024;
 /// one, a CreateTopics of 9,990 explicitly assigned partitions, is far smaller.
 pub const MAX_CONTROLLER_REQUEST_BYTES: usize = 8 << 20;
 
+/// Largest gRPC message a broker decodes or sends, and the largest Keel's broker clients
+/// accept, bytes (64 MiB). Kafka's `socket.request.max.bytes` is 100 MiB; Keel keeps 64 MiB
+/// because nothing legitimate needs more: a Produce carries one batch per partition, each at
+/// most the topic's `max.message.bytes` (default 1 MiB + 12), and fetch replies are capped at
+/// 32 MiB of records. A larger request is refused by tonic with gRPC OUT_OF_RANGE before it
+/// is decoded; a topic whose `max.message.bytes` exceeds this limit cannot receive batches
+/// that large over gRPC.
+pub const MAX_BROKER_MESSAGE_BYTES: usize = 64 << 20;
+
+/// HTTP/2 flow-control window per stream on BrokerService connections (server and clients),
+/// bytes. h2's default (64 KiB) makes every larger produce request or fetch reply wait for
+/// window updates; batches are up to `max.message.bytes` and fetch replies several MiB.
+pub const BROKER_STREAM_WINDOW_BYTES: u32 = 8 << 20;
+
+/// HTTP/2 flow-control window per BrokerService connection, bytes (many requests share a
+/// connection).
+pub const BROKER_CONNECTION_WINDOW_BYTES: u32 = 64 << 20;
+
 /// `s` cut to [`MAX_ECHO_CHARS`] characters, with `...(N bytes)` appended when cut, for
 /// quoting client input in error messages.
 ///

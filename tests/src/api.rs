@@ -34,8 +34,8 @@ pub fn channel(addr: &str) -> Channel {
     Channel::from_shared(format!("http://{addr}"))
         .expect("a host:port address")
         .tcp_nodelay(true)
-        .initial_stream_window_size(keel_broker::server::STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(keel_broker::server::CONNECTION_WINDOW_BYTES)
+        .initial_stream_window_size(keel_proto::limits::BROKER_STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(keel_proto::limits::BROKER_CONNECTION_WINDOW_BYTES)
         .connect_lazy()
 }
 

@@ -31,7 +31,7 @@ use crate::replica::{
 pub const MAX_WAIT_MS: u64 = 30_000;
 /// Cap of a whole fetch reply's records, bytes, whatever the request asks (Kafka's broker
 /// `fetch.max.bytes`, 55 MiB; Keel stays below the gRPC message limit
-/// [`crate::server::MAX_MESSAGE_BYTES`]).
+/// [`keel_proto::limits::MAX_BROKER_MESSAGE_BYTES`]).
 pub const FETCH_MAX_BYTES_CAP: usize = 32 << 20;
 /// Cap of one partition's records in a reply, bytes (a single larger batch is still
 /// returned whole; batches are bounded by `max.message.bytes`).

@@ -155,8 +155,10 @@ async fn run(
                     let ch = ep
                         .connect_timeout(Duration::from_secs(2))
                         .tcp_nodelay(true)
-                        .initial_stream_window_size(crate::server::STREAM_WINDOW_BYTES)
-                        .initial_connection_window_size(crate::server::CONNECTION_WINDOW_BYTES)
+                        .initial_stream_window_size(keel_proto::limits::BROKER_STREAM_WINDOW_BYTES)
+                        .initial_connection_window_size(
+                            keel_proto::limits::BROKER_CONNECTION_WINDOW_BYTES,
+                        )
                         .connect_lazy();
                     let c = BrokerServiceClient::new(ch)
                         .max_decoding_message_size(FETCH_MAX_BYTES + (1 << 20));

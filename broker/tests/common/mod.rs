@@ -108,8 +108,8 @@ fn lazy(addr: &str) -> Channel {
     Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .tcp_nodelay(true)
-        .initial_stream_window_size(keel_broker::server::STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(keel_broker::server::CONNECTION_WINDOW_BYTES)
+        .initial_stream_window_size(keel_proto::limits::BROKER_STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(keel_proto::limits::BROKER_CONNECTION_WINDOW_BYTES)
         .connect_lazy()
 }
 

@@ -45,7 +45,7 @@ use keel_proto::controller::{
 };
 use keel_proto::metadata::{LeaderRecoveryState, PartitionChangeRecord, metadata_record::Record};
 
-use super::election::Election;
+use super::partition_change::Election;
 use super::partition_change::{PartitionChangeBuilder, merge};
 use super::{ControllerResult, error, is_eligible, record};
 

@@ -1,7 +1,7 @@
-//! Leader election (DESIGN §4; Kafka: `PartitionChangeBuilder.electLeader`,
-//! `ReplicationControlManager.electLeaders` / `generateLeaderAndIsrUpdates`, KIP-460).
-//!
-//! Rules, in order:
+//! Leader election requests and cascades (DESIGN §4; Kafka:
+//! `ReplicationControlManager.electLeaders` / `generateLeaderAndIsrUpdates`, KIP-460). The
+//! choice of one partition's leader is [`choose_leader`](super::partition_change::choose_leader)
+//! (Kafka: `PartitionChangeBuilder.electLeader`); its rules, in order:
 //! - a valid current leader (in the target ISR and eligible) is kept, except that a PREFERRED
 //!   election moves leadership to `replicas[0]` when it is a valid candidate;
 //! - otherwise the first replica, in replica order, that is in the ISR and eligible (registered,
@@ -25,66 +25,8 @@ use keel_proto::controller::{
 use keel_proto::metadata::{MetadataRecord, metadata_record::Record};
 
 use super::configs::unclean_leader_election_enabled;
-use super::partition_change::{PartitionChangeBuilder, merge};
+use super::partition_change::{Election, PartitionChangeBuilder, merge};
 use super::{ControllerResult, error, is_eligible, record};
-
-/// Which election a [`PartitionChangeBuilder`] may run (Kafka:
-/// `PartitionChangeBuilder.Election`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Election {
-    /// Only ISR members may lead (Kafka: ONLINE).
-    #[default]
-    Clean,
-    /// Like `Clean`, but prefer `replicas[0]` even over a valid current leader.
-    Preferred,
-    /// Like `Clean`, then fall back to any eligible replica (data may be lost).
-    Unclean,
-}
-
-/// The leader chosen by [`choose_leader`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ElectionResult {
-    /// The new leader, or [`NO_LEADER`].
-    pub leader: i32,
-    /// True when the leader is not in the ISR (an unclean election).
-    pub unclean: bool,
-}
-
-/// Chooses a leader for `partition` given the ISR it will have (`isr`), following the rules
-/// of the module doc. `is_eligible` tells which brokers may lead.
-pub fn choose_leader(
-    partition: &PartitionRegistration,
-    isr: &[i32],
-    election: Election,
-    is_eligible: &dyn Fn(i32) -> bool,
-) -> ElectionResult {
-    let valid = |b: i32| b != NO_LEADER && isr.contains(&b) && is_eligible(b);
-    let clean = |leader| ElectionResult {
-        leader,
-        unclean: false,
-    };
-    if election == Election::Preferred
-        && let Some(&preferred) = partition.replicas.first()
-        && valid(preferred)
-    {
-        return clean(preferred);
-    }
-    if valid(partition.leader) {
-        return clean(partition.leader);
-    }
-    if let Some(&b) = partition.replicas.iter().find(|&&b| valid(b)) {
-        return clean(b);
-    }
-    if election == Election::Unclean
-        && let Some(&b) = partition.replicas.iter().find(|&&b| is_eligible(b))
-    {
-        return ElectionResult {
-            leader: b,
-            unclean: true,
-        };
-    }
-    clean(NO_LEADER)
-}
 
 /// ElectLeaders (Kafka: `ElectLeaders` v2, KIP-460): PREFERRED or UNCLEAN election for the
 /// named partitions (or all of them).

@@ -49,10 +49,8 @@ pub use brokers::{
     register_broker, unregister_broker,
 };
 pub use configs::{alter_configs, describe_configs};
-pub use election::{
-    Election, MAX_ELECTIONS_PER_IMBALANCE, elect_leaders, preferred_leader_rebalance,
-};
-pub use partition_change::PartitionChangeBuilder;
+pub use election::{MAX_ELECTIONS_PER_IMBALANCE, elect_leaders, preferred_leader_rebalance};
+pub use partition_change::{Election, PartitionChangeBuilder};
 pub use producer_ids::allocate_producer_ids;
 pub use result::ControllerResult;
 pub use topics::{TopicDefaults, create_topics, delete_topics};

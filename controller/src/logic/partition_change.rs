@@ -13,13 +13,72 @@
 //!   candidates are chosen by [`choose_leader`];
 //! - an unclean election shrinks the ISR to the new leader and sets the recovery state to
 //!   RECOVERING (KIP-704).
+//!
+//! The leader choice itself ([`choose_leader`], with its rules in the doc of
+//! [`super::election`]) lives here, with the builder that runs it, as in Kafka.
 
 use keel_metadata_log::image::uuid_bytes;
 use keel_metadata_log::{NO_LEADER, PartitionRegistration};
 use keel_proto::metadata::{LeaderRecoveryState, PartitionChangeRecord, ReplicaList};
 use uuid::Uuid;
 
-use super::election::{Election, choose_leader};
+/// Which election a [`PartitionChangeBuilder`] may run (Kafka:
+/// `PartitionChangeBuilder.Election`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Election {
+    /// Only ISR members may lead (Kafka: ONLINE).
+    #[default]
+    Clean,
+    /// Like `Clean`, but prefer `replicas[0]` even over a valid current leader.
+    Preferred,
+    /// Like `Clean`, then fall back to any eligible replica (data may be lost).
+    Unclean,
+}
+
+/// The leader chosen by [`choose_leader`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ElectionResult {
+    /// The new leader, or [`NO_LEADER`].
+    pub leader: i32,
+    /// True when the leader is not in the ISR (an unclean election).
+    pub unclean: bool,
+}
+
+/// Chooses a leader for `partition` given the ISR it will have (`isr`), following the rules
+/// of the module doc. `is_eligible` tells which brokers may lead.
+pub fn choose_leader(
+    partition: &PartitionRegistration,
+    isr: &[i32],
+    election: Election,
+    is_eligible: &dyn Fn(i32) -> bool,
+) -> ElectionResult {
+    let valid = |b: i32| b != NO_LEADER && isr.contains(&b) && is_eligible(b);
+    let clean = |leader| ElectionResult {
+        leader,
+        unclean: false,
+    };
+    if election == Election::Preferred
+        && let Some(&preferred) = partition.replicas.first()
+        && valid(preferred)
+    {
+        return clean(preferred);
+    }
+    if valid(partition.leader) {
+        return clean(partition.leader);
+    }
+    if let Some(&b) = partition.replicas.iter().find(|&&b| valid(b)) {
+        return clean(b);
+    }
+    if election == Election::Unclean
+        && let Some(&b) = partition.replicas.iter().find(|&&b| is_eligible(b))
+    {
+        return ElectionResult {
+            leader: b,
+            unclean: true,
+        };
+    }
+    clean(NO_LEADER)
+}
 
 /// Builds the change record for one partition. See the module doc.
 ///
