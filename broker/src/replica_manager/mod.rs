@@ -523,7 +523,7 @@ impl ReplicaManager {
                     *self.shared.image.write().unwrap_or_else(|e| e.into_inner()) =
                         ev.image.clone();
                     if caught_up {
-                        self.act_on(&mut acted_on, ev.image);
+                        blocking(|| self.act_on(&mut acted_on, ev.image));
                     } else {
                         pending = Some(ev.image);
                     }
@@ -543,7 +543,7 @@ impl ReplicaManager {
                             "caught up with the metadata log: starting replicas"
                         );
                         if let Some(image) = pending.take() {
-                            self.act_on(&mut acted_on, image);
+                            blocking(|| self.act_on(&mut acted_on, image));
                         }
                     }
                 }
@@ -656,9 +656,11 @@ impl ReplicaManager {
             // Same name, other topic id: the topic was deleted and re-created (possibly while
             // this broker was down: the log on disk records the old id).
             tracing::info!(partition = %tp, old_topic_id = %stale.topic_id(), topic_id = %tip.topic_id, "deleting the log of a previous topic with the same name");
-            if !drop_partition(manager, stale) {
+            // The partitions map stays locked meanwhile, so no new holder can appear.
+            let Some(log) = sole_log(stale) else {
                 return Err(format!("the log of the deleted topic {tp} is still in use"));
-            }
+            };
+            delete_log(manager, &tp, log);
         }
         let log = manager
             .open_detached_log(&tp, self.log_config(image, &tp.topic))
@@ -790,10 +792,13 @@ impl ReplicaManager {
             let eff = inner.state.stop();
             self.execute(&hp, &mut inner, eff);
         }
+        // Wait for the last holder before taking the logs lock: the checkpoint writer and
+        // the other partitions' creations need it meanwhile.
+        let Some(log) = sole_log(hp) else { return };
         let logs = self.shared.logs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(manager) = logs.as_ref() {
             tracing::info!(partition = %tp, "local replica {tp}: deleted");
-            let _ = drop_partition(manager, hp);
+            delete_log(manager, &tp, log);
         }
     }
 
@@ -1022,20 +1027,35 @@ impl ReplicaManagerTasks {
     }
 }
 
-/// Deletes a partition's log and directory. Request handlers hold a partition only for the
-/// duration of one lock (never across an await), so the last other holder lets go within
-/// microseconds; this waits for that at most [`DELETE_WAIT_MS`] and otherwise leaves the
-/// directory for the next start (returns false, logged).
-fn drop_partition(manager: &LogManager, mut hp: Arc<HostedPartition>) -> bool {
+/// Runs `f`, which blocks (opens, truncates and deletes partition files, and may wait up to
+/// [`DELETE_WAIT_MS`] for a deleted partition's last holder), without stalling the other
+/// tasks of the runtime's worker: on a multi-thread runtime through
+/// [`tokio::task::block_in_place`]; on a current-thread runtime (nothing else to run there
+/// meanwhile anyway) inline.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+/// The log of a partition removed from the map, once no one else holds the partition.
+/// Request handlers hold a partition only for the duration of one lock (never across an
+/// await), so the last other holder lets go within microseconds; this waits for that at most
+/// [`DELETE_WAIT_MS`] (polling every ms; call it off the async workers, see [`blocking`]) and
+/// otherwise returns `None` (logged): the directory is then left for the next start.
+fn sole_log(mut hp: Arc<HostedPartition>) -> Option<Log> {
     let tp = hp.tp.clone();
     for _ in 0..DELETE_WAIT_MS {
         match Arc::try_unwrap(hp) {
             Ok(owned) => {
-                let inner = owned.inner.into_inner().unwrap_or_else(|e| e.into_inner());
-                if let Err(e) = manager.delete_detached_log(inner.log) {
-                    tracing::error!(partition = %tp, "cannot delete the log: {e}");
-                }
-                return true;
+                return Some(
+                    owned
+                        .inner
+                        .into_inner()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .log,
+                );
             }
             Err(shared) => {
                 hp = shared;
@@ -1044,7 +1064,14 @@ fn drop_partition(manager: &LogManager, mut hp: Arc<HostedPartition>) -> bool {
         }
     }
     tracing::error!(partition = %tp, "log still in use after {DELETE_WAIT_MS} ms; not deleted");
-    false
+    None
+}
+
+/// Deletes `log` (of partition `tp`) with its directory; an I/O error is logged.
+fn delete_log(manager: &LogManager, tp: &TopicPartition, log: Log) {
+    if let Err(e) = manager.delete_detached_log(log) {
+        tracing::error!(partition = %tp, "cannot delete the log: {e}");
+    }
 }
 
 /// Name of the file in a partition directory that records the topic id the log belongs to
