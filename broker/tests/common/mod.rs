@@ -7,7 +7,6 @@ use std::future::Future;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use keel_proto::ErrorCode;
@@ -30,56 +29,22 @@ pub const HEARTBEAT_INTERVAL_MS: u64 = 200;
 pub const SESSION_TIMEOUT_MS: u64 = 1500;
 pub const SNAPSHOT_INTERVAL_MS: u64 = 300;
 
-/// `target/<profile>/keel-controller` next to this test's `target/<profile>/deps/`; built
-/// with `cargo build -p keel-controller` (same profile and target dir) when missing.
+/// `target/<profile>/keel-controller` next to this test's `target/<profile>/deps/`, where
+/// `cargo build` puts it. Tests never build: `./scripts/test` builds every binary first
+/// (`cargo build --workspace --bins`); a missing one fails here with that command.
 pub fn controller_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("test executable in target/<profile>/deps")
-            .to_path_buf();
-        let bin = profile_dir.join("keel-controller");
-        if bin.exists() {
-            return bin;
-        }
-        let target_dir = profile_dir.parent().expect("target dir").to_path_buf();
-        let profile = profile_dir
-            .file_name()
-            .unwrap()
-            .to_string_lossy()
-            .to_string();
-        let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        eprintln!(
-            "{} is missing: building it with `cargo build -p keel-controller` (profile {profile})",
-            bin.display()
-        );
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.current_dir(&workspace)
-            .args(["build", "-p", "keel-controller", "--bin", "keel-controller"])
-            .env("CARGO_TARGET_DIR", &target_dir);
-        match profile.as_str() {
-            "debug" => {}
-            "release" => {
-                cmd.arg("--release");
-            }
-            other => {
-                cmd.args(["--profile", other]);
-            }
-        }
-        let status = cmd.status().expect("run cargo build");
-        assert!(status.success(), "cargo build -p keel-controller failed");
-        assert!(
-            bin.exists(),
-            "{} still missing after the build",
-            bin.display()
-        );
-        bin
-    })
-    .clone()
+    let exe = std::env::current_exe().expect("test executable path");
+    let bin = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("test executable in target/<profile>/deps")
+        .join("keel-controller");
+    assert!(
+        bin.exists(),
+        "{} is missing: build the binaries first (`cargo build --workspace --bins`, as ./scripts/test does)",
+        bin.display()
+    );
+    bin
 }
 
 /// Reserves `n` free loopback ports (bound then released).

@@ -10,48 +10,17 @@ use serde_json::Value;
 
 pub const KEELCTL: &str = env!("CARGO_BIN_EXE_keelctl");
 
-/// `target/<profile>/<name>` next to keelctl, where `cargo build`/`cargo nextest` put the
-/// workspace binaries; built with `cargo build -p <package>` (same profile and target dir)
-/// when missing, like the broker tests do for `keel-controller`.
+/// `target/<profile>/<name>` next to keelctl, where `cargo build` puts the workspace
+/// binaries. Tests never build: `./scripts/test` builds every binary first
+/// (`cargo build --workspace --bins`); a missing one fails here with that command.
 pub fn sibling_binary(name: &str) -> PathBuf {
     let profile_dir = Path::new(KEELCTL)
         .parent()
         .expect("keelctl in target/<profile>");
     let bin = profile_dir.join(name);
-    if bin.exists() {
-        return bin;
-    }
-    let target_dir = profile_dir.parent().expect("target dir");
-    let profile = profile_dir
-        .file_name()
-        .unwrap()
-        .to_string_lossy()
-        .to_string();
-    eprintln!(
-        "{} is missing: building it with `cargo build -p {name}`",
-        bin.display()
-    );
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
-        .args(["build", "-p", name, "--bin", name])
-        .env("CARGO_TARGET_DIR", target_dir);
-    match profile.as_str() {
-        "debug" => {}
-        "release" => {
-            cmd.arg("--release");
-        }
-        other => {
-            cmd.args(["--profile", other]);
-        }
-    }
-    assert!(
-        cmd.status().expect("run cargo build").success(),
-        "building {name} failed"
-    );
     assert!(
         bin.exists(),
-        "{} still missing after the build",
+        "{} is missing: build the binaries first (`cargo build --workspace --bins`, as ./scripts/test does)",
         bin.display()
     );
     bin
