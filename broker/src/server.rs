@@ -100,29 +100,22 @@ pub async fn serve(
     // Before anything reads or writes a partition file: the lock, and meta.properties must
     // name this node (Kafka: `LogManager` locks every log dir; `MetaProperties` check).
     let mut log_dir = LogDir::open(&config.log_dir, config.node_id)?;
-    let (shutdown_tx, mut shutdown_rx) = watch::channel(false);
-    tokio::spawn(async move {
-        shutdown.await;
-        shutdown_tx.send_replace(true);
-        // Keep the sender alive: a dropped sender would read as a shutdown request too.
-        std::future::pending::<()>().await;
-    });
+    let mut shutdown_rx = shutdown_flag(shutdown);
     let channels =
         ControllerChannels::new(&config.controller_quorum_voters).map_err(StartError::Voters)?;
-    let heartbeat = Duration::from_millis(config.broker_heartbeat_interval_ms);
-    let session = Duration::from_millis(config.broker_session_timeout_ms);
-    let backoff = Backoff {
-        initial_ms: 50,
-        max_ms: config.broker_heartbeat_interval_ms.clamp(100, 2000),
-    };
+    let timing = Timing::of(&config);
     let snapshot_path = local_snapshot::path_in(&config.metadata_dir());
     let initial = load_local_snapshot(&snapshot_path);
     // The partition logs are opened only once the directory is known to be this cluster's
     // (Kafka's broker, too, starts its `LogManager` only once it has the quorum's metadata:
     // `BrokerMetadataPublisher.initializeManagers` on the first published image).
-    let request_timeout = heartbeat.clamp(Duration::from_millis(500), Duration::from_secs(5));
-    let Some(cluster_id) =
-        learn_cluster_id(&channels, backoff, request_timeout, &mut shutdown_rx).await
+    let Some(cluster_id) = learn_cluster_id(
+        &channels,
+        timing.backoff,
+        timing.request_timeout,
+        &mut shutdown_rx,
+    )
+    .await
     else {
         tracing::info!("shutdown requested before the controllers reported the cluster id");
         return Ok(());
@@ -142,16 +135,7 @@ pub async fn serve(
     let (status_tx, status_rx) = watch::channel(LifecycleStatus::default());
     let (sink, events) = LocalChangesSink::channel(crate::metadata::sink::DEFAULT_CAPACITY);
     let (replicas, replica_tasks) = ReplicaManager::start(
-        ReplicaManagerConfig {
-            broker_id: config.node_id,
-            data_dir: config.log_dir.clone(),
-            replica_lag_time_max_ms: config.replica_lag_time_max_ms,
-            replica_lag_max_messages: config.replica_lag_max_messages,
-            min_insync_replicas: config.min_insync_replicas,
-            log_defaults: config.log_config(),
-            replica_fetch_wait_max_ms: config.replica_fetch_wait_max_ms,
-            replica_fetch_backoff_ms: 100,
-        },
+        replica_manager_config(&config),
         channels.clone(),
         status_rx.clone(),
         events,
@@ -161,15 +145,117 @@ pub async fn serve(
             broker_id: config.node_id,
             snapshot_path,
             snapshot_interval: Duration::from_millis(config.metadata_snapshot_interval_ms),
-            idle_timeout: session.max(Duration::from_secs(2)),
-            backoff,
+            idle_timeout: timing.session.max(Duration::from_secs(2)),
+            backoff: timing.backoff,
         },
         channels.clone(),
         initial.clone(),
         sink,
     );
+    crate::observe::publish(tailer.images(), status_rx.clone());
+    let lifecycle_cfg = lifecycle_config(&config, cluster_id, timing);
+    tracing::info!(
+        broker_id = config.node_id,
+        incarnation_id = %lifecycle_cfg.incarnation_id,
+        listeners = %config.listeners,
+        advertised_listeners = %config.advertised_listeners,
+        voters = ?config.controller_quorum_voters,
+        "broker started"
+    );
+    let (lifecycle, lifecycle_done) = spawn_lifecycle(
+        lifecycle_cfg,
+        config.controller_quorum_voters.clone(),
+        timing.request_timeout,
+        tailer.images(),
+        status_tx,
+        shutdown_rx,
+    )
+    .map_err(|e| StartError::Serve(format!("cannot start the lifecycle thread: {e}")))?;
+    let grpc = BrokerGrpc {
+        broker_id: config.node_id,
+        min_insync_replicas: config.min_insync_replicas,
+        images: tailer.images(),
+        status: status_rx,
+        replicas: replicas.clone(),
+    };
+    let served = serve_grpc(listener, grpc, lifecycle_done).await;
+    // Stop in the order that keeps every write accounted for: the lifecycle (controlled
+    // shutdown) is over, then the tailer (final local snapshot), then the partitions.
+    let outcome = lifecycle.await;
+    tailer.stop().await;
+    replica_tasks.shutdown(&replicas).await;
+    let outcome = outcome.map_err(|why| StartError::Serve(format!("lifecycle task: {why}")))?;
+    served.map_err(|e| StartError::Serve(e.to_string()))?;
+    let outcome = outcome?;
+    tracing::info!(broker_id = config.node_id, ?outcome, "broker stopped");
+    if outcome == ShutdownOutcome::TimedOut {
+        tracing::warn!("the controlled shutdown was not confirmed by the controller");
+    }
+    // The lock is released only now, after every partition log is closed.
+    drop(log_dir);
+    Ok(())
+}
+
+/// A flag that turns true once `shutdown` resolves (the lifecycle and the cluster-id wait
+/// watch it).
+fn shutdown_flag(shutdown: impl Future<Output = ()> + Send + 'static) -> watch::Receiver<bool> {
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        shutdown_tx.send_replace(true);
+        // Keep the sender alive: a dropped sender would read as a shutdown request too.
+        std::future::pending::<()>().await;
+    });
+    shutdown_rx
+}
+
+/// The broker's timings derived from its config.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    /// `broker_heartbeat_interval_ms`.
+    heartbeat: Duration,
+    /// `broker_session_timeout_ms`: also the bound of a controlled shutdown.
+    session: Duration,
+    /// Retry backoff towards the controllers: 50 ms doubling up to the heartbeat interval
+    /// (100 ms..2 s).
+    backoff: Backoff,
+    /// Timeout of one request to a controller: the heartbeat interval within 0.5..5 s.
+    request_timeout: Duration,
+}
+
+impl Timing {
+    fn of(config: &BrokerConfig) -> Self {
+        let heartbeat = Duration::from_millis(config.broker_heartbeat_interval_ms);
+        Self {
+            heartbeat,
+            session: Duration::from_millis(config.broker_session_timeout_ms),
+            backoff: Backoff {
+                initial_ms: 50,
+                max_ms: config.broker_heartbeat_interval_ms.clamp(100, 2000),
+            },
+            request_timeout: heartbeat.clamp(Duration::from_millis(500), Duration::from_secs(5)),
+        }
+    }
+}
+
+/// The replica manager's settings from the broker config.
+fn replica_manager_config(config: &BrokerConfig) -> ReplicaManagerConfig {
+    ReplicaManagerConfig {
+        broker_id: config.node_id,
+        data_dir: config.log_dir.clone(),
+        replica_lag_time_max_ms: config.replica_lag_time_max_ms,
+        replica_lag_max_messages: config.replica_lag_max_messages,
+        min_insync_replicas: config.min_insync_replicas,
+        log_defaults: config.log_config(),
+        replica_fetch_wait_max_ms: config.replica_fetch_wait_max_ms,
+        replica_fetch_backoff_ms: 100,
+    }
+}
+
+/// What the lifecycle registers (a new incarnation id per start) and how it times its calls.
+fn lifecycle_config(config: &BrokerConfig, cluster_id: String, timing: Timing) -> LifecycleConfig {
     let (host, port) = config.advertised_host_port();
-    let lifecycle_cfg = LifecycleConfig {
+    LifecycleConfig {
         broker_id: config.node_id,
         incarnation_id: uuid::Uuid::new_v4(),
         endpoint: BrokerEndpoint {
@@ -179,43 +265,20 @@ pub async fn serve(
             security_protocol: "PLAINTEXT".into(),
         },
         rack: config.rack.clone().unwrap_or_default(),
-        cluster_id: cluster_id.clone(),
-        heartbeat_interval: heartbeat,
-        controlled_shutdown_timeout: session,
-        backoff,
-    };
-    crate::observe::publish(tailer.images(), status_rx.clone());
-    tracing::info!(
-        broker_id = config.node_id,
-        incarnation_id = %lifecycle_cfg.incarnation_id,
-        listeners = %config.listeners,
-        advertised_listeners = %config.advertised_listeners,
-        voters = ?config.controller_quorum_voters,
-        "broker started"
-    );
-    let lifecycle = spawn_lifecycle(
-        lifecycle_cfg,
-        config.controller_quorum_voters.clone(),
-        request_timeout,
-        tailer.images(),
-        status_tx,
-        shutdown_rx,
-    )
-    .map_err(|e| StartError::Serve(format!("cannot start the lifecycle thread: {e}")))?;
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-    let lifecycle = tokio::spawn(async move {
-        let r = lifecycle.await;
-        let _ = done_tx.send(());
-        r.map_err(|_| "the lifecycle thread ended without an outcome (it panicked)")
-    });
-    let grpc = BrokerGrpc {
-        broker_id: config.node_id,
-        min_insync_replicas: config.min_insync_replicas,
-        images: tailer.images(),
-        status: status_rx,
-        replicas: replicas.clone(),
-    };
-    let served = tonic::transport::Server::builder()
+        cluster_id,
+        heartbeat_interval: timing.heartbeat,
+        controlled_shutdown_timeout: timing.session,
+        backoff: timing.backoff,
+    }
+}
+
+/// Serves `grpc` on `listener` until `until` resolves (the lifecycle ended).
+async fn serve_grpc(
+    listener: TcpListener,
+    grpc: BrokerGrpc,
+    until: tokio::sync::oneshot::Receiver<()>,
+) -> Result<(), tonic::transport::Error> {
+    tonic::transport::Server::builder()
         .initial_stream_window_size(BROKER_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(BROKER_CONNECTION_WINDOW_BYTES)
         .add_service(
@@ -230,30 +293,10 @@ pub async fn serve(
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
             async {
-                let _ = done_rx.await;
+                let _ = until.await;
             },
         )
-        .await;
-    let joined = lifecycle.await.map_err(|e| e.to_string());
-    let outcome = match joined.and_then(|r| r.map_err(str::to_string)) {
-        Ok(r) => r,
-        Err(why) => {
-            tailer.stop().await;
-            replica_tasks.shutdown(&replicas).await;
-            return Err(StartError::Serve(format!("lifecycle task: {why}")));
-        }
-    };
-    tailer.stop().await;
-    replica_tasks.shutdown(&replicas).await;
-    served.map_err(|e| StartError::Serve(e.to_string()))?;
-    let outcome = outcome?;
-    tracing::info!(broker_id = config.node_id, ?outcome, "broker stopped");
-    if outcome == ShutdownOutcome::TimedOut {
-        tracing::warn!("the controlled shutdown was not confirmed by the controller");
-    }
-    // The lock is released only now, after every partition log is closed.
-    drop(log_dir);
-    Ok(())
+        .await
 }
 
 /// The cluster id in a DescribeCluster reply, if the replying controller knows it (no error,
@@ -315,6 +358,9 @@ async fn learn_cluster_id(
     }
 }
 
+/// How the lifecycle loop ended: its own result, or why it has none (its thread panicked).
+type LifecycleOutcome = Result<Result<ShutdownOutcome, manager::LifecycleError>, String>;
+
 /// Runs the lifecycle loop ([`manager::run`]: registration, heartbeats, controlled shutdown)
 /// on its own OS thread with its own single-threaded runtime and its own controller channels
 /// (Kafka: `BrokerLifecycleManager` has its own event-queue thread). Produce and replica
@@ -322,8 +368,8 @@ async fn learn_cluster_id(
 /// blocks those writes (seconds on a busy ext4), a heartbeat sharing those workers would be
 /// late and the controller would fence a healthy broker after `broker_session_timeout_ms`.
 /// The channels are created on the lifecycle runtime because a tonic channel's connection
-/// task runs on the runtime that created it. The receiver yields the loop's outcome; it
-/// errors only if the thread died without one (a panic).
+/// task runs on the runtime that created it. Returns the loop's outcome as a future (an error
+/// text if the thread died without one, a panic) and a receiver that fires when it ends.
 fn spawn_lifecycle(
     cfg: LifecycleConfig,
     voters: std::collections::BTreeMap<u64, String>,
@@ -331,8 +377,10 @@ fn spawn_lifecycle(
     images: watch::Receiver<MetadataImage>,
     status: watch::Sender<LifecycleStatus>,
     shutdown: watch::Receiver<bool>,
-) -> std::io::Result<tokio::sync::oneshot::Receiver<Result<ShutdownOutcome, manager::LifecycleError>>>
-{
+) -> std::io::Result<(
+    impl Future<Output = LifecycleOutcome>,
+    tokio::sync::oneshot::Receiver<()>,
+)> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -347,7 +395,14 @@ fn spawn_lifecycle(
             });
             let _ = tx.send(outcome);
         })?;
-    Ok(rx)
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let r = rx.await;
+        let _ = done_tx.send(());
+        r.map_err(|_| "the lifecycle thread ended without an outcome (it panicked)".to_string())
+    });
+    let outcome = async move { task.await.map_err(|e| e.to_string()).and_then(|r| r) };
+    Ok((outcome, done_rx))
 }
 
 /// The local snapshot, or the empty image when there is none or it is unreadable.
