@@ -642,8 +642,20 @@ async fn breakit_restarted_old_leader_does_not_lead_from_stale_snapshot() {
         code(&c.produce(1, "s", -1, &values("a", 0..3)).await),
         ErrorCode::None
     );
-    // Let broker 1's local metadata snapshot record its leadership.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Broker 1's local metadata snapshot must record its leadership before the kill.
+    let snapshot = keel_broker::metadata::local_snapshot::path_in(
+        &c.broker_data_dir(1).join("__cluster_metadata"),
+    );
+    c.wait_for(
+        "broker 1's local snapshot names it leader of s-0",
+        WAIT,
+        || async {
+            let image = keel_broker::metadata::local_snapshot::load(&snapshot).ok()??;
+            let topic = image.topics().get_by_name("s")?;
+            (topic.partitions.get(&0)?.leader == 1).then_some(())
+        },
+    )
+    .await;
     c.kill_broker(1);
     let nl = wait_new_leader(&c, "s", 1).await;
     assert_eq!(
