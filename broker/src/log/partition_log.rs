@@ -246,100 +246,8 @@ impl Log {
         config.validate()?;
         fs::create_dir_all(dir).map_err(io_err(dir))?;
         let now_ms = clock.now_ms();
-        let mut bases = Vec::new();
-        // Only `{offset:020}` names are the log's segment, index and snapshot files (see
-        // `parse_offset_file_name`): anything else is left alone, with a warning, and never
-        // deleted, so a stray `0.log` cannot shadow or get the real segment deleted. The
-        // exceptions are the log's own leftovers: `<own file>.tmp` and the `.deleted` files
-        // of segments removed by retention (`{offset:020}.log.deleted` etc.), deleted here.
-        for e in fs::read_dir(dir).map_err(io_err(dir))? {
-            let e = e.map_err(io_err(dir))?;
-            let path = e.path();
-            let name = e.file_name();
-            let Some(name) = name.to_str() else {
-                tracing::warn!(file = %path.display(), "ignoring file with a non-UTF-8 name in log directory");
-                continue;
-            };
-            let is_file = e.file_type().map_err(io_err(&path))?.is_file();
-            if let Some(target) = name.strip_suffix(".tmp")
-                && is_own_atomic_file(target)
-                && is_file
-            {
-                // Leftover of an interrupted atomic write: the old file is still valid.
-                fs::remove_file(&path).map_err(io_err(&path))?;
-            } else if is_deleted_segment_file_name(name) && is_file {
-                // A segment that retention removed from the log before a crash or shutdown
-                // (renamed under the lock, deleted later, see `delete_old_segments`); never
-                // loaded as a segment.
-                tracing::info!(file = %path.display(), "deleting leftover file of a segment removed by retention");
-                fs::remove_file(&path).map_err(io_err(&path))?;
-            } else if let Some(suffix) = OFFSET_FILE_SUFFIXES.iter().find(|s| name.ends_with(**s)) {
-                match parse_offset_file_name(name, suffix) {
-                    Some(base) if is_file => {
-                        if *suffix == LOG_SUFFIX {
-                            bases.push(base);
-                        }
-                    }
-                    _ => tracing::warn!(
-                        file = %path.display(),
-                        "ignoring file that is not a {{offset:020}}{suffix} file of the log (not deleted)"
-                    ),
-                }
-            } else if name.ends_with(".tmp") {
-                tracing::warn!(file = %path.display(), "ignoring unknown temporary file (not deleted)");
-            }
-        }
-        bases.sort_unstable();
-        let recover_from = bases
-            .iter()
-            .rev()
-            .find(|b| **b <= opts.recovery_point)
-            .or(bases.first())
-            .copied()
-            .unwrap_or(0);
-        let mut segments = BTreeMap::new();
-        let mut recovered_any = false;
-        let mut iter = bases.iter();
-        // One iteration per segment file.
-        for &base in iter.by_ref() {
-            let recover = !opts.clean_shutdown && base >= recover_from;
-            recovered_any |= recover;
-            let (seg, outcome) = Segment::open(
-                dir,
-                base,
-                recover,
-                config.index_interval_bytes,
-                config.max_message_bytes,
-                now_ms,
-            )?;
-            let contiguous = segments
-                .values()
-                .next_back()
-                .is_none_or(|prev: &Segment| prev.next_offset() == base);
-            if !contiguous {
-                tracing::warn!(dir = %dir.display(), base, "segment is not contiguous with the previous one");
-                seg.delete()?;
-                break;
-            }
-            segments.insert(base, seg);
-            if outcome.truncated_bytes > 0 {
-                break;
-            }
-        }
-        // Segments after a corrupt or non-contiguous one cannot be trusted (Kafka deletes
-        // them too).
-        for &base in iter {
-            let seg_path = super::segment::segment_file(dir, base, LOG_SUFFIX);
-            let size = fs::metadata(&seg_path).map(|m| m.len()).unwrap_or(0);
-            tracing::warn!(
-                segment = %seg_path.display(),
-                size_bytes = size,
-                "deleting segment after a corrupt or non-contiguous one"
-            );
-            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
-                remove_if_exists(&super::segment::segment_file(dir, base, suffix))?;
-            }
-        }
+        let bases = segment_bases(dir)?;
+        let (mut segments, recovered_any) = load_segments(dir, &bases, &config, opts, now_ms)?;
         if segments.is_empty() {
             let seg = Segment::create(dir, 0, now_ms)?;
             segments.insert(0, seg);
@@ -351,22 +259,8 @@ impl Log {
             .next_back()
             .expect("non-empty")
             .next_offset();
-        // The segments are the truth: the checkpoint may predate a truncation or a
-        // retention whose rewrite of it was not fsynced (KAFKA-15046).
-        // A torn or garbled checkpoint (its retention rewrite is not fsynced) is rebuilt
-        // from the batches below, once the log is assembled.
-        let (epoch_cache, rebuild_epochs) = match LeaderEpochCache::open(dir) {
-            Ok(mut cache) => {
-                cache.truncate_from_end(log_end_offset)?;
-                cache.truncate_from_start(log_start_offset)?;
-                (cache, false)
-            }
-            Err(e @ LogError::MalformedFile { .. }) => {
-                tracing::warn!(dir = %dir.display(), "{e}; rebuilding the leader-epoch cache from the batches' partition leader epochs");
-                (LeaderEpochCache::in_memory(), true)
-            }
-            Err(e) => return Err(e),
-        };
+        let (epoch_cache, rebuild_epochs) =
+            open_epoch_cache(dir, log_start_offset, log_end_offset)?;
         let mut log = Log {
             dir: dir.to_path_buf(),
             config,
@@ -1161,6 +1055,142 @@ impl Log {
     /// The configuration.
     pub fn config(&self) -> &LogConfig {
         &self.config
+    }
+}
+
+/// The base offsets of the segment files in `dir`, sorted. Only `{offset:020}` names are the
+/// log's segment, index and snapshot files (see `parse_offset_file_name`): anything else is
+/// left alone, with a warning, and never deleted, so a stray `0.log` cannot shadow or get the
+/// real segment deleted. The exceptions are the log's own leftovers: `<own file>.tmp` and the
+/// `.deleted` files of segments removed by retention (`{offset:020}.log.deleted` etc.),
+/// deleted here.
+fn segment_bases(dir: &Path) -> LogResult<Vec<i64>> {
+    let mut bases = Vec::new();
+    for e in fs::read_dir(dir).map_err(io_err(dir))? {
+        let e = e.map_err(io_err(dir))?;
+        let path = e.path();
+        let name = e.file_name();
+        let Some(name) = name.to_str() else {
+            tracing::warn!(file = %path.display(), "ignoring file with a non-UTF-8 name in log directory");
+            continue;
+        };
+        let is_file = e.file_type().map_err(io_err(&path))?.is_file();
+        if let Some(target) = name.strip_suffix(".tmp")
+            && is_own_atomic_file(target)
+            && is_file
+        {
+            // Leftover of an interrupted atomic write: the old file is still valid.
+            fs::remove_file(&path).map_err(io_err(&path))?;
+        } else if is_deleted_segment_file_name(name) && is_file {
+            // A segment that retention removed from the log before a crash or shutdown
+            // (renamed under the lock, deleted later, see `delete_old_segments`); never
+            // loaded as a segment.
+            tracing::info!(file = %path.display(), "deleting leftover file of a segment removed by retention");
+            fs::remove_file(&path).map_err(io_err(&path))?;
+        } else if let Some(suffix) = OFFSET_FILE_SUFFIXES.iter().find(|s| name.ends_with(**s)) {
+            match parse_offset_file_name(name, suffix) {
+                Some(base) if is_file => {
+                    if *suffix == LOG_SUFFIX {
+                        bases.push(base);
+                    }
+                }
+                _ => tracing::warn!(
+                    file = %path.display(),
+                    "ignoring file that is not a {{offset:020}}{suffix} file of the log (not deleted)"
+                ),
+            }
+        } else if name.ends_with(".tmp") {
+            tracing::warn!(file = %path.display(), "ignoring unknown temporary file (not deleted)");
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// Opens the segments at `bases` (sorted), recovering those at or above the recovery point
+/// after an unclean shutdown, and stops at the first corrupt or non-contiguous one: the
+/// segments after it cannot be trusted and are deleted (Kafka deletes them too). Returns the
+/// segments by base offset and whether any was recovered.
+fn load_segments(
+    dir: &Path,
+    bases: &[i64],
+    config: &LogConfig,
+    opts: LogOpenOptions,
+    now_ms: i64,
+) -> LogResult<(BTreeMap<i64, Segment>, bool)> {
+    let recover_from = bases
+        .iter()
+        .rev()
+        .find(|b| **b <= opts.recovery_point)
+        .or(bases.first())
+        .copied()
+        .unwrap_or(0);
+    let mut segments = BTreeMap::new();
+    let mut recovered_any = false;
+    let mut iter = bases.iter();
+    // One iteration per segment file.
+    for &base in iter.by_ref() {
+        let recover = !opts.clean_shutdown && base >= recover_from;
+        recovered_any |= recover;
+        let (seg, outcome) = Segment::open(
+            dir,
+            base,
+            recover,
+            config.index_interval_bytes,
+            config.max_message_bytes,
+            now_ms,
+        )?;
+        let contiguous = segments
+            .values()
+            .next_back()
+            .is_none_or(|prev: &Segment| prev.next_offset() == base);
+        if !contiguous {
+            tracing::warn!(dir = %dir.display(), base, "segment is not contiguous with the previous one");
+            seg.delete()?;
+            break;
+        }
+        segments.insert(base, seg);
+        if outcome.truncated_bytes > 0 {
+            break;
+        }
+    }
+    // Segments after a corrupt or non-contiguous one cannot be trusted (Kafka deletes
+    // them too).
+    for &base in iter {
+        let seg_path = super::segment::segment_file(dir, base, LOG_SUFFIX);
+        let size = fs::metadata(&seg_path).map(|m| m.len()).unwrap_or(0);
+        tracing::warn!(
+            segment = %seg_path.display(),
+            size_bytes = size,
+            "deleting segment after a corrupt or non-contiguous one"
+        );
+        for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            remove_if_exists(&super::segment::segment_file(dir, base, suffix))?;
+        }
+    }
+    Ok((segments, recovered_any))
+}
+
+/// The leader-epoch cache of `dir` cut to `[log_start_offset, log_end_offset)`: the segments
+/// are the truth, and the checkpoint may predate a truncation or a retention whose rewrite of
+/// it was not fsynced (KAFKA-15046). A torn or garbled checkpoint yields an empty cache and
+/// `true`: rebuild it from the batches once the log is assembled.
+fn open_epoch_cache(
+    dir: &Path,
+    log_start_offset: i64,
+    log_end_offset: i64,
+) -> LogResult<(LeaderEpochCache, bool)> {
+    match LeaderEpochCache::open(dir) {
+        Ok(mut cache) => {
+            cache.truncate_from_end(log_end_offset)?;
+            cache.truncate_from_start(log_start_offset)?;
+            Ok((cache, false))
+        }
+        Err(e @ LogError::MalformedFile { .. }) => {
+            tracing::warn!(dir = %dir.display(), "{e}; rebuilding the leader-epoch cache from the batches' partition leader epochs");
+            Ok((LeaderEpochCache::in_memory(), true))
+        }
+        Err(e) => Err(e),
     }
 }
 
