@@ -33,6 +33,8 @@
 #[allow(unused_imports)]
 mod common;
 
+use common::Endpoints;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -14,6 +14,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::Endpoints;
 use common::*;
 use keel_proto::controller::DescribeClusterReply;
 

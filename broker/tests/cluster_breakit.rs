@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use common::Endpoints;
 use common::data::{batch, code, idempotent_batch, now_ms, values};
 use common::{Cluster, Options, assigned_topic, ok};
 use keel_proto::ErrorCode;
@@ -511,7 +512,8 @@ async fn breakit_zombie_leader_after_sigcont() {
     c.wait_unfenced(&[1, 2, 3], WAIT).await;
     c.create_topic(assigned_topic("z", &[&[1, 2, 3]]), WAIT)
         .await;
-    c.set_topic_config("z", "min.insync.replicas", "2").await;
+    c.set_topic_config("z", "min.insync.replicas", "2", WAIT)
+        .await;
     c.wait_leader_isr(1, "z", &[1, 2, 3], WAIT).await;
     c.wait_for("min.insync 2 applied", WAIT, || async {
         (c.replica(1, "z", 0).await?.min_insync_replicas == 2).then_some(())
@@ -1135,8 +1137,9 @@ async fn breakit_follower_restarts_below_leader_log_start() {
     c.wait_unfenced(&[1, 2, 3], WAIT).await;
     c.create_topic(assigned_topic("rt", &[&[1, 2, 3]]), WAIT)
         .await;
-    c.set_topic_config("rt", "segment.bytes", "1024").await;
-    c.set_topic_config("rt", "retention.ms", "1000").await;
+    c.set_topic_config("rt", "segment.bytes", "1024", WAIT)
+        .await;
+    c.set_topic_config("rt", "retention.ms", "1000", WAIT).await;
     c.wait_leader_isr(1, "rt", &[1, 2, 3], WAIT).await;
     assert_eq!(
         code(&c.produce(1, "rt", -1, &values("first", 0..5)).await),

@@ -7,6 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
+use common::Endpoints;
 use common::data::{code, idempotent_batch, values};
 use common::{Cluster, Options, SESSION_TIMEOUT_MS, assigned_topic};
 use keel_proto::ErrorCode;
@@ -31,7 +32,8 @@ async fn seed_000_lab_shrink_reject_rejoin_and_fencing() {
     c.wait_unfenced(&[1, 2, 3], WAIT).await;
     c.create_topic(assigned_topic("lab", &[&[1, 2, 3]]), WAIT)
         .await;
-    c.set_topic_config("lab", "min.insync.replicas", "2").await;
+    c.set_topic_config("lab", "min.insync.replicas", "2", WAIT)
+        .await;
     let start = c.wait_leader_isr(1, "lab", &[1, 2, 3], WAIT).await;
     c.wait_for("min.insync 2 applied", WAIT, || async {
         (c.replica(1, "lab", 0).await?.min_insync_replicas == 2).then_some(())
@@ -185,7 +187,7 @@ async fn kill_leader_under_idempotent_acks_all_stream() {
     c.wait_unfenced(&[1, 2, 3], WAIT).await;
     c.create_topic(assigned_topic("stream", &[&[1, 2, 3]]), WAIT)
         .await;
-    c.set_topic_config("stream", "min.insync.replicas", "2")
+    c.set_topic_config("stream", "min.insync.replicas", "2", WAIT)
         .await;
     c.wait_leader_isr(1, "stream", &[1, 2, 3], WAIT).await;
     let mut b = c.broker_client(2);
@@ -296,7 +298,8 @@ async fn follower_joins_the_isr_only_past_the_leader_epoch_start() {
     c.wait_unfenced(&[1, 2, 3], WAIT).await;
     c.create_topic(assigned_topic("gate", &[&[1, 2, 3]]), WAIT)
         .await;
-    c.set_topic_config("gate", "min.insync.replicas", "2").await;
+    c.set_topic_config("gate", "min.insync.replicas", "2", WAIT)
+        .await;
     c.wait_leader_isr(1, "gate", &[1, 2, 3], WAIT).await;
     c.wait_for("min.insync 2 applied", WAIT, || async {
         (c.replica(1, "gate", 0).await?.min_insync_replicas == 2).then_some(())

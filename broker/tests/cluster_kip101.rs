@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::Endpoints;
 use common::data::{code, values};
 use common::{Cluster, Options, assigned_topic};
 use keel_proto::ErrorCode;

@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::Endpoints;
 use common::data::{code, values};
 use common::{Cluster, Options, assigned_topic};
 use keel_proto::ErrorCode;
@@ -29,7 +30,8 @@ async fn leadership_returns_to_the_preferred_replica_once_it_is_back_in_the_isr(
     c.wait_unfenced(&[1, 2, 3], WAIT).await;
     c.create_topic(assigned_topic("rb", &[&[1, 2, 3]]), WAIT)
         .await;
-    c.set_topic_config("rb", "min.insync.replicas", "2").await;
+    c.set_topic_config("rb", "min.insync.replicas", "2", WAIT)
+        .await;
     let first = c.wait_leader_isr(1, "rb", &[1, 2, 3], WAIT).await;
     let mut acked = values("a", 0..5);
     assert_eq!(code(&c.produce(1, "rb", -1, &acked).await), ErrorCode::None);

@@ -16,6 +16,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::Endpoints;
 use common::data::{code, values};
 use common::*;
 use keel_proto::ErrorCode;

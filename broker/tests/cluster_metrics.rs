@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use common::Endpoints;
 use common::http::{http_get, sample};
 use common::*;
 

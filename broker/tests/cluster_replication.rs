@@ -6,6 +6,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::Endpoints;
 use common::data::{code, values};
 use common::{Cluster, Options, assigned_topic};
 use keel_proto::ErrorCode;
@@ -35,7 +36,7 @@ async fn started(topic: &str) -> Cluster {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acks_min_insync_isr_matrix() {
     let mut c = started("matrix").await;
-    c.set_topic_config("matrix", "min.insync.replicas", "2")
+    c.set_topic_config("matrix", "min.insync.replicas", "2", WAIT)
         .await;
     c.wait_for(
         "min.insync.replicas 2 applied on the leader",
@@ -119,7 +120,7 @@ async fn acks_min_insync_isr_matrix() {
         }
         let before = c.wait_leader_isr(1, "matrix", row.isr, WAIT).await;
         if before.min_insync_replicas.to_string() != row.min_insync {
-            c.set_topic_config("matrix", "min.insync.replicas", row.min_insync)
+            c.set_topic_config("matrix", "min.insync.replicas", row.min_insync, WAIT)
                 .await;
             c.wait_for("min.insync.replicas applied", WAIT, || async {
                 let r = c.replica(1, "matrix", 0).await?;

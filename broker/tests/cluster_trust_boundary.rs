@@ -9,6 +9,7 @@ mod common;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use common::Endpoints;
 use common::data::{batch, code, decode, idempotent_batch, values};
 use common::{Cluster, Options, assigned_topic};
 use keel_proto::ErrorCode;

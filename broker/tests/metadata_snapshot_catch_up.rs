@@ -7,6 +7,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::Endpoints;
 use common::*;
 use keel_proto::controller::{DeleteTopicState, DeleteTopicsRequest, DescribeQuorumRequest};
 

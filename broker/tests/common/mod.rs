@@ -3,22 +3,14 @@
 //! deadline; nothing sleeps to synchronise.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use keel_proto::ErrorCode;
-use keel_proto::broker::broker_service_client::BrokerServiceClient;
-use keel_proto::broker::{
-    DescribeReplicasReply, DescribeReplicasRequest, MetadataReply, MetadataRequest,
-};
-use keel_proto::common::Error as WireError;
+use keel_proto::broker::{MetadataReply, MetadataRequest};
+use keel_proto::controller::DescribeClusterReply;
 use keel_proto::controller::controller_service_client::ControllerServiceClient;
-use keel_proto::controller::{
-    CreatableTopic, CreateTopicsRequest, DescribeClusterReply, DescribeClusterRequest,
-};
 use tonic::transport::Channel;
 
 /// The broker binary cargo built for these tests.
@@ -58,25 +50,10 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
-/// True when a reply error is absent/NONE.
-pub fn ok(e: &Option<WireError>) -> bool {
-    e.as_ref().is_none_or(|e| e.code == 0)
-}
-
-/// True when a reply error means "ask the active controller".
-pub fn is_not_controller(e: &Option<WireError>) -> bool {
-    e.as_ref()
-        .is_some_and(|e| e.code == i32::from(ErrorCode::NotController.code()))
-}
-
-fn lazy(addr: &str) -> Channel {
-    Channel::from_shared(format!("http://{addr}"))
-        .unwrap()
-        .tcp_nodelay(true)
-        .initial_stream_window_size(keel_proto::limits::BROKER_STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(keel_proto::limits::BROKER_CONNECTION_WINDOW_BYTES)
-        .connect_lazy()
-}
+pub use keel_tests::Endpoints;
+// Re-exported for the test files; each uses a subset.
+#[allow(unused_imports)]
+pub use keel_tests::data::{assigned_topic, is_not_controller, ok};
 
 /// Three (or n) controllers and m brokers.
 pub struct Cluster {
@@ -197,10 +174,6 @@ impl Cluster {
 
     pub fn controller_addr(&self, id: u64) -> String {
         format!("127.0.0.1:{}", self.controller_ports[id as usize - 1])
-    }
-
-    pub fn broker_addr(&self, id: i32) -> String {
-        format!("127.0.0.1:{}", self.broker_ports[id as usize - 1])
     }
 
     pub fn broker_log_path(&self, id: i32) -> PathBuf {
@@ -368,36 +341,7 @@ impl Cluster {
     }
 
     pub fn controller_client(&self, id: u64) -> ControllerServiceClient<Channel> {
-        ControllerServiceClient::new(lazy(&self.controller_addr(id)))
-    }
-
-    pub fn broker_client(&self, id: i32) -> BrokerServiceClient<Channel> {
-        BrokerServiceClient::new(lazy(&self.broker_addr(id)))
-    }
-
-    /// DescribeCluster (fenced brokers included) from the active controller, if one answers.
-    pub async fn try_describe_cluster(&self) -> Option<DescribeClusterReply> {
-        for id in self
-            .controller_ids()
-            .into_iter()
-            .filter(|i| self.controller_running(*i))
-        {
-            let mut c = self.controller_client(id);
-            let r = tokio::time::timeout(
-                Duration::from_millis(1000),
-                c.describe_cluster(DescribeClusterRequest {
-                    include_fenced_brokers: true,
-                }),
-            )
-            .await;
-            if let Ok(Ok(r)) = r {
-                let r = r.into_inner();
-                if r.controller_id == r.replying_node_id {
-                    return Some(r);
-                }
-            }
-        }
-        None
+        ControllerServiceClient::new(keel_tests::api::channel(&self.controller_addr(id)))
     }
 
     /// Polls `f` (over the active controller's DescribeCluster) until it is true.
@@ -425,35 +369,11 @@ impl Cluster {
         }
     }
 
-    /// Waits until every listed broker is registered and unfenced; returns the reply.
-    pub async fn wait_unfenced(&self, brokers: &[i32], deadline: Duration) -> DescribeClusterReply {
-        self.wait_cluster("brokers unfenced", deadline, |r| {
-            brokers.iter().all(|id| {
-                r.brokers
-                    .iter()
-                    .any(|b| b.broker_id == *id && !b.fenced && !b.in_controlled_shutdown)
-            })
-        })
-        .await
-    }
-
     /// The active controller id (polls).
     pub async fn active_controller(&self, deadline: Duration) -> u64 {
         self.wait_cluster("an active controller", deadline, |_| true)
             .await
             .controller_id as u64
-    }
-
-    pub async fn try_describe_replicas(&self, id: i32) -> Option<DescribeReplicasReply> {
-        let mut c = self.broker_client(id);
-        tokio::time::timeout(
-            Duration::from_millis(1000),
-            c.describe_replicas(DescribeReplicasRequest::default()),
-        )
-        .await
-        .ok()?
-        .ok()
-        .map(|r| r.into_inner())
     }
 
     pub async fn try_metadata(&self, id: i32, topics: &[&str]) -> Option<MetadataReply> {
@@ -507,71 +427,6 @@ impl Cluster {
         }
     }
 
-    /// Creates a topic through the active controller.
-    pub async fn create_topic(&self, topic: CreatableTopic, deadline: Duration) {
-        let start = Instant::now();
-        loop {
-            for id in self
-                .controller_ids()
-                .into_iter()
-                .filter(|i| self.controller_running(*i))
-            {
-                let mut c = self.controller_client(id);
-                let req = CreateTopicsRequest {
-                    topics: vec![topic.clone()],
-                    validate_only: false,
-                };
-                if let Ok(Ok(r)) =
-                    tokio::time::timeout(Duration::from_millis(1500), c.create_topics(req)).await
-                {
-                    let r = r.into_inner();
-                    if is_not_controller(&r.error) {
-                        continue;
-                    }
-                    assert!(ok(&r.error), "create {}: {:?}", topic.name, r.error);
-                    assert!(
-                        ok(&r.topics[0].error),
-                        "create {}: {:?}",
-                        topic.name,
-                        r.topics[0].error
-                    );
-                    return;
-                }
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "no active controller created {} within {deadline:?}\n{}",
-                topic.name,
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-
-    /// Polls `f` until it returns `Some`.
-    pub async fn wait_for<T, Fut>(
-        &self,
-        what: &str,
-        deadline: Duration,
-        mut f: impl FnMut() -> Fut,
-    ) -> T
-    where
-        Fut: Future<Output = Option<T>>,
-    {
-        let start = Instant::now();
-        loop {
-            if let Some(v) = f().await {
-                return v;
-            }
-            assert!(
-                start.elapsed() < deadline,
-                "{what}: not within {deadline:?}\n{}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-
     /// The last lines of every process log (for failure messages).
     pub fn logs(&self) -> String {
         let mut s = String::new();
@@ -594,27 +449,6 @@ impl Cluster {
     }
 }
 
-/// A topic with an explicit assignment of partition 0 (and more partitions if given).
-pub fn assigned_topic(name: &str, assignments: &[&[i32]]) -> CreatableTopic {
-    CreatableTopic {
-        name: name.into(),
-        num_partitions: -1,
-        replication_factor: -1,
-        assignments: assignments
-            .iter()
-            .enumerate()
-            .map(
-                |(i, b)| keel_proto::controller::CreatableReplicaAssignment {
-                    partition_index: i as i32,
-                    broker_ids: b.to_vec(),
-                },
-            )
-            .collect(),
-        configs: vec![],
-    }
-}
-
-/// Record batches and data-plane calls for the replication tests.
 /// HTTP/1.1 GETs of the brokers' `/metrics` and `/health` listeners.
 pub mod http {
     use std::net::SocketAddr;
@@ -650,254 +484,9 @@ pub mod http {
     }
 }
 
+/// Record batches, values and reply codes (the shared harness's).
 pub mod data {
-    use std::time::Duration;
-
-    use bytes::Bytes;
-    use keel_proto::ErrorCode;
-    use keel_proto::broker::{
-        FetchPartition, FetchRequest, FetchTopic, ProducePartitionData, ProducePartitionResponse,
-        ProduceRequest, ProduceTopicData, ReplicaDescription,
-    };
-    use keel_proto::controller::{
-        AlterConfigOp, AlterConfigsRequest, AlterConfigsResource, AlterableConfig,
-    };
-    use keel_proto::metadata::ConfigResourceType;
-    use keel_record::{BatchIter, RecordBatchBuilder};
-
-    use super::Cluster;
-
-    /// Wall clock now, ms (record timestamps).
-    pub fn now_ms() -> i64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64
-    }
-
-    /// One batch holding `values` (no producer id).
-    pub fn batch(values: &[String]) -> Bytes {
-        let mut b = RecordBatchBuilder::new(0);
-        let ts = now_ms();
-        for v in values {
-            b.append(ts, None, Some(v.as_bytes()), &[]);
-        }
-        b.build().as_bytes().clone()
-    }
-
-    /// One idempotent batch.
-    pub fn idempotent_batch(pid: i64, epoch: i16, seq: i32, values: &[String]) -> Bytes {
-        let mut b = RecordBatchBuilder::new(0).producer(pid, epoch, seq);
-        let ts = now_ms();
-        for v in values {
-            b.append(ts, None, Some(v.as_bytes()), &[]);
-        }
-        b.build().as_bytes().clone()
-    }
-
-    /// `(offset, value)` of every record in `records`, plus (base offset, CRC) per batch.
-    pub fn decode(records: &Bytes) -> (Records, Crcs) {
-        let mut out = Vec::new();
-        let mut crcs = Vec::new();
-        for b in BatchIter::new(records.clone()) {
-            let b = b.unwrap();
-            let h = *b.header();
-            crcs.push((h.base_offset, h.crc));
-            for r in b.records() {
-                let r = r.unwrap();
-                let v = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
-                out.push((h.base_offset + r.offset_delta as i64, v));
-            }
-        }
-        (out, crcs)
-    }
-
-    /// `(offset, value)` per record.
-    pub type Records = Vec<(i64, String)>;
-    /// `(base offset, CRC)` per batch.
-    pub type Crcs = Vec<(i64, u32)>;
-
-    /// Values `"{prefix}-{i}"` for `i` in `range`.
-    pub fn values(prefix: &str, range: std::ops::Range<usize>) -> Vec<String> {
-        range.map(|i| format!("{prefix}-{i}")).collect()
-    }
-
-    /// Error code of a partition response.
-    pub fn code(r: &ProducePartitionResponse) -> ErrorCode {
-        ErrorCode::from_proto(r.error.as_ref()).unwrap()
-    }
-
-    impl Cluster {
-        /// One Produce of `records` to `topic`-`partition` on broker `id`.
-        #[allow(clippy::too_many_arguments)]
-        pub async fn produce_raw(
-            &self,
-            id: i32,
-            topic: &str,
-            partition: i32,
-            acks: i32,
-            timeout_ms: i32,
-            records: Bytes,
-            leader_epoch: Option<i32>,
-        ) -> Result<ProducePartitionResponse, tonic::Status> {
-            let mut c = self.broker_client(id);
-            let reply = c
-                .produce(ProduceRequest {
-                    acks,
-                    timeout_ms,
-                    transactional_id: String::new(),
-                    topics: vec![ProduceTopicData {
-                        name: topic.into(),
-                        topic_id: Bytes::new(),
-                        partitions: vec![ProducePartitionData {
-                            index: partition,
-                            records,
-                            current_leader_epoch: leader_epoch,
-                        }],
-                    }],
-                })
-                .await?
-                .into_inner();
-            Ok(reply.responses[0].partitions[0].clone())
-        }
-
-        /// Produce that must get an answer from the broker.
-        pub async fn produce(
-            &self,
-            id: i32,
-            topic: &str,
-            acks: i32,
-            values: &[String],
-        ) -> ProducePartitionResponse {
-            self.produce_raw(id, topic, 0, acks, 5000, batch(values), None)
-                .await
-                .unwrap()
-        }
-
-        /// Consumer fetch of everything below the HW from `from`, on broker `id`: the
-        /// records, the batch CRCs and the HW.
-        pub async fn consume(
-            &self,
-            id: i32,
-            topic: &str,
-            partition: i32,
-            from: i64,
-        ) -> (Records, Crcs, i64) {
-            let mut c = self.broker_client(id);
-            let mut offset = from;
-            let mut all = Vec::new();
-            let mut crcs = Vec::new();
-            loop {
-                let reply = c
-                    .fetch(FetchRequest {
-                        replica_id: -1,
-                        broker_epoch: -1,
-                        max_wait_ms: 0,
-                        min_bytes: 0,
-                        // Kafka's consumer defaults (`fetch.max.bytes`,
-                        // `max.partition.fetch.bytes`); 0 would read one batch per fetch.
-                        max_bytes: 50 << 20,
-                        isolation_level: 0,
-                        topics: vec![FetchTopic {
-                            topic: topic.into(),
-                            topic_id: Bytes::new(),
-                            partitions: vec![FetchPartition {
-                                partition,
-                                fetch_offset: offset,
-                                current_leader_epoch: None,
-                                last_fetched_epoch: -1,
-                                log_start_offset: -1,
-                                partition_max_bytes: 1 << 20,
-                            }],
-                        }],
-                    })
-                    .await
-                    .unwrap()
-                    .into_inner();
-                let p = &reply.responses[0].partitions[0];
-                let code = ErrorCode::from_proto(p.error.as_ref()).unwrap();
-                assert_eq!(
-                    code,
-                    ErrorCode::None,
-                    "consume {topic}-{partition} at {offset}: {p:?}"
-                );
-                let (recs, c2) = decode(&p.records);
-                if recs.is_empty() {
-                    return (all, crcs, p.high_watermark);
-                }
-                offset = recs.last().unwrap().0 + 1;
-                all.extend(recs.into_iter().filter(|(o, _)| *o >= from));
-                crcs.extend(c2);
-            }
-        }
-
-        /// Broker `id`'s description of `topic`-`partition`.
-        pub async fn replica(
-            &self,
-            id: i32,
-            topic: &str,
-            partition: i32,
-        ) -> Option<ReplicaDescription> {
-            let r = self.try_describe_replicas(id).await?;
-            r.partitions
-                .into_iter()
-                .find(|p| p.topic == topic && p.partition == partition && p.error.is_none())
-        }
-
-        /// Waits until broker `id` leads `topic`-0 with exactly `isr` (sorted) and returns it.
-        pub async fn wait_leader_isr(
-            &self,
-            id: i32,
-            topic: &str,
-            isr: &[i32],
-            deadline: Duration,
-        ) -> ReplicaDescription {
-            let want: Vec<i32> = isr.to_vec();
-            self.wait_for(
-                &format!("broker {id} leads {topic}-0 with ISR {want:?}"),
-                deadline,
-                || async {
-                    let r = self.replica(id, topic, 0).await?;
-                    let mut got = r.isr.clone();
-                    got.sort();
-                    (r.role == keel_proto::broker::ReplicaRole::Leader as i32
-                        && got == want
-                        && !r.pending_isr_change)
-                        .then_some(r)
-                },
-            )
-            .await
-        }
-
-        /// Sets a topic config through the active controller.
-        pub async fn set_topic_config(&self, topic: &str, key: &str, value: &str) {
-            for id in self.controller_ids() {
-                let mut c = self.controller_client(id);
-                let Ok(r) = c
-                    .alter_configs(AlterConfigsRequest {
-                        resources: vec![AlterConfigsResource {
-                            resource_type: ConfigResourceType::Topic as i32,
-                            resource_name: topic.into(),
-                            configs: vec![AlterableConfig {
-                                name: key.into(),
-                                op: AlterConfigOp::Set as i32,
-                                value: Some(value.into()),
-                            }],
-                        }],
-                        validate_only: false,
-                    })
-                    .await
-                else {
-                    continue;
-                };
-                let r = r.into_inner();
-                if super::ok(&r.error) && r.results.iter().all(|x| super::ok(&x.error)) {
-                    return;
-                }
-            }
-            panic!("could not set {key}={value} on {topic}");
-        }
-    }
+    pub use keel_tests::data::*;
 }
 
 /// Reading a stopped broker's partition log from disk (per-batch CRC comparisons).
@@ -935,5 +524,23 @@ pub mod disk {
             }
             (recs, crcs)
         }
+    }
+}
+
+impl Endpoints for Cluster {
+    fn live_controllers(&self) -> Vec<(u64, String)> {
+        self.controller_ids()
+            .into_iter()
+            .filter(|id| self.controller_running(*id))
+            .map(|id| (id, self.controller_addr(id)))
+            .collect()
+    }
+
+    fn broker_addr(&self, id: i32) -> String {
+        format!("127.0.0.1:{}", self.broker_ports[id as usize - 1])
+    }
+
+    fn diagnostics(&self) -> String {
+        self.logs()
     }
 }
