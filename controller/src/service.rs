@@ -231,12 +231,7 @@ impl ControllerGrpc {
     fn not_controller(&self, code: ErrorCode) -> Option<keel_proto::common::Error> {
         match code {
             ErrorCode::PolicyViolation => {
-                return Some(code.to_proto(format!(
-                    "the request would write more than {} metadata records (Kafka's per-operation limit) or {} bytes of them, or a record over {} bytes; split it",
-                    crate::logic::result::MAX_RECORDS_PER_OPERATION,
-                    keel_metadata_log::limits::MAX_PROPOSED_ENTRY_BYTES,
-                    keel_metadata_log::limits::MAX_PROPOSED_RECORD_BYTES,
-                )));
+                return Some(code.to_proto(crate::logic::result::operation_limits_message()));
             }
             ErrorCode::UnknownServerError => {
                 return Some(

@@ -44,7 +44,7 @@ use openraft::Raft;
 use openraft::raft::ClientWriteResponse;
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::logic::result::{ControllerResult, MAX_RECORDS_PER_OPERATION};
+use crate::logic::result::{ControllerResult, MAX_RECORDS_PER_OPERATION, operation_bytes};
 
 /// Operations waiting to be decided (bounded; senders wait).
 pub const QUEUE_CAPACITY: usize = 4096;
@@ -527,7 +527,7 @@ impl<S: ControllerState> WriteTask<S> {
                 completions.push(p.complete);
                 continue;
             }
-            let op_bytes = match proposal_bytes(&p.records) {
+            let op_bytes = match operation_bytes(&p.records) {
                 Ok(bytes) => bytes,
                 Err(record_bytes) => {
                     // Defence in depth: request bounds keep every field far below this.
@@ -776,21 +776,6 @@ fn chunks(records: Vec<MetadataRecord>, max: usize) -> Vec<Vec<MetadataRecord>> 
         out.push(piece);
     }
     out
-}
-
-/// Encoded bytes of `records` in an entry, or `Err` when one record is above
-/// [`MAX_PROPOSED_RECORD_BYTES`] (then the operation must be refused: see
-/// [`keel_metadata_log::limits`]).
-fn proposal_bytes(records: &[MetadataRecord]) -> Result<usize, usize> {
-    let mut total = 0usize;
-    for r in records {
-        let len = record_entry_bytes(r);
-        if len > MAX_PROPOSED_RECORD_BYTES {
-            return Err(len);
-        }
-        total += len;
-    }
-    Ok(total)
 }
 
 #[cfg(test)]

@@ -113,11 +113,19 @@ pub fn alter_partition(
                 Ok(ti) => match ti.partitions.get(&p.partition_index) {
                     None => Err(refuse(
                         ErrorCode::UnknownTopicOrPartition,
-                        format!("unknown partition {}-{}", ti.name, p.partition_index),
+                        format!(
+                            "unknown partition {}-{}",
+                            keel_proto::limits::clip(&ti.name),
+                            p.partition_index
+                        ),
                     )),
                     Some(_) if !seen.insert((ti.id, p.partition_index)) => Err(refuse(
                         ErrorCode::InvalidRequest,
-                        format!("partition {}-{} named twice", ti.name, p.partition_index),
+                        format!(
+                            "partition {}-{} named twice",
+                            keel_proto::limits::clip(&ti.name),
+                            p.partition_index
+                        ),
                     )),
                     Some(reg) => alter_one(image, req.broker_id, operator, ti, reg, p)
                         .map(|change| (reg.as_ref(), change)),
@@ -217,7 +225,7 @@ fn resolve_topic<'a>(
         .ok_or_else(|| {
             (
                 ErrorCode::UnknownTopicOrPartition,
-                format!("unknown topic {name:?}"),
+                format!("unknown topic {:?}", keel_proto::limits::clip(name)),
             )
         })
 }

@@ -369,7 +369,9 @@ pub fn register_broker(
             ErrorCode::InvalidRequest,
             format!(
                 "feature {} has min_supported_version {} > max_supported_version {}",
-                f.name, f.min_supported_version, f.max_supported_version
+                keel_proto::limits::clip(&f.name),
+                f.min_supported_version,
+                f.max_supported_version
             ),
         );
     }
@@ -428,12 +430,16 @@ pub fn register_broker(
 /// is not connectable).
 fn listener_problem(l: &keel_proto::metadata::BrokerEndpoint) -> Option<String> {
     if l.host.trim().is_empty() {
-        return Some(format!("listener {:?} has an empty host", l.name));
+        return Some(format!(
+            "listener {:?} has an empty host",
+            keel_proto::limits::clip(&l.name)
+        ));
     }
     if l.port == 0 || l.port > u32::from(u16::MAX) {
         return Some(format!(
             "listener {:?} has port {}, expected 1..=65535",
-            l.name, l.port
+            keel_proto::limits::clip(&l.name),
+            l.port
         ));
     }
     None

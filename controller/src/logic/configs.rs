@@ -229,20 +229,29 @@ pub(crate) fn validate_new_topic_configs(
         let def = topic_config_def(&e.name).ok_or_else(|| {
             (
                 ErrorCode::InvalidConfig,
-                format!("unknown topic config {:?}", e.name),
+                format!(
+                    "unknown topic config {:?}",
+                    keel_proto::limits::clip(&e.name)
+                ),
             )
         })?;
         let value = e.value.as_deref().ok_or_else(|| {
             (
                 ErrorCode::InvalidConfig,
-                format!("null value for config {}", e.name),
+                format!(
+                    "null value for config {}",
+                    keel_proto::limits::clip(&e.name)
+                ),
             )
         })?;
         check_topic_value(def, value, Some(replication_factor))?;
         if out.insert(e.name.clone(), value.to_string()).is_some() {
             return Err((
                 ErrorCode::InvalidRequest,
-                format!("config {} given more than once", e.name),
+                format!(
+                    "config {} given more than once",
+                    keel_proto::limits::clip(&e.name)
+                ),
             ));
         }
     }
@@ -403,7 +412,10 @@ pub fn alter_configs(
         let outcome = if counts[&(r.resource_type, r.resource_name.as_str())] > 1 {
             Err((
                 ErrorCode::InvalidRequest,
-                format!("resource {:?} named more than once", r.resource_name),
+                format!(
+                    "resource {:?} named more than once",
+                    keel_proto::limits::clip(&r.resource_name)
+                ),
             ))
         } else {
             resolve_resource(image, r.resource_type, &r.resource_name)
@@ -449,7 +461,10 @@ fn alter_one(
         if !seen.insert(c.name.as_str()) {
             return Err((
                 ErrorCode::InvalidRequest,
-                format!("config {} named more than once", c.name),
+                format!(
+                    "config {} named more than once",
+                    keel_proto::limits::clip(&c.name)
+                ),
             ));
         }
         let def = def_for(res, &c.name).ok_or_else(|| {
@@ -467,7 +482,10 @@ fn alter_one(
                 let v = c.value.as_deref().ok_or_else(|| {
                     (
                         ErrorCode::InvalidRequest,
-                        format!("SET of {} without a value", c.name),
+                        format!(
+                            "SET of {} without a value",
+                            keel_proto::limits::clip(&c.name)
+                        ),
                     )
                 })?;
                 check_topic_value(def, v, rf)?;
@@ -479,14 +497,18 @@ fn alter_one(
                     ErrorCode::InvalidConfig,
                     format!(
                         "{} is not a list config: APPEND/SUBTRACT do not apply",
-                        c.name
+                        keel_proto::limits::clip(&c.name)
                     ),
                 ));
             }
             Err(_) => {
                 return Err((
                     ErrorCode::InvalidRequest,
-                    format!("unknown config op {} for {}", c.op, c.name),
+                    format!(
+                        "unknown config op {} for {}",
+                        c.op,
+                        keel_proto::limits::clip(&c.name)
+                    ),
                 ));
             }
         };

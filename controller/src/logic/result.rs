@@ -10,6 +10,42 @@ use keel_proto::metadata::MetadataRecord;
 /// RPC timeout.
 pub const MAX_RECORDS_PER_OPERATION: usize = 10_000;
 
+/// Bytes `records` take in a Raft entry, or `Err(bytes)` of the first record over
+/// [`MAX_PROPOSED_RECORD_BYTES`](keel_metadata_log::limits::MAX_PROPOSED_RECORD_BYTES).
+pub fn operation_bytes(records: &[MetadataRecord]) -> Result<usize, usize> {
+    let mut total = 0usize;
+    for r in records {
+        let len = keel_metadata_log::limits::record_entry_bytes(r);
+        if len > keel_metadata_log::limits::MAX_PROPOSED_RECORD_BYTES {
+            return Err(len);
+        }
+        total += len;
+    }
+    Ok(total)
+}
+
+/// Whether `records`, written as one atomic operation, exceed what the write path proposes:
+/// more than [`MAX_RECORDS_PER_OPERATION`] records, a record over
+/// [`MAX_PROPOSED_RECORD_BYTES`](keel_metadata_log::limits::MAX_PROPOSED_RECORD_BYTES) or
+/// more than [`MAX_PROPOSED_ENTRY_BYTES`](keel_metadata_log::limits::MAX_PROPOSED_ENTRY_BYTES)
+/// in all. The write path refuses such an operation with POLICY_VIOLATION; a `validate_only`
+/// request that would write it is answered the same way.
+pub fn exceeds_operation_limits(records: &[MetadataRecord]) -> bool {
+    records.len() > MAX_RECORDS_PER_OPERATION
+        || !operation_bytes(records)
+            .is_ok_and(|bytes| bytes <= keel_metadata_log::limits::MAX_PROPOSED_ENTRY_BYTES)
+}
+
+/// The message of the POLICY_VIOLATION for an operation over the limits above.
+pub fn operation_limits_message() -> String {
+    format!(
+        "the request would write more than {} metadata records (Kafka's per-operation limit) or {} bytes of them, or a record over {} bytes; split it",
+        MAX_RECORDS_PER_OPERATION,
+        keel_metadata_log::limits::MAX_PROPOSED_ENTRY_BYTES,
+        keel_metadata_log::limits::MAX_PROPOSED_RECORD_BYTES,
+    )
+}
+
 /// The outcome of one controller operation: the records to propose (as one batch, in order)
 /// and the reply to send once they are committed.
 ///

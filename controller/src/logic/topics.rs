@@ -30,6 +30,7 @@ use keel_proto::metadata::{
 use uuid::Uuid;
 
 use super::configs::{effective_configs_for_new_topic, validate_new_topic_configs};
+use super::result::{exceeds_operation_limits, operation_limits_message};
 use super::{ControllerResult, error, is_eligible, record};
 
 pub use keel_proto::limits::{MAX_TOPIC_NAME_LEN, validate_topic_name};
@@ -214,7 +215,10 @@ pub fn create_topics(
         let outcome = if name_counts[t.name.as_str()] > 1 {
             Err((
                 ErrorCode::InvalidRequest,
-                format!("topic {:?} named more than once", t.name),
+                format!(
+                    "topic {:?} named more than once",
+                    keel_proto::limits::clip(&t.name)
+                ),
             ))
         } else {
             let colliding = by_collision_form[&collision_form(&t.name)]
@@ -242,13 +246,18 @@ pub fn create_topics(
                     configs: effective_configs_for_new_topic(image, &plan.configs),
                     metadata_offset: -1,
                 };
-                if !req.validate_only {
-                    plan.write(&t.name, id, &mut records);
-                }
+                // Written for a validate_only request too, to answer the size limits as the
+                // real creation would; dropped below.
+                plan.write(&t.name, id, &mut records);
                 results.push(result);
             }
             Err((code, msg)) => results.push(CreatableTopicResult {
-                name: t.name.clone(),
+                // A name too long to be a topic's is not echoed whole (issue #18, item 6).
+                name: if t.name.len() > MAX_TOPIC_NAME_LEN {
+                    keel_proto::limits::clip(&t.name).into_owned()
+                } else {
+                    t.name.clone()
+                },
                 topic_id: bytes::Bytes::new(),
                 error: error(code, msg),
                 num_partitions: -1,
@@ -257,6 +266,21 @@ pub fn create_topics(
                 metadata_offset: -1,
             }),
         }
+    }
+    if req.validate_only {
+        // What the real request would be refused for by the write path, answered without
+        // writing (Kafka checks `validateOnly` creations only per topic; a dry run that
+        // succeeds where the real one fails is no dry run).
+        let error = exceeds_operation_limits(&records)
+            .then(|| ErrorCode::PolicyViolation.to_proto(operation_limits_message()));
+        return ControllerResult::new(
+            Vec::new(),
+            CreateTopicsReply {
+                error,
+                topics: results,
+                ..Default::default()
+            },
+        );
     }
     ControllerResult::new(
         records,
@@ -347,7 +371,10 @@ fn create_one(
     if image.topics().by_name.contains_key(&t.name) {
         return Err((
             ErrorCode::TopicAlreadyExists,
-            format!("topic {:?} already exists", t.name),
+            format!(
+                "topic {:?} already exists",
+                keel_proto::limits::clip(&t.name)
+            ),
         ));
     }
     if t.name.contains(['.', '_']) {
@@ -362,7 +389,7 @@ fn create_one(
                 ErrorCode::InvalidTopicException,
                 format!(
                     "topic {:?} collides with existing topic {other:?} ('.' and '_' collide)",
-                    t.name
+                    keel_proto::limits::clip(&t.name)
                 ),
             ));
         }
@@ -372,7 +399,7 @@ fn create_one(
                 format!(
                     "topic {:?} collides with topic {other:?} in the same request \
                      ('.' and '_' collide)",
-                    t.name
+                    keel_proto::limits::clip(&t.name)
                 ),
             ));
         }
@@ -536,7 +563,7 @@ pub fn delete_topics(
                     .map(|id| (*id, t.name.clone()))
                     .ok_or((
                         ErrorCode::UnknownTopicOrPartition,
-                        format!("unknown topic {:?}", t.name),
+                        format!("unknown topic {:?}", keel_proto::limits::clip(&t.name)),
                     ))
             }
         })
@@ -568,7 +595,11 @@ pub fn delete_topics(
                 });
             }
             Err((code, msg)) => results.push(DeletableTopicResult {
-                name: t.name.clone(),
+                name: if t.name.len() > MAX_TOPIC_NAME_LEN {
+                    keel_proto::limits::clip(&t.name).into_owned()
+                } else {
+                    t.name.clone()
+                },
                 topic_id: t.topic_id.clone(),
                 error: error(code, msg),
             }),

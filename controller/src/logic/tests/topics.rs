@@ -580,3 +580,49 @@ fn the_largest_topic_with_every_config_fits_in_one_operation() {
         "TopicRecord + one ConfigRecord per config + one PartitionRecord per partition"
     );
 }
+
+/// A dry run answers the per-operation limit as the real creation would (the real one is
+/// refused by the write path with POLICY_VIOLATION): 5,000 + 5,001 partitions are 10,003
+/// records. It used to answer NONE for both topics (issue #18, outside client).
+#[test]
+fn validate_only_answers_the_operation_limit_like_the_real_request() {
+    let c = cluster(&[None]);
+    let topics = vec![topic("pa", 5000, 1), topic("pb", 5001, 1)];
+    let dry = create(&c, topics.clone(), true);
+    assert!(dry.records.is_empty());
+    assert_eq!(code(&dry.response.error), ErrorCode::PolicyViolation);
+    assert!(
+        dry.response.error.as_ref().unwrap().message.contains("10000"),
+        "{:?}",
+        dry.response.error
+    );
+    let real = create(&c, topics, false);
+    assert!(crate::logic::result::exceeds_operation_limits(&real.records));
+    // Within the limit, the dry run is answered without an error and writes nothing.
+    let fits = create(&c, vec![topic("pa", 5000, 1), topic("pb", 4000, 1)], true);
+    assert!(fits.records.is_empty() && fits.response.error.is_none());
+    assert!(fits.response.topics.iter().all(|t| t.error.is_none()));
+}
+
+/// Request strings quoted in errors are cut to 64 characters, and a name too long to be a
+/// topic's is not echoed whole in its result (issue #18, item 6).
+#[test]
+fn long_names_are_clipped_in_errors_and_results() {
+    let c = cluster(&[None]);
+    let mut t = topic("cfg", 1, 1);
+    t.configs = vec![ConfigEntry {
+        name: "n".repeat(255),
+        value: Some("1".into()),
+    }];
+    let r = create(&c, vec![t], false);
+    let e = r.response.topics[0].error.as_ref().unwrap();
+    assert_eq!(e.name, "INVALID_CONFIG");
+    assert!(e.message.len() < 120, "{}", e.message);
+    assert!(e.message.contains("...(255 bytes)"), "{}", e.message);
+    let huge = "c".repeat(1 << 20);
+    let r = create(&c, vec![topic(&huge, 1, 1)], false);
+    let result = &r.response.topics[0];
+    assert_eq!(code(&result.error), ErrorCode::InvalidTopicException);
+    assert!(result.name.len() < 100, "{} bytes echoed", result.name.len());
+    assert!(result.error.as_ref().unwrap().message.len() < 200);
+}
