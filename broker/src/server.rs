@@ -27,7 +27,6 @@ use tonic::{Request, Response, Status};
 
 use crate::bounds;
 use crate::config::BrokerConfig;
-use crate::lifecycle::decision::Backoff;
 use crate::lifecycle::{
     ActiveControllerClient, ControllerChannels, LifecycleConfig, LifecycleStatus, ShutdownOutcome,
     manager,
@@ -35,6 +34,7 @@ use crate::lifecycle::{
 use crate::log_dir::LogDir;
 use crate::metadata::{LocalChangesSink, TailerConfig, describe, local_snapshot, tailer};
 use crate::replica_manager::{ReplicaManager, ReplicaManagerConfig};
+use keel_observability::Backoff;
 
 /// Why a broker could not start or stopped with an error. `Display` is one line naming the
 /// config key or cause.
@@ -229,10 +229,7 @@ impl Timing {
         Self {
             heartbeat,
             session: Duration::from_millis(config.broker_session_timeout_ms),
-            backoff: Backoff {
-                initial_ms: 50,
-                max_ms: config.broker_heartbeat_interval_ms.clamp(100, 2000),
-            },
+            backoff: Backoff::from_millis(50, config.broker_heartbeat_interval_ms.clamp(100, 2000)),
             request_timeout: heartbeat.clamp(Duration::from_millis(500), Duration::from_secs(5)),
         }
     }
@@ -350,7 +347,7 @@ async fn learn_cluster_id(
             }
         }
         failures = failures.saturating_add(1);
-        let delay = Duration::from_millis(backoff.delay_ms(failures));
+        let delay = backoff.next(failures.saturating_sub(1));
         tokio::select! {
             _ = shutdown.wait_for(|s| *s) => return None,
             _ = tokio::time::sleep(delay) => {}

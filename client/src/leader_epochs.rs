@@ -16,7 +16,6 @@
 //! - [`enough_answers`]: when a metadata refresh asked of several brokers may stop waiting.
 //! - [`react`]: what a failed request means: refresh the metadata and retry, retry as is, or
 //!   give up.
-//! - [`backoff`]: exponential backoff with jitter between retries (KIP-580).
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -235,27 +234,6 @@ pub fn react(failure: Failure) -> Reaction {
     }
 }
 
-/// The backoff before retry number `attempt` (0 = the first retry): `base` doubled per
-/// attempt up to `max`, then scaled by a jitter factor in [0.8, 1.2) from `random` in [0, 1)
-/// (Kafka `ExponentialBackoff` with `retry.backoff.ms` 100, `retry.backoff.max.ms` 1000 and
-/// jitter 0.2, KIP-580), so clients that failed together do not retry in lockstep.
-pub fn backoff(attempt: u32, base: Duration, max: Duration, random: f64) -> Duration {
-    let exp = base.saturating_mul(1u32 << attempt.min(20)).min(max);
-    let factor = 0.8 + 0.4 * random.clamp(0.0, 1.0);
-    exp.mul_f64(factor)
-}
-
-/// A number in [0, 1) that differs between calls and processes (the jitter of
-/// [`backoff`]); not for cryptography.
-pub fn jitter() -> f64 {
-    use std::hash::BuildHasher;
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let h = std::collections::hash_map::RandomState::new().hash_one(n);
-    (h >> 11) as f64 / (1u64 << 53) as f64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -422,23 +400,6 @@ mod tests {
         ];
         for (failure, want) in table {
             assert_eq!(react(failure), want, "{failure:?}");
-        }
-    }
-
-    #[test]
-    fn backoff_grows_to_the_cap_with_twenty_percent_jitter() {
-        let (base, max) = (Duration::from_millis(100), Duration::from_millis(1000));
-        let ms = |d: Duration| d.as_millis();
-        assert_eq!(ms(backoff(0, base, max, 0.5)), 100);
-        assert_eq!(ms(backoff(1, base, max, 0.5)), 200);
-        assert_eq!(ms(backoff(3, base, max, 0.5)), 800);
-        assert_eq!(ms(backoff(4, base, max, 0.5)), 1000);
-        assert_eq!(ms(backoff(u32::MAX, base, max, 0.5)), 1000);
-        assert_eq!(ms(backoff(0, base, max, 0.0)), 80);
-        assert_eq!(ms(backoff(4, base, max, 1.0)), 1200);
-        for _ in 0..100 {
-            let j = jitter();
-            assert!((0.0..1.0).contains(&j), "{j}");
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Observability and process plumbing shared by `keel-controller` and `keel-broker`
 //! (issue #7):
 //!
+//! - [`backoff`]: the one retry backoff with jitter (Kafka `ExponentialBackoff`, KIP-580);
 //! - [`config_file`]: reading the TOML config file, with one-line errors that name the key;
 //! - [`logging`]: the `tracing` subscriber (filter from `KEEL_LOG`, text or JSON lines);
 //! - [`metrics_endpoint`]: the Prometheus recorder and the HTTP listener configured by
@@ -12,12 +13,14 @@
 //! counters) with the prefix `keel_controller_` or `keel_broker_`; each definition names the
 //! Kafka JMX metric it corresponds to.
 
+pub mod backoff;
 pub mod cli;
 pub mod config_file;
 pub mod describe;
 pub mod logging;
 pub mod metrics_endpoint;
 
+pub use backoff::Backoff;
 pub use describe::{MetricDef, MetricKind, describe_all, zero_counters};
 pub use logging::{LogFormat, LoggingError, init_logging};
 pub use metrics_endpoint::{EndpointError, MetricsServer, Readiness, install_prometheus_recorder};

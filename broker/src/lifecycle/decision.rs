@@ -116,26 +116,6 @@ fn describe(c: ErrorCode, e: Option<&WireError>) -> String {
     }
 }
 
-/// Exponential retry backoff without jitter: `initial_ms * 2^failures`, capped at `max_ms`
-/// (Kafka: `ExponentialBackoff`, here deterministic so tests can state exact delays).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Backoff {
-    /// Delay after the first failure, ms.
-    pub initial_ms: u64,
-    /// Largest delay, ms.
-    pub max_ms: u64,
-}
-
-impl Backoff {
-    /// Delay before the next attempt after `failures` consecutive failures (>= 1), ms.
-    pub fn delay_ms(&self, failures: u32) -> u64 {
-        let shift = failures.saturating_sub(1).min(32);
-        self.initial_ms
-            .saturating_mul(1u64 << shift)
-            .min(self.max_ms)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -231,17 +211,5 @@ mod tests {
             on_heartbeat_reply(&reply(unknown, true, false, false)),
             HeartbeatDecision::Retry { .. }
         ));
-    }
-
-    #[test]
-    fn backoff_doubles_up_to_the_cap() {
-        let b = Backoff {
-            initial_ms: 50,
-            max_ms: 1000,
-        };
-        let delays: Vec<u64> = (1..=7).map(|f| b.delay_ms(f)).collect();
-        assert_eq!(delays, vec![50, 100, 200, 400, 800, 1000, 1000]);
-        assert_eq!(b.delay_ms(0), 50);
-        assert_eq!(b.delay_ms(u32::MAX), 1000);
     }
 }

@@ -12,9 +12,9 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::controllers::ActiveControllerClient;
-use super::decision::{
-    Backoff, HeartbeatDecision, RegisterDecision, on_heartbeat_reply, on_register_reply,
-};
+use keel_observability::Backoff;
+
+use super::decision::{HeartbeatDecision, RegisterDecision, on_heartbeat_reply, on_register_reply};
 
 /// Settings of the lifecycle loop.
 #[derive(Debug, Clone)]
@@ -94,7 +94,7 @@ pub async fn run(
     let mut reregistrations = 0u32;
     loop {
         if reregistrations > 0 {
-            let delay = Duration::from_millis(cfg.backoff.delay_ms(reregistrations));
+            let delay = cfg.backoff.next(reregistrations.saturating_sub(1));
             let stop = tokio::select! {
                 r = shutdown.wait_for(|s| *s) => { drop(r); true }
                 _ = tokio::time::sleep(delay) => false,
@@ -154,7 +154,9 @@ pub async fn run(
                     failures += 1;
                     tracing::warn!(broker_id = id, failures, "heartbeat failed: {e}");
                     next_due = Instant::now()
-                        + Duration::from_millis(cfg.backoff.delay_ms(failures))
+                        + cfg
+                            .backoff
+                            .next(failures.saturating_sub(1))
                             .min(cfg.heartbeat_interval);
                     continue;
                 }
@@ -246,7 +248,7 @@ async fn register(
             Err(e) => e.to_string(),
         };
         failures += 1;
-        let delay = Duration::from_millis(cfg.backoff.delay_ms(failures));
+        let delay = cfg.backoff.next(failures.saturating_sub(1));
         tracing::info!(
             broker_id = cfg.broker_id,
             failures,
@@ -314,7 +316,9 @@ async fn controlled_shutdown(
             Ok(Err(e)) => {
                 failures += 1;
                 tracing::warn!(broker_id = id, "controlled shutdown heartbeat failed: {e}");
-                Duration::from_millis(cfg.backoff.delay_ms(failures)).min(cfg.heartbeat_interval)
+                cfg.backoff
+                    .next(failures.saturating_sub(1))
+                    .min(cfg.heartbeat_interval)
             }
         };
         if Instant::now() + wait >= deadline {

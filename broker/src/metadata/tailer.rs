@@ -19,7 +19,7 @@ use super::local_snapshot;
 use super::replayer::Replayer;
 use super::sink::{LocalChangesEvent, LocalChangesSink};
 use crate::lifecycle::ControllerChannels;
-use crate::lifecycle::decision::Backoff;
+use keel_observability::Backoff;
 
 /// Settings of the tailer.
 #[derive(Debug, Clone)]
@@ -156,7 +156,7 @@ async fn tail_loop(
             publisher.publish(image).await;
         }
         failures = if progressed { 1 } else { failures + 1 };
-        let delay = Duration::from_millis(cfg.backoff.delay_ms(failures));
+        let delay = cfg.backoff.next(failures.saturating_sub(1));
         tracing::info!(
             controller = voter,
             address = %addr,

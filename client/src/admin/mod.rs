@@ -51,7 +51,7 @@ pub struct AdminConfig {
     /// leaves the bound to `api_timeout`.
     pub max_attempts: u32,
     /// Backoff after a round in which every controller failed; doubled each round up to
-    /// `backoff_max` (Kafka: `retry.backoff.ms`).
+    /// `backoff_max`, with ±20% jitter (Kafka: `retry.backoff.ms`, KIP-580).
     pub backoff_initial: Duration,
     /// Longest backoff (Kafka: `retry.backoff.max.ms`).
     pub backoff_max: Duration,
@@ -328,8 +328,11 @@ impl Admin {
         let started = Instant::now();
         let deadline = started + self.config.api_timeout;
         let bootstrap = &self.config.bootstrap_controllers;
-        let mut backoff = self.config.backoff_initial;
+        let backoff =
+            keel_observability::Backoff::new(self.config.backoff_initial, self.config.backoff_max);
         let mut attempts: u32 = 0;
+        // Rounds in which every controller failed so far: the backoff's exponent.
+        let mut failed_rounds: u32 = 0;
         let mut errors = LastErrors::default();
         // Whether any controller answered (NOT_CONTROLLER): then the failure is not
         // "unreachable".
@@ -387,8 +390,9 @@ impl Admin {
                     return Err(give_up(&errors, attempts));
                 }
                 // The last round may be short: the budget is used up, not rounded down.
-                tokio::time::sleep(backoff.min(deadline - now)).await;
-                backoff = (backoff * 2).min(self.config.backoff_max);
+                let pause = backoff.next(failed_rounds);
+                failed_rounds = failed_rounds.saturating_add(1);
+                tokio::time::sleep(pause.min(deadline - now)).await;
                 tried.clear();
                 down.clear();
                 next = next_round.take().or_else(|| self.active_controller());

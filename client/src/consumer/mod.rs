@@ -63,7 +63,7 @@ use tokio::task::JoinSet;
 pub use error::ConsumeError;
 
 use crate::brokers::Brokers;
-use crate::leader_epochs::{self, Failure, Reaction, react};
+use crate::leader_epochs::{Failure, Reaction, react};
 pub use crate::producer::TopicPartition;
 use crate::rpc_error::{Api, status_line};
 
@@ -219,18 +219,15 @@ impl Consumer {
         })
     }
 
-    /// The backoff before retry number `attempt` (see [`leader_epochs::backoff`]).
+    /// The backoff before retry number `attempt` ([`keel_observability::Backoff`]).
     fn backoff(&self, attempt: u32) -> Duration {
-        leader_epochs::backoff(
-            attempt,
-            Duration::from_millis(self.config.retry_backoff_ms.clamp(1, MAX_RETRY_BACKOFF_MS)),
-            Duration::from_millis(
-                self.config
-                    .retry_backoff_max_ms
-                    .clamp(1, MAX_RETRY_BACKOFF_MS),
-            ),
-            leader_epochs::jitter(),
+        keel_observability::Backoff::from_millis(
+            self.config.retry_backoff_ms.clamp(1, MAX_RETRY_BACKOFF_MS),
+            self.config
+                .retry_backoff_max_ms
+                .clamp(1, MAX_RETRY_BACKOFF_MS),
         )
+        .next(attempt)
     }
 
     /// Replaces the assignment by `partitions`; partitions kept keep their positions.

@@ -104,7 +104,8 @@ pub struct ProducerConfig {
     pub delivery_timeout_ms: u64,
     /// Deadline of one RPC, ms; also the broker's acks=all wait (`timeout_ms`); default 30000.
     pub request_timeout_ms: u64,
-    /// First backoff between retries, ms (doubled up to `retry_backoff_max_ms`); default 100.
+    /// First backoff between retries, ms (doubled up to `retry_backoff_max_ms`, ±20% jitter as
+    /// Kafka's KIP-580); default 100.
     pub retry_backoff_ms: u64,
     /// Longest backoff between retries, ms; default 1000.
     pub retry_backoff_max_ms: u64,
@@ -365,7 +366,8 @@ impl Producer {
     /// The partition count of `topic`, retrying while the brokers do not know it yet (a
     /// topic just created) or cannot be reached, until `deadline`.
     async fn partition_count(&self, topic: &str, deadline: Instant) -> Result<usize, ProduceError> {
-        let mut backoff = Duration::from_millis(self.inner.config.retry_backoff_ms.max(1));
+        let backoff = retry_backoff(&self.inner.config);
+        let mut attempt = 0u32;
         loop {
             let err = match self.inner.brokers.topic(topic).await {
                 Ok(t) if !t.partitions.is_empty() => return Ok(t.partitions.len()),
@@ -380,13 +382,12 @@ impl Producer {
                 MetadataError::Unreachable { .. } => true,
                 MetadataError::NotABroker { .. } => false,
             };
-            if !retriable || Instant::now() + backoff > deadline {
+            let pause = backoff.next(attempt);
+            attempt = attempt.saturating_add(1);
+            if !retriable || Instant::now() + pause > deadline {
                 return Err(err.into());
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_millis(
-                self.inner.config.retry_backoff_max_ms.max(1),
-            ));
+            tokio::time::sleep(pause).await;
         }
     }
 }
@@ -481,7 +482,7 @@ fn fail_batches(inner: &Inner, tps: &[TopicPartition], error: ProduceError) {
 async fn init_producer_id(inner: &Inner) -> Result<(i64, i16), ProduceError> {
     let cfg = &inner.config;
     let deadline = Instant::now() + Duration::from_millis(cfg.delivery_timeout_ms);
-    let mut backoff = Duration::from_millis(cfg.retry_backoff_ms.max(1));
+    let backoff = retry_backoff(cfg);
     let mut attempts = 0;
     loop {
         attempts += 1;
@@ -527,7 +528,8 @@ async fn init_producer_id(inner: &Inner) -> Result<(i64, i16), ProduceError> {
                 }
             }
         }
-        if Instant::now() + backoff > deadline {
+        let pause = backoff.next(attempts - 1);
+        if Instant::now() + pause > deadline {
             return Err(ProduceError::Timeout {
                 topic: String::new(),
                 partition: -1,
@@ -535,8 +537,7 @@ async fn init_producer_id(inner: &Inner) -> Result<(i64, i16), ProduceError> {
                 last_error,
             });
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_millis(cfg.retry_backoff_max_ms.max(1)));
+        tokio::time::sleep(pause).await;
     }
 }
 
@@ -572,7 +573,7 @@ async fn send_batch(
     let cfg = &inner.config;
     let records = encode(&batch, identity);
     let deadline = batch.created + Duration::from_millis(cfg.delivery_timeout_ms);
-    let mut backoff = Duration::from_millis(cfg.retry_backoff_ms.max(1));
+    let backoff = retry_backoff(cfg);
     let mut attempts = 0u32;
     let outcome = loop {
         attempts += 1;
@@ -581,7 +582,8 @@ async fn send_batch(
             Attempt::Fail(e) => break Err(e),
             Attempt::Retry(code, msg) => (code, msg),
         };
-        if Instant::now() + backoff > deadline {
+        let pause = backoff.next(attempts - 1);
+        if Instant::now() + pause > deadline {
             break Err(match code {
                 Some(code) => ProduceError::Kafka {
                     topic: tp.0.clone(),
@@ -599,8 +601,7 @@ async fn send_batch(
             });
         }
         inner.retries.fetch_add(1, Ordering::Relaxed);
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_millis(cfg.retry_backoff_max_ms.max(1)));
+        tokio::time::sleep(pause).await;
     };
     let failed = outcome.is_err();
     for (i, r) in batch.records.into_iter().enumerate() {
@@ -724,4 +725,13 @@ async fn attempt(inner: &Inner, tp: &TopicPartition, records: Bytes) -> Attempt 
         }),
         Err(e) => Attempt::Fail(ProduceError::Protocol(e.to_string())),
     }
+}
+
+/// The producer's retry backoff: `retry_backoff_ms` doubling up to `retry_backoff_max_ms`,
+/// with ±20% jitter (Kafka's producer, KIP-580).
+fn retry_backoff(cfg: &ProducerConfig) -> keel_observability::Backoff {
+    keel_observability::Backoff::from_millis(
+        cfg.retry_backoff_ms.max(1),
+        cfg.retry_backoff_max_ms.max(1),
+    )
 }

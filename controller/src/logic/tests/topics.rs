@@ -592,12 +592,19 @@ fn validate_only_answers_the_operation_limit_like_the_real_request() {
     assert!(dry.records.is_empty());
     assert_eq!(code(&dry.response.error), ErrorCode::PolicyViolation);
     assert!(
-        dry.response.error.as_ref().unwrap().message.contains("10000"),
+        dry.response
+            .error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("10000"),
         "{:?}",
         dry.response.error
     );
     let real = create(&c, topics, false);
-    assert!(crate::logic::result::exceeds_operation_limits(&real.records));
+    assert!(crate::logic::result::exceeds_operation_limits(
+        &real.records
+    ));
     // Within the limit, the dry run is answered without an error and writes nothing.
     let fits = create(&c, vec![topic("pa", 5000, 1), topic("pb", 4000, 1)], true);
     assert!(fits.records.is_empty() && fits.response.error.is_none());
@@ -623,6 +630,10 @@ fn long_names_are_clipped_in_errors_and_results() {
     let r = create(&c, vec![topic(&huge, 1, 1)], false);
     let result = &r.response.topics[0];
     assert_eq!(code(&result.error), ErrorCode::InvalidTopicException);
-    assert!(result.name.len() < 100, "{} bytes echoed", result.name.len());
+    assert!(
+        result.name.len() < 100,
+        "{} bytes echoed",
+        result.name.len()
+    );
     assert!(result.error.as_ref().unwrap().message.len() < 200);
 }
