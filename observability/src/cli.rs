@@ -8,15 +8,6 @@ use std::ffi::OsString;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 
-/// Parses the process arguments (and the environment variables the flags name); exits as
-/// described in the module doc on failure.
-pub fn parse_or_exit<A: clap::Parser>(program: &str) -> A {
-    match A::try_parse() {
-        Ok(args) => args,
-        Err(e) => exit_on(&A::command(), &e, program),
-    }
-}
-
 /// Parses the process arguments (and the environment variables the flags name) with `cmd`
 /// (the settings' command, [`crate::settings::Schema::command`]); exits as described in the
 /// module doc on failure.

@@ -31,14 +31,6 @@ pub enum ConfigFileError {
     },
 }
 
-/// Reads `path` into `T` (a struct with `#[serde(deny_unknown_fields)]`).
-///
-/// Errors: [`ConfigFileError::Read`] when the file cannot be read; [`ConfigFileError::Parse`]
-/// with the message of [`parse_toml`].
-pub fn read_toml<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigFileError> {
-    read_with(path, parse_toml)
-}
-
 /// Reads `path` and parses its text with `parse` (e.g. the settings schema's
 /// [`crate::settings::Schema::parse_toml`]).
 ///
