@@ -63,7 +63,7 @@ pub struct ControllerConfig {
     /// default 300). Must be > 0.
     pub leader_imbalance_check_interval_seconds: u64,
     /// Partitions of a topic created with `num_partitions` -1 (Kafka: `num.partitions`,
-    /// default 1). 1..=[`MAX_PARTITIONS_PER_TOPIC`].
+    /// default 1). 1..=[`crate::logic::topics::MAX_PARTITIONS_PER_TOPIC`].
     pub num_partitions: i32,
     /// Replication factor of a topic created with `replication_factor` -1 (Kafka:
     /// `default.replication.factor`, default 1). 1..=32767 (Kafka's replication factor is an

@@ -26,7 +26,7 @@ pub(super) const fn int(ty: IntType, min: i128, max: i128, unit: &'static str) -
 }
 
 /// Every configuration key of both binaries. README's configuration tables are rendered from
-/// this table ([`markdown_table`]) and a test keeps them equal.
+/// this table ([`super::markdown_table`]) and a test keeps them equal.
 pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "node_id",
