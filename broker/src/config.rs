@@ -1,39 +1,19 @@
-//! Broker configuration: a TOML file, every key overridable by a `KEEL_`-prefixed environment
-//! variable or a command-line flag (flag > env > file > default).
+//! Broker configuration: the typed form of the broker's settings.
 //!
-//! Keys are snake_case versions of Kafka's names (DESIGN §6). Bad configs fail at start with
-//! one line naming the key ([`ConfigError`]). The voter parser is the broker's own copy of the
-//! controller's format (`1@host:port,...`): brokers never depend on the controller crate.
+//! Every key is declared once in [`keel_observability::settings::SETTINGS`] (name, Kafka name,
+//! type, range, default, doc), read from a TOML file, a `KEEL_`-prefixed environment variable
+//! or a command-line flag (flag > env > file > default) and checked there by kind;
+//! [`BrokerConfig::from_settings`] types the result and checks the rules that tie several
+//! keys together or belong to the log. Bad configs fail at start with one line naming the key
+//! ([`ConfigError`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use keel_observability::LogFormat;
-use serde::Deserialize;
-
-/// Why a configuration was refused. `Display` is the one line printed at start-up.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The config file could not be read, is not valid TOML, has an unknown key or a value
-    /// of the wrong type (one line naming the file, the key and the line).
-    #[error(transparent)]
-    File(#[from] keel_observability::config_file::ConfigFileError),
-    /// A key has a value outside its domain.
-    #[error("invalid value for {key}: {reason}")]
-    Invalid {
-        /// The key (config name).
-        key: &'static str,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A required key is missing.
-    #[error("missing required config {key}")]
-    Missing {
-        /// The key.
-        key: &'static str,
-    },
-}
+pub use keel_observability::settings::ConfigError;
+use keel_observability::settings::{Settings, parse_host_port};
 
 /// The broker's settings, after merging file, environment and flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -105,114 +85,13 @@ pub struct BrokerConfig {
     pub log_format: LogFormat,
 }
 
-/// The file/environment form: every key optional so that layers can be merged.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawConfig {
-    /// See [`BrokerConfig::node_id`].
-    pub node_id: Option<i32>,
-    /// `1@host:port,2@host:port,...`
-    pub controller_quorum_voters: Option<String>,
-    /// `ip:port`
-    pub listeners: Option<String>,
-    /// `host:port`
-    pub advertised_listeners: Option<String>,
-    /// Comma-separated directories.
-    pub log_dirs: Option<String>,
-    /// Rack name.
-    pub rack: Option<String>,
-    /// ms
-    pub broker_heartbeat_interval_ms: Option<u64>,
-    /// ms
-    pub broker_session_timeout_ms: Option<u64>,
-    /// ms
-    pub replica_lag_time_max_ms: Option<u64>,
-    /// count
-    pub min_insync_replicas: Option<u32>,
-    /// ms
-    pub metadata_snapshot_interval_ms: Option<u64>,
-    /// bytes
-    pub log_segment_bytes: Option<u64>,
-    /// ms; -1 = forever
-    pub log_retention_ms: Option<i64>,
-    /// bytes; -1 = unbounded
-    pub log_retention_bytes: Option<i64>,
-    /// records
-    pub log_flush_interval_messages: Option<u64>,
-    /// ms
-    pub log_flush_interval_ms: Option<u64>,
-    /// bytes; 0 = off
-    pub log_drop_cache_behind_bytes: Option<u64>,
-    /// offsets
-    pub replica_lag_max_messages: Option<u64>,
-    /// ms
-    pub replica_fetch_wait_max_ms: Option<u64>,
-    /// `ip:port`
-    pub metrics_listener: Option<String>,
-    /// `text` or `json`
-    pub log_format: Option<String>,
-}
-
-macro_rules! merge {
-    ($dst:ident, $src:ident, $($field:ident),*) => {
-        $( if $src.$field.is_some() { $dst.$field = $src.$field; } )*
-    };
-}
-
-impl RawConfig {
-    /// Reads a TOML file. Unknown keys are refused; a Kafka-style dotted key (`log.dirs`)
-    /// is named with the key to write instead.
-    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        Ok(keel_observability::config_file::read_toml(path)?)
-    }
-
-    /// Overlays every key set in `other`.
-    pub fn overlay(&mut self, other: RawConfig) {
-        merge!(
-            self,
-            other,
-            node_id,
-            controller_quorum_voters,
-            listeners,
-            advertised_listeners,
-            log_dirs,
-            rack,
-            broker_heartbeat_interval_ms,
-            broker_session_timeout_ms,
-            replica_lag_time_max_ms,
-            min_insync_replicas,
-            metadata_snapshot_interval_ms,
-            log_segment_bytes,
-            log_retention_ms,
-            log_retention_bytes,
-            log_flush_interval_messages,
-            log_flush_interval_ms,
-            log_drop_cache_behind_bytes,
-            replica_lag_max_messages,
-            replica_fetch_wait_max_ms,
-            metrics_listener,
-            log_format
-        );
-    }
-
-    /// Validates and fills defaults.
-    pub fn resolve(self) -> Result<BrokerConfig, ConfigError> {
-        let node_id = self
-            .node_id
-            .ok_or(ConfigError::Missing { key: "node_id" })?;
-        if node_id < 0 {
-            return Err(ConfigError::Invalid {
-                key: "node_id",
-                reason: format!("{node_id} is negative"),
-            });
-        }
-        let voters_str = self.controller_quorum_voters.ok_or(ConfigError::Missing {
-            key: "controller_quorum_voters",
-        })?;
-        let controller_quorum_voters = parse_voters(&voters_str)?;
-        let dirs_str = self
-            .log_dirs
-            .ok_or(ConfigError::Missing { key: "log_dirs" })?;
+impl BrokerConfig {
+    /// Types the validated settings and checks the rules between keys. `advertised_listeners`
+    /// defaults to `listeners` unless that binds every interface.
+    pub fn from_settings(s: &Settings) -> Result<Self, ConfigError> {
+        let node_id: i32 = s.require("node_id");
+        let controller_quorum_voters: BTreeMap<u64, String> = s.require("controller_quorum_voters");
+        let dirs_str: String = s.require("log_dirs");
         let log_dirs: Vec<PathBuf> = dirs_str
             .split(',')
             .map(str::trim)
@@ -238,19 +117,11 @@ impl RawConfig {
                 });
             }
         };
-        let listeners_str = self.listeners.unwrap_or_else(|| "0.0.0.0:9092".into());
-        let listeners: SocketAddr = listeners_str.parse().map_err(|e| ConfigError::Invalid {
-            key: "listeners",
-            reason: format!("{listeners_str:?} is not an ip:port address ({e})"),
-        })?;
-        let advertised_listeners = match self.advertised_listeners {
-            Some(a) => {
-                parse_host_port(&a).map_err(|reason| ConfigError::Invalid {
-                    key: "advertised_listeners",
-                    reason,
-                })?;
-                a
-            }
+        let listeners: SocketAddr = s
+            .get("listeners")
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 9092)));
+        let advertised_listeners = match s.get::<String>("advertised_listeners") {
+            Some(a) => a,
             None if listeners.ip().is_unspecified() => {
                 return Err(ConfigError::Invalid {
                     key: "advertised_listeners",
@@ -259,100 +130,39 @@ impl RawConfig {
             }
             None => listeners.to_string(),
         };
-        let metrics_listener = self
-            .metrics_listener
-            .map(|a| {
-                a.parse().map_err(|e| ConfigError::Invalid {
-                    key: "metrics_listener",
-                    reason: format!("{a:?} is not an ip:port address ({e})"),
-                })
-            })
-            .transpose()?;
-        let log_format = self
-            .log_format
-            .map(|f| {
-                f.parse().map_err(|reason| ConfigError::Invalid {
-                    key: "log_format",
-                    reason,
-                })
-            })
-            .transpose()?
-            .unwrap_or_default();
         let cfg = BrokerConfig {
             node_id,
             controller_quorum_voters,
             listeners,
             advertised_listeners,
             log_dir,
-            rack: self.rack.filter(|r| !r.is_empty()),
-            broker_heartbeat_interval_ms: self.broker_heartbeat_interval_ms.unwrap_or(2000),
-            broker_session_timeout_ms: self.broker_session_timeout_ms.unwrap_or(9000),
-            replica_lag_time_max_ms: self.replica_lag_time_max_ms.unwrap_or(30_000),
-            min_insync_replicas: self.min_insync_replicas.unwrap_or(1),
-            metadata_snapshot_interval_ms: self.metadata_snapshot_interval_ms.unwrap_or(60_000),
-            log_segment_bytes: self.log_segment_bytes.unwrap_or(1 << 30),
-            log_retention_ms: match self.log_retention_ms {
-                None => Some(7 * 24 * 3_600_000),
-                Some(-1) => None,
-                Some(v) if v >= 0 => Some(v),
-                Some(v) => {
-                    return Err(ConfigError::Invalid {
-                        key: "log_retention_ms",
-                        reason: format!("{v} is neither -1 nor >= 0"),
-                    });
-                }
-            },
-            log_retention_bytes: match self.log_retention_bytes {
-                None | Some(-1) => None,
-                Some(v) if v >= 0 => Some(v as u64),
-                Some(v) => {
-                    return Err(ConfigError::Invalid {
-                        key: "log_retention_bytes",
-                        reason: format!("{v} is neither -1 nor >= 0"),
-                    });
-                }
-            },
-            log_flush_interval_messages: self.log_flush_interval_messages,
-            log_flush_interval_ms: self.log_flush_interval_ms,
-            log_drop_cache_behind_bytes: match self.log_drop_cache_behind_bytes {
-                None => crate::log::LogConfig::default().drop_cache_behind_bytes,
-                Some(0) => None,
-                Some(b) => Some(b),
-            },
-            replica_lag_max_messages: self.replica_lag_max_messages,
-            replica_fetch_wait_max_ms: self.replica_fetch_wait_max_ms.unwrap_or(500),
-            metrics_listener,
-            log_format,
+            rack: s.get::<String>("rack").filter(|r| !r.is_empty()),
+            broker_heartbeat_interval_ms: s.require("broker_heartbeat_interval_ms"),
+            broker_session_timeout_ms: s.require("broker_session_timeout_ms"),
+            replica_lag_time_max_ms: s.require("replica_lag_time_max_ms"),
+            min_insync_replicas: s.require("min_insync_replicas"),
+            metadata_snapshot_interval_ms: s.require("metadata_snapshot_interval_ms"),
+            log_segment_bytes: s.require("log_segment_bytes"),
+            // -1 = forever / unbounded.
+            log_retention_ms: Some(s.require::<i64>("log_retention_ms")).filter(|v| *v >= 0),
+            log_retention_bytes: u64::try_from(s.require::<i64>("log_retention_bytes")).ok(),
+            log_flush_interval_messages: s.get("log_flush_interval_messages"),
+            log_flush_interval_ms: s.get("log_flush_interval_ms"),
+            // 0 = keep every written page.
+            log_drop_cache_behind_bytes: Some(s.require::<u64>("log_drop_cache_behind_bytes"))
+                .filter(|b| *b > 0),
+            replica_lag_max_messages: s.get("replica_lag_max_messages"),
+            replica_fetch_wait_max_ms: s.require("replica_fetch_wait_max_ms"),
+            metrics_listener: s.get("metrics_listener"),
+            log_format: s.require("log_format"),
         };
         cfg.validate()?;
         Ok(cfg)
     }
-}
 
-impl BrokerConfig {
+    /// The rules between keys and those of the log's own validation (each key's own range
+    /// is checked by the settings layer).
     fn validate(&self) -> Result<(), ConfigError> {
-        let positive = |key: &'static str, v: u64| {
-            if v == 0 {
-                Err(ConfigError::Invalid {
-                    key,
-                    reason: "must be greater than 0".into(),
-                })
-            } else {
-                Ok(())
-            }
-        };
-        positive(
-            "broker_heartbeat_interval_ms",
-            self.broker_heartbeat_interval_ms,
-        )?;
-        positive("broker_session_timeout_ms", self.broker_session_timeout_ms)?;
-        positive("replica_lag_time_max_ms", self.replica_lag_time_max_ms)?;
-        positive(
-            "metadata_snapshot_interval_ms",
-            self.metadata_snapshot_interval_ms,
-        )?;
-        positive("min_insync_replicas", u64::from(self.min_insync_replicas))?;
-        positive("replica_fetch_wait_max_ms", self.replica_fetch_wait_max_ms)?;
         if self.replica_fetch_wait_max_ms >= self.replica_lag_time_max_ms {
             return Err(ConfigError::Invalid {
                 key: "replica_fetch_wait_max_ms",
@@ -361,18 +171,6 @@ impl BrokerConfig {
                      out of the ISR",
                     self.replica_fetch_wait_max_ms, self.replica_lag_time_max_ms
                 ),
-            });
-        }
-        if let Some(0) = self.log_flush_interval_ms {
-            return Err(ConfigError::Invalid {
-                key: "log_flush_interval_ms",
-                reason: "must be at least 1 (omit it to never flush on time)".into(),
-            });
-        }
-        if let Some(0) = self.log_flush_interval_messages {
-            return Err(ConfigError::Invalid {
-                key: "log_flush_interval_messages",
-                reason: "must be at least 1 (omit it to never force a flush)".into(),
             });
         }
         if let Err(e) = self.log_config().validate() {
@@ -433,19 +231,6 @@ impl BrokerConfig {
     }
 }
 
-fn parse_host_port(s: &str) -> Result<(String, u16), String> {
-    let (host, port) = s
-        .rsplit_once(':')
-        .ok_or_else(|| format!("{s:?} has no :port"))?;
-    let port: u16 = port
-        .parse()
-        .map_err(|_| format!("{s:?} is not host:port"))?;
-    if host.is_empty() || port == 0 {
-        return Err(format!("{s:?} is not host:port"));
-    }
-    Ok((host.trim_matches(['[', ']']).to_string(), port))
-}
-
 /// Parses `controller_quorum_voters` ([`keel_proto::voters::parse_voters`]); errors name
 /// the key.
 pub fn parse_voters(s: &str) -> Result<BTreeMap<u64, String>, ConfigError> {
@@ -459,8 +244,34 @@ pub fn parse_voters(s: &str) -> Result<BTreeMap<u64, String>, ConfigError> {
 mod tests {
     use super::*;
 
-    fn raw(toml_text: &str) -> RawConfig {
-        toml::from_str(toml_text).unwrap()
+    use keel_observability::settings::{Binary, DefaultValue, Layer, SETTINGS, Schema};
+
+    fn schema() -> Schema {
+        Schema::of(Binary::Broker)
+    }
+
+    fn raw(toml_text: &str) -> Layer {
+        schema().parse_toml(toml_text).unwrap()
+    }
+
+    trait Resolve {
+        fn resolve(self) -> Result<BrokerConfig, ConfigError>;
+    }
+
+    impl Resolve for Layer {
+        fn resolve(self) -> Result<BrokerConfig, ConfigError> {
+            BrokerConfig::from_settings(&schema().resolve(self)?)
+        }
+    }
+
+    #[test]
+    fn declared_defaults_match_the_code_they_configure() {
+        let declared = |name: &str| SETTINGS.iter().find(|s| s.name == name).unwrap().default;
+        let log = crate::log::LogConfig::default();
+        assert_eq!(
+            declared("log_drop_cache_behind_bytes"),
+            DefaultValue::Int(log.drop_cache_behind_bytes.unwrap().into())
+        );
     }
 
     const BASE: &str =
@@ -469,11 +280,7 @@ mod tests {
     #[test]
     fn resolves_with_defaults_and_overlays_in_order() {
         let mut r = raw(&format!("{BASE}listeners = \"127.0.0.1:9092\"\n"));
-        r.overlay(RawConfig {
-            broker_session_timeout_ms: Some(3000),
-            rack: Some("r1".into()),
-            ..Default::default()
-        });
+        r.overlay(raw("broker_session_timeout_ms = 3000\nrack = \"r1\""));
         let c = r.resolve().unwrap();
         assert_eq!(c.node_id, 4);
         assert_eq!(c.advertised_listeners, "127.0.0.1:9092");
@@ -550,8 +357,8 @@ mod tests {
 
     #[test]
     fn bad_configs_name_the_key() {
-        let err = toml::from_str::<RawConfig>("node_idd = 1").unwrap_err();
-        assert!(err.message().contains("node_idd"), "{err}");
+        let err = schema().parse_toml("node_idd = 1").unwrap_err();
+        assert!(err.contains("node_idd"), "{err}");
         for (voters, needle) in [
             ("1@host", "has no :port"),
             ("x@h:1", "is not a node id"),
@@ -639,7 +446,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("b.toml");
         std::fs::write(&p, format!("{BASE}bogus_key = 1\n")).unwrap();
-        let e = RawConfig::from_file(&p).unwrap_err().to_string();
+        let e = schema().read_file(&p).unwrap_err().to_string();
         assert!(e.contains("bogus_key") && e.contains("b.toml"), "{e}");
         assert!(!e.contains('\n'), "{e}");
     }
@@ -649,7 +456,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("b.toml");
         std::fs::write(&p, format!("{BASE}log.retention.bytes = 1000\n")).unwrap();
-        let e = RawConfig::from_file(&p).unwrap_err().to_string();
+        let e = schema().read_file(&p).unwrap_err().to_string();
         assert!(
             e.contains("\"log.retention.bytes\"") && e.contains("use log_retention_bytes"),
             "{e}"

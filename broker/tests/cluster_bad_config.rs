@@ -141,3 +141,73 @@ fn bad_flag_or_env_values_fail_with_one_line() {
         );
     }
 }
+
+/// A key both binaries read has the same file key, variable and flag in each, and a value out of
+/// its range gets the same line from each, whichever form set it.
+#[test]
+fn a_shared_key_is_read_and_refused_alike_by_both_binaries() {
+    let controller = common::controller_bin();
+    let dir = tempfile::tempdir().unwrap();
+    // Each binary's required keys, valid; the shared key under test comes on top.
+    let required = [
+        (
+            controller.as_path(),
+            "keel-controller",
+            format!(
+                "node_id = 1\ncontroller_quorum_voters = \"1@127.0.0.1:1\"\nmetadata_log_dir = \"{}\"\n",
+                dir.path().join("c").display()
+            ),
+        ),
+        (
+            std::path::Path::new(BROKER_BIN),
+            "keel-broker",
+            format!(
+                "node_id = 1\ncontroller_quorum_voters = \"1@127.0.0.1:1\"\nlog_dirs = \"{}\"\nlisteners = \"127.0.0.1:0\"\n",
+                dir.path().join("b").display()
+            ),
+        ),
+    ];
+    for (key, file_value, value, want) in [
+        (
+            "broker_session_timeout_ms",
+            "86400001",
+            "86400001",
+            "invalid value for broker_session_timeout_ms: 86400001 is more than a day (86400000)",
+        ),
+        (
+            "log_format",
+            "\"xml\"",
+            "xml",
+            "invalid value for log_format: \"xml\" is not one of \"text\", \"json\"",
+        ),
+    ] {
+        let env = format!("KEEL_{}", key.to_uppercase());
+        let flag = format!("--{}={value}", key.replace('_', "-"));
+        for (bin, program, base) in &required {
+            let file = dir.path().join(format!("{program}.toml"));
+            let run = |text: String, args: &[&str], env: Option<(&str, &str)>| {
+                std::fs::write(&file, text).unwrap();
+                let mut cmd = Command::new(bin);
+                cmd.arg("--config")
+                    .arg(&file)
+                    .args(args)
+                    .env_remove("KEEL_LOG");
+                if let Some((k, v)) = env {
+                    cmd.env(k, v);
+                }
+                let out = cmd.output().unwrap();
+                (
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stderr).into_owned(),
+                )
+            };
+            let want = (Some(1), format!("{program}: {want}\n"));
+            let from_file = run(format!("{base}{key} = {file_value}\n"), &[], None);
+            let from_env = run(base.clone(), &[], Some((&env, value)));
+            let from_flag = run(base.clone(), &[&flag], None);
+            assert_eq!(from_file, want, "{program} file {key}");
+            assert_eq!(from_env, want, "{program} {env}");
+            assert_eq!(from_flag, want, "{program} {flag}");
+        }
+    }
+}

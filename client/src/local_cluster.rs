@@ -12,7 +12,7 @@
 //! ([`LAYOUT_FILE`]); every later command on that dir uses it (see [`resolve`]), so a cluster
 //! started on other ports is never looked for, or restarted, on the default ones. It also
 //! records, under `[settings]`, the `KEEL_*` environment variables the controller and broker
-//! binaries read that were set at that first `up` (e.g. `KEEL_NUM_PARTITIONS`); every process
+//! binaries read ([`setting_names`]) that were set at that first `up` (e.g. `KEEL_NUM_PARTITIONS`); every process
 //! a later `up` (re)starts gets them, so a restarted process keeps the cluster's settings.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -23,6 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use keel_observability::settings::Binary;
 use rustix::process::{Pid, Signal, kill_process, test_kill_process};
 use serde::{Deserialize, Serialize};
 
@@ -165,21 +166,36 @@ impl Layout {
     pub fn record(&self) -> io::Result<()> {
         let file = Self::file(&self.data_dir);
         let tmp = self.data_dir.join(format!("{LAYOUT_FILE}.tmp"));
-        let mut text = format!(
+        #[derive(Serialize)]
+        struct BasePort {
+            base_port: u16,
+        }
+        #[derive(Serialize)]
+        struct Settings<'a> {
+            settings: &'a BTreeMap<String, String>,
+        }
+        let mut text = String::from(
             "# Written by the first `keelctl cluster up` on this directory; `cluster up|status|down`\n\
              # and `broker shutdown` use it. Controllers listen on base_port+1..+3, brokers on\n\
-             # base_port+100..+102. To use other ports, stop the cluster and remove this directory.\n\
-             base_port = {}\n",
-            self.base_port
+             # base_port+100..+102. To use other ports, stop the cluster and remove this directory.\n",
+        );
+        text.push_str(
+            &toml::to_string(&BasePort {
+                base_port: self.base_port,
+            })
+            .map_err(io::Error::other)?,
         );
         text.push_str(
             "\n# KEEL_* environment variables of keel-controller/keel-broker set at the first\n\
              # `cluster up`, given to every process `cluster up` starts. To change one: edit it\n\
-             # here, then `keelctl cluster down` and `keelctl cluster up`.\n[settings]\n",
+             # here, then `keelctl cluster down` and `keelctl cluster up`.\n",
         );
-        for (k, v) in &self.settings {
-            text.push_str(&format!("{k} = {}\n", toml_string(v)));
-        }
+        text.push_str(
+            &toml::to_string(&Settings {
+                settings: &self.settings,
+            })
+            .map_err(io::Error::other)?,
+        );
         {
             let mut f = File::create(&tmp)?;
             io::Write::write_all(&mut f, text.as_bytes())?;
@@ -286,36 +302,13 @@ fn is_env_name(k: &str) -> bool {
     })
 }
 
-/// `v` as a TOML basic string (quotes, backslashes and control characters escaped).
-fn toml_string(v: &str) -> String {
-    let mut out = String::with_capacity(v.len() + 2);
-    out.push('"');
-    for c in v.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if c.is_control() => out.push_str(&format!("\\u{:04X}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// The environment variables a binary reads, from its `--help` text: every `[env: NAME=...]`
-/// clap prints (the binary is the one source of its keys; `KEEL_LOG`, the log filter, is read
-/// outside clap and so is never recorded).
-pub fn env_names_from_help(help: &str) -> BTreeSet<String> {
-    help.split("[env:")
-        .skip(1)
-        .filter_map(|rest| {
-            let name: String = rest
-                .trim_start()
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                .collect();
-            is_env_name(&name).then_some(name)
-        })
+/// The `KEEL_*` environment variables `keel-controller` or `keel-broker` read, from their
+/// settings' declaration ([`keel_observability::settings::env_names`]). `KEEL_LOG`, the log
+/// filter, is not a setting and so is never recorded.
+pub fn setting_names() -> BTreeSet<String> {
+    Binary::ALL
+        .into_iter()
+        .flat_map(keel_observability::settings::env_names)
         .collect()
 }
 
@@ -650,14 +643,18 @@ mod tests {
 
     #[test]
     fn settings_are_the_binaries_env_vars_recorded_once() {
-        // clap may wrap a long help line inside `[env: ...]`.
-        let help = "      --node-id <NODE_ID>\n          Id [env: KEEL_NODE_ID=]\n      --x\n          \
-                    long text [env:\n          KEEL_LOG_SEGMENT_BYTES=]\n  [env: lower=] [env: KEEL_=]\n";
-        let names = env_names_from_help(help);
-        assert_eq!(
-            names.iter().map(String::as_str).collect::<Vec<_>>(),
-            ["KEEL_LOG_SEGMENT_BYTES", "KEEL_NODE_ID"]
-        );
+        let names = setting_names();
+        // Each binary's keys, the config file variable, and nothing else.
+        for name in [
+            "KEEL_NUM_PARTITIONS",
+            "KEEL_LOG_SEGMENT_BYTES",
+            "KEEL_BROKER_SESSION_TIMEOUT_MS",
+            "KEEL_CONFIG",
+        ] {
+            assert!(names.contains(name), "{name}: {names:?}");
+        }
+        assert!(!names.contains("KEEL_LOG"), "{names:?}");
+        assert!(!names.contains("KEEL_BOOTSTRAP_BROKERS"), "{names:?}");
         let env = [
             ("KEEL_LOG_SEGMENT_BYTES", "1048576"),
             ("KEEL_BOOTSTRAP_BROKERS", "h:1"),

@@ -1,44 +1,20 @@
-//! Controller configuration: a TOML file, every key overridable by a `KEEL_`-prefixed
-//! environment variable or a command-line flag (flag > env > file > default).
+//! Controller configuration: the typed form of the controller's settings.
 //!
-//! Keys are snake_case versions of Kafka's names (DESIGN §6). Bad configs fail at start with
-//! one line naming the key ([`ConfigError`]).
+//! Every key is declared once in [`keel_observability::settings::SETTINGS`] (name, Kafka name,
+//! type, range, default, doc), read from a TOML file, a `KEEL_`-prefixed environment variable
+//! or a command-line flag (flag > env > file > default) and checked there by kind;
+//! [`ControllerConfig::from_settings`] types the result and checks the rules that tie several
+//! keys together. Bad configs fail at start with one line naming the key ([`ConfigError`]).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use keel_observability::LogFormat;
+pub use keel_observability::settings::ConfigError;
+use keel_observability::settings::Settings;
 
 use crate::logic::TopicDefaults;
-use crate::logic::topics::MAX_PARTITIONS_PER_TOPIC;
-use serde::Deserialize;
-
-/// Milliseconds in a day: the largest duration setting accepted.
-const MS_PER_DAY: u64 = 86_400_000;
-
-/// Why a configuration was refused. `Display` is the one line printed at start-up.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The config file could not be read, is not valid TOML, has an unknown key or a value
-    /// of the wrong type (one line naming the file, the key and the line).
-    #[error(transparent)]
-    File(#[from] keel_observability::config_file::ConfigFileError),
-    /// A key has a value outside its domain.
-    #[error("invalid value for {key}: {reason}")]
-    Invalid {
-        /// The key (config name).
-        key: &'static str,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A required key is missing.
-    #[error("missing required config {key}")]
-    Missing {
-        /// The key.
-        key: &'static str,
-    },
-}
 
 /// The controller's settings, after merging file, environment and flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +63,7 @@ pub struct ControllerConfig {
     /// default 300). Must be > 0.
     pub leader_imbalance_check_interval_seconds: u64,
     /// Partitions of a topic created with `num_partitions` -1 (Kafka: `num.partitions`,
-    /// default 1). 1..=[`MAX_PARTITIONS_PER_TOPIC`].
+    /// default 1). 1..=[`crate::logic::topics::MAX_PARTITIONS_PER_TOPIC`].
     pub num_partitions: i32,
     /// Replication factor of a topic created with `replication_factor` -1 (Kafka:
     /// `default.replication.factor`, default 1). 1..=32767 (Kafka's replication factor is an
@@ -101,248 +77,59 @@ pub struct ControllerConfig {
     pub log_format: LogFormat,
 }
 
-/// The file/environment form: every key optional so that layers can be merged.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RawConfig {
-    /// See [`ControllerConfig::node_id`].
-    pub node_id: Option<u64>,
-    /// `1@host:port,2@host:port,...`
-    pub controller_quorum_voters: Option<String>,
-    /// `host:port`
-    pub listeners: Option<String>,
-    /// `host:port`
-    pub advertised_listeners: Option<String>,
-    /// Directory.
-    pub metadata_log_dir: Option<PathBuf>,
-    /// ms
-    pub broker_heartbeat_interval_ms: Option<u64>,
-    /// ms
-    pub broker_session_timeout_ms: Option<u64>,
-    /// ms
-    pub election_timeout_min_ms: Option<u64>,
-    /// ms
-    pub election_timeout_max_ms: Option<u64>,
-    /// ms
-    pub raft_heartbeat_interval_ms: Option<u64>,
-    /// entries
-    pub metadata_snapshot_max_entries: Option<u64>,
-    /// bytes
-    pub metadata_log_segment_bytes: Option<u64>,
-    /// ms
-    pub metadata_max_idle_interval_ms: Option<u64>,
-    /// bool
-    pub auto_leader_rebalance_enable: Option<bool>,
-    /// seconds
-    pub leader_imbalance_check_interval_seconds: Option<u64>,
-    /// partitions
-    pub num_partitions: Option<i32>,
-    /// replicas
-    pub default_replication_factor: Option<i32>,
-    /// `ip:port`
-    pub metrics_listener: Option<String>,
-    /// `text` or `json`
-    pub log_format: Option<String>,
-}
-
-macro_rules! merge {
-    ($dst:ident, $src:ident, $($field:ident),*) => {
-        $( if $src.$field.is_some() { $dst.$field = $src.$field; } )*
-    };
-}
-
-impl RawConfig {
-    /// Reads a TOML file. Unknown keys are refused; a Kafka-style dotted key (`log.dirs`)
-    /// is named with the key to write instead.
-    pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        Ok(keel_observability::config_file::read_toml(path)?)
-    }
-
-    /// Overlays every key set in `other`.
-    pub fn overlay(&mut self, other: RawConfig) {
-        merge!(
-            self,
-            other,
-            node_id,
-            controller_quorum_voters,
-            listeners,
-            advertised_listeners,
-            metadata_log_dir,
-            broker_heartbeat_interval_ms,
-            broker_session_timeout_ms,
-            election_timeout_min_ms,
-            election_timeout_max_ms,
-            raft_heartbeat_interval_ms,
-            metadata_snapshot_max_entries,
-            metadata_log_segment_bytes,
-            metadata_max_idle_interval_ms,
-            auto_leader_rebalance_enable,
-            leader_imbalance_check_interval_seconds,
-            num_partitions,
-            default_replication_factor,
-            metrics_listener,
-            log_format
-        );
-    }
-
-    /// Validates and fills defaults.
-    pub fn resolve(self) -> Result<ControllerConfig, ConfigError> {
-        let node_id = self
-            .node_id
-            .ok_or(ConfigError::Missing { key: "node_id" })?;
-        let voters_str = self.controller_quorum_voters.ok_or(ConfigError::Missing {
-            key: "controller_quorum_voters",
-        })?;
-        let controller_quorum_voters = parse_voters(&voters_str)?;
+impl ControllerConfig {
+    /// Types the validated settings and checks the rules between keys. `listeners` defaults to
+    /// every interface at this node's voter port, `advertised_listeners` to its voter entry.
+    pub fn from_settings(s: &Settings) -> Result<Self, ConfigError> {
+        let node_id: u64 = s.require("node_id");
+        let voters_str: String = s.require("controller_quorum_voters");
+        let controller_quorum_voters: BTreeMap<u64, String> = s.require("controller_quorum_voters");
         let Some(own) = controller_quorum_voters.get(&node_id) else {
             return Err(ConfigError::Invalid {
                 key: "controller_quorum_voters",
                 reason: format!("node_id {node_id} is not one of the voters {voters_str:?}"),
             });
         };
-        let listeners_str = self.listeners.unwrap_or_else(|| {
-            // Default: listen on every interface at the voter entry's port.
-            let port = own.rsplit_once(':').map_or("9093", |(_, p)| p);
-            format!("0.0.0.0:{port}")
-        });
-        let listeners = listeners_str.parse().map_err(|e| ConfigError::Invalid {
-            key: "listeners",
-            reason: format!("{listeners_str:?} is not an ip:port address ({e})"),
-        })?;
-        let advertised_listeners = self.advertised_listeners.unwrap_or_else(|| own.clone());
-        let metadata_log_dir = self.metadata_log_dir.ok_or(ConfigError::Missing {
-            key: "metadata_log_dir",
-        })?;
-        let metrics_listener = self
-            .metrics_listener
-            .map(|a| {
-                a.parse().map_err(|e| ConfigError::Invalid {
-                    key: "metrics_listener",
-                    reason: format!("{a:?} is not an ip:port address ({e})"),
-                })
-            })
-            .transpose()?;
-        let log_format = self
-            .log_format
-            .map(|f| {
-                f.parse().map_err(|reason| ConfigError::Invalid {
-                    key: "log_format",
-                    reason,
-                })
-            })
-            .transpose()?
-            .unwrap_or_default();
+        let listeners = match s.get::<SocketAddr>("listeners") {
+            Some(l) => l,
+            None => {
+                // Every interface at the voter entry's port.
+                let port = own.rsplit_once(':').map_or("9093", |(_, p)| p);
+                let l = format!("0.0.0.0:{port}");
+                l.parse().map_err(|e| ConfigError::Invalid {
+                    key: "listeners",
+                    reason: format!("{l:?} is not an ip:port address ({e})"),
+                })?
+            }
+        };
         let cfg = ControllerConfig {
             node_id,
-            controller_quorum_voters,
             listeners,
-            advertised_listeners,
-            metadata_log_dir,
-            broker_heartbeat_interval_ms: self.broker_heartbeat_interval_ms.unwrap_or(2000),
-            broker_session_timeout_ms: self.broker_session_timeout_ms.unwrap_or(9000),
-            election_timeout_min_ms: self.election_timeout_min_ms.unwrap_or(300),
-            election_timeout_max_ms: self.election_timeout_max_ms.unwrap_or(600),
-            raft_heartbeat_interval_ms: self.raft_heartbeat_interval_ms.unwrap_or(100),
-            metadata_snapshot_max_entries: self.metadata_snapshot_max_entries.unwrap_or(20_000),
-            metadata_log_segment_bytes: self
-                .metadata_log_segment_bytes
-                .unwrap_or(keel_metadata_log::store::disk::DEFAULT_SEGMENT_BYTES),
-            metadata_max_idle_interval_ms: self.metadata_max_idle_interval_ms.unwrap_or(500),
-            auto_leader_rebalance_enable: self.auto_leader_rebalance_enable.unwrap_or(true),
-            leader_imbalance_check_interval_seconds: self
-                .leader_imbalance_check_interval_seconds
-                .unwrap_or(300),
-            num_partitions: self.num_partitions.unwrap_or(1),
-            default_replication_factor: self.default_replication_factor.unwrap_or(1),
-            metrics_listener,
-            log_format,
+            advertised_listeners: s.get("advertised_listeners").unwrap_or_else(|| own.clone()),
+            controller_quorum_voters,
+            metadata_log_dir: s.require("metadata_log_dir"),
+            broker_heartbeat_interval_ms: s.require("broker_heartbeat_interval_ms"),
+            broker_session_timeout_ms: s.require("broker_session_timeout_ms"),
+            election_timeout_min_ms: s.require("election_timeout_min_ms"),
+            election_timeout_max_ms: s.require("election_timeout_max_ms"),
+            raft_heartbeat_interval_ms: s.require("raft_heartbeat_interval_ms"),
+            metadata_snapshot_max_entries: s.require("metadata_snapshot_max_entries"),
+            metadata_log_segment_bytes: s.require("metadata_log_segment_bytes"),
+            metadata_max_idle_interval_ms: s.require("metadata_max_idle_interval_ms"),
+            auto_leader_rebalance_enable: s.require("auto_leader_rebalance_enable"),
+            leader_imbalance_check_interval_seconds: s
+                .require("leader_imbalance_check_interval_seconds"),
+            num_partitions: s.require("num_partitions"),
+            default_replication_factor: s.require("default_replication_factor"),
+            metrics_listener: s.get("metrics_listener"),
+            log_format: s.require("log_format"),
         };
         cfg.validate()?;
         Ok(cfg)
     }
-}
 
-impl ControllerConfig {
+    /// The rules between keys (each key's own range is checked by the settings layer).
     fn validate(&self) -> Result<(), ConfigError> {
-        let positive = |key: &'static str, v: u64| {
-            if v == 0 {
-                Err(ConfigError::Invalid {
-                    key,
-                    reason: "must be greater than 0".into(),
-                })
-            } else {
-                Ok(())
-            }
-        };
-        // Durations: above a day is a typo, and values near u64::MAX made timers panic at
-        // start ("duration is unrealistically large") while the process kept running.
-        let duration = |key: &'static str, v: u64, unit_per_day: u64| {
-            positive(key, v)?;
-            if v > unit_per_day {
-                return Err(ConfigError::Invalid {
-                    key,
-                    reason: format!("{v} is more than a day ({unit_per_day})"),
-                });
-            }
-            Ok(())
-        };
-        for (key, v) in [
-            (
-                "broker_heartbeat_interval_ms",
-                self.broker_heartbeat_interval_ms,
-            ),
-            ("broker_session_timeout_ms", self.broker_session_timeout_ms),
-            (
-                "raft_heartbeat_interval_ms",
-                self.raft_heartbeat_interval_ms,
-            ),
-            ("election_timeout_min_ms", self.election_timeout_min_ms),
-            ("election_timeout_max_ms", self.election_timeout_max_ms),
-            (
-                "metadata_max_idle_interval_ms",
-                self.metadata_max_idle_interval_ms,
-            ),
-        ] {
-            duration(key, v, MS_PER_DAY)?;
-        }
-        duration(
-            "leader_imbalance_check_interval_seconds",
-            self.leader_imbalance_check_interval_seconds,
-            MS_PER_DAY / 1000,
-        )?;
-        positive(
-            "metadata_snapshot_max_entries",
-            self.metadata_snapshot_max_entries,
-        )?;
-        if !(4096..=1 << 30).contains(&self.metadata_log_segment_bytes) {
-            return Err(ConfigError::Invalid {
-                key: "metadata_log_segment_bytes",
-                reason: format!(
-                    "{} is not in 4096..=1073741824",
-                    self.metadata_log_segment_bytes
-                ),
-            });
-        }
-        let within = |key: &'static str, v: i32, max: i32| {
-            if (1..=max).contains(&v) {
-                Ok(())
-            } else {
-                Err(ConfigError::Invalid {
-                    key,
-                    reason: format!("{v} is not in 1..={max}"),
-                })
-            }
-        };
-        within(
-            "num_partitions",
-            self.num_partitions,
-            MAX_PARTITIONS_PER_TOPIC,
-        )?;
-        within(
-            "default_replication_factor",
-            self.default_replication_factor,
-            i32::from(i16::MAX),
-        )?;
         if self.broker_session_timeout_ms <= self.broker_heartbeat_interval_ms {
             return Err(ConfigError::Invalid {
                 key: "broker_session_timeout_ms",
@@ -395,8 +182,38 @@ pub fn parse_voters(s: &str) -> Result<BTreeMap<u64, String>, ConfigError> {
 mod tests {
     use super::*;
 
-    fn raw(toml_text: &str) -> RawConfig {
-        toml::from_str(toml_text).unwrap()
+    use keel_observability::settings::{Binary, Layer, Schema};
+
+    fn schema() -> Schema {
+        Schema::of(Binary::Controller)
+    }
+
+    fn raw(toml_text: &str) -> Layer {
+        schema().parse_toml(toml_text).unwrap()
+    }
+
+    trait Resolve {
+        fn resolve(self) -> Result<ControllerConfig, ConfigError>;
+    }
+
+    impl Resolve for Layer {
+        fn resolve(self) -> Result<ControllerConfig, ConfigError> {
+            ControllerConfig::from_settings(&schema().resolve(self)?)
+        }
+    }
+
+    #[test]
+    fn declared_defaults_match_the_code_they_configure() {
+        use keel_observability::settings::{DefaultValue, Kind, SETTINGS};
+        let declared = |name: &str| SETTINGS.iter().find(|s| s.name == name).unwrap();
+        assert_eq!(
+            declared("metadata_log_segment_bytes").default,
+            DefaultValue::Int(keel_metadata_log::store::disk::DEFAULT_SEGMENT_BYTES.into())
+        );
+        assert!(matches!(
+            declared("num_partitions").kind,
+            Kind::Int { max, .. } if max == crate::logic::topics::MAX_PARTITIONS_PER_TOPIC.into()
+        ));
     }
 
     #[test]
@@ -404,10 +221,7 @@ mod tests {
         let mut r = raw(
             "node_id = 1\ncontroller_quorum_voters = \"1@127.0.0.1:9093,2@127.0.0.1:9094\"\nmetadata_log_dir = \"/tmp/x\"\n",
         );
-        r.overlay(RawConfig {
-            broker_session_timeout_ms: Some(3000),
-            ..Default::default()
-        });
+        r.overlay(raw("broker_session_timeout_ms = 3000"));
         let c = r.resolve().unwrap();
         assert_eq!(c.listeners, "0.0.0.0:9093".parse().unwrap());
         assert_eq!(c.advertised_listeners, "127.0.0.1:9093");
@@ -417,8 +231,8 @@ mod tests {
 
     #[test]
     fn bad_configs_name_the_key() {
-        let err = toml::from_str::<RawConfig>("node_idd = 1").unwrap_err();
-        assert!(err.message().contains("node_idd"), "{err}");
+        let err = schema().parse_toml("node_idd = 1").unwrap_err();
+        assert!(err.contains("node_idd"), "{err}");
         for (voters, needle) in [
             ("1@host", "has no :port"),
             ("x@h:1", "is not a node id"),
@@ -503,9 +317,10 @@ mod tests {
                 "{key} = {value}: {e}"
             );
         }
-        let err =
-            toml::from_str::<RawConfig>("auto_leader_rebalance_enable = \"yes\"").unwrap_err();
-        assert!(err.message().contains("bool"), "{err}");
+        let err = schema()
+            .parse_toml("auto_leader_rebalance_enable = \"yes\"")
+            .unwrap_err();
+        assert!(err.contains("bool"), "{err}");
         let c = raw(base).resolve().unwrap();
         assert!(c.auto_leader_rebalance_enable);
         assert_eq!(c.leader_imbalance_check_interval_seconds, 300);

@@ -8,27 +8,33 @@ use std::ffi::OsString;
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 
-/// Parses the process arguments (and the environment variables the flags name); exits as
-/// described in the module doc on failure.
-pub fn parse_or_exit<A: clap::Parser>(program: &str) -> A {
-    match A::try_parse() {
-        Ok(args) => args,
-        Err(e) => match e.kind() {
-            ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
-            _ => {
-                let mut line = one_line(&e.to_string());
-                let argv: Vec<OsString> = std::env::args_os().collect();
-                if let Some((shown, env)) = env_source(&A::command(), &e, &argv, |name| {
-                    std::env::var_os(name).is_some()
-                }) {
-                    line = line.replacen(&format!("'{shown}'"), &env, 1);
-                }
-                eprintln!("{program}: {line}");
-                std::process::exit(2);
+/// Parses the process arguments (and the environment variables the flags name) with `cmd`
+/// (the settings' command, [`crate::settings::Schema::command`]); exits as described in the
+/// module doc on failure.
+pub fn matches_or_exit(cmd: clap::Command, program: &str) -> clap::ArgMatches {
+    match cmd.clone().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => exit_on(&cmd, &e, program),
+    }
+}
+
+/// Prints help or version, or the one-line error (exit 2).
+fn exit_on(cmd: &clap::Command, e: &clap::Error, program: &str) -> ! {
+    match e.kind() {
+        ErrorKind::DisplayHelp
+        | ErrorKind::DisplayVersion
+        | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => e.exit(),
+        _ => {
+            let mut line = one_line(&e.to_string());
+            let argv: Vec<OsString> = std::env::args_os().collect();
+            if let Some((shown, env)) =
+                env_source(cmd, e, &argv, |name| std::env::var_os(name).is_some())
+            {
+                line = line.replacen(&format!("'{shown}'"), &env, 1);
             }
-        },
+            eprintln!("{program}: {line}");
+            std::process::exit(2);
+        }
     }
 }
 

@@ -2,12 +2,12 @@
 //!
 //! Keel's config keys are Kafka's names with `_` for `.` (`log.dirs` -> `log_dirs`). TOML
 //! reads a Kafka-style key `log.dirs = "/data"` as a key `dirs` inside a table `log`, so serde
-//! would report only "unknown field `log`"; [`read_toml`] names the whole dotted key and the
+//! would report only "unknown field `log`"; [`parse_toml`] names the whole dotted key and the
 //! Keel key to write instead.
 
 use std::path::{Path, PathBuf};
 
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, DeserializeSeed};
 
 /// Why a config file could not be read into its struct. `Display` is one line:
 /// `config file PATH: REASON`.
@@ -31,16 +31,20 @@ pub enum ConfigFileError {
     },
 }
 
-/// Reads `path` into `T` (a struct with `#[serde(deny_unknown_fields)]`).
+/// Reads `path` and parses its text with `parse` (e.g. the settings schema's
+/// [`crate::settings::Schema::parse_toml`]).
 ///
 /// Errors: [`ConfigFileError::Read`] when the file cannot be read; [`ConfigFileError::Parse`]
-/// with the message of [`parse_toml`].
-pub fn read_toml<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigFileError> {
+/// with `parse`'s message.
+pub fn read_with<V>(
+    path: &Path,
+    parse: impl FnOnce(&str) -> Result<V, String>,
+) -> Result<V, ConfigFileError> {
     let text = std::fs::read_to_string(path).map_err(|source| ConfigFileError::Read {
         path: path.to_path_buf(),
         source,
     })?;
-    parse_toml(&text).map_err(|message| ConfigFileError::Parse {
+    parse(&text).map_err(|message| ConfigFileError::Parse {
         path: path.to_path_buf(),
         message,
     })
@@ -51,24 +55,35 @@ pub fn read_toml<T: DeserializeOwned>(path: &Path) -> Result<T, ConfigFileError>
 /// underscore form is a known key, `unknown key "log.dirs": Keel writes Kafka's dotted names
 /// with underscores, use log_dirs (line N)`.
 pub fn parse_toml<T: DeserializeOwned>(text: &str) -> Result<T, String> {
-    toml::from_str(text).map_err(|e| {
-        let Some(at) = e.span().map(|s| s.start) else {
-            return e.message().to_string();
-        };
-        let message = dotted_key_hint(text, at, e.message()).unwrap_or_else(|| {
-            // A wrong value type names only the type: say whose value it is.
-            match key_of_line(text, at) {
-                Some(key) if !e.message().starts_with("unknown field") => {
-                    format!("{key}: {}", e.message())
+    parse_toml_seed(text, std::marker::PhantomData::<T>)
+}
+
+/// [`parse_toml`] with a serde seed (the settings schema deserializes a file that way), with
+/// the same one-line errors.
+pub fn parse_toml_seed<'de, S: DeserializeSeed<'de>>(
+    text: &'de str,
+    seed: S,
+) -> Result<S::Value, String> {
+    toml::Deserializer::parse(text)
+        .and_then(|d| seed.deserialize(d))
+        .map_err(|e| {
+            let Some(at) = e.span().map(|s| s.start) else {
+                return e.message().to_string();
+            };
+            let message = dotted_key_hint(text, at, e.message()).unwrap_or_else(|| {
+                // A wrong value type names only the type: say whose value it is.
+                match key_of_line(text, at) {
+                    Some(key) if !e.message().starts_with("unknown field") => {
+                        format!("{key}: {}", e.message())
+                    }
+                    _ => e.message().to_string(),
                 }
-                _ => e.message().to_string(),
-            }
-        });
-        let line = text
-            .get(..at)
-            .map_or(1, |before| before.matches('\n').count() + 1);
-        format!("{message} (line {line})")
-    })
+            });
+            let line = text
+                .get(..at)
+                .map_or(1, |before| before.matches('\n').count() + 1);
+            format!("{message} (line {line})")
+        })
 }
 
 /// The key assigned on the line holding byte `at` (`key = value`), if that line is one.

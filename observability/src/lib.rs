@@ -2,7 +2,11 @@
 //! (issue #7):
 //!
 //! - [`backoff`]: the one retry backoff with jitter (Kafka `ExponentialBackoff`, KIP-580);
+//! - [`settings`]: every configuration key of both binaries, declared once, and the loader
+//!   (file -> `KEEL_*` env -> flag) with one set of validation rules;
 //! - [`config_file`]: reading the TOML config file, with one-line errors that name the key;
+//! - [`cli`]: command-line parsing with one-line errors;
+//! - [`process`]: the `main` of both binaries (runtime, logging, exit codes, shutdown signal);
 //! - [`logging`]: the `tracing` subscriber (filter from `KEEL_LOG`, text or JSON lines);
 //! - [`metrics_endpoint`]: the Prometheus recorder and the HTTP listener configured by
 //!   `metrics_listener`, serving `/metrics`, `/health/live` and `/health/ready`;
@@ -19,6 +23,8 @@ pub mod config_file;
 pub mod describe;
 pub mod logging;
 pub mod metrics_endpoint;
+pub mod process;
+pub mod settings;
 
 pub use backoff::Backoff;
 pub use describe::{MetricDef, MetricKind, describe_all, zero_counters};

@@ -26,6 +26,8 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use keel_observability::settings::{Binary, Layer, Schema, Settings, Value};
+
 use crate::api::Endpoints;
 
 /// Timings of an in-process cluster, ms. Shorter than the binaries' defaults so a cluster is
@@ -78,6 +80,14 @@ pub struct InProcessCluster {
     timings: Timings,
     controllers: BTreeMap<u64, Node>,
     brokers: BTreeMap<i32, Node>,
+}
+
+/// `values` validated by `binary`'s settings declaration, defaults filled in. Panics naming
+/// the key on a value the declaration refuses (a bug of this fixture).
+fn load<const N: usize>(binary: Binary, values: [(&'static str, Value); N]) -> Settings {
+    Schema::of(binary)
+        .resolve(Layer(values.into_iter().collect()))
+        .unwrap_or_else(|e| panic!("in-process {binary:?} settings: {e}"))
 }
 
 /// Binds a loopback listener on port 0.
@@ -184,40 +194,78 @@ impl InProcessCluster {
         self.dir.path().join(format!("controller-{id}"))
     }
 
-    /// The configuration controller `id` runs with.
+    /// The configuration controller `id` runs with: the binary's own settings declaration
+    /// and rules (`keel_observability::settings`), loaded from these values as from a file.
     pub fn controller_config(&self, id: u64) -> keel_controller::config::ControllerConfig {
         let t = self.timings;
-        keel_controller::config::RawConfig {
-            node_id: Some(id),
-            controller_quorum_voters: Some(self.voters()),
-            listeners: Some(self.controllers[&id].addr.to_string()),
-            metadata_log_dir: Some(self.controller_data_dir(id)),
-            broker_heartbeat_interval_ms: Some(t.broker_heartbeat_interval_ms),
-            broker_session_timeout_ms: Some(t.broker_session_timeout_ms),
-            raft_heartbeat_interval_ms: Some(t.raft_heartbeat_interval_ms),
-            election_timeout_min_ms: Some(t.election_timeout_min_ms),
-            election_timeout_max_ms: Some(2 * t.election_timeout_min_ms),
-            ..Default::default()
-        }
-        .resolve()
-        .expect("a valid in-process controller config")
+        let settings = load(
+            Binary::Controller,
+            [
+                ("node_id", Value::Int(id.into())),
+                ("controller_quorum_voters", Value::Text(self.voters())),
+                (
+                    "listeners",
+                    Value::Text(self.controllers[&id].addr.to_string()),
+                ),
+                (
+                    "metadata_log_dir",
+                    Value::Text(self.controller_data_dir(id).display().to_string()),
+                ),
+                (
+                    "broker_heartbeat_interval_ms",
+                    Value::Int(t.broker_heartbeat_interval_ms.into()),
+                ),
+                (
+                    "broker_session_timeout_ms",
+                    Value::Int(t.broker_session_timeout_ms.into()),
+                ),
+                (
+                    "raft_heartbeat_interval_ms",
+                    Value::Int(t.raft_heartbeat_interval_ms.into()),
+                ),
+                (
+                    "election_timeout_min_ms",
+                    Value::Int(t.election_timeout_min_ms.into()),
+                ),
+                (
+                    "election_timeout_max_ms",
+                    Value::Int((2 * t.election_timeout_min_ms).into()),
+                ),
+            ],
+        );
+        keel_controller::config::ControllerConfig::from_settings(&settings)
+            .expect("a valid in-process controller config")
     }
 
-    /// The configuration broker `id` runs with.
+    /// The configuration broker `id` runs with (see [`Self::controller_config`]).
     pub fn broker_config(&self, id: i32) -> keel_broker::config::BrokerConfig {
         let t = self.timings;
-        keel_broker::config::RawConfig {
-            node_id: Some(id),
-            controller_quorum_voters: Some(self.voters()),
-            listeners: Some(self.brokers[&id].addr.to_string()),
-            log_dirs: Some(self.broker_data_dir(id).display().to_string()),
-            broker_heartbeat_interval_ms: Some(t.broker_heartbeat_interval_ms),
-            broker_session_timeout_ms: Some(t.broker_session_timeout_ms),
-            replica_lag_time_max_ms: Some(t.replica_lag_time_max_ms),
-            ..Default::default()
-        }
-        .resolve()
-        .expect("a valid in-process broker config")
+        let settings = load(
+            Binary::Broker,
+            [
+                ("node_id", Value::Int(id.into())),
+                ("controller_quorum_voters", Value::Text(self.voters())),
+                ("listeners", Value::Text(self.brokers[&id].addr.to_string())),
+                (
+                    "log_dirs",
+                    Value::Text(self.broker_data_dir(id).display().to_string()),
+                ),
+                (
+                    "broker_heartbeat_interval_ms",
+                    Value::Int(t.broker_heartbeat_interval_ms.into()),
+                ),
+                (
+                    "broker_session_timeout_ms",
+                    Value::Int(t.broker_session_timeout_ms.into()),
+                ),
+                (
+                    "replica_lag_time_max_ms",
+                    Value::Int(t.replica_lag_time_max_ms.into()),
+                ),
+            ],
+        );
+        keel_broker::config::BrokerConfig::from_settings(&settings)
+            .expect("a valid in-process broker config")
     }
 
     fn start_controller_on(&mut self, id: u64, listener: std::net::TcpListener) {

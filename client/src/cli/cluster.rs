@@ -14,8 +14,8 @@ use crate::format::cluster::{
 use crate::format::table;
 use crate::local_cluster::{
     DEFAULT_BASE_PORT, LAYOUT_FILE, Layout, LayoutSource, ProcessSpec, Role, StopOutcome,
-    env_names_from_help, find_binary, log_tail, pid_exists, read_pid, resolve, running_pid,
-    running_settings, settings_conflicts, settings_from_env, spawn, stop,
+    find_binary, log_tail, pid_exists, read_pid, resolve, running_pid, running_settings,
+    setting_names, settings_conflicts, settings_from_env, spawn, stop,
 };
 
 /// `keelctl cluster ...`
@@ -136,23 +136,6 @@ fn processes_text(rows: &[ProcessRow]) -> String {
     )
 }
 
-/// The `KEEL_*` variables `binary` reads, from its `--help` ([`env_names_from_help`]).
-fn env_names(binary: &std::path::Path) -> Result<std::collections::BTreeSet<String>, CliError> {
-    let out = std::process::Command::new(binary)
-        .arg("--help")
-        .env_clear()
-        .output()
-        .map_err(|e| CliError(format!("cannot run {} --help: {e}", binary.display())))?;
-    if !out.status.success() {
-        return Err(CliError(format!(
-            "{} --help failed ({})",
-            binary.display(),
-            out.status
-        )));
-    }
-    Ok(env_names_from_help(&String::from_utf8_lossy(&out.stdout)))
-}
-
 /// How long `up` waits for a process of the cluster that is still exiting (killed a moment
 /// ago) to release its ports.
 const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
@@ -207,8 +190,7 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     // The KEEL_* variables of this environment that the binaries read: recorded by the first
     // `up`; a later `up` applies the recorded ones and refuses a different value rather than
     // start processes with settings that differ from the running ones.
-    let mut names = env_names(&controller_bin)?;
-    names.extend(env_names(&broker_bin)?);
+    let mut names = setting_names();
     // Per-process keys `up` always passes as flags (node id, listeners, data dir, ...): a
     // variable for them would have no effect, so it is neither recorded nor compared.
     for p in &procs {
@@ -219,7 +201,7 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     if let Some(unknown) = layout.settings.keys().find(|k| !names.contains(*k)) {
         return Err(CliError(format!(
             "[settings] in {} names {unknown}, which is not a setting keel-controller or \
-             keel-broker reads (see their --help) or one `cluster up` passes as a flag: fix \
+             keel-broker reads (see the README's configuration tables) or one `cluster up` passes as a flag: fix \
              or remove it",
             Layout::file(&layout.data_dir).display()
         )));

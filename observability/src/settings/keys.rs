@@ -1,0 +1,304 @@
+//! The declaration: every configuration key of `keel-controller` and `keel-broker`.
+
+use super::{DefaultValue, IntType, Kind, Setting, TimeUnit, UsedBy};
+
+/// A duration setting in ms with a default (the common case).
+pub(super) const fn ms(
+    name: &'static str,
+    kafka: &'static str,
+    default: i128,
+    doc: &'static str,
+    used_by: UsedBy,
+) -> Setting {
+    Setting {
+        name,
+        kafka,
+        kind: Kind::Duration(TimeUnit::Ms),
+        default: DefaultValue::Int(default),
+        doc,
+        used_by,
+    }
+}
+
+/// An integer kind.
+pub(super) const fn int(ty: IntType, min: i128, max: i128, unit: &'static str) -> Kind {
+    Kind::Int { ty, min, max, unit }
+}
+
+/// Every configuration key of both binaries. README's configuration tables are rendered from
+/// this table ([`super::markdown_table`]) and a test keeps them equal.
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        name: "node_id",
+        kafka: "node.id",
+        kind: int(IntType::I32, 0, i32::MAX as i128, ""),
+        default: DefaultValue::Required,
+        doc: "this node's id; a controller's must be one of the voters",
+        used_by: UsedBy::Both,
+    },
+    Setting {
+        name: "controller_quorum_voters",
+        kafka: "controller.quorum.voters",
+        kind: Kind::Voters,
+        default: DefaultValue::Required,
+        doc: "`1@host:port,2@host:port,3@host:port`: the controllers and how to reach each",
+        used_by: UsedBy::Both,
+    },
+    Setting {
+        name: "listeners",
+        kafka: "listeners",
+        kind: Kind::Address,
+        default: DefaultValue::Derived {
+            controller: "`0.0.0.0:<own voter port>`",
+            broker: "`0.0.0.0:9092`",
+        },
+        doc: "gRPC bind address, `ip:port` (the controller's serves Raft and the controller API)",
+        used_by: UsedBy::Both,
+    },
+    Setting {
+        name: "advertised_listeners",
+        kafka: "advertised.listeners",
+        kind: Kind::HostPort,
+        default: DefaultValue::Derived {
+            controller: "own voter address",
+            broker: "`listeners` (required when that binds every interface)",
+        },
+        doc: "`host:port` given to clients (and, for brokers, to other brokers) to reach this node",
+        used_by: UsedBy::Both,
+    },
+    Setting {
+        name: "metadata_log_dir",
+        kafka: "metadata.log.dir",
+        kind: Kind::Text,
+        default: DefaultValue::Required,
+        doc: "Raft log segments, snapshot files and `meta.properties`",
+        used_by: UsedBy::Controller,
+    },
+    Setting {
+        name: "log_dirs",
+        kafka: "log.dirs",
+        kind: Kind::Text,
+        default: DefaultValue::Required,
+        doc: "the data directory: every partition, the local metadata snapshot and \
+              `meta.properties`; exactly one (several, Kafka's JBOD, are refused at start); \
+              locked while the broker runs (see \"Run a controller quorum\")",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "rack",
+        kafka: "broker.rack",
+        kind: Kind::Text,
+        default: DefaultValue::Unset("none"),
+        doc: "rack for rack-aware placement",
+        used_by: UsedBy::Broker,
+    },
+    ms(
+        "broker_heartbeat_interval_ms",
+        "broker.heartbeat.interval.ms",
+        2000,
+        "interval of broker heartbeats; the controllers check sessions this often",
+        UsedBy::Both,
+    ),
+    ms(
+        "broker_session_timeout_ms",
+        "broker.session.timeout.ms",
+        9000,
+        "the controllers fence a broker without heartbeat this long; a broker bounds its \
+         controlled shutdown by it",
+        UsedBy::Both,
+    ),
+    ms(
+        "election_timeout_min_ms",
+        "controller.quorum.election.timeout.ms",
+        300,
+        "lower end of the Raft election timeout range",
+        UsedBy::Controller,
+    ),
+    ms(
+        "election_timeout_max_ms",
+        "controller.quorum.election.timeout.ms",
+        600,
+        "upper end of the Raft election timeout range; failover takes about this + a random \
+         timeout in the range (~1.2 s)",
+        UsedBy::Controller,
+    ),
+    ms(
+        "raft_heartbeat_interval_ms",
+        "",
+        100,
+        "Raft leader heartbeat interval",
+        UsedBy::Controller,
+    ),
+    Setting {
+        name: "metadata_snapshot_max_entries",
+        kafka: "metadata.log.max.record.bytes.between.snapshots",
+        kind: int(IntType::U64, 1, u64::MAX as i128, "entries"),
+        default: DefaultValue::Int(20_000),
+        doc: "snapshot after this many entries (counted in entries, not bytes)",
+        used_by: UsedBy::Controller,
+    },
+    Setting {
+        name: "metadata_log_segment_bytes",
+        kafka: "metadata.log.segment.bytes",
+        kind: int(IntType::U64, 4096, 1 << 30, "bytes"),
+        default: DefaultValue::Int(16 << 20),
+        doc: "Raft log segment size; whole segments below the last snapshot are deleted",
+        used_by: UsedBy::Controller,
+    },
+    ms(
+        "metadata_max_idle_interval_ms",
+        "metadata.max.idle.interval.ms",
+        500,
+        "NoOpRecord interval of the active controller",
+        UsedBy::Controller,
+    ),
+    Setting {
+        name: "auto_leader_rebalance_enable",
+        kafka: "auto.leader.rebalance.enable",
+        kind: Kind::Bool,
+        default: DefaultValue::Bool(true),
+        doc: "move leadership back to each partition's preferred (first) replica once it is in \
+              the ISR and eligible again",
+        used_by: UsedBy::Controller,
+    },
+    Setting {
+        name: "leader_imbalance_check_interval_seconds",
+        kafka: "leader.imbalance.check.interval.seconds",
+        kind: Kind::Duration(TimeUnit::Seconds),
+        default: DefaultValue::Int(300),
+        doc: "how often the active controller runs that rebalance (at most 1,000 elections per \
+              run; the first run is one interval after it becomes active)",
+        used_by: UsedBy::Controller,
+    },
+    Setting {
+        name: "num_partitions",
+        kafka: "num.partitions",
+        kind: int(IntType::I32, 1, 9990, "partitions"),
+        default: DefaultValue::Int(1),
+        doc: "partitions of a topic created without a count (`keelctl topic create` without \
+              `--partitions`, or -1; a topic's records must fit in one 10,000-record \
+              operation)",
+        used_by: UsedBy::Controller,
+    },
+    Setting {
+        name: "default_replication_factor",
+        kafka: "default.replication.factor",
+        kind: int(IntType::I32, 1, i16::MAX as i128, "replicas"),
+        default: DefaultValue::Int(1),
+        doc: "replication factor of a topic created without one (or -1); more than the unfenced \
+              brokers fails that creation with INVALID_REPLICATION_FACTOR",
+        used_by: UsedBy::Controller,
+    },
+    ms(
+        "replica_lag_time_max_ms",
+        "replica.lag.time.max.ms",
+        30_000,
+        "a follower not caught up this long leaves the ISR (checked every half of it)",
+        UsedBy::Broker,
+    ),
+    Setting {
+        name: "replica_lag_max_messages",
+        kafka: "",
+        kind: int(IntType::U64, 0, u64::MAX as i128, "offsets"),
+        default: DefaultValue::Unset("off"),
+        doc: "optional offset-lag bound of ISR membership, for deterministic experiments \
+              (Kafka's `replica.lag.max.messages`, removed in 0.9)",
+        used_by: UsedBy::Broker,
+    },
+    ms(
+        "replica_fetch_wait_max_ms",
+        "replica.fetch.wait.max.ms",
+        500,
+        "follower fetch long-poll wait; below `replica_lag_time_max_ms`",
+        UsedBy::Broker,
+    ),
+    Setting {
+        name: "min_insync_replicas",
+        kafka: "min.insync.replicas",
+        kind: int(IntType::U32, 1, u32::MAX as i128, "replicas"),
+        default: DefaultValue::Int(1),
+        doc: "cluster default; the topic config overrides it",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "log_segment_bytes",
+        kafka: "log.segment.bytes",
+        kind: int(IntType::U64, 1024, i32::MAX as i128 - 1, "bytes"),
+        default: DefaultValue::Int(1 << 30),
+        doc: "segment size; topic `segment.bytes` overrides it",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "log_retention_ms",
+        kafka: "log.retention.ms",
+        kind: int(IntType::I64, -1, i64::MAX as i128, "ms"),
+        default: DefaultValue::Int(7 * 86_400_000),
+        doc: "how long data is kept; -1 keeps forever; topic `retention.ms` overrides it",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "log_retention_bytes",
+        kafka: "log.retention.bytes",
+        kind: int(IntType::I64, -1, i64::MAX as i128, "bytes"),
+        default: DefaultValue::Int(-1),
+        doc: "per-partition size bound; -1 = unbounded; topic `retention.bytes` overrides it",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "log_flush_interval_messages",
+        kafka: "log.flush.interval.messages",
+        kind: int(IntType::U64, 1, u64::MAX as i128, "records"),
+        default: DefaultValue::Unset("never force"),
+        doc: "fdatasync after this many records; 1 = before every acknowledgement",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "log_flush_interval_ms",
+        kafka: "log.flush.interval.ms",
+        kind: Kind::Duration(TimeUnit::Ms),
+        default: DefaultValue::Unset("never"),
+        doc: "fdatasync a partition log whose last flush is this old (the periodic flusher, \
+              every 10 ms, outside the partition lock so produce and fetch go on; \
+              `keel_broker_log_flush_duration_seconds`)",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "log_drop_cache_behind_bytes",
+        kafka: "",
+        kind: int(IntType::U64, 0, u64::MAX as i128, "bytes"),
+        default: DefaultValue::Int(32 << 20),
+        doc: "keep each partition's newest this-many bytes in the page cache and drop older \
+              written data from it as the log grows (its write-back starts then too); at least \
+              1 MiB; 0 keeps every written page, as Kafka does (HDFS: \
+              `dfs.datanode.drop.cache.behind.writes`). See below",
+        used_by: UsedBy::Broker,
+    },
+    ms(
+        "metadata_snapshot_interval_ms",
+        "",
+        60_000,
+        "how often the local metadata snapshot is rewritten (when it changed)",
+        UsedBy::Broker,
+    ),
+    Setting {
+        name: "metrics_listener",
+        kafka: "",
+        kind: Kind::Address,
+        default: DefaultValue::Unset("off"),
+        doc: "`ip:port` of the HTTP listener serving `/metrics`, `/health/live`, \
+              `/health/ready` (see \"Metrics and health\"; Kafka exposes JMX instead); a taken \
+              port stops the start with one line naming `metrics_listener`",
+        used_by: UsedBy::Both,
+    },
+    Setting {
+        name: "log_format",
+        kafka: "",
+        kind: Kind::Choice(&["text", "json"]),
+        default: DefaultValue::Text("text"),
+        doc: "`text` or `json` (one JSON object per line); the filter is the `KEEL_LOG` \
+              environment variable (`EnvFilter` syntax; default `info,openraft=warn` for the \
+              controller, `info` for the broker; an invalid filter stops the start); no ANSI \
+              colours unless stdout is a terminal",
+        used_by: UsedBy::Both,
+    },
+];
