@@ -1,6 +1,6 @@
 //! Broker configuration: the typed form of the broker's settings.
 //!
-//! Every key is declared once in [`keel_observability::settings::SETTINGS`] (name, Kafka name,
+//! Every key is declared once in [`keel_runtime::settings::SETTINGS`] (name, Kafka name,
 //! type, range, default, doc), read from a TOML file, a `KEEL_`-prefixed environment variable
 //! or a command-line flag (flag > env > file > default) and checked there by kind;
 //! [`BrokerConfig::from_settings`] types the result and checks the rules that tie several
@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use keel_observability::LogFormat;
-pub use keel_observability::settings::ConfigError;
-use keel_observability::settings::{Settings, parse_host_port};
+use keel_runtime::LogFormat;
+pub use keel_runtime::settings::ConfigError;
+use keel_runtime::settings::{Settings, parse_host_port};
 
 /// The broker's settings, after merging file, environment and flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -244,7 +244,7 @@ pub fn parse_voters(s: &str) -> Result<BTreeMap<u64, String>, ConfigError> {
 mod tests {
     use super::*;
 
-    use keel_observability::settings::{Binary, DefaultValue, Layer, SETTINGS, Schema};
+    use keel_runtime::settings::{Binary, DefaultValue, Layer, SETTINGS, Schema};
 
     fn schema() -> Schema {
         Schema::of(Binary::Broker)

@@ -11,11 +11,11 @@ use std::process::ExitCode;
 
 use keel_broker::config::BrokerConfig;
 use keel_broker::{observe, server};
-use keel_observability::process::shutdown_signal;
-use keel_observability::settings::Binary;
+use keel_runtime::process::shutdown_signal;
+use keel_runtime::settings::Binary;
 
 fn main() -> ExitCode {
-    keel_observability::process::main(
+    keel_runtime::process::main(
         Binary::Broker,
         BrokerConfig::from_settings,
         |config| config.log_format,

@@ -1,5 +1,5 @@
 //! Broker metrics and readiness (issue #7), served on `metrics_listener` by
-//! `keel-observability`.
+//! `keel-runtime`.
 //!
 //! Wiring: `main` calls [`start`] before the broker runs (so a taken port fails start-up);
 //! the server hands its metadata image and lifecycle status to [`publish`]; a sampler then
@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use keel_metadata_log::MetadataImage;
-use keel_observability::{EndpointError, MetricDef, MetricKind, MetricsServer, Readiness};
+use keel_runtime::{EndpointError, MetricDef, MetricKind, MetricsServer, Readiness};
 use metrics::Unit;
 use tokio::sync::watch;
 
@@ -233,11 +233,11 @@ pub fn readiness(broker_id: i32, status: &LifecycleStatus, image: &MetadataImage
 pub async fn start(addr: SocketAddr, broker_id: i32) -> Result<SocketAddr, EndpointError> {
     let server = MetricsServer::bind(addr).await?;
     let bound = server.local_addr().unwrap_or(addr);
-    let handle = keel_observability::install_prometheus_recorder()?;
-    keel_observability::describe_all(DEFS);
-    keel_observability::describe_all(RESERVED);
-    keel_observability::zero_counters(DEFS, &[]);
-    keel_observability::zero_counters(RESERVED, &["keel_broker_fetch_requests_total"]);
+    let handle = keel_runtime::install_prometheus_recorder()?;
+    keel_runtime::describe_all(DEFS);
+    keel_runtime::describe_all(RESERVED);
+    keel_runtime::zero_counters(DEFS, &[]);
+    keel_runtime::zero_counters(RESERVED, &["keel_broker_fetch_requests_total"]);
     for source in ["consumer", "follower"] {
         metrics::counter!("keel_broker_fetch_requests_total", "source" => source).increment(0);
         metrics::gauge!(crate::replica_manager::metrics::FETCH_REQUESTS_IN_FLIGHT, "source" => source)
@@ -291,7 +291,7 @@ mod tests {
     #[test]
     fn names_follow_the_rules() {
         let all: Vec<MetricDef> = DEFS.iter().chain(RESERVED).copied().collect();
-        keel_observability::describe::check_names(&all, "keel_broker_").unwrap();
+        keel_runtime::describe::check_names(&all, "keel_broker_").unwrap();
     }
 
     #[test]

@@ -34,7 +34,7 @@ use crate::lifecycle::{
 use crate::log_dir::LogDir;
 use crate::metadata::{LocalChangesSink, TailerConfig, describe, local_snapshot, tailer};
 use crate::replica_manager::{ReplicaManager, ReplicaManagerConfig};
-use keel_observability::Backoff;
+use keel_runtime::Backoff;
 
 /// Why a broker could not start or stopped with an error. `Display` is one line naming the
 /// config key or cause.

@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use keel_observability::settings::Binary;
+use keel_runtime::settings::Binary;
 use rustix::process::{Pid, Signal, kill_process, test_kill_process};
 use serde::{Deserialize, Serialize};
 
@@ -303,12 +303,12 @@ fn is_env_name(k: &str) -> bool {
 }
 
 /// The `KEEL_*` environment variables `keel-controller` or `keel-broker` read, from their
-/// settings' declaration ([`keel_observability::settings::env_names`]). `KEEL_LOG`, the log
+/// settings' declaration ([`keel_runtime::settings::env_names`]). `KEEL_LOG`, the log
 /// filter, is not a setting and so is never recorded.
 pub fn setting_names() -> BTreeSet<String> {
     Binary::ALL
         .into_iter()
-        .flat_map(keel_observability::settings::env_names)
+        .flat_map(keel_runtime::settings::env_names)
         .collect()
 }
 

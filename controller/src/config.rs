@@ -1,6 +1,6 @@
 //! Controller configuration: the typed form of the controller's settings.
 //!
-//! Every key is declared once in [`keel_observability::settings::SETTINGS`] (name, Kafka name,
+//! Every key is declared once in [`keel_runtime::settings::SETTINGS`] (name, Kafka name,
 //! type, range, default, doc), read from a TOML file, a `KEEL_`-prefixed environment variable
 //! or a command-line flag (flag > env > file > default) and checked there by kind;
 //! [`ControllerConfig::from_settings`] types the result and checks the rules that tie several
@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use keel_observability::LogFormat;
-pub use keel_observability::settings::ConfigError;
-use keel_observability::settings::Settings;
+use keel_runtime::LogFormat;
+pub use keel_runtime::settings::ConfigError;
+use keel_runtime::settings::Settings;
 
 use crate::logic::TopicDefaults;
 
@@ -182,7 +182,7 @@ pub fn parse_voters(s: &str) -> Result<BTreeMap<u64, String>, ConfigError> {
 mod tests {
     use super::*;
 
-    use keel_observability::settings::{Binary, Layer, Schema};
+    use keel_runtime::settings::{Binary, Layer, Schema};
 
     fn schema() -> Schema {
         Schema::of(Binary::Controller)
@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn declared_defaults_match_the_code_they_configure() {
-        use keel_observability::settings::{DefaultValue, Kind, SETTINGS};
+        use keel_runtime::settings::{DefaultValue, Kind, SETTINGS};
         let declared = |name: &str| SETTINGS.iter().find(|s| s.name == name).unwrap();
         assert_eq!(
             declared("metadata_log_segment_bytes").default,

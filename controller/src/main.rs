@@ -10,8 +10,8 @@ use std::process::ExitCode;
 
 use keel_controller::config::ControllerConfig;
 use keel_controller::server;
-use keel_observability::process::shutdown_signal;
-use keel_observability::settings::Binary;
+use keel_runtime::process::shutdown_signal;
+use keel_runtime::settings::Binary;
 
 /// mimalloc instead of glibc malloc: under metadata write load glibc's malloc and free were
 /// 15-20% of the controller's CPU; with mimalloc the active controller used ~25% less CPU per
@@ -20,7 +20,7 @@ use keel_observability::settings::Binary;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
-    keel_observability::process::main(
+    keel_runtime::process::main(
         Binary::Controller,
         ControllerConfig::from_settings,
         |config| config.log_format,

@@ -1,5 +1,5 @@
 //! Controller metrics (issue #7) and readiness, served on `metrics_listener` by
-//! `keel-observability`.
+//! `keel-runtime`.
 //!
 //! Names mirror Kafka's KRaft controller metrics in Prometheus form (`keel_controller_`
 //! prefix, unit suffix, `_total` counters); [`DEFS`] names each Kafka counterpart. A
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use keel_metadata_log::MetadataImage;
 use keel_metadata_log::raft_types::TypeConfig;
-use keel_observability::{MetricDef, MetricKind, Readiness};
+use keel_runtime::{MetricDef, MetricKind, Readiness};
 use metrics::Unit;
 use openraft::storage::RaftLogReader;
 use openraft::{BasicNode, EntryPayload, RaftMetrics};
@@ -368,7 +368,7 @@ mod tests {
 
     #[test]
     fn names_follow_the_rules() {
-        keel_observability::describe::check_names(DEFS, "keel_controller_").unwrap();
+        keel_runtime::describe::check_names(DEFS, "keel_controller_").unwrap();
     }
 
     #[test]

@@ -52,7 +52,7 @@ pub enum StartError {
     Raft(String),
     /// The `metrics_listener` could not be bound or the recorder installed.
     #[error("{0}")]
-    Metrics(#[from] keel_observability::EndpointError),
+    Metrics(#[from] keel_runtime::EndpointError),
     /// The listener could not be bound.
     #[error("listeners {addr}: {source}")]
     Bind {

@@ -3,8 +3,8 @@
 
 use std::future::Future;
 
-use keel_observability::MetricsServer;
 use keel_proto::controller::controller_service_server::ControllerServiceServer;
+use keel_runtime::MetricsServer;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 
@@ -125,9 +125,9 @@ fn start_metrics(
     server: MetricsServer,
     raft_node: &node::RaftNode,
 ) -> Result<MetricsGuard, StartError> {
-    let handle = keel_observability::install_prometheus_recorder()?;
-    keel_observability::describe_all(crate::metrics::DEFS);
-    keel_observability::zero_counters(crate::metrics::DEFS, &[]);
+    let handle = keel_runtime::install_prometheus_recorder()?;
+    keel_runtime::describe_all(crate::metrics::DEFS);
+    keel_runtime::zero_counters(crate::metrics::DEFS, &[]);
     let (readiness, sampler) =
         crate::metrics::spawn_sampler(raft_node.clone(), std::time::Duration::from_millis(500));
     if let Ok(addr) = server.local_addr() {

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use keel_observability::settings::{Binary, Layer, Schema, Settings, Value};
+use keel_runtime::settings::{Binary, Layer, Schema, Settings, Value};
 
 use crate::api::Endpoints;
 
@@ -195,7 +195,7 @@ impl InProcessCluster {
     }
 
     /// The configuration controller `id` runs with: the binary's own settings declaration
-    /// and rules (`keel_observability::settings`), loaded from these values as from a file.
+    /// and rules (`keel_runtime::settings`), loaded from these values as from a file.
     pub fn controller_config(&self, id: u64) -> keel_controller::config::ControllerConfig {
         let t = self.timings;
         let settings = load(

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::controllers::ActiveControllerClient;
-use keel_observability::Backoff;
+use keel_runtime::Backoff;
 
 use super::decision::{HeartbeatDecision, RegisterDecision, on_heartbeat_reply, on_register_reply};
 

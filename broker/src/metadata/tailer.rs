@@ -19,7 +19,7 @@ use super::local_snapshot;
 use super::replayer::Replayer;
 use super::sink::{LocalChangesEvent, LocalChangesSink};
 use crate::lifecycle::ControllerChannels;
-use keel_observability::Backoff;
+use keel_runtime::Backoff;
 
 /// Settings of the tailer.
 #[derive(Debug, Clone)]

@@ -329,7 +329,7 @@ impl Admin {
         let deadline = started + self.config.api_timeout;
         let bootstrap = &self.config.bootstrap_controllers;
         let backoff =
-            keel_observability::Backoff::new(self.config.backoff_initial, self.config.backoff_max);
+            keel_runtime::Backoff::new(self.config.backoff_initial, self.config.backoff_max);
         let mut attempts: u32 = 0;
         // Rounds in which every controller failed so far: the backoff's exponent.
         let mut failed_rounds: u32 = 0;

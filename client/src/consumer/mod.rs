@@ -219,9 +219,9 @@ impl Consumer {
         })
     }
 
-    /// The backoff before retry number `attempt` ([`keel_observability::Backoff`]).
+    /// The backoff before retry number `attempt` ([`keel_runtime::Backoff`]).
     fn backoff(&self, attempt: u32) -> Duration {
-        keel_observability::Backoff::from_millis(
+        keel_runtime::Backoff::from_millis(
             self.config.retry_backoff_ms.clamp(1, MAX_RETRY_BACKOFF_MS),
             self.config
                 .retry_backoff_max_ms

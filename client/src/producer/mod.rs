@@ -729,9 +729,6 @@ async fn attempt(inner: &Inner, tp: &TopicPartition, records: Bytes) -> Attempt 
 
 /// The producer's retry backoff: `retry_backoff_ms` doubling up to `retry_backoff_max_ms`,
 /// with ±20% jitter (Kafka's producer, KIP-580).
-fn retry_backoff(cfg: &ProducerConfig) -> keel_observability::Backoff {
-    keel_observability::Backoff::from_millis(
-        cfg.retry_backoff_ms.max(1),
-        cfg.retry_backoff_max_ms.max(1),
-    )
+fn retry_backoff(cfg: &ProducerConfig) -> keel_runtime::Backoff {
+    keel_runtime::Backoff::from_millis(cfg.retry_backoff_ms.max(1), cfg.retry_backoff_max_ms.max(1))
 }

@@ -1,5 +1,6 @@
-//! Observability and process plumbing shared by `keel-controller` and `keel-broker`
-//! (issue #7):
+//! `keel-runtime`: the process plumbing shared by `keel-controller` and `keel-broker` (and,
+//! for the settings declaration and the backoff, `keel-client`); named for what it holds
+//! since issue #19 (it began as `keel-observability`, issue #7):
 //!
 //! - [`backoff`]: the one retry backoff with jitter (Kafka `ExponentialBackoff`, KIP-580);
 //! - [`settings`]: every configuration key of both binaries, declared once, and the loader

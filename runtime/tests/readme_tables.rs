@@ -2,7 +2,7 @@
 //! removed or changed there without the README (or the other way round) fails here, printing
 //! the table to paste.
 
-use keel_observability::settings::{Binary, markdown_table};
+use keel_runtime::settings::{Binary, markdown_table};
 
 /// The Markdown table that follows `heading` in `readme` (the lines from the first starting
 /// with `| Keel key` to the last consecutive one starting with `|`).
@@ -32,7 +32,7 @@ fn readme_tables_are_the_declaration() {
         assert!(
             have == want,
             "README's table under {heading:?} differs from the declaration \
-             (keel_observability::settings::SETTINGS); expected:\n{want}"
+             (keel_runtime::settings::SETTINGS); expected:\n{want}"
         );
     }
 }
