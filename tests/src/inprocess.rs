@@ -84,7 +84,7 @@ pub struct InProcessCluster {
 
 /// `values` validated by `binary`'s settings declaration, defaults filled in. Panics naming
 /// the key on a value the declaration refuses (a bug of this fixture).
-fn load<const N: usize>(binary: Binary, values: [(&'static str, Value); N]) -> Settings {
+fn load(binary: Binary, values: impl IntoIterator<Item = (&'static str, Value)>) -> Settings {
     Schema::of(binary)
         .resolve(Layer(values.into_iter().collect()))
         .unwrap_or_else(|e| panic!("in-process {binary:?} settings: {e}"))
@@ -194,6 +194,22 @@ impl InProcessCluster {
         self.dir.path().join(format!("controller-{id}"))
     }
 
+    /// The settings controllers and brokers share: the voters and the broker session timings.
+    fn shared_settings(&self) -> [(&'static str, Value); 3] {
+        let t = self.timings;
+        [
+            ("controller_quorum_voters", Value::Text(self.voters())),
+            (
+                "broker_heartbeat_interval_ms",
+                Value::Int(t.broker_heartbeat_interval_ms.into()),
+            ),
+            (
+                "broker_session_timeout_ms",
+                Value::Int(t.broker_session_timeout_ms.into()),
+            ),
+        ]
+    }
+
     /// The configuration controller `id` runs with: the binary's own settings declaration
     /// and rules (`keel_runtime::settings`), loaded from these values as from a file.
     pub fn controller_config(&self, id: u64) -> keel_controller::config::ControllerConfig {
@@ -202,7 +218,6 @@ impl InProcessCluster {
             Binary::Controller,
             [
                 ("node_id", Value::Int(id.into())),
-                ("controller_quorum_voters", Value::Text(self.voters())),
                 (
                     "listeners",
                     Value::Text(self.controllers[&id].addr.to_string()),
@@ -210,14 +225,6 @@ impl InProcessCluster {
                 (
                     "metadata_log_dir",
                     Value::Text(self.controller_data_dir(id).display().to_string()),
-                ),
-                (
-                    "broker_heartbeat_interval_ms",
-                    Value::Int(t.broker_heartbeat_interval_ms.into()),
-                ),
-                (
-                    "broker_session_timeout_ms",
-                    Value::Int(t.broker_session_timeout_ms.into()),
                 ),
                 (
                     "raft_heartbeat_interval_ms",
@@ -231,7 +238,9 @@ impl InProcessCluster {
                     "election_timeout_max_ms",
                     Value::Int((2 * t.election_timeout_min_ms).into()),
                 ),
-            ],
+            ]
+            .into_iter()
+            .chain(self.shared_settings()),
         );
         keel_controller::config::ControllerConfig::from_settings(&settings)
             .expect("a valid in-process controller config")
@@ -244,25 +253,18 @@ impl InProcessCluster {
             Binary::Broker,
             [
                 ("node_id", Value::Int(id.into())),
-                ("controller_quorum_voters", Value::Text(self.voters())),
                 ("listeners", Value::Text(self.brokers[&id].addr.to_string())),
                 (
                     "log_dirs",
                     Value::Text(self.broker_data_dir(id).display().to_string()),
                 ),
                 (
-                    "broker_heartbeat_interval_ms",
-                    Value::Int(t.broker_heartbeat_interval_ms.into()),
-                ),
-                (
-                    "broker_session_timeout_ms",
-                    Value::Int(t.broker_session_timeout_ms.into()),
-                ),
-                (
                     "replica_lag_time_max_ms",
                     Value::Int(t.replica_lag_time_max_ms.into()),
                 ),
-            ],
+            ]
+            .into_iter()
+            .chain(self.shared_settings()),
         );
         keel_broker::config::BrokerConfig::from_settings(&settings)
             .expect("a valid in-process broker config")
