@@ -29,18 +29,11 @@
 //! product's 9 s broker session. The first failed request of each row is printed to stderr;
 //! the `errors` column counts them.
 
-#[path = "../tests/common/mod.rs"]
-#[allow(unused_imports)]
-mod common;
-
-use common::Endpoints;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{Cluster, Options};
 use keel_proto::ErrorCode;
 use keel_proto::broker::broker_service_client::BrokerServiceClient;
 use keel_proto::broker::{
@@ -49,6 +42,8 @@ use keel_proto::broker::{
 };
 use keel_proto::controller::{ConfigEntry, CreatableReplicaAssignment, CreatableTopic};
 use keel_record::{BatchIter, RecordBatchBuilder};
+use keel_tests::Endpoints;
+use keel_tests::process::{Cluster, Options};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
 
@@ -72,7 +67,7 @@ fn batch(batch_bytes: usize, stamp_ns: u64) -> Bytes {
     let n = (batch_bytes / RECORD).max(1);
     let value = vec![b'x'; RECORD - 8];
     let mut b = RecordBatchBuilder::new(0).with_capacity(batch_bytes + 1024);
-    let ts = common::data::now_ms();
+    let ts = keel_tests::data::now_ms();
     let key = stamp_ns.to_be_bytes();
     for _ in 0..n {
         b.append(ts, Some(&key), Some(&value), &[]);

@@ -1,7 +1,7 @@
 //! Bad produce and fetch input on an in-process cluster (3 controllers, 3 brokers, real gRPC):
-//! exact codes, nothing appended, the broker keeps serving. Moved here from the broker's
-//! multi-process `cluster_replication.rs`: the same checks without starting processes (about
-//! 0.17 s in a debug build; the multi-process version took 0.19 s).
+//! exact codes, nothing appended, the broker keeps serving. It was a multi-process test next
+//! to the acks × min.insync matrix (`acks_min_insync_matrix.rs`): the same checks without
+//! starting processes (0.17 s in a debug build; the multi-process version took 0.19 s).
 
 use std::time::{Duration, Instant};
 

@@ -4,20 +4,19 @@
 //! (item 2), Produce `timeout_ms` (item 4), InitProducerId (item 5), echoed input (item 6)
 //! and field bounds.
 
-mod common;
-
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use common::Endpoints;
-use common::data::{batch, code, decode, idempotent_batch, values};
-use common::{Cluster, Options, assigned_topic};
 use keel_proto::ErrorCode;
 use keel_proto::broker::{
     FetchPartition, FetchPartitionData, FetchReply, FetchRequest, FetchTopic, InitProducerIdReply,
     InitProducerIdRequest, MetadataRequest, ProducePartitionData, ProduceReply, ProduceRequest,
     ProduceTopicData, ReplicaDescription,
 };
+use keel_tests::Endpoints;
+use keel_tests::data::assigned_topic;
+use keel_tests::data::{batch, code, decode, idempotent_batch, values};
+use keel_tests::process::{Cluster, Options};
 
 const WAIT: Duration = Duration::from_secs(30);
 

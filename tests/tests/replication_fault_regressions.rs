@@ -1,16 +1,11 @@
 //! Break-it review scenarios on the real binaries (fresh-eyes review of the broker data
 //! plane). Each test asserts Kafka semantics; a failing test is a defect.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use common::Endpoints;
-use common::data::{batch, code, idempotent_batch, now_ms, values};
-use common::{Cluster, Options, assigned_topic, ok};
 use keel_proto::ErrorCode;
 use keel_proto::broker::{
     FetchPartition, FetchRequest, FetchTopic, ListOffsetsPartition, ListOffsetsRequest,
@@ -18,6 +13,10 @@ use keel_proto::broker::{
 };
 use keel_proto::controller::{DeleteTopicState, DeleteTopicsRequest};
 use keel_record::RecordBatchBuilder;
+use keel_tests::Endpoints;
+use keel_tests::data::{assigned_topic, ok};
+use keel_tests::data::{batch, code, idempotent_batch, now_ms, values};
+use keel_tests::process::{Cluster, Options};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -385,7 +384,7 @@ async fn breakit_consumer_position_valid_after_failover() {
         let Some(nl) = new_leader else {
             panic!("no new leader\n{}", c.logs());
         };
-        cluster = Arc::try_unwrap(c).ok().expect("tasks joined");
+        cluster = Arc::try_unwrap(c).expect("tasks joined");
         cluster.kill_broker(leader); // reap the process killed above
         cluster.start_broker(leader);
         let mut isr = vec![1, 2, 3];
@@ -1086,7 +1085,7 @@ async fn breakit_concurrent_idempotent_producers_with_failover() {
     for t in tasks {
         results.push(t.await.unwrap());
     }
-    let mut cluster = Arc::try_unwrap(c).ok().expect("joined");
+    let mut cluster = Arc::try_unwrap(c).expect("joined");
     cluster.kill_broker(1);
     cluster.start_broker(1);
     let nl = wait_new_leader(&cluster, "ip", 0).await;

@@ -2,14 +2,13 @@
 //! loopback, data on disk. The acks × min.insync.replicas × ISR matrix of seed 004. (Bad
 //! produce/fetch input runs on the in-process cluster: `tests/tests/bad_data_plane_input.rs`.)
 
-mod common;
-
 use std::time::Duration;
 
-use common::Endpoints;
-use common::data::{code, values};
-use common::{Cluster, Options, assigned_topic};
 use keel_proto::ErrorCode;
+use keel_tests::Endpoints;
+use keel_tests::data::assigned_topic;
+use keel_tests::data::{code, values};
+use keel_tests::process::{Cluster, Options};
 
 const WAIT: Duration = Duration::from_secs(20);
 

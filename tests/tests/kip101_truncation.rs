@@ -4,15 +4,14 @@
 //!
 //! Two brokers A = 1 (first leader) and B = 2, replication factor 2, min.insync.replicas 1.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Endpoints;
-use common::data::{code, values};
-use common::{Cluster, Options, assigned_topic};
 use keel_proto::ErrorCode;
 use keel_proto::broker::ReplicaRole;
+use keel_tests::Endpoints;
+use keel_tests::data::assigned_topic;
+use keel_tests::data::{code, values};
+use keel_tests::process::{Cluster, Options};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -134,12 +133,12 @@ async fn hw_defect_2_returning_leader_truncates_to_the_divergence_point() {
     c.wait_for("B's last fetch answered", WAIT, || async {
         let r = c.replica(1, "d2", 0).await?;
         let f = r.followers.iter().find(|f| f.broker_id == 2)?;
-        let (_, body) = common::http::http_get(metrics, "/metrics").await?;
-        let in_flight = common::http::sample(
+        let (_, body) = keel_tests::http::http_get(metrics, "/metrics").await?;
+        let in_flight = keel_tests::http::sample(
             &body,
             "keel_broker_fetch_requests_in_flight{source=\"follower\"}",
         )?;
-        (common::data::now_ms() - f.last_fetch_time_ms > 700 && in_flight == 0.0).then_some(())
+        (keel_tests::data::now_ms() - f.last_fetch_time_ms > 700 && in_flight == 0.0).then_some(())
     })
     .await;
     let m2 = values("m2", 0..1);

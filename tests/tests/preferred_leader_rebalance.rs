@@ -3,14 +3,13 @@
 //! back once that replica is again in the ISR, with leader epoch + 1, and no acknowledged
 //! record is lost across the move.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Endpoints;
-use common::data::{code, values};
-use common::{Cluster, Options, assigned_topic};
 use keel_proto::ErrorCode;
+use keel_tests::Endpoints;
+use keel_tests::data::assigned_topic;
+use keel_tests::data::{code, values};
+use keel_tests::process::{Cluster, Options};
 
 const WAIT: Duration = Duration::from_secs(20);
 

@@ -3,15 +3,14 @@
 //! of an old leader epoch) and kill -9 of a leader under a continuous idempotent acks=all
 //! stream.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::Endpoints;
-use common::data::{code, idempotent_batch, values};
-use common::{Cluster, Options, SESSION_TIMEOUT_MS, assigned_topic};
 use keel_proto::ErrorCode;
 use keel_proto::broker::{InitProducerIdRequest, MetadataRequest};
+use keel_tests::Endpoints;
+use keel_tests::data::assigned_topic;
+use keel_tests::data::{code, idempotent_batch, values};
+use keel_tests::process::{Cluster, Options, SESSION_TIMEOUT_MS};
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -108,7 +107,7 @@ async fn seed_000_lab_shrink_reject_rejoin_and_fencing() {
             0,
             -1,
             15_000,
-            common::data::batch(&values("late", 0..1)),
+            keel_tests::data::batch(&values("late", 0..1)),
             None,
         )
         .await
@@ -140,7 +139,7 @@ async fn seed_000_lab_shrink_reject_rejoin_and_fencing() {
             0,
             1,
             5000,
-            common::data::batch(&values("x", 0..1)),
+            keel_tests::data::batch(&values("x", 0..1)),
             Some(old_epoch),
         )
         .await
@@ -315,7 +314,7 @@ async fn follower_joins_the_isr_only_past_the_leader_epoch_start() {
     c.wait_for("broker 3's last fetch answered", WAIT, || async {
         let r = c.replica(1, "gate", 0).await?;
         let f = r.followers.iter().find(|f| f.broker_id == 3)?;
-        (common::data::now_ms() - f.last_fetch_time_ms > 700).then_some(())
+        (keel_tests::data::now_ms() - f.last_fetch_time_ms > 700).then_some(())
     })
     .await;
     assert_eq!(

@@ -10,16 +10,15 @@
 //!   line naming the file, the key and both values, before registering;
 //! - broker 1 restarted on its own directory still has every record.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Endpoints;
-use common::data::{code, values};
-use common::*;
 use keel_proto::ErrorCode;
+use keel_tests::Endpoints;
+use keel_tests::data::*;
+use keel_tests::data::{code, values};
+use keel_tests::process::*;
 
 const START: Duration = Duration::from_secs(20);
 const STEP: Duration = Duration::from_secs(15);
@@ -32,7 +31,7 @@ async fn run_broker(c: &Cluster, node_id: i32, log_dir: &Path) -> (Option<i32>, 
     let port = free_ports(1)[0];
     let err_path = c.dir.path().join(format!("intruder-{node_id}-{port}.err"));
     let err = std::fs::File::create(&err_path).unwrap();
-    let mut child = Command::new(BROKER_BIN)
+    let mut child = Command::new(broker_bin())
         .arg("--node-id")
         .arg(node_id.to_string())
         .arg("--controller-quorum-voters")

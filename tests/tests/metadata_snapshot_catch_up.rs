@@ -3,13 +3,12 @@
 //! tailer replaces its image), ends with the controllers' digest, and reports the topic
 //! deleted while it was down as a local deletion.
 
-mod common;
-
 use std::time::Duration;
 
-use common::Endpoints;
-use common::*;
 use keel_proto::controller::{DeleteTopicState, DeleteTopicsRequest, DescribeQuorumRequest};
+use keel_tests::Endpoints;
+use keel_tests::data::*;
+use keel_tests::process::*;
 
 const STEP: Duration = Duration::from_secs(20);
 

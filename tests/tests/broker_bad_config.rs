@@ -1,16 +1,14 @@
 //! Bad configurations fail at start with one line naming the key, and exit 1 (no cluster
 //! needed: every check happens before the broker contacts a controller).
 
-mod common;
-
 use std::process::Command;
 
-use common::BROKER_BIN;
+use keel_tests::process::broker_bin;
 
 /// Runs the broker with `args` (and `config` as a file if given); returns (status, stderr).
 fn run(args: &[&str], config: Option<&str>) -> (std::process::ExitStatus, String) {
     let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(BROKER_BIN);
+    let mut cmd = Command::new(broker_bin());
     if let Some(text) = config {
         let p = dir.path().join("broker.toml");
         std::fs::write(&p, text).unwrap();
@@ -123,7 +121,7 @@ fn bad_flag_or_env_values_fail_with_one_line() {
         ),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let mut cmd = Command::new(BROKER_BIN);
+        let mut cmd = Command::new(broker_bin());
         cmd.args(args)
             .env_remove("KEEL_LOG")
             .env("KEEL_LOG_DIRS", dir.path().join("data"));
@@ -146,7 +144,8 @@ fn bad_flag_or_env_values_fail_with_one_line() {
 /// its range gets the same line from each, whichever form set it.
 #[test]
 fn a_shared_key_is_read_and_refused_alike_by_both_binaries() {
-    let controller = common::controller_bin();
+    let controller = keel_tests::process::controller_bin();
+    let broker = broker_bin();
     let dir = tempfile::tempdir().unwrap();
     // Each binary's required keys, valid; the shared key under test comes on top.
     let required = [
@@ -159,7 +158,7 @@ fn a_shared_key_is_read_and_refused_alike_by_both_binaries() {
             ),
         ),
         (
-            std::path::Path::new(BROKER_BIN),
+            broker.as_path(),
             "keel-broker",
             format!(
                 "node_id = 1\ncontroller_quorum_voters = \"1@127.0.0.1:1\"\nlog_dirs = \"{}\"\nlisteners = \"127.0.0.1:0\"\n",

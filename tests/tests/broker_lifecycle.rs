@@ -10,13 +10,12 @@
 //! - SIGTERM of a broker: controlled shutdown (leadership moves away first), exit 0, and the
 //!   controller shows it fenced and in controlled shutdown.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::Endpoints;
-use common::*;
 use keel_proto::controller::DescribeClusterReply;
+use keel_tests::Endpoints;
+use keel_tests::data::*;
+use keel_tests::process::*;
 
 const START: Duration = Duration::from_secs(20);
 const STEP: Duration = Duration::from_secs(15);

@@ -1,11 +1,13 @@
-//! Multi-process harness: real `keel-controller` and `keel-broker` processes on loopback, each
-//! with its own directory under one temp dir, killed on drop. Waits poll a condition with a
-//! deadline; nothing sleeps to synchronise.
-#![allow(dead_code)]
+//! Multi-process clusters: the real `keel-controller` and `keel-broker` binaries on loopback,
+//! each with its own directory under one temp dir, killed on drop (the directory is kept when
+//! the test panics). Waits poll a condition with a deadline; nothing sleeps to synchronise.
+//! The binaries are the ones `cargo build --workspace --bins` put next to the test executable
+//! (`./scripts/test` builds them first; tests never build).
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keel_proto::broker::{MetadataReply, MetadataRequest};
@@ -13,30 +15,43 @@ use keel_proto::controller::DescribeClusterReply;
 use keel_proto::controller::controller_service_client::ControllerServiceClient;
 use tonic::transport::Channel;
 
-/// The broker binary cargo built for these tests.
-pub const BROKER_BIN: &str = env!("CARGO_BIN_EXE_keel-broker");
+use keel_broker::log::{Log, LogConfig, LogOpenOptions, SystemClock};
+
+use crate::Endpoints as _;
+use crate::data::{Crcs, Records, decode};
 
 /// Controller and broker timings used by every test cluster (ms).
 pub const HEARTBEAT_INTERVAL_MS: u64 = 200;
 pub const SESSION_TIMEOUT_MS: u64 = 1500;
 pub const SNAPSHOT_INTERVAL_MS: u64 = 300;
 
-/// `target/<profile>/keel-controller` next to this test's `target/<profile>/deps/`, where
-/// `cargo build` puts it. Tests never build: `./scripts/test` builds every binary first
-/// (`cargo build --workspace --bins`); a missing one fails here with that command.
-pub fn controller_bin() -> PathBuf {
+/// `target/<profile>/<name>` next to this test's (or bench's) `target/<profile>/deps/`,
+/// where `cargo build` puts the workspace binaries. Tests never build: `./scripts/test` builds
+/// every binary first (`cargo build --workspace --bins`); a missing one fails here naming that
+/// command.
+pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
     let bin = exe
         .parent()
         .and_then(Path::parent)
         .expect("test executable in target/<profile>/deps")
-        .join("keel-controller");
+        .join(name);
     assert!(
         bin.exists(),
         "{} is missing: build the binaries first (`cargo build --workspace --bins`, as ./scripts/test does)",
         bin.display()
     );
     bin
+}
+
+/// The `keel-controller` binary ([`binary`]).
+pub fn controller_bin() -> PathBuf {
+    binary("keel-controller")
+}
+
+/// The `keel-broker` binary ([`binary`]).
+pub fn broker_bin() -> PathBuf {
+    binary("keel-broker")
 }
 
 /// Reserves `n` free loopback ports (bound then released).
@@ -50,12 +65,8 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
-pub use keel_tests::Endpoints;
-// Re-exported for the test files; each uses a subset.
-#[allow(unused_imports)]
-pub use keel_tests::data::{assigned_topic, is_not_controller, ok};
-
 /// Three (or n) controllers and m brokers.
+#[derive(Debug)]
 pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub controller_ports: Vec<u16>,
@@ -236,7 +247,7 @@ impl Cluster {
             "broker {id} running"
         );
         let log = self.open_log(&format!("broker-{id}.log"));
-        let child = Command::new(BROKER_BIN)
+        let child = Command::new(broker_bin())
             .arg("--node-id")
             .arg(id.to_string())
             .arg("--controller-quorum-voters")
@@ -341,7 +352,7 @@ impl Cluster {
     }
 
     pub fn controller_client(&self, id: u64) -> ControllerServiceClient<Channel> {
-        ControllerServiceClient::new(keel_tests::api::channel(&self.controller_addr(id)))
+        ControllerServiceClient::new(crate::api::channel(&self.controller_addr(id)))
     }
 
     /// Polls `f` (over the active controller's DescribeCluster) until it is true.
@@ -449,85 +460,7 @@ impl Cluster {
     }
 }
 
-/// HTTP/1.1 GETs of the brokers' `/metrics` and `/health` listeners.
-pub mod http {
-    use std::net::SocketAddr;
-    use std::time::Duration;
-
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    /// `GET path` over HTTP/1.1; `None` when the connection fails. Returns (status, body).
-    pub async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-        let mut s =
-            tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
-                .await
-                .ok()?
-                .ok()?;
-        s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: keel\r\nConnection: close\r\n\r\n").as_bytes(),
-        )
-        .await
-        .ok()?;
-        let mut buf = String::new();
-        tokio::time::timeout(Duration::from_secs(2), s.read_to_string(&mut buf))
-            .await
-            .ok()?
-            .ok()?;
-        let status = buf.get(9..12)?.parse().ok()?;
-        Some((status, buf.split_once("\r\n\r\n")?.1.to_string()))
-    }
-
-    /// The value of the first sample line `name value` in Prometheus text.
-    pub fn sample(text: &str, name: &str) -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-    }
-}
-
-/// Record batches, values and reply codes (the shared harness's).
-pub mod data {
-    pub use keel_tests::data::*;
-}
-
-/// Reading a stopped broker's partition log from disk (per-batch CRC comparisons).
-pub mod disk {
-    use std::sync::Arc;
-
-    use keel_broker::log::{Log, LogConfig, LogOpenOptions, SystemClock};
-
-    use super::Cluster;
-    use super::data::{Crcs, Records, decode};
-
-    impl Cluster {
-        /// Every record and batch CRC of `topic`-`partition` in broker `id`'s data directory.
-        /// The broker must be stopped (the log is opened and recovered here).
-        pub fn read_log_on_disk(&self, id: i32, topic: &str, partition: i32) -> (Records, Crcs) {
-            assert!(!self.broker_running(id), "broker {id} must be stopped");
-            let dir = self
-                .broker_data_dir(id)
-                .join(format!("{topic}-{partition}"));
-            let log = Log::open(
-                &dir,
-                LogConfig::default(),
-                Arc::new(SystemClock),
-                LogOpenOptions::default(),
-            )
-            .unwrap();
-            let (mut recs, mut crcs) = (Vec::new(), Vec::new());
-            let mut offset = log.log_start_offset();
-            while offset < log.log_end_offset() {
-                let r = log.read(offset, 1 << 20, log.log_end_offset()).unwrap();
-                let (a, b) = decode(&r.records);
-                recs.extend(a);
-                crcs.extend(b);
-                offset = r.next_offset;
-            }
-            (recs, crcs)
-        }
-    }
-}
-
-impl Endpoints for Cluster {
+impl crate::Endpoints for Cluster {
     fn live_controllers(&self) -> Vec<(u64, String)> {
         self.controller_ids()
             .into_iter()
@@ -542,5 +475,33 @@ impl Endpoints for Cluster {
 
     fn diagnostics(&self) -> String {
         self.logs()
+    }
+}
+
+impl Cluster {
+    /// Every record and batch CRC of `topic`-`partition` in broker `id`'s data directory.
+    /// The broker must be stopped (the log is opened and recovered here).
+    pub fn read_log_on_disk(&self, id: i32, topic: &str, partition: i32) -> (Records, Crcs) {
+        assert!(!self.broker_running(id), "broker {id} must be stopped");
+        let dir = self
+            .broker_data_dir(id)
+            .join(format!("{topic}-{partition}"));
+        let log = Log::open(
+            &dir,
+            LogConfig::default(),
+            Arc::new(SystemClock),
+            LogOpenOptions::default(),
+        )
+        .unwrap();
+        let (mut recs, mut crcs) = (Vec::new(), Vec::new());
+        let mut offset = log.log_start_offset();
+        while offset < log.log_end_offset() {
+            let r = log.read(offset, 1 << 20, log.log_end_offset()).unwrap();
+            let (a, b) = decode(&r.records);
+            recs.extend(a);
+            crcs.extend(b);
+            offset = r.next_offset;
+        }
+        (recs, crcs)
     }
 }

@@ -2,15 +2,13 @@
 //! 200 once the broker is registered and unfenced; the metadata gauges follow its image; a
 //! taken `metrics_listener` port stops the start with one line naming the key.
 
-mod common;
-
 use std::net::SocketAddr;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use common::Endpoints;
-use common::http::{http_get, sample};
-use common::*;
+use keel_tests::Endpoints;
+use keel_tests::http::{http_get, sample};
+use keel_tests::process::*;
 
 /// A broker process with a metrics listener, killed on drop.
 struct MetricsBroker(Child);
@@ -29,7 +27,7 @@ async fn broker_readiness_and_metadata_gauges_over_http() {
     let metrics = SocketAddr::from(([127, 0, 0, 1], ports[1]));
     let log = std::fs::File::create(c.dir.path().join("broker-7.log")).unwrap();
     let _broker = MetricsBroker(
-        Command::new(BROKER_BIN)
+        Command::new(broker_bin())
             .args(["--node-id", "7", "--controller-quorum-voters", &c.voters()])
             .arg("--listeners")
             .arg(format!("127.0.0.1:{}", ports[0]))
@@ -106,7 +104,7 @@ fn a_taken_metrics_listener_port_fails_start_with_one_line_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
-    let out = Command::new(BROKER_BIN)
+    let out = Command::new(broker_bin())
         .args([
             "--node-id",
             "1",
@@ -149,9 +147,9 @@ async fn metric_sum(ports: &[u16], ids: &[i32], name: &str) -> Option<f64> {
 /// to 0 (and the expansions are counted).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_replicated_and_isr_shrinks_follow_a_stopped_broker() {
-    use common::data::{code, values};
     use keel_proto::ErrorCode;
     use keel_proto::controller::{CreatableReplicaAssignment, CreatableTopic};
+    use keel_tests::data::{code, values};
 
     let wait = Duration::from_secs(30);
     let mut c = Cluster::start_opts(
@@ -249,7 +247,7 @@ async fn under_replicated_and_isr_shrinks_follow_a_stopped_broker() {
                 p,
                 1,
                 5000,
-                common::data::batch(&values("x", 0..5)),
+                keel_tests::data::batch(&values("x", 0..5)),
                 None,
             )
             .await
