@@ -26,16 +26,13 @@
 //! CreateTopics); the 1-record rows are bounded by one unary RPC per record, which the RPC
 //! ceiling row measures.
 
-#[path = "../tests/common/mod.rs"]
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
 use keel_proto::controller::{
     AlterPartitionPartition, AlterPartitionRequest, AlterPartitionTopic, BrokerState,
     CreatableReplicaAssignment, CreatableTopic, CreateTopicsRequest, DescribeConfigsRequest,
 };
+use keel_tests::quorum::*;
 
 const RUN_SECS: u64 = 5;
 /// Partitions per request in the batched rows (a broker's AlterPartition sender puts every

@@ -8,20 +8,22 @@
 //!   [`api::Endpoints`];
 //! - [`process`]: multi-process clusters of the real binaries (kill -9, signals, restarts,
 //!   logs per process), for scenarios that need separate processes;
+//! - [`quorum`]: quorums of real controller processes with fake brokers and a link-cutting
+//!   proxy, for the controller's scenarios;
 //! - [`data`]: record batches and values for produce and fetch, reply-code helpers;
 //! - [`http`]: GETs of the `/metrics` and `/health` listeners;
 //! - [`wait`]: polling a condition with a deadline (no fixed sleeps as synchronisation).
 //!
-//! The scenarios are in `tests/tests/`, named for the behaviour they check. The controller's
-//! and the client's multi-process harnesses still live next to their crates' tests
-//! (`controller/tests/common`, `client/tests/common`; the client's tests may not depend on
-//! this crate, which depends on the broker: `scripts/check-deps`).
+//! The scenarios are in `tests/tests/`, named for the behaviour they check. The client's
+//! multi-process harness still lives with its tests (`client/tests/common`): the client's
+//! tests may not depend on this crate, which depends on the broker (`scripts/check-deps`).
 
 pub mod api;
 pub mod data;
 pub mod http;
 pub mod inprocess;
 pub mod process;
+pub mod quorum;
 pub mod wait;
 
 pub use api::Endpoints;

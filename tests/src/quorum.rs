@@ -1,8 +1,8 @@
-//! Multi-process harness: real `keel-controller` processes on loopback, each with its own
-//! data directory under one temp dir, killed on drop. Waits poll a condition with a deadline.
-#![allow(dead_code)]
+//! Controller quorums of real `keel-controller` processes on loopback, each with its own data
+//! directory under one temp dir, killed on drop, with fake brokers (registration and
+//! heartbeats over gRPC, no data) and a proxy that cuts links. Waits poll a condition with a
+//! deadline. The binary is found as [`crate::process::controller_bin`] finds it.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -11,22 +11,10 @@ use keel_proto::controller::controller_service_client::ControllerServiceClient;
 use keel_proto::controller::{DescribeQuorumRequest, ReadMetadataLogRequest};
 use tonic::transport::Channel;
 
-/// Path of the controller binary cargo built for these tests.
-pub const BIN: &str = env!("CARGO_BIN_EXE_keel-controller");
-
-/// Reserves `n` free loopback ports (bound then released; the window for a collision is
-/// short and the harness reports it as a start failure).
-pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<_> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
-}
+pub use crate::process::free_ports;
 
 /// A quorum of controller processes.
+#[derive(Debug)]
 pub struct Quorum {
     pub dir: tempfile::TempDir,
     pub ports: Vec<u16>,
@@ -97,7 +85,7 @@ impl Quorum {
             .append(true)
             .open(self.dir.path().join(format!("controller-{id}.log")))
             .unwrap();
-        let child = Command::new(BIN)
+        let child = Command::new(crate::process::controller_bin())
             .arg("--node-id")
             .arg(id.to_string())
             .arg("--controller-quorum-voters")
@@ -370,6 +358,7 @@ where
 }
 
 /// A broker that only registers and heartbeats (no data plane), in a background task.
+#[derive(Debug)]
 pub struct FakeBroker {
     pub id: i32,
     pub epoch: i64,
@@ -530,7 +519,7 @@ pub async fn fetch_image(q: &Quorum, id: u64) -> Result<MetadataImage, tonic::St
 
 /// Clients to every controller address (addresses survive restarts), usable from spawned
 /// tasks while the test restarts processes.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct Clients {
     clients: Vec<ControllerServiceClient<Channel>>,
 }
@@ -578,6 +567,7 @@ impl Clients {
 
 /// Forwards connections from its port to `target` until cut; when cut, open connections are
 /// dropped and new ones closed at once.
+#[derive(Debug)]
 pub struct Proxy {
     pub port: u16,
     cut: tokio::sync::watch::Sender<bool>,

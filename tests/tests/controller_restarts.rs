@@ -2,17 +2,15 @@
 //! SIGKILLed and restarted, ten times. Afterwards every controller has the same image digest at
 //! the same applied offset, and every acknowledged write is in the metadata.
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
 use keel_proto::controller::{
     AlterPartitionPartition, AlterPartitionRequest, AlterPartitionTopic, BrokerState,
     CreatableReplicaAssignment, CreatableTopic, CreateTopicsRequest, DescribeClusterRequest,
 };
+use keel_tests::quorum::*;
 
 #[derive(Debug, Default)]
 struct Acked {

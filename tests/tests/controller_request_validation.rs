@@ -2,16 +2,14 @@
 //! nothing is written: heartbeats claiming offsets the controller does not have, reads from
 //! beyond the log end or with an inverted range, and `validate_only` topic creation.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
 use keel_proto::ErrorCode;
 use keel_proto::controller::{
     BrokerHeartbeatRequest, CreatableReplicaAssignment, CreatableTopic, CreateTopicsRequest,
     DescribeClusterRequest, FetchMetadataRequest, ReadMetadataLogRequest, RegisterBrokerRequest,
 };
+use keel_tests::quorum::*;
 
 fn code_of(e: &Option<keel_proto::common::Error>) -> ErrorCode {
     ErrorCode::from_proto(e.as_ref()).expect("known error code")

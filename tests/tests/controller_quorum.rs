@@ -1,14 +1,12 @@
 //! Three real `keel-controller` processes on loopback: election, failover after kill -9 of
 //! the leader, and durability of committed records across a restart of all three.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::Quorum;
 use keel_proto::ErrorCode;
 use keel_proto::controller::{RegisterBrokerReply, RegisterBrokerRequest};
 use keel_proto::metadata::BrokerEndpoint;
+use keel_tests::quorum::Quorum;
 
 fn register_request(broker_id: i32) -> RegisterBrokerRequest {
     RegisterBrokerRequest {
@@ -224,7 +222,7 @@ async fn elect_fail_over_and_keep_committed_records_across_restarts() {
 fn bad_config_fails_at_start_with_one_line_naming_the_key() {
     let dir = tempfile::tempdir().unwrap();
     let run = |args: &[&str]| {
-        let out = std::process::Command::new(common::BIN)
+        let out = std::process::Command::new(keel_tests::process::controller_bin())
             .args(args)
             .output()
             .unwrap();
@@ -298,7 +296,7 @@ fn bad_config_fails_at_start_with_one_line_naming_the_key() {
 async fn metadata_log_pages_never_repeat_or_skip_records() {
     let q = Quorum::start(3);
     let hb = Duration::from_millis(200);
-    let _b1 = common::FakeBroker::start(&q, 1, "", hb).await;
+    let _b1 = keel_tests::quorum::FakeBroker::start(&q, 1, "", hb).await;
     // One entry with 12 PartitionRecords, then more entries.
     let create = |name: &str, partitions: i32| keel_proto::controller::CreateTopicsRequest {
         topics: vec![keel_proto::controller::CreatableTopic {
@@ -310,11 +308,11 @@ async fn metadata_log_pages_never_repeat_or_skip_records() {
         validate_only: false,
     };
     for (name, n) in [("wide", 12), ("a", 3), ("b", 2)] {
-        common::on_leader(&q, Duration::from_secs(10), |mut c| {
+        keel_tests::quorum::on_leader(&q, Duration::from_secs(10), |mut c| {
             let req = create(name, n);
             async move {
                 let r = c.create_topics(req).await.ok()?.into_inner();
-                common::ok(&r.topics.first()?.error).then_some(())
+                keel_tests::quorum::ok(&r.topics.first()?.error).then_some(())
             }
         })
         .await;
@@ -397,7 +395,7 @@ async fn concurrent_registrations_get_epochs_their_heartbeats_match() {
                 .unwrap()
                 .into_inner();
             assert!(
-                common::ok(&r.error),
+                keel_tests::quorum::ok(&r.error),
                 "broker {id} epoch {epoch}: {:?}",
                 r.error
             );
@@ -431,7 +429,7 @@ async fn describe_quorum_reports_when_each_voter_last_fetched_and_caught_up() {
     loop {
         let r = describe(&q).await;
         assert!(r.error.is_none(), "{r:?}");
-        let now = common::harness_ms();
+        let now = keel_tests::quorum::harness_ms();
         let fresh = |t: i64| t > 0 && now - t < 2_000 && t <= now + 1_000;
         if r.voters.len() == 3
             && r.voters
@@ -451,7 +449,7 @@ async fn describe_quorum_reports_when_each_voter_last_fetched_and_caught_up() {
         .find(|i| *i != leader && *i != dead)
         .unwrap();
     q.kill(dead);
-    let killed_at = common::harness_ms();
+    let killed_at = keel_tests::quorum::harness_ms();
     let start = Instant::now();
     loop {
         let r = describe(&q).await;

@@ -3,13 +3,11 @@
 //! new leader that accepts writes, and the old leader steps down (check-quorum). After healing
 //! all three converge on the same records.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
 use keel_proto::controller::RegisterBrokerRequest;
 use keel_proto::metadata::BrokerEndpoint;
+use keel_tests::quorum::*;
 
 fn register(broker_id: i32) -> RegisterBrokerRequest {
     RegisterBrokerRequest {

@@ -5,12 +5,9 @@
 //! on) gets another live replica as leader in RECOVERING state. CreateTopics defaults come
 //! from the controllers' `num_partitions` and `default_replication_factor`.
 
-mod common;
-
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use common::*;
 use keel_metadata_log::MetadataImage;
 use keel_proto::controller::ReadMetadataLogRequest;
 use keel_proto::controller::{
@@ -19,6 +16,7 @@ use keel_proto::controller::{
 };
 use keel_proto::metadata::metadata_record::Record;
 use keel_proto::metadata::{FencingChange, LeaderRecoveryState, MetadataRecord};
+use keel_tests::quorum::*;
 
 /// Session timeout and heartbeat interval the harness configures (ms).
 const SESSION_TIMEOUT_MS: i64 = 1000;

@@ -2,12 +2,10 @@
 //! partial state or an identity mismatch is refused at start with one line and exit code 1,
 //! and a fatal Raft error while running ends the process instead of leaving it serving.
 
-mod common;
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::*;
+use keel_tests::quorum::*;
 
 /// Flags that make a one-voter quorum write NoOpRecords quickly and snapshot every few
 /// entries, so a snapshot file appears within a second.
@@ -71,7 +69,7 @@ fn restart_expecting_refusal(q: &mut Quorum, id: u64) -> String {
 /// Runs the binary with `args` until it exits (at most 10 s, then it is killed and the test
 /// fails); its captured output.
 fn run_to_exit(args: &[String]) -> std::process::Output {
-    let mut child = std::process::Command::new(BIN)
+    let mut child = std::process::Command::new(keel_tests::process::controller_bin())
         .args(args)
         .env("KEEL_LOG", "info,openraft=warn")
         .stdout(std::process::Stdio::piped())

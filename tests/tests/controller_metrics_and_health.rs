@@ -2,13 +2,11 @@
 //! count sums to 1 over the quorum, readiness is 200 with a leader, 503 without one, and a
 //! taken `metrics_listener` port fails start-up with one line naming the key.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{Quorum, free_ports};
+use keel_tests::quorum::{Quorum, free_ports};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// `GET path` over HTTP/1.1; `None` when the connection fails. Returns (status, body).
@@ -213,7 +211,7 @@ fn a_taken_metrics_listener_port_fails_start_with_one_line_naming_the_key() {
     let ports = free_ports(1);
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let metrics_addr = taken.local_addr().unwrap().to_string();
-    let out = std::process::Command::new(common::BIN)
+    let out = std::process::Command::new(keel_tests::process::controller_bin())
         .args(["--node-id", "1", "--controller-quorum-voters"])
         .arg(format!("1@127.0.0.1:{}", ports[0]))
         .arg("--listeners")
