@@ -6,35 +6,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use keel_tests::http::{http_get, sample};
 use keel_tests::quorum::{Quorum, free_ports};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// `GET path` over HTTP/1.1; `None` when the connection fails. Returns (status, body).
-async fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = tokio::time::timeout(Duration::from_secs(2), tokio::net::TcpStream::connect(addr))
-        .await
-        .ok()?
-        .ok()?;
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: keel\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .ok()?;
-    let mut buf = String::new();
-    tokio::time::timeout(Duration::from_secs(2), s.read_to_string(&mut buf))
-        .await
-        .ok()?
-        .ok()?;
-    let status = buf.get(9..12)?.parse().ok()?;
-    let body = buf.split_once("\r\n\r\n")?.1.to_string();
-    Some((status, body))
-}
-
-/// The value of an unlabelled sample `name` in Prometheus text.
-fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
 
 struct Scrape {
     ready: BTreeMap<u64, u16>,
