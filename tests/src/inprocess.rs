@@ -65,6 +65,16 @@ struct Node {
     running: Option<Running>,
 }
 
+impl Node {
+    /// A node at `listener`'s address, not started yet.
+    fn stopped(listener: &std::net::TcpListener) -> Self {
+        Self {
+            addr: listener.local_addr().expect("a bound address"),
+            running: None,
+        }
+    }
+}
+
 /// A running node: its own runtime, the trigger of its graceful shutdown, and its outcome.
 #[derive(Debug)]
 struct Running {
@@ -137,33 +147,14 @@ impl InProcessCluster {
     pub fn start_with(controllers: usize, brokers: usize, timings: Timings) -> Self {
         let controller_listeners: Vec<_> = (0..controllers).map(|_| bind_loopback()).collect();
         let broker_listeners: Vec<_> = (0..brokers).map(|_| bind_loopback()).collect();
-        let addr = |l: &std::net::TcpListener| l.local_addr().expect("a bound address");
         let mut c = Self {
             dir: tempfile::tempdir().expect("a temp dir"),
             timings,
             controllers: (1..)
-                .zip(&controller_listeners)
-                .map(|(id, l)| {
-                    (
-                        id,
-                        Node {
-                            addr: addr(l),
-                            running: None,
-                        },
-                    )
-                })
+                .zip(controller_listeners.iter().map(Node::stopped))
                 .collect(),
             brokers: (1..)
-                .zip(&broker_listeners)
-                .map(|(id, l)| {
-                    (
-                        id,
-                        Node {
-                            addr: addr(l),
-                            running: None,
-                        },
-                    )
-                })
+                .zip(broker_listeners.iter().map(Node::stopped))
                 .collect(),
         };
         for (id, l) in (1..).zip(controller_listeners) {
