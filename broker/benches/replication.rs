@@ -44,6 +44,7 @@ use keel_proto::controller::{ConfigEntry, CreatableReplicaAssignment, CreatableT
 use keel_record::{BatchIter, RecordBatchBuilder};
 use keel_tests::Endpoints;
 use keel_tests::process::{Cluster, Options};
+use keel_tests::stats::{ms, percentile};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
 
@@ -115,18 +116,6 @@ impl HiccupMeter {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.join().unwrap()
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 async fn loopback_bandwidth() -> f64 {

@@ -290,12 +290,10 @@ pub fn read(dir: &Path) -> Result<Option<MetaProperties>, LogDirError> {
 /// Errors: [`LogDirError::Io`].
 pub fn write(dir: &Path, props: &MetaProperties) -> Result<(), LogDirError> {
     let path = path_in(dir);
-    keel_metadata_log::snapshot::write_atomic(&path, props.render().as_bytes()).map_err(|e| {
-        LogDirError::Io {
-            path: path.clone(),
-            op: "write",
-            source: std::io::Error::other(e.to_string()),
-        }
+    keel_runtime::fs::write_atomic(&path, props.render().as_bytes()).map_err(|e| LogDirError::Io {
+        path: e.path,
+        op: e.op,
+        source: e.source,
     })
 }
 

@@ -433,10 +433,7 @@ impl Brokers {
 
 /// Wall clock now in ms since the Unix epoch (record timestamps).
 pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
+    keel_runtime::clock::wall_clock_ms()
 }
 
 #[cfg(test)]

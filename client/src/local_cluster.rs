@@ -165,7 +165,6 @@ impl Layout {
     /// directory, fsync, rename, fsync of the directory.
     pub fn record(&self) -> io::Result<()> {
         let file = Self::file(&self.data_dir);
-        let tmp = self.data_dir.join(format!("{LAYOUT_FILE}.tmp"));
         #[derive(Serialize)]
         struct BasePort {
             base_port: u16,
@@ -196,13 +195,7 @@ impl Layout {
             })
             .map_err(io::Error::other)?,
         );
-        {
-            let mut f = File::create(&tmp)?;
-            io::Write::write_all(&mut f, text.as_bytes())?;
-            f.sync_all()?;
-        }
-        fs::rename(&tmp, &file)?;
-        File::open(&self.data_dir)?.sync_all()
+        Ok(keel_runtime::fs::write_atomic(&file, text.as_bytes())?)
     }
 
     /// `host:port` of controller `id`.

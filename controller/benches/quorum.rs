@@ -33,6 +33,7 @@ use keel_proto::controller::{
     CreatableReplicaAssignment, CreatableTopic, CreateTopicsRequest, DescribeConfigsRequest,
 };
 use keel_tests::quorum::*;
+use keel_tests::stats::percentile;
 
 const RUN_SECS: u64 = 5;
 /// Partitions per request in the batched rows (a broker's AlterPartition sender puts every
@@ -67,13 +68,6 @@ fn alter(topic: &str, partitions: i32, isr: &[i32]) -> AlterPartitionRequest {
             ..Default::default()
         }],
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
 /// Topics `{prefix}-0 .. {prefix}-{n-1}`, each with `partitions` partitions on brokers 1-3.

@@ -7,7 +7,6 @@
 //! after the records are committed and applied by the state machine (metadata-log crate).
 //!
 //! - [`bounds`]: field bounds of every ControllerService request, checked before anything else;
-//! - [`clock`]: the monotonic clock of decisions and the wall clock of displays;
 //! - [`config`]: TOML/env/flag configuration;
 //! - [`fuzz`]: entry point of the request-validation fuzz target and its proptest version;
 //! - [`logic`]: pure decisions: request + image -> records + response (no I/O, no clock);
@@ -19,7 +18,6 @@
 //! - [`metrics`]: Prometheus metrics and readiness (served on `metrics_listener`).
 
 pub mod bounds;
-pub mod clock;
 pub mod config;
 pub mod fuzz;
 pub mod logic;

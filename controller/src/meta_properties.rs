@@ -228,11 +228,11 @@ pub fn read(dir: &Path) -> Result<Option<MetaProperties>, IdentityError> {
 /// Errors: [`IdentityError::Io`] naming the failed operation.
 pub fn write(dir: &Path, props: &MetaProperties) -> Result<(), IdentityError> {
     let path = path_in(dir);
-    keel_metadata_log::snapshot::write_atomic(&path, props.render().as_bytes()).map_err(|e| {
+    keel_runtime::fs::write_atomic(&path, props.render().as_bytes()).map_err(|e| {
         IdentityError::Io {
-            path: path.clone(),
-            op: "write",
-            source: std::io::Error::other(e.to_string()),
+            path: e.path,
+            op: e.op,
+            source: e.source,
         }
     })
 }

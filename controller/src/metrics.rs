@@ -299,7 +299,9 @@ pub fn spawn_sampler(
                 applied_timestamp = Some((applied, ts));
             }
             if let Some((_, ts)) = applied_timestamp {
-                let lag = crate::clock::wall_clock_ms().saturating_sub(ts).max(0);
+                let lag = keel_runtime::clock::wall_clock_ms()
+                    .saturating_sub(ts)
+                    .max(0);
                 metrics::gauge!(LAST_APPLIED_RECORD_TIMESTAMP).set(ts as f64);
                 metrics::gauge!(LAST_APPLIED_RECORD_LAG).set(lag as f64);
             }

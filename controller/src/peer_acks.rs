@@ -48,9 +48,9 @@ pub fn quorum_in_contact(
     in_contact * 2 > total
 }
 
-/// [`crate::clock::monotonic_ms`] as the signed ms this module computes with.
+/// [`keel_runtime::clock::monotonic_ms`] as the signed ms this module computes with.
 pub fn monotonic_ms() -> i64 {
-    crate::clock::monotonic_ms() as i64
+    keel_runtime::clock::monotonic_ms() as i64
 }
 
 /// What the leader knows about one peer's replication replies.
@@ -145,7 +145,7 @@ impl PeerAcks {
     /// Records an AppendEntries reply from `peer` now.
     pub fn record(&self, peer: u64, outcome: AppendOutcome) {
         let leader_last = self.metrics.get().and_then(|m| m.borrow().last_log_index);
-        let now_ms = crate::clock::wall_clock_ms();
+        let now_ms = keel_runtime::clock::wall_clock_ms();
         let mut peers = self.peers.lock().unwrap_or_else(|e| e.into_inner());
         let prev = peers.get(&peer).copied();
         peers.insert(

@@ -451,7 +451,7 @@ pub fn describe_quorum(node: &RaftNode, cluster_id: &str) -> DescribeQuorumReply
         return reply;
     };
     let leader_last = m.last_log_index.unwrap_or(0) as i64;
-    let now_ms = crate::clock::wall_clock_ms();
+    let now_ms = keel_runtime::clock::wall_clock_ms();
     for (id, addr) in node.voters.iter() {
         let is_leader = *id == node.node_id;
         let last = if is_leader {

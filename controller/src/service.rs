@@ -90,7 +90,7 @@ impl QuorumState {
 
     /// Publishes the sessions of `image`'s brokers (`now_ms` is the write task's clock).
     fn publish_sessions(&self, image: &MetadataImage, now_ms: u64) {
-        let wall_now = crate::clock::wall_clock_ms();
+        let wall_now = keel_runtime::clock::wall_clock_ms();
         let views = image
             .brokers()
             .keys()
@@ -372,7 +372,7 @@ impl ControllerService for ControllerGrpc {
             &self.node.images.borrow(),
             id,
             epoch,
-            crate::clock::monotonic_ms(),
+            keel_runtime::clock::monotonic_ms(),
         );
         let raft = self.node.raft.clone();
         write_rpc!(

@@ -117,7 +117,7 @@ pub trait ControllerState: Send + 'static {
 pub struct WriteContext<'a, S> {
     /// The working image (committed + proposed-but-unapplied records).
     pub image: &'a MetadataImage,
-    /// Monotonic time, ms ([`monotonic_ms`](crate::clock::monotonic_ms)).
+    /// Monotonic time, ms ([`monotonic_ms`](keel_runtime::clock::monotonic_ms)).
     pub now_ms: u64,
     /// The controller's in-memory state.
     pub state: &'a mut S,
@@ -276,7 +276,7 @@ struct WriteTask<S> {
 
 impl<S: ControllerState> WriteTask<S> {
     fn now_ms(&self) -> u64 {
-        crate::clock::monotonic_ms()
+        keel_runtime::clock::monotonic_ms()
     }
 
     async fn run(mut self) {
@@ -685,7 +685,7 @@ impl<S: ControllerState> WriteTask<S> {
         let unclean_elections = count_unclean_elections(&records);
         let batch = MetadataRecords {
             records,
-            append_timestamp_ms: crate::clock::wall_clock_ms(),
+            append_timestamp_ms: keel_runtime::clock::wall_clock_ms(),
         };
         match self.raft.client_write_ff(batch).await {
             Ok(rx) => {

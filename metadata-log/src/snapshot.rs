@@ -22,8 +22,8 @@
 //! the checksum over the whole file before decoding anything; every error names the file and
 //! the byte offset where the problem is.
 
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use bytes::{BufMut, Bytes};
@@ -301,38 +301,15 @@ pub fn decode(path: &Path, data: &[u8]) -> Result<Snapshot, SnapshotError> {
     })
 }
 
-/// Writes `data` to `path` atomically: `<path>.tmp`, fsync, rename over `path`, fsync of the
-/// parent directory. After an error `path` is untouched (the temp file may remain and is
-/// overwritten next time).
+/// Writes `data` to `path` atomically ([`keel_runtime::fs::write_atomic`]: `<path>.tmp`,
+/// fsync, rename over `path`, fsync of the parent directory). After an error `path` is
+/// untouched.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), SnapshotError> {
-    fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SnapshotError + 'a {
-        move |source| SnapshotError::Io {
-            path: path.to_path_buf(),
-            op,
-            source,
-        }
-    }
-    let tmp = tmp_path(path);
-    let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
-    f.write_all(data).map_err(io("write", &tmp))?;
-    f.sync_all().map_err(io("fsync", &tmp))?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(io("rename", path))?;
-    let dir = path
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io("fsync directory", dir))?;
-    Ok(())
-}
-
-/// The temp file `write_atomic` uses for `path`.
-pub fn tmp_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".tmp");
-    PathBuf::from(s)
+    keel_runtime::fs::write_atomic(path, data).map_err(|e| SnapshotError::Io {
+        path: e.path,
+        op: e.op,
+        source: e.source,
+    })
 }
 
 /// Encodes `image` and writes it to `path` atomically.

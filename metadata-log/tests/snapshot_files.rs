@@ -30,7 +30,7 @@ fn write_then_read_round_trips_and_leaves_no_temp_file() {
     let path = dir.path().join("s.snap");
     let img = sample_image();
     snapshot::write_file(&path, &img, b"raft").unwrap();
-    assert!(!snapshot::tmp_path(&path).exists());
+    assert!(!keel_runtime::fs::tmp_path(&path).exists());
     let snap = snapshot::read_file(&path).unwrap();
     assert_eq!(snap.header.provenance, Provenance { offset: 5, term: 2 });
     assert_eq!(snap.header.record_count, img.to_records().len() as u64);

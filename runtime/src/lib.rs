@@ -11,6 +11,8 @@
 //! - [`logging`]: the `tracing` subscriber (filter from `KEEL_LOG`, text or JSON lines);
 //! - [`metrics_endpoint`]: the Prometheus recorder and the HTTP listener configured by
 //!   `metrics_listener`, serving `/metrics`, `/health/live` and `/health/ready`;
+//! - [`fs`]: durable replacement of a small file (temp file, fsync, rename, directory fsync);
+//! - [`clock`]: the monotonic clock decisions are timed by and the wall clock shown to people;
 //! - [`describe`]: metric definitions (name, kind, unit, help, Kafka counterpart) that each
 //!   process registers at start-up.
 //!
@@ -20,8 +22,10 @@
 
 pub mod backoff;
 pub mod cli;
+pub mod clock;
 pub mod config_file;
 pub mod describe;
+pub mod fs;
 pub mod logging;
 pub mod metrics_endpoint;
 pub mod process;

@@ -12,7 +12,8 @@ pub type Records = Vec<(i64, String)>;
 /// `(base offset, CRC)` per batch.
 pub type Crcs = Vec<(i64, u32)>;
 
-/// Wall clock now, ms since the Unix epoch (record timestamps only; tests never wait on it).
+/// Wall clock now, ms since the Unix epoch: record timestamps, and comparisons with the
+/// `append_timestamp_ms` controllers stamp on entries (same machine). Never waited on.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

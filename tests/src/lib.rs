@@ -8,8 +8,13 @@
 //!   [`api::Endpoints`];
 //! - [`process`]: multi-process clusters of the real binaries (kill -9, signals, restarts,
 //!   logs per process), for scenarios that need separate processes;
-//! - [`quorum`]: quorums of real controller processes with fake brokers and a link-cutting
-//!   proxy, for the controller's scenarios;
+//! - [`quorum`]: quorums of real controller processes with fake brokers, their Raft links
+//!   optionally through fault proxies, for the controller's scenarios;
+//! - [`node`]: one node process (start, kill, SIGTERM, pause/resume, its log), shared by
+//!   [`process`] and [`quorum`];
+//! - [`fault`]: TCP fault proxies per directed link that cut, drop or delay traffic;
+//! - [`rng`]: seeded randomness whose seed is printed, replayable with `KEEL_TEST_SEED`;
+//! - [`stats`]: percentiles and latency summaries for benches and scenarios;
 //! - [`data`]: record batches and values for produce and fetch, reply-code helpers;
 //! - [`http`]: GETs of the `/metrics` and `/health` listeners;
 //! - [`wait`]: polling a condition with a deadline (no fixed sleeps as synchronisation).
@@ -20,10 +25,14 @@
 
 pub mod api;
 pub mod data;
+pub mod fault;
 pub mod http;
 pub mod inprocess;
+pub mod node;
 pub mod process;
 pub mod quorum;
+pub mod rng;
+pub mod stats;
 pub mod wait;
 
 pub use api::Endpoints;

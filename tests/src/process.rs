@@ -6,7 +6,7 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus};
+use std::process::{Command, ExitStatus};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,6 +19,7 @@ use keel_broker::log::{Log, LogConfig, LogOpenOptions, SystemClock};
 
 use crate::Endpoints as _;
 use crate::data::{Crcs, Records, decode};
+use crate::node::{NodeProcess, voters};
 
 /// Controller and broker timings used by every test cluster (ms).
 pub const HEARTBEAT_INTERVAL_MS: u64 = 200;
@@ -71,8 +72,8 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub controller_ports: Vec<u16>,
     pub broker_ports: Vec<u16>,
-    controllers: Vec<Option<Child>>,
-    brokers: Vec<Option<Child>>,
+    controllers: Vec<NodeProcess>,
+    brokers: Vec<NodeProcess>,
     controller_args: Vec<String>,
     broker_args: Vec<String>,
     session_timeout_ms: u64,
@@ -98,14 +99,8 @@ pub struct Options {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        for c in self
-            .controllers
-            .iter_mut()
-            .chain(self.brokers.iter_mut())
-            .flatten()
-        {
-            let _ = c.kill();
-            let _ = c.wait();
+        for p in self.controllers.iter_mut().chain(self.brokers.iter_mut()) {
+            p.kill();
         }
         if std::thread::panicking() {
             // Keep the logs and data of a failed run for diagnosis.
@@ -145,12 +140,21 @@ impl Cluster {
         let mut ports = free_ports(controllers + brokers + metrics);
         let broker_metrics_ports = ports.split_off(controllers + brokers);
         let broker_ports = ports.split_off(controllers);
+        let dir = tempfile::tempdir().unwrap();
+        let node = |kind: &str, id: usize| {
+            NodeProcess::new(
+                format!("{kind} {id}"),
+                dir.path().join(format!("{kind}-{id}.log")),
+            )
+        };
+        let controller_nodes = (1..=controllers).map(|id| node("controller", id)).collect();
+        let broker_nodes = (1..=brokers).map(|id| node("broker", id)).collect();
         let mut c = Cluster {
-            dir: tempfile::tempdir().unwrap(),
+            dir,
             controller_ports: ports,
             broker_ports,
-            controllers: (0..controllers).map(|_| None).collect(),
-            brokers: (0..brokers).map(|_| None).collect(),
+            controllers: controller_nodes,
+            brokers: broker_nodes,
             controller_args: opts.controller_args,
             broker_args: opts.broker_args,
             session_timeout_ms: if opts.session_timeout_ms == 0 {
@@ -175,12 +179,7 @@ impl Cluster {
     }
 
     pub fn voters(&self) -> String {
-        self.controller_ports
-            .iter()
-            .enumerate()
-            .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",")
+        voters(&self.controller_ports)
     }
 
     pub fn controller_addr(&self, id: u64) -> String {
@@ -199,22 +198,9 @@ impl Cluster {
         self.dir.path().join(format!("broker-{id}"))
     }
 
-    fn open_log(&self, name: &str) -> std::fs::File {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join(name))
-            .unwrap()
-    }
-
     fn start_controller_with(&mut self, bin: &Path, id: u64) {
-        assert!(
-            self.controllers[id as usize - 1].is_none(),
-            "controller {id} running"
-        );
-        let log = self.open_log(&format!("controller-{id}.log"));
-        let child = Command::new(bin)
-            .arg("--node-id")
+        let mut cmd = Command::new(bin);
+        cmd.arg("--node-id")
             .arg(id.to_string())
             .arg("--controller-quorum-voters")
             .arg(self.voters())
@@ -227,12 +213,8 @@ impl Cluster {
             .arg("--broker-session-timeout-ms")
             .arg(self.session_timeout_ms.to_string())
             .args(&self.controller_args)
-            .env("KEEL_LOG", "info,openraft=warn")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.controllers[id as usize - 1] = Some(child);
+            .env("KEEL_LOG", "info,openraft=warn");
+        self.controllers[id as usize - 1].start(cmd);
     }
 
     /// Starts (or restarts) controller `id`.
@@ -242,13 +224,8 @@ impl Cluster {
 
     /// Starts (or restarts) broker `id`; its log is appended to `broker-<id>.log`.
     pub fn start_broker(&mut self, id: i32) {
-        assert!(
-            self.brokers[id as usize - 1].is_none(),
-            "broker {id} running"
-        );
-        let log = self.open_log(&format!("broker-{id}.log"));
-        let child = Command::new(broker_bin())
-            .arg("--node-id")
+        let mut cmd = Command::new(broker_bin());
+        cmd.arg("--node-id")
             .arg(id.to_string())
             .arg("--controller-quorum-voters")
             .arg(self.voters())
@@ -269,16 +246,12 @@ impl Cluster {
                     .map(|p| vec!["--metrics-listener".to_string(), format!("127.0.0.1:{p}")])
                     .unwrap_or_default(),
             )
-            .env("KEEL_LOG", "info")
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.brokers[id as usize - 1] = Some(child);
+            .env("KEEL_LOG", "info");
+        self.brokers[id as usize - 1].start(cmd);
     }
 
     pub fn controller_running(&self, id: u64) -> bool {
-        self.controllers[id as usize - 1].is_some()
+        self.controllers[id as usize - 1].running()
     }
 
     pub fn controller_ids(&self) -> Vec<u64> {
@@ -291,57 +264,58 @@ impl Cluster {
 
     /// SIGKILL of controller `id`.
     pub fn kill_controller(&mut self, id: u64) {
-        if let Some(mut c) = self.controllers[id as usize - 1].take() {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
+        self.controllers[id as usize - 1].kill();
+    }
+
+    /// SIGSTOP of controller `id` (alive, frozen) until [`Self::resume_controller`].
+    pub fn pause_controller(&self, id: u64) {
+        self.controllers[id as usize - 1].pause();
+    }
+
+    /// SIGCONT of controller `id`.
+    pub fn resume_controller(&self, id: u64) {
+        self.controllers[id as usize - 1].resume();
     }
 
     /// Sends `signal` (e.g. "STOP", "CONT") to broker `id`.
     pub fn signal_broker(&self, id: i32, signal: &str) {
-        let pid = self.brokers[id as usize - 1]
-            .as_ref()
-            .expect("broker running")
-            .id();
-        let ok = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(pid.to_string())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{signal} {pid}");
+        self.brokers[id as usize - 1].signal(signal);
+    }
+
+    /// SIGSTOP of broker `id` (alive, frozen) until [`Self::resume_broker`].
+    pub fn pause_broker(&self, id: i32) {
+        self.brokers[id as usize - 1].pause();
+    }
+
+    /// SIGCONT of broker `id`.
+    pub fn resume_broker(&self, id: i32) {
+        self.brokers[id as usize - 1].resume();
     }
 
     /// Whether broker `id` was started and not killed.
     pub fn broker_running(&self, id: i32) -> bool {
-        self.brokers[id as usize - 1].is_some()
+        self.brokers[id as usize - 1].running()
     }
 
     /// SIGKILL of broker `id`.
     pub fn kill_broker(&mut self, id: i32) {
-        if let Some(mut c) = self.brokers[id as usize - 1].take() {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
+        self.brokers[id as usize - 1].kill();
     }
 
     /// SIGTERM of broker `id`; waits for its exit (at most `deadline`) and returns the status.
+    ///
+    /// # Panics
+    /// When it has not exited by then (it is then killed).
     pub async fn terminate_broker(&mut self, id: i32, deadline: Duration) -> ExitStatus {
-        let mut c = self.brokers[id as usize - 1].take().expect("running");
-        let st = Command::new("kill")
-            .arg("-TERM")
-            .arg(c.id().to_string())
-            .status()
-            .unwrap();
-        assert!(st.success());
+        let node = &mut self.brokers[id as usize - 1];
+        node.signal("TERM");
         let start = Instant::now();
         loop {
-            if let Some(status) = c.try_wait().unwrap() {
+            if let Some(status) = node.wait_exit(Duration::ZERO) {
                 return status;
             }
             if start.elapsed() > deadline {
-                let _ = c.kill();
-                let _ = c.wait();
+                node.kill();
                 panic!(
                     "broker {id} did not exit within {deadline:?} of SIGTERM\n{}",
                     self.logs()
@@ -440,23 +414,11 @@ impl Cluster {
 
     /// The last lines of every process log (for failure messages).
     pub fn logs(&self) -> String {
-        let mut s = String::new();
-        let mut names: Vec<String> = self
-            .controller_ids()
+        self.controllers
             .iter()
-            .map(|i| format!("controller-{i}.log"))
-            .collect();
-        names.extend(self.broker_ids().iter().map(|i| format!("broker-{i}.log")));
-        for name in names {
-            let text = std::fs::read_to_string(self.dir.path().join(&name)).unwrap_or_default();
-            let tail: Vec<_> = text.lines().rev().take(25).collect();
-            s += &format!("--- {name} (last lines) ---\n");
-            for l in tail.into_iter().rev() {
-                s += l;
-                s += "\n";
-            }
-        }
-        s
+            .chain(&self.brokers)
+            .map(|p| p.log_tail(25))
+            .collect()
     }
 }
 

@@ -4,21 +4,25 @@
 //! deadline. The binary is found as [`crate::process::controller_bin`] finds it.
 
 use std::path::PathBuf;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use keel_proto::controller::controller_service_client::ControllerServiceClient;
 use keel_proto::controller::{DescribeQuorumRequest, ReadMetadataLogRequest};
 use tonic::transport::Channel;
 
+pub use crate::data::{is_not_controller, ok};
+use crate::fault::Links;
+use crate::node::{NodeProcess, voters};
 pub use crate::process::free_ports;
+use crate::rng::TestRng;
 
 /// A quorum of controller processes.
 #[derive(Debug)]
 pub struct Quorum {
     pub dir: tempfile::TempDir,
     pub ports: Vec<u16>,
-    procs: Vec<Option<Child>>,
+    procs: Vec<NodeProcess>,
     pub extra_args: Vec<String>,
     /// Per-node `controller_quorum_voters` (default: everyone's real address).
     pub voter_overrides: std::collections::BTreeMap<u64, String>,
@@ -43,27 +47,38 @@ impl Quorum {
         extra: &[&str],
         node_args: std::collections::BTreeMap<u64, Vec<String>>,
     ) -> Self {
-        let mut q = Quorum {
-            dir: tempfile::tempdir().unwrap(),
-            ports: free_ports(n),
-            procs: (0..n).map(|_| None).collect(),
-            extra_args: extra.iter().map(|s| s.to_string()).collect(),
-            voter_overrides: Default::default(),
-            node_args,
-        };
+        let mut q = Self::stopped(n);
+        q.extra_args = extra.iter().map(|s| s.to_string()).collect();
+        q.node_args = node_args;
         for id in 1..=n as u64 {
             q.start_node(id);
         }
         q
     }
 
+    /// `n` controllers on reserved ports, none started yet.
+    fn stopped(n: usize) -> Quorum {
+        let dir = tempfile::tempdir().unwrap();
+        let procs = (1..=n)
+            .map(|id| {
+                NodeProcess::new(
+                    format!("controller {id}"),
+                    dir.path().join(format!("controller-{id}.log")),
+                )
+            })
+            .collect();
+        Quorum {
+            dir,
+            ports: free_ports(n),
+            procs,
+            extra_args: Vec::new(),
+            voter_overrides: Default::default(),
+            node_args: Default::default(),
+        }
+    }
+
     pub fn voters(&self) -> String {
-        self.ports
-            .iter()
-            .enumerate()
-            .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
-            .collect::<Vec<_>>()
-            .join(",")
+        voters(&self.ports)
     }
 
     pub fn addr(&self, id: u64) -> String {
@@ -74,19 +89,18 @@ impl Quorum {
         self.dir.path().join(format!("controller-{id}"))
     }
 
+    fn node(&self, id: u64) -> &NodeProcess {
+        &self.procs[id as usize - 1]
+    }
+
+    fn node_mut(&mut self, id: u64) -> &mut NodeProcess {
+        &mut self.procs[id as usize - 1]
+    }
+
     /// Starts (or restarts) node `id`; its log goes to `<dir>/controller-<id>.log`.
     pub fn start_node(&mut self, id: u64) {
-        assert!(
-            self.procs[id as usize - 1].is_none(),
-            "node {id} already running"
-        );
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join(format!("controller-{id}.log")))
-            .unwrap();
-        let child = Command::new(crate::process::controller_bin())
-            .arg("--node-id")
+        let mut cmd = Command::new(crate::process::controller_bin());
+        cmd.arg("--node-id")
             .arg(id.to_string())
             .arg("--controller-quorum-voters")
             .arg(
@@ -105,12 +119,8 @@ impl Quorum {
             .env(
                 "KEEL_LOG",
                 std::env::var("KEEL_BENCH_LOG").unwrap_or("info,openraft=warn".into()),
-            )
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        self.procs[id as usize - 1] = Some(child);
+            );
+        self.node_mut(id).start(cmd);
     }
 
     /// The harness's broker heartbeat interval (200 ms) and session timeout (1 s), unless
@@ -128,54 +138,49 @@ impl Quorum {
         args
     }
 
-    /// SIGKILL of node `id`.
     /// Process id of node `id`, if it runs.
     pub fn pid(&self, id: u64) -> Option<u32> {
-        self.procs[id as usize - 1].as_ref().map(|c| c.id())
+        self.node(id).pid()
     }
 
+    /// SIGKILL of node `id`.
     pub fn kill(&mut self, id: u64) {
-        if let Some(mut c) = self.procs[id as usize - 1].take() {
-            c.kill().unwrap();
-            c.wait().unwrap();
-        }
+        self.node_mut(id).kill();
+    }
+
+    /// SIGSTOP of node `id`: alive but frozen, until [`Self::resume`].
+    pub fn pause(&self, id: u64) {
+        self.node(id).pause();
+    }
+
+    /// SIGCONT of node `id` after [`Self::pause`].
+    pub fn resume(&self, id: u64) {
+        self.node(id).resume();
     }
 
     /// SIGTERM of node `id` and wait for its exit; returns its exit status.
+    ///
+    /// # Panics
+    /// When it has not exited 60 s after the signal (it is then killed).
     pub fn terminate(&mut self, id: u64) -> std::process::ExitStatus {
-        let mut c = self.procs[id as usize - 1].take().expect("running");
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(c.id().to_string())
-            .status();
-        c.wait().unwrap()
+        self.node_mut(id)
+            .terminate(Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("controller {id} ignored SIGTERM for 60 s"))
     }
 
     /// Waits up to `deadline` for node `id` to exit on its own; its exit status, or `None`
     /// (still running, left running) when the deadline passes.
     pub fn wait_exit(&mut self, id: u64, deadline: Duration) -> Option<std::process::ExitStatus> {
-        let start = Instant::now();
-        loop {
-            let c = self.procs[id as usize - 1].as_mut().expect("running");
-            if let Some(status) = c.try_wait().unwrap() {
-                self.procs[id as usize - 1] = None;
-                return Some(status);
-            }
-            if start.elapsed() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.node_mut(id).wait_exit(deadline)
     }
 
     /// Everything node `id` wrote to stdout/stderr so far (all its runs).
     pub fn log_of(&self, id: u64) -> String {
-        std::fs::read_to_string(self.dir.path().join(format!("controller-{id}.log")))
-            .unwrap_or_default()
+        self.node(id).log()
     }
 
     pub fn is_running(&self, id: u64) -> bool {
-        self.procs[id as usize - 1].is_some()
+        self.node(id).running()
     }
 
     pub fn ids(&self) -> Vec<u64> {
@@ -270,20 +275,9 @@ impl Quorum {
         }
     }
 
-    /// Concatenated stderr logs (for failure messages).
+    /// The last lines of every node's log (for failure messages).
     pub fn logs(&self) -> String {
-        let mut s = String::new();
-        for id in self.ids() {
-            let p = self.dir.path().join(format!("controller-{id}.log"));
-            let text = std::fs::read_to_string(&p).unwrap_or_default();
-            let tail: Vec<_> = text.lines().rev().take(30).collect();
-            s += &format!("--- controller {id} (last lines) ---\n");
-            for l in tail.into_iter().rev() {
-                s += l;
-                s += "\n";
-            }
-        }
-        s
+        self.procs.iter().map(|p| p.log_tail(30)).collect()
     }
 }
 
@@ -291,9 +285,8 @@ impl Drop for Quorum {
     /// Kills every node. With `KEEL_TEST_KEEP_LOGS=<dir>` set, first copies each node's whole
     /// log there (`controller-<id>.log`) for debugging; failure messages show only the tails.
     fn drop(&mut self) {
-        for c in self.procs.iter_mut().flatten() {
-            let _ = c.kill();
-            let _ = c.wait();
+        for p in &mut self.procs {
+            p.kill();
         }
         if let Some(keep) = std::env::var_os("KEEL_TEST_KEEP_LOGS") {
             let keep = PathBuf::from(keep);
@@ -315,23 +308,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
 use keel_metadata_log::{MetadataDelta, MetadataImage, Provenance};
-use keel_proto::ErrorCode;
-use keel_proto::common::Error as WireError;
 use keel_proto::controller::{
     BrokerHeartbeatRequest, DescribeClusterRequest, FetchMetadataRequest, RegisterBrokerRequest,
     fetch_metadata_item::Item,
 };
-
-/// True when a reply error is absent/NONE.
-pub fn ok(e: &Option<WireError>) -> bool {
-    e.as_ref().is_none_or(|e| e.code == 0)
-}
-
-/// True when a reply error means "ask the active controller".
-pub fn is_not_controller(e: &Option<WireError>) -> bool {
-    e.as_ref()
-        .is_some_and(|e| e.code == ErrorCode::NotController.code() as i32)
-}
 
 /// Calls `f` on running controllers until it returns `Some` (it returns `None` for
 /// NOT_CONTROLLER or transport errors), for at most `deadline`.
@@ -375,15 +355,6 @@ impl Drop for FakeBroker {
     }
 }
 
-/// Wall-clock ms since the Unix epoch: comparable with the `append_timestamp_ms` controllers
-/// stamp on entries (same machine).
-pub fn harness_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
 impl FakeBroker {
     /// Registers broker `id` (optionally in `rack`) and heartbeats every `interval`,
     /// reporting the controller's commit index as its applied metadata offset.
@@ -414,7 +385,7 @@ impl FakeBroker {
         })
         .await;
         let alive = Arc::new(AtomicBool::new(true));
-        let last = Arc::new(AtomicI64::new(harness_ms()));
+        let last = Arc::new(AtomicI64::new(crate::data::now_ms()));
         let addrs: Vec<String> = q.ids().into_iter().map(|i| q.addr(i)).collect();
         let (alive2, last2) = (alive.clone(), last.clone());
         let task = tokio::spawn(async move {
@@ -449,7 +420,7 @@ impl FakeBroker {
                     if let Ok(r) = c.broker_heartbeat(hb).await
                         && ok(&r.get_ref().error)
                     {
-                        last2.store(harness_ms(), Ordering::SeqCst);
+                        last2.store(crate::data::now_ms(), Ordering::SeqCst);
                         break;
                     }
                 }
@@ -561,97 +532,29 @@ impl Clients {
     }
 }
 
-// -------------------------------------------------------------------------------------------
-// A cuttable TCP proxy for links between controllers.
-// -------------------------------------------------------------------------------------------
-
-/// Forwards connections from its port to `target` until cut; when cut, open connections are
-/// dropped and new ones closed at once.
-#[derive(Debug)]
-pub struct Proxy {
-    pub port: u16,
-    cut: tokio::sync::watch::Sender<bool>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-impl Proxy {
-    pub async fn start(target: String) -> Proxy {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let (cut, cut_rx) = tokio::sync::watch::channel(false);
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((mut inbound, _)) = listener.accept().await else {
-                    return;
-                };
-                if *cut_rx.borrow() {
-                    drop(inbound);
-                    continue;
-                }
-                let target = target.clone();
-                let mut cut_rx = cut_rx.clone();
-                tokio::spawn(async move {
-                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
-                        return;
-                    };
-                    tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
-                        _ = cut_rx.wait_for(|c| *c) => {}
-                    }
-                });
-            }
-        });
-        Proxy { port, cut, task }
-    }
-
-    pub fn set_cut(&self, cut: bool) {
-        self.cut.send_replace(cut);
-    }
-}
-
 impl Quorum {
-    /// Starts `n` controllers whose Raft links all go through cuttable proxies: node i reaches
-    /// node j at `proxies[(i, j)]`. Clients still reach every node directly.
-    pub async fn start_proxied(
-        n: usize,
-    ) -> (Quorum, std::collections::BTreeMap<(u64, u64), Proxy>) {
-        let mut q = Quorum {
-            dir: tempfile::tempdir().unwrap(),
-            ports: free_ports(n),
-            procs: (0..n).map(|_| None).collect(),
-            extra_args: Vec::new(),
-            voter_overrides: Default::default(),
-            node_args: Default::default(),
-        };
-        let mut proxies = std::collections::BTreeMap::new();
-        for i in 1..=n as u64 {
-            for j in 1..=n as u64 {
-                if i != j {
-                    proxies.insert((i, j), Proxy::start(q.addr(j)).await);
-                }
-            }
-        }
-        for i in 1..=n as u64 {
+    /// Starts `n` controllers whose Raft links all go through fault proxies: node `a` reaches
+    /// node `b` at `links.port(a, b)` ([`Links`]; delay jitter from a seeded [`TestRng`]).
+    /// Clients still reach every node directly.
+    pub async fn start_proxied(n: usize) -> (Quorum, Links) {
+        let mut q = Self::stopped(n);
+        let mut rng = TestRng::from_env("controller link proxies");
+        let links = Links::start(n as u64, |b| q.addr(b), &mut rng).await;
+        for a in 1..=n as u64 {
             let voters: Vec<String> = (1..=n as u64)
-                .map(|j| {
-                    if i == j {
-                        format!("{j}@{}", q.addr(j))
+                .map(|b| {
+                    if a == b {
+                        format!("{b}@{}", q.addr(b))
                     } else {
-                        format!("{j}@127.0.0.1:{}", proxies[&(i, j)].port)
+                        format!("{b}@127.0.0.1:{}", links.port(a, b))
                     }
                 })
                 .collect();
-            q.voter_overrides.insert(i, voters.join(","));
+            q.voter_overrides.insert(a, voters.join(","));
         }
         for id in 1..=n as u64 {
             q.start_node(id);
         }
-        (q, proxies)
+        (q, links)
     }
 }

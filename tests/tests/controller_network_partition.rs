@@ -1,12 +1,14 @@
-//! A leader cut off from the other two controllers (its Raft links go through proxies that are
-//! cut), but still reachable by clients, acknowledges no write once cut, the other two elect a
-//! new leader that accepts writes, and the old leader steps down (check-quorum). After healing
-//! all three converge on the same records.
+//! A leader cut off from the other two controllers (its Raft links go through fault proxies),
+//! but still reachable by clients, acknowledges no write once cut, the other two elect a new
+//! leader that accepts writes, and the old leader steps down (check-quorum). After healing all
+//! three converge on the same records. Run twice: links that reset ([`Fault::Cut`]) and links
+//! that silently lose every packet ([`Fault::Drop`]: peers see timeouts, not errors).
 
 use std::time::{Duration, Instant};
 
 use keel_proto::controller::RegisterBrokerRequest;
 use keel_proto::metadata::BrokerEndpoint;
+use keel_tests::fault::Fault;
 use keel_tests::quorum::*;
 
 fn register(broker_id: i32) -> RegisterBrokerRequest {
@@ -25,7 +27,16 @@ fn register(broker_id: i32) -> RegisterBrokerRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn isolated_leader_acknowledges_nothing_and_steps_down() {
-    let (q, proxies) = Quorum::start_proxied(3).await;
+    isolated_leader(Fault::Cut).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silently_partitioned_leader_acknowledges_nothing_and_steps_down() {
+    isolated_leader(Fault::Drop).await;
+}
+
+async fn isolated_leader(fault: Fault) {
+    let (q, links) = Quorum::start_proxied(3).await;
     let old = q.wait_leader(Duration::from_secs(5)).await;
     let r = q
         .client(old)
@@ -37,11 +48,7 @@ async fn isolated_leader_acknowledges_nothing_and_steps_down() {
     assert!(ok(&r.error), "{:?}", r.error);
 
     // Cut every Raft link to and from the leader.
-    for ((a, b), p) in &proxies {
-        if *a == old || *b == old {
-            p.set_cut(true);
-        }
-    }
+    links.isolate(old, fault);
     let cut_at = Instant::now();
 
     // Keep writing to the old leader while the others elect; nothing may be acknowledged.
@@ -119,9 +126,7 @@ async fn isolated_leader_acknowledges_nothing_and_steps_down() {
     );
 
     // Heal: everyone converges on the same records, which hold the acknowledged writes only.
-    for p in proxies.values() {
-        p.set_cut(false);
-    }
+    links.heal();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let logs = [
@@ -148,4 +153,54 @@ async fn isolated_leader_acknowledges_nothing_and_steps_down() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Every Raft link adds 20-30 ms each way: a write commits only after a round trip to a
+/// follower, so none is acknowledged in under 40 ms, every one is acknowledged, and all three
+/// controllers end with the same records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delayed_links_slow_commits_and_lose_nothing() {
+    let (q, links) = Quorum::start_proxied(3).await;
+    let leader = q.wait_leader(Duration::from_secs(5)).await;
+    for a in 1..=3 {
+        links.isolate(
+            a,
+            Fault::Delay {
+                base: Duration::from_millis(20),
+                jitter: Duration::from_millis(10),
+            },
+        );
+    }
+    let mut c = q.client(leader).await;
+    let mut latencies = Vec::new();
+    for id in 1..=20 {
+        let t = Instant::now();
+        let r = c.register_broker(register(id)).await.unwrap().into_inner();
+        latencies.push(t.elapsed());
+        assert!(ok(&r.error), "broker {id}: {:?}\n{}", r.error, q.logs());
+    }
+    let summary = keel_tests::stats::Summary::of(&mut latencies);
+    eprintln!("commit latency with 20-30 ms links: {summary}");
+    assert!(
+        latencies[0] >= Duration::from_millis(40),
+        "a write was acknowledged before a round trip to a follower: {summary}"
+    );
+    links.heal();
+    keel_tests::wait::wait_for(
+        "the three controllers hold the same 20 registrations",
+        Duration::from_secs(10),
+        || q.logs(),
+        || async {
+            let logs = [
+                q.committed_records(1).await,
+                q.committed_records(2).await,
+                q.committed_records(3).await,
+            ];
+            let all = |l: &Vec<(i64, u32, String)>| {
+                (1..=20).all(|id| l.iter().any(|r| r.2.contains(&format!("broker_id: {id},"))))
+            };
+            (logs.iter().all(|l| *l == logs[0]) && all(&logs[0])).then_some(())
+        },
+    )
+    .await;
 }

@@ -429,7 +429,7 @@ async fn describe_quorum_reports_when_each_voter_last_fetched_and_caught_up() {
     loop {
         let r = describe(&q).await;
         assert!(r.error.is_none(), "{r:?}");
-        let now = keel_tests::quorum::harness_ms();
+        let now = keel_tests::data::now_ms();
         let fresh = |t: i64| t > 0 && now - t < 2_000 && t <= now + 1_000;
         if r.voters.len() == 3
             && r.voters
@@ -449,7 +449,7 @@ async fn describe_quorum_reports_when_each_voter_last_fetched_and_caught_up() {
         .find(|i| *i != leader && *i != dead)
         .unwrap();
     q.kill(dead);
-    let killed_at = keel_tests::quorum::harness_ms();
+    let killed_at = keel_tests::data::now_ms();
     let start = Instant::now();
     loop {
         let r = describe(&q).await;

@@ -7,8 +7,7 @@
 //! directory is fsynced, so after a crash either the old or the new file is present, whole.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::error::{LogError, LogResult, io_err};
@@ -56,48 +55,27 @@ impl TopicPartition {
     }
 }
 
-/// fsyncs a directory so a rename or create/delete inside it is durable.
+/// fsyncs a directory so a rename or create/delete inside it is durable
+/// ([`keel_runtime::fs::fsync_dir`]).
 pub fn fsync_dir(dir: &Path) -> LogResult<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err(dir))
+    Ok(keel_runtime::fs::fsync_dir(dir)?)
 }
 
-/// Writes `contents` to `path` atomically (temp file + fsync + rename + fsync of the dir).
+/// Writes `contents` to `path` atomically ([`keel_runtime::fs::write_atomic`]: temp file,
+/// fsync, rename, fsync of the directory).
 pub fn write_atomically(path: &Path, contents: &[u8]) -> LogResult<()> {
-    let tmp = tmp_path(path);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)
-        .map_err(io_err(&tmp))?;
-    f.write_all(contents).map_err(io_err(&tmp))?;
-    // The contents must be on disk before the rename makes them visible.
-    f.sync_all().map_err(io_err(&tmp))?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(io_err(path))?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    fsync_dir(dir)
+    Ok(keel_runtime::fs::write_atomic(path, contents)?)
 }
 
-/// Writes `contents` to `path` through `<path>.tmp` and a rename, without any fsync: for
-/// files whose loss or corruption after a crash is detected and tolerated by their reader
-/// (the CRC-checked producer-state snapshots: a bad one is deleted and the state rebuilt
-/// from an older snapshot or the log). Keeps fsyncs, which on ext4 can wait for every dirty
-/// page of the file system, off the append path.
+/// Writes `contents` to `path` through `<path>.tmp` and a rename, without any fsync
+/// ([`keel_runtime::fs::write_replaceable`]): for files whose loss or corruption after a crash
+/// is detected and tolerated by their reader (the CRC-checked producer-state snapshots: a bad
+/// one is deleted and the state rebuilt from an older snapshot or the log).
 pub fn write_replaceable(path: &Path, contents: &[u8]) -> LogResult<()> {
-    let tmp = tmp_path(path);
-    fs::write(&tmp, contents).map_err(io_err(&tmp))?;
-    fs::rename(&tmp, path).map_err(io_err(path))
+    Ok(keel_runtime::fs::write_replaceable(path, contents)?)
 }
 
-/// `<path>.tmp`.
-pub fn tmp_path(path: &Path) -> PathBuf {
-    let mut s = path.as_os_str().to_owned();
-    s.push(".tmp");
-    PathBuf::from(s)
-}
+pub use keel_runtime::fs::tmp_path;
 
 /// Line number (1-based) in the file of entry `index` returned by
 /// [`read_checkpoint_lines`] (entries follow the version and count lines).

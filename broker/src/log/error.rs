@@ -172,3 +172,13 @@ pub(crate) fn io_err(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) ->
     let path = path.into();
     move |source| LogError::Io { path, source }
 }
+
+impl From<keel_runtime::fs::FsError> for LogError {
+    /// A failed durable write, as the I/O error of the file whose step failed.
+    fn from(e: keel_runtime::fs::FsError) -> Self {
+        LogError::Io {
+            path: e.path,
+            source: e.source,
+        }
+    }
+}

@@ -495,9 +495,7 @@ impl ReplicaManager {
         if mono_ms == 0 {
             return -1;
         }
-        let now_wall = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now_wall = keel_runtime::clock::wall_clock_ms();
         now_wall - (self.now_ms().saturating_sub(mono_ms)) as i64
     }
 }

@@ -1,6 +1,7 @@
-//! The controller's two clocks, in one place: the monotonic clock every decision is timed by
-//! (broker sessions, check-quorum) and the wall clock shown to operators. Pure logic never
-//! reads either: it takes `now_ms` as an argument (checked by `scripts/check-deps`).
+//! The two clocks of every Keel process, in one place: the monotonic clock decisions are timed
+//! by (broker sessions, check-quorum, ISR lag) and the wall clock of record timestamps and of
+//! what operators are shown. Pure logic never reads either: it takes `now_ms` as an argument
+//! (checked by `scripts/check-deps`).
 
 use std::time::Instant;
 
