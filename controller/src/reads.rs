@@ -118,60 +118,10 @@ pub async fn read_metadata_log(
         r.error = Some(code.to_proto(msg));
         r
     };
-    if let Some(bad) = req
-        .record_types
-        .iter()
-        .find(|t| !RECORD_TYPE_NAMES.contains(&t.as_str()))
-    {
-        return fail(
-            reply,
-            ErrorCode::InvalidRequest,
-            format!("unknown record type {bad:?}"),
-        );
-    }
-    if req.from_offset < 0 {
-        return fail(
-            reply,
-            ErrorCode::InvalidRequest,
-            "from_offset must be >= 0".into(),
-        );
-    }
-    if req.to_offset > 0 && req.from_offset > req.to_offset {
-        return fail(
-            reply,
-            ErrorCode::InvalidRequest,
-            format!(
-                "from_offset {} is after to_offset {}",
-                req.from_offset, req.to_offset
-            ),
-        );
-    }
-    // A long poll may ask for what this node does not have yet (`--follow` against a
-    // lagging follower): it waits like any other long poll. A plain read cannot be answered.
-    let next = log_next_offset(node);
-    if req.max_wait_ms == 0 && req.from_offset as u64 > next {
-        return fail(
-            reply,
-            ErrorCode::OffsetOutOfRange,
-            format!(
-                "from_offset {} is beyond the log end (next offset {next})",
-                req.from_offset
-            ),
-        );
-    }
-    let start = log_start_offset(node).max(1);
-    let from = if req.from_offset == 0 {
-        start
-    } else {
-        req.from_offset as u64
+    let from = match first_offset_to_read(&req, log_start_offset(node), log_next_offset(node)) {
+        Ok(from) => from,
+        Err((code, msg)) => return fail(reply, code, msg),
     };
-    if from < start {
-        return fail(
-            reply,
-            ErrorCode::OffsetOutOfRange,
-            format!("offset {from} is below the log start {start} (compacted into a snapshot)"),
-        );
-    }
     // Long poll: wait for something new to be committed.
     if req.max_wait_ms > 0 && applied_offset(node) < from {
         let mut images = node.images.clone();
@@ -189,15 +139,8 @@ pub async fn read_metadata_log(
         0 => DEFAULT_MAX_RECORDS,
         n => n.min(DEFAULT_MAX_RECORDS),
     };
-    let types: HashSet<&str> = req.record_types.iter().map(String::as_str).collect();
-    // Topic filter: ids the name had (in the current image, or in TopicRecords seen).
     let image = node.images.borrow().clone();
-    let mut topic_ids: HashSet<uuid::Uuid> = HashSet::new();
-    if !req.topic_name.is_empty()
-        && let Some(t) = image.topics().get_by_name(&req.topic_name)
-    {
-        topic_ids.insert(t.id);
-    }
+    let mut filter = RecordFilter::new(&req, &image);
     let mut offset = from;
     'scan: while offset <= to_inclusive {
         let end = (offset + ENTRIES_PER_READ - 1).min(to_inclusive);
@@ -218,19 +161,7 @@ pub async fn read_metadata_log(
             }
             if let EntryPayload::Normal(batch) = &e.payload {
                 for (i, r) in batch.records.iter().enumerate() {
-                    if let Some(Record::Topic(t)) = &r.record
-                        && t.name == req.topic_name
-                        && let Some(id) = record_topic_id(r)
-                    {
-                        topic_ids.insert(id);
-                    }
-                    let ty = record_type_name(r);
-                    if !types.is_empty() && !types.contains(ty) {
-                        continue;
-                    }
-                    if !req.topic_name.is_empty()
-                        && !record_is_about(r, &req.topic_name, &topic_ids)
-                    {
+                    if !filter.accepts(r) {
                         continue;
                     }
                     reply.records.push(MetadataLogRecord {
@@ -238,7 +169,7 @@ pub async fn read_metadata_log(
                         index_in_batch: i as u32,
                         term: e.log_id.leader_id.term as i64,
                         append_timestamp_ms: batch.append_timestamp_ms,
-                        record_type: ty.to_string(),
+                        record_type: record_type_name(r).to_string(),
                         topic_name: topic_name_of(r, &image),
                         record: Some(r.clone()),
                     });
@@ -252,6 +183,104 @@ pub async fn read_metadata_log(
         reply.next_offset = offset as i64;
     }
     reply
+}
+
+/// Checks a ReadMetadataLog request against the log's bounds (`log_start`: first offset
+/// kept, `log_next`: the offset the next entry will get) and returns the first offset to
+/// read: `from_offset`, or the log start for 0. INVALID_REQUEST for unknown record types and
+/// inverted or negative ranges; OFFSET_OUT_OF_RANGE for an offset compacted into a snapshot,
+/// or beyond the log end without a long poll (a long poll waits for it, as `--follow` against
+/// a lagging follower does).
+fn first_offset_to_read(
+    req: &ReadMetadataLogRequest,
+    log_start: u64,
+    log_next: u64,
+) -> Result<u64, (ErrorCode, String)> {
+    if let Some(bad) = req
+        .record_types
+        .iter()
+        .find(|t| !RECORD_TYPE_NAMES.contains(&t.as_str()))
+    {
+        return Err((
+            ErrorCode::InvalidRequest,
+            format!("unknown record type {bad:?}"),
+        ));
+    }
+    if req.from_offset < 0 {
+        return Err((ErrorCode::InvalidRequest, "from_offset must be >= 0".into()));
+    }
+    if req.to_offset > 0 && req.from_offset > req.to_offset {
+        return Err((
+            ErrorCode::InvalidRequest,
+            format!(
+                "from_offset {} is after to_offset {}",
+                req.from_offset, req.to_offset
+            ),
+        ));
+    }
+    if req.max_wait_ms == 0 && req.from_offset as u64 > log_next {
+        return Err((
+            ErrorCode::OffsetOutOfRange,
+            format!(
+                "from_offset {} is beyond the log end (next offset {log_next})",
+                req.from_offset
+            ),
+        ));
+    }
+    let start = log_start.max(1);
+    let from = if req.from_offset == 0 {
+        start
+    } else {
+        req.from_offset as u64
+    };
+    if from < start {
+        return Err((
+            ErrorCode::OffsetOutOfRange,
+            format!("offset {from} is below the log start {start} (compacted into a snapshot)"),
+        ));
+    }
+    Ok(from)
+}
+
+/// The record-type and topic filters of a ReadMetadataLog request, applied in log order.
+struct RecordFilter<'a> {
+    /// Record type names asked for; empty = every type.
+    types: HashSet<&'a str>,
+    /// The topic asked for; empty = every record.
+    topic_name: &'a str,
+    /// Ids the topic name had: in the current image, and in every TopicRecord of that name
+    /// seen so far in the scan (a deleted or re-created topic keeps its old records).
+    topic_ids: HashSet<uuid::Uuid>,
+}
+
+impl<'a> RecordFilter<'a> {
+    fn new(req: &'a ReadMetadataLogRequest, image: &MetadataImage) -> Self {
+        let mut topic_ids = HashSet::new();
+        if !req.topic_name.is_empty()
+            && let Some(t) = image.topics().get_by_name(&req.topic_name)
+        {
+            topic_ids.insert(t.id);
+        }
+        RecordFilter {
+            types: req.record_types.iter().map(String::as_str).collect(),
+            topic_name: &req.topic_name,
+            topic_ids,
+        }
+    }
+
+    /// Whether `r` is shown; records must come in log order (a TopicRecord teaches the
+    /// filter its topic's id).
+    fn accepts(&mut self, r: &keel_proto::metadata::MetadataRecord) -> bool {
+        if let Some(Record::Topic(t)) = &r.record
+            && t.name == self.topic_name
+            && let Some(id) = record_topic_id(r)
+        {
+            self.topic_ids.insert(id);
+        }
+        let type_ok = self.types.is_empty() || self.types.contains(record_type_name(r));
+        type_ok
+            && (self.topic_name.is_empty() || record_is_about(r, self.topic_name, &self.topic_ids))
+    }
 }
 
 fn record_is_about(
@@ -300,7 +329,7 @@ async fn stream_metadata(
     node: &RaftNode,
     snapshot_dir: &std::path::Path,
     req: FetchMetadataRequest,
-    tx: &mpsc::Sender<Result<FetchMetadataItem, tonic::Status>>,
+    tx: &ItemSender,
 ) -> Result<(), tonic::Status> {
     if req.from_offset < 0 {
         return Err(tonic::Status::invalid_argument("from_offset must be >= 0"));
@@ -321,65 +350,97 @@ async fn stream_metadata(
         n => n,
     };
     let mut next = (req.from_offset as u64).max(1);
-    let start = log_start_offset(node);
-    if next < start {
-        // Reading and decoding a large snapshot takes a while: off the async workers, which
-        // also serve the Raft RPCs.
-        let dir = snapshot_dir.to_path_buf();
-        let snap = tokio::task::spawn_blocking(move || {
-            read_newest_snapshot(&dir)
-                .map_err(|e| tonic::Status::unavailable(format!("reading snapshot: {e}")))
-        })
-        .await
-        .map_err(|e| tonic::Status::internal(format!("reading snapshot: {e}")))??
-        .ok_or_else(|| tonic::Status::unavailable("log purged but no snapshot found"))?;
-        let h = &snap.header;
-        let commit = applied_offset(node) as i64;
-        let send = |item: Item| FetchMetadataItem {
+    if next < log_start_offset(node) {
+        match send_snapshot(node, snapshot_dir, chunk_bytes, tx).await? {
+            Some(after_snapshot) => next = after_snapshot,
+            None => return Ok(()),
+        }
+    }
+    stream_committed(node, next, tx).await
+}
+
+/// Where [`stream_metadata`] sends its items.
+type ItemSender = mpsc::Sender<Result<FetchMetadataItem, tonic::Status>>;
+
+/// Sends the newest snapshot: its header, then its records in chunks of about `chunk_bytes`
+/// (the last one marked `last`, an empty one for an empty snapshot). Returns the offset after
+/// the snapshot, or `None` when the client went away.
+async fn send_snapshot(
+    node: &RaftNode,
+    snapshot_dir: &std::path::Path,
+    chunk_bytes: usize,
+    tx: &ItemSender,
+) -> Result<Option<u64>, tonic::Status> {
+    // Reading and decoding a large snapshot takes a while: off the async workers, which
+    // also serve the Raft RPCs.
+    let dir = snapshot_dir.to_path_buf();
+    let snap = tokio::task::spawn_blocking(move || {
+        read_newest_snapshot(&dir)
+            .map_err(|e| tonic::Status::unavailable(format!("reading snapshot: {e}")))
+    })
+    .await
+    .map_err(|e| tonic::Status::internal(format!("reading snapshot: {e}")))??
+    .ok_or_else(|| tonic::Status::unavailable("log purged but no snapshot found"))?;
+    let h = &snap.header;
+    let commit = applied_offset(node) as i64;
+    let item = |item: Item| {
+        Ok(FetchMetadataItem {
             item: Some(item),
             commit_index: commit,
-        };
-        let header = SnapshotHeader {
-            last_included_offset: h.provenance.offset as i64,
-            last_included_term: h.provenance.term as i64,
-            record_count: h.record_count,
-        };
-        if tx
-            .send(Ok(send(Item::SnapshotHeader(header))))
-            .await
-            .is_err()
-        {
-            return Ok(());
-        }
-        let mut chunk = SnapshotChunk::default();
-        let mut size = 0;
-        let total = snap.records.len();
-        for (i, r) in snap.records.into_iter().enumerate() {
-            size += r.encoded_len();
-            chunk.records.push(r);
-            if size >= chunk_bytes || i + 1 == total {
-                chunk.last = i + 1 == total;
-                if tx
-                    .send(Ok(send(Item::SnapshotChunk(std::mem::take(&mut chunk)))))
-                    .await
-                    .is_err()
-                {
-                    return Ok(());
-                }
-                size = 0;
-            }
-        }
-        if total == 0 {
-            let last = SnapshotChunk {
-                records: vec![],
-                last: true,
-            };
-            if tx.send(Ok(send(Item::SnapshotChunk(last)))).await.is_err() {
-                return Ok(());
-            }
-        }
-        next = h.provenance.offset + 1;
+        })
+    };
+    let header = SnapshotHeader {
+        last_included_offset: h.provenance.offset as i64,
+        last_included_term: h.provenance.term as i64,
+        record_count: h.record_count,
+    };
+    if tx.send(item(Item::SnapshotHeader(header))).await.is_err() {
+        return Ok(None);
     }
+    let after = h.provenance.offset + 1;
+    for chunk in snapshot_chunks(snap.records, chunk_bytes) {
+        if tx.send(item(Item::SnapshotChunk(chunk))).await.is_err() {
+            return Ok(None);
+        }
+    }
+    Ok(Some(after))
+}
+
+/// Splits snapshot records into chunks that each close once they reach `chunk_bytes`
+/// (encoded), in order; the last chunk is marked `last`. No records give one empty last
+/// chunk, so a receiver always sees the end of the snapshot.
+fn snapshot_chunks(
+    records: Vec<keel_proto::metadata::MetadataRecord>,
+    chunk_bytes: usize,
+) -> Vec<SnapshotChunk> {
+    let mut chunks = Vec::new();
+    let mut chunk = SnapshotChunk::default();
+    let mut size = 0;
+    for r in records {
+        size += r.encoded_len();
+        chunk.records.push(r);
+        if size >= chunk_bytes {
+            chunks.push(std::mem::take(&mut chunk));
+            size = 0;
+        }
+    }
+    if !chunk.records.is_empty() || chunks.is_empty() {
+        chunks.push(chunk);
+    }
+    if let Some(last) = chunks.last_mut() {
+        last.last = true;
+    }
+    chunks
+}
+
+/// Sends every committed entry from `next` on, waiting for new commits, until the client
+/// goes away. Entries without records (Raft blank and membership entries) go as empty
+/// batches. OUT_OF_RANGE when `next` was purged meanwhile (the client restarts from 0).
+async fn stream_committed(
+    node: &RaftNode,
+    mut next: u64,
+    tx: &ItemSender,
+) -> Result<(), tonic::Status> {
     let mut images = node.images.clone();
     loop {
         let committed = applied_offset(node);
@@ -477,4 +538,72 @@ pub fn describe_quorum(node: &RaftNode, cluster_id: &str) -> DescribeQuorumReply
         });
     }
     reply
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_proto::metadata::{MetadataRecord, NoOpRecord};
+
+    fn noop() -> MetadataRecord {
+        MetadataRecord {
+            record: Some(Record::NoOp(NoOpRecord {})),
+        }
+    }
+
+    #[test]
+    fn snapshot_chunks_close_at_the_byte_budget_and_mark_the_last() {
+        let one = noop().encoded_len();
+        let chunks = snapshot_chunks(vec![noop(); 5], 2 * one);
+        let sizes: Vec<_> = chunks.iter().map(|c| (c.records.len(), c.last)).collect();
+        assert_eq!(sizes, [(2, false), (2, false), (1, true)]);
+        let exact = snapshot_chunks(vec![noop(); 4], 2 * one);
+        let sizes: Vec<_> = exact.iter().map(|c| (c.records.len(), c.last)).collect();
+        assert_eq!(sizes, [(2, false), (2, true)]);
+        let empty = snapshot_chunks(vec![], 1024);
+        assert_eq!(empty.len(), 1);
+        assert!(empty[0].last && empty[0].records.is_empty());
+    }
+
+    #[test]
+    fn read_bounds_are_checked_before_reading() {
+        let req = |from: i64, to: i64, wait: u32| ReadMetadataLogRequest {
+            from_offset: from,
+            to_offset: to,
+            max_wait_ms: wait,
+            ..Default::default()
+        };
+        // Log holds 5..=9 (next offset 10).
+        assert_eq!(first_offset_to_read(&req(0, 0, 0), 5, 10), Ok(5));
+        assert_eq!(first_offset_to_read(&req(7, 9, 0), 5, 10), Ok(7));
+        let code = |r: Result<u64, (ErrorCode, String)>| r.unwrap_err().0;
+        assert_eq!(
+            code(first_offset_to_read(&req(-1, 0, 0), 5, 10)),
+            ErrorCode::InvalidRequest
+        );
+        assert_eq!(
+            code(first_offset_to_read(&req(8, 7, 0), 5, 10)),
+            ErrorCode::InvalidRequest
+        );
+        assert_eq!(
+            code(first_offset_to_read(&req(3, 0, 0), 5, 10)),
+            ErrorCode::OffsetOutOfRange
+        );
+        assert_eq!(
+            code(first_offset_to_read(&req(11, 0, 0), 5, 10)),
+            ErrorCode::OffsetOutOfRange
+        );
+        // A long poll may ask past the end: it waits.
+        assert_eq!(first_offset_to_read(&req(11, 0, 500), 5, 10), Ok(11));
+        let mut typed = req(0, 0, 0);
+        typed.record_types = vec!["PartitionChange".into()];
+        let e = first_offset_to_read(&typed, 5, 10).unwrap_err();
+        assert_eq!(
+            e,
+            (
+                ErrorCode::InvalidRequest,
+                "unknown record type \"PartitionChange\"".into()
+            )
+        );
+    }
 }

@@ -240,6 +240,28 @@ fn alter_one(
     p: &AlterPartitionPartition,
 ) -> Result<Option<PartitionChangeRecord>, Refusal> {
     let tp = format!("{}-{}", topic.name, p.partition_index);
+    check_epochs(&tp, sender, operator, reg, p)?;
+    let new_isr = check_new_isr(&tp, image, reg, p)?;
+    let recovery = check_recovery_state(&tp, reg, p, &new_isr)?;
+    let eligible = |b: i32| is_eligible(image, b);
+    Ok(
+        PartitionChangeBuilder::new(reg, topic.id, p.partition_index, &eligible)
+            .set_target_isr(new_isr)
+            .set_target_leader_recovery_state(recovery)
+            .set_election(Election::Clean)
+            .build(),
+    )
+}
+
+/// Steps 3-6 of [`alter_partition`]: the request's leader and partition epochs against the
+/// partition's (an operator's -1 skips a check) and the sender against the leader.
+fn check_epochs(
+    tp: &str,
+    sender: i32,
+    operator: bool,
+    reg: &PartitionRegistration,
+    p: &AlterPartitionPartition,
+) -> Result<(), Refusal> {
     let check_leader_epoch = !(operator && p.leader_epoch == -1);
     let check_partition_epoch = !(operator && p.partition_epoch == -1);
     // 3. Newer than ours: this controller's image is behind (Kafka answers NOT_CONTROLLER).
@@ -299,6 +321,18 @@ fn alter_one(
             ),
         ));
     }
+    Ok(())
+}
+
+/// Steps 7-8 of [`alter_partition`]: the new ISR is non-empty, without duplicates, made of
+/// replicas, holds the leader, and every member is registered, unfenced, not shutting down
+/// and at the broker epoch given (KIP-841, KIP-903). Returns its broker ids.
+fn check_new_isr(
+    tp: &str,
+    image: &MetadataImage,
+    reg: &PartitionRegistration,
+    p: &AlterPartitionPartition,
+) -> Result<Vec<i32>, Refusal> {
     // 7.
     let new_isr: Vec<i32> = p.new_isr_with_epochs.iter().map(|b| b.broker_id).collect();
     let invalid = |why: String| Err(refuse(ErrorCode::InvalidRequest, format!("{tp}: {why}")));
@@ -343,6 +377,18 @@ fn alter_one(
             ));
         }
     }
+    Ok(new_isr)
+}
+
+/// Step 9 of [`alter_partition`] (KIP-704): a known recovery state, never back from
+/// RECOVERED to RECOVERING, and a RECOVERING partition's ISR is the leader alone.
+fn check_recovery_state(
+    tp: &str,
+    reg: &PartitionRegistration,
+    p: &AlterPartitionPartition,
+    new_isr: &[i32],
+) -> Result<LeaderRecoveryState, Refusal> {
+    let invalid = |why: String| Err(refuse(ErrorCode::InvalidRequest, format!("{tp}: {why}")));
     // 9. KIP-704.
     let Ok(recovery) = LeaderRecoveryState::try_from(p.leader_recovery_state) else {
         return invalid(format!(
@@ -360,12 +406,5 @@ fn alter_one(
             ));
         }
     }
-    let eligible = |b: i32| is_eligible(image, b);
-    Ok(
-        PartitionChangeBuilder::new(reg, topic.id, p.partition_index, &eligible)
-            .set_target_isr(new_isr)
-            .set_target_leader_recovery_state(recovery)
-            .set_election(Election::Clean)
-            .build(),
-    )
+    Ok(recovery)
 }
