@@ -164,6 +164,48 @@ async fn never_resume_leadership(
 /// [`store::open_checked`]). Starting on such a directory would re-initialize the quorum on
 /// top of old state or forget this node's vote.
 pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
+    let (log, sm, recorded_cluster_id) = open_metadata_log_dir(c).await?;
+    let images = sm.subscribe();
+    let config = raft_config(c)
+        .validate()
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+    let voters = Arc::new(c.controller_quorum_voters.clone());
+    let peer_acks = PeerAcks::default();
+    let identity = Identity::new(c.node_id, images.clone(), recorded_cluster_id);
+    let network = NetworkFactory::new(voters.clone(), peer_acks.clone(), identity.clone());
+    let raft = Raft::new(c.node_id, Arc::new(config), network, log.clone(), sm)
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+    peer_acks.attach(raft.metrics());
+    initialize_if_new(&raft, c).await?;
+    let (quorum_confirmed, _check_quorum) = spawn_check_quorum(
+        raft.clone(),
+        c.node_id,
+        voters.keys().copied().collect(),
+        peer_acks.clone(),
+        std::time::Duration::from_millis(c.election_timeout_min_ms / 2),
+        std::time::Duration::from_millis(c.election_timeout_max_ms),
+    );
+    Ok(RaftNode {
+        raft,
+        images,
+        log,
+        voters,
+        node_id: c.node_id,
+        quorum_confirmed,
+        peer_acks,
+        identity,
+    })
+}
+
+/// Opens the metadata log directory after checking it belongs to this node and is whole:
+/// `meta.properties` matches `node_id` and the voters, `raft/` exists and holds a vote when a
+/// cluster id is recorded, the Raft log was not copied from another node; the node never
+/// resumes a leadership it held before the restart. Writes `meta.properties` on first start.
+/// Returns the log, the state machine and the recorded cluster id.
+async fn open_metadata_log_dir(
+    c: &ControllerConfig,
+) -> Result<(LogStore, store::StateMachineStore, Option<String>), StartError> {
     let dir = c.metadata_log_dir.display().to_string();
     let voter_ids: BTreeSet<u64> = c.controller_quorum_voters.keys().copied().collect();
     let props_path = meta_properties::path_in(&c.metadata_log_dir);
@@ -236,19 +278,15 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
             },
         )?,
     }
-    let images = sm.subscribe();
-    let config = raft_config(c)
-        .validate()
-        .map_err(|e| StartError::Raft(e.to_string()))?;
-    let voters = Arc::new(c.controller_quorum_voters.clone());
-    let recorded_cluster_id = stored.as_ref().and_then(|p| p.cluster_id.clone());
-    let peer_acks = PeerAcks::default();
-    let identity = Identity::new(c.node_id, images.clone(), recorded_cluster_id);
-    let network = NetworkFactory::new(voters.clone(), peer_acks.clone(), identity.clone());
-    let raft = Raft::new(c.node_id, Arc::new(config), network, log.clone(), sm)
-        .await
-        .map_err(|e| StartError::Raft(e.to_string()))?;
-    peer_acks.attach(raft.metrics());
+    Ok((log, sm, stored.and_then(|p| p.cluster_id)))
+}
+
+/// Initializes the quorum with the configured voters on a node that has never been part of
+/// one; another voter's initialization reaching it first is the same membership.
+async fn initialize_if_new(
+    raft: &Raft<TypeConfig>,
+    c: &ControllerConfig,
+) -> Result<(), StartError> {
     let initialized = raft
         .is_initialized()
         .await
@@ -265,24 +303,7 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
             Err(e) => tracing::info!(node_id = c.node_id, error = %e, "quorum already initialized"),
         }
     }
-    let (quorum_confirmed, _check_quorum) = spawn_check_quorum(
-        raft.clone(),
-        c.node_id,
-        voters.keys().copied().collect(),
-        peer_acks.clone(),
-        std::time::Duration::from_millis(c.election_timeout_min_ms / 2),
-        std::time::Duration::from_millis(c.election_timeout_max_ms),
-    );
-    Ok(RaftNode {
-        raft,
-        images,
-        log,
-        voters,
-        node_id: c.node_id,
-        quorum_confirmed,
-        peer_acks,
-        identity,
-    })
+    Ok(())
 }
 
 /// Binds the listener named by `listeners` (a clear error when the port is taken).

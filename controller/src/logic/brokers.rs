@@ -324,69 +324,10 @@ pub fn register_broker(
             ..Default::default()
         })
     };
-    if !req.cluster_id.is_empty() && req.cluster_id != cluster_id {
-        return refuse(
-            ErrorCode::InconsistentClusterId,
-            format!(
-                "broker has cluster id {:?}, the quorum has {cluster_id:?}",
-                req.cluster_id
-            ),
-        );
-    }
-    if req.broker_id < 0 {
-        return refuse(
-            ErrorCode::InvalidRequest,
-            format!("invalid broker id {}", req.broker_id),
-        );
-    }
-    let Some(incarnation) = uuid_from_bytes(&req.incarnation_id) else {
-        return refuse(
-            ErrorCode::InvalidRequest,
-            format!(
-                "incarnation id must be 16 bytes, got {}",
-                req.incarnation_id.len()
-            ),
-        );
+    let incarnation = match check_registration(image, req, cluster_id) {
+        Ok(incarnation) => incarnation,
+        Err((code, msg)) => return refuse(code, msg),
     };
-    if incarnation.is_nil() {
-        return refuse(
-            ErrorCode::InvalidRequest,
-            "incarnation id must not be the nil uuid".into(),
-        );
-    }
-    if req.listeners.is_empty() {
-        return refuse(ErrorCode::InvalidRequest, "no listener".into());
-    }
-    if let Some(problem) = req.listeners.iter().find_map(listener_problem) {
-        return refuse(ErrorCode::InvalidRequest, problem);
-    }
-    if let Some(f) = req
-        .features
-        .iter()
-        .find(|f| f.min_supported_version > f.max_supported_version)
-    {
-        return refuse(
-            ErrorCode::InvalidRequest,
-            format!(
-                "feature {} has min_supported_version {} > max_supported_version {}",
-                keel_proto::limits::clip(&f.name),
-                f.min_supported_version,
-                f.max_supported_version
-            ),
-        );
-    }
-    if let Some(&level) = image.features().get("metadata.version")
-        && let Some(f) = req.features.iter().find(|f| f.name == "metadata.version")
-        && !(f.min_supported_version..=f.max_supported_version).contains(&level)
-    {
-        return refuse(
-            ErrorCode::UnsupportedVersion,
-            format!(
-                "metadata.version {level} is outside the broker's range {}..={}",
-                f.min_supported_version, f.max_supported_version
-            ),
-        );
-    }
     let mut records = Vec::new();
     if let Some(existing) = image.broker(req.broker_id) {
         if existing.incarnation_id != incarnation
@@ -423,6 +364,81 @@ pub fn register_broker(
             leader: None,
         },
     )
+}
+
+/// The checks of a RegisterBroker request that need no session state: the cluster id, the
+/// broker id, a non-nil 16-byte incarnation id, at least one well-formed listener, feature
+/// ranges, and the cluster's `metadata.version` inside the broker's range (KIP-631,
+/// `ClusterControlManager.registerBroker`). Returns the incarnation id.
+fn check_registration(
+    image: &MetadataImage,
+    req: &RegisterBrokerRequest,
+    cluster_id: &str,
+) -> Result<uuid::Uuid, (ErrorCode, String)> {
+    if !req.cluster_id.is_empty() && req.cluster_id != cluster_id {
+        return Err((
+            ErrorCode::InconsistentClusterId,
+            format!(
+                "broker has cluster id {:?}, the quorum has {cluster_id:?}",
+                req.cluster_id
+            ),
+        ));
+    }
+    if req.broker_id < 0 {
+        return Err((
+            ErrorCode::InvalidRequest,
+            format!("invalid broker id {}", req.broker_id),
+        ));
+    }
+    let Some(incarnation) = uuid_from_bytes(&req.incarnation_id) else {
+        return Err((
+            ErrorCode::InvalidRequest,
+            format!(
+                "incarnation id must be 16 bytes, got {}",
+                req.incarnation_id.len()
+            ),
+        ));
+    };
+    if incarnation.is_nil() {
+        return Err((
+            ErrorCode::InvalidRequest,
+            "incarnation id must not be the nil uuid".into(),
+        ));
+    }
+    if req.listeners.is_empty() {
+        return Err((ErrorCode::InvalidRequest, "no listener".into()));
+    }
+    if let Some(problem) = req.listeners.iter().find_map(listener_problem) {
+        return Err((ErrorCode::InvalidRequest, problem));
+    }
+    if let Some(f) = req
+        .features
+        .iter()
+        .find(|f| f.min_supported_version > f.max_supported_version)
+    {
+        return Err((
+            ErrorCode::InvalidRequest,
+            format!(
+                "feature {} has min_supported_version {} > max_supported_version {}",
+                keel_proto::limits::clip(&f.name),
+                f.min_supported_version,
+                f.max_supported_version
+            ),
+        ));
+    }
+    if let Some(&level) = image.features().get("metadata.version")
+        && let Some(f) = req.features.iter().find(|f| f.name == "metadata.version")
+        && !(f.min_supported_version..=f.max_supported_version).contains(&level)
+    {
+        return Err((
+            ErrorCode::UnsupportedVersion,
+            format!(
+                "metadata.version {level} is outside the broker's range {}..={}",
+                f.min_supported_version, f.max_supported_version
+            ),
+        ));
+    }
+    Ok(incarnation)
 }
 
 /// What is wrong with a registered listener, if anything: an empty host, or a port outside

@@ -360,25 +360,51 @@ fn create_one(
     usable: &[(i32, Option<String>)],
     start: usize,
 ) -> Result<TopicPlan, Refusal> {
-    validate_topic_name(&t.name).map_err(|m| (ErrorCode::InvalidTopicException, m))?;
-    if t.name == CLUSTER_METADATA_TOPIC {
+    check_new_topic_name(image, &t.name, colliding_in_request)?;
+    let partitions = if !t.assignments.is_empty() {
+        if t.num_partitions != -1 || t.replication_factor != -1 {
+            return Err((
+                ErrorCode::InvalidRequest,
+                "num_partitions and replication_factor must be -1 with explicit assignments".into(),
+            ));
+        }
+        explicit_assignment(image, t)?
+    } else {
+        placed_assignment(t, defaults, usable, start)?
+    };
+    let rf = partitions[0].0.len();
+    let configs = validate_new_topic_configs(&t.configs, rf)?;
+    Ok(TopicPlan {
+        partitions,
+        replication_factor: rf,
+        configs,
+    })
+}
+
+/// A new topic's name: valid (Kafka's `Topic.validate`), not `__cluster_metadata`, not taken,
+/// and not colliding with another topic (existing, or `colliding_in_request`) once '.' and
+/// '_' are taken as equal (Kafka warns about metric-name collisions and refuses them).
+fn check_new_topic_name(
+    image: &MetadataImage,
+    name: &str,
+    colliding_in_request: Option<&str>,
+) -> Result<(), Refusal> {
+    validate_topic_name(name).map_err(|m| (ErrorCode::InvalidTopicException, m))?;
+    if name == CLUSTER_METADATA_TOPIC {
         // Kafka: ControllerApis.createTopics refuses the name with INVALID_REQUEST.
         return Err((
             ErrorCode::InvalidRequest,
             format!("creation of internal topic {CLUSTER_METADATA_TOPIC} is prohibited"),
         ));
     }
-    if image.topics().by_name.contains_key(&t.name) {
+    if image.topics().by_name.contains_key(name) {
         return Err((
             ErrorCode::TopicAlreadyExists,
-            format!(
-                "topic {:?} already exists",
-                keel_proto::limits::clip(&t.name)
-            ),
+            format!("topic {:?} already exists", keel_proto::limits::clip(name)),
         ));
     }
-    if t.name.contains(['.', '_']) {
-        let mine = collision_form(&t.name);
+    if name.contains(['.', '_']) {
+        let mine = collision_form(name);
         if let Some(other) = image
             .topics()
             .by_name
@@ -389,7 +415,7 @@ fn create_one(
                 ErrorCode::InvalidTopicException,
                 format!(
                     "topic {:?} collides with existing topic {other:?} ('.' and '_' collide)",
-                    keel_proto::limits::clip(&t.name)
+                    keel_proto::limits::clip(name)
                 ),
             ));
         }
@@ -399,69 +425,65 @@ fn create_one(
                 format!(
                     "topic {:?} collides with topic {other:?} in the same request \
                      ('.' and '_' collide)",
-                    keel_proto::limits::clip(&t.name)
+                    keel_proto::limits::clip(name)
                 ),
             ));
         }
     }
-    let partitions = if !t.assignments.is_empty() {
-        if t.num_partitions != -1 || t.replication_factor != -1 {
-            return Err((
-                ErrorCode::InvalidRequest,
-                "num_partitions and replication_factor must be -1 with explicit assignments".into(),
-            ));
-        }
-        explicit_assignment(image, t)?
+    Ok(())
+}
+
+/// Replicas for a topic without explicit assignments: partition count and replication factor
+/// from the request or `defaults` (-1), checked (1..=MAX_PARTITIONS_PER_TOPIC partitions, a
+/// factor of at least 1 and at most the usable brokers), then placed rack-aware from `start`
+/// ([`place_replicas`]). Each partition's ISR starts as its replicas.
+fn placed_assignment(
+    t: &CreatableTopic,
+    defaults: &TopicDefaults,
+    usable: &[(i32, Option<String>)],
+    start: usize,
+) -> Result<Vec<ReplicasAndIsr>, Refusal> {
+    let n = if t.num_partitions == -1 {
+        defaults.num_partitions
     } else {
-        let n = if t.num_partitions == -1 {
-            defaults.num_partitions
-        } else {
-            t.num_partitions
-        };
-        if n <= 0 || n > MAX_PARTITIONS_PER_TOPIC {
-            return Err((
-                ErrorCode::InvalidPartitions,
-                format!(
-                    "number of partitions {} is invalid: must be -1 or 1..={MAX_PARTITIONS_PER_TOPIC}",
-                    t.num_partitions
-                ),
-            ));
-        }
-        let rf = if t.replication_factor == -1 {
-            defaults.replication_factor
-        } else {
-            t.replication_factor
-        };
-        if rf <= 0 {
-            return Err((
-                ErrorCode::InvalidReplicationFactor,
-                format!(
-                    "replication factor {} is invalid: must be -1 or at least 1",
-                    t.replication_factor
-                ),
-            ));
-        }
-        if rf as usize > usable.len() {
-            return Err((
-                ErrorCode::InvalidReplicationFactor,
-                format!(
-                    "replication factor {rf} is larger than the {} usable (unfenced) broker(s)",
-                    usable.len()
-                ),
-            ));
-        }
-        place_replicas(usable, n as usize, rf as usize, start)
-            .into_iter()
-            .map(|r| (r.clone(), r))
-            .collect()
+        t.num_partitions
     };
-    let rf = partitions[0].0.len();
-    let configs = validate_new_topic_configs(&t.configs, rf)?;
-    Ok(TopicPlan {
-        partitions,
-        replication_factor: rf,
-        configs,
-    })
+    if n <= 0 || n > MAX_PARTITIONS_PER_TOPIC {
+        return Err((
+            ErrorCode::InvalidPartitions,
+            format!(
+                "number of partitions {} is invalid: must be -1 or 1..={MAX_PARTITIONS_PER_TOPIC}",
+                t.num_partitions
+            ),
+        ));
+    }
+    let rf = if t.replication_factor == -1 {
+        defaults.replication_factor
+    } else {
+        t.replication_factor
+    };
+    if rf <= 0 {
+        return Err((
+            ErrorCode::InvalidReplicationFactor,
+            format!(
+                "replication factor {} is invalid: must be -1 or at least 1",
+                t.replication_factor
+            ),
+        ));
+    }
+    if rf as usize > usable.len() {
+        return Err((
+            ErrorCode::InvalidReplicationFactor,
+            format!(
+                "replication factor {rf} is larger than the {} usable (unfenced) broker(s)",
+                usable.len()
+            ),
+        ));
+    }
+    Ok(place_replicas(usable, n as usize, rf as usize, start)
+        .into_iter()
+        .map(|r| (r.clone(), r))
+        .collect())
 }
 
 /// Validates explicit assignments (see [`create_topics`]) into (replicas, isr) lists.

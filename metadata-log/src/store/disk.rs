@@ -672,18 +672,7 @@ impl Inner {
 
     /// Rebuilds `segments` and `entries` from the files (see the module doc, "recovery").
     fn recover(&mut self) -> io::Result<()> {
-        let mut bases = Vec::new();
-        for dirent in fs::read_dir(&self.dir)? {
-            let name = dirent?.file_name();
-            let name = name.to_string_lossy();
-            if let Some(stem) = name.strip_suffix(SEGMENT_SUFFIX) {
-                let base = stem.parse::<u64>().map_err(|_| {
-                    corrupt_file(&self.dir.join(&*name), "segment name is not an index")
-                })?;
-                bases.push(base);
-            }
-        }
-        bases.sort_unstable();
+        let bases = segment_bases(&self.dir)?;
         let purged = self.meta.purged_through;
         let count = bases.len();
         let mut prev_last: Option<u64> = None;
@@ -693,32 +682,7 @@ impl Inner {
             let bytes = fs::read(&path)?;
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
             match check_segment_header(&bytes, base) {
-                Ok(prev_end) => {
-                    // The first segment on disk: whatever came before it was purged.
-                    if k == 0 && prev_end != 0 && purged.is_none_or(|p| prev_end - 1 > p) {
-                        return Err(corrupt_file(
-                            &path,
-                            &format!(
-                                "created after entry {}, but the log was purged only through {} \
-                                 (the segment before it is missing)",
-                                prev_end - 1,
-                                purged.map_or("none".to_string(), |p| p.to_string())
-                            ),
-                        ));
-                    }
-                    if let Some(l) = prev_last
-                        && prev_end != l + 1
-                    {
-                        return Err(corrupt_file(
-                            &path,
-                            &format!(
-                                "created after entry {}, but the previous segment ends at {l} \
-                                 (a segment is missing)",
-                                prev_end.wrapping_sub(1)
-                            ),
-                        ));
-                    }
-                }
+                Ok(prev_end) => check_continuity(&path, k == 0, prev_end, prev_last, purged)?,
                 Err(HeaderError::Short) if is_active => {
                     // Created, but its header never reached the disk.
                     tracing::warn!(path = %path.display(), "removing a Raft log segment with a torn header");
@@ -728,57 +692,7 @@ impl Inner {
                 }
                 Err(e) => return Err(corrupt(&path, 0, &e.to_string())),
             }
-            let mut offset = SEGMENT_HEADER_BYTES as usize;
-            let mut last: Option<u64> = None;
-            while offset < bytes.len() {
-                let rec = match decode_record(&bytes[offset..]) {
-                    Ok(r) => r,
-                    Err(why) if is_active => {
-                        if let Some(later) = later_batch(&bytes, offset, last) {
-                            return Err(corrupt(
-                                &path,
-                                offset as u64,
-                                &format!(
-                                    "{why}; a later write (byte {later}) is intact, so this is \
-                                     not a torn tail"
-                                ),
-                            ));
-                        }
-                        tracing::warn!(
-                            path = %path.display(),
-                            offset,
-                            dropped_bytes = bytes.len() - offset,
-                            reason = %why,
-                            "cutting a torn tail off the Raft log"
-                        );
-                        file.set_len(offset as u64)?;
-                        file.sync_data()?;
-                        break;
-                    }
-                    Err(why) => return Err(corrupt(&path, offset as u64, &why)),
-                };
-                let want = last.map_or(base, |l| l + 1);
-                if rec.index != want {
-                    return Err(corrupt(
-                        &path,
-                        offset as u64,
-                        &format!("entry {} where {want} was expected", rec.index),
-                    ));
-                }
-                if purged.is_none_or(|p| rec.index > p) {
-                    self.entries.insert(
-                        rec.index,
-                        Pos {
-                            segment: base,
-                            offset: offset as u64,
-                            len: rec.payload.len() as u32,
-                        },
-                    );
-                }
-                last = Some(rec.index);
-                offset += rec.total;
-            }
-            let len = (offset as u64).min(bytes.len() as u64);
+            let (len, last) = self.index_segment(base, &path, &bytes, &file, is_active)?;
             if last.is_some() {
                 prev_last = last;
             }
@@ -801,6 +715,127 @@ impl Inner {
         }
         Ok(())
     }
+
+    /// Reads segment `base`'s entries (`bytes`, the file's contents) into the entry index
+    /// (those above the purge point), checking they follow each other from `base`. A torn
+    /// tail of the active segment (undecodable, with no intact write after it) is cut off;
+    /// anything else undecodable is corruption. Returns the valid length in bytes and the
+    /// last entry's index.
+    fn index_segment(
+        &mut self,
+        base: u64,
+        path: &Path,
+        bytes: &[u8],
+        file: &File,
+        is_active: bool,
+    ) -> io::Result<(u64, Option<u64>)> {
+        let purged = self.meta.purged_through;
+        let mut offset = SEGMENT_HEADER_BYTES as usize;
+        let mut last: Option<u64> = None;
+        while offset < bytes.len() {
+            let rec = match decode_record(&bytes[offset..]) {
+                Ok(r) => r,
+                Err(why) if is_active => {
+                    if let Some(later) = later_batch(bytes, offset, last) {
+                        return Err(corrupt(
+                            path,
+                            offset as u64,
+                            &format!(
+                                "{why}; a later write (byte {later}) is intact, so this is \
+                                 not a torn tail"
+                            ),
+                        ));
+                    }
+                    tracing::warn!(
+                        path = %path.display(),
+                        offset,
+                        dropped_bytes = bytes.len() - offset,
+                        reason = %why,
+                        "cutting a torn tail off the Raft log"
+                    );
+                    file.set_len(offset as u64)?;
+                    file.sync_data()?;
+                    break;
+                }
+                Err(why) => return Err(corrupt(path, offset as u64, &why)),
+            };
+            let want = last.map_or(base, |l| l + 1);
+            if rec.index != want {
+                return Err(corrupt(
+                    path,
+                    offset as u64,
+                    &format!("entry {} where {want} was expected", rec.index),
+                ));
+            }
+            if purged.is_none_or(|p| rec.index > p) {
+                self.entries.insert(
+                    rec.index,
+                    Pos {
+                        segment: base,
+                        offset: offset as u64,
+                        len: rec.payload.len() as u32,
+                    },
+                );
+            }
+            last = Some(rec.index);
+            offset += rec.total;
+        }
+        Ok(((offset as u64).min(bytes.len() as u64), last))
+    }
+}
+
+/// The base indexes of the segment files in `dir` (`<base>.log`), ascending.
+fn segment_bases(dir: &Path) -> io::Result<Vec<u64>> {
+    let mut bases = Vec::new();
+    for dirent in fs::read_dir(dir)? {
+        let name = dirent?.file_name();
+        let name = name.to_string_lossy();
+        if let Some(stem) = name.strip_suffix(SEGMENT_SUFFIX) {
+            let base = stem
+                .parse::<u64>()
+                .map_err(|_| corrupt_file(&dir.join(&*name), "segment name is not an index"))?;
+            bases.push(base);
+        }
+    }
+    bases.sort_unstable();
+    Ok(bases)
+}
+
+/// A segment created after entry `prev_end - 1` must follow the previous segment's last
+/// entry `prev_last`; the first segment on disk (`first`) may start later only where the log
+/// was purged through (`purged`). Anything else means a segment is missing.
+fn check_continuity(
+    path: &Path,
+    first: bool,
+    prev_end: u64,
+    prev_last: Option<u64>,
+    purged: Option<u64>,
+) -> io::Result<()> {
+    // The first segment on disk: whatever came before it was purged.
+    if first && prev_end != 0 && purged.is_none_or(|p| prev_end - 1 > p) {
+        return Err(corrupt_file(
+            path,
+            &format!(
+                "created after entry {}, but the log was purged only through {} \
+                 (the segment before it is missing)",
+                prev_end - 1,
+                purged.map_or("none".to_string(), |p| p.to_string())
+            ),
+        ));
+    }
+    if let Some(l) = prev_last
+        && prev_end != l + 1
+    {
+        return Err(corrupt_file(
+            path,
+            &format!(
+                "created after entry {}, but the previous segment ends at {l} \
+                 (a segment is missing)",
+                prev_end.wrapping_sub(1)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The name and bytes of a segment file as [`RaftDisk`] writes it: header (`base`,
