@@ -264,6 +264,22 @@ mod tests {
         }
     }
 
+    /// A config with only the required keys (and a listener on one interface).
+    const MINIMAL: &str = "node_id = 4\ncontroller_quorum_voters = \"1@127.0.0.1:9093\"\n\
+                           log_dirs = \"/tmp/a\"\nlisteners = \"127.0.0.1:9092\"\n";
+
+    #[test]
+    fn every_declared_key_is_read() {
+        let settings = schema().resolve(raw(MINIMAL)).unwrap();
+        BrokerConfig::from_settings(&settings).unwrap();
+        assert_eq!(
+            settings.unread(),
+            Vec::<&str>::new(),
+            "keys declared for this binary (runtime/src/settings/keys.rs) but never read by \
+             from_settings"
+        );
+    }
+
     #[test]
     fn declared_defaults_match_the_code_they_configure() {
         let declared = |name: &str| SETTINGS.iter().find(|s| s.name == name).unwrap().default;

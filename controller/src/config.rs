@@ -202,6 +202,22 @@ mod tests {
         }
     }
 
+    /// A config with only the required keys.
+    const MINIMAL: &str = "node_id = 1\ncontroller_quorum_voters = \"1@127.0.0.1:9093\"\n\
+                           metadata_log_dir = \"/tmp/x\"\n";
+
+    #[test]
+    fn every_declared_key_is_read() {
+        let settings = schema().resolve(raw(MINIMAL)).unwrap();
+        ControllerConfig::from_settings(&settings).unwrap();
+        assert_eq!(
+            settings.unread(),
+            Vec::<&str>::new(),
+            "keys declared for this binary (runtime/src/settings/keys.rs) but never read by \
+             from_settings"
+        );
+    }
+
     #[test]
     fn declared_defaults_match_the_code_they_configure() {
         use keel_runtime::settings::{DefaultValue, Kind, SETTINGS};

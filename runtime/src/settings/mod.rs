@@ -595,6 +595,7 @@ impl Schema {
             program: self.program,
             declared: self.settings.iter().map(|s| s.name).collect(),
             values,
+            read: Default::default(),
         })
     }
 }
@@ -605,6 +606,9 @@ pub struct Settings {
     program: &'static str,
     declared: BTreeSet<&'static str>,
     values: BTreeMap<&'static str, Value>,
+    /// Keys [`Self::get`] was asked for: a binary's typed config must read every key it
+    /// declares ([`Self::unread`]), so a declared key cannot be silently ignored.
+    read: std::cell::RefCell<BTreeSet<&'static str>>,
 }
 
 impl Settings {
@@ -613,11 +617,10 @@ impl Settings {
     /// Panics when the program does not declare `key` or its value does not convert to `T`:
     /// both are mistakes in the code, not in the configuration.
     pub fn get<T: FromValue>(&self, key: &str) -> Option<T> {
-        assert!(
-            self.declared.contains(key),
-            "{} declares no setting {key}",
-            self.program
-        );
+        let Some(&name) = self.declared.get(key) else {
+            panic!("{} declares no setting {key}", self.program);
+        };
+        self.read.borrow_mut().insert(name);
         self.values.get(key).map(|v| {
             T::from_value(v).unwrap_or_else(|| {
                 panic!(
@@ -638,6 +641,18 @@ impl Settings {
     pub fn require<T: FromValue>(&self, key: &str) -> T {
         self.get(key)
             .unwrap_or_else(|| panic!("setting {key} is neither required nor defaulted"))
+    }
+
+    /// The declared keys nobody has read yet through [`Self::get`] or [`Self::require`].
+    /// Each binary's config tests assert this is empty after building the typed config: a
+    /// key declared for a binary is a key that binary uses.
+    pub fn unread(&self) -> Vec<&'static str> {
+        let read = self.read.borrow();
+        self.declared
+            .iter()
+            .filter(|k| !read.contains(*k))
+            .copied()
+            .collect()
     }
 }
 

@@ -323,3 +323,14 @@ fn the_example_configs_in_deploy_load() {
     }
     assert_eq!(loaded, 6, "{}", dir.display());
 }
+
+#[test]
+fn a_declared_key_nobody_reads_is_reported() {
+    // What each binary's `every_declared_key_is_read` test relies on.
+    let schema = Schema::new("keel-test", "test", WIDGET.iter());
+    let s = load(&schema, Some("node_id = 1\n"), &[]).unwrap();
+    let _: i32 = s.require("node_id");
+    assert_eq!(s.unread(), ["widget_flush_interval_ms"]);
+    let _ = s.get::<u64>("widget_flush_interval_ms");
+    assert!(s.unread().is_empty());
+}
