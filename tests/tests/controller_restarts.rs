@@ -134,18 +134,27 @@ async fn ten_sigkill_restarts_under_load_keep_controllers_identical() {
 
     let stop = Arc::new(AtomicBool::new(false));
     let writer = tokio::spawn(writer(Clients::new(&q), stop.clone()));
+    // The fault schedule: seeded, printed, replayable with KEEL_TEST_SEED.
+    let mut rng = keel_tests::rng::TestRng::from_env("kill schedule");
     for round in 0..10u64 {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        // Every third round kills the active controller, the others a follower.
+        // Writes run 200-400 ms between kills; a killed node stays down 100-300 ms.
+        tokio::time::sleep(
+            Duration::from_millis(200) + rng.duration_up_to(Duration::from_millis(200)),
+        )
+        .await;
+        // Every third round kills the active controller, the others a random follower.
         let leader = q.wait_leader(Duration::from_secs(10)).await;
         let followers: Vec<u64> = q.ids().into_iter().filter(|i| *i != leader).collect();
         let victim = if round % 3 == 0 {
             leader
         } else {
-            followers[round as usize % 2]
+            *rng.pick(&followers)
         };
         q.kill(victim);
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(
+            Duration::from_millis(100) + rng.duration_up_to(Duration::from_millis(200)),
+        )
+        .await;
         q.start_node(victim);
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
