@@ -156,6 +156,36 @@ pub fn create_topics(req: &CreateTopicsRequest) -> Result<(), FieldError> {
     Ok(())
 }
 
+/// Bounds of a CreatePartitions: at most [`MAX_TOPICS_PER_REQUEST`] topics, names of at most
+/// [`MAX_TOPIC_NAME_LEN`] (no longer name can exist), at most [`MAX_PARTITIONS_PER_REQUEST`]
+/// assignments over all topics, each of at most [`MAX_REPLICAS`] brokers. Counts are judged
+/// per topic by logic (INVALID_PARTITIONS, Kafka's code).
+pub fn create_partitions(req: &CreatePartitionsRequest) -> Result<(), FieldError> {
+    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
+    let mut partitions = 0usize;
+    for (t, topic) in req.topics.iter().enumerate() {
+        check_len(
+            || format!("topics[{t}].name"),
+            &topic.name,
+            MAX_TOPIC_NAME_LEN,
+        )?;
+        partitions += topic.assignments.len();
+        check_count(
+            || format!("topics[{t}].assignments (over all topics)"),
+            partitions,
+            MAX_PARTITIONS_PER_REQUEST,
+        )?;
+        for (a, assignment) in topic.assignments.iter().enumerate() {
+            check_count(
+                || format!("topics[{t}].assignments[{a}].broker_ids"),
+                assignment.broker_ids.len(),
+                MAX_REPLICAS,
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// Bounds of a DeleteTopics: at most [`MAX_TOPICS_PER_REQUEST`] topics, names of at most
 /// [`MAX_TOPIC_NAME_LEN`] (no longer name can exist), topic ids empty or 16 bytes.
 pub fn delete_topics(req: &DeleteTopicsRequest) -> Result<(), FieldError> {

@@ -326,6 +326,7 @@ with_error!(
     UnregisterBrokerReply,
     CreateTopicsReply,
     DeleteTopicsReply,
+    CreatePartitionsReply,
     AlterPartitionReply,
     ElectLeadersReply,
     AlterConfigsReply,
@@ -458,6 +459,29 @@ impl ControllerService for ControllerGrpc {
             bounds::delete_topics,
             |ctx, req| logic::delete_topics(ctx.image, &req),
             |_reply, _committed| ()
+        )
+    }
+
+    async fn create_partitions(
+        &self,
+        request: Request<CreatePartitionsRequest>,
+    ) -> Result<Response<CreatePartitionsReply>, Status> {
+        let validate_only = request.get_ref().validate_only;
+        write_rpc!(
+            self,
+            request,
+            CreatePartitionsReply,
+            bounds::create_partitions,
+            |ctx, req| {
+                let start = ctx.state.placement_start;
+                ctx.state.placement_start = ctx.state.placement_start.wrapping_add(1);
+                logic::create_partitions(ctx.image, &req, start)
+            },
+            |reply, committed| logic::create_partitions::set_added_offsets(
+                &mut reply,
+                validate_only,
+                committed.offset
+            )
         )
     }
 

@@ -18,7 +18,8 @@ use keel_proto::broker::{
 use keel_proto::controller::controller_service_client::ControllerServiceClient;
 use keel_proto::controller::{
     AlterConfigOp, AlterConfigsRequest, AlterConfigsResource, AlterableConfig, CreatableTopic,
-    CreateTopicsRequest, DescribeClusterReply, DescribeClusterRequest,
+    CreatePartitionsRequest, CreatePartitionsTopic, CreateTopicsRequest, DescribeClusterReply,
+    DescribeClusterRequest,
 };
 use keel_proto::metadata::ConfigResourceType;
 use tonic::transport::Channel;
@@ -134,6 +135,43 @@ pub trait Endpoints {
             }
             None
         })
+        .await
+    }
+
+    /// Grows `topic` to `count` partitions (automatic placement) through the active
+    /// controller; panics on any other error or after `deadline`. Returns the offset of the
+    /// committed batch.
+    async fn create_partitions(&self, topic: &str, count: i32, deadline: Duration) -> i64 {
+        self.wait_for(
+            &format!("{topic} grown to {count} partitions"),
+            deadline,
+            || async {
+                for (_, addr) in self.live_controllers() {
+                    let mut c = ControllerServiceClient::new(channel(&addr));
+                    let req = CreatePartitionsRequest {
+                        topics: vec![CreatePartitionsTopic {
+                            name: topic.into(),
+                            count,
+                            assignments: vec![],
+                        }],
+                        validate_only: false,
+                    };
+                    let Ok(Ok(r)) =
+                        tokio::time::timeout(REQUEST_TIMEOUT, c.create_partitions(req)).await
+                    else {
+                        continue;
+                    };
+                    let r = r.into_inner();
+                    if is_not_controller(&r.error) {
+                        continue;
+                    }
+                    assert!(ok(&r.error), "grow {topic}: {:?}", r.error);
+                    assert!(ok(&r.results[0].error), "grow {topic}: {:?}", r.results[0]);
+                    return Some(r.results[0].metadata_offset);
+                }
+                None
+            },
+        )
         .await
     }
 

@@ -143,6 +143,13 @@ impl ControllerService for Fake {
         Err(Status::unimplemented(""))
     }
 
+    async fn create_partitions(
+        &self,
+        _: Request<CreatePartitionsRequest>,
+    ) -> Result<Response<CreatePartitionsReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+
     async fn alter_partition(
         &self,
         _: Request<AlterPartitionRequest>,

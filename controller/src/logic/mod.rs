@@ -37,6 +37,7 @@ pub mod alter_partition;
 pub mod brokers;
 pub mod change_log;
 pub mod configs;
+pub mod create_partitions;
 pub mod election;
 pub mod partition_change;
 pub mod producer_ids;
@@ -49,6 +50,7 @@ pub use brokers::{
     register_broker, unregister_broker,
 };
 pub use configs::{alter_configs, describe_configs};
+pub use create_partitions::create_partitions;
 pub use election::{MAX_ELECTIONS_PER_IMBALANCE, elect_leaders, preferred_leader_rebalance};
 pub use partition_change::{Election, PartitionChangeBuilder};
 pub use producer_ids::allocate_producer_ids;

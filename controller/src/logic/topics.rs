@@ -202,12 +202,7 @@ pub fn create_topics(
             .or_default()
             .insert(t.name.as_str());
     }
-    let usable: Vec<(i32, Option<String>)> = image
-        .brokers()
-        .values()
-        .filter(|b| b.is_eligible())
-        .map(|b| (b.id, b.rack.clone()))
-        .collect();
+    let usable = usable_brokers(image);
     let mut used_ids: BTreeSet<Uuid> = BTreeSet::new();
     let mut records = Vec::new();
     let mut results = Vec::with_capacity(req.topics.len());
@@ -327,23 +322,45 @@ impl TopicPlan {
                 value: Some(v.clone()),
             })));
         }
-        for (p, (replicas, isr)) in self.partitions.iter().enumerate() {
-            out.push(record(Record::Partition(PartitionRecord {
-                topic_id: uuid_bytes(id),
-                partition_id: p as i32,
-                replicas: replicas.clone(),
-                isr: isr.clone(),
-                leader: isr[0],
-                ..Default::default()
-            })));
+        for (p, partition) in self.partitions.iter().enumerate() {
+            out.push(new_partition_record(id, p as i32, partition));
         }
     }
 }
 
-type Refusal = (ErrorCode, String);
+/// The PartitionRecord of a new partition: its replicas and ISR, leader = the first of the
+/// ISR, epochs 0.
+pub(super) fn new_partition_record(
+    topic_id: Uuid,
+    partition_id: i32,
+    (replicas, isr): &ReplicasAndIsr,
+) -> MetadataRecord {
+    record(Record::Partition(PartitionRecord {
+        topic_id: uuid_bytes(topic_id),
+        partition_id,
+        replicas: replicas.clone(),
+        isr: isr.clone(),
+        leader: isr[0],
+        ..Default::default()
+    }))
+}
+
+/// Brokers new replicas may be placed on: registered, unfenced, not in controlled shutdown;
+/// (id, rack) sorted by id.
+pub(super) fn usable_brokers(image: &MetadataImage) -> Vec<(i32, Option<String>)> {
+    image
+        .brokers()
+        .values()
+        .filter(|b| b.is_eligible())
+        .map(|b| (b.id, b.rack.clone()))
+        .collect()
+}
+
+/// Why a topic is refused: its error code and message.
+pub(super) type Refusal = (ErrorCode, String);
 
 /// (replicas, isr) of one new partition.
-type ReplicasAndIsr = (Vec<i32>, Vec<i32>);
+pub(super) type ReplicasAndIsr = (Vec<i32>, Vec<i32>);
 
 /// Kafka's `Topic.unifyCollisionChars`: `.` and `_` map to the same metric name.
 fn collision_form(name: &str) -> String {
@@ -513,34 +530,47 @@ fn explicit_assignment(
                 by_index.len()
             ));
         }
-        if ids.is_empty() {
-            return bad(format!("partition {p} has no replicas"));
-        }
-        if ids.len() != rf {
-            return bad(format!(
-                "partition {p} has {} replicas, partition 0 has {rf}",
-                ids.len()
-            ));
-        }
-        if ids.iter().enumerate().any(|(i, b)| ids[..i].contains(b)) {
-            return bad(format!("partition {p} lists a broker twice: {ids:?}"));
-        }
-        if let Some(b) = ids.iter().find(|b| image.broker(**b).is_none()) {
-            return bad(format!("partition {p}: broker {b} is not registered"));
-        }
-        let isr: Vec<i32> = ids
-            .iter()
-            .copied()
-            .filter(|&b| is_eligible(image, b))
-            .collect();
-        if isr.is_empty() {
-            return bad(format!(
-                "partition {p}: every broker of {ids:?} is fenced or shutting down"
-            ));
-        }
-        out.push(((*ids).clone(), isr));
+        out.push(check_assignment(image, p, ids, rf)?);
     }
     Ok(out)
+}
+
+/// One explicitly assigned partition `p`: `ids` non-empty, `rf` long, without duplicates,
+/// every broker registered, at least one eligible (unfenced, not shutting down). Returns its
+/// replicas and ISR (the eligible replicas, in order); INVALID_REPLICA_ASSIGNMENT otherwise.
+pub(super) fn check_assignment(
+    image: &MetadataImage,
+    p: i32,
+    ids: &[i32],
+    rf: usize,
+) -> Result<ReplicasAndIsr, Refusal> {
+    let bad = |m: String| Err((ErrorCode::InvalidReplicaAssignment, m));
+    if ids.is_empty() {
+        return bad(format!("partition {p} has no replicas"));
+    }
+    if ids.len() != rf {
+        return bad(format!(
+            "partition {p} has {} replicas, partition 0 has {rf}",
+            ids.len()
+        ));
+    }
+    if ids.iter().enumerate().any(|(i, b)| ids[..i].contains(b)) {
+        return bad(format!("partition {p} lists a broker twice: {ids:?}"));
+    }
+    if let Some(b) = ids.iter().find(|b| image.broker(**b).is_none()) {
+        return bad(format!("partition {p}: broker {b} is not registered"));
+    }
+    let isr: Vec<i32> = ids
+        .iter()
+        .copied()
+        .filter(|&b| is_eligible(image, b))
+        .collect();
+    if isr.is_empty() {
+        return bad(format!(
+            "partition {p}: every broker of {ids:?} is fenced or shutting down"
+        ));
+    }
+    Ok((ids.to_vec(), isr))
 }
 
 /// Draws an id that is not nil, not in use and not used earlier in this request.

@@ -9,6 +9,7 @@ mod brokers;
 mod change_log;
 mod common;
 mod configs;
+mod create_partitions;
 mod election;
 mod random_ops;
 mod topics;
