@@ -4,7 +4,7 @@
 //! Only committed entries are served: an entry is readable once the local state machine has
 //! applied it (applied <= committed), so a reader never sees a record that could be lost.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -491,7 +491,11 @@ async fn stream_committed(
 
 /// `DescribeQuorum`: leader, term, commit index and per-voter replication progress. Only the
 /// leader knows follower progress; other nodes answer NOT_CONTROLLER with a hint.
-pub fn describe_quorum(node: &RaftNode, cluster_id: &str) -> DescribeQuorumReply {
+pub fn describe_quorum(
+    node: &RaftNode,
+    cluster_id: &str,
+    brokers: &BTreeMap<i32, SessionView>,
+) -> DescribeQuorumReply {
     let m = node.raft.metrics().borrow().clone();
     let hint = leader_hint(node);
     let mut reply = DescribeQuorumReply {
@@ -515,10 +519,16 @@ pub fn describe_quorum(node: &RaftNode, cluster_id: &str) -> DescribeQuorumReply
     let now_ms = keel_runtime::clock::wall_clock_ms();
     for (id, addr) in node.voters.iter() {
         let is_leader = *id == node.node_id;
+        // A voter that has acknowledged nothing to this leader (down, unreachable) has no
+        // known position: -1, not "index 0".
         let last = if is_leader {
             Some(leader_last)
         } else {
-            replication.get(id).map(|l| l.map_or(0, |l| l.index) as i64)
+            replication
+                .get(id)
+                .copied()
+                .flatten()
+                .map(|l| l.index as i64)
         };
         let (fetch_ms, caught_up_ms) = if is_leader {
             (now_ms, now_ms)
@@ -537,7 +547,54 @@ pub fn describe_quorum(node: &RaftNode, cluster_id: &str) -> DescribeQuorumReply
             is_leader,
         });
     }
+    reply.observers = observers(&node.images.borrow(), brokers, leader_last);
     reply
+}
+
+/// One broker's heartbeat session as the active controller publishes it for reads
+/// (DescribeCluster, DescribeQuorum's observers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SessionView {
+    /// Last applied metadata offset the broker reported; -1 = none yet.
+    pub metadata_offset: i64,
+    /// Wall-clock time of its last valid heartbeat, ms since the Unix epoch.
+    pub last_heartbeat_timestamp_ms: i64,
+}
+
+/// The brokers as the quorum's observers (Kafka lists its brokers there: they fetch the
+/// metadata log without voting): each registered broker with its advertised address, the
+/// metadata offset it last reported applied and its last heartbeat, in id order. Brokers
+/// without a session on this controller report -1s.
+fn observers(
+    image: &MetadataImage,
+    sessions: &BTreeMap<i32, SessionView>,
+    leader_last: i64,
+) -> Vec<QuorumReplicaState> {
+    image
+        .brokers()
+        .values()
+        .map(|b| {
+            let session = sessions.get(&b.id);
+            let offset = session.map_or(-1, |s| s.metadata_offset);
+            QuorumReplicaState {
+                replica_id: b.id,
+                address: b
+                    .endpoints
+                    .first()
+                    .map(|e| format!("{}:{}", e.host, e.port))
+                    .unwrap_or_default(),
+                last_log_index: offset,
+                lag: if offset < 0 {
+                    -1
+                } else {
+                    (leader_last - offset).max(0)
+                },
+                last_fetch_timestamp_ms: session.map_or(-1, |s| s.last_heartbeat_timestamp_ms),
+                last_caught_up_timestamp_ms: -1,
+                is_leader: false,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -46,14 +46,7 @@ pub struct QuorumState {
     session_views: tokio::sync::watch::Sender<BTreeMap<i32, SessionView>>,
 }
 
-/// One broker's heartbeat session as DescribeCluster reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionView {
-    /// Last applied metadata offset the broker reported; -1 = none yet.
-    pub metadata_offset: i64,
-    /// Wall-clock time of its last valid heartbeat, ms since the Unix epoch.
-    pub last_heartbeat_timestamp_ms: i64,
-}
+pub use crate::reads::SessionView;
 
 impl QuorumState {
     /// Fresh state, with the preferred-leader rebalance off ([`Self::with_leader_rebalance`]).
@@ -606,9 +599,11 @@ impl ControllerService for ControllerGrpc {
         &self,
         _request: Request<DescribeQuorumRequest>,
     ) -> Result<Response<DescribeQuorumReply>, Status> {
+        let sessions = self.sessions.borrow().clone();
         Ok(Response::new(reads::describe_quorum(
             &self.node,
             &self.cluster_id(),
+            &sessions,
         )))
     }
 

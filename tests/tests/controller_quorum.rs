@@ -539,3 +539,51 @@ async fn raft_requests_from_another_quorum_are_refused() {
     let (_, at) = register_until_ok(&a, 1, Duration::from_secs(3)).await;
     assert_eq!(at, leader_a);
 }
+
+/// DescribeQuorum lists the brokers as observers (Kafka's `kafka-metadata-quorum` does) with
+/// the offset they last reported and their last heartbeat; a voter that has acknowledged
+/// nothing to the current leader (it was down through the election) has an unknown (-1)
+/// position, not "index 0".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn describe_quorum_lists_brokers_as_observers_and_an_unreached_voter_as_unknown() {
+    let mut q = Quorum::start(3);
+    let first = q.wait_leader(Duration::from_secs(20)).await;
+    let broker = keel_tests::quorum::FakeBroker::start(&q, 1, "", Duration::from_millis(200)).await;
+    let down = q.ids().into_iter().find(|i| *i != first).unwrap();
+    q.kill(down);
+    // A new leader elected while `down` is down: restart the old leader.
+    q.kill(first);
+    q.start_node(first);
+    let leader = keel_tests::wait::wait_for(
+        "a leader without the downed voter",
+        Duration::from_secs(20),
+        || q.logs(),
+        || async {
+            let l = q.wait_leader(Duration::from_secs(20)).await;
+            let r = q
+                .client(l)
+                .await
+                .describe_quorum(keel_proto::controller::DescribeQuorumRequest {})
+                .await
+                .ok()?
+                .into_inner();
+            let observed = r.observers.iter().find(|o| o.replica_id == 1)?;
+            (r.error.is_none() && observed.last_log_index >= 0).then_some((l, r))
+        },
+    )
+    .await;
+    let (l, r) = leader;
+    assert_ne!(l, down);
+    let d = r
+        .voters
+        .iter()
+        .find(|v| v.replica_id == down as i32)
+        .unwrap();
+    assert_eq!((d.last_log_index, d.lag), (-1, -1), "{r:#?}");
+    assert_eq!(r.observers.len(), 1, "{r:#?}");
+    let o = &r.observers[0];
+    assert_eq!(o.address, "127.0.0.1:29093");
+    assert!(!o.is_leader);
+    assert!(o.lag >= 0 && o.last_fetch_timestamp_ms > 0, "{o:?}");
+    drop(broker);
+}
