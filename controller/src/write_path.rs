@@ -730,8 +730,17 @@ fn log_changes(before: &MetadataImage, after: &MetadataImage, records: &[Metadat
     use crate::logic::change_log::{ChangeLevel, describe_changes};
     let with_debug = tracing::enabled!(tracing::Level::DEBUG);
     let mut info_lines = 0usize;
+    let mut warn_lines = 0usize;
     for (level, line) in describe_changes(before, after, records, with_debug) {
         match level {
+            ChangeLevel::Warn if warn_lines < MAX_INFO_CHANGE_LINES => {
+                warn_lines += 1;
+                tracing::warn!("{line}");
+            }
+            ChangeLevel::Warn => {
+                warn_lines += 1;
+                tracing::debug!("{line}");
+            }
             ChangeLevel::Info if info_lines < MAX_INFO_CHANGE_LINES => {
                 info_lines += 1;
                 tracing::info!("{line}");
@@ -743,6 +752,13 @@ fn log_changes(before: &MetadataImage, after: &MetadataImage, records: &[Metadat
             ChangeLevel::Debug => tracing::debug!("{line}"),
         }
     }
+    if warn_lines > MAX_INFO_CHANGE_LINES {
+        tracing::warn!(
+            "... and {} more offline partitions or unclean elections in this entry (each at \
+             DEBUG)",
+            warn_lines - MAX_INFO_CHANGE_LINES
+        );
+    }
     if info_lines > MAX_INFO_CHANGE_LINES {
         tracing::info!(
             "... and {} more changes in this entry (each at DEBUG)",
@@ -751,8 +767,8 @@ fn log_changes(before: &MetadataImage, after: &MetadataImage, records: &[Metadat
     }
 }
 
-/// INFO lines [`log_changes`] writes for one entry at most; the rest go to DEBUG (fencing a
-/// broker that leads 66,000 partitions wrote 66,000 INFO lines).
+/// INFO (and, separately, WARN) lines [`log_changes`] writes for one entry at most; the rest
+/// go to DEBUG (fencing a broker that leads 66,000 partitions wrote 66,000 INFO lines).
 const MAX_INFO_CHANGE_LINES: usize = 100;
 
 /// `records` in order, in pieces of at most `max` records and at most

@@ -3,7 +3,9 @@
 //! / unfencing / controlled shutdown, and ISR changes, each comparing the image before and
 //! after one operation's records. Pure: the write path logs what this returns.
 //!
-//! Levels: elections, fencing and controlled shutdown are [`ChangeLevel::Info`]. ISR changes
+//! Levels: a partition going offline and an unclean election are [`ChangeLevel::Warn`] (issue
+//! #20: a person may need to act); other elections, fencing and controlled shutdown are
+//! [`ChangeLevel::Info`]. ISR changes
 //! without a leader change are [`ChangeLevel::Debug`], as in Kafka
 //! (`PartitionRegistration.maybeLogPartitionChange` logs clean partition changes at DEBUG):
 //! the partition leader that asked for one logs it with its reason ("Shrinking ISR for
@@ -19,6 +21,9 @@ use keel_metadata_log::records::metadata_record::Record;
 /// How important a change line is (the log level it is written at).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChangeLevel {
+    /// What may need a person: a partition going offline (no leader), an unclean leader
+    /// election (a leader from outside the ISR: acknowledged records may be lost).
+    Warn,
     /// Leader elections, fencing, controlled shutdown.
     Info,
     /// ISR changes that keep the leader.
@@ -56,7 +61,28 @@ pub fn describe_changes(
                     .get(&id)
                     .map_or_else(|| id.to_string(), |t| t.name.clone());
                 let tp = format!("{name}-{}", c.partition_id);
-                if leader_changed {
+                let recovering = keel_proto::metadata::LeaderRecoveryState::Recovering as i32;
+                if leader_changed && new.leader < 0 {
+                    out.push((
+                        ChangeLevel::Warn,
+                        format!(
+                            "Partition {tp} is offline: no eligible replica in ISR {:?} to lead \
+                             it (leader was {}, leader epoch {}); it takes no writes until one \
+                             returns (or an unclean election)",
+                            new.isr, old.leader, new.leader_epoch
+                        ),
+                    ));
+                } else if leader_changed && c.leader_recovery_state == Some(recovering) {
+                    out.push((
+                        ChangeLevel::Warn,
+                        format!(
+                            "Unclean leader election for {tp}: {} -> {} (leader epoch {} -> {}), \
+                             the new leader was not in the ISR {:?}; records acknowledged only by \
+                             the old ISR may be lost",
+                            old.leader, new.leader, old.leader_epoch, new.leader_epoch, old.isr
+                        ),
+                    ));
+                } else if leader_changed {
                     out.push((
                         ChangeLevel::Info,
                         format!(

@@ -74,3 +74,49 @@ fn an_isr_change_that_keeps_the_leader_is_a_debug_line_formatted_only_when_asked
     let without = describe_changes(&before, &after, &records, false);
     assert_eq!(without, with_debug[1..].to_vec());
 }
+
+#[test]
+fn an_offline_partition_and_an_unclean_election_are_warnings_that_say_so() {
+    use keel_proto::controller::{ElectLeadersRequest, ElectTopicPartitions, ElectionType};
+    let mut c = Cluster::new();
+    for b in 1..=2 {
+        c.add_broker(b, None);
+    }
+    c.create_topic("t", &[&[1, 2]]);
+    // Fence 2 (ISR shrinks to [1]), then 1: t-0 has no eligible ISR member.
+    c.commit(fence_broker(&c.image, 2));
+    let before = c.image.clone();
+    let r = fence_broker(&before, 1);
+    c.apply(&r.records);
+    let lines = describe_changes(&before, &c.image, &r.records, false);
+    assert!(
+        lines.iter().any(|(l, s)| *l == ChangeLevel::Warn
+            && s.starts_with("Partition t-0 is offline: no eligible replica in ISR [1]")),
+        "{lines:?}"
+    );
+    // 2 returns; an unclean election makes it leader from outside the ISR.
+    assert!(!c.heartbeat(2, false, false).is_fenced);
+    let before = c.image.clone();
+    let r = crate::logic::elect_leaders(
+        &before,
+        &ElectLeadersRequest {
+            election_type: ElectionType::Unclean as i32,
+            all_partitions: false,
+            topic_partitions: vec![ElectTopicPartitions {
+                topic: "t".into(),
+                partitions: vec![0],
+            }],
+        },
+    );
+    c.apply(&r.records);
+    let lines = describe_changes(&before, &c.image, &r.records, false);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0].0, ChangeLevel::Warn);
+    assert!(
+        lines[0]
+            .1
+            .starts_with("Unclean leader election for t-0: -1 -> 2"),
+        "{lines:?}"
+    );
+    assert!(lines[0].1.contains("may be lost"), "{lines:?}");
+}
