@@ -61,6 +61,7 @@ pub struct NetworkFactory {
     voters: std::sync::Arc<std::collections::BTreeMap<u64, String>>,
     acks: PeerAcks,
     identity: Identity,
+    reach: Reachability,
 }
 
 impl NetworkFactory {
@@ -75,6 +76,45 @@ impl NetworkFactory {
             voters,
             acks,
             identity,
+            reach: Reachability::default(),
+        }
+    }
+}
+
+/// Whether each peer answered its last Raft RPC, shared by every client of this node, so that
+/// losing and regaining a peer is logged once each (WARN, then INFO) instead of every failed
+/// request several times a second (openraft's own lines are off at the default log filter).
+#[derive(Debug, Clone, Default)]
+pub struct Reachability(std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<u64, u64>>>);
+
+/// A change of a peer's reachability, from [`Reachability::record`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReachChange {
+    /// The first failed request after an answer (or since start).
+    Lost,
+    /// The first answer after `failures` failed requests.
+    Regained { failures: u64 },
+}
+
+impl Reachability {
+    /// Records whether a request to `target` got an answer (any reply from its Raft, errors
+    /// included); returns the change to log, if this is one. The map holds one counter per
+    /// peer that is failing: bounded by the voters.
+    pub fn record(&self, target: u64, answered: bool) -> Option<ReachChange> {
+        let mut failing = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match (answered, failing.get_mut(&target)) {
+            (false, Some(n)) => {
+                *n = n.saturating_add(1);
+                None
+            }
+            (false, None) => {
+                failing.insert(target, 1);
+                Some(ReachChange::Lost)
+            }
+            (true, Some(_)) => failing
+                .remove(&target)
+                .map(|failures| ReachChange::Regained { failures }),
+            (true, None) => None,
         }
     }
 }
@@ -152,6 +192,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             client: None,
             acks: self.acks.clone(),
             identity: self.identity.clone(),
+            reach: self.reach.clone(),
         }
     }
 }
@@ -165,6 +206,7 @@ pub struct PeerClient {
     client: Option<RaftServiceClient<Channel>>,
     acks: PeerAcks,
     identity: Identity,
+    reach: Reachability,
 }
 
 type RpcErr<E = openraft::error::Infallible> = RPCError<u64, BasicNode, RaftError<u64, E>>;
@@ -244,15 +286,33 @@ impl PeerClient {
             Method::InstallSnapshot => client.install_snapshot(request).await,
         };
         let reply = match result {
-            Ok(r) => r.into_inner(),
+            Ok(r) => {
+                if let Some(ReachChange::Regained { failures }) =
+                    self.reach.record(self.target, true)
+                {
+                    tracing::info!(
+                        "controller {} at {} answers Raft requests again (after {failures} \
+                         failed)",
+                        self.target,
+                        self.addr
+                    );
+                }
+                r.into_inner()
+            }
             Err(status) => {
                 // No reply from the peer's Raft (refused, reset, closed, timed out, or a
                 // transport error): treat the peer as unreachable so openraft backs off
                 // instead of retrying in a tight loop (a half-open link that accepts and
                 // closes connections would otherwise burn a core).
-                return Err(RPCError::Unreachable(Unreachable::from(concise(
-                    &self.addr, &status,
-                ))));
+                let cause = concise(&self.addr, &status);
+                if self.reach.record(self.target, false) == Some(ReachChange::Lost) {
+                    tracing::warn!(
+                        "controller {} does not answer Raft requests ({cause}); retrying, \
+                         logged again when it answers",
+                        self.target
+                    );
+                }
+                return Err(RPCError::Unreachable(Unreachable::from(cause)));
             }
         };
         if !reply.error.is_empty() {
@@ -463,7 +523,7 @@ impl RaftService for RaftServer {
 
 #[cfg(test)]
 mod tests {
-    use super::entries_within;
+    use super::{ReachChange, Reachability, entries_within};
     use keel_metadata_log::raft_types::{Entry, LogId, MetadataRecords};
     use keel_metadata_log::records::{MetadataRecord, NoOpRecord, metadata_record::Record};
     use openraft::{CommittedLeaderId, EntryPayload};
@@ -505,6 +565,30 @@ mod tests {
         let got: Vec<u64> = (0..8).map(super::backoff_ms).collect();
         assert_eq!(got, [25, 50, 100, 200, 400, 500, 500, 500]);
         assert_eq!(super::backoff_ms(u32::MAX), 500);
+    }
+
+    #[test]
+    fn losing_and_regaining_a_peer_is_reported_once_each() {
+        let r = Reachability::default();
+        assert_eq!(
+            r.record(2, true),
+            None,
+            "answers from the start: nothing to say"
+        );
+        assert_eq!(r.record(2, false), Some(ReachChange::Lost));
+        assert_eq!(r.record(2, false), None);
+        assert_eq!(r.record(3, false), Some(ReachChange::Lost), "per peer");
+        assert_eq!(r.record(2, false), None);
+        assert_eq!(
+            r.record(2, true),
+            Some(ReachChange::Regained { failures: 3 })
+        );
+        assert_eq!(r.record(2, true), None);
+        assert_eq!(
+            r.clone().record(2, false),
+            Some(ReachChange::Lost),
+            "shared by clones"
+        );
     }
 
     #[test]

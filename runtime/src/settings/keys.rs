@@ -296,8 +296,9 @@ pub const SETTINGS: &[Setting] = &[
         kind: Kind::Choice(&["text", "json"]),
         default: DefaultValue::Text("text"),
         doc: "`text` or `json` (one JSON object per line); the filter is the `KEEL_LOG` \
-              environment variable (`EnvFilter` syntax; default `info,openraft=warn` for the \
-              controller, `info` for the broker; an invalid filter stops the start); no ANSI \
+              environment variable (`EnvFilter` syntax; default `info,openraft=off` for the \
+              controller, whose own lines say when a peer stops and starts answering, `info` \
+              for the broker; an invalid filter stops the start); no ANSI \
               colours unless stdout is a terminal",
         used_by: UsedBy::Both,
     },

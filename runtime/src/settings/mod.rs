@@ -87,10 +87,13 @@ impl Binary {
         }
     }
 
-    /// The log filter used when `KEEL_LOG` is unset.
+    /// The log filter used when `KEEL_LOG` is unset. openraft's own lines are off: it logs
+    /// every failed request to an unreachable peer (several a second, at ERROR and WARN);
+    /// the controller logs losing and regaining a peer once each, and its own leadership
+    /// changes. `KEEL_LOG=info,openraft=info` brings them back.
     pub const fn default_log_filter(self) -> &'static str {
         match self {
-            Binary::Controller => "info,openraft=warn",
+            Binary::Controller => "info,openraft=off",
             Binary::Broker => "info",
         }
     }
