@@ -120,18 +120,7 @@ pub async fn serve(
         tracing::info!("shutdown requested before the controllers reported the cluster id");
         return Ok(());
     };
-    log_dir.record_cluster_id(
-        &cluster_id,
-        initial
-            .cluster_id()
-            .map(|stored| (snapshot_path.as_path(), stored)),
-    )?;
-    tracing::info!(
-        log_dir = %log_dir.dir().display(),
-        %cluster_id,
-        directory_id = ?log_dir.meta().directory_id,
-        "log directory checked"
-    );
+    record_cluster_id(&mut log_dir, &cluster_id, &initial, &snapshot_path)?;
     let (status_tx, status_rx) = watch::channel(LifecycleStatus::default());
     let (sink, events) = LocalChangesSink::channel(crate::metadata::sink::DEFAULT_CAPACITY);
     let (replicas, replica_tasks) = ReplicaManager::start(
@@ -141,36 +130,20 @@ pub async fn serve(
         events,
     )?;
     let tailer = tailer::spawn(
-        TailerConfig {
-            broker_id: config.node_id,
-            snapshot_path,
-            snapshot_interval: Duration::from_millis(config.metadata_snapshot_interval_ms),
-            idle_timeout: timing.session.max(Duration::from_secs(2)),
-            backoff: timing.backoff,
-        },
+        tailer_config(&config, timing, snapshot_path),
         channels.clone(),
         initial.clone(),
         sink,
     );
     crate::observe::publish(tailer.images(), status_rx.clone());
-    let lifecycle_cfg = lifecycle_config(&config, cluster_id, timing);
-    tracing::info!(
-        broker_id = config.node_id,
-        incarnation_id = %lifecycle_cfg.incarnation_id,
-        listeners = %config.listeners,
-        advertised_listeners = %config.advertised_listeners,
-        voters = ?config.controller_quorum_voters,
-        "broker started"
-    );
-    let (lifecycle, lifecycle_done) = spawn_lifecycle(
-        lifecycle_cfg,
-        config.controller_quorum_voters.clone(),
-        timing.request_timeout,
+    let (lifecycle, lifecycle_done) = start_lifecycle(
+        &config,
+        cluster_id,
+        timing,
         tailer.images(),
         status_tx,
         shutdown_rx,
-    )
-    .map_err(|e| StartError::Serve(format!("cannot start the lifecycle thread: {e}")))?;
+    )?;
     let grpc = BrokerGrpc {
         broker_id: config.node_id,
         min_insync_replicas: config.min_insync_replicas,
@@ -184,15 +157,84 @@ pub async fn serve(
     let outcome = lifecycle.await;
     tailer.stop().await;
     replica_tasks.shutdown(&replicas).await;
+    stopped(config.node_id, outcome, served)?;
+    // The lock is released only now, after every partition log is closed.
+    drop(log_dir);
+    Ok(())
+}
+
+/// Records the cluster id the controllers reported in the log directory's `meta.properties`
+/// after checking it against the directory's and the local snapshot's (a mismatch is
+/// [`StartError::LogDir`]).
+fn record_cluster_id(
+    log_dir: &mut LogDir,
+    cluster_id: &str,
+    initial: &MetadataImage,
+    snapshot_path: &std::path::Path,
+) -> Result<(), StartError> {
+    log_dir.record_cluster_id(
+        cluster_id,
+        initial.cluster_id().map(|stored| (snapshot_path, stored)),
+    )?;
+    tracing::info!(
+        log_dir = %log_dir.dir().display(),
+        %cluster_id,
+        directory_id = ?log_dir.meta().directory_id,
+        "log directory checked"
+    );
+    Ok(())
+}
+
+/// Logs the start with this run's incarnation id, then spawns the lifecycle
+/// ([`spawn_lifecycle`]); its thread failing to start is [`StartError::Serve`].
+fn start_lifecycle(
+    config: &BrokerConfig,
+    cluster_id: String,
+    timing: Timing,
+    images: watch::Receiver<MetadataImage>,
+    status: watch::Sender<LifecycleStatus>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<
+    (
+        impl Future<Output = LifecycleOutcome> + use<>,
+        tokio::sync::oneshot::Receiver<()>,
+    ),
+    StartError,
+> {
+    let lifecycle_cfg = lifecycle_config(config, cluster_id, timing);
+    tracing::info!(
+        broker_id = config.node_id,
+        incarnation_id = %lifecycle_cfg.incarnation_id,
+        listeners = %config.listeners,
+        advertised_listeners = %config.advertised_listeners,
+        voters = ?config.controller_quorum_voters,
+        "broker started"
+    );
+    spawn_lifecycle(
+        lifecycle_cfg,
+        config.controller_quorum_voters.clone(),
+        timing.request_timeout,
+        images,
+        status,
+        shutdown,
+    )
+    .map_err(|e| StartError::Serve(format!("cannot start the lifecycle thread: {e}")))
+}
+
+/// How the broker ended once stopped: the lifecycle task's failure, then the gRPC server's,
+/// then the lifecycle's own error, in that order; logs the outcome.
+fn stopped(
+    broker_id: i32,
+    outcome: LifecycleOutcome,
+    served: Result<(), tonic::transport::Error>,
+) -> Result<(), StartError> {
     let outcome = outcome.map_err(|why| StartError::Serve(format!("lifecycle task: {why}")))?;
     served.map_err(|e| StartError::Serve(e.to_string()))?;
     let outcome = outcome?;
-    tracing::info!(broker_id = config.node_id, ?outcome, "broker stopped");
+    tracing::info!(broker_id, ?outcome, "broker stopped");
     if outcome == ShutdownOutcome::TimedOut {
         tracing::warn!("the controlled shutdown was not confirmed by the controller");
     }
-    // The lock is released only now, after every partition log is closed.
-    drop(log_dir);
     Ok(())
 }
 
@@ -246,6 +288,22 @@ fn replica_manager_config(config: &BrokerConfig) -> ReplicaManagerConfig {
         log_defaults: config.log_config(),
         replica_fetch_wait_max_ms: config.replica_fetch_wait_max_ms,
         replica_fetch_backoff_ms: 100,
+    }
+}
+
+/// The metadata tailer's settings: the local snapshot at `snapshot_path`, a stream idle for
+/// a session timeout (at least 2 s) reconnects.
+fn tailer_config(
+    config: &BrokerConfig,
+    timing: Timing,
+    snapshot_path: std::path::PathBuf,
+) -> TailerConfig {
+    TailerConfig {
+        broker_id: config.node_id,
+        snapshot_path,
+        snapshot_interval: Duration::from_millis(config.metadata_snapshot_interval_ms),
+        idle_timeout: timing.session.max(Duration::from_secs(2)),
+        backoff: timing.backoff,
     }
 }
 

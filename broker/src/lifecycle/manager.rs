@@ -5,13 +5,13 @@
 use std::time::Duration;
 
 use keel_metadata_log::MetadataImage;
-use keel_proto::controller::{BrokerHeartbeatRequest, RegisterBrokerRequest};
+use keel_proto::controller::{BrokerHeartbeatReply, BrokerHeartbeatRequest, RegisterBrokerRequest};
 use keel_proto::metadata::BrokerEndpoint;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use uuid::Uuid;
 
-use super::controllers::ActiveControllerClient;
+use super::controllers::{ActiveControllerClient, NoActiveController};
 use keel_runtime::Backoff;
 
 use super::decision::{HeartbeatDecision, RegisterDecision, on_heartbeat_reply, on_register_reply};
@@ -95,11 +95,7 @@ pub async fn run(
     loop {
         if reregistrations > 0 {
             let delay = cfg.backoff.next(reregistrations.saturating_sub(1));
-            let stop = tokio::select! {
-                r = shutdown.wait_for(|s| *s) => { drop(r); true }
-                _ = tokio::time::sleep(delay) => false,
-            };
-            if stop {
+            if shutdown_during(&mut shutdown, delay).await {
                 return Ok(ShutdownOutcome::NotRegistered);
             }
         }
@@ -117,99 +113,192 @@ pub async fn run(
             broker_epoch = epoch,
             "broker {id} registered with broker epoch {epoch} (fenced until caught up)"
         );
-        let mut failures = 0u32;
-        let mut next_due = Instant::now();
-        let mut reported_offset = -1i64;
-        loop {
-            // Wait for the next heartbeat: its time, or (while fenced) the moment the image
-            // reaches our registration offset so unfencing does not wait a whole interval.
-            let want_early = status.borrow().fenced && reported_offset < epoch;
-            // (`wait_for` returns a read guard: drop it before doing anything else.)
-            let stopping = tokio::select! {
-                r = shutdown.wait_for(|s| *s) => { drop(r); true }
-                _ = tokio::time::sleep_until(next_due) => false,
-                r = images.wait_for(|i| i.provenance().offset as i64 >= epoch), if want_early => {
-                    drop(r);
-                    false
-                }
-            };
-            if stopping {
+        match heartbeat_session(
+            &cfg,
+            &mut client,
+            &mut images,
+            &status,
+            &mut shutdown,
+            epoch,
+        )
+        .await
+        {
+            SessionEnd::ShutdownRequested => {
                 return Ok(controlled_shutdown(&cfg, &mut client, &images, &status, epoch).await);
             }
-            let offset = images.borrow().provenance().offset as i64;
-            let req = BrokerHeartbeatRequest {
-                broker_id: id,
-                broker_epoch: epoch,
-                current_metadata_offset: offset,
-                want_fence: false,
-                want_shut_down: false,
-            };
-            let reply = client
-                .call(|mut c| async move { c.broker_heartbeat(req).await })
-                .await;
-            next_due = Instant::now() + cfg.heartbeat_interval;
-            let reply = match reply {
-                Ok(r) => r,
-                Err(e) => {
-                    failures += 1;
-                    tracing::warn!(broker_id = id, failures, "heartbeat failed: {e}");
-                    next_due = Instant::now()
-                        + cfg
-                            .backoff
-                            .next(failures.saturating_sub(1))
-                            .min(cfg.heartbeat_interval);
-                    continue;
-                }
-            };
-            failures = 0;
-            reported_offset = offset;
-            match on_heartbeat_reply(&reply) {
-                HeartbeatDecision::Continue { fenced, caught_up } => {
+            SessionEnd::Reregister { accepted } => {
+                if accepted {
                     reregistrations = 0;
-                    let was = status.borrow().fenced;
-                    if was && !fenced {
-                        tracing::info!(
-                            broker_id = id,
-                            broker_epoch = epoch,
-                            metadata_offset = offset,
-                            "broker {id} unfenced"
-                        );
-                    } else if !was && fenced {
-                        tracing::warn!(
-                            broker_id = id,
-                            broker_epoch = epoch,
-                            caught_up,
-                            "broker {id} fenced"
-                        );
-                    }
-                    status.send_modify(|s| {
-                        s.fenced = fenced;
-                        s.controller_id = client.active_id;
-                    });
                 }
-                HeartbeatDecision::ShutDown => {
-                    // Not asked for: the controller only grants what the broker requested.
-                    tracing::warn!(broker_id = id, "unrequested should_shut_down ignored");
-                }
-                HeartbeatDecision::Reregister { reason } => {
-                    tracing::warn!(
-                        broker_id = id,
-                        broker_epoch = epoch,
-                        "{reason}: registering again"
-                    );
-                    status.send_modify(|s| {
-                        s.broker_epoch = -1;
-                        s.fenced = true;
-                    });
-                    reregistrations = reregistrations.saturating_add(1);
-                    break;
-                }
-                HeartbeatDecision::Retry { reason } => {
-                    tracing::warn!(broker_id = id, "heartbeat refused: {reason}");
-                }
+                reregistrations = reregistrations.saturating_add(1);
             }
         }
     }
+}
+
+/// How the heartbeats of one registration ended.
+enum SessionEnd {
+    /// Shutdown was asked: the controlled shutdown follows.
+    ShutdownRequested,
+    /// The controller dropped the registration: register again. `accepted`: a heartbeat was
+    /// accepted before (the re-registration backoff starts over).
+    Reregister { accepted: bool },
+}
+
+/// Heartbeats the registration at `epoch` every `heartbeat_interval` (sooner while fenced,
+/// see [`heartbeat_due`]; failures back off), keeping `status` current, until shutdown is
+/// asked or the controller asks the broker to register again.
+async fn heartbeat_session(
+    cfg: &LifecycleConfig,
+    client: &mut ActiveControllerClient,
+    images: &mut watch::Receiver<MetadataImage>,
+    status: &watch::Sender<LifecycleStatus>,
+    shutdown: &mut watch::Receiver<bool>,
+    epoch: i64,
+) -> SessionEnd {
+    let id = cfg.broker_id;
+    let mut accepted = false;
+    let mut failures = 0u32;
+    let mut next_due = Instant::now();
+    let mut reported_offset = -1i64;
+    loop {
+        let want_early = status.borrow().fenced && reported_offset < epoch;
+        if heartbeat_due(shutdown, images, next_due, want_early, epoch).await {
+            return SessionEnd::ShutdownRequested;
+        }
+        let offset = applied_offset(images);
+        let reply = heartbeat(client, heartbeat_request(id, epoch, offset, false)).await;
+        next_due = Instant::now() + cfg.heartbeat_interval;
+        let reply = match reply {
+            Ok(r) => r,
+            Err(e) => {
+                failures += 1;
+                tracing::warn!(broker_id = id, failures, "heartbeat failed: {e}");
+                next_due = Instant::now() + retry_delay(cfg, failures);
+                continue;
+            }
+        };
+        failures = 0;
+        reported_offset = offset;
+        match on_heartbeat_reply(&reply) {
+            HeartbeatDecision::Continue { fenced, caught_up } => {
+                accepted = true;
+                let was = status.borrow().fenced;
+                log_fencing_change(id, epoch, offset, was, fenced, caught_up);
+                status.send_modify(|s| {
+                    s.fenced = fenced;
+                    s.controller_id = client.active_id;
+                });
+            }
+            HeartbeatDecision::ShutDown => {
+                // Not asked for: the controller only grants what the broker requested.
+                tracing::warn!(broker_id = id, "unrequested should_shut_down ignored");
+            }
+            HeartbeatDecision::Reregister { reason } => {
+                tracing::warn!(
+                    broker_id = id,
+                    broker_epoch = epoch,
+                    "{reason}: registering again"
+                );
+                status.send_modify(|s| {
+                    s.broker_epoch = -1;
+                    s.fenced = true;
+                });
+                return SessionEnd::Reregister { accepted };
+            }
+            HeartbeatDecision::Retry { reason } => {
+                tracing::warn!(broker_id = id, "heartbeat refused: {reason}");
+            }
+        }
+    }
+}
+
+/// Waits for the next heartbeat: `next_due`, or (`want_early`: fenced and not yet reported
+/// caught up) the moment the image reaches the registration offset `epoch`, so unfencing
+/// does not wait a whole interval. True when shutdown was asked first.
+async fn heartbeat_due(
+    shutdown: &mut watch::Receiver<bool>,
+    images: &mut watch::Receiver<MetadataImage>,
+    next_due: Instant,
+    want_early: bool,
+    epoch: i64,
+) -> bool {
+    // (`wait_for` returns a read guard: drop it before doing anything else.)
+    tokio::select! {
+        r = shutdown.wait_for(|s| *s) => { drop(r); true }
+        _ = tokio::time::sleep_until(next_due) => false,
+        r = images.wait_for(|i| i.provenance().offset as i64 >= epoch), if want_early => {
+            drop(r);
+            false
+        }
+    }
+}
+
+/// Logs a fencing change the controller reported in a heartbeat reply (`was`: fenced before).
+fn log_fencing_change(id: i32, epoch: i64, offset: i64, was: bool, fenced: bool, caught_up: bool) {
+    if was && !fenced {
+        tracing::info!(
+            broker_id = id,
+            broker_epoch = epoch,
+            metadata_offset = offset,
+            "broker {id} unfenced"
+        );
+    } else if !was && fenced {
+        tracing::warn!(
+            broker_id = id,
+            broker_epoch = epoch,
+            caught_up,
+            "broker {id} fenced"
+        );
+    }
+}
+
+/// Sleeps `delay` unless shutdown is asked first; true when it was.
+async fn shutdown_during(shutdown: &mut watch::Receiver<bool>, delay: Duration) -> bool {
+    tokio::select! {
+        r = shutdown.wait_for(|s| *s) => { drop(r); true }
+        _ = tokio::time::sleep(delay) => false,
+    }
+}
+
+/// The metadata offset the broker has applied (the latest image's).
+fn applied_offset(images: &watch::Receiver<MetadataImage>) -> i64 {
+    images.borrow().provenance().offset as i64
+}
+
+/// A BrokerHeartbeat reporting `offset` as applied; `want_shut_down` asks for the controlled
+/// shutdown (KIP-631).
+fn heartbeat_request(
+    id: i32,
+    epoch: i64,
+    offset: i64,
+    want_shut_down: bool,
+) -> BrokerHeartbeatRequest {
+    BrokerHeartbeatRequest {
+        broker_id: id,
+        broker_epoch: epoch,
+        current_metadata_offset: offset,
+        want_fence: false,
+        want_shut_down,
+    }
+}
+
+/// Sends `req` to the active controller.
+async fn heartbeat(
+    client: &mut ActiveControllerClient,
+    req: BrokerHeartbeatRequest,
+) -> Result<BrokerHeartbeatReply, NoActiveController> {
+    client
+        .call(|mut c| async move { c.broker_heartbeat(req).await })
+        .await
+}
+
+/// The wait after the `failures`-th failed heartbeat in a row: the backoff, at most one
+/// heartbeat interval.
+fn retry_delay(cfg: &LifecycleConfig, failures: u32) -> Duration {
+    cfg.backoff
+        .next(failures.saturating_sub(1))
+        .min(cfg.heartbeat_interval)
 }
 
 /// Registers; `Ok(None)` when shutdown was asked first.
@@ -254,9 +343,8 @@ async fn register(
             failures,
             "registration not accepted yet ({reason}); retrying in {delay:?}"
         );
-        tokio::select! {
-            _ = shutdown.wait_for(|s| *s) => return Ok(None),
-            _ = tokio::time::sleep(delay) => {}
+        if shutdown_during(shutdown, delay).await {
+            return Ok(None);
         }
     }
 }
@@ -283,15 +371,8 @@ async fn controlled_shutdown(
     );
     let mut failures = 0u32;
     loop {
-        let req = BrokerHeartbeatRequest {
-            broker_id: id,
-            broker_epoch: epoch,
-            current_metadata_offset: images.borrow().provenance().offset as i64,
-            want_fence: false,
-            want_shut_down: true,
-        };
-        let call = client.call(|mut c| async move { c.broker_heartbeat(req).await });
-        let wait = match tokio::time::timeout_at(deadline, call).await {
+        let req = heartbeat_request(id, epoch, applied_offset(images), true);
+        let wait = match tokio::time::timeout_at(deadline, heartbeat(client, req)).await {
             Err(_) => break,
             Ok(Ok(reply)) => match on_heartbeat_reply(&reply) {
                 HeartbeatDecision::ShutDown => {
@@ -316,9 +397,7 @@ async fn controlled_shutdown(
             Ok(Err(e)) => {
                 failures += 1;
                 tracing::warn!(broker_id = id, "controlled shutdown heartbeat failed: {e}");
-                cfg.backoff
-                    .next(failures.saturating_sub(1))
-                    .min(cfg.heartbeat_interval)
+                retry_delay(cfg, failures)
             }
         };
         if Instant::now() + wait >= deadline {

@@ -9,8 +9,8 @@
 //! reconnects from [`Replayer::next_offset`].
 
 use keel_metadata_log::{MetadataDelta, MetadataImage, Provenance, ReplayError};
-use keel_proto::controller::FetchMetadataItem;
 use keel_proto::controller::fetch_metadata_item::Item;
+use keel_proto::controller::{CommittedBatch, FetchMetadataItem, SnapshotChunk, SnapshotHeader};
 
 /// Batches replayed before an image is built even though the stream is not caught up.
 pub const MAX_PENDING_BATCHES: usize = 1024;
@@ -109,6 +109,7 @@ impl Replayer {
         result
     }
 
+    /// [`Replayer::apply`] by item kind (`apply` drops the pending state after an error).
     fn apply_inner(
         &mut self,
         item: FetchMetadataItem,
@@ -116,99 +117,120 @@ impl Replayer {
         let commit_index = u64::try_from(item.commit_index).unwrap_or(0);
         match item.item {
             None => Ok(None),
-            Some(Item::SnapshotHeader(h)) => {
-                if self.snapshot.is_some() {
-                    return Err(ReplayerError::Snapshot(
-                        "snapshot header before the previous snapshot's last chunk".into(),
-                    ));
-                }
-                let provenance = Provenance {
-                    offset: u64::try_from(h.last_included_offset).unwrap_or(0),
-                    term: u64::try_from(h.last_included_term).unwrap_or(0),
-                };
-                let mut delta = MetadataDelta::new(MetadataImage::empty());
-                delta.set_provenance(provenance);
-                self.snapshot = Some(SnapshotLoad {
-                    delta,
-                    provenance,
-                    expected_records: h.record_count,
-                    seen_records: 0,
-                });
-                Ok(None)
-            }
-            Some(Item::SnapshotChunk(chunk)) => {
-                let Some(load) = self.snapshot.as_mut() else {
-                    return Err(ReplayerError::Snapshot("chunk without a header".into()));
-                };
-                for r in &chunk.records {
-                    load.delta
-                        .replay(r)
-                        .map_err(|source| ReplayerError::Replay {
-                            offset: load.provenance.offset,
-                            index: load.seen_records as usize,
-                            source,
-                        })?;
-                    load.seen_records += 1;
-                }
-                if !chunk.last {
-                    return Ok(None);
-                }
-                let load = self.snapshot.take().expect("checked above");
-                if load.seen_records != load.expected_records {
-                    return Err(ReplayerError::Snapshot(format!(
-                        "header announced {} records, chunks carried {}",
-                        load.expected_records, load.seen_records
-                    )));
-                }
-                if load.provenance.offset < self.replayed_offset {
-                    // Older than what we hold (cannot happen when we ask from next_offset):
-                    // never move the image backwards.
-                    return Ok(None);
-                }
-                self.pending = None;
-                self.pending_batches = 0;
-                self.image = load.delta.apply();
-                self.replayed_offset = load.provenance.offset;
-                Ok(Some(self.image.clone()))
-            }
-            Some(Item::Batch(b)) => {
-                let offset = u64::try_from(b.offset).unwrap_or(0);
-                if self.snapshot.is_some() {
-                    return Err(ReplayerError::Snapshot(
-                        "batch before the snapshot's last chunk".into(),
-                    ));
-                }
-                if offset <= self.replayed_offset {
-                    return Ok(None); // already applied (reconnect overlap)
-                }
-                if offset != self.replayed_offset + 1 {
-                    return Err(ReplayerError::Gap {
-                        expected_after: self.replayed_offset,
-                        got: offset,
-                    });
-                }
-                let delta = self
-                    .pending
-                    .get_or_insert_with(|| MetadataDelta::new(self.image.clone()));
-                delta.set_provenance(Provenance {
-                    offset,
-                    term: u64::try_from(b.term).unwrap_or(0),
-                });
-                for (index, r) in b.batch.iter().flat_map(|b| b.records.iter()).enumerate() {
-                    delta.replay(r).map_err(|source| ReplayerError::Replay {
-                        offset,
-                        index,
-                        source,
-                    })?;
-                }
-                self.replayed_offset = offset;
-                self.pending_batches += 1;
-                if offset >= commit_index || self.pending_batches >= MAX_PENDING_BATCHES {
-                    return Ok(self.flush());
-                }
-                Ok(None)
-            }
+            Some(Item::SnapshotHeader(h)) => self.start_snapshot(&h).map(|()| None),
+            Some(Item::SnapshotChunk(chunk)) => self.apply_snapshot_chunk(&chunk),
+            Some(Item::Batch(b)) => self.apply_batch(&b, commit_index),
         }
+    }
+
+    /// Starts loading the snapshot `h` announces (a new empty delta at its offset and term);
+    /// an error if a snapshot is still loading.
+    fn start_snapshot(&mut self, h: &SnapshotHeader) -> Result<(), ReplayerError> {
+        if self.snapshot.is_some() {
+            return Err(ReplayerError::Snapshot(
+                "snapshot header before the previous snapshot's last chunk".into(),
+            ));
+        }
+        let provenance = Provenance {
+            offset: u64::try_from(h.last_included_offset).unwrap_or(0),
+            term: u64::try_from(h.last_included_term).unwrap_or(0),
+        };
+        let mut delta = MetadataDelta::new(MetadataImage::empty());
+        delta.set_provenance(provenance);
+        self.snapshot = Some(SnapshotLoad {
+            delta,
+            provenance,
+            expected_records: h.record_count,
+            seen_records: 0,
+        });
+        Ok(())
+    }
+
+    /// Replays a chunk of the loading snapshot; after its last chunk the snapshot replaces the
+    /// image (pending batches dropped) unless it is older than what was replayed. Errors: no
+    /// snapshot loading, a record that does not replay, a record count unlike the header's.
+    fn apply_snapshot_chunk(
+        &mut self,
+        chunk: &SnapshotChunk,
+    ) -> Result<Option<MetadataImage>, ReplayerError> {
+        let Some(load) = self.snapshot.as_mut() else {
+            return Err(ReplayerError::Snapshot("chunk without a header".into()));
+        };
+        for r in &chunk.records {
+            load.delta
+                .replay(r)
+                .map_err(|source| ReplayerError::Replay {
+                    offset: load.provenance.offset,
+                    index: load.seen_records as usize,
+                    source,
+                })?;
+            load.seen_records += 1;
+        }
+        if !chunk.last {
+            return Ok(None);
+        }
+        let load = self.snapshot.take().expect("checked above");
+        if load.seen_records != load.expected_records {
+            return Err(ReplayerError::Snapshot(format!(
+                "header announced {} records, chunks carried {}",
+                load.expected_records, load.seen_records
+            )));
+        }
+        if load.provenance.offset < self.replayed_offset {
+            // Older than what we hold (cannot happen when we ask from next_offset):
+            // never move the image backwards.
+            return Ok(None);
+        }
+        self.pending = None;
+        self.pending_batches = 0;
+        self.image = load.delta.apply();
+        self.replayed_offset = load.provenance.offset;
+        Ok(Some(self.image.clone()))
+    }
+
+    /// Replays the batch at the next offset into the pending delta (an overlap is skipped, a
+    /// gap is an error) and builds an image once the batch reaches `commit_index` or
+    /// [`MAX_PENDING_BATCHES`] are pending.
+    fn apply_batch(
+        &mut self,
+        b: &CommittedBatch,
+        commit_index: u64,
+    ) -> Result<Option<MetadataImage>, ReplayerError> {
+        let offset = u64::try_from(b.offset).unwrap_or(0);
+        if self.snapshot.is_some() {
+            return Err(ReplayerError::Snapshot(
+                "batch before the snapshot's last chunk".into(),
+            ));
+        }
+        if offset <= self.replayed_offset {
+            return Ok(None); // already applied (reconnect overlap)
+        }
+        if offset != self.replayed_offset + 1 {
+            return Err(ReplayerError::Gap {
+                expected_after: self.replayed_offset,
+                got: offset,
+            });
+        }
+        let delta = self
+            .pending
+            .get_or_insert_with(|| MetadataDelta::new(self.image.clone()));
+        delta.set_provenance(Provenance {
+            offset,
+            term: u64::try_from(b.term).unwrap_or(0),
+        });
+        for (index, r) in b.batch.iter().flat_map(|b| b.records.iter()).enumerate() {
+            delta.replay(r).map_err(|source| ReplayerError::Replay {
+                offset,
+                index,
+                source,
+            })?;
+        }
+        self.replayed_offset = offset;
+        self.pending_batches += 1;
+        if offset >= commit_index || self.pending_batches >= MAX_PENDING_BATCHES {
+            return Ok(self.flush());
+        }
+        Ok(None)
     }
 }
 
@@ -217,7 +239,6 @@ mod tests {
     use super::*;
     use keel_metadata_log::records::metadata_record::Record;
     use keel_metadata_log::records::{MetadataBatch, MetadataRecord, NoOpRecord, TopicRecord};
-    use keel_proto::controller::{CommittedBatch, SnapshotChunk, SnapshotHeader};
 
     fn topic(name: &str, n: u8) -> MetadataRecord {
         MetadataRecord {

@@ -8,21 +8,23 @@
 //! [`crate::replica::PartitionState::handle_follower_fetch`] on every read, so the follower's
 //! LEO and caught-up time are those of its latest request.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use keel_metadata_log::MetadataImage;
 use keel_proto::ErrorCode;
 use keel_proto::broker::{
-    DescribeReplicasReply, EpochEndOffset, EpochEndOffsetResult, EpochStartOffset,
-    FetchPartitionData, FetchReply, FetchRequest, FetchableTopicResponse, FollowerState,
-    LeaderIdAndEpoch, ListOffsetsPartitionResponse, ListOffsetsReply, ListOffsetsRequest,
-    ListOffsetsTopicResponse, OffsetForLeaderTopicResult, OffsetsForLeaderEpochReply,
-    OffsetsForLeaderEpochRequest, ReplicaRole,
+    DescribeReplicasReply, EpochEndOffset, EpochEndOffsetResult, EpochStartOffset, FetchPartition,
+    FetchPartitionData, FetchReply, FetchRequest, FetchTopic, FetchableTopicResponse,
+    FollowerState, LeaderIdAndEpoch, ListOffsetsPartitionResponse, ListOffsetsReply,
+    ListOffsetsRequest, ListOffsetsTopicResponse, OffsetForLeaderTopicResult,
+    OffsetsForLeaderEpochReply, OffsetsForLeaderEpochRequest, ReplicaRole,
 };
 use keel_proto::limits::clip;
 
-use super::ReplicaManager;
 use super::produce::{check_topic_id, log_error_code};
+use super::{HostedPartition, PartitionInner, ReplicaManager};
 use crate::replica::{
     FollowerFetchRequest, LeaderFetchDecision, ListOffsetsAnswer, OffsetSpec, Role, epoch_from_wire,
 };
@@ -109,6 +111,72 @@ fn error_data(partition: i32, code: ErrorCode, message: String) -> FetchPartitio
     }
 }
 
+/// A fetch partition answer with no records yet: the HW (also the LSO: Keel has no
+/// transactions) and the log start offset.
+fn offsets_data(partition: i32, high_watermark: i64, log_start_offset: i64) -> FetchPartitionData {
+    FetchPartitionData {
+        partition_index: partition,
+        high_watermark,
+        last_stable_offset: high_watermark,
+        log_start_offset,
+        ..Default::default()
+    }
+}
+
+/// What the fetch rules decided for one partition, under its lock.
+enum PartitionRead {
+    /// Read whole batches from `from` below `upper` (exclusive) and answer with these offsets.
+    Read {
+        from: i64,
+        upper: i64,
+        high_watermark: i64,
+        log_start_offset: i64,
+    },
+    /// Answer the follower now with where its log diverges (KIP-320); nothing is read.
+    Diverging {
+        diverging: EpochEndOffset,
+        high_watermark: i64,
+        log_start_offset: i64,
+    },
+    /// Answer this error now ([`ReplicaManager::fetch_error`]).
+    Refused(ErrorCode),
+}
+
+/// The replication rules' view of a follower's fetch of partition `p` (`current_leader_epoch`
+/// already decoded as `epoch`); -1 on the wire means "not sent".
+fn follower_fetch_request(
+    req: &FetchRequest,
+    p: &FetchPartition,
+    epoch: Option<i32>,
+) -> FollowerFetchRequest {
+    FollowerFetchRequest {
+        replica_id: req.replica_id,
+        broker_epoch: (req.broker_epoch >= 0).then_some(req.broker_epoch),
+        fetch_offset: p.fetch_offset,
+        last_fetched_epoch: epoch_from_wire(p.last_fetched_epoch),
+        current_leader_epoch: epoch,
+        log_start_offset: (p.log_start_offset >= 0).then_some(p.log_start_offset),
+    }
+}
+
+/// A consumer's read per [`crate::replica::PartitionState::check_consumer_fetch`] (from the
+/// leader only, below the HW).
+fn plan_consumer_read(
+    state: &crate::replica::PartitionState,
+    fetch_offset: i64,
+    epoch: Option<i32>,
+) -> PartitionRead {
+    match state.check_consumer_fetch(fetch_offset, epoch) {
+        Ok(r) => PartitionRead::Read {
+            from: r.fetch_offset,
+            upper: r.upper_bound_exclusive,
+            high_watermark: r.high_watermark,
+            log_start_offset: r.log_start_offset,
+        },
+        Err(code) => PartitionRead::Refused(code),
+    }
+}
+
 impl ReplicaManager {
     /// Serves a Fetch (see the module doc).
     pub async fn fetch(&self, req: FetchRequest) -> FetchReply {
@@ -154,110 +222,10 @@ impl ReplicaManager {
         for t in &req.topics {
             let mut partitions = Vec::with_capacity(t.partitions.len());
             for p in &t.partitions {
-                let Some(hp) = self.partition(&t.topic, p.partition) else {
-                    done = true;
-                    partitions.push(error_data(
-                        p.partition,
-                        ErrorCode::UnknownTopicOrPartition,
-                        format!("{}-{} is not hosted here", clip(&t.topic), p.partition),
-                    ));
-                    continue;
-                };
-                if let Some(code) = check_topic_id(&t.topic_id, hp.topic_id()) {
-                    done = true;
-                    partitions.push(error_data(
-                        p.partition,
-                        code,
-                        format!("topic id of {}", clip(&t.topic)),
-                    ));
-                    continue;
-                }
-                let part_max = usize::try_from(p.partition_max_bytes).unwrap_or(0);
-                let now = self.now_ms();
-                let mut inner = hp.lock();
-                let inner = &mut *inner;
-                let epoch = p.current_leader_epoch.and_then(epoch_from_wire);
-                let mut data = FetchPartitionData {
-                    partition_index: p.partition,
-                    ..Default::default()
-                };
-                let read = if follower {
-                    let fr = FollowerFetchRequest {
-                        replica_id: req.replica_id,
-                        broker_epoch: (req.broker_epoch >= 0).then_some(req.broker_epoch),
-                        fetch_offset: p.fetch_offset,
-                        last_fetched_epoch: epoch_from_wire(p.last_fetched_epoch),
-                        current_leader_epoch: epoch,
-                        log_start_offset: (p.log_start_offset >= 0).then_some(p.log_start_offset),
-                    };
-                    let log = &inner.log;
-                    let eligibility = image.as_ref().expect("follower fetch has the image");
-                    match inner.state.handle_follower_fetch(
-                        &fr,
-                        |e| log.end_offset_for_epoch(e),
-                        eligibility,
-                        now,
-                    ) {
-                        Ok(LeaderFetchDecision::Diverging {
-                            epoch,
-                            end_offset,
-                            high_watermark,
-                        }) => {
-                            done = true;
-                            data.high_watermark = high_watermark;
-                            data.last_stable_offset = high_watermark;
-                            data.log_start_offset = inner.log.log_start_offset();
-                            data.diverging_epoch = Some(EpochEndOffset { epoch, end_offset });
-                            None
-                        }
-                        Ok(LeaderFetchDecision::Read {
-                            fetch_offset,
-                            upper_bound_exclusive,
-                            high_watermark,
-                            log_start_offset,
-                            effects,
-                        }) => {
-                            self.execute(&hp, inner, effects);
-                            data.high_watermark = high_watermark;
-                            data.last_stable_offset = high_watermark;
-                            data.log_start_offset = log_start_offset;
-                            Some((fetch_offset, upper_bound_exclusive))
-                        }
-                        Err(code) => {
-                            done = true;
-                            data = self.fetch_error(inner, p.partition, code);
-                            None
-                        }
-                    }
-                } else {
-                    match inner.state.check_consumer_fetch(p.fetch_offset, epoch) {
-                        Ok(r) => {
-                            data.high_watermark = r.high_watermark;
-                            data.last_stable_offset = r.high_watermark;
-                            data.log_start_offset = r.log_start_offset;
-                            Some((r.fetch_offset, r.upper_bound_exclusive))
-                        }
-                        Err(code) => {
-                            done = true;
-                            data = self.fetch_error(inner, p.partition, code);
-                            None
-                        }
-                    }
-                };
-                let read = read.and_then(|r| budget.limit(part_max).map(|max| (r, max)));
-                if let Some(((from, upper), max)) = read {
-                    match inner.log.read(from, max, upper) {
-                        Ok(info) => {
-                            let records = budget.take(info.records);
-                            total += records.len();
-                            data.records = records;
-                        }
-                        Err(e) => {
-                            done = true;
-                            data = error_data(p.partition, log_error_code(&e), e.to_string());
-                        }
-                    }
-                }
+                let (data, answer_now) =
+                    self.read_partition(req, t, p, image.as_ref(), &mut budget);
+                total += data.records.len();
+                done |= answer_now;
                 partitions.push(data);
             }
             responses.push(FetchableTopicResponse {
@@ -275,6 +243,121 @@ impl ReplicaManager {
             total,
             done,
         )
+    }
+
+    /// Reads partition `p` of `t` once under its lock, within `budget`: a follower's fetch
+    /// when `image` (the latest metadata, for ISR eligibility) is given, else a consumer's.
+    /// Returns its answer and whether the fetch must be answered now (an error or a divergence).
+    fn read_partition(
+        &self,
+        req: &FetchRequest,
+        t: &FetchTopic,
+        p: &FetchPartition,
+        image: Option<&MetadataImage>,
+        budget: &mut FetchBudget,
+    ) -> (FetchPartitionData, bool) {
+        let Some(hp) = self.partition(&t.topic, p.partition) else {
+            let message = format!("{}-{} is not hosted here", clip(&t.topic), p.partition);
+            let code = ErrorCode::UnknownTopicOrPartition;
+            return (error_data(p.partition, code, message), true);
+        };
+        if let Some(code) = check_topic_id(&t.topic_id, hp.topic_id()) {
+            let message = format!("topic id of {}", clip(&t.topic));
+            return (error_data(p.partition, code, message), true);
+        }
+        let part_max = usize::try_from(p.partition_max_bytes).unwrap_or(0);
+        let now = self.now_ms();
+        let mut inner = hp.lock();
+        let inner = &mut *inner;
+        let epoch = p.current_leader_epoch.and_then(epoch_from_wire);
+        let plan = match image {
+            Some(image) => {
+                let fr = follower_fetch_request(req, p, epoch);
+                self.plan_follower_read(&hp, inner, &fr, image, now)
+            }
+            None => plan_consumer_read(&inner.state, p.fetch_offset, epoch),
+        };
+        let (from, upper, mut data) = match plan {
+            PartitionRead::Refused(code) => {
+                return (self.fetch_error(inner, p.partition, code), true);
+            }
+            PartitionRead::Diverging {
+                diverging,
+                high_watermark,
+                log_start_offset,
+            } => {
+                let mut data = offsets_data(p.partition, high_watermark, log_start_offset);
+                data.diverging_epoch = Some(diverging);
+                return (data, true);
+            }
+            PartitionRead::Read {
+                from,
+                upper,
+                high_watermark,
+                log_start_offset,
+            } => (
+                from,
+                upper,
+                offsets_data(p.partition, high_watermark, log_start_offset),
+            ),
+        };
+        let Some(max) = budget.limit(part_max) else {
+            return (data, false);
+        };
+        match inner.log.read(from, max, upper) {
+            Ok(info) => {
+                data.records = budget.take(info.records);
+                (data, false)
+            }
+            Err(e) => (
+                error_data(p.partition, log_error_code(&e), e.to_string()),
+                true,
+            ),
+        }
+    }
+
+    /// Applies a follower's fetch to the leader's replication state
+    /// ([`crate::replica::PartitionState::handle_follower_fetch`]: KIP-320 divergence check,
+    /// follower LEO, HW, ISR expansion) and carries out its effects; `now` in ms.
+    fn plan_follower_read(
+        &self,
+        hp: &Arc<HostedPartition>,
+        inner: &mut PartitionInner,
+        fr: &FollowerFetchRequest,
+        image: &MetadataImage,
+        now: u64,
+    ) -> PartitionRead {
+        let log = &inner.log;
+        match inner
+            .state
+            .handle_follower_fetch(fr, |e| log.end_offset_for_epoch(e), image, now)
+        {
+            Ok(LeaderFetchDecision::Diverging {
+                epoch,
+                end_offset,
+                high_watermark,
+            }) => PartitionRead::Diverging {
+                diverging: EpochEndOffset { epoch, end_offset },
+                high_watermark,
+                log_start_offset: inner.log.log_start_offset(),
+            },
+            Ok(LeaderFetchDecision::Read {
+                fetch_offset,
+                upper_bound_exclusive,
+                high_watermark,
+                log_start_offset,
+                effects,
+            }) => {
+                self.execute(hp, inner, effects);
+                PartitionRead::Read {
+                    from: fetch_offset,
+                    upper: upper_bound_exclusive,
+                    high_watermark,
+                    log_start_offset,
+                }
+            }
+            Err(code) => PartitionRead::Refused(code),
+        }
     }
 
     /// The error answer of a fetch; OFFSET_OUT_OF_RANGE carries the log start offset and the

@@ -15,13 +15,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bytes::Bytes;
 use keel_proto::ErrorCode;
 use keel_proto::broker::broker_service_client::BrokerServiceClient;
-use keel_proto::broker::{FetchPartition, FetchPartitionData, FetchRequest, FetchTopic};
+use keel_proto::broker::{
+    EpochEndOffset, FetchPartition, FetchPartitionData, FetchRequest, FetchTopic,
+};
 use tokio::sync::{Notify, watch};
 use tonic::transport::Channel;
 
-use super::{HostedPartition, ReplicaManager};
+use super::{HostedPartition, PartitionInner, ReplicaManager};
 use crate::log::TopicPartition;
 use crate::replica::{FollowerAction, FollowerFetchResponse, Role, plan_follower_response};
 
@@ -303,7 +306,8 @@ fn set_retry(entries: &Entries, tp: &TopicPartition, at_ms: u64) {
     }
 }
 
-/// Applies one partition's answer (see the module doc).
+/// Applies one partition's answer (see the module doc). A failure or an error answer
+/// delays the partition's next fetch, set once its lock is released.
 fn process(
     rm: &ReplicaManager,
     leader: i32,
@@ -316,12 +320,63 @@ fn process(
     };
     let mut guard = hp.lock();
     let inner = &mut *guard;
-    let current = matches!(inner.state.role(), Role::Follower(f) if f.leader_id == leader && f.leader_epoch == s.leader_epoch);
-    if !current || inner.log.log_end_offset() != s.fetch_offset {
+    if !still_current(inner, leader, s) {
         return; // Metadata or the log moved on since the request: the answer is stale.
     }
+    let response = follower_response(&data);
+    let leo = inner.log.log_end_offset();
+    let action = {
+        let log = &inner.log;
+        plan_follower_response(&response, leo, |e| log.end_offset_for_epoch(e))
+    };
+    let now = rm.now_ms();
+    let mut apply = Apply {
+        rm,
+        leader,
+        tp: &s.tp,
+        inner,
+        leo,
+    };
+    let retry = match action {
+        FollowerAction::AppendThenAdoptHw {
+            leader_high_watermark,
+        } => apply.append_then_adopt_hw(data.records, leader_high_watermark),
+        FollowerAction::Truncate { offset, complete } => {
+            apply.truncate(offset, complete, data.diverging_epoch.as_ref())
+        }
+        FollowerAction::TruncateFullyAndStartAt { offset } => apply.restart_at(offset),
+        FollowerAction::Backoff(code) => Some(Retry::Backoff(code)),
+        FollowerAction::AwaitMetadata(code) => Some(Retry::AwaitMetadata(code)),
+    };
+    drop(guard);
+    let Some(retry) = retry else {
+        return;
+    };
+    let delay_ms = match retry {
+        Retry::Failed => rm.shared.config.replica_fetch_backoff_ms,
+        Retry::Backoff(code) => {
+            tracing::debug!(partition = %s.tp, leader, %code, "backing off");
+            rm.shared.config.replica_fetch_backoff_ms
+        }
+        Retry::AwaitMetadata(code) => {
+            tracing::debug!(partition = %s.tp, leader, %code, "waiting for metadata");
+            AWAIT_METADATA_BACKOFF_MS
+        }
+    };
+    set_retry(entries, &s.tp, now + delay_ms);
+}
+
+/// Whether the partition still follows `leader` in the request's epoch from the LEO the
+/// request was sent at (else its answer is stale and ignored).
+fn still_current(inner: &PartitionInner, leader: i32, s: &Sent) -> bool {
+    let current = matches!(inner.state.role(), Role::Follower(f) if f.leader_id == leader && f.leader_epoch == s.leader_epoch);
+    current && inner.log.log_end_offset() == s.fetch_offset
+}
+
+/// The replication rules' view of a leader's answer for one partition.
+fn follower_response(data: &FetchPartitionData) -> FollowerFetchResponse {
     let code = ErrorCode::from_proto(data.error.as_ref()).unwrap_or(ErrorCode::UnknownServerError);
-    let response = match (code, &data.diverging_epoch) {
+    match (code, &data.diverging_epoch) {
         (ErrorCode::None, Some(d)) => FollowerFetchResponse::Diverging {
             epoch: d.epoch,
             end_offset: d.end_offset,
@@ -337,96 +392,111 @@ fn process(
             leader_log_end_offset: i64::MAX,
         },
         (code, _) => FollowerFetchResponse::Error(code),
-    };
-    let leo = inner.log.log_end_offset();
-    let action = {
-        let log = &inner.log;
-        plan_follower_response(&response, leo, |e| log.end_offset_for_epoch(e))
-    };
-    let now = rm.now_ms();
-    match action {
-        FollowerAction::AppendThenAdoptHw {
-            leader_high_watermark,
-        } => {
-            if !data.records.is_empty()
-                && let Err(e) = inner.log.append_as_follower(data.records)
-            {
-                tracing::error!(partition = %s.tp, leader, "follower append failed: {e}");
-                drop(guard);
-                set_retry(
-                    entries,
-                    &s.tp,
-                    now + rm.shared.config.replica_fetch_backoff_ms,
-                );
-                return;
-            }
-            inner.last_leader_hw = leader_high_watermark;
-            let before = inner.state.high_watermark();
-            let new_leo = inner.log.log_end_offset();
-            let hw = inner
-                .state
-                .on_follower_appended(new_leo, leader_high_watermark);
-            if new_leo != leo || hw != before {
-                rm.shared.data_changed.notify_waiters();
-            }
+    }
+}
+
+/// Why a partition's next fetch waits, decided under its lock and set after it is released.
+enum Retry {
+    /// The append or truncation failed (logged): `replica_fetch_backoff_ms`.
+    Failed,
+    /// The leader answered a transient error: `replica_fetch_backoff_ms`.
+    Backoff(ErrorCode),
+    /// The leader answered a leadership error: [`AWAIT_METADATA_BACKOFF_MS`].
+    AwaitMetadata(ErrorCode),
+}
+
+/// One partition's answer being applied to its log and state, under its lock.
+struct Apply<'a> {
+    rm: &'a ReplicaManager,
+    /// The leader that answered.
+    leader: i32,
+    tp: &'a TopicPartition,
+    inner: &'a mut PartitionInner,
+    /// The LEO the fetch was sent from.
+    leo: i64,
+}
+
+impl Apply<'_> {
+    /// Appends the leader's records, then adopts its HW (capped at the new LEO); wakes fetch
+    /// long polls when the LEO or the HW moved.
+    fn append_then_adopt_hw(
+        &mut self,
+        records: Bytes,
+        leader_high_watermark: i64,
+    ) -> Option<Retry> {
+        let (tp, leader, inner) = (self.tp, self.leader, &mut *self.inner);
+        if !records.is_empty()
+            && let Err(e) = inner.log.append_as_follower(records)
+        {
+            tracing::error!(partition = %tp, leader, "follower append failed: {e}");
+            return Some(Retry::Failed);
         }
-        FollowerAction::Truncate { offset, complete } => match inner.log.truncate_to(offset) {
+        inner.last_leader_hw = leader_high_watermark;
+        let before = inner.state.high_watermark();
+        let new_leo = inner.log.log_end_offset();
+        let hw = inner
+            .state
+            .on_follower_appended(new_leo, leader_high_watermark);
+        if new_leo != self.leo || hw != before {
+            self.rm.shared.data_changed.notify_waiters();
+        }
+        None
+    }
+
+    /// Truncates the log to the divergence point `offset` the leader's answer led to
+    /// (KIP-101/279; `complete`: the final point, else the next fetch asks again).
+    fn truncate(
+        &mut self,
+        offset: i64,
+        complete: bool,
+        diverging: Option<&EpochEndOffset>,
+    ) -> Option<Retry> {
+        let (tp, leader, leo) = (self.tp, self.leader, self.leo);
+        match self.inner.log.truncate_to(offset) {
             Ok(_) => {
-                let (start, end) = (inner.log.log_start_offset(), inner.log.log_end_offset());
-                inner.state.on_follower_truncated(start, end);
+                let end = self.after_truncation();
                 tracing::info!(
-                    partition = %s.tp,
+                    partition = %tp,
                     leader,
                     from_offset = leo,
                     to_offset = end,
-                    diverging_epoch = ?data.diverging_epoch.as_ref().map(|d| (d.epoch, d.end_offset)),
+                    diverging_epoch = ?diverging.map(|d| (d.epoch, d.end_offset)),
                     complete,
                     "Truncating {} from LEO {leo} to {end} (divergence reported by leader {leader})",
-                    s.tp
+                    tp
                 );
-                rm.shared.data_changed.notify_waiters();
+                self.rm.shared.data_changed.notify_waiters();
+                None
             }
             Err(e) => {
-                tracing::error!(partition = %s.tp, "truncation to {offset} failed: {e}");
-                drop(guard);
-                set_retry(
-                    entries,
-                    &s.tp,
-                    now + rm.shared.config.replica_fetch_backoff_ms,
-                );
-            }
-        },
-        FollowerAction::TruncateFullyAndStartAt { offset } => {
-            match inner.log.truncate_fully_and_start_at(offset) {
-                Ok(()) => {
-                    let (start, end) = (inner.log.log_start_offset(), inner.log.log_end_offset());
-                    inner.state.on_follower_truncated(start, end);
-                    tracing::info!(partition = %s.tp, leader, from_offset = leo, log_start_offset = offset, "Truncating {} fully: restarting at the leader's log start {offset}", s.tp);
-                }
-                Err(e) => {
-                    tracing::error!(partition = %s.tp, "full truncation to {offset} failed: {e}");
-                    drop(guard);
-                    set_retry(
-                        entries,
-                        &s.tp,
-                        now + rm.shared.config.replica_fetch_backoff_ms,
-                    );
-                }
+                tracing::error!(partition = %tp, "truncation to {offset} failed: {e}");
+                Some(Retry::Failed)
             }
         }
-        FollowerAction::Backoff(code) => {
-            drop(guard);
-            tracing::debug!(partition = %s.tp, leader, %code, "backing off");
-            set_retry(
-                entries,
-                &s.tp,
-                now + rm.shared.config.replica_fetch_backoff_ms,
-            );
+    }
+
+    /// Empties the log and restarts it at the leader's log start `offset` (OFFSET_OUT_OF_RANGE
+    /// with this log ending below it).
+    fn restart_at(&mut self, offset: i64) -> Option<Retry> {
+        let (tp, leader, leo) = (self.tp, self.leader, self.leo);
+        match self.inner.log.truncate_fully_and_start_at(offset) {
+            Ok(()) => {
+                self.after_truncation();
+                tracing::info!(partition = %tp, leader, from_offset = leo, log_start_offset = offset, "Truncating {} fully: restarting at the leader's log start {offset}", tp);
+                None
+            }
+            Err(e) => {
+                tracing::error!(partition = %tp, "full truncation to {offset} failed: {e}");
+                Some(Retry::Failed)
+            }
         }
-        FollowerAction::AwaitMetadata(code) => {
-            drop(guard);
-            tracing::debug!(partition = %s.tp, leader, %code, "waiting for metadata");
-            set_retry(entries, &s.tp, now + AWAIT_METADATA_BACKOFF_MS);
-        }
+    }
+
+    /// Tells the replication state the log's new bounds after a truncation; returns the LEO.
+    fn after_truncation(&mut self) -> i64 {
+        let log = &self.inner.log;
+        let (start, end) = (log.log_start_offset(), log.log_end_offset());
+        self.inner.state.on_follower_truncated(start, end);
+        end
     }
 }

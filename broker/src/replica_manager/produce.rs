@@ -19,7 +19,7 @@ use keel_proto::broker::{
 use keel_proto::limits::{cap_message, clip};
 use tokio::sync::oneshot;
 
-use super::ReplicaManager;
+use super::{PartitionInner, ReplicaManager};
 use crate::log::LogError;
 use crate::replica::{Acks, ProduceReply, epoch_from_wire};
 use keel_record::BatchIter;
@@ -136,6 +136,9 @@ impl ReplicaManager {
         }
     }
 
+    /// Appends one partition's batch as its leader and answers it, or (acks=all) registers
+    /// the waiter the handler awaits. `bytes_in` grows by the batch's bytes unless it was a
+    /// duplicate (idempotent retry). Nothing is written when any check fails.
     #[allow(clippy::too_many_arguments)]
     fn produce_partition(
         &self,
@@ -163,36 +166,10 @@ impl ReplicaManager {
             return Pending::Done(failed(index, code, format!("topic id of {shown}")));
         }
         // Parse the batches before taking the lock; nothing is written unless all parse.
-        let mut batches = Vec::new();
-        for b in BatchIter::new(records) {
-            match b {
-                Ok(b) => batches.push(b.as_bytes().clone()),
-                Err(e) => {
-                    let e = LogError::from(e);
-                    return Pending::Done(failed(index, log_error_code(&e), e.to_string()));
-                }
-            }
-        }
-        if batches.is_empty() {
-            return Pending::Done(failed(
-                index,
-                ErrorCode::CorruptMessage,
-                format!("no record batch for {shown}-{index}"),
-            ));
-        }
-        if batches.len() > 1 {
-            // Kafka `ProduceRequest.validateRecords` (v3+): exactly one batch per partition,
-            // so a request is appended whole or not at all.
-            return Pending::Done(failed(
-                index,
-                ErrorCode::InvalidRecord,
-                format!(
-                    "{} record batches for {shown}-{index}: a produce request carries exactly one \
-                     batch per partition",
-                    batches.len()
-                ),
-            ));
-        }
+        let batch = match single_batch(records, &shown, index) {
+            Ok(batch) => batch,
+            Err(refused) => return Pending::Done(refused),
+        };
         let now = self.now_ms();
         let mut inner = hp.lock();
         let inner = &mut *inner;
@@ -200,36 +177,22 @@ impl ReplicaManager {
             .state
             .check_produce(acks, current_leader_epoch.and_then(epoch_from_wire))
         {
-            let (_, leader, epoch) = Self::role_of(inner);
-            let mut r = failed(index, code, format!("{shown}-{index}: {code}"));
-            if matches!(
-                code,
-                ErrorCode::NotLeaderOrFollower | ErrorCode::FencedLeaderEpoch
-            ) {
-                r.current_leader = Some(LeaderIdAndEpoch {
-                    leader_id: leader,
-                    leader_epoch: epoch,
-                });
-            }
-            return Pending::Done(r);
+            return Pending::Done(produce_refused(inner, index, &shown, code));
         }
         let leader_epoch = inner.state.leader_epoch().unwrap_or(-1);
-        let batch = batches.pop().expect("exactly one batch");
         let size = batch.len() as u64;
-        let (first_offset, last_offset) = match inner.log.append_as_leader(batch, leader_epoch) {
-            Ok(info) => {
-                if !info.duplicate {
-                    *bytes_in += size;
-                }
-                (Some(info.first_offset), info.last_offset)
-            }
+        let info = match inner.log.append_as_leader(batch, leader_epoch) {
+            Ok(info) => info,
             Err(e) => return Pending::Done(failed(index, log_error_code(&e), e.to_string())),
         };
+        if !info.duplicate {
+            *bytes_in += size;
+        }
         let token = self.next_token();
         let leo = inner.log.log_end_offset();
         let (reply, effects) = inner.state.on_produce_appended(
             acks,
-            last_offset,
+            info.last_offset,
             leo,
             token,
             now.saturating_add(timeout_ms),
@@ -242,32 +205,109 @@ impl ReplicaManager {
         let ok = ProducePartitionResponse {
             index,
             error: None,
-            base_offset: first_offset.unwrap_or(-1),
+            base_offset: info.first_offset,
             log_append_time_ms: -1,
             log_start_offset: inner.log.log_start_offset(),
             current_leader: None,
         };
-        match (reply, rx) {
-            (ProduceReply::Wait, Some(rx)) => Pending::Wait(ok, rx),
-            (ProduceReply::NoResponse, _) => Pending::Done(ProducePartitionResponse {
-                base_offset: -1,
-                ..ok
-            }),
-            (ProduceReply::Respond(ErrorCode::None), _) => Pending::Done(ok),
-            (ProduceReply::Respond(code), _) => Pending::Done(ProducePartitionResponse {
-                error: Some(code.to_proto(format!(
-                    "{shown}-{index}: {code}: {}",
-                    appended_note(ok.base_offset)
-                ))),
-                ..ok
-            }),
-            (ProduceReply::Wait, None) => {
-                let code = ErrorCode::UnknownServerError;
-                Pending::Done(ProducePartitionResponse {
-                    error: Some(code.to_proto(format!("{shown}-{index}: {code}"))),
-                    ..ok
-                })
+        appended_outcome(ok, reply, rx, &shown)
+    }
+}
+
+/// The one record batch in a partition's `records`, or the refusal: the parse error's code,
+/// CORRUPT_MESSAGE for no batch, INVALID_RECORD for several (Kafka
+/// `ProduceRequest.validateRecords`, v3+).
+fn single_batch(
+    records: bytes::Bytes,
+    shown: &str,
+    index: i32,
+) -> Result<bytes::Bytes, ProducePartitionResponse> {
+    let mut batches = Vec::new();
+    for b in BatchIter::new(records) {
+        match b {
+            Ok(b) => batches.push(b.as_bytes().clone()),
+            Err(e) => {
+                let e = LogError::from(e);
+                return Err(failed(index, log_error_code(&e), e.to_string()));
             }
+        }
+    }
+    if batches.is_empty() {
+        return Err(failed(
+            index,
+            ErrorCode::CorruptMessage,
+            format!("no record batch for {shown}-{index}"),
+        ));
+    }
+    if batches.len() > 1 {
+        // Kafka `ProduceRequest.validateRecords` (v3+): exactly one batch per partition,
+        // so a request is appended whole or not at all.
+        return Err(failed(
+            index,
+            ErrorCode::InvalidRecord,
+            format!(
+                "{} record batches for {shown}-{index}: a produce request carries exactly one \
+                 batch per partition",
+                batches.len()
+            ),
+        ));
+    }
+    Ok(batches.pop().expect("exactly one batch"))
+}
+
+/// The answer to a produce [`crate::replica::PartitionState::check_produce`] refused (nothing
+/// appended); NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH carry the leader and epoch this
+/// replica knows.
+fn produce_refused(
+    inner: &PartitionInner,
+    index: i32,
+    shown: &str,
+    code: ErrorCode,
+) -> ProducePartitionResponse {
+    let (_, leader, epoch) = ReplicaManager::role_of(inner);
+    let mut r = failed(index, code, format!("{shown}-{index}: {code}"));
+    if matches!(
+        code,
+        ErrorCode::NotLeaderOrFollower | ErrorCode::FencedLeaderEpoch
+    ) {
+        r.current_leader = Some(LeaderIdAndEpoch {
+            leader_id: leader,
+            leader_epoch: epoch,
+        });
+    }
+    r
+}
+
+/// The answer to an appended batch per the rules' [`ProduceReply`]: `ok` (acks=1, or acks=all
+/// already satisfied), `ok` without its offset (acks=0), `ok` with the error and
+/// [`appended_note`], or the acks=all wait on `rx` (UNKNOWN_SERVER_ERROR without one).
+fn appended_outcome(
+    ok: ProducePartitionResponse,
+    reply: ProduceReply,
+    rx: Option<oneshot::Receiver<ErrorCode>>,
+    shown: &str,
+) -> Pending {
+    let index = ok.index;
+    match (reply, rx) {
+        (ProduceReply::Wait, Some(rx)) => Pending::Wait(ok, rx),
+        (ProduceReply::NoResponse, _) => Pending::Done(ProducePartitionResponse {
+            base_offset: -1,
+            ..ok
+        }),
+        (ProduceReply::Respond(ErrorCode::None), _) => Pending::Done(ok),
+        (ProduceReply::Respond(code), _) => Pending::Done(ProducePartitionResponse {
+            error: Some(code.to_proto(format!(
+                "{shown}-{index}: {code}: {}",
+                appended_note(ok.base_offset)
+            ))),
+            ..ok
+        }),
+        (ProduceReply::Wait, None) => {
+            let code = ErrorCode::UnknownServerError;
+            Pending::Done(ProducePartitionResponse {
+                error: Some(code.to_proto(format!("{shown}-{index}: {code}"))),
+                ..ok
+            })
         }
     }
 }
