@@ -107,9 +107,13 @@ pub trait Endpoints {
     }
 
     /// Creates `topic` through the active controller (asking each live controller until one
-    /// is active); panics on any other error or after `deadline`.
+    /// is active); panics on any other error or after `deadline`. A request whose reply was
+    /// lost (a timeout, a reset, NOT_CONTROLLER from a controller that stepped down with it in
+    /// flight) may have created the topic: TOPIC_ALREADY_EXISTS after such an attempt counts as
+    /// created (the scenarios create each name once).
     async fn create_topic(&self, topic: CreatableTopic, deadline: Duration) {
         let name = topic.name.clone();
+        let reply_lost = std::cell::Cell::new(false);
         self.wait_for(&format!("topic {name} created"), deadline, || async {
             for (_, addr) in self.live_controllers() {
                 let mut c = ControllerServiceClient::new(channel(&addr));
@@ -119,18 +123,22 @@ pub trait Endpoints {
                 };
                 let Ok(Ok(r)) = tokio::time::timeout(REQUEST_TIMEOUT, c.create_topics(req)).await
                 else {
+                    reply_lost.set(true);
                     continue;
                 };
                 let r = r.into_inner();
                 if is_not_controller(&r.error) {
+                    // Also the answer of a controller that lost its leadership with the
+                    // request in flight, which may have been committed.
+                    reply_lost.set(true);
                     continue;
                 }
                 assert!(ok(&r.error), "create {name}: {:?}", r.error);
-                assert!(
-                    ok(&r.topics[0].error),
-                    "create {name}: {:?}",
-                    r.topics[0].error
-                );
+                let created = ok(&r.topics[0].error)
+                    || (reply_lost.get()
+                        && ErrorCode::from_proto(r.topics[0].error.as_ref())
+                            == Ok(ErrorCode::TopicAlreadyExists));
+                assert!(created, "create {name}: {:?}", r.topics[0].error);
                 return Some(());
             }
             None
