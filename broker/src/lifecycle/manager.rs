@@ -338,16 +338,41 @@ async fn register(
         };
         failures += 1;
         let delay = cfg.backoff.next(failures.saturating_sub(1));
-        tracing::info!(
-            broker_id = cfg.broker_id,
-            failures,
-            "registration not accepted yet ({reason}); retrying in {delay:?}"
-        );
+        if registration_refusal_is_warning(failures) {
+            tracing::warn!(
+                broker_id = cfg.broker_id,
+                failures,
+                "registration refused {failures} times ({reason}); retrying in {delay:?}. If \
+                 another broker runs with node_id {}, stop one of them: node ids are unique \
+                 across brokers and controllers",
+                cfg.broker_id
+            );
+        } else {
+            tracing::info!(
+                broker_id = cfg.broker_id,
+                failures,
+                "registration not accepted yet ({reason}); retrying in {delay:?}"
+            );
+        }
         if shutdown_during(shutdown, delay).await {
             return Ok(None);
         }
     }
 }
+
+/// Whether the `failures`-th refused registration in a row is logged at WARN: the first
+/// [`QUIET_REGISTRATION_REFUSALS`] are expected (controllers still starting, the old session of
+/// a restarted broker not expired yet: DUPLICATE_BROKER_REGISTRATION until the session
+/// timeout), then the 1st and every 10th after that say that someone should look.
+pub fn registration_refusal_is_warning(failures: u32) -> bool {
+    failures > QUIET_REGISTRATION_REFUSALS
+        && (failures - QUIET_REGISTRATION_REFUSALS - 1).is_multiple_of(10)
+}
+
+/// Refused registrations in a row logged at INFO before the first WARN (with the default
+/// backoff, 50 ms doubling to the 2 s heartbeat interval, about 15 s: past the default 9 s
+/// broker session timeout).
+pub const QUIET_REGISTRATION_REFUSALS: u32 = 12;
 
 /// Heartbeats with `want_shut_down` until the controller grants it or the bound passes
 /// (Kafka: `BrokerLifecycleManager.beginControlledShutdown`). The metadata tailer keeps
@@ -411,4 +436,18 @@ async fn controlled_shutdown(
         "broker {id}: controlled shutdown not granted in time; stopping anyway"
     );
     ShutdownOutcome::TimedOut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_registrations_warn_after_the_expected_ones_then_every_tenth() {
+        let warned: Vec<u32> = (1..=40)
+            .filter(|f| registration_refusal_is_warning(*f))
+            .collect();
+        let q = QUIET_REGISTRATION_REFUSALS;
+        assert_eq!(warned, [q + 1, q + 11, q + 21]);
+    }
 }
