@@ -302,9 +302,17 @@ fn reading_an_undeclared_key_is_a_bug() {
 
 #[test]
 fn the_example_configs_in_deploy_load() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/config");
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
+    for dir in [root.join("config"), root.join("by-hand")] {
+        assert_eq!(example_configs_loaded(&dir), 6, "{}", dir.display());
+    }
+}
+
+/// Loads every `controller*` and `broker*` file of `dir` with its binary's schema; panics
+/// naming the file that does not load. Returns how many it loaded.
+fn example_configs_loaded(dir: &std::path::Path) -> usize {
     let mut loaded = 0;
-    for entry in std::fs::read_dir(&dir).unwrap() {
+    for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let binary = if name.starts_with("controller") {
@@ -321,7 +329,7 @@ fn the_example_configs_in_deploy_load() {
             .unwrap_or_else(|e| panic!("{name}: {e}"));
         loaded += 1;
     }
-    assert_eq!(loaded, 6, "{}", dir.display());
+    loaded
 }
 
 #[test]
