@@ -1,6 +1,7 @@
 //! `keelctl cluster up|down|status` and `keelctl broker shutdown`.
 
-use std::path::PathBuf;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::{Duration, Instant};
 
@@ -11,7 +12,7 @@ use super::{BrokerShutdownArgs, CliError, CliResult, Ctx};
 use crate::format::cluster::{
     BrokerRow, QuorumStatus, broker_rows, brokers_text, quorum_status, quorum_status_text,
 };
-use crate::format::table;
+use crate::format::table_of;
 use crate::local_cluster::{
     DEFAULT_BASE_PORT, LAYOUT_FILE, Layout, LayoutSource, ProcessSpec, Role, StopOutcome,
     find_binary, log_tail, pid_exists, read_pid, resolve, running_pid, running_settings,
@@ -117,9 +118,10 @@ fn process_row(p: &ProcessSpec) -> ProcessRow {
 }
 
 fn processes_text(rows: &[ProcessRow]) -> String {
-    let rows: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
+    table_of(
+        &["PROCESS", "ADDRESS", "METRICS", "PID", "ALIVE", "LOG"],
+        rows,
+        |r| {
             vec![
                 r.name.clone(),
                 r.address.clone(),
@@ -128,11 +130,7 @@ fn processes_text(rows: &[ProcessRow]) -> String {
                 if r.alive { "yes" } else { "no" }.into(),
                 r.log_file.clone(),
             ]
-        })
-        .collect();
-    table(
-        &["PROCESS", "ADDRESS", "METRICS", "PID", "ALIVE", "LOG"],
-        &rows,
+        },
     )
 }
 
@@ -163,14 +161,12 @@ async fn taken_address_after_exits<'a>(
     }
 }
 
+/// `cluster up`: starts the processes of the local cluster that are not running, waits until
+/// the cluster is healthy and prints its processes and bootstrap addresses. A failed start
+/// stops what it started.
 async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     let (mut layout, source) = layout(&a.layout)?;
-    std::fs::create_dir_all(&layout.data_dir).map_err(|e| {
-        CliError(format!(
-            "cannot create data dir {}: {e}",
-            layout.data_dir.display()
-        ))
-    })?;
+    create_data_dir(&layout)?;
     let procs = layout.processes();
     let missing: Vec<&ProcessSpec> = procs.iter().filter(|p| running_pid(p).is_none()).collect();
     let already_running = missing.is_empty();
@@ -178,26 +174,92 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     // Ports held by another program (often another local cluster on the same base port): its
     // answers would pass the health check while our processes die. Checked before the layout
     // is recorded, so a refused directory keeps no port choice.
-    if let Some((p, (addr, e))) = taken_address_after_exits(&missing).await {
-        return Err(CliError(format!(
+    refuse_taken_ports(&missing).await?;
+    let binaries = Binaries::find()?;
+    settle_settings(&mut layout, source, &procs)?;
+    if !already_running {
+        let timeout = Duration::from_secs(a.timeout_secs);
+        let started = start_and_wait(&layout, &missing, &binaries, ctx, timeout, &mut children);
+        if let Err(f) = started.await {
+            // Never leave a half-started cluster behind: stop what this call started. A first
+            // `up` that failed also takes back its record, so a retry may choose other ports
+            // or settings (a bad setting is the usual reason for the failure).
+            let stopped = stop_started(&mut children);
+            if source != LayoutSource::Recorded && missing.len() == procs.len() {
+                let _ = std::fs::remove_file(Layout::file(&layout.data_dir));
+            }
+            return Err(CliError(start_failure_message(f, &stopped)));
+        }
+    }
+    let report = UpReport {
+        already_running,
+        base_port: layout.base_port,
+        started: children.iter().map(|(p, _)| p.name()).collect(),
+        bootstrap_controllers: layout.controller_addresses().join(","),
+        bootstrap_brokers: layout.broker_addresses().join(","),
+        processes: procs.iter().map(process_row).collect(),
+    };
+    if ctx.json {
+        return ctx.print_json(&report);
+    }
+    out!("{}", up_text(&report, &layout.data_dir));
+    Ok(())
+}
+
+/// Creates the data dir of `layout` (and its parents) if missing; errors name the dir.
+fn create_data_dir(layout: &Layout) -> CliResult {
+    std::fs::create_dir_all(&layout.data_dir).map_err(|e| {
+        CliError(format!(
+            "cannot create data dir {}: {e}",
+            layout.data_dir.display()
+        ))
+    })
+}
+
+/// Fails when another program holds an address of a process `up` is about to start (after
+/// giving an exiting process of the cluster [`EXIT_WAIT`] to release it).
+async fn refuse_taken_ports(missing: &[&ProcessSpec]) -> CliResult {
+    match taken_address_after_exits(missing).await {
+        Some((p, (addr, e))) => Err(CliError(format!(
             "cannot start {}: {addr} is already in use ({e}); another cluster or program \
              listens there: stop it, or use another --data-dir with another --base-port",
             p.name()
-        )));
+        ))),
+        None => Ok(()),
     }
-    let controller_bin = find_binary(Role::Controller.binary()).map_err(CliError)?;
-    let broker_bin = find_binary(Role::Broker.binary()).map_err(CliError)?;
-    // The KEEL_* variables of this environment that the binaries read: recorded by the first
-    // `up`; a later `up` applies the recorded ones and refuses a different value rather than
-    // start processes with settings that differ from the running ones.
-    let mut names = setting_names();
-    // Per-process keys `up` always passes as flags (node id, listeners, data dir, ...): a
-    // variable for them would have no effect, so it is neither recorded nor compared.
-    for p in &procs {
-        for flag in layout.args(p).iter().filter_map(|a| a.strip_prefix("--")) {
-            names.remove(&format!("KEEL_{}", flag.to_uppercase().replace('-', "_")));
+}
+
+/// The executables of the cluster's processes, found next to keelctl or on the PATH.
+struct Binaries {
+    controller: PathBuf,
+    broker: PathBuf,
+}
+
+impl Binaries {
+    /// Finds both executables ([`find_binary`]); an error names the one not found.
+    fn find() -> Result<Binaries, CliError> {
+        Ok(Binaries {
+            controller: find_binary(Role::Controller.binary()).map_err(CliError)?,
+            broker: find_binary(Role::Broker.binary()).map_err(CliError)?,
+        })
+    }
+
+    /// The executable of processes of `role`.
+    fn of(&self, role: Role) -> &Path {
+        match role {
+            Role::Controller => &self.controller,
+            Role::Broker => &self.broker,
         }
     }
+}
+
+/// Settles the cluster's settings (the KEEL_* variables of this environment that the binaries
+/// read): recorded by the first `up`; a later `up` applies the recorded ones and refuses a
+/// different value rather than start processes with settings that differ from the running
+/// ones. Records `layout` unless it was read from its file. Errors: a recorded name that is
+/// no setting, a conflicting variable, a cluster.toml that cannot be written.
+fn settle_settings(layout: &mut Layout, source: LayoutSource, procs: &[ProcessSpec]) -> CliResult {
+    let names = recordable_settings(layout, procs);
     if let Some(unknown) = layout.settings.keys().find(|k| !names.contains(*k)) {
         return Err(CliError(format!(
             "[settings] in {} names {unknown}, which is not a setting keel-controller or \
@@ -214,36 +276,14 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     // the running processes have, else this environment's (a first `up`).
     let established = match source {
         LayoutSource::Recorded => Some(layout.settings.clone()),
-        LayoutSource::Running => running_settings(&layout, &names),
+        LayoutSource::Running => running_settings(layout, &names),
         LayoutSource::Given => None,
     };
     if let Some(established) = &established {
         let conflicts = settings_conflicts(established, &ambient);
         if !conflicts.is_empty() {
-            // What to do: edit the recorded file, or (no file: it is rebuilt from the
-            // running processes) restart the cluster with the new values.
-            let (whose, or_else) = if source == LayoutSource::Recorded {
-                (
-                    format!(
-                        "the [settings] recorded in {} by the first `cluster up`",
-                        Layout::file(&layout.data_dir).display()
-                    ),
-                    "edit that file and restart (`keelctl cluster down`, then `keelctl cluster \
-                     up`)",
-                )
-            } else {
-                (
-                    format!(
-                        "those of the processes running from {}",
-                        layout.data_dir.display()
-                    ),
-                    "stop the cluster (`keelctl cluster down`) and start it with them \
-                     (`keelctl cluster up`)",
-                )
-            };
-            return Err(CliError(format!(
-                "settings differ from {whose}: {}; unset them, or {or_else}",
-                conflicts.join(", ")
+            return Err(CliError(settings_conflict_message(
+                layout, source, &conflicts,
             )));
         }
     }
@@ -256,82 +296,113 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
             ))
         })?;
     }
-    if !already_running {
-        let mut result = Ok(());
-        for p in &missing {
-            let bin = match p.role {
-                Role::Controller => &controller_bin,
-                Role::Broker => &broker_bin,
-            };
-            match spawn(&layout, p, bin) {
-                Ok(child) => children.push(((*p).clone(), child)),
-                Err(e) => {
-                    result = Err(StartFailure {
-                        summary: format!("cannot start {}: {e}", p.name()),
-                        detail: None,
-                    });
-                    break;
-                }
-            }
-        }
-        if result.is_ok() {
-            result = wait_healthy(
-                &layout,
-                ctx,
-                &mut children,
-                Duration::from_secs(a.timeout_secs),
-            )
-            .await;
-        }
-        if let Err(f) = result {
-            // Never leave a half-started cluster behind: stop what this call started. A first
-            // `up` that failed also takes back its record, so a retry may choose other ports
-            // or settings (a bad setting is the usual reason for the failure).
-            let stopped = stop_started(&mut children);
-            if source != LayoutSource::Recorded && missing.len() == procs.len() {
-                let _ = std::fs::remove_file(Layout::file(&layout.data_dir));
-            }
-            let stopped = if stopped.is_empty() {
-                "nothing was started".to_string()
-            } else {
-                format!("stopped what this call started: {}", stopped.join(", "))
-            };
-            return Err(CliError(match f.detail {
-                Some(d) => format!("{}; {stopped}; {d}", f.summary),
-                None => format!("{}; {stopped}", f.summary),
-            }));
+    Ok(())
+}
+
+/// The setting variables `up` records and compares (pure): every `KEEL_*` setting of the
+/// binaries except those for the per-process keys `up` always passes as flags (node id,
+/// listeners, data dir, ...), on which a variable would have no effect.
+fn recordable_settings(layout: &Layout, procs: &[ProcessSpec]) -> BTreeSet<String> {
+    let mut names = setting_names();
+    for p in procs {
+        for flag in layout.args(p).iter().filter_map(|a| a.strip_prefix("--")) {
+            names.remove(&format!("KEEL_{}", flag.to_uppercase().replace('-', "_")));
         }
     }
-    let report = UpReport {
-        already_running,
-        base_port: layout.base_port,
-        started: children.iter().map(|(p, _)| p.name()).collect(),
-        bootstrap_controllers: layout.controller_addresses().join(","),
-        bootstrap_brokers: layout.broker_addresses().join(","),
-        processes: procs.iter().map(process_row).collect(),
-    };
-    if ctx.json {
-        return ctx.print_json(&report);
-    }
-    if already_running {
-        outln!(
-            "The local cluster in {} is already running.",
-            layout.data_dir.display()
-        );
+    names
+}
+
+/// The error message for settings of this environment (`conflicts`, one entry each) that
+/// differ from the cluster's, with what to do: edit the recorded file, or (no file: it is
+/// rebuilt from the running processes) restart the cluster with the new values (pure).
+fn settings_conflict_message(
+    layout: &Layout,
+    source: LayoutSource,
+    conflicts: &[String],
+) -> String {
+    let (whose, or_else) = if source == LayoutSource::Recorded {
+        (
+            format!(
+                "the [settings] recorded in {} by the first `cluster up`",
+                Layout::file(&layout.data_dir).display()
+            ),
+            "edit that file and restart (`keelctl cluster down`, then `keelctl cluster \
+             up`)",
+        )
     } else {
-        outln!(
+        (
+            format!(
+                "those of the processes running from {}",
+                layout.data_dir.display()
+            ),
+            "stop the cluster (`keelctl cluster down`) and start it with them \
+             (`keelctl cluster up`)",
+        )
+    };
+    format!(
+        "settings differ from {whose}: {}; unset them, or {or_else}",
+        conflicts.join(", ")
+    )
+}
+
+/// Spawns the `missing` processes (pushing each onto `children`) and waits up to `timeout`
+/// for the cluster to become healthy; stops at the first process that cannot be spawned.
+async fn start_and_wait(
+    layout: &Layout,
+    missing: &[&ProcessSpec],
+    binaries: &Binaries,
+    ctx: &Ctx,
+    timeout: Duration,
+    children: &mut Vec<(ProcessSpec, Child)>,
+) -> Result<(), StartFailure> {
+    for p in missing {
+        match spawn(layout, p, binaries.of(p.role)) {
+            Ok(child) => children.push(((*p).clone(), child)),
+            Err(e) => {
+                return Err(StartFailure {
+                    summary: format!("cannot start {}: {e}", p.name()),
+                    detail: None,
+                });
+            }
+        }
+    }
+    wait_healthy(layout, ctx, children, timeout).await
+}
+
+/// The error message of a failed `up` (pure): the failure, what was stopped (`stopped`:
+/// process names), then the failure's detail if any.
+fn start_failure_message(f: StartFailure, stopped: &[String]) -> String {
+    let stopped = if stopped.is_empty() {
+        "nothing was started".to_string()
+    } else {
+        format!("stopped what this call started: {}", stopped.join(", "))
+    };
+    match f.detail {
+        Some(d) => format!("{}; {stopped}; {d}", f.summary),
+        None => format!("{}; {stopped}", f.summary),
+    }
+}
+
+/// The text output of `cluster up` (pure): what happened, the process table and the
+/// `export` lines of the bootstrap addresses.
+fn up_text(report: &UpReport, data_dir: &Path) -> String {
+    let headline = if report.already_running {
+        format!(
+            "The local cluster in {} is already running.",
+            data_dir.display()
+        )
+    } else {
+        format!(
             "Local cluster is up (started {}).",
             report.started.join(", ")
-        );
-    }
-    out!("{}", processes_text(&report.processes));
-    outln!();
-    outln!(
-        "export KEEL_BOOTSTRAP_CONTROLLERS={}",
-        report.bootstrap_controllers
-    );
-    outln!("export KEEL_BOOTSTRAP_BROKERS={}", report.bootstrap_brokers);
-    Ok(())
+        )
+    };
+    format!(
+        "{headline}\n{}\nexport KEEL_BOOTSTRAP_CONTROLLERS={}\nexport KEEL_BOOTSTRAP_BROKERS={}\n",
+        processes_text(&report.processes),
+        report.bootstrap_controllers,
+        report.bootstrap_brokers
+    )
 }
 
 /// Why `up` gave up: a one-line summary and more lines (a log tail) to print after it.
@@ -504,21 +575,18 @@ fn down(a: DownArgs, ctx: &Ctx) -> CliResult {
     if ctx.json {
         return ctx.print_json(&rows);
     }
-    let text: Vec<Vec<String>> = rows
-        .iter()
-        .map(|r| {
-            vec![
-                r.name.clone(),
-                match r.outcome {
-                    StopOutcome::NotRunning => "not running",
-                    StopOutcome::Terminated => "stopped (SIGTERM)",
-                    StopOutcome::Killed => "killed (SIGKILL after timeout)",
-                }
-                .into(),
-            ]
-        })
-        .collect();
-    out!("{}", table(&["PROCESS", "RESULT"], &text));
+    let text = table_of(&["PROCESS", "RESULT"], &rows, |r| {
+        vec![
+            r.name.clone(),
+            match r.outcome {
+                StopOutcome::NotRunning => "not running",
+                StopOutcome::Terminated => "stopped (SIGTERM)",
+                StopOutcome::Killed => "killed (SIGKILL after timeout)",
+            }
+            .into(),
+        ]
+    });
+    out!("{text}");
     Ok(())
 }
 

@@ -438,11 +438,40 @@ pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
     cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
     let producer = Producer::with_brokers(cfg, brokers)?;
     let run = format!("{:x}", crate::brokers::now_ms());
+    let acked = produce_numbered(&producer, &a.topic, &run, a.records).await?;
+    // Read back everything written since the start: up to the HW now, and at least past
+    // every acknowledged offset.
+    let mut ends = BTreeMap::new();
+    for tp in &tps {
+        let latest = consumer.end_offset(tp).await?;
+        ends.insert(tp.clone(), read_back_end(latest, acked.last_offset.get(tp)));
+        consumer.seek(tp, SeekTo::Offset(starts[tp])).await?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(a.read_timeout_secs);
+    let (read, behind) = read_back(&mut consumer, &tps, &ends, &run, deadline).await?;
+    let report = VerifyReport::compute(a.records, &acked.numbers, &read);
+    if ctx.json {
+        ctx.print_json(&report)?;
+    } else {
+        out!("{}", verify_text(&a.topic, &report));
+    }
+    verify_outcome(&a, &report, &behind, acked.first_error)
+}
+
+/// Sends `count` records numbered from 0 (values of [`verify::value`] for `run`) to `topic`
+/// and awaits every delivery. Errors: a record that cannot be queued; a failed delivery is
+/// only noted in the returned [`Acked`].
+async fn produce_numbered(
+    producer: &Producer,
+    topic: &str,
+    run: &str,
+    count: u64,
+) -> Result<Acked, CliError> {
     let mut pending = VecDeque::new();
     let mut acked = Acked::default();
-    for n in 0..a.records {
+    for n in 0..count {
         let d = producer
-            .send(&a.topic, None, verify::value(&run, n).as_bytes())
+            .send(topic, None, verify::value(run, n).as_bytes())
             .await?;
         pending.push_back((n, d));
         while pending.len() > MAX_PENDING {
@@ -454,25 +483,31 @@ pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
     for (n, d) in pending {
         acked.note(n, d.await);
     }
-    // Read back everything written since the start: up to the HW now, and at least past
-    // every acknowledged offset.
-    let mut ends = BTreeMap::new();
-    for tp in &tps {
-        let latest = consumer.end_offset(tp).await?;
-        ends.insert(tp.clone(), read_back_end(latest, acked.last_offset.get(tp)));
-        consumer.seek(tp, SeekTo::Offset(starts[tp])).await?;
-    }
+    Ok(acked)
+}
+
+/// Polls `consumer` until every partition of `tps` reached its end in `ends` (exclusive) or
+/// `deadline` passes. Returns (partition, number) of each record of `run` read, and for a
+/// deadline hit the partitions still behind, as `TOPIC-P at POSITION of END`.
+async fn read_back(
+    consumer: &mut Consumer,
+    tps: &[TopicPartition],
+    ends: &BTreeMap<TopicPartition, i64>,
+    run: &str,
+    deadline: Instant,
+) -> Result<(Vec<(i32, u64)>, Vec<String>), CliError> {
     let mut read = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(a.read_timeout_secs);
-    let mut behind = Vec::new();
-    while tps
-        .iter()
-        .any(|tp| consumer.position(tp).unwrap_or(0) < ends[tp])
-    {
+    loop {
+        let behind: Vec<&TopicPartition> = tps
+            .iter()
+            .filter(|tp| consumer.position(tp).unwrap_or(0) < ends[*tp])
+            .collect();
+        if behind.is_empty() {
+            return Ok((read, Vec::new()));
+        }
         if Instant::now() >= deadline {
-            behind = tps
-                .iter()
-                .filter(|tp| consumer.position(tp).unwrap_or(0) < ends[*tp])
+            let behind = behind
+                .into_iter()
                 .map(|tp| {
                     format!(
                         "{}-{} at {} of {}",
@@ -483,27 +518,28 @@ pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
                     )
                 })
                 .collect();
-            break;
+            return Ok((read, behind));
         }
         for r in consumer.poll(Duration::from_millis(500)).await? {
             if r.offset >= ends[&(r.topic.clone(), r.partition)] {
                 continue;
             }
-            if let Some(n) = r
-                .value
-                .as_deref()
-                .and_then(|v| verify::parse_value(&run, v))
-            {
+            if let Some(n) = r.value.as_deref().and_then(|v| verify::parse_value(run, v)) {
                 read.push((r.partition, n));
             }
         }
     }
-    let report = VerifyReport::compute(a.records, &acked.numbers, &read);
-    if ctx.json {
-        ctx.print_json(&report)?;
-    } else {
-        out!("{}", verify_text(&a.topic, &report));
-    }
+}
+
+/// The exit status of `verify` (pure): an error when the read-back did not finish
+/// (`behind`: the partitions still behind) or the report is not healthy; `first_error` is the
+/// first failed delivery, for the message.
+fn verify_outcome(
+    a: &VerifyArgs,
+    report: &VerifyReport,
+    behind: &[String],
+    first_error: Option<String>,
+) -> CliResult {
     if !behind.is_empty() {
         return Err(CliError(format!(
             "verify {}: reading back did not finish within {} s ({}): {} lost so far",
@@ -524,8 +560,7 @@ pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
             report.reordered,
             report.produced - report.acknowledged,
             report.produced,
-            acked
-                .first_error
+            first_error
                 .map(|e| format!(" (first error: {e})"))
                 .unwrap_or_default()
         )))

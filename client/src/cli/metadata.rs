@@ -2,10 +2,10 @@
 
 use clap::Subcommand;
 use keel_proto::ErrorCode;
-use keel_proto::controller::ReadMetadataLogRequest;
+use keel_proto::controller::{MetadataLogRecord, ReadMetadataLogRequest};
 
 use super::{CliError, CliResult, Ctx};
-use crate::admin::AdminError;
+use crate::admin::{Admin, AdminError};
 use crate::format::image::{image_json, image_tree, render};
 use crate::format::log::{PartitionTracker, line_text, log_line};
 
@@ -67,111 +67,174 @@ pub(super) async fn run(c: MetadataCommand, ctx: &Ctx) -> CliResult {
             out!("{}", render(&image_tree(&image)));
             Ok(())
         }
-        MetadataCommand::Log(a) => {
-            if a.from < 0 {
-                return Err(CliError(format!("--from {} must be >= 0", a.from)));
-            }
-            if let Some(to) = a.to
-                && to <= a.from
-            {
-                return Err(CliError(format!(
-                    "--to {to} must be greater than --from {}",
-                    a.from
-                )));
-            }
-            let show_noop = a.include_noop || a.types.iter().any(|t| t == "NoOpRecord");
-            let mut tracker = PartitionTracker::default();
-            // The `=> leader=.. leader_epoch=..` state of a PartitionChangeRecord is derived
-            // from every earlier partition record. With a type filter that keeps partition
-            // changes, read those records too (shown only if asked for) and, as with a topic
-            // filter, scan from the start.
-            let shown_types = a.types.clone();
-            let mut read_types = a.types.clone();
-            let derive_states = shown_types.iter().any(|t| t == PARTITION_CHANGE);
-            if derive_states {
-                for t in PARTITION_HISTORY {
-                    if !read_types.iter().any(|r| r == t) {
-                        read_types.push(t.to_string());
-                    }
+        MetadataCommand::Log(a) => log(a, ctx, &admin).await,
+    }
+}
+
+/// What `metadata log` reads from the controller and which of it it shows.
+#[derive(Debug)]
+struct LogPlan {
+    /// First offset shown.
+    from: i64,
+    /// Record types shown; empty = all.
+    shown_types: Vec<String>,
+    /// Record types read: the shown ones, plus the partition history derived states need.
+    read_types: Vec<String>,
+    /// Whether NoOpRecords are shown.
+    show_noop: bool,
+    /// Whether the log is scanned from its start (for derived partition states).
+    from_start: bool,
+}
+
+impl LogPlan {
+    /// The plan for `a` (pure). The `=> leader=.. leader_epoch=..` state of a
+    /// PartitionChangeRecord is derived from every earlier partition record. With a type
+    /// filter that keeps partition changes, read those records too (shown only if asked for)
+    /// and, as with a topic filter, scan from the start.
+    fn new(a: &LogArgs) -> LogPlan {
+        let mut read_types = a.types.clone();
+        let derive_states = a.types.iter().any(|t| t == PARTITION_CHANGE);
+        if derive_states {
+            for t in PARTITION_HISTORY {
+                if !read_types.iter().any(|r| r == t) {
+                    read_types.push(t.to_string());
                 }
-            }
-            let from_start = a.topic.is_some() || derive_states;
-            let mut offset = if from_start { 0 } else { a.from };
-            // Records at or below this offset are already in the seeding snapshot: shown, but
-            // not replayed on the tracker again.
-            let mut seeded_through = -1;
-            let mut first_page = true;
-            let mut matched = 0usize;
-            loop {
-                let reply = admin
-                    .read_metadata_log(ReadMetadataLogRequest {
-                        from_offset: offset,
-                        to_offset: a.to.unwrap_or(0),
-                        record_types: read_types.clone(),
-                        topic_name: a.topic.clone().unwrap_or_default(),
-                        max_records: 0,
-                        max_wait_ms: if a.follow { 5_000 } else { 0 },
-                    })
-                    .await?;
-                if first_page && from_start && reply.log_start_offset > 1 {
-                    // The log was compacted: the topic's PartitionRecords may only be in the
-                    // snapshot, so start the partition states from it.
-                    if let Some((at, records)) = admin.latest_snapshot().await? {
-                        tracker.seed(&records);
-                        seeded_through = at;
-                    }
-                }
-                first_page = false;
-                let mut text = String::new();
-                matched += reply.records.len();
-                for r in &reply.records {
-                    let line = if r.offset <= seeded_through {
-                        log_line(r, &mut PartitionTracker::default())
-                    } else {
-                        log_line(r, &mut tracker)
-                    };
-                    if r.offset < a.from
-                        || (!show_noop && line.record_type == "NoOpRecord")
-                        || (!shown_types.is_empty() && !shown_types.contains(&line.record_type))
-                    {
-                        continue;
-                    }
-                    if ctx.json {
-                        text.push_str(&serde_json::to_string(&line)?);
-                    } else {
-                        text.push_str(&line_text(&line));
-                    }
-                    text.push('\n');
-                }
-                out!("{text}");
-                let next = reply.next_offset.max(offset);
-                let reached_to = a.to.is_some_and(|to| next >= to);
-                let caught_up = next > reply.commit_index;
-                if reached_to || (caught_up && !a.follow) {
-                    if let Some(topic) = &a.topic
-                        && matched == 0
-                        && admin
-                            .metadata_image()
-                            .await?
-                            .topics()
-                            .get_by_name(topic)
-                            .is_none()
-                    {
-                        // Nothing in the log names it and it does not exist: most likely a
-                        // typo (every other command reports the same).
-                        return Err(CliError(
-                            AdminError::Kafka {
-                                code: ErrorCode::UnknownTopicOrPartition,
-                                message: "no such topic, and no record about it in the log".into(),
-                                context: format!("topic {topic:?}"),
-                            }
-                            .to_string(),
-                        ));
-                    }
-                    return Ok(());
-                }
-                offset = next;
             }
         }
+        LogPlan {
+            from: a.from,
+            shown_types: a.types.clone(),
+            read_types,
+            show_noop: a.include_noop || a.types.iter().any(|t| t == "NoOpRecord"),
+            from_start: a.topic.is_some() || derive_states,
+        }
     }
+
+    /// Whether a record at `offset` of type `record_type` is printed.
+    fn shows(&self, offset: i64, record_type: &str) -> bool {
+        !(offset < self.from
+            || (!self.show_noop && record_type == "NoOpRecord")
+            || (!self.shown_types.is_empty() && !self.shown_types.iter().any(|t| t == record_type)))
+    }
+}
+
+/// `metadata log`: prints the decoded records of the range page by page, and with
+/// `--follow` keeps waiting for new ones. Fails on a bad range or an unknown topic that no
+/// record names.
+async fn log(a: LogArgs, ctx: &Ctx, admin: &Admin) -> CliResult {
+    check_range(a.from, a.to)?;
+    let plan = LogPlan::new(&a);
+    let mut tracker = PartitionTracker::default();
+    let mut offset = if plan.from_start { 0 } else { a.from };
+    // Records at or below this offset are already in the seeding snapshot: shown, but
+    // not replayed on the tracker again.
+    let mut seeded_through = -1;
+    let mut first_page = true;
+    let mut matched = 0usize;
+    loop {
+        let reply = admin
+            .read_metadata_log(ReadMetadataLogRequest {
+                from_offset: offset,
+                to_offset: a.to.unwrap_or(0),
+                record_types: plan.read_types.clone(),
+                topic_name: a.topic.clone().unwrap_or_default(),
+                max_records: 0,
+                max_wait_ms: if a.follow { 5_000 } else { 0 },
+            })
+            .await?;
+        if first_page && plan.from_start && reply.log_start_offset > 1 {
+            // The log was compacted: the topic's PartitionRecords may only be in the
+            // snapshot, so start the partition states from it.
+            if let Some((at, records)) = admin.latest_snapshot().await? {
+                tracker.seed(&records);
+                seeded_through = at;
+            }
+        }
+        first_page = false;
+        matched += reply.records.len();
+        let text = page_text(
+            &reply.records,
+            &plan,
+            &mut tracker,
+            seeded_through,
+            ctx.json,
+        )?;
+        out!("{text}");
+        let next = reply.next_offset.max(offset);
+        let reached_to = a.to.is_some_and(|to| next >= to);
+        let caught_up = next > reply.commit_index;
+        if reached_to || (caught_up && !a.follow) {
+            return match &a.topic {
+                Some(topic) if matched == 0 => check_topic_exists(admin, topic).await,
+                _ => Ok(()),
+            };
+        }
+        offset = next;
+    }
+}
+
+/// Checks `--from` and `--to` (pure): from >= 0, and to (exclusive) beyond from.
+fn check_range(from: i64, to: Option<i64>) -> CliResult {
+    if from < 0 {
+        return Err(CliError(format!("--from {from} must be >= 0")));
+    }
+    if let Some(to) = to
+        && to <= from
+    {
+        return Err(CliError(format!(
+            "--to {to} must be greater than --from {from}"
+        )));
+    }
+    Ok(())
+}
+
+/// The lines `plan` shows of one page of records (text or JSON, each ending in `\n`),
+/// feeding every record after `seeded_through` to `tracker`. Errors: JSON serialization.
+fn page_text(
+    records: &[MetadataLogRecord],
+    plan: &LogPlan,
+    tracker: &mut PartitionTracker,
+    seeded_through: i64,
+    json: bool,
+) -> Result<String, CliError> {
+    let mut text = String::new();
+    for r in records {
+        let line = if r.offset <= seeded_through {
+            log_line(r, &mut PartitionTracker::default())
+        } else {
+            log_line(r, tracker)
+        };
+        if !plan.shows(r.offset, &line.record_type) {
+            continue;
+        }
+        if json {
+            text.push_str(&serde_json::to_string(&line)?);
+        } else {
+            text.push_str(&line_text(&line));
+        }
+        text.push('\n');
+    }
+    Ok(text)
+}
+
+/// Fails when `topic`, which no record of the log names, does not exist either: most likely
+/// a typo (every other command reports the same).
+async fn check_topic_exists(admin: &Admin, topic: &str) -> CliResult {
+    if admin
+        .metadata_image()
+        .await?
+        .topics()
+        .get_by_name(topic)
+        .is_some()
+    {
+        return Ok(());
+    }
+    Err(CliError(
+        AdminError::Kafka {
+            code: ErrorCode::UnknownTopicOrPartition,
+            message: "no such topic, and no record about it in the log".into(),
+            context: format!("topic {topic:?}"),
+        }
+        .to_string(),
+    ))
 }

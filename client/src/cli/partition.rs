@@ -2,11 +2,11 @@
 
 use clap::Subcommand;
 use keel_proto::ErrorCode;
-use keel_proto::controller::ElectionType;
+use keel_proto::controller::{ElectPartitionResult, ElectionType};
 use serde::Serialize;
 
 use super::{CliError, CliResult, Ctx, parse_broker_ids};
-use crate::format::{ids, table};
+use crate::format::{ids, table_of};
 
 /// `keelctl partition ...`
 #[derive(Debug, Subcommand)]
@@ -78,134 +78,160 @@ struct ElectRow {
 
 pub(super) async fn run(c: PartitionCommand, ctx: &Ctx) -> CliResult {
     match c {
-        PartitionCommand::AlterIsr(a) => {
-            let isr = parse_broker_ids("--isr", &a.isr)?;
-            let r = ctx
-                .admin()?
-                .alter_isr(&a.topic, a.partition, &isr, a.expected_partition_epoch)
-                .await?;
-            let out = AlterIsrOutput {
-                topic: a.topic.clone(),
-                partition: a.partition,
-                leader: r.leader_id,
-                leader_epoch: r.leader_epoch,
-                partition_epoch: r.partition_epoch,
-                isr: r.isr.clone(),
-                new_leader_elected: ErrorCode::from_proto(r.error.as_ref())
-                    == Ok(ErrorCode::NewLeaderElected),
-            };
-            if ctx.json {
-                return ctx.print_json(&out);
-            }
-            outln!(
-                "{}-{}: Isr: {}  Leader: {}  LeaderEpoch: {}  PartitionEpoch: {}{}",
-                out.topic,
-                out.partition,
-                ids(&out.isr),
-                out.leader,
-                out.leader_epoch,
-                out.partition_epoch,
-                if out.new_leader_elected {
-                    "  (a new leader was elected)"
-                } else {
-                    ""
-                }
-            );
-            Ok(())
+        PartitionCommand::AlterIsr(a) => alter_isr(a, ctx).await,
+        PartitionCommand::Elect(a) => elect(a, ctx).await,
+    }
+}
+
+/// `partition alter-isr`: sets the ISR and prints the partition's resulting state.
+async fn alter_isr(a: AlterIsrArgs, ctx: &Ctx) -> CliResult {
+    let isr = parse_broker_ids("--isr", &a.isr)?;
+    let r = ctx
+        .admin()?
+        .alter_isr(&a.topic, a.partition, &isr, a.expected_partition_epoch)
+        .await?;
+    let out = AlterIsrOutput {
+        topic: a.topic.clone(),
+        partition: a.partition,
+        leader: r.leader_id,
+        leader_epoch: r.leader_epoch,
+        partition_epoch: r.partition_epoch,
+        isr: r.isr.clone(),
+        new_leader_elected: ErrorCode::from_proto(r.error.as_ref())
+            == Ok(ErrorCode::NewLeaderElected),
+    };
+    if ctx.json {
+        return ctx.print_json(&out);
+    }
+    outln!("{}", alter_isr_text(&out));
+    Ok(())
+}
+
+/// The one-line text output of `alter-isr` (pure, without the newline).
+fn alter_isr_text(out: &AlterIsrOutput) -> String {
+    format!(
+        "{}-{}: Isr: {}  Leader: {}  LeaderEpoch: {}  PartitionEpoch: {}{}",
+        out.topic,
+        out.partition,
+        ids(&out.isr),
+        out.leader,
+        out.leader_epoch,
+        out.partition_epoch,
+        if out.new_leader_elected {
+            "  (a new leader was elected)"
+        } else {
+            ""
         }
-        PartitionCommand::Elect(a) => {
-            let kind = if a.unclean {
-                ElectionType::Unclean
-            } else {
-                ElectionType::Preferred
-            };
-            let results = ctx
-                .admin()?
-                .elect_leaders(kind, &a.topic, &a.partition)
-                .await?;
-            // A topic-level refusal (unknown topic) comes as one result without a partition.
-            if let Some(r) = results.iter().find(|r| r.partition_id < 0) {
-                return Err(CliError(
-                    crate::admin::AdminError::Kafka {
-                        code: ErrorCode::from_proto(r.error.as_ref())
-                            .unwrap_or(ErrorCode::UnknownServerError),
-                        message: r
-                            .error
-                            .as_ref()
-                            .map(|e| e.message.clone())
-                            .unwrap_or_default(),
-                        context: format!("topic {:?}", a.topic),
-                    }
-                    .to_string(),
-                ));
-            }
-            let rows: Vec<ElectRow> = results
-                .iter()
-                .map(|r| ElectRow {
-                    partition: r.partition_id,
-                    error: match ErrorCode::from_proto(r.error.as_ref()) {
-                        Ok(ErrorCode::None) => None,
-                        Ok(c) => Some(c.name().to_string()),
-                        Err(e) => Some(e.to_string()),
-                    },
-                    leader: r.leader_id,
-                    leader_epoch: r.leader_epoch,
-                })
-                .collect();
-            // ELECTION_NOT_NEEDED is an answer, not a failure (Kafka's tool reports it too).
-            let failed: Vec<String> = results
-                .iter()
-                .filter(|r| {
-                    !matches!(
-                        ErrorCode::from_proto(r.error.as_ref()),
-                        Ok(ErrorCode::None | ErrorCode::ElectionNotNeeded)
-                    )
-                })
-                .map(|r| {
-                    format!(
-                        "{}-{}: {}",
-                        a.topic,
-                        r.partition_id,
-                        r.error
-                            .as_ref()
-                            .map(ToString::to_string)
-                            .unwrap_or_default()
-                    )
-                })
-                .collect();
-            if ctx.json {
-                ctx.print_json(&rows)?;
-            } else {
-                let text: Vec<Vec<String>> = rows
-                    .iter()
-                    .map(|r| {
-                        vec![
-                            format!("{}-{}", a.topic, r.partition),
-                            r.error.clone().unwrap_or_else(|| "ELECTED".into()),
-                            r.leader.to_string(),
-                            r.leader_epoch.to_string(),
-                        ]
-                    })
-                    .collect();
-                out!(
-                    "{}",
-                    table(&["PARTITION", "RESULT", "LEADER", "LEADER_EPOCH"], &text)
-                );
-            }
-            if results.is_empty() {
-                return Err(CliError(format!(
-                    "no partition of topic {:?} was elected",
-                    a.topic
-                )));
-            }
-            if failed.is_empty() {
-                Ok(())
-            } else {
-                Err(CliError(format!(
-                    "election failed for {}",
-                    failed.join("; ")
-                )))
-            }
+    )
+}
+
+/// `partition elect`: runs the election, prints one row per partition, and fails when the
+/// topic was refused, nothing was elected or some partition failed.
+async fn elect(a: ElectArgs, ctx: &Ctx) -> CliResult {
+    let kind = if a.unclean {
+        ElectionType::Unclean
+    } else {
+        ElectionType::Preferred
+    };
+    let results = ctx
+        .admin()?
+        .elect_leaders(kind, &a.topic, &a.partition)
+        .await?;
+    if let Some(refusal) = topic_refusal(&a.topic, &results) {
+        return Err(refusal);
+    }
+    let rows: Vec<ElectRow> = results.iter().map(elect_row).collect();
+    if ctx.json {
+        ctx.print_json(&rows)?;
+    } else {
+        out!("{}", elect_text(&a.topic, &rows));
+    }
+    elect_outcome(&a.topic, &results)
+}
+
+/// A topic-level refusal (unknown topic), which comes as one result without a partition, as
+/// the error to report (pure).
+fn topic_refusal(topic: &str, results: &[ElectPartitionResult]) -> Option<CliError> {
+    let r = results.iter().find(|r| r.partition_id < 0)?;
+    Some(CliError(
+        crate::admin::AdminError::Kafka {
+            code: ErrorCode::from_proto(r.error.as_ref()).unwrap_or(ErrorCode::UnknownServerError),
+            message: r
+                .error
+                .as_ref()
+                .map(|e| e.message.clone())
+                .unwrap_or_default(),
+            context: format!("topic {topic:?}"),
         }
+        .to_string(),
+    ))
+}
+
+/// One partition's election result as a row: the error code name, none when elected (pure).
+fn elect_row(r: &ElectPartitionResult) -> ElectRow {
+    ElectRow {
+        partition: r.partition_id,
+        error: match ErrorCode::from_proto(r.error.as_ref()) {
+            Ok(ErrorCode::None) => None,
+            Ok(c) => Some(c.name().to_string()),
+            Err(e) => Some(e.to_string()),
+        },
+        leader: r.leader_id,
+        leader_epoch: r.leader_epoch,
+    }
+}
+
+/// The table of `elect` rows (pure): partition, result (`ELECTED` or the error), leader and
+/// leader epoch.
+fn elect_text(topic: &str, rows: &[ElectRow]) -> String {
+    table_of(
+        &["PARTITION", "RESULT", "LEADER", "LEADER_EPOCH"],
+        rows,
+        |r| {
+            vec![
+                format!("{topic}-{}", r.partition),
+                r.error.clone().unwrap_or_else(|| "ELECTED".into()),
+                r.leader.to_string(),
+                r.leader_epoch.to_string(),
+            ]
+        },
+    )
+}
+
+/// The exit status of `elect` (pure): an error when no partition was elected or some
+/// partition failed. ELECTION_NOT_NEEDED is an answer, not a failure (Kafka's tool reports
+/// it too).
+fn elect_outcome(topic: &str, results: &[ElectPartitionResult]) -> CliResult {
+    let failed: Vec<String> = results
+        .iter()
+        .filter(|r| {
+            !matches!(
+                ErrorCode::from_proto(r.error.as_ref()),
+                Ok(ErrorCode::None | ErrorCode::ElectionNotNeeded)
+            )
+        })
+        .map(|r| {
+            format!(
+                "{topic}-{}: {}",
+                r.partition_id,
+                r.error
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    if results.is_empty() {
+        return Err(CliError(format!(
+            "no partition of topic {topic:?} was elected"
+        )));
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError(format!(
+            "election failed for {}",
+            failed.join("; ")
+        )))
     }
 }

@@ -11,7 +11,7 @@ use serde::Serialize;
 
 use super::{CliError, CliResult, Ctx, parse_key_value};
 use crate::admin::{AdminError, ConfigTarget, NewTopic};
-use crate::format::table;
+use crate::format::table_of;
 use crate::format::topics::{
     PartitionFilter, TopicDescription, describe_text, describe_topic, filter_topics, list_text,
 };
@@ -95,69 +95,8 @@ struct ConfigRow {
 pub(super) async fn run(c: TopicCommand, ctx: &Ctx) -> CliResult {
     let admin = ctx.admin()?;
     match c {
-        TopicCommand::Create(a) => {
-            let configs = a.configs.clone();
-            let r = admin
-                .create_topic(NewTopic {
-                    name: a.name.clone(),
-                    partitions: a.partitions,
-                    replication_factor: a.replication_factor,
-                    configs,
-                })
-                .await?;
-            let id = keel_metadata_log::image::uuid_from_bytes(&r.topic_id)
-                .map(|u| u.to_string())
-                .unwrap_or_default();
-            if ctx.json {
-                let configs: HashMap<String, Option<String>> = r
-                    .configs
-                    .iter()
-                    .map(|c| (c.name.clone(), c.value.clone()))
-                    .collect();
-                return ctx.print_json(&serde_json::json!({
-                    "name": r.name,
-                    "topic_id": id,
-                    "partitions": r.num_partitions,
-                    "replication_factor": r.replication_factor,
-                    "configs": configs,
-                    "metadata_offset": r.metadata_offset,
-                }));
-            }
-            outln!(
-                "Created topic {} (id {id}, {}, replication factor {}) at metadata offset {}.",
-                r.name,
-                crate::format::count(r.num_partitions, "partition"),
-                r.replication_factor,
-                r.metadata_offset
-            );
-            Ok(())
-        }
-        TopicCommand::List => {
-            let image = admin.metadata_image().await?;
-            let topics: Vec<TopicDescription> = image
-                .topics()
-                .by_name
-                .values()
-                .filter_map(|id| image.topics().by_id.get(id))
-                .map(|t| describe_topic(&image, t))
-                .collect();
-            if ctx.json {
-                let names: Vec<serde_json::Value> = topics
-                    .iter()
-                    .map(|t| {
-                        serde_json::json!({
-                            "name": t.name,
-                            "topic_id": t.topic_id,
-                            "partitions": t.partition_count,
-                            "replication_factor": t.replication_factor,
-                        })
-                    })
-                    .collect();
-                return ctx.print_json(&names);
-            }
-            out!("{}", list_text(&topics));
-            Ok(())
-        }
+        TopicCommand::Create(a) => create(a, ctx, &admin).await,
+        TopicCommand::List => list(ctx, &admin).await,
         TopicCommand::Describe(a) => describe(a, ctx, &admin).await,
         TopicCommand::Delete { name } => {
             admin.delete_topic(&name).await?;
@@ -167,52 +106,124 @@ pub(super) async fn run(c: TopicCommand, ctx: &Ctx) -> CliResult {
             outln!("Deleted topic {name}.");
             Ok(())
         }
-        TopicCommand::AlterConfig(a) => {
-            if a.set.is_empty() && a.delete.is_empty() {
-                return Err(CliError(
-                    "nothing to change: give --set key=value or --delete key".into(),
-                ));
-            }
-            let set = a.set.clone();
-            let target = ConfigTarget::Topic(a.name.clone());
-            admin
-                .alter_configs(&target, &set, &a.delete, a.validate_only)
-                .await?;
-            let results = admin.describe_configs(&[target], &[]).await?;
-            let rows: Vec<ConfigRow> = results
-                .iter()
-                .flat_map(|r| &r.configs)
-                .map(|e| ConfigRow {
-                    name: e.name.clone(),
-                    value: e.value.clone(),
-                    source: config_source_name(e.config_source),
-                })
-                .collect();
-            if ctx.json {
-                return ctx.print_json(&rows);
-            }
-            if a.validate_only {
-                outln!(
-                    "Validated (nothing changed). Current configs of {}:",
-                    a.name
-                );
-            } else {
-                outln!("Updated configs of {}:", a.name);
-            }
-            let text: Vec<Vec<String>> = rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.name.clone(),
-                        r.value.clone().unwrap_or_else(|| "null".into()),
-                        r.source.clone(),
-                    ]
-                })
-                .collect();
-            out!("{}", table(&["CONFIG", "VALUE", "SOURCE"], &text));
-            Ok(())
-        }
+        TopicCommand::AlterConfig(a) => alter_config(a, ctx, &admin).await,
     }
+}
+
+/// `topic create`: creates the topic and prints what the controller made of it (id,
+/// partitions, replication factor, configs, metadata offset).
+async fn create(a: CreateArgs, ctx: &Ctx, admin: &crate::admin::Admin) -> CliResult {
+    let r = admin
+        .create_topic(NewTopic {
+            name: a.name.clone(),
+            partitions: a.partitions,
+            replication_factor: a.replication_factor,
+            configs: a.configs.clone(),
+        })
+        .await?;
+    let id = keel_metadata_log::image::uuid_from_bytes(&r.topic_id)
+        .map(|u| u.to_string())
+        .unwrap_or_default();
+    if ctx.json {
+        let configs: HashMap<String, Option<String>> = r
+            .configs
+            .iter()
+            .map(|c| (c.name.clone(), c.value.clone()))
+            .collect();
+        return ctx.print_json(&serde_json::json!({
+            "name": r.name,
+            "topic_id": id,
+            "partitions": r.num_partitions,
+            "replication_factor": r.replication_factor,
+            "configs": configs,
+            "metadata_offset": r.metadata_offset,
+        }));
+    }
+    outln!(
+        "Created topic {} (id {id}, {}, replication factor {}) at metadata offset {}.",
+        r.name,
+        crate::format::count(r.num_partitions, "partition"),
+        r.replication_factor,
+        r.metadata_offset
+    );
+    Ok(())
+}
+
+/// `topic list`: every topic of the metadata image with its id, partition count and
+/// replication factor.
+async fn list(ctx: &Ctx, admin: &crate::admin::Admin) -> CliResult {
+    let image = admin.metadata_image().await?;
+    let topics: Vec<TopicDescription> = image
+        .topics()
+        .by_name
+        .values()
+        .filter_map(|id| image.topics().by_id.get(id))
+        .map(|t| describe_topic(&image, t))
+        .collect();
+    if ctx.json {
+        let names: Vec<serde_json::Value> = topics
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "name": t.name,
+                    "topic_id": t.topic_id,
+                    "partitions": t.partition_count,
+                    "replication_factor": t.replication_factor,
+                })
+            })
+            .collect();
+        return ctx.print_json(&names);
+    }
+    out!("{}", list_text(&topics));
+    Ok(())
+}
+
+/// `topic alter-config`: sets and deletes overrides (or only validates them), then prints the
+/// topic's effective configs. Fails when there is nothing to change.
+async fn alter_config(a: AlterConfigArgs, ctx: &Ctx, admin: &crate::admin::Admin) -> CliResult {
+    if a.set.is_empty() && a.delete.is_empty() {
+        return Err(CliError(
+            "nothing to change: give --set key=value or --delete key".into(),
+        ));
+    }
+    let target = ConfigTarget::Topic(a.name.clone());
+    admin
+        .alter_configs(&target, &a.set, &a.delete, a.validate_only)
+        .await?;
+    let results = admin.describe_configs(&[target], &[]).await?;
+    let rows: Vec<ConfigRow> = results
+        .iter()
+        .flat_map(|r| &r.configs)
+        .map(|e| ConfigRow {
+            name: e.name.clone(),
+            value: e.value.clone(),
+            source: config_source_name(e.config_source),
+        })
+        .collect();
+    if ctx.json {
+        return ctx.print_json(&rows);
+    }
+    if a.validate_only {
+        outln!(
+            "Validated (nothing changed). Current configs of {}:",
+            a.name
+        );
+    } else {
+        outln!("Updated configs of {}:", a.name);
+    }
+    out!("{}", configs_text(&rows));
+    Ok(())
+}
+
+/// The table of effective configs (pure): name, value (`null` when unset) and source.
+fn configs_text(rows: &[ConfigRow]) -> String {
+    table_of(&["CONFIG", "VALUE", "SOURCE"], rows, |r| {
+        vec![
+            r.name.clone(),
+            r.value.clone().unwrap_or_else(|| "null".into()),
+            r.source.clone(),
+        ]
+    })
 }
 
 fn config_source_name(v: i32) -> String {

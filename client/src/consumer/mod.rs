@@ -538,77 +538,18 @@ impl Consumer {
         let tps = self.assignment();
         // Positions first: reset policy or error.
         for tp in &tps {
-            if self.position(tp).is_none() {
-                match self.config.auto_offset_reset {
-                    Some(OffsetReset::Earliest) => {
-                        self.seek(tp, SeekTo::Earliest).await?;
-                    }
-                    Some(OffsetReset::Latest) => {
-                        self.seek(tp, SeekTo::Latest).await?;
-                    }
-                    None => {
-                        return Err(ConsumeError::NoPosition {
-                            topic: tp.0.clone(),
-                            partition: tp.1,
-                        });
-                    }
-                }
+            if self.position(tp).is_none() && !self.reset_position(tp).await? {
+                return Err(ConsumeError::NoPosition {
+                    topic: tp.0.clone(),
+                    partition: tp.1,
+                });
             }
         }
-        // Group by leader, validating positions after leader changes.
-        let mut by_leader: HashMap<String, (Clients, Vec<Target>)> = HashMap::new();
-        let mut retry = false;
-        for tp in &tps {
-            if !self.validate(tp).await? {
-                retry = true;
-                continue;
-            }
-            match self.leader(tp).await {
-                Ok((addr, client, epoch)) => {
-                    let position = self.position(tp).unwrap_or(0);
-                    by_leader
-                        .entry(addr)
-                        .or_insert_with(|| (client, Vec::new()))
-                        .1
-                        .push((tp.clone(), position, epoch));
-                }
-                Err(Lookup::Retry(_)) => retry = true,
-                Err(Lookup::Fatal(e)) => return Err(e),
-            }
-        }
+        let (by_leader, mut retry) = self.fetch_targets(&tps).await?;
         let max_wait_ms = max_wait.as_millis().min(i32::MAX as u128) as i32;
         let mut tasks = JoinSet::new();
         for (addr, (mut client, parts)) in by_leader {
-            let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
-            for (tp, position, epoch) in &parts {
-                topics
-                    .entry(tp.0.clone())
-                    .or_default()
-                    .push(FetchPartition {
-                        partition: tp.1,
-                        fetch_offset: *position,
-                        current_leader_epoch: Some(*epoch),
-                        last_fetched_epoch: -1,
-                        log_start_offset: -1,
-                        partition_max_bytes: self.config.max_partition_fetch_bytes,
-                    });
-            }
-            let request = FetchRequest {
-                replica_id: -1,
-                broker_epoch: -1,
-                max_wait_ms,
-                min_bytes: 1,
-                max_bytes: self.config.fetch_max_bytes,
-                isolation_level: 0,
-                topics: topics
-                    .into_iter()
-                    .map(|(topic, partitions)| FetchTopic {
-                        topic,
-                        topic_id: Bytes::new(),
-                        partitions,
-                    })
-                    .collect(),
-            };
+            let request = self.fetch_request(&parts, max_wait_ms);
             tasks.spawn(async move {
                 let r = client.fetch(request).await;
                 (addr, parts, r)
@@ -632,9 +573,94 @@ impl Consumer {
                 }
             }
         }
-        if out.is_empty() && retry {
-            // Give the cluster a moment (a leader election) before the caller polls again:
-            // exponential over consecutive fruitless polls (each refreshes the metadata) and
+        self.pause_if_fruitless(out.is_empty() && retry, max_wait)
+            .await;
+        Ok(out)
+    }
+
+    /// Moves `tp` to where `auto_offset_reset` says (ListOffsets on the leader); `Ok(false)`
+    /// when no reset policy is configured and the position stays as it is.
+    async fn reset_position(&mut self, tp: &TopicPartition) -> Result<bool, ConsumeError> {
+        let to = match self.config.auto_offset_reset {
+            Some(OffsetReset::Earliest) => SeekTo::Earliest,
+            Some(OffsetReset::Latest) => SeekTo::Latest,
+            None => return Ok(false),
+        };
+        self.seek(tp, to).await?;
+        Ok(true)
+    }
+
+    /// The partitions of `tps` to fetch now, grouped by leader address (client and targets),
+    /// validating positions after leader changes; the flag is true when some partition must
+    /// wait for a later poll (validation not possible yet, leader unknown or unreachable).
+    async fn fetch_targets(
+        &mut self,
+        tps: &[TopicPartition],
+    ) -> Result<(HashMap<String, (Clients, Vec<Target>)>, bool), ConsumeError> {
+        let mut by_leader: HashMap<String, (Clients, Vec<Target>)> = HashMap::new();
+        let mut retry = false;
+        for tp in tps {
+            if !self.validate(tp).await? {
+                retry = true;
+                continue;
+            }
+            match self.leader(tp).await {
+                Ok((addr, client, epoch)) => {
+                    let position = self.position(tp).unwrap_or(0);
+                    by_leader
+                        .entry(addr)
+                        .or_insert_with(|| (client, Vec::new()))
+                        .1
+                        .push((tp.clone(), position, epoch));
+                }
+                Err(Lookup::Retry(_)) => retry = true,
+                Err(Lookup::Fatal(e)) => return Err(e),
+            }
+        }
+        Ok((by_leader, retry))
+    }
+
+    /// The Fetch request for `parts` (one leader's partitions), waiting up to `max_wait_ms`
+    /// for data, with the configured byte caps (pure).
+    fn fetch_request(&self, parts: &[Target], max_wait_ms: i32) -> FetchRequest {
+        let mut topics: BTreeMap<String, Vec<FetchPartition>> = BTreeMap::new();
+        for (tp, position, epoch) in parts {
+            topics
+                .entry(tp.0.clone())
+                .or_default()
+                .push(FetchPartition {
+                    partition: tp.1,
+                    fetch_offset: *position,
+                    current_leader_epoch: Some(*epoch),
+                    last_fetched_epoch: -1,
+                    log_start_offset: -1,
+                    partition_max_bytes: self.config.max_partition_fetch_bytes,
+                });
+        }
+        FetchRequest {
+            replica_id: -1,
+            broker_epoch: -1,
+            max_wait_ms,
+            min_bytes: 1,
+            max_bytes: self.config.fetch_max_bytes,
+            isolation_level: 0,
+            topics: topics
+                .into_iter()
+                .map(|(topic, partitions)| FetchTopic {
+                    topic,
+                    topic_id: Bytes::new(),
+                    partitions,
+                })
+                .collect(),
+        }
+    }
+
+    /// After a poll: when it was `fruitless` (nothing read and some partition needs a retry),
+    /// gives the cluster a moment (a leader election) before the caller polls again, else
+    /// resets the count of fruitless polls.
+    async fn pause_if_fruitless(&mut self, fruitless: bool, max_wait: Duration) {
+        if fruitless {
+            // Exponential over consecutive fruitless polls (each refreshes the metadata) and
             // jittered so consumers that failed together do not retry in lockstep; never
             // longer than `max_wait`.
             let pause = max_wait.min(self.backoff(self.failed_polls));
@@ -643,7 +669,6 @@ impl Consumer {
         } else {
             self.failed_polls = 0;
         }
-        Ok(out)
     }
 
     /// Applies one fetch reply: records into `out`, positions advanced, errors handled.
@@ -668,23 +693,16 @@ impl Consumer {
             };
             match ErrorCode::from_proto(p.error.as_ref()) {
                 Ok(ErrorCode::None) => {}
-                Ok(ErrorCode::OffsetOutOfRange) => match self.config.auto_offset_reset {
-                    Some(OffsetReset::Earliest) => {
-                        self.seek(tp, SeekTo::Earliest).await?;
+                Ok(ErrorCode::OffsetOutOfRange) => {
+                    if self.reset_position(tp).await? {
                         continue;
                     }
-                    Some(OffsetReset::Latest) => {
-                        self.seek(tp, SeekTo::Latest).await?;
-                        continue;
-                    }
-                    None => {
-                        return Err(ConsumeError::OffsetOutOfRange {
-                            topic: tp.0.clone(),
-                            partition: tp.1,
-                            offset: *position,
-                        });
-                    }
-                },
+                    return Err(ConsumeError::OffsetOutOfRange {
+                        topic: tp.0.clone(),
+                        partition: tp.1,
+                        offset: *position,
+                    });
+                }
                 Ok(code) if react(Failure::Kafka(code)) != Reaction::Fatal => {
                     if react(Failure::Kafka(code)) == Reaction::RefreshAndRetry {
                         self.brokers.invalidate(&tp.0);

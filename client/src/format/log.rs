@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use keel_metadata_log::image::uuid_from_bytes;
 use keel_metadata_log::records::metadata_record::Record;
 use keel_metadata_log::records::{
-    ConfigResourceType, FencingChange, LeaderRecoveryState, MetadataRecord, ShutdownChange,
+    BrokerRegistrationChangeRecord, ConfigRecord, ConfigResourceType, FencingChange,
+    LeaderRecoveryState, MetadataRecord, PartitionChangeRecord, PartitionRecord,
+    RegisterBrokerRecord, ShutdownChange,
 };
 use keel_proto::controller::MetadataLogRecord;
 use serde::Serialize;
@@ -152,117 +154,136 @@ fn uuid(b: &[u8]) -> Value {
 
 /// The fields of a record, in display order.
 pub fn record_fields(record: &MetadataRecord) -> Fields {
-    let mut f: Vec<(&'static str, Value)> = Vec::new();
-    match &record.record {
-        Some(Record::RegisterBroker(r)) => {
-            f.push(("broker_id", json!(r.broker_id)));
-            f.push(("broker_epoch", json!(r.broker_epoch)));
-            f.push(("incarnation_id", uuid(&r.incarnation_id)));
-            let eps: Vec<String> = r
-                .endpoints
-                .iter()
-                .map(|e| format!("{}://{}:{}", e.name, e.host, e.port))
-                .collect();
-            f.push(("endpoints", json!(eps)));
-            if !r.rack.is_empty() {
-                f.push(("rack", json!(r.rack)));
-            }
-            f.push(("fenced", json!(r.fenced)));
-            f.push(("in_controlled_shutdown", json!(r.in_controlled_shutdown)));
-        }
-        Some(Record::UnregisterBroker(r)) => {
-            f.push(("broker_id", json!(r.broker_id)));
-            f.push(("broker_epoch", json!(r.broker_epoch)));
-        }
-        Some(Record::BrokerRegistrationChange(r)) => {
-            f.push(("broker_id", json!(r.broker_id)));
-            f.push(("broker_epoch", json!(r.broker_epoch)));
-            match FencingChange::try_from(r.fenced) {
-                Ok(FencingChange::Fence) => f.push(("fenced", json!(true))),
-                Ok(FencingChange::Unfence) => f.push(("fenced", json!(false))),
-                _ => {}
-            }
-            if matches!(
-                ShutdownChange::try_from(r.in_controlled_shutdown),
-                Ok(ShutdownChange::InControlledShutdown)
-            ) {
-                f.push(("in_controlled_shutdown", json!(true)));
-            }
-        }
-        Some(Record::Topic(r)) => {
-            f.push(("name", json!(r.name)));
-            f.push(("topic_id", uuid(&r.topic_id)));
-        }
-        Some(Record::Partition(r)) => {
-            f.push(("partition", json!(r.partition_id)));
-            f.push(("replicas", json!(r.replicas)));
-            f.push(("isr", json!(r.isr)));
-            f.push(("leader", json!(r.leader)));
-            f.push(("leader_epoch", json!(r.leader_epoch)));
-            f.push(("partition_epoch", json!(r.partition_epoch)));
-            if r.leader_recovery_state != 0 {
-                f.push((
-                    "leader_recovery_state",
-                    json!(recovery_name(r.leader_recovery_state)),
-                ));
-            }
-            if !r.adding_replicas.is_empty() {
-                f.push(("adding_replicas", json!(r.adding_replicas)));
-            }
-            if !r.removing_replicas.is_empty() {
-                f.push(("removing_replicas", json!(r.removing_replicas)));
-            }
-        }
-        Some(Record::PartitionChange(r)) => {
-            f.push(("partition", json!(r.partition_id)));
-            if let Some(l) = r.leader {
-                f.push(("leader", json!(l)));
-            }
-            if let Some(isr) = &r.isr {
-                f.push(("isr", json!(isr.ids)));
-            }
-            if let Some(rep) = &r.replicas {
-                f.push(("replicas", json!(rep.ids)));
-            }
-            if let Some(lrs) = r.leader_recovery_state {
-                f.push(("leader_recovery_state", json!(recovery_name(lrs))));
-            }
-            if let Some(elr) = &r.eligible_leader_replicas {
-                f.push(("eligible_leader_replicas", json!(elr.ids)));
-            }
-        }
-        Some(Record::RemoveTopic(r)) => {
-            f.push(("topic_id", uuid(&r.topic_id)));
-        }
-        Some(Record::Config(r)) => {
-            let ty = match ConfigResourceType::try_from(r.resource_type) {
-                Ok(ConfigResourceType::Topic) => "TOPIC".to_string(),
-                Ok(ConfigResourceType::Broker) => "BROKER".to_string(),
-                Ok(ConfigResourceType::Cluster) => "CLUSTER".to_string(),
-                _ => format!("UNKNOWN({})", r.resource_type),
-            };
-            f.push(("resource_type", json!(ty)));
-            if !r.resource_name.is_empty() {
-                f.push(("resource_name", json!(r.resource_name)));
-            }
-            f.push(("name", json!(r.name)));
-            f.push(("value", json!(r.value)));
-        }
-        Some(Record::ProducerIds(r)) => {
-            f.push(("broker_id", json!(r.broker_id)));
-            f.push(("broker_epoch", json!(r.broker_epoch)));
-            f.push(("next_producer_id", json!(r.next_producer_id)));
-        }
-        Some(Record::FeatureLevel(r)) => {
-            f.push(("name", json!(r.name)));
-            f.push(("feature_level", json!(r.feature_level)));
-        }
-        Some(Record::ClusterId(r)) => {
-            f.push(("cluster_id", json!(r.cluster_id)));
-        }
-        Some(Record::NoOp(_)) | None => {}
+    Fields(match &record.record {
+        Some(Record::RegisterBroker(r)) => register_broker_fields(r),
+        Some(Record::UnregisterBroker(r)) => vec![
+            ("broker_id", json!(r.broker_id)),
+            ("broker_epoch", json!(r.broker_epoch)),
+        ],
+        Some(Record::BrokerRegistrationChange(r)) => broker_change_fields(r),
+        Some(Record::Topic(r)) => vec![("name", json!(r.name)), ("topic_id", uuid(&r.topic_id))],
+        Some(Record::Partition(r)) => partition_fields(r),
+        Some(Record::PartitionChange(r)) => partition_change_fields(r),
+        Some(Record::RemoveTopic(r)) => vec![("topic_id", uuid(&r.topic_id))],
+        Some(Record::Config(r)) => config_fields(r),
+        Some(Record::ProducerIds(r)) => vec![
+            ("broker_id", json!(r.broker_id)),
+            ("broker_epoch", json!(r.broker_epoch)),
+            ("next_producer_id", json!(r.next_producer_id)),
+        ],
+        Some(Record::FeatureLevel(r)) => vec![
+            ("name", json!(r.name)),
+            ("feature_level", json!(r.feature_level)),
+        ],
+        Some(Record::ClusterId(r)) => vec![("cluster_id", json!(r.cluster_id))],
+        Some(Record::NoOp(_)) | None => Vec::new(),
+    })
+}
+
+/// Fields of a RegisterBrokerRecord: id, epoch, incarnation, endpoints as
+/// `listener://host:port`, the rack if set, and the fencing and shutdown flags.
+fn register_broker_fields(r: &RegisterBrokerRecord) -> Vec<(&'static str, Value)> {
+    let eps: Vec<String> = r
+        .endpoints
+        .iter()
+        .map(|e| format!("{}://{}:{}", e.name, e.host, e.port))
+        .collect();
+    let mut f = vec![
+        ("broker_id", json!(r.broker_id)),
+        ("broker_epoch", json!(r.broker_epoch)),
+        ("incarnation_id", uuid(&r.incarnation_id)),
+        ("endpoints", json!(eps)),
+    ];
+    if !r.rack.is_empty() {
+        f.push(("rack", json!(r.rack)));
     }
-    Fields(f)
+    f.push(("fenced", json!(r.fenced)));
+    f.push(("in_controlled_shutdown", json!(r.in_controlled_shutdown)));
+    f
+}
+
+/// Fields of a BrokerRegistrationChangeRecord: id, epoch, and only the flags it changes.
+fn broker_change_fields(r: &BrokerRegistrationChangeRecord) -> Vec<(&'static str, Value)> {
+    let mut f = vec![
+        ("broker_id", json!(r.broker_id)),
+        ("broker_epoch", json!(r.broker_epoch)),
+    ];
+    match FencingChange::try_from(r.fenced) {
+        Ok(FencingChange::Fence) => f.push(("fenced", json!(true))),
+        Ok(FencingChange::Unfence) => f.push(("fenced", json!(false))),
+        _ => {}
+    }
+    if matches!(
+        ShutdownChange::try_from(r.in_controlled_shutdown),
+        Ok(ShutdownChange::InControlledShutdown)
+    ) {
+        f.push(("in_controlled_shutdown", json!(true)));
+    }
+    f
+}
+
+/// Fields of a PartitionRecord: the full state; recovery state and reassignment lists only
+/// when not the default.
+fn partition_fields(r: &PartitionRecord) -> Vec<(&'static str, Value)> {
+    let mut f = vec![
+        ("partition", json!(r.partition_id)),
+        ("replicas", json!(r.replicas)),
+        ("isr", json!(r.isr)),
+        ("leader", json!(r.leader)),
+        ("leader_epoch", json!(r.leader_epoch)),
+        ("partition_epoch", json!(r.partition_epoch)),
+    ];
+    if r.leader_recovery_state != 0 {
+        f.push((
+            "leader_recovery_state",
+            json!(recovery_name(r.leader_recovery_state)),
+        ));
+    }
+    if !r.adding_replicas.is_empty() {
+        f.push(("adding_replicas", json!(r.adding_replicas)));
+    }
+    if !r.removing_replicas.is_empty() {
+        f.push(("removing_replicas", json!(r.removing_replicas)));
+    }
+    f
+}
+
+/// Fields of a PartitionChangeRecord: the partition and each field the change sets.
+fn partition_change_fields(r: &PartitionChangeRecord) -> Vec<(&'static str, Value)> {
+    let mut f = vec![("partition", json!(r.partition_id))];
+    if let Some(l) = r.leader {
+        f.push(("leader", json!(l)));
+    }
+    if let Some(isr) = &r.isr {
+        f.push(("isr", json!(isr.ids)));
+    }
+    if let Some(rep) = &r.replicas {
+        f.push(("replicas", json!(rep.ids)));
+    }
+    if let Some(lrs) = r.leader_recovery_state {
+        f.push(("leader_recovery_state", json!(recovery_name(lrs))));
+    }
+    if let Some(elr) = &r.eligible_leader_replicas {
+        f.push(("eligible_leader_replicas", json!(elr.ids)));
+    }
+    f
+}
+
+/// Fields of a ConfigRecord: resource type and name (if any), config name and value.
+fn config_fields(r: &ConfigRecord) -> Vec<(&'static str, Value)> {
+    let ty = match ConfigResourceType::try_from(r.resource_type) {
+        Ok(ConfigResourceType::Topic) => "TOPIC".to_string(),
+        Ok(ConfigResourceType::Broker) => "BROKER".to_string(),
+        Ok(ConfigResourceType::Cluster) => "CLUSTER".to_string(),
+        _ => format!("UNKNOWN({})", r.resource_type),
+    };
+    let mut f = vec![("resource_type", json!(ty))];
+    if !r.resource_name.is_empty() {
+        f.push(("resource_name", json!(r.resource_name)));
+    }
+    f.push(("name", json!(r.name)));
+    f.push(("value", json!(r.value)));
+    f
 }
 
 /// Decodes one record of a ReadMetadataLog reply, feeding `tracker`.

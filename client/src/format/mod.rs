@@ -38,6 +38,12 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// [`table`] with one row per item of `items`, its cells as `cells` renders them.
+pub fn table_of<T>(headers: &[&str], items: &[T], cells: impl Fn(&T) -> Vec<String>) -> String {
+    let rows: Vec<Vec<String>> = items.iter().map(cells).collect();
+    table(headers, &rows)
+}
+
 /// Broker ids as Kafka's tools print them: `1,2,3` (empty list: empty string).
 /// `1 record`, `2 records`: `n` and `noun`, with an `s` unless `n` is 1.
 pub fn count(n: impl Into<i128>, noun: &str) -> String {
