@@ -251,6 +251,6 @@ async fn the_readme_by_hand_section_works_as_written() {
         c.start(line);
     }
     c.wait_unfenced(&[101, 102, 103], WAIT).await;
-    let again = c.keelctl("./target/release/keelctl consume t");
+    let again = c.keelctl("./target/release/keelctl consume --topic t");
     assert!(again.contains("hello"), "{again:?}");
 }
