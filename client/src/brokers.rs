@@ -78,6 +78,9 @@ struct CachedTopic {
     /// Set by [`Brokers::invalidate`]: the next [`Brokers::topic`] asks the brokers again;
     /// the entry stays as the fallback for answers older than it ([`choose`]).
     stale: bool,
+    /// When the brokers gave this answer: older than the max age, it is asked again (new
+    /// partitions are found this way).
+    fetched_at: std::time::Instant,
 }
 
 /// What one fan-out of [`Brokers::refresh`] heard.
@@ -105,8 +108,14 @@ struct Answer {
 pub struct Brokers {
     bootstrap: Vec<String>,
     request_timeout: Duration,
+    /// Cached topic metadata older than this is refreshed on next use (Kafka:
+    /// `metadata.max.age.ms`).
+    max_age: Duration,
     state: Mutex<State>,
 }
+
+/// Default of [`Brokers::with_max_age`]: 5 minutes, Kafka's `metadata.max.age.ms` default.
+pub const DEFAULT_METADATA_MAX_AGE: Duration = Duration::from_secs(300);
 
 /// Most brokers one metadata refresh asks at once (bootstrap addresses first, then the
 /// brokers earlier answers listed).
@@ -119,8 +128,17 @@ impl Brokers {
         Brokers {
             bootstrap,
             request_timeout,
+            max_age: DEFAULT_METADATA_MAX_AGE,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// The same, refreshing a topic's cached metadata once it is older than `max_age` (Kafka:
+    /// `metadata.max.age.ms`, default [`DEFAULT_METADATA_MAX_AGE`]): how a producer finds the
+    /// partitions added to a topic (CreatePartitions) without an error to tell it.
+    pub fn with_max_age(mut self, max_age: Duration) -> Self {
+        self.max_age = max_age;
+        self
     }
 
     /// A client for `addr`, connecting lazily (tonic reconnects a broken channel).
@@ -193,6 +211,7 @@ impl Brokers {
     pub async fn topic(&self, topic: &str) -> Result<TopicMetadata, MetadataError> {
         if let Some(t) = self.state.lock().unwrap().topics.get(topic)
             && !t.stale
+            && t.fetched_at.elapsed() < self.max_age
         {
             return Ok(t.meta.clone());
         }
@@ -425,6 +444,7 @@ impl Brokers {
             CachedTopic {
                 meta: meta.clone(),
                 stale,
+                fetched_at: std::time::Instant::now(),
             },
         );
         Ok(meta)

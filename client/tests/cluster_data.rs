@@ -549,3 +549,127 @@ fn consumer_reports_log_truncation_after_an_unclean_election() {
     f.cluster("down", &[]);
     restarted.wait().unwrap();
 }
+
+/// `keelctl topic alter --partitions` under a running producer (KIP-195): the producer finds
+/// the new partitions at its next metadata refresh (`metadata_max_age_ms`), keyed records go
+/// to them (murmur2(key) % the new count), they have leaders and hold data, and every
+/// acknowledged record is read back once, at its acknowledged partition and offset. Also the
+/// command's refusals: not an increase (INVALID_PARTITIONS, exit 1), a malformed assignment
+/// (usage, exit 2).
+#[test]
+fn adding_partitions_under_a_running_producer_loses_nothing() {
+    let f = Fixture::fresh();
+    f.cluster("up", &["--timeout-secs", "120"]);
+    f.json(&[
+        "--json",
+        "topic",
+        "create",
+        "grow",
+        "--partitions",
+        "1",
+        "--replication-factor",
+        "3",
+    ]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut cfg = ProducerConfig::new(f.brokers());
+        cfg.batch_size_bytes = 512;
+        cfg.metadata_max_age_ms = 300;
+        let producer = Producer::new(cfg).unwrap();
+        let mut acked: Vec<(u64, RecordMetadata)> = Vec::new();
+        let mut next = 0u64;
+        let mut grown = false;
+        // Keep producing until records reach the new partitions (bounded: 60 rounds).
+        for _ in 0..60 {
+            let mut pending = Vec::new();
+            for i in next..next + 50 {
+                let key = format!("k{i}");
+                let d = producer
+                    .send("grow", Some(key.as_bytes()), format!("g-{i}").as_bytes())
+                    .await
+                    .unwrap();
+                pending.push((i, d));
+            }
+            next += 50;
+            for (i, d) in pending {
+                let m = d
+                    .await
+                    .unwrap_or_else(|e| panic!("record {i} not delivered: {e}\n{}", f.logs()));
+                acked.push((i, m));
+            }
+            if !grown {
+                let out = f.json(&["--json", "topic", "alter", "grow", "--partitions", "3"]);
+                assert_eq!(out["partitions"], 3, "{out}");
+                grown = true;
+            }
+            let used: std::collections::BTreeSet<i32> =
+                acked.iter().map(|(_, m)| m.partition).collect();
+            if used.len() == 3 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        producer.flush().await;
+        let used: std::collections::BTreeSet<i32> =
+            acked.iter().map(|(_, m)| m.partition).collect();
+        assert_eq!(
+            used.into_iter().collect::<Vec<_>>(),
+            [0, 1, 2],
+            "{}",
+            f.logs()
+        );
+        let after_growth: Vec<_> = acked.iter().filter(|(_, m)| m.partition > 0).collect();
+        for (i, m) in &after_growth {
+            assert_eq!(
+                key_partition(format!("k{i}").as_bytes(), 3),
+                m.partition,
+                "record {i}: murmur2(key) % 3"
+            );
+        }
+
+        let mut consumer = Consumer::new(ConsumerConfig::new(f.brokers())).unwrap();
+        let records = read_all(&mut consumer, "grow").await;
+        let mut by_value: HashMap<String, Vec<(i32, i64)>> = HashMap::new();
+        for r in &records {
+            let v = String::from_utf8(r.value.clone().unwrap().to_vec()).unwrap();
+            by_value.entry(v).or_default().push((r.partition, r.offset));
+        }
+        for (i, m) in &acked {
+            let got = by_value.get(&format!("g-{i}")).map(Vec::as_slice);
+            assert_eq!(got, Some(&[(m.partition, m.offset)][..]), "record {i}");
+        }
+        assert_eq!(records.len(), acked.len(), "no extra records");
+        producer.close().await;
+    });
+
+    let e = f.fails(&["topic", "alter", "grow", "--partitions", "2"]);
+    assert!(
+        e.contains("INVALID_PARTITIONS") && e.contains("can only be added"),
+        "{e}"
+    );
+    let out = f.run(&[
+        "topic",
+        "alter",
+        "grow",
+        "--partitions",
+        "4",
+        "--replica-assignment",
+        "1:x",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = f.run(&[
+        "topic",
+        "alter",
+        "grow",
+        "--partitions",
+        "5",
+        "--replica-assignment",
+        "101:102",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("give the 2 new one(s), or all 5"),
+        "{stderr}"
+    );
+}

@@ -523,6 +523,51 @@ impl Admin {
         Ok(result)
     }
 
+    /// Grows topic `name` to `count` partitions (Kafka `Admin.createPartitions`, KIP-195).
+    /// `assignments` gives the replicas of each new partition in order (empty: placed by the
+    /// controller); `validate_only` checks without adding. Errors: the controller's per-topic
+    /// code (INVALID_PARTITIONS when `count` is not above the current count,
+    /// UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT, ...).
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        assignments: &[Vec<i32>],
+        validate_only: bool,
+    ) -> Result<CreatePartitionsTopicResult> {
+        let req = CreatePartitionsRequest {
+            topics: vec![CreatePartitionsTopic {
+                name: name.to_string(),
+                count,
+                assignments: assignments
+                    .iter()
+                    .map(|b| CreatePartitionsAssignment {
+                        broker_ids: b.clone(),
+                    })
+                    .collect(),
+            }],
+            validate_only,
+        };
+        let Answered {
+            value: reply,
+            uncertain,
+        } = self
+            .call(true, |mut c| {
+                let req = req.clone();
+                async move { c.create_partitions(req).await }
+            })
+            .await?;
+        let ctx = || format!("add partitions to topic {name:?}");
+        check_write(&uncertain, reply.error.as_ref(), ctx)?;
+        let result = reply
+            .results
+            .into_iter()
+            .next()
+            .ok_or_else(|| AdminError::Protocol(format!("{}: no result", ctx())))?;
+        check_write(&uncertain, result.error.as_ref(), ctx)?;
+        Ok(result)
+    }
+
     /// Deletes one topic by name.
     pub async fn delete_topic(&self, name: &str) -> Result<DeletableTopicResult> {
         let req = DeleteTopicsRequest {

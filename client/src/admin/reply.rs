@@ -27,6 +27,7 @@ macro_rules! controller_reply {
 controller_reply!(
     CreateTopicsReply,
     DeleteTopicsReply,
+    CreatePartitionsReply,
     AlterPartitionReply,
     ElectLeadersReply,
     AlterConfigsReply,

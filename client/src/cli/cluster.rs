@@ -67,7 +67,7 @@ pub struct DownArgs {
 /// The cluster's layout: recorded in the data dir, else of its running processes, else
 /// `--base-port` or the default (see [`resolve`]).
 fn layout(a: &LayoutArgs) -> Result<(Layout, LayoutSource), CliError> {
-    resolve(&a.data_dir, a.base_port).map_err(CliError)
+    resolve(&a.data_dir, a.base_port).map_err(CliError::new)
 }
 
 pub(super) async fn run(c: ClusterCommand, ctx: &Ctx) -> CliResult {
@@ -188,7 +188,7 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
             if source != LayoutSource::Recorded && missing.len() == procs.len() {
                 let _ = std::fs::remove_file(Layout::file(&layout.data_dir));
             }
-            return Err(CliError(start_failure_message(f, &stopped)));
+            return Err(CliError::new(start_failure_message(f, &stopped)));
         }
     }
     let report = UpReport {
@@ -209,7 +209,7 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
 /// Creates the data dir of `layout` (and its parents) if missing; errors name the dir.
 fn create_data_dir(layout: &Layout) -> CliResult {
     std::fs::create_dir_all(&layout.data_dir).map_err(|e| {
-        CliError(format!(
+        CliError::new(format!(
             "cannot create data dir {}: {e}",
             layout.data_dir.display()
         ))
@@ -220,7 +220,7 @@ fn create_data_dir(layout: &Layout) -> CliResult {
 /// giving an exiting process of the cluster [`EXIT_WAIT`] to release it).
 async fn refuse_taken_ports(missing: &[&ProcessSpec]) -> CliResult {
     match taken_address_after_exits(missing).await {
-        Some((p, (addr, e))) => Err(CliError(format!(
+        Some((p, (addr, e))) => Err(CliError::new(format!(
             "cannot start {}: {addr} is already in use ({e}); another cluster or program \
              listens there: stop it, or use another --data-dir with another --base-port",
             p.name()
@@ -239,8 +239,8 @@ impl Binaries {
     /// Finds both executables ([`find_binary`]); an error names the one not found.
     fn find() -> Result<Binaries, CliError> {
         Ok(Binaries {
-            controller: find_binary(Role::Controller.binary()).map_err(CliError)?,
-            broker: find_binary(Role::Broker.binary()).map_err(CliError)?,
+            controller: find_binary(Role::Controller.binary()).map_err(CliError::new)?,
+            broker: find_binary(Role::Broker.binary()).map_err(CliError::new)?,
         })
     }
 
@@ -261,7 +261,7 @@ impl Binaries {
 fn settle_settings(layout: &mut Layout, source: LayoutSource, procs: &[ProcessSpec]) -> CliResult {
     let names = recordable_settings(layout, procs);
     if let Some(unknown) = layout.settings.keys().find(|k| !names.contains(*k)) {
-        return Err(CliError(format!(
+        return Err(CliError::new(format!(
             "[settings] in {} names {unknown}, which is not a setting keel-controller or \
              keel-broker reads (see the README's configuration tables) or one `cluster up` passes as a flag: fix \
              or remove it",
@@ -282,7 +282,7 @@ fn settle_settings(layout: &mut Layout, source: LayoutSource, procs: &[ProcessSp
     if let Some(established) = &established {
         let conflicts = settings_conflicts(established, &ambient);
         if !conflicts.is_empty() {
-            return Err(CliError(settings_conflict_message(
+            return Err(CliError::new(settings_conflict_message(
                 layout, source, &conflicts,
             )));
         }
@@ -290,7 +290,7 @@ fn settle_settings(layout: &mut Layout, source: LayoutSource, procs: &[ProcessSp
     if source != LayoutSource::Recorded {
         layout.settings = established.unwrap_or(ambient);
         layout.record().map_err(|e| {
-            CliError(format!(
+            CliError::new(format!(
                 "cannot write {}: {e}",
                 Layout::file(&layout.data_dir).display()
             ))
@@ -557,7 +557,7 @@ fn down(a: DownArgs, ctx: &Ctx) -> CliResult {
     let layout = match Layout::read_recorded(&a.layout.data_dir) {
         Err(e) => {
             eprintln!("keelctl: warning: {e}; stopping the processes by their pid files");
-            Layout::new(a.layout.data_dir.clone(), DEFAULT_BASE_PORT).map_err(CliError)?
+            Layout::new(a.layout.data_dir.clone(), DEFAULT_BASE_PORT).map_err(CliError::new)?
         }
         Ok(_) => layout(&a.layout)?.0,
     };
@@ -611,7 +611,7 @@ async fn status(a: LayoutArgs, ctx: &Ctx) -> CliResult {
         } else {
             "no such directory".into()
         };
-        return Err(CliError(format!(
+        return Err(CliError::new(format!(
             "cluster status: no local cluster in {dir} ({why}); start one with `keelctl cluster up --data-dir {dir}`"
         )));
     }
@@ -673,7 +673,7 @@ async fn status(a: LayoutArgs, ctx: &Ctx) -> CliResult {
         }
     }
     match report.error {
-        Some(e) => Err(CliError(format!("cluster status: {e}"))),
+        Some(e) => Err(CliError::new(format!("cluster status: {e}"))),
         None => Ok(()),
     }
 }
@@ -682,20 +682,20 @@ async fn status(a: LayoutArgs, ctx: &Ctx) -> CliResult {
 /// (only the broker's own heartbeat can ask for one), so this signals the local cluster's
 /// broker process, whose SIGTERM handler runs the controlled shutdown.
 pub(super) async fn shutdown_broker(a: BrokerShutdownArgs, ctx: &Ctx) -> CliResult {
-    let (layout, _) = resolve(&a.data_dir, None).map_err(CliError)?;
+    let (layout, _) = resolve(&a.data_dir, None).map_err(CliError::new)?;
     let p = layout
         .processes()
         .into_iter()
         .find(|p| p.role == Role::Broker && p.id == a.id)
         .ok_or_else(|| {
-            CliError(format!(
+            CliError::new(format!(
                 "broker {} is not part of the local cluster (ids 1..={}); the controller API has no operator RPC for a controlled shutdown",
                 a.id,
                 crate::local_cluster::NODES
             ))
         })?;
     if running_pid(&p).is_none() {
-        return Err(CliError(format!(
+        return Err(CliError::new(format!(
             "broker {} is not running from {} (no live pid in {}); the controller API has no operator RPC for a controlled shutdown of other brokers",
             a.id,
             a.data_dir.display(),

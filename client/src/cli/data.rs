@@ -207,14 +207,14 @@ pub(super) async fn produce(a: ProduceArgs, ctx: &Ctx) -> CliResult {
     let (mut reader, bar): (Box<dyn BufRead>, Option<indicatif::ProgressBar>) = match &a.file {
         Some(path) => {
             let file = std::fs::File::open(path)
-                .map_err(|e| CliError(format!("--file {}: {e}", path.display())))?;
+                .map_err(|e| CliError::new(format!("--file {}: {e}", path.display())))?;
             let len = file.metadata().map(|m| m.len()).unwrap_or(0);
             let bar = indicatif::ProgressBar::new(len);
             bar.set_style(
                 indicatif::ProgressStyle::with_template(
                     "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
                 )
-                .map_err(|e| CliError(e.to_string()))?,
+                .map_err(|e| CliError::new(e.to_string()))?,
             );
             (Box::new(std::io::BufReader::new(file)), Some(bar))
         }
@@ -230,7 +230,7 @@ pub(super) async fn produce(a: ProduceArgs, ctx: &Ctx) -> CliResult {
     let mut line = Vec::new();
     for number in 1u64.. {
         let read = read_line(&mut reader, &mut line)
-            .map_err(|e| CliError(format!("reading input line {number}: {e}")))?;
+            .map_err(|e| CliError::new(format!("reading input line {number}: {e}")))?;
         if read == 0 {
             break;
         }
@@ -241,7 +241,9 @@ pub(super) async fn produce(a: ProduceArgs, ctx: &Ctx) -> CliResult {
             Some(sep) => match split_key(&line, sep.as_bytes()) {
                 Some((k, v)) => (Some(k), v),
                 None => {
-                    return Err(CliError(format!("line {number}: no key separator {sep:?}")));
+                    return Err(CliError::new(format!(
+                        "line {number}: no key separator {sep:?}"
+                    )));
                 }
             },
             None => (None, line.as_slice()),
@@ -269,7 +271,7 @@ pub(super) async fn produce(a: ProduceArgs, ctx: &Ctx) -> CliResult {
         out!("{}", produce_summary_text(&summary));
     }
     match &summary.first_error {
-        Some(e) => Err(CliError(format!(
+        Some(e) => Err(CliError::new(format!(
             "{} of {} records failed; first: {e}",
             summary.failed,
             summary.failed + summary.records
@@ -317,7 +319,7 @@ async fn consumer_for(
         Some(p) => {
             let tp = (topic.to_string(), p);
             if !all.contains(&tp) {
-                return Err(CliError(format!(
+                return Err(CliError::new(format!(
                     "topic {topic:?} has no partition {p} (it has {})",
                     all.len()
                 )));
@@ -541,7 +543,7 @@ fn verify_outcome(
     first_error: Option<String>,
 ) -> CliResult {
     if !behind.is_empty() {
-        return Err(CliError(format!(
+        return Err(CliError::new(format!(
             "verify {}: reading back did not finish within {} s ({}): {} lost so far",
             a.topic,
             a.read_timeout_secs,
@@ -552,7 +554,7 @@ fn verify_outcome(
     if report.healthy() {
         Ok(())
     } else {
-        Err(CliError(format!(
+        Err(CliError::new(format!(
             "verify {}: {} lost, {} duplicated, {} reordered, {} of {} not acknowledged{}",
             a.topic,
             report.lost,

@@ -31,7 +31,7 @@ pub struct LogArgs {
     /// Record type to keep, e.g. PartitionChangeRecord (repeatable). With
     /// PartitionChangeRecord the log is scanned from its start so every change shows the
     /// state it leads to.
-    #[arg(long = "type")]
+    #[arg(long = "type", value_parser = clap::builder::PossibleValuesParser::new(keel_metadata_log::RECORD_TYPE_NAMES))]
     pub types: Vec<String>,
     /// Only records about this topic (its TopicRecord, partitions, configs, removal). The
     /// log is then scanned from its start so every partition change shows its epochs.
@@ -176,13 +176,13 @@ async fn log(a: LogArgs, ctx: &Ctx, admin: &Admin) -> CliResult {
 /// Checks `--from` and `--to` (pure): from >= 0, and to (exclusive) beyond from.
 fn check_range(from: i64, to: Option<i64>) -> CliResult {
     if from < 0 {
-        return Err(CliError(format!("--from {from} must be >= 0")));
+        return Err(CliError::usage(format!("--from {from} must be >= 0")));
     }
     if let Some(to) = to
         && to <= from
     {
-        return Err(CliError(format!(
-            "--to {to} must be greater than --from {from}"
+        return Err(CliError::usage(format!(
+            "--to {to} (exclusive) must be greater than --from {from}"
         )));
     }
     Ok(())
@@ -229,7 +229,7 @@ async fn check_topic_exists(admin: &Admin, topic: &str) -> CliResult {
     {
         return Ok(());
     }
-    Err(CliError(
+    Err(CliError::new(
         AdminError::Kafka {
             code: ErrorCode::UnknownTopicOrPartition,
             message: "no such topic, and no record about it in the log".into(),

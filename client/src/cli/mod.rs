@@ -155,13 +155,37 @@ pub enum QuorumCommand {
     Replication,
 }
 
-/// A failed command: one line for stderr.
+/// A failed command: one line for stderr, and whether it is a usage error (exit code 2, as
+/// for arguments clap refuses) or a failure of the operation (exit code 1).
 #[derive(Debug)]
-pub struct CliError(pub String);
+pub struct CliError {
+    /// The line printed after `keelctl: `.
+    pub message: String,
+    /// A usage error: the arguments cannot work, whatever the cluster says.
+    pub usage: bool,
+}
+
+impl CliError {
+    /// A failed operation (exit code 1).
+    pub fn new(message: impl Into<String>) -> Self {
+        CliError {
+            message: message.into(),
+            usage: false,
+        }
+    }
+
+    /// A usage error (exit code 2).
+    pub fn usage(message: impl Into<String>) -> Self {
+        CliError {
+            message: message.into(),
+            usage: true,
+        }
+    }
+}
 
 impl<E: std::error::Error> From<E> for CliError {
     fn from(e: E) -> Self {
-        CliError(e.to_string())
+        CliError::new(e.to_string())
     }
 }
 
@@ -241,9 +265,13 @@ pub fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli.command, &ctx)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(CliError(msg)) => {
-            eprintln!("keelctl: {msg}");
-            ExitCode::FAILURE
+        Err(CliError { message, usage }) => {
+            eprintln!("keelctl: {message}");
+            if usage {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }
@@ -310,13 +338,14 @@ pub(crate) fn write_stdout_bytes(b: &[u8]) {
 pub fn parse_broker_ids(flag: &str, s: &str) -> Result<Vec<i32>, CliError> {
     let mut out = Vec::new();
     for item in s.split(',').map(str::trim) {
-        let id: i32 = item
-            .parse()
-            .ok()
-            .filter(|v| *v >= 0)
-            .ok_or_else(|| CliError(format!("{flag} {s:?}: {item:?} is not a broker id")))?;
+        let id: i32 =
+            item.parse().ok().filter(|v| *v >= 0).ok_or_else(|| {
+                CliError::usage(format!("{flag} {s:?}: {item:?} is not a broker id"))
+            })?;
         if out.contains(&id) {
-            return Err(CliError(format!("{flag} {s:?}: broker {id} appears twice")));
+            return Err(CliError::usage(format!(
+                "{flag} {s:?}: broker {id} appears twice"
+            )));
         }
         out.push(id);
     }
@@ -345,7 +374,9 @@ mod tests {
             ("-1", "--isr \"-1\": \"-1\" is not a broker id"),
             ("2,2", "--isr \"2,2\": broker 2 appears twice"),
         ] {
-            assert_eq!(parse_broker_ids("--isr", bad).unwrap_err().0, msg);
+            let e = parse_broker_ids("--isr", bad).unwrap_err();
+            assert_eq!(e.message, msg);
+            assert!(e.usage, "{bad:?}");
         }
     }
 

@@ -153,7 +153,7 @@ async fn elect(a: ElectArgs, ctx: &Ctx) -> CliResult {
 /// the error to report (pure).
 fn topic_refusal(topic: &str, results: &[ElectPartitionResult]) -> Option<CliError> {
     let r = results.iter().find(|r| r.partition_id < 0)?;
-    Some(CliError(
+    Some(CliError::new(
         crate::admin::AdminError::Kafka {
             code: ErrorCode::from_proto(r.error.as_ref()).unwrap_or(ErrorCode::UnknownServerError),
             message: r
@@ -222,14 +222,14 @@ fn elect_outcome(topic: &str, results: &[ElectPartitionResult]) -> CliResult {
         })
         .collect();
     if results.is_empty() {
-        return Err(CliError(format!(
+        return Err(CliError::new(format!(
             "no partition of topic {topic:?} was elected"
         )));
     }
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(CliError(format!(
+        Err(CliError::new(format!(
             "election failed for {}",
             failed.join("; ")
         )))

@@ -1,4 +1,4 @@
-//! `keelctl topic create|list|describe|delete|alter-config`.
+//! `keelctl topic create|list|describe|delete|alter|alter-config`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -30,8 +30,57 @@ pub enum TopicCommand {
         /// Topic name.
         name: String,
     },
+    /// Add partitions to a topic (like `kafka-topics --alter --partitions`). A keyed record's
+    /// partition is murmur2(key) % partitions: once the count grows, new records with a given
+    /// key may go to another partition than the earlier ones (as in Kafka); records already
+    /// written stay where they are. Producers use the new partitions after their next
+    /// metadata refresh (`metadata.max.age.ms`, 5 minutes by default).
+    Alter(AlterArgs),
     /// Set or delete topic config overrides, then print the topic's effective configs.
     AlterConfig(AlterConfigArgs),
+}
+
+/// Arguments of `topic alter`.
+#[derive(Debug, clap::Args)]
+pub struct AlterArgs {
+    /// Topic name.
+    pub name: String,
+    /// The new partition count: above the current one (partitions are never removed).
+    #[arg(long, allow_negative_numbers = true)]
+    pub partitions: i32,
+    /// Replicas of the partitions, Kafka's format: partitions separated by `,`, the brokers of
+    /// one by `:`, the preferred leader first (`101:102,102:103`). Either the new partitions
+    /// only, or every partition (the existing ones' entries are then ignored, as
+    /// `kafka-topics --alter` does). Default: placed by the controller like at creation.
+    #[arg(long, value_parser = parse_replica_assignment)]
+    pub replica_assignment: Option<ReplicaAssignment>,
+    /// Only validate, change nothing.
+    #[arg(long)]
+    pub validate_only: bool,
+}
+
+/// Replicas per partition, as `--replica-assignment` gives them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplicaAssignment(pub Vec<Vec<i32>>);
+
+/// `101:102,102:103` -> `[[101, 102], [102, 103]]`.
+pub fn parse_replica_assignment(s: &str) -> Result<ReplicaAssignment, String> {
+    s.split(',')
+        .map(|partition| {
+            partition
+                .split(':')
+                .map(|b| {
+                    b.trim().parse::<i32>().map_err(|_| {
+                        format!(
+                            "{b:?} is not a broker id: give partitions separated by ',' and \
+                             the brokers of each by ':', e.g. 101:102,102:103"
+                        )
+                    })
+                })
+                .collect()
+        })
+        .collect::<Result<_, _>>()
+        .map(ReplicaAssignment)
 }
 
 /// Arguments of `topic create`.
@@ -106,7 +155,71 @@ pub(super) async fn run(c: TopicCommand, ctx: &Ctx) -> CliResult {
             outln!("Deleted topic {name}.");
             Ok(())
         }
+        TopicCommand::Alter(a) => alter(a, ctx, &admin).await,
         TopicCommand::AlterConfig(a) => alter_config(a, ctx, &admin).await,
+    }
+}
+
+/// `topic alter`: grows the topic to `--partitions`, then prints the new count and the
+/// metadata offset that holds the new partitions.
+async fn alter(a: AlterArgs, ctx: &Ctx, admin: &crate::admin::Admin) -> CliResult {
+    let assignments = match &a.replica_assignment {
+        None => Vec::new(),
+        Some(ReplicaAssignment(all)) => {
+            let image = admin.metadata_image().await?;
+            let current = image
+                .topics()
+                .get_by_name(&a.name)
+                .map_or(0, |t| t.partitions.len());
+            new_partition_assignments(all, current, a.partitions)?
+        }
+    };
+    let r = admin
+        .create_partitions(&a.name, a.partitions, &assignments, a.validate_only)
+        .await?;
+    if ctx.json {
+        return ctx.print_json(&serde_json::json!({
+            "name": a.name,
+            "partitions": a.partitions,
+            "validate_only": a.validate_only,
+            "metadata_offset": r.metadata_offset,
+        }));
+    }
+    if a.validate_only {
+        outln!(
+            "Validated: {} can grow to {} (nothing changed).",
+            a.name,
+            crate::format::count(a.partitions, "partition")
+        );
+    } else {
+        outln!(
+            "Topic {} now has {} (metadata offset {}).",
+            a.name,
+            crate::format::count(a.partitions, "partition"),
+            r.metadata_offset
+        );
+    }
+    Ok(())
+}
+
+/// The assignments of the new partitions only, from `--replica-assignment` listing either
+/// them or every partition (`kafka-topics --alter` drops the first `current` entries).
+fn new_partition_assignments(
+    given: &[Vec<i32>],
+    current: usize,
+    count: i32,
+) -> Result<Vec<Vec<i32>>, CliError> {
+    let total = usize::try_from(count).unwrap_or(0);
+    let added = total.saturating_sub(current);
+    if given.len() == total && total > current {
+        Ok(given[current..].to_vec())
+    } else if given.len() == added {
+        Ok(given.to_vec())
+    } else {
+        Err(CliError::usage(format!(
+            "--replica-assignment lists {} partition(s): give the {added} new one(s), or all {total}",
+            given.len()
+        )))
     }
 }
 
@@ -182,8 +295,8 @@ async fn list(ctx: &Ctx, admin: &crate::admin::Admin) -> CliResult {
 /// topic's effective configs. Fails when there is nothing to change.
 async fn alter_config(a: AlterConfigArgs, ctx: &Ctx, admin: &crate::admin::Admin) -> CliResult {
     if a.set.is_empty() && a.delete.is_empty() {
-        return Err(CliError(
-            "nothing to change: give --set key=value or --delete key".into(),
+        return Err(CliError::usage(
+            "nothing to change: give --set key=value or --delete key",
         ));
     }
     let target = ConfigTarget::Topic(a.name.clone());
@@ -252,7 +365,7 @@ async fn describe(a: DescribeArgs, ctx: &Ctx, admin: &crate::admin::Admin) -> Cl
         let mut seen = std::collections::HashSet::new();
         for name in a.names.iter().filter(|n| seen.insert(n.as_str())) {
             let t = image.topics().get_by_name(name).ok_or_else(|| {
-                CliError(
+                CliError::new(
                     AdminError::Kafka {
                         code: ErrorCode::UnknownTopicOrPartition,
                         message: "no such topic".into(),

@@ -114,6 +114,11 @@ pub struct ProducerConfig {
     /// How long `send` may wait for metadata of the topic or for buffer room, ms; default
     /// 10000 (Kafka: 60000; shorter so a CLI fails fast on an unknown topic).
     pub max_block_ms: u64,
+    /// A topic's partition list is asked again once it is this old, ms (Kafka:
+    /// `metadata.max.age.ms`); default 300000. Partitions added to a topic are used from then
+    /// on: keyed records go to `murmur2(key) % partitions`, so a key's partition changes with
+    /// the count, as in Kafka.
+    pub metadata_max_age_ms: u64,
 }
 
 impl ProducerConfig {
@@ -131,6 +136,7 @@ impl ProducerConfig {
             retry_backoff_max_ms: 1000,
             buffer_memory_bytes: 32 * 1024 * 1024,
             max_block_ms: 10_000,
+            metadata_max_age_ms: 300_000,
         }
     }
 }
@@ -211,10 +217,13 @@ impl Producer {
     /// A producer for `config`; starts its sender task, so it must be called inside a Tokio
     /// runtime. Connects lazily.
     pub fn new(config: ProducerConfig) -> Result<Producer, ProduceError> {
-        let brokers = Arc::new(Brokers::new(
-            config.bootstrap_brokers.clone(),
-            Duration::from_millis(config.request_timeout_ms.max(1)),
-        ));
+        let brokers = Arc::new(
+            Brokers::new(
+                config.bootstrap_brokers.clone(),
+                Duration::from_millis(config.request_timeout_ms.max(1)),
+            )
+            .with_max_age(Duration::from_millis(config.metadata_max_age_ms)),
+        );
         Producer::with_brokers(config, brokers)
     }
 

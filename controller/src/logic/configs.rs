@@ -230,8 +230,9 @@ pub(crate) fn validate_new_topic_configs(
             (
                 ErrorCode::InvalidConfig,
                 format!(
-                    "unknown topic config {:?}",
-                    keel_proto::limits::clip(&e.name)
+                    "unknown topic config {:?}; known: {}",
+                    keel_proto::limits::clip(&e.name),
+                    known_names(false)
                 ),
             )
         })?;
@@ -353,6 +354,16 @@ fn resolve_resource(
     }
 }
 
+/// The known keys, comma separated, for an error that names a wrong one: the topic-level
+/// names, or (`broker_level`) the broker/cluster-level ones.
+fn known_names(broker_level: bool) -> String {
+    CONFIG_DEFS
+        .iter()
+        .map(|d| if broker_level { d.broker_name } else { d.name })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn def_for(resource: &ConfigResource, key: &str) -> Option<&'static ConfigDef> {
     match resource {
         ConfigResource::Topic(_) => topic_config_def(key),
@@ -471,8 +482,9 @@ fn alter_one(
             (
                 ErrorCode::InvalidConfig,
                 format!(
-                    "unknown config {:?} for {res:?}",
-                    keel_proto::limits::clip(&c.name)
+                    "unknown config {:?} for {res:?}; known: {}",
+                    keel_proto::limits::clip(&c.name),
+                    known_names(!matches!(res, ConfigResource::Topic(_)))
                 ),
             )
         })?;
