@@ -42,103 +42,127 @@ pub fn describe_changes(
     for r in records {
         match &r.record {
             Some(Record::PartitionChange(c)) => {
-                let Some(id) = uuid_from_bytes(&c.topic_id) else {
-                    continue;
-                };
-                let (Some(old), Some(new)) = (
-                    before.partition(id, c.partition_id),
-                    after.partition(id, c.partition_id),
-                ) else {
-                    continue;
-                };
-                let leader_changed = old.leader != new.leader;
-                if !leader_changed && (old.isr == new.isr || !with_debug) {
-                    continue;
-                }
-                let name = after
-                    .topics()
-                    .by_id
-                    .get(&id)
-                    .map_or_else(|| id.to_string(), |t| t.name.clone());
-                let tp = format!("{name}-{}", c.partition_id);
-                let recovering = keel_proto::metadata::LeaderRecoveryState::Recovering as i32;
-                if leader_changed && new.leader < 0 {
-                    out.push((
-                        ChangeLevel::Warn,
-                        format!(
-                            "Partition {tp} is offline: no eligible replica in ISR {:?} to lead \
-                             it (leader was {}, leader epoch {}); it takes no writes until one \
-                             returns (or an unclean election)",
-                            new.isr, old.leader, new.leader_epoch
-                        ),
-                    ));
-                } else if leader_changed && c.leader_recovery_state == Some(recovering) {
-                    out.push((
-                        ChangeLevel::Warn,
-                        format!(
-                            "Unclean leader election for {tp}: {} -> {} (leader epoch {} -> {}), \
-                             the new leader was not in the ISR {:?}; records acknowledged only by \
-                             the old ISR may be lost",
-                            old.leader, new.leader, old.leader_epoch, new.leader_epoch, old.isr
-                        ),
-                    ));
-                } else if leader_changed {
-                    out.push((
-                        ChangeLevel::Info,
-                        format!(
-                            "Leader of {tp}: {} -> {} (leader epoch {} -> {}, partition epoch {}, \
-                         ISR {:?} -> {:?})",
-                            old.leader,
-                            new.leader,
-                            old.leader_epoch,
-                            new.leader_epoch,
-                            new.partition_epoch,
-                            old.isr,
-                            new.isr
-                        ),
-                    ));
-                } else {
-                    out.push((ChangeLevel::Debug, format!(
-                        "ISR of {tp}: {:?} -> {:?} (leader {}, leader epoch {}, partition epoch \
-                         {} -> {})",
-                        old.isr,
-                        new.isr,
-                        new.leader,
-                        new.leader_epoch,
-                        old.partition_epoch,
-                        new.partition_epoch
-                    )));
-                }
+                partition_change_lines(before, after, c, with_debug, &mut out)
             }
             Some(Record::BrokerRegistrationChange(c)) => {
-                let (Some(old), Some(new)) =
-                    (before.broker(c.broker_id), after.broker(c.broker_id))
-                else {
-                    continue;
-                };
-                if old.fenced != new.fenced {
-                    out.push((
-                        ChangeLevel::Info,
-                        format!(
-                            "Broker {} {} (broker epoch {})",
-                            c.broker_id,
-                            if new.fenced { "fenced" } else { "unfenced" },
-                            new.epoch
-                        ),
-                    ));
-                }
-                if !old.in_controlled_shutdown && new.in_controlled_shutdown {
-                    out.push((
-                        ChangeLevel::Info,
-                        format!(
-                            "Broker {} in controlled shutdown (broker epoch {})",
-                            c.broker_id, new.epoch
-                        ),
-                    ));
-                }
+                broker_change_lines(before, after, c, &mut out)
             }
             _ => {}
         }
     }
     out
+}
+
+/// The line of one PartitionChangeRecord: offline (WARN), unclean election (WARN), leader
+/// change (INFO), or an ISR change that keeps the leader (DEBUG, only `with_debug`).
+fn partition_change_lines(
+    before: &MetadataImage,
+    after: &MetadataImage,
+    c: &keel_metadata_log::records::PartitionChangeRecord,
+    with_debug: bool,
+    out: &mut Vec<(ChangeLevel, String)>,
+) {
+    let Some(id) = uuid_from_bytes(&c.topic_id) else {
+        return;
+    };
+    let (Some(old), Some(new)) = (
+        before.partition(id, c.partition_id),
+        after.partition(id, c.partition_id),
+    ) else {
+        return;
+    };
+    let leader_changed = old.leader != new.leader;
+    if !leader_changed && (old.isr == new.isr || !with_debug) {
+        return;
+    }
+    let name = after
+        .topics()
+        .by_id
+        .get(&id)
+        .map_or_else(|| id.to_string(), |t| t.name.clone());
+    let tp = format!("{name}-{}", c.partition_id);
+    let recovering = keel_proto::metadata::LeaderRecoveryState::Recovering as i32;
+    if leader_changed && new.leader < 0 {
+        out.push((
+            ChangeLevel::Warn,
+            format!(
+                "Partition {tp} is offline: no eligible replica in ISR {:?} to lead \
+                     it (leader was {}, leader epoch {}); it takes no writes until one \
+                     returns (or an unclean election)",
+                new.isr, old.leader, new.leader_epoch
+            ),
+        ));
+    } else if leader_changed && c.leader_recovery_state == Some(recovering) {
+        out.push((
+            ChangeLevel::Warn,
+            format!(
+                "Unclean leader election for {tp}: {} -> {} (leader epoch {} -> {}), \
+                     the new leader was not in the ISR {:?}; records acknowledged only by \
+                     the old ISR may be lost",
+                old.leader, new.leader, old.leader_epoch, new.leader_epoch, old.isr
+            ),
+        ));
+    } else if leader_changed {
+        out.push((
+            ChangeLevel::Info,
+            format!(
+                "Leader of {tp}: {} -> {} (leader epoch {} -> {}, partition epoch {}, \
+                 ISR {:?} -> {:?})",
+                old.leader,
+                new.leader,
+                old.leader_epoch,
+                new.leader_epoch,
+                new.partition_epoch,
+                old.isr,
+                new.isr
+            ),
+        ));
+    } else {
+        out.push((
+            ChangeLevel::Debug,
+            format!(
+                "ISR of {tp}: {:?} -> {:?} (leader {}, leader epoch {}, partition epoch \
+                 {} -> {})",
+                old.isr,
+                new.isr,
+                new.leader,
+                new.leader_epoch,
+                old.partition_epoch,
+                new.partition_epoch
+            ),
+        ));
+    }
+}
+
+/// The lines of one BrokerRegistrationChangeRecord: fenced or unfenced, and entering
+/// controlled shutdown (INFO).
+fn broker_change_lines(
+    before: &MetadataImage,
+    after: &MetadataImage,
+    c: &keel_metadata_log::records::BrokerRegistrationChangeRecord,
+    out: &mut Vec<(ChangeLevel, String)>,
+) {
+    let (Some(old), Some(new)) = (before.broker(c.broker_id), after.broker(c.broker_id)) else {
+        return;
+    };
+    if old.fenced != new.fenced {
+        out.push((
+            ChangeLevel::Info,
+            format!(
+                "Broker {} {} (broker epoch {})",
+                c.broker_id,
+                if new.fenced { "fenced" } else { "unfenced" },
+                new.epoch
+            ),
+        ));
+    }
+    if !old.in_controlled_shutdown && new.in_controlled_shutdown {
+        out.push((
+            ChangeLevel::Info,
+            format!(
+                "Broker {} in controlled shutdown (broker epoch {})",
+                c.broker_id, new.epoch
+            ),
+        ));
+    }
 }
