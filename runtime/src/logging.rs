@@ -43,18 +43,23 @@ pub enum LoggingError {
     AlreadyInstalled(String),
 }
 
+/// The filter of `KEEL_LOG`, or `default_filter` when it is unset or empty.
+fn filter_from_env(default_filter: &str) -> Result<EnvFilter, LoggingError> {
+    match std::env::var(LOG_FILTER_ENV) {
+        Ok(s) if !s.trim().is_empty() => {
+            EnvFilter::try_new(&s).map_err(|e| LoggingError::Filter(format!("{s:?}: {e}")))
+        }
+        _ => EnvFilter::try_new(default_filter)
+            .map_err(|e| LoggingError::Filter(format!("default {default_filter:?}: {e}"))),
+    }
+}
+
 /// Installs the global subscriber. `default_filter` applies when `KEEL_LOG` is unset or empty
 /// (e.g. `"info"`, or `"info,openraft=warn"`).
 ///
 /// Errors: `KEEL_LOG` does not parse; a subscriber is already installed.
 pub fn init_logging(format: LogFormat, default_filter: &str) -> Result<(), LoggingError> {
-    let filter = match std::env::var(LOG_FILTER_ENV) {
-        Ok(s) if !s.trim().is_empty() => {
-            EnvFilter::try_new(&s).map_err(|e| LoggingError::Filter(format!("{s:?}: {e}")))?
-        }
-        _ => EnvFilter::try_new(default_filter)
-            .map_err(|e| LoggingError::Filter(format!("default {default_filter:?}: {e}")))?,
-    };
+    let filter = filter_from_env(default_filter)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
@@ -70,6 +75,48 @@ pub fn init_logging(format: LogFormat, default_filter: &str) -> Result<(), Loggi
             .try_init(),
     };
     installed.map_err(|e| LoggingError::AlreadyInstalled(e.to_string()))
+}
+
+/// Installs a subscriber for a command-line tool: one line per event on stderr (stdout stays
+/// the command's output), `<program>: warning: <message>` (level in lower case, then the
+/// event's fields), filtered by `KEEL_LOG` or `default_filter` (e.g. `"warn"`). Errors as
+/// [`init_logging`].
+pub fn init_cli_logging(program: &'static str, default_filter: &str) -> Result<(), LoggingError> {
+    tracing_subscriber::fmt()
+        .with_env_filter(filter_from_env(default_filter)?)
+        .event_format(CliLine { program })
+        .with_writer(std::io::stderr)
+        .try_init()
+        .map_err(|e| LoggingError::AlreadyInstalled(e.to_string()))
+}
+
+/// The line format of [`init_cli_logging`].
+struct CliLine {
+    program: &'static str,
+}
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for CliLine
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let level = match *event.metadata().level() {
+            tracing::Level::ERROR => "error",
+            tracing::Level::WARN => "warning",
+            tracing::Level::INFO => "info",
+            tracing::Level::DEBUG => "debug",
+            tracing::Level::TRACE => "trace",
+        };
+        write!(writer, "{}: {level}: ", self.program)?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
 }
 
 #[cfg(test)]

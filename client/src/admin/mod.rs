@@ -389,6 +389,20 @@ impl Admin {
                 if attempts >= self.config.max_attempts || now >= deadline {
                     return Err(give_up(&errors, attempts));
                 }
+                if failed_rounds == 0 {
+                    // Say so after the first round instead of going quiet for the whole
+                    // budget (keelctl prints it on stderr).
+                    tracing::warn!(
+                        "{}: {}; retrying for up to {:.1} s (api timeout)",
+                        if answered {
+                            "no active controller yet"
+                        } else {
+                            "no controller answers"
+                        },
+                        errors.text(),
+                        (deadline - now).as_secs_f64()
+                    );
+                }
                 // The last round may be short: the budget is used up, not rounded down.
                 let pause = backoff.next(failed_rounds);
                 failed_rounds = failed_rounds.saturating_add(1);

@@ -431,6 +431,10 @@ fn print_record(r: &ConsumerRecord, fields: RecordFields, json: bool) {
 pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
     let addresses = ctx.broker_addresses().await;
     let brokers = Arc::new(Brokers::new(addresses.clone(), ctx.request_timeout));
+    // As `produce` does (the producer's max_block_ms): a topic just created reaches the
+    // brokers' metadata a moment after the controllers'.
+    let budget = Duration::from_millis(ProducerConfig::new(Vec::new()).max_block_ms);
+    wait_for_topic(&brokers, &a.topic, budget).await?;
     let (mut consumer, tps) = consumer_for(ctx, &a.topic, None, Some(brokers.clone())).await?;
     let mut starts = BTreeMap::new();
     for tp in &tps {
@@ -458,6 +462,36 @@ pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
         out!("{}", verify_text(&a.topic, &report));
     }
     verify_outcome(&a, &report, &behind, acked.first_error)
+}
+
+/// Waits until the brokers know `topic`, retrying retriable answers (UNKNOWN_TOPIC_OR_PARTITION
+/// while a just-created topic reaches them, an unreachable broker) with backoff for at most
+/// `budget`. Errors: a non-retriable answer at once; past the budget, a line saying what to do.
+async fn wait_for_topic(brokers: &Brokers, topic: &str, budget: Duration) -> CliResult {
+    let backoff = keel_runtime::Backoff::from_millis(50, 1000);
+    let deadline = Instant::now() + budget;
+    let mut attempt = 0u32;
+    loop {
+        let last = match brokers.refresh(topic).await {
+            Ok(m) if !m.partitions.is_empty() => return Ok(()),
+            Ok(_) => "no partitions".to_string(),
+            Err(crate::brokers::MetadataError::Topic { code, .. }) if code.retriable() => {
+                code.to_string()
+            }
+            Err(e @ crate::brokers::MetadataError::Unreachable { .. }) => e.to_string(),
+            Err(e) => return Err(e.into()),
+        };
+        let pause = backoff.next(attempt);
+        attempt = attempt.saturating_add(1);
+        if Instant::now() + pause > deadline {
+            return Err(CliError::new(format!(
+                "topic {topic:?} is not known to the brokers after {} s ({last}): create it \
+                 first (keelctl topic create)",
+                budget.as_secs()
+            )));
+        }
+        tokio::time::sleep(pause).await;
+    }
 }
 
 /// Sends `count` records numbered from 0 (values of [`verify::value`] for `run`) to `topic`

@@ -90,10 +90,14 @@ impl LogPlan {
     /// The plan for `a` (pure). The `=> leader=.. leader_epoch=..` state of a
     /// PartitionChangeRecord is derived from every earlier partition record. With a type
     /// filter that keeps partition changes, read those records too (shown only if asked for)
-    /// and, as with a topic filter, scan from the start.
+    /// and, as with a topic filter or a `--from` after the log start, scan from the start.
     fn new(a: &LogArgs) -> LogPlan {
         let mut read_types = a.types.clone();
         let derive_states = a.types.iter().any(|t| t == PARTITION_CHANGE);
+        // Topic names of deleted topics come from their TopicRecords (few: read them too).
+        if !read_types.is_empty() && !read_types.iter().any(|t| t == "TopicRecord") {
+            read_types.push("TopicRecord".to_string());
+        }
         if derive_states {
             for t in PARTITION_HISTORY {
                 if !read_types.iter().any(|r| r == t) {
@@ -106,7 +110,9 @@ impl LogPlan {
             shown_types: a.types.clone(),
             read_types,
             show_noop: a.include_noop || a.types.iter().any(|t| t == "NoOpRecord"),
-            from_start: a.topic.is_some() || derive_states,
+            // Starting mid-log (`--from`) still shows every partition record's resulting
+            // state: the records before it are read (not shown) to derive it.
+            from_start: a.topic.is_some() || derive_states || a.from > 0,
         }
     }
 

@@ -240,6 +240,11 @@ impl Ctx {
 /// Entry point of the `keelctl` binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The libraries' warnings (a produce retrying NOT_ENOUGH_REPLICAS, ...) on stderr.
+    if let Err(e) = keel_runtime::logging::init_cli_logging("keelctl", "warn") {
+        eprintln!("keelctl: {e}");
+        return ExitCode::from(2);
+    }
     let ctx = Ctx {
         json: cli.json,
         controllers: cli

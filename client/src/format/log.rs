@@ -76,6 +76,10 @@ pub struct LogLine {
 #[derive(Debug, Default)]
 pub struct PartitionTracker {
     partitions: HashMap<(Vec<u8>, i32), PartitionState>,
+    /// Topic names by topic id, from every TopicRecord seen: the name of a deleted topic's
+    /// records, which the controller's current image no longer has. One entry per topic
+    /// created in the range read.
+    names: HashMap<Vec<u8>, String>,
 }
 
 fn recovery_name(v: i32) -> String {
@@ -92,15 +96,26 @@ impl PartitionTracker {
     /// show their epochs.
     pub fn seed<'a>(&mut self, snapshot: impl IntoIterator<Item = &'a MetadataRecord>) {
         for r in snapshot {
-            if matches!(r.record, Some(Record::Partition(_))) {
+            if matches!(r.record, Some(Record::Partition(_) | Record::Topic(_))) {
                 self.observe(r);
             }
         }
     }
 
+    /// The name of the topic `record` is about, from the TopicRecords seen (deleted topics
+    /// included).
+    pub fn topic_name(&self, record: &MetadataRecord) -> Option<&str> {
+        let id = keel_metadata_log::record_topic_id(record)?;
+        self.names.get(id.as_bytes().as_slice()).map(String::as_str)
+    }
+
     /// Feeds one record; returns the partition state after it for partition records.
     pub fn observe(&mut self, record: &MetadataRecord) -> Option<PartitionState> {
         match record.record.as_ref()? {
+            Record::Topic(t) => {
+                self.names.insert(t.topic_id.to_vec(), t.name.clone());
+                None
+            }
             Record::Partition(p) => {
                 let s = PartitionState {
                     leader: p.leader,
@@ -292,6 +307,16 @@ pub fn log_line(r: &MetadataLogRecord, tracker: &mut PartitionTracker) -> LogLin
         Some(rec) => (record_fields(rec), tracker.observe(rec)),
         None => (Fields::default(), None),
     };
+    // The controller names topics from its current image: a deleted topic's records come
+    // without a name, which the TopicRecord read earlier gives.
+    let topic = if r.topic_name.is_empty() {
+        r.record
+            .as_ref()
+            .and_then(|rec| tracker.topic_name(rec))
+            .map(str::to_string)
+    } else {
+        Some(r.topic_name.clone())
+    };
     // A registration written with broker_epoch 0 gets its record's offset as epoch on replay
     // (DESIGN §3): show the epoch the broker has, as `broker list` and later records do.
     if let Some(Record::RegisterBroker(reg)) = &r.record.as_ref().and_then(|m| m.record.as_ref())
@@ -306,7 +331,7 @@ pub fn log_line(r: &MetadataLogRecord, tracker: &mut PartitionTracker) -> LogLin
         term: r.term,
         timestamp_ms: r.append_timestamp_ms,
         record_type: r.record_type.clone(),
-        topic: (!r.topic_name.is_empty()).then(|| r.topic_name.clone()),
+        topic,
         fields,
         partition_state: state,
     }
@@ -495,6 +520,39 @@ mod tests {
             ),
             (2, 7, 10, vec![2])
         );
+    }
+
+    #[test]
+    fn a_deleted_topics_records_keep_its_name() {
+        use keel_proto::metadata::{RemoveTopicRecord, TopicRecord};
+        let mut tracker = PartitionTracker::default();
+        log_line(
+            &wire(
+                3,
+                Record::Topic(TopicRecord {
+                    name: "gone".into(),
+                    topic_id: TOPIC_ID.to_vec().into(),
+                }),
+                "TopicRecord",
+            ),
+            &mut tracker,
+        );
+        // The controller no longer knows the topic: it sends no name.
+        let mut removal = wire(
+            9,
+            Record::RemoveTopic(RemoveTopicRecord {
+                topic_id: TOPIC_ID.to_vec().into(),
+            }),
+            "RemoveTopicRecord",
+        );
+        removal.topic_name.clear();
+        assert_eq!(
+            log_line(&removal, &mut tracker).topic.as_deref(),
+            Some("gone")
+        );
+        // Without the TopicRecord there is nothing to say.
+        let mut fresh = PartitionTracker::default();
+        assert_eq!(log_line(&removal, &mut fresh).topic, None);
     }
 
     #[test]

@@ -550,6 +550,20 @@ async fn init_producer_id(inner: &Inner) -> Result<(i64, i16), ProduceError> {
     }
 }
 
+/// What a retriable produce error means for the person waiting, for the retry WARN line.
+fn retry_hint(code: ErrorCode) -> &'static str {
+    match code {
+        ErrorCode::NotEnoughReplicas | ErrorCode::NotEnoughReplicasAfterAppend => {
+            " (the ISR is smaller than min.insync.replicas: a replica is down or behind)"
+        }
+        ErrorCode::NotLeaderOrFollower | ErrorCode::FencedLeaderEpoch => {
+            " (the partition's leader moved)"
+        }
+        ErrorCode::LeaderNotAvailable => " (the partition has no leader right now)",
+        _ => "",
+    }
+}
+
 /// Encodes `batch` once (v2, with producer id/epoch/sequence when idempotent).
 fn encode(batch: &Batch<Handle>, identity: Option<(i64, i16, i32)>) -> Bytes {
     let mut b = RecordBatchBuilder::new(0).with_capacity(batch.size_bytes);
@@ -584,6 +598,7 @@ async fn send_batch(
     let deadline = batch.created + Duration::from_millis(cfg.delivery_timeout_ms);
     let backoff = retry_backoff(cfg);
     let mut attempts = 0u32;
+    let mut warned: Option<ErrorCode> = None;
     let outcome = loop {
         attempts += 1;
         let (code, last_error) = match attempt(&inner, &tp, records.clone()).await {
@@ -591,6 +606,21 @@ async fn send_batch(
             Attempt::Fail(e) => break Err(e),
             Attempt::Retry(code, msg) => (code, msg),
         };
+        if let Some(c) = code
+            && warned != Some(c)
+        {
+            // One line per batch and error (Kafka's producer logs each retry at WARN): a
+            // produce that waits for the ISR should say so, not stay silent for the whole
+            // delivery timeout.
+            warned = Some(c);
+            tracing::warn!(
+                "{}-{}: {c}{}; retrying until the delivery timeout ({} s after send)",
+                tp.0,
+                tp.1,
+                retry_hint(c),
+                cfg.delivery_timeout_ms / 1000
+            );
+        }
         let pause = backoff.next(attempts - 1);
         if Instant::now() + pause > deadline {
             break Err(match code {
