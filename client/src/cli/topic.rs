@@ -46,7 +46,7 @@ pub struct AlterArgs {
     /// Topic name.
     pub name: String,
     /// The new partition count: above the current one (partitions are never removed).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
     pub partitions: i32,
     /// Replicas of the partitions, Kafka's format: partitions separated by `,`, the brokers of
     /// one by `:`, the preferred leader first (`101:102,102:103`). Either the new partitions
