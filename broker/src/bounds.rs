@@ -413,6 +413,7 @@ mod tests {
                 name: huge,
                 partitions: vec![],
             }],
+            include_image_digest: false,
         })
         .unwrap_err();
         assert_eq!(e.field, "topics[0].name");

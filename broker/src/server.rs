@@ -150,6 +150,7 @@ pub async fn serve(
         images: tailer.images(),
         status: status_rx,
         replicas: replicas.clone(),
+        digests: Default::default(),
     };
     let served = serve_grpc(listener, grpc, lifecycle_done).await;
     // Stop in the order that keeps every write accounted for: the lifecycle (controlled
@@ -379,6 +380,7 @@ async fn learn_cluster_id(
                 request_timeout,
                 client.describe_cluster(DescribeClusterRequest {
                     include_fenced_brokers: false,
+                    ..Default::default()
                 }),
             );
             let answer = tokio::select! {
@@ -491,6 +493,9 @@ struct BrokerGrpc {
     images: watch::Receiver<MetadataImage>,
     status: watch::Receiver<LifecycleStatus>,
     replicas: ReplicaManager,
+    /// DescribeReplicas' image digests, computed only on request
+    /// ([`keel_metadata_log::DigestMemo`]).
+    digests: std::sync::Arc<keel_metadata_log::DigestMemo>,
 }
 
 /// INVALID_REQUEST (42) carrying the bound violation (`field: problem`).
@@ -627,6 +632,9 @@ impl BrokerService for BrokerGrpc {
             self.min_insync_replicas,
         );
         self.replicas.fill_describe_replicas(&mut reply);
+        if request.get_ref().include_image_digest {
+            reply.image_digest = self.digests.digest(&image).await.to_string();
+        }
         Ok(Response::new(reply))
     }
 }

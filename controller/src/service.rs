@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use keel_metadata_log::MetadataImage;
 use keel_metadata_log::records::{ClusterIdRecord, MetadataRecord, metadata_record::Record};
+use keel_metadata_log::{DigestMemo, MetadataImage};
 use keel_proto::ErrorCode;
 use keel_proto::controller::controller_service_server::ControllerService;
 use keel_proto::controller::*;
@@ -186,6 +186,8 @@ pub struct ControllerGrpc {
     tracker: HeartbeatTracker,
     writer: WriteHandle<QuorumState>,
     snapshot_dir: std::path::PathBuf,
+    /// DescribeCluster's image digests, computed only on request ([`DigestMemo`]).
+    digests: std::sync::Arc<DigestMemo>,
 }
 
 impl ControllerGrpc {
@@ -204,6 +206,7 @@ impl ControllerGrpc {
             tracker,
             writer,
             snapshot_dir,
+            digests: Default::default(),
         }
     }
 
@@ -591,7 +594,11 @@ impl ControllerService for ControllerGrpc {
             metadata_offset: image.provenance().offset as i64,
             commit_index: reads::applied_offset(&self.node) as i64,
             leader: Some(hint),
-            image_digest: image.digest().to_string(),
+            image_digest: if request.get_ref().include_image_digest {
+                self.digests.digest(&image).await.to_string()
+            } else {
+                String::new()
+            },
         }))
     }
 

@@ -15,6 +15,7 @@
 
 pub mod data_dir;
 pub mod delta;
+pub mod digest_memo;
 pub mod fuzz;
 pub mod image;
 pub mod limits;
@@ -23,6 +24,7 @@ pub mod snapshot;
 pub mod store;
 
 pub use delta::{MetadataDelta, ReplayError};
+pub use digest_memo::DigestMemo;
 pub use image::{
     BrokerRegistration, ConfigResource, ImageDigest, MergeError, MetadataImage, NO_LEADER,
     PartitionRegistration, Provenance, RECORD_TYPE_NAMES, TopicImage, TopicsImage, record_topic_id,

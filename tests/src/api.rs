@@ -76,6 +76,7 @@ pub trait Endpoints {
                 REQUEST_TIMEOUT,
                 c.describe_cluster(DescribeClusterRequest {
                     include_fenced_brokers: true,
+                    include_image_digest: true,
                 }),
             )
             .await;
@@ -224,7 +225,10 @@ pub trait Endpoints {
         let mut c = self.broker_client(id);
         tokio::time::timeout(
             REQUEST_TIMEOUT,
-            c.describe_replicas(DescribeReplicasRequest::default()),
+            c.describe_replicas(DescribeReplicasRequest {
+                include_image_digest: true,
+                ..Default::default()
+            }),
         )
         .await
         .ok()?

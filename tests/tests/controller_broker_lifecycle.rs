@@ -144,6 +144,7 @@ async fn dead_broker_is_fenced_and_its_partitions_move_or_go_offline() {
         let r = c
             .describe_cluster(keel_proto::controller::DescribeClusterRequest {
                 include_fenced_brokers: true,
+                ..Default::default()
             })
             .await
             .ok()?

@@ -152,6 +152,7 @@ async fn malformed_reads_heartbeats_and_dry_runs_get_exact_codes_and_write_nothi
     let cluster = c
         .describe_cluster(DescribeClusterRequest {
             include_fenced_brokers: true,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -318,6 +319,7 @@ async fn oversized_registrations_are_refused_and_the_quorum_keeps_snapshotting()
     let cluster = c
         .describe_cluster(DescribeClusterRequest {
             include_fenced_brokers: true,
+            ..Default::default()
         })
         .await
         .unwrap()

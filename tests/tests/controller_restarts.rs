@@ -178,7 +178,13 @@ async fn ten_sigkill_restarts_under_load_keep_controllers_identical() {
         let mut seen = Vec::new();
         for c in &clients {
             let mut c = c.clone();
-            if let Ok(r) = c.describe_cluster(DescribeClusterRequest::default()).await {
+            if let Ok(r) = c
+                .describe_cluster(DescribeClusterRequest {
+                    include_image_digest: true,
+                    ..Default::default()
+                })
+                .await
+            {
                 let r = r.into_inner();
                 seen.push((r.metadata_offset, r.image_digest));
             }

@@ -226,7 +226,8 @@ pub fn describe_replicas_reply(
         broker_epoch,
         metadata_offset: image.provenance().offset as i64,
         partitions,
-        image_digest: image.digest().to_string(),
+        // Filled by the caller when requested (`include_image_digest`): it costs O(image).
+        image_digest: String::new(),
     }
 }
 
@@ -351,7 +352,7 @@ mod tests {
         let img = image();
         let all = describe_replicas_reply(&img, &DescribeReplicasRequest::default(), 2, 7, 1);
         assert_eq!(all.broker_epoch, 7);
-        assert_eq!(all.image_digest, img.digest().to_string());
+        assert_eq!(all.image_digest, "", "computed only on request");
         let roles: Vec<(i32, i32)> = all
             .partitions
             .iter()
@@ -378,6 +379,7 @@ mod tests {
                         partitions: vec![],
                     },
                 ],
+                include_image_digest: false,
             },
             1,
             5,

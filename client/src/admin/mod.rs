@@ -798,6 +798,7 @@ impl Admin {
             .call(true, |mut c| async move {
                 c.describe_cluster(DescribeClusterRequest {
                     include_fenced_brokers: true,
+                    ..Default::default()
                 })
                 .await
             })

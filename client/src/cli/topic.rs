@@ -443,7 +443,7 @@ async fn add_high_watermarks(
                         .await
                         .ok()?;
                     BrokerServiceClient::new(ch)
-                        .describe_replicas(DescribeReplicasRequest { topics: vec![] })
+                        .describe_replicas(DescribeReplicasRequest::default())
                         .await
                         .ok()
                         .map(|r| r.into_inner())
