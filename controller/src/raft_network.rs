@@ -14,6 +14,7 @@
 //! Every request names the node it is for and the sender's cluster id ([`Identity`]); a
 //! receiver refuses one meant for another node or another cluster ([`misdirected`]).
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use keel_metadata_log::raft_types::{Entry, TypeConfig};
@@ -33,6 +34,7 @@ use openraft::{BasicNode, Raft};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::append_budget::AppendBudget;
 use crate::peer_acks::{AppendOutcome, PeerAcks};
 use keel_metadata_log::MetadataImage;
 use tokio::sync::watch;
@@ -43,11 +45,14 @@ const PAYLOAD_VERSION: u32 = 1;
 /// Largest Raft message accepted or sent, bytes (entries batches and snapshot chunks).
 pub const MAX_RAFT_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// Most bytes of entries sent in one AppendEntries (estimated before encoding, see
-/// [`entries_within`]). openraft bounds a request by entry count only (`max_payload_entries`),
+/// [`entries_within`]); a slow peer gets less ([`AppendBudget`]). openraft bounds a request by entry count only (`max_payload_entries`),
 /// and the request must arrive, be fsynced and be answered within one heartbeat interval:
 /// 256 entries of a 10,000-partition topic creation are ~100 MB and would time out forever.
 /// A single larger entry is still sent alone.
 pub const MAX_APPEND_ENTRIES_BYTES: usize = 1024 * 1024;
+/// Longest a snapshot install keeps this node's elections off when neither its RPC completes
+/// nor the snapshot shows up as installed (`RaftServer::install_snapshot`).
+const MAX_INSTALL_WAIT: Duration = Duration::from_secs(10);
 /// Connect timeout for a peer.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
@@ -58,7 +63,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 /// another interface), so the membership's stored address is only a fallback.
 #[derive(Debug, Clone)]
 pub struct NetworkFactory {
-    voters: std::sync::Arc<std::collections::BTreeMap<u64, String>>,
+    voters: Arc<std::collections::BTreeMap<u64, String>>,
     acks: PeerAcks,
     identity: Identity,
     reach: Reachability,
@@ -68,7 +73,7 @@ impl NetworkFactory {
     /// A factory dialing the voters at the given addresses, presenting `identity`'s cluster
     /// id, and recording every AppendEntries reply in `acks`.
     pub fn new(
-        voters: std::sync::Arc<std::collections::BTreeMap<u64, String>>,
+        voters: Arc<std::collections::BTreeMap<u64, String>>,
         acks: PeerAcks,
         identity: Identity,
     ) -> Self {
@@ -85,7 +90,7 @@ impl NetworkFactory {
 /// losing and regaining a peer is logged once each (WARN, then INFO) instead of every failed
 /// request several times a second (openraft's own lines are off at the default log filter).
 #[derive(Debug, Clone, Default)]
-pub struct Reachability(std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<u64, u64>>>);
+pub struct Reachability(Arc<Mutex<std::collections::BTreeMap<u64, u64>>>);
 
 /// A change of a peer's reachability, from [`Reachability::record`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,6 +198,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             acks: self.acks.clone(),
             identity: self.identity.clone(),
             reach: self.reach.clone(),
+            budget: Arc::new(Mutex::new(AppendBudget::new(MAX_APPEND_ENTRIES_BYTES))),
         }
     }
 }
@@ -207,6 +213,29 @@ pub struct PeerClient {
     acks: PeerAcks,
     identity: Identity,
     reach: Reachability,
+    /// Bytes the next AppendEntries may carry ([`AppendBudget`]); shared with the
+    /// [`InFlightAppend`] guard, which outlives a request openraft dropped at its deadline.
+    budget: Arc<Mutex<AppendBudget>>,
+}
+
+/// Reports one AppendEntries' outcome to the budget when dropped: answered (any reply) or,
+/// when it carried more than one entry, missed, which includes openraft dropping the request
+/// future at its heartbeat-interval deadline (the only way that deadline is seen here).
+struct InFlightAppend {
+    budget: Arc<Mutex<AppendBudget>>,
+    several_entries: bool,
+    answered: bool,
+}
+
+impl Drop for InFlightAppend {
+    fn drop(&mut self) {
+        let mut b = self.budget.lock().unwrap_or_else(|e| e.into_inner());
+        if self.answered {
+            b.answered();
+        } else if self.several_entries {
+            b.missed();
+        }
+    }
 }
 
 type RpcErr<E = openraft::error::Infallible> = RPCError<u64, BasicNode, RaftError<u64, E>>;
@@ -358,7 +387,12 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RpcErr> {
-        if let Some(fit) = entries_within(&rpc.entries, MAX_APPEND_ENTRIES_BYTES) {
+        let budget = self
+            .budget
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .bytes();
+        if let Some(fit) = entries_within(&rpc.entries, budget) {
             // openraft retries at once with this many entries and keeps the hint for the
             // next few requests (`replication::update_hint`).
             return Err(RPCError::PayloadTooLarge(
@@ -370,7 +404,14 @@ impl RaftNetwork<TypeConfig> for PeerClient {
             .last()
             .map(|e| e.log_id.index)
             .or(rpc.prev_log_id.map(|l| l.index));
+        let mut in_flight = InFlightAppend {
+            budget: self.budget.clone(),
+            several_entries: rpc.entries.len() > 1,
+            answered: false,
+        };
         let result = self.call(Method::AppendEntries, &rpc, &option).await;
+        in_flight.answered = result.is_ok();
+        drop(in_flight);
         let outcome = match &result {
             Ok(AppendEntriesResponse::Success) => Some(AppendOutcome::Accepted { matched: end }),
             Ok(AppendEntriesResponse::PartialSuccess(m)) => Some(AppendOutcome::Accepted {
@@ -434,6 +475,9 @@ pub fn backoff_ms(i: u32) -> u64 {
 pub struct RaftServer {
     raft: Raft<TypeConfig>,
     identity: Identity,
+    /// Snapshot installs in progress or in their grace period; elections are off while
+    /// non-zero (`RaftServer::install_snapshot`).
+    installs: Arc<Mutex<usize>>,
 }
 
 impl std::fmt::Debug for RaftServer {
@@ -445,7 +489,24 @@ impl std::fmt::Debug for RaftServer {
 impl RaftServer {
     /// Serves `raft`, the node of `identity`.
     pub fn new(raft: Raft<TypeConfig>, identity: Identity) -> Self {
-        Self { raft, identity }
+        Self {
+            raft,
+            identity,
+            installs: Arc::default(),
+        }
+    }
+
+    /// Counts one snapshot install in (`true`) or out; elections are off while any is
+    /// counted. Under one lock, so an install ending cannot re-enable elections that a
+    /// concurrent one has just disabled.
+    fn count_install(&self, starting: bool) {
+        let mut n = self.installs.lock().unwrap_or_else(|e| e.into_inner());
+        *n = if starting {
+            n.saturating_add(1)
+        } else {
+            n.saturating_sub(1)
+        };
+        self.raft.runtime_config().elect(*n == 0);
     }
 
     /// Refuses a request meant for another node or cluster (FAILED_PRECONDITION; the sender
@@ -517,7 +578,49 @@ impl RaftService for RaftServer {
         request: tonic::Request<RaftRequest>,
     ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
         let req: InstallSnapshotRequest<TypeConfig> = self.accept(request.get_ref())?;
-        reply(self.raft.install_snapshot(req).await)
+        if !req.done {
+            return reply(self.raft.install_snapshot(req).await);
+        }
+        // The last chunk is answered only once the snapshot is installed, and the leader sends
+        // this node nothing else meanwhile: without a message, openraft's election timer
+        // (leader lease + election timeout, ~0.9-1.2 s) runs out during a long install, and
+        // this follower, in contact with a healthy leader all along, campaigned with a higher
+        // term and deposed it (openraft 0.9 has no pre-vote). Kafka's followers likewise stay
+        // followers while they fetch a snapshot (KIP-630). Elections resume the longer of the
+        // maximum election timeout and the install RPC timeout (2 s) after the install: time
+        // for the leader's next message, also when the leader's deadline for this RPC passed
+        // before the install ended (the RPC waited in the accept queue while this node
+        // started) and it must send a snapshot again (Kafka's followers campaign after
+        // `controller.quorum.fetch.timeout.ms`, 2 s, without a fetch answered).
+        // Counted out after the install, whether this RPC completes or is dropped (the leader's
+        // deadline can pass mid-install; the install goes on in the Raft core), or after
+        // MAX_INSTALL_WAIT if it never completes; then after the grace.
+        self.count_install(true);
+        let (answered, answer) = tokio::sync::oneshot::channel::<()>();
+        let server = self.clone();
+        let target = req.meta.last_log_id;
+        tokio::spawn(async move {
+            let mut metrics = server.raft.metrics();
+            let installed = metrics.wait_for(|m| m.snapshot >= target);
+            let _ = tokio::time::timeout(MAX_INSTALL_WAIT, async {
+                tokio::select! {
+                    _ = installed => {}
+                    Ok(()) = answer => {}
+                }
+            })
+            .await;
+            let config = server.raft.config();
+            tokio::time::sleep(Duration::from_millis(
+                config
+                    .election_timeout_max
+                    .max(config.install_snapshot_timeout),
+            ))
+            .await;
+            server.count_install(false);
+        });
+        let result = self.raft.install_snapshot(req).await;
+        let _ = answered.send(());
+        reply(result)
     }
 }
 
