@@ -61,6 +61,15 @@ impl Backoff {
     }
 }
 
+/// The pause before one more attempt of an operation bounded by a deadline, with `remaining`
+/// time left before it: `pause` cut to `remaining`, so the last attempt runs at the deadline
+/// instead of the operation giving up as much as one backoff early (Kafka's
+/// `delivery.timeout.ms` and `default.api.timeout.ms` bound the whole operation, not the
+/// attempts before it). `None` when no time remains: give up now.
+pub fn pause_within(pause: Duration, remaining: Duration) -> Option<Duration> {
+    (!remaining.is_zero()).then(|| pause.min(remaining))
+}
+
 /// A number in [0, 1) that differs between calls and processes; not for cryptography.
 pub fn jitter() -> f64 {
     use std::hash::BuildHasher;
@@ -74,6 +83,14 @@ pub fn jitter() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_last_pause_ends_at_the_deadline() {
+        let ms = Duration::from_millis;
+        assert_eq!(pause_within(ms(800), ms(5000)), Some(ms(800)));
+        assert_eq!(pause_within(ms(800), ms(300)), Some(ms(300)));
+        assert_eq!(pause_within(ms(800), Duration::ZERO), None);
+    }
 
     #[test]
     fn doubles_up_to_the_cap_and_jitters_within_twenty_percent() {

@@ -228,6 +228,14 @@ impl LastErrors {
         }
     }
 
+    /// Notes `detail` only when `addr` has no error yet: an attempt the API deadline cut
+    /// short says less than the answer an earlier attempt got.
+    fn note_if_first(&mut self, addr: &str, detail: String) {
+        if !self.0.iter().any(|(a, _)| a == addr) {
+            self.0.push((addr.to_string(), detail));
+        }
+    }
+
     fn text(&self) -> String {
         if self.0.is_empty() {
             return "no attempt was made".into();
@@ -419,6 +427,7 @@ impl Admin {
             attempts += 1;
             tried.insert(addr.clone());
             let budget = self.config.request_timeout.min(deadline - now);
+            let mut cut_short_timeout = false;
             let step = match self.client(&addr, budget).await {
                 Err(detail) => Step::Retry {
                     detail,
@@ -427,10 +436,13 @@ impl Admin {
                 Ok(client) => {
                     match tokio::time::timeout(budget, attempt(addr.clone(), client)).await {
                         Ok(step) => step,
-                        Err(_) => Step::Retry {
-                            detail: format!("{addr}: no answer within {}", secs(budget)),
-                            maybe_applied: true,
-                        },
+                        Err(_) => {
+                            cut_short_timeout = budget < self.config.request_timeout;
+                            Step::Retry {
+                                detail: format!("{addr}: no answer within {}", secs(budget)),
+                                maybe_applied: true,
+                            }
+                        }
                     }
                 }
             };
@@ -459,7 +471,11 @@ impl Admin {
                     if maybe_applied {
                         uncertain = Some(detail.clone());
                     }
-                    errors.note(&addr, detail);
+                    if cut_short_timeout {
+                        errors.note_if_first(&addr, detail);
+                    } else {
+                        errors.note(&addr, detail);
+                    }
                 }
                 Step::Unusable(detail) => {
                     self.forget(&addr);

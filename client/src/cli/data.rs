@@ -1,5 +1,6 @@
 //! `keelctl produce|consume|verify`: the data plane from the command line.
 
+use keel_runtime::backoff::pause_within;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::io::BufRead;
 use std::path::PathBuf;
@@ -481,15 +482,16 @@ async fn wait_for_topic(brokers: &Brokers, topic: &str, budget: Duration) -> Cli
             Err(e @ crate::brokers::MetadataError::Unreachable { .. }) => e.to_string(),
             Err(e) => return Err(e.into()),
         };
-        let pause = backoff.next(attempt);
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let pause = pause_within(backoff.next(attempt), remaining);
         attempt = attempt.saturating_add(1);
-        if Instant::now() + pause > deadline {
+        let Some(pause) = pause else {
             return Err(CliError::new(format!(
                 "topic {topic:?} is not known to the brokers after {} s ({last}): create it \
                  first (keelctl topic create)",
                 budget.as_secs()
             )));
-        }
+        };
         tokio::time::sleep(pause).await;
     }
 }

@@ -45,6 +45,7 @@
 
 mod error;
 
+use keel_runtime::backoff::pause_within;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
@@ -318,10 +319,10 @@ impl Consumer {
                 Err(Lookup::Fatal(e)) => return Err(e),
                 Err(Lookup::Retry(msg)) => last = msg,
             }
-            let pause = self.backoff(attempt);
-            if tokio::time::Instant::now() + pause > deadline {
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let Some(pause) = pause_within(self.backoff(attempt), remaining) else {
                 break;
-            }
+            };
             tokio::time::sleep(pause).await;
         }
         Err(ConsumeError::Unreachable(format!(

@@ -39,6 +39,7 @@ pub mod accumulator;
 mod error;
 pub mod partitioner;
 
+use keel_runtime::backoff::pause_within;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
@@ -391,11 +392,12 @@ impl Producer {
                 MetadataError::Unreachable { .. } => true,
                 MetadataError::NotABroker { .. } => false,
             };
-            let pause = backoff.next(attempt);
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            let pause = pause_within(backoff.next(attempt), remaining);
             attempt = attempt.saturating_add(1);
-            if !retriable || Instant::now() + pause > deadline {
+            let (true, Some(pause)) = (retriable, pause) else {
                 return Err(err.into());
-            }
+            };
             tokio::time::sleep(pause).await;
         }
     }
@@ -537,15 +539,15 @@ async fn init_producer_id(inner: &Inner) -> Result<(i64, i16), ProduceError> {
                 }
             }
         }
-        let pause = backoff.next(attempts - 1);
-        if Instant::now() + pause > deadline {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let Some(pause) = pause_within(backoff.next(attempts - 1), remaining) else {
             return Err(ProduceError::Timeout {
                 topic: String::new(),
                 partition: -1,
                 attempts,
                 last_error,
             });
-        }
+        };
         tokio::time::sleep(pause).await;
     }
 }
@@ -621,8 +623,8 @@ async fn send_batch(
                 cfg.delivery_timeout_ms / 1000
             );
         }
-        let pause = backoff.next(attempts - 1);
-        if Instant::now() + pause > deadline {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let Some(pause) = pause_within(backoff.next(attempts - 1), remaining) else {
             break Err(match code {
                 Some(code) => ProduceError::Kafka {
                     topic: tp.0.clone(),
@@ -638,7 +640,7 @@ async fn send_batch(
                     last_error,
                 },
             });
-        }
+        };
         inner.retries.fetch_add(1, Ordering::Relaxed);
         tokio::time::sleep(pause).await;
     };
