@@ -183,7 +183,12 @@ fn read_back_does_not_trust_a_resumed_ex_leader() {
                 window_open = false;
                 continue;
             }
-            assert_eq!(got, want, "ListOffsets LATEST at epoch {epoch}: {p:?}");
+            assert_eq!(
+                got,
+                want,
+                "ListOffsets LATEST at epoch {epoch} from the ex-leader {old}: {p:?}\n{}",
+                f.logs()
+            );
         }
     });
     let bootstrap = std::iter::once(old_addr.clone())
