@@ -57,6 +57,29 @@ fn keelctl_produce_consume_verify_round_trip() {
     );
     let summary: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["records"], 300, "{summary}");
+    // A topic that does not exist: one error naming it and what to do, within the delivery
+    // timeout given (not the producer's 10 s max_block_ms), before any input is read.
+    let started = Instant::now();
+    let out = f.run_with_stdin(
+        &[
+            "produce",
+            "--topic",
+            "no-such-topic",
+            "--delivery-timeout-ms",
+            "1500",
+        ],
+        "a\nb\n",
+    );
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("topic \"no-such-topic\" is not known to the brokers after 1.5 s")
+            && stderr.contains("create it first (keelctl topic create)"),
+        "{stderr}"
+    );
+    assert!(took < Duration::from_secs(6), "{took:?}");
+    assert!(out.stdout.is_empty(), "no summary for nothing sent");
     assert_eq!(summary["failed"], 0, "{summary}");
     assert_eq!(
         summary["partitions"],

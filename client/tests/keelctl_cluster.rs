@@ -220,6 +220,53 @@ fn keelctl_drives_a_local_cluster() {
         "{first}"
     );
 
+    // Past the end: nothing on stdout, a warning naming the last committed offset, exit 0.
+    let out = f.run(&["metadata", "log", "--from", "100000000"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr.contains(
+            "keelctl: warning: --from 100000000 is past the end of the metadata log \
+             (last committed offset "
+        ),
+        "{stderr}"
+    );
+
+    // The image filtered to one topic; an unknown topic is UNKNOWN_TOPIC_OR_PARTITION.
+    let image = f.json(&["--json", "metadata", "image", "--topic", "orders"]);
+    let names: Vec<&str> = image["topics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["orders"], "{image}");
+    let err = f.fails(&["metadata", "image", "--topic", "nope"]);
+    assert_eq!(
+        err,
+        "keelctl: topic \"nope\": UNKNOWN_TOPIC_OR_PARTITION (3): no such topic\n"
+    );
+
+    // A preferred election over every partition: rows (if any partition needed one) name
+    // their topic; partitions already led by their preferred replica are not listed.
+    let rows = f.json(&[
+        "--json",
+        "partition",
+        "elect",
+        "--all-topic-partitions",
+        "--preferred",
+    ]);
+    for r in rows.as_array().unwrap() {
+        assert!(
+            ["orders", "via-follower"].contains(&r["topic"].as_str().unwrap_or("")),
+            "{rows}"
+        );
+        assert!(r["error"].is_null(), "{rows}");
+    }
+    let err = f.fails(&["partition", "elect", "--preferred"]);
+    assert!(err.contains("--topic"), "{err}");
+
     // A type filter keeps only the asked-for records, each still with its derived state.
     let out = f.run(&[
         "--json",

@@ -770,22 +770,28 @@ impl Admin {
         }
     }
 
-    /// Leader election for a topic's partitions (all of them when `partitions` is empty).
-    /// Returns each partition's result; per-partition errors (ELECTION_NOT_NEEDED, ...) are
-    /// left in the results for the caller to show.
+    /// Leader election for `topic`'s partitions (all of them when `partitions` is empty), or,
+    /// with `topic` None, for every partition of every topic (Kafka's
+    /// `kafka-leader-election --all-topic-partitions`; the controller then leaves out the
+    /// partitions that need no election, as Kafka's does). Returns `(topic, result)` per
+    /// partition; per-partition errors (ELECTION_NOT_NEEDED, ...) are left in the results
+    /// for the caller to show.
     pub async fn elect_leaders(
         &self,
         election_type: ElectionType,
-        topic: &str,
+        topic: Option<&str>,
         partitions: &[i32],
-    ) -> Result<Vec<ElectPartitionResult>> {
+    ) -> Result<Vec<(String, ElectPartitionResult)>> {
         let req = ElectLeadersRequest {
             election_type: election_type as i32,
-            all_partitions: false,
-            topic_partitions: vec![ElectTopicPartitions {
-                topic: topic.to_string(),
-                partitions: partitions.to_vec(),
-            }],
+            all_partitions: topic.is_none(),
+            topic_partitions: topic
+                .map(|t| ElectTopicPartitions {
+                    topic: t.to_string(),
+                    partitions: partitions.to_vec(),
+                })
+                .into_iter()
+                .collect(),
         };
         let Answered {
             value: reply,
@@ -796,14 +802,18 @@ impl Admin {
                 async move { c.elect_leaders(req).await }
             })
             .await?;
-        check_write(&uncertain, reply.error.as_ref(), || {
-            format!("elect leaders of {topic:?}")
+        check_write(&uncertain, reply.error.as_ref(), || match topic {
+            Some(t) => format!("elect leaders of {t:?}"),
+            None => "elect leaders of every partition".into(),
         })?;
         Ok(reply
             .results
             .into_iter()
-            .filter(|r| r.topic == topic)
-            .flat_map(|r| r.partitions)
+            .filter(|r| topic.is_none_or(|t| r.topic == t))
+            .flat_map(|r| {
+                let name = r.topic;
+                r.partitions.into_iter().map(move |p| (name.clone(), p))
+            })
             .collect())
     }
 

@@ -189,7 +189,14 @@ impl Ctx {
 
 /// `keelctl produce`.
 pub(super) async fn produce(a: ProduceArgs, ctx: &Ctx) -> CliResult {
-    let mut cfg = ProducerConfig::new(ctx.broker_addresses().await);
+    let addresses = ctx.broker_addresses().await;
+    let mut cfg = ProducerConfig::new(addresses.clone());
+    // A record may wait for its topic's metadata up to max_block_ms (Kafka's max.block.ms),
+    // but not past the delivery timeout the user gave. Waiting here, before reading the input,
+    // gives an unknown topic one clear error (with what to do) instead of one per record.
+    cfg.max_block_ms = cfg.max_block_ms.min(a.delivery_timeout_ms);
+    let brokers = Brokers::new(addresses, ctx.request_timeout);
+    wait_for_topic(&brokers, &a.topic, Duration::from_millis(cfg.max_block_ms)).await?;
     cfg.acks = match a.acks {
         AcksArg::All => Acks::All,
         AcksArg::One => Acks::Leader,
@@ -487,9 +494,9 @@ async fn wait_for_topic(brokers: &Brokers, topic: &str, budget: Duration) -> Cli
         attempt = attempt.saturating_add(1);
         let Some(pause) = pause else {
             return Err(CliError::new(format!(
-                "topic {topic:?} is not known to the brokers after {} s ({last}): create it \
+                "topic {topic:?} is not known to the brokers after {:.1} s ({last}): create it \
                  first (keelctl topic create)",
-                budget.as_secs()
+                budget.as_secs_f64()
             )));
         };
         tokio::time::sleep(pause).await;

@@ -6,7 +6,7 @@ use keel_proto::controller::{MetadataLogRecord, ReadMetadataLogRequest};
 
 use super::{CliError, CliResult, Ctx};
 use crate::admin::{Admin, AdminError};
-use crate::format::image::{image_json, image_tree, render};
+use crate::format::image::{ImageFilter, image_json, image_tree, render};
 use crate::format::log::{PartitionTracker, line_text, log_line};
 
 /// `keelctl metadata ...`
@@ -16,7 +16,18 @@ pub enum MetadataCommand {
     /// and for partition records the resulting leader, epochs and ISR.
     Log(LogArgs),
     /// The current metadata image as a tree (brokers, topics, partitions, configs).
-    Image,
+    Image(ImageArgs),
+}
+
+/// Arguments of `metadata image`.
+#[derive(Debug, clap::Args)]
+pub struct ImageArgs {
+    /// Only this topic and its configs (repeatable).
+    #[arg(long = "topic", value_name = "NAME")]
+    pub topics: Vec<String>,
+    /// Only this broker, its configs and the partitions it holds a replica of.
+    #[arg(long, value_name = "ID")]
+    pub broker: Option<i32>,
 }
 
 /// Arguments of `metadata log`.
@@ -59,12 +70,36 @@ const PARTITION_HISTORY: [&str; 4] = [
 pub(super) async fn run(c: MetadataCommand, ctx: &Ctx) -> CliResult {
     let admin = ctx.admin()?;
     match c {
-        MetadataCommand::Image => {
+        MetadataCommand::Image(a) => {
             let image = admin.metadata_image().await?;
-            if ctx.json {
-                return ctx.print_json(&image_json(&image));
+            // A filter naming nothing that exists is an error, as `topic describe` has it.
+            if let Some(t) = a
+                .topics
+                .iter()
+                .find(|t| image.topics().get_by_name(t).is_none())
+            {
+                return Err(CliError::new(
+                    AdminError::Kafka {
+                        code: ErrorCode::UnknownTopicOrPartition,
+                        message: "no such topic".into(),
+                        context: format!("topic {t:?}"),
+                    }
+                    .to_string(),
+                ));
             }
-            out!("{}", render(&image_tree(&image)));
+            if let Some(b) = a.broker.filter(|b| image.broker(*b).is_none()) {
+                return Err(CliError::new(format!(
+                    "broker {b}: not registered (keelctl broker list shows the brokers)"
+                )));
+            }
+            let filter = ImageFilter {
+                topics: a.topics,
+                broker: a.broker,
+            };
+            if ctx.json {
+                return ctx.print_json(&image_json(&image, &filter));
+            }
+            out!("{}", render(&image_tree(&image, &filter)));
             Ok(())
         }
         MetadataCommand::Log(a) => log(a, ctx, &admin).await,
@@ -170,6 +205,14 @@ async fn log(a: LogArgs, ctx: &Ctx, admin: &Admin) -> CliResult {
         let reached_to = a.to.is_some_and(|to| next >= to);
         let caught_up = next > reply.commit_index;
         if reached_to || (caught_up && !a.follow) {
+            if a.from > reply.commit_index {
+                tracing::warn!(
+                    "--from {} is past the end of the metadata log (last committed offset {}): \
+                     nothing to show",
+                    a.from,
+                    reply.commit_index
+                );
+            }
             return match &a.topic {
                 Some(topic) if matched == 0 => check_topic_exists(admin, topic).await,
                 _ => Ok(()),

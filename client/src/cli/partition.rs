@@ -39,12 +39,17 @@ pub struct AlterIsrArgs {
 /// Arguments of `partition elect`.
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("kind").required(true).args(["preferred", "unclean"])))]
+#[command(group(clap::ArgGroup::new("target").required(true).args(["topic", "all_topic_partitions"])))]
 pub struct ElectArgs {
     /// Topic name.
     #[arg(long)]
-    pub topic: String,
-    /// Partition id (repeatable); default: every partition of the topic.
+    pub topic: Option<String>,
+    /// Every partition of every topic (Kafka's `kafka-leader-election --all-topic-partitions`);
+    /// partitions that need no election are not listed.
     #[arg(long)]
+    pub all_topic_partitions: bool,
+    /// Partition id (repeatable); default: every partition of the topic.
+    #[arg(long, requires = "topic")]
     pub partition: Vec<i32>,
     /// Move leadership to the preferred replica (replicas[0]) if it is in the ISR.
     #[arg(long)]
@@ -70,6 +75,7 @@ struct AlterIsrOutput {
 /// One row of `elect`.
 #[derive(Debug, Serialize)]
 struct ElectRow {
+    topic: String,
     partition: i32,
     error: Option<String>,
     leader: i32,
@@ -135,24 +141,28 @@ async fn elect(a: ElectArgs, ctx: &Ctx) -> CliResult {
     };
     let results = ctx
         .admin()?
-        .elect_leaders(kind, &a.topic, &a.partition)
+        .elect_leaders(kind, a.topic.as_deref(), &a.partition)
         .await?;
-    if let Some(refusal) = topic_refusal(&a.topic, &results) {
+    if let Some(topic) = &a.topic
+        && let Some(refusal) = topic_refusal(topic, &results)
+    {
         return Err(refusal);
     }
-    let rows: Vec<ElectRow> = results.iter().map(elect_row).collect();
+    let rows: Vec<ElectRow> = results.iter().map(|(t, r)| elect_row(t, r)).collect();
     if ctx.json {
         ctx.print_json(&rows)?;
+    } else if rows.is_empty() && a.topic.is_none() {
+        outln!("no partition needed an election");
     } else {
-        out!("{}", elect_text(&a.topic, &rows));
+        out!("{}", elect_text(&rows));
     }
-    elect_outcome(&a.topic, &results)
+    elect_outcome(a.topic.as_deref(), &results)
 }
 
 /// A topic-level refusal (unknown topic), which comes as one result without a partition, as
 /// the error to report (pure).
-fn topic_refusal(topic: &str, results: &[ElectPartitionResult]) -> Option<CliError> {
-    let r = results.iter().find(|r| r.partition_id < 0)?;
+fn topic_refusal(topic: &str, results: &[(String, ElectPartitionResult)]) -> Option<CliError> {
+    let (_, r) = results.iter().find(|(_, r)| r.partition_id < 0)?;
     Some(CliError::new(
         crate::admin::AdminError::Kafka {
             code: ErrorCode::from_proto(r.error.as_ref()).unwrap_or(ErrorCode::UnknownServerError),
@@ -168,8 +178,9 @@ fn topic_refusal(topic: &str, results: &[ElectPartitionResult]) -> Option<CliErr
 }
 
 /// One partition's election result as a row: the error code name, none when elected (pure).
-fn elect_row(r: &ElectPartitionResult) -> ElectRow {
+fn elect_row(topic: &str, r: &ElectPartitionResult) -> ElectRow {
     ElectRow {
+        topic: topic.to_string(),
         partition: r.partition_id,
         error: match ErrorCode::from_proto(r.error.as_ref()) {
             Ok(ErrorCode::None) => None,
@@ -183,13 +194,13 @@ fn elect_row(r: &ElectPartitionResult) -> ElectRow {
 
 /// The table of `elect` rows (pure): partition, result (`ELECTED` or the error), leader and
 /// leader epoch.
-fn elect_text(topic: &str, rows: &[ElectRow]) -> String {
+fn elect_text(rows: &[ElectRow]) -> String {
     table_of(
         &["PARTITION", "RESULT", "LEADER", "LEADER_EPOCH"],
         rows,
         |r| {
             vec![
-                format!("{topic}-{}", r.partition),
+                format!("{}-{}", r.topic, r.partition),
                 r.error.clone().unwrap_or_else(|| "ELECTED".into()),
                 r.leader.to_string(),
                 r.leader_epoch.to_string(),
@@ -201,18 +212,18 @@ fn elect_text(topic: &str, rows: &[ElectRow]) -> String {
 /// The exit status of `elect` (pure): an error when no partition was elected or some
 /// partition failed. ELECTION_NOT_NEEDED is an answer, not a failure (Kafka's tool reports
 /// it too).
-fn elect_outcome(topic: &str, results: &[ElectPartitionResult]) -> CliResult {
+fn elect_outcome(topic: Option<&str>, results: &[(String, ElectPartitionResult)]) -> CliResult {
     let failed: Vec<String> = results
         .iter()
-        .filter(|r| {
+        .filter(|(_, r)| {
             !matches!(
                 ErrorCode::from_proto(r.error.as_ref()),
                 Ok(ErrorCode::None | ErrorCode::ElectionNotNeeded)
             )
         })
-        .map(|r| {
+        .map(|(t, r)| {
             format!(
-                "{topic}-{}: {}",
+                "{t}-{}: {}",
                 r.partition_id,
                 r.error
                     .as_ref()
@@ -221,7 +232,9 @@ fn elect_outcome(topic: &str, results: &[ElectPartitionResult]) -> CliResult {
             )
         })
         .collect();
-    if results.is_empty() {
+    if let Some(topic) = topic
+        && results.is_empty()
+    {
         return Err(CliError::new(format!(
             "no partition of topic {topic:?} was elected"
         )));

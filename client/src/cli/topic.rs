@@ -410,8 +410,9 @@ async fn describe(a: DescribeArgs, ctx: &Ctx, admin: &crate::admin::Admin) -> Cl
 }
 
 /// Asks brokers (the `--bootstrap-brokers`, else every registered endpoint) for their replica
-/// state and fills in each partition's HW as reported by its leader. Best effort: brokers
-/// that do not answer leave HW unknown.
+/// state and fills in each partition's HW and enforced `min.insync.replicas` as reported by
+/// its leader (and the topic's value when its leaders agree). Best effort: brokers that do not
+/// answer leave these unknown (the topic keeps the controllers' value).
 async fn add_high_watermarks(
     topics: &mut [TopicDescription],
     image: &keel_metadata_log::MetadataImage,
@@ -452,20 +453,34 @@ async fn add_high_watermarks(
             })
         })
         .collect();
-    let mut hw: HashMap<(String, i32), i64> = HashMap::new();
+    // (high watermark, min.insync.replicas) as each partition's leader reports them.
+    let mut led: HashMap<(String, i32), (i64, i32)> = HashMap::new();
     for t in tasks {
         if let Ok(Some(reply)) = t.await {
             for p in reply.partitions {
                 let ok = p.error.as_ref().is_none_or(|e| e.code == 0);
                 if ok && p.role == ReplicaRole::Leader as i32 && p.high_watermark >= 0 {
-                    hw.insert((p.topic, p.partition), p.high_watermark);
+                    led.insert(
+                        (p.topic, p.partition),
+                        (p.high_watermark, p.min_insync_replicas),
+                    );
                 }
             }
         }
     }
     for t in topics.iter_mut() {
         for p in t.partitions.iter_mut() {
-            p.high_watermark = hw.get(&(t.name.clone(), p.partition)).copied();
+            let leader = led.get(&(t.name.clone(), p.partition));
+            p.high_watermark = leader.map(|l| l.0);
+            p.min_insync_replicas = leader.map(|l| l.1).filter(|m| *m > 0);
+        }
+        // The topic's value: what its leaders enforce when they all agree (they differ only
+        // when brokers have different static defaults), else the controllers' answer.
+        let mut enforced = t.partitions.iter().filter_map(|p| p.min_insync_replicas);
+        if let Some(first) = enforced.next()
+            && enforced.all(|m| m == first)
+        {
+            t.min_insync_replicas = Some(first);
         }
     }
 }

@@ -27,7 +27,7 @@ pub struct ProduceSummary {
 }
 
 /// One line: `produced 1000 records (12.3 KiB) to orders partitions 0,1,2 in 0.41 s (2439
-/// records/s)`, plus the failures if any.
+/// records/s)`; failures are the caller's error, not part of the summary.
 pub fn produce_summary_text(s: &ProduceSummary) -> String {
     let secs = s.elapsed_ms as f64 / 1000.0;
     let rate = if s.elapsed_ms > 0 {
@@ -35,7 +35,9 @@ pub fn produce_summary_text(s: &ProduceSummary) -> String {
     } else {
         String::new()
     };
-    let mut out = format!(
+    // Failures are not repeated here: keelctl reports them once, as its error on stderr
+    // ("N of M records failed; first: ...", exit 1).
+    format!(
         "produced {} ({}) to {} {} {} in {secs:.2} s{rate}\n",
         super::count(s.records, "record"),
         bytes_text(s.bytes),
@@ -50,15 +52,7 @@ pub fn produce_summary_text(s: &ProduceSummary) -> String {
         } else {
             super::ids(&s.partitions)
         },
-    );
-    if s.failed > 0 {
-        out.push_str(&format!(
-            "failed {}: {}\n",
-            super::count(s.failed, "record"),
-            s.first_error.as_deref().unwrap_or("")
-        ));
-    }
-    out
+    )
 }
 
 /// `512 B`, `12.3 KiB`, `4.0 MiB`.
@@ -221,8 +215,7 @@ mod tests {
         };
         assert_eq!(
             produce_summary_text(&f),
-            "produced 0 records (12.3 KiB) to orders partitions - in 0.00 s\n\
-             failed 2 records: orders-1: NOT_ENOUGH_REPLICAS (19) (delivery timeout)\n"
+            "produced 0 records (12.3 KiB) to orders partitions - in 0.00 s\n"
         );
         let one = ProduceSummary {
             records: 1,
@@ -234,8 +227,7 @@ mod tests {
         };
         assert_eq!(
             produce_summary_text(&one),
-            "produced 1 record (12.3 KiB) to orders partition 2 in 0.00 s\n\
-             failed 1 record: orders-2: REQUEST_TIMED_OUT (7)\n"
+            "produced 1 record (12.3 KiB) to orders partition 2 in 0.00 s\n"
         );
         assert_eq!(bytes_text(512), "512 B");
         assert_eq!(bytes_text(3 * 1024 * 1024), "3.0 MiB");

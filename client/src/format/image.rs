@@ -2,7 +2,7 @@
 //! document.
 
 use keel_metadata_log::records::LeaderRecoveryState;
-use keel_metadata_log::{ConfigResource, MetadataImage, PartitionRegistration};
+use keel_metadata_log::{ConfigResource, MetadataImage, PartitionRegistration, TopicImage};
 use serde_json::{Map, Value, json};
 
 use super::ids;
@@ -73,9 +73,74 @@ fn partition_label(id: i32, p: &PartitionRegistration) -> String {
     s
 }
 
+/// What `keelctl metadata image --topic NAME --broker ID` keeps (the default keeps
+/// everything), like pointing `kafka-metadata-shell` at `/topics/NAME` or `/brokers/ID`:
+/// - `topics`: only these topics and their configs (cluster and broker configs are left out);
+/// - `broker`: only this broker, its configs, and the partitions it holds a replica of
+///   (topics without such a partition are left out).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageFilter {
+    /// Topic names to keep; empty = every topic.
+    pub topics: Vec<String>,
+    /// The one broker to keep.
+    pub broker: Option<i32>,
+}
+
+impl ImageFilter {
+    fn is_empty(&self) -> bool {
+        self.topics.is_empty() && self.broker.is_none()
+    }
+
+    fn keep_broker(&self, id: i32) -> bool {
+        self.broker.is_none_or(|b| b == id)
+    }
+
+    fn keep_topic(&self, name: &str) -> bool {
+        self.topics.is_empty() || self.topics.iter().any(|t| t == name)
+    }
+
+    fn keep_partition(&self, p: &PartitionRegistration) -> bool {
+        self.broker.is_none_or(|b| p.replicas.contains(&b))
+    }
+
+    /// The kept topics of `image` in name order, each with its kept partitions; a topic left
+    /// without partitions by the broker filter is dropped.
+    fn topics<'a>(
+        &self,
+        image: &'a MetadataImage,
+    ) -> Vec<(&'a TopicImage, Vec<(i32, &'a PartitionRegistration)>)> {
+        image
+            .topics()
+            .by_name
+            .iter()
+            .filter(|(name, _)| self.keep_topic(name))
+            .filter_map(|(_, id)| image.topics().by_id.get(id))
+            .filter_map(|t| {
+                let parts: Vec<_> = t
+                    .partitions
+                    .iter()
+                    .filter(|(_, p)| self.keep_partition(p))
+                    .map(|(id, p)| (*id, &**p))
+                    .collect();
+                (self.broker.is_none() || !parts.is_empty()).then_some((&**t, parts))
+            })
+            .collect()
+    }
+
+    fn keep_config(&self, r: &ConfigResource, kept_topics: &[&str]) -> bool {
+        match r {
+            ConfigResource::Cluster => self.is_empty(),
+            ConfigResource::Broker(id) => self.topics.is_empty() && self.keep_broker(*id),
+            ConfigResource::Topic(t) => {
+                (self.is_empty() || kept_topics.contains(&t.as_str())) && self.keep_topic(t)
+            }
+        }
+    }
+}
+
 /// The image as a tree: cluster id, features, brokers, topics with partitions, configs,
 /// producer ids.
-pub fn image_tree(image: &MetadataImage) -> Node {
+pub fn image_tree(image: &MetadataImage, filter: &ImageFilter) -> Node {
     let p = image.provenance();
     let features = image
         .features()
@@ -85,6 +150,7 @@ pub fn image_tree(image: &MetadataImage) -> Node {
     let brokers = image
         .brokers()
         .values()
+        .filter(|b| filter.keep_broker(b.id))
         .map(|b| {
             let eps: Vec<String> = b
                 .endpoints
@@ -108,15 +174,14 @@ pub fn image_tree(image: &MetadataImage) -> Node {
             ))
         })
         .collect();
-    let topics = image
-        .topics()
-        .by_name
+    let kept = filter.topics(image);
+    let kept_names: Vec<&str> = kept.iter().map(|(t, _)| t.name.as_str()).collect();
+    let topics = kept
         .iter()
-        .filter_map(|(_, id)| image.topics().by_id.get(id))
-        .map(|t| {
+        .map(|(t, parts)| {
             Node::branch(
                 format!("{} (id {})", t.name, t.id),
-                t.partitions
+                parts
                     .iter()
                     .map(|(id, p)| Node::leaf(partition_label(*id, p)))
                     .collect(),
@@ -126,6 +191,7 @@ pub fn image_tree(image: &MetadataImage) -> Node {
     let configs = image
         .configs()
         .iter()
+        .filter(|(r, _)| filter.keep_config(r, &kept_names))
         .map(|(r, m)| {
             Node::branch(
                 resource_label(r),
@@ -149,11 +215,12 @@ pub fn image_tree(image: &MetadataImage) -> Node {
 }
 
 /// The image as one JSON document.
-pub fn image_json(image: &MetadataImage) -> Value {
+pub fn image_json(image: &MetadataImage, filter: &ImageFilter) -> Value {
     let p = image.provenance();
     let brokers: Vec<Value> = image
         .brokers()
         .values()
+        .filter(|b| filter.keep_broker(b.id))
         .map(|b| {
             json!({
                 "id": b.id,
@@ -166,14 +233,12 @@ pub fn image_json(image: &MetadataImage) -> Value {
             })
         })
         .collect();
-    let topics: Vec<Value> = image
-        .topics()
-        .by_name
+    let kept = filter.topics(image);
+    let kept_names: Vec<&str> = kept.iter().map(|(t, _)| t.name.as_str()).collect();
+    let topics: Vec<Value> = kept
         .iter()
-        .filter_map(|(_, id)| image.topics().by_id.get(id))
-        .map(|t| {
-            let partitions: Vec<Value> = t
-                .partitions
+        .map(|(t, parts)| {
+            let partitions: Vec<Value> = parts
                 .iter()
                 .map(|(id, p)| {
                     json!({
@@ -194,7 +259,11 @@ pub fn image_json(image: &MetadataImage) -> Value {
         })
         .collect();
     let mut configs = Map::new();
-    for (r, m) in image.configs() {
+    for (r, m) in image
+        .configs()
+        .iter()
+        .filter(|(r, _)| filter.keep_config(r, &kept_names))
+    {
         configs.insert(resource_label(r), json!(**m));
     }
     json!({
@@ -214,7 +283,8 @@ mod tests {
     use keel_metadata_log::Provenance;
     use keel_metadata_log::records::metadata_record::Record;
     use keel_metadata_log::records::{
-        ClusterIdRecord, MetadataRecord, PartitionRecord, TopicRecord,
+        ClusterIdRecord, ConfigRecord, ConfigResourceType, MetadataRecord, PartitionRecord,
+        RegisterBrokerRecord, TopicRecord,
     };
 
     use super::*;
@@ -258,7 +328,7 @@ mod tests {
         let image = MetadataImage::empty()
             .with_records(Provenance { offset: 9, term: 1 }, recs.iter())
             .unwrap();
-        let text = render(&image_tree(&image));
+        let text = render(&image_tree(&image, &ImageFilter::default()));
         assert!(
             text.starts_with("MetadataImage (offset 9, term 1)\n├── cluster_id: c-1\n"),
             "{text}"
@@ -267,8 +337,120 @@ mod tests {
             text.contains("│   └── orders (id 01010101-0101-0101-0101-010101010101)\n│       └── 0: leader=1 leader_epoch=0 partition_epoch=0 replicas=[1] isr=[1]\n"),
             "{text}"
         );
-        let j = image_json(&image);
+        let j = image_json(&image, &ImageFilter::default());
         assert_eq!(j["topics"][0]["partitions"][0]["isr"], json!([1]));
         assert_eq!(j["offset"], json!(9));
+    }
+
+    #[test]
+    fn filters_keep_the_named_topics_or_one_brokers_partitions() {
+        let topic = |name: &str, id: u8| {
+            Record::Topic(TopicRecord {
+                name: name.into(),
+                topic_id: vec![id; 16].into(),
+            })
+        };
+        let partition = |id: u8, p: i32, replicas: Vec<i32>| {
+            Record::Partition(PartitionRecord {
+                topic_id: vec![id; 16].into(),
+                partition_id: p,
+                isr: replicas.clone(),
+                leader: replicas[0],
+                replicas,
+                ..Default::default()
+            })
+        };
+        let config = |ty: i32, name: &str| {
+            Record::Config(ConfigRecord {
+                resource_type: ty,
+                resource_name: name.into(),
+                name: "min.insync.replicas".into(),
+                value: Some("2".into()),
+            })
+        };
+        let mut recs = vec![
+            topic("a", 1),
+            partition(1, 0, vec![1, 2]),
+            partition(1, 1, vec![2, 3]),
+            topic("b", 2),
+            partition(2, 0, vec![3, 1]),
+            config(ConfigResourceType::Topic as i32, "a"),
+            config(ConfigResourceType::Topic as i32, "b"),
+            config(ConfigResourceType::Cluster as i32, ""),
+        ];
+        for id in 1..=3 {
+            recs.push(Record::RegisterBroker(RegisterBrokerRecord {
+                broker_id: id,
+                incarnation_id: vec![id as u8; 16].into(),
+                broker_epoch: 10 + id as i64,
+                ..Default::default()
+            }));
+        }
+        let recs: Vec<_> = recs
+            .into_iter()
+            .map(|r| MetadataRecord { record: Some(r) })
+            .collect();
+        let image = MetadataImage::empty()
+            .with_records(Provenance { offset: 9, term: 1 }, recs.iter())
+            .unwrap();
+        let shape = |f: ImageFilter| {
+            let j = image_json(&image, &f);
+            let names = |key: &str, field: &str| -> Vec<String> {
+                j[key]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v[field].to_string())
+                    .collect()
+            };
+            let parts: Vec<String> = j["topics"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|t| {
+                    let name = t["name"].as_str().unwrap().to_string();
+                    t["partitions"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(move |p| format!("{name}-{}", p["partition"]))
+                })
+                .collect();
+            let configs: Vec<String> = j["configs"].as_object().unwrap().keys().cloned().collect();
+            (names("brokers", "id"), parts, configs)
+        };
+        let (brokers, parts, configs) = shape(ImageFilter::default());
+        assert_eq!(brokers, ["1", "2", "3"]);
+        assert_eq!(parts, ["a-0", "a-1", "b-0"]);
+        assert_eq!(configs.len(), 3, "{configs:?}");
+        let (brokers, parts, configs) = shape(ImageFilter {
+            topics: vec!["b".into()],
+            broker: None,
+        });
+        assert_eq!(brokers, ["1", "2", "3"]);
+        assert_eq!(parts, ["b-0"]);
+        assert_eq!(
+            configs,
+            [resource_label(&ConfigResource::Topic("b".into()))]
+        );
+        let (brokers, parts, configs) = shape(ImageFilter {
+            topics: vec![],
+            broker: Some(2),
+        });
+        assert_eq!(brokers, ["2"]);
+        assert_eq!(parts, ["a-0", "a-1"]);
+        assert_eq!(
+            configs,
+            [resource_label(&ConfigResource::Topic("a".into()))]
+        );
+        let tree = render(&image_tree(
+            &image,
+            &ImageFilter {
+                topics: vec!["a".into()],
+                broker: Some(3),
+            },
+        ));
+        assert!(tree.contains("── 1: leader=2 "), "{tree}");
+        assert!(!tree.contains("── 0: leader=1 "), "{tree}");
     }
 }

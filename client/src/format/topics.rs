@@ -31,6 +31,11 @@ pub struct PartitionRow {
     pub offline_replicas: Vec<i32>,
     /// The leader's high watermark, when the leader broker answered DescribeReplicas.
     pub high_watermark: Option<i64>,
+    /// The `min.insync.replicas` the leader enforces (topic override, else the cluster
+    /// default, else its own static `min_insync_replicas`), when it answered DescribeReplicas.
+    /// The controllers do not know the brokers' static settings; the leader's answer is what
+    /// acks=all writes meet (Kafka serves DescribeConfigs from a broker for this reason).
+    pub min_insync_replicas: Option<i32>,
 }
 
 /// One topic with its partitions.
@@ -69,11 +74,13 @@ impl PartitionFilter {
         !(self.under_replicated || self.under_min_isr || self.unavailable)
     }
 
-    /// Whether `row` passes, given the topic's effective `min.insync.replicas`.
+    /// Whether `row` passes, given the topic's effective `min.insync.replicas` (the row's
+    /// leader-reported value wins when known).
     pub fn keep(&self, row: &PartitionRow, min_isr: Option<i32>) -> bool {
         if self.is_empty() {
             return true;
         }
+        let min_isr = row.min_insync_replicas.or(min_isr);
         (self.under_replicated && row.isr.len() < row.replicas.len())
             || (self.under_min_isr && min_isr.is_some_and(|m| (row.isr.len() as i32) < m))
             || (self.unavailable
@@ -100,6 +107,7 @@ pub fn describe_topic(image: &MetadataImage, topic: &TopicImage) -> TopicDescrip
             },
             offline_replicas: p.replicas.iter().copied().filter(|b| offline(b)).collect(),
             high_watermark: None,
+            min_insync_replicas: None,
         })
         .collect();
     let configs = image
@@ -218,6 +226,7 @@ mod tests {
             leader_recovery_state: "RECOVERED".into(),
             offline_replicas: vec![],
             high_watermark: None,
+            min_insync_replicas: None,
         }
     }
 
@@ -285,6 +294,19 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(pick(un), vec![3, 4]);
+        // The leader's reported min.insync.replicas wins over the controllers' value: a
+        // broker whose static default is 3 enforces 3 on a topic without an override.
+        let mut stricter = row(5, 1, &[1, 2, 3], &[1, 2]);
+        stricter.min_insync_replicas = Some(3);
+        let mut looser = row(6, 1, &[1, 2, 3], &[1]);
+        looser.min_insync_replicas = Some(1);
+        let t = topic(vec![stricter, looser]);
+        let picked: Vec<i32> = filter_topics(vec![t], umi)
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .map(|p| p.partition)
+            .collect();
+        assert_eq!(picked, vec![5]);
         // A topic with nothing matching disappears under a filter.
         let t = topic(vec![row(0, 1, &[1, 2, 3], &[1, 2, 3])]);
         assert!(filter_topics(vec![t], ur).is_empty());
