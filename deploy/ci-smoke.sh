@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The compose smoke test as CI runs it (from .ci/run), from a clean state to a clean state:
 #   1. deploy/down.sh --volumes (leftovers of an interrupted run);
-#   2. deploy/up.sh: cargo build --release, base image (debootstrap, once), docker build,
-#      compose up, wait healthy;
+#   2. deploy/up.sh: cargo build (release, or $KEEL_CARGO_PROFILE), base image (debootstrap,
+#      once), docker build, compose up, wait healthy;
 #   3. deploy/smoke.sh: produce/consume, leader failover, ISR shrink and expansion;
 #   4. always (exit trap): on failure the containers' state and last log lines, then
 #      deploy/down.sh --volumes, so a rerun starts from empty volumes.
 # Installs jq (needed by smoke.sh) with apt-get when missing, like base-image.sh does for
 # debootstrap (root or sudo). Prints the seconds of each phase at the end.
 # Environment: as up.sh (CARGO_TARGET_DIR, KEEL_IMAGE, KEEL_BASE_IMAGE, KEEL_UP_TIMEOUT_S,
-# KEEL_SKIP_BUILD) and smoke.sh (KEEL_SMOKE_*); KEEL_SMOKE_LOG_LINES (200) log lines per
+# KEEL_SKIP_BUILD, KEEL_CARGO_PROFILE) and smoke.sh (KEEL_SMOKE_*); KEEL_SMOKE_LOG_LINES (200) log lines per
 # container printed on failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."

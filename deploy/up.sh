@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Builds and starts the compose cluster, then waits until every container is healthy:
-#   1. cargo build --release of keel-controller, keel-broker and keelctl (host toolchain);
+#   1. cargo build --release (or $KEEL_CARGO_PROFILE) of keel-controller, keel-broker and
+#      keelctl (host toolchain);
 #   2. deploy/base-image.sh (local Debian bookworm image, made once, no registry);
 #   3. docker build of the Keel image ($KEEL_IMAGE, default keel:local);
 #   4. docker compose up -d, and a wait of up to $KEEL_UP_TIMEOUT_S (120) seconds for health.
 # Environment: CARGO_TARGET_DIR (where cargo puts target/), KEEL_IMAGE, KEEL_BASE_IMAGE (see
-# base-image.sh), KEEL_UP_TIMEOUT_S, KEEL_SKIP_BUILD=1 (reuse the binaries already built).
+# base-image.sh), KEEL_UP_TIMEOUT_S, KEEL_SKIP_BUILD=1 (reuse the binaries already built),
+# KEEL_CARGO_PROFILE (release, the default, or dev: the unoptimized binaries `cargo build`
+# makes, for checks of the deployment itself such as CI's smoke test).
 # Ends with one `up.sh: timing: ...` line (seconds per step).
 set -euo pipefail
 
@@ -13,7 +16,13 @@ cd "$(dirname "$0")/.."
 ROOT="$PWD"
 export KEEL_IMAGE="${KEEL_IMAGE:-keel:local}"
 TIMEOUT_S="${KEEL_UP_TIMEOUT_S:-120}"
-TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/release"
+PROFILE="${KEEL_CARGO_PROFILE:-release}"
+case "$PROFILE" in
+    release) PROFILE_DIR=release ;;
+    dev) PROFILE_DIR=debug ;;
+    *) echo "up.sh: KEEL_CARGO_PROFILE must be release or dev, not $PROFILE" >&2; exit 1 ;;
+esac
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}/$PROFILE_DIR"
 STAGE="$ROOT/deploy/.build"
 
 die() { echo "up.sh: $*" >&2; exit 1; }
@@ -22,8 +31,8 @@ die() { echo "up.sh: $*" >&2; exit 1; }
 
 t=$SECONDS
 if [ "${KEEL_SKIP_BUILD:-0}" != 1 ]; then
-    echo "up.sh: building release binaries (first build takes several minutes)"
-    cargo build --release --bin keel-controller --bin keel-broker --bin keelctl
+    echo "up.sh: building $PROFILE binaries (first build takes several minutes)"
+    cargo build --profile "$PROFILE" --bin keel-controller --bin keel-broker --bin keelctl
 fi
 t_build=$((SECONDS - t))
 for bin in keel-controller keel-broker keelctl; do
@@ -73,4 +82,4 @@ while :; do
 done
 t_up=$((SECONDS - t))
 compose ps
-echo "up.sh: timing: release build ${t_build}s, base image ${t_base}s, docker build ${t_image}s, compose up until healthy ${t_up}s"
+echo "up.sh: timing: $PROFILE build ${t_build}s, base image ${t_base}s, docker build ${t_image}s, compose up until healthy ${t_up}s"
