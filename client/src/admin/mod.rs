@@ -14,6 +14,7 @@ mod reply;
 #[cfg(test)]
 mod tests;
 
+use keel_runtime::backoff::pause_within;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::Mutex;
@@ -412,9 +413,12 @@ impl Admin {
                     );
                 }
                 // The last round may be short: the budget is used up, not rounded down.
-                let pause = backoff.next(failed_rounds);
+                let remaining = deadline.saturating_duration_since(now);
+                let Some(pause) = pause_within(backoff.next(failed_rounds), remaining) else {
+                    return Err(give_up(&errors, attempts));
+                };
                 failed_rounds = failed_rounds.saturating_add(1);
-                tokio::time::sleep(pause.min(deadline - now)).await;
+                tokio::time::sleep(pause).await;
                 tried.clear();
                 down.clear();
                 next = next_round.take().or_else(|| self.active_controller());
