@@ -13,6 +13,7 @@ use std::path::PathBuf;
 
 use keel_runtime::LogFormat;
 pub use keel_runtime::settings::ConfigError;
+use keel_runtime::settings::listeners::{self, Listener};
 use keel_runtime::settings::{Settings, parse_host_port};
 
 /// The broker's settings, after merging file, environment and flags.
@@ -22,12 +23,15 @@ pub struct BrokerConfig {
     pub node_id: i32,
     /// The controller voters (Kafka: `controller.quorum.voters`), by node id: `host:port`.
     pub controller_quorum_voters: BTreeMap<u64, String>,
-    /// Address the broker's gRPC listener binds (Kafka: `listeners`), `ip:port`. Default
-    /// `0.0.0.0:9092`.
+    /// Address the broker's gRPC listener binds (the `GRPC` entry of Kafka's `listeners`, or
+    /// its bare `ip:port` form), `ip:port`. Default `0.0.0.0:9092`.
     pub listeners: SocketAddr,
-    /// Address clients and other brokers use (Kafka: `advertised.listeners`), `host:port`.
-    /// Defaults to `listeners` unless that binds every interface (then it is required).
+    /// Address clients and other brokers use to reach the gRPC listener (Kafka:
+    /// `advertised.listeners`), `host:port`. Defaults to the bind address unless that binds
+    /// every interface (then it is required).
     pub advertised_listeners: String,
+    /// The Kafka-protocol listener (the `PLAINTEXT` entry of `listeners`), if configured.
+    pub kafka_listener: Option<KafkaListener>,
     /// The data directory (config key `log_dirs`, Kafka: `log.dirs`): every partition and
     /// the local metadata snapshot (`<dir>/__cluster_metadata/metadata.snap`) live here.
     /// Exactly one directory: several (Kafka's JBOD) are refused at start rather than
@@ -85,6 +89,90 @@ pub struct BrokerConfig {
     pub log_format: LogFormat,
 }
 
+/// The Kafka wire-protocol listener ([`crate::kafka`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaListener {
+    /// Listener name, registered with the controllers and matched by Metadata requests
+    /// arriving on it (`PLAINTEXT`).
+    pub name: String,
+    /// Address to bind, `ip:port`.
+    pub bind: SocketAddr,
+    /// Host clients connect to (advertised).
+    pub advertised_host: String,
+    /// Port clients connect to (advertised), 1..=65535.
+    pub advertised_port: u16,
+}
+
+/// The listeners (bind list, advertised list) as the broker uses them: the gRPC bind address,
+/// its advertised `host:port`, and the Kafka listener if any. Advertised entries must name a
+/// bound listener; a listener without one advertises its bind address, which must then not
+/// be a wildcard (Kafka: `KafkaConfig.effectiveAdvertisedBrokerListeners`).
+fn resolve_listeners(
+    binds: Option<&str>,
+    advertised: Option<&str>,
+) -> Result<(SocketAddr, String, Option<KafkaListener>), ConfigError> {
+    let invalid = |key: &'static str| move |reason: String| ConfigError::Invalid { key, reason };
+    let binds = match binds {
+        Some(b) => listeners::parse_listeners(b, true).map_err(invalid("listeners"))?,
+        None => listeners::parse_listeners("0.0.0.0:9092", true).map_err(invalid("listeners"))?,
+    };
+    let advertised = match advertised {
+        Some(a) => listeners::parse_listeners(a, false).map_err(invalid("advertised_listeners"))?,
+        None => Vec::new(),
+    };
+    if let Some(a) = advertised
+        .iter()
+        .find(|a| listeners::find(&binds, &a.name).is_none())
+    {
+        return Err(ConfigError::Invalid {
+            key: "advertised_listeners",
+            reason: format!("{a} names a listener that listeners does not bind"),
+        });
+    }
+    let advertised_of = |l: &Listener| -> Result<(SocketAddr, String, u16), ConfigError> {
+        let bind = l.bind_addr().map_err(invalid("listeners"))?;
+        match listeners::find(&advertised, &l.name) {
+            Some(a) => Ok((bind, a.host.clone(), a.port)),
+            None if bind.ip().is_unspecified() => Err(ConfigError::Invalid {
+                key: "advertised_listeners",
+                reason: format!(
+                    "required for the {} listener, which binds every interface ({bind})",
+                    l.name
+                ),
+            }),
+            None => Ok((bind, bind.ip().to_string(), bind.port())),
+        }
+    };
+    let Some(grpc) = listeners::find(&binds, listeners::GRPC) else {
+        return Err(ConfigError::Invalid {
+            key: "listeners",
+            reason: "a broker needs a GRPC listener (Keel's clients and the replication \
+                     between brokers use it)"
+                .into(),
+        });
+    };
+    let (grpc_bind, host, port) = advertised_of(grpc)?;
+    let grpc_advertised = Listener {
+        name: grpc.name.clone(),
+        host,
+        port,
+    }
+    .host_port();
+    let kafka = match listeners::find(&binds, listeners::PLAINTEXT) {
+        Some(l) => {
+            let (bind, advertised_host, advertised_port) = advertised_of(l)?;
+            Some(KafkaListener {
+                name: l.name.clone(),
+                bind,
+                advertised_host,
+                advertised_port,
+            })
+        }
+        None => None,
+    };
+    Ok((grpc_bind, grpc_advertised, kafka))
+}
+
 impl BrokerConfig {
     /// Types the validated settings and checks the rules between keys. `advertised_listeners`
     /// defaults to `listeners` unless that binds every interface.
@@ -117,24 +205,16 @@ impl BrokerConfig {
                 });
             }
         };
-        let listeners: SocketAddr = s
-            .get("listeners")
-            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 9092)));
-        let advertised_listeners = match s.get::<String>("advertised_listeners") {
-            Some(a) => a,
-            None if listeners.ip().is_unspecified() => {
-                return Err(ConfigError::Invalid {
-                    key: "advertised_listeners",
-                    reason: format!("required when listeners binds every interface ({listeners})"),
-                });
-            }
-            None => listeners.to_string(),
-        };
+        let (listeners, advertised_listeners, kafka_listener) = resolve_listeners(
+            s.get::<String>("listeners").as_deref(),
+            s.get::<String>("advertised_listeners").as_deref(),
+        )?;
         let cfg = BrokerConfig {
             node_id,
             controller_quorum_voters,
             listeners,
             advertised_listeners,
+            kafka_listener,
             log_dir,
             rack: s.get::<String>("rack").filter(|r| !r.is_empty()),
             broker_heartbeat_interval_ms: s.require("broker_heartbeat_interval_ms"),
@@ -292,6 +372,57 @@ mod tests {
 
     const BASE: &str =
         "node_id = 4\ncontroller_quorum_voters = \"1@127.0.0.1:9093\"\nlog_dirs = \"/tmp/a\"\n";
+
+    #[test]
+    fn named_listeners_give_the_grpc_and_kafka_listeners() {
+        let c = raw(&format!(
+            "{BASE}listeners = \"GRPC://127.0.0.1:9192,PLAINTEXT://:9092\"\n\
+             advertised_listeners = \"PLAINTEXT://broker-4:9092\"\n"
+        ))
+        .resolve()
+        .unwrap();
+        assert_eq!(c.listeners.to_string(), "127.0.0.1:9192");
+        assert_eq!(c.advertised_listeners, "127.0.0.1:9192");
+        let k = c.kafka_listener.unwrap();
+        assert_eq!(
+            (
+                k.name.as_str(),
+                k.bind.to_string(),
+                k.advertised_host.as_str(),
+                k.advertised_port
+            ),
+            ("PLAINTEXT", "0.0.0.0:9092".to_string(), "broker-4", 9092)
+        );
+        // The bare form is the gRPC listener alone.
+        let c = raw(&format!("{BASE}listeners = \"127.0.0.1:9092\"\n"))
+            .resolve()
+            .unwrap();
+        assert_eq!(c.kafka_listener, None);
+        for (toml, needle) in [
+            (
+                "listeners = \"PLAINTEXT://127.0.0.1:9092\"",
+                "invalid value for listeners: a broker needs a GRPC listener",
+            ),
+            (
+                "listeners = \"GRPC://127.0.0.1:1,PLAINTEXT://:2\"",
+                "invalid value for advertised_listeners: required for the PLAINTEXT listener",
+            ),
+            (
+                "listeners = \"GRPC://127.0.0.1:1\"\nadvertised_listeners = \"PLAINTEXT://h:2\"",
+                "invalid value for advertised_listeners: PLAINTEXT://h:2 names a listener",
+            ),
+            (
+                "listeners = \"GRPC://127.0.0.1:1,SSL://127.0.0.1:2\"",
+                "invalid value for listeners: unknown listener name \"SSL\"",
+            ),
+        ] {
+            let e = raw(&format!("{BASE}{toml}\n"))
+                .resolve()
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(needle), "{toml}: {e}");
+        }
+    }
 
     #[test]
     fn resolves_with_defaults_and_overlays_in_order() {

@@ -35,6 +35,7 @@ use crate::log_dir::LogDir;
 use crate::metadata::{LocalChangesSink, TailerConfig, describe, local_snapshot, tailer};
 use crate::replica_manager::{ReplicaManager, ReplicaManagerConfig};
 use keel_runtime::Backoff;
+use keel_runtime::settings::listeners;
 
 /// Why a broker could not start or stopped with an error. `Display` is one line naming the
 /// config key or cause.
@@ -66,14 +67,38 @@ pub enum StartError {
     Serve(String),
 }
 
-/// Binds the configured listener. A taken port fails here, before anything else starts.
-pub async fn bind(config: &BrokerConfig) -> Result<TcpListener, StartError> {
-    TcpListener::bind(config.listeners)
-        .await
-        .map_err(|source| StartError::Bind {
-            addr: config.listeners.to_string(),
-            source,
-        })
+/// The broker's bound listeners.
+#[derive(Debug)]
+pub struct Listeners {
+    /// Keel's gRPC `BrokerService` (`config.listeners`).
+    pub grpc: TcpListener,
+    /// The Kafka-protocol listener (`config.kafka_listener`), if configured.
+    pub kafka: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Only a gRPC listener.
+    pub fn grpc_only(grpc: TcpListener) -> Self {
+        Self { grpc, kafka: None }
+    }
+}
+
+/// Binds the configured listeners. A taken port fails here, before anything else starts.
+pub async fn bind(config: &BrokerConfig) -> Result<Listeners, StartError> {
+    let bind = |addr: std::net::SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: addr.to_string(),
+                source,
+            })
+    };
+    let grpc = bind(config.listeners).await?;
+    let kafka = match &config.kafka_listener {
+        Some(k) => Some(bind(k.bind).await?),
+        None => None,
+    };
+    Ok(Listeners { grpc, kafka })
 }
 
 /// Runs a broker until `shutdown` resolves and the controlled shutdown is over: binds
@@ -84,16 +109,16 @@ pub async fn run(
     config: BrokerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
-    let listener = bind(&config).await?;
-    serve(listener, config, shutdown).await
+    let listeners = bind(&config).await?;
+    serve(listeners, config, shutdown).await
 }
 
-/// Runs a broker on an already bound `listener` (clients reach it at
-/// `config.advertised_listeners`; `config.listeners` is not bound again) until `shutdown`
-/// resolves and the controlled shutdown is over. This is how a test process runs several
-/// brokers over real gRPC on listeners bound to port 0. Errors as [`run`].
+/// Runs a broker on already bound `listeners` (clients reach them at the advertised
+/// addresses; the configured bind addresses are not bound again) until `shutdown` resolves
+/// and the controlled shutdown is over. This is how a test process runs several brokers over
+/// real gRPC on listeners bound to port 0. Errors as [`run`].
 pub async fn serve(
-    listener: TcpListener,
+    listeners: Listeners,
     config: BrokerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
@@ -152,7 +177,29 @@ pub async fn serve(
         replicas: replicas.clone(),
         digests: Default::default(),
     };
-    let served = serve_grpc(listener, grpc, lifecycle_done).await;
+    // Both listeners stop when the lifecycle ends (the controlled shutdown is over).
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let _ = lifecycle_done.await;
+        stop_tx.send_replace(true);
+    });
+    let kafka = listeners.kafka.map(|l| {
+        let ctx = crate::kafka::KafkaContext {
+            broker_id: config.node_id,
+            listener: config
+                .kafka_listener
+                .as_ref()
+                .map_or_else(|| listeners::PLAINTEXT.to_string(), |k| k.name.clone()),
+            images: grpc.images.clone(),
+            status: grpc.status.clone(),
+            replicas: replicas.clone(),
+        };
+        tokio::spawn(crate::kafka::serve(l, ctx, stop_rx.clone()))
+    });
+    let served = serve_grpc(listeners.grpc, grpc, stop_rx).await;
+    if let Some(k) = kafka {
+        let _ = k.await;
+    }
     // Stop in the order that keeps every write accounted for: the lifecycle (controlled
     // shutdown) is over, then the tailer (final local snapshot), then the partitions.
     let outcome = lifecycle.await;
@@ -208,6 +255,7 @@ fn start_lifecycle(
         incarnation_id = %lifecycle_cfg.incarnation_id,
         listeners = %config.listeners,
         advertised_listeners = %config.advertised_listeners,
+        kafka_listener = ?config.kafka_listener,
         voters = ?config.controller_quorum_voters,
         "broker started"
     );
@@ -308,18 +356,34 @@ fn tailer_config(
     }
 }
 
+/// The endpoints this broker registers: the gRPC listener first (its listener name
+/// [`listeners::GRPC`]), then the Kafka listener if configured.
+fn advertised_endpoints(config: &BrokerConfig) -> Vec<BrokerEndpoint> {
+    let (host, port) = config.advertised_host_port();
+    let mut endpoints = vec![BrokerEndpoint {
+        name: listeners::GRPC.into(),
+        host,
+        port: u32::from(port),
+        // Kafka's security protocol names; gRPC without TLS is plaintext.
+        security_protocol: "PLAINTEXT".into(),
+    }];
+    if let Some(k) = &config.kafka_listener {
+        endpoints.push(BrokerEndpoint {
+            name: k.name.clone(),
+            host: k.advertised_host.clone(),
+            port: u32::from(k.advertised_port),
+            security_protocol: "PLAINTEXT".into(),
+        });
+    }
+    endpoints
+}
+
 /// What the lifecycle registers (a new incarnation id per start) and how it times its calls.
 fn lifecycle_config(config: &BrokerConfig, cluster_id: String, timing: Timing) -> LifecycleConfig {
-    let (host, port) = config.advertised_host_port();
     LifecycleConfig {
         broker_id: config.node_id,
         incarnation_id: uuid::Uuid::new_v4(),
-        endpoint: BrokerEndpoint {
-            name: "PLAINTEXT".into(),
-            host,
-            port: u32::from(port),
-            security_protocol: "PLAINTEXT".into(),
-        },
+        endpoints: advertised_endpoints(config),
         rack: config.rack.clone().unwrap_or_default(),
         cluster_id,
         heartbeat_interval: timing.heartbeat,
@@ -328,11 +392,11 @@ fn lifecycle_config(config: &BrokerConfig, cluster_id: String, timing: Timing) -
     }
 }
 
-/// Serves `grpc` on `listener` until `until` resolves (the lifecycle ended).
+/// Serves `grpc` on `listener` until `stop` turns true (the lifecycle ended).
 async fn serve_grpc(
     listener: TcpListener,
     grpc: BrokerGrpc,
-    until: tokio::sync::oneshot::Receiver<()>,
+    mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
     tonic::transport::Server::builder()
         .initial_stream_window_size(BROKER_STREAM_WINDOW_BYTES)
@@ -348,8 +412,8 @@ async fn serve_grpc(
         // (~40 ms).
         .serve_with_incoming_shutdown(
             TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async {
-                let _ = until.await;
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
             },
         )
         .await

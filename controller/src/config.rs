@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use keel_runtime::LogFormat;
 pub use keel_runtime::settings::ConfigError;
-use keel_runtime::settings::Settings;
+use keel_runtime::settings::{Settings, listeners};
 
 use crate::logic::TopicDefaults;
 
@@ -90,8 +90,13 @@ impl ControllerConfig {
                 reason: format!("node_id {node_id} is not one of the voters {voters_str:?}"),
             });
         };
-        let listeners = match s.get::<SocketAddr>("listeners") {
-            Some(l) => l,
+        let listeners = match s.get::<String>("listeners") {
+            Some(l) => listeners::grpc_only(&l, true)
+                .and_then(|l| l.bind_addr())
+                .map_err(|reason| ConfigError::Invalid {
+                    key: "listeners",
+                    reason,
+                })?,
             None => {
                 // Every interface at the voter entry's port.
                 let port = own.rsplit_once(':').map_or("9093", |(_, p)| p);
@@ -102,10 +107,19 @@ impl ControllerConfig {
                 })?
             }
         };
+        let advertised_listeners = match s.get::<String>("advertised_listeners") {
+            Some(a) => listeners::grpc_only(&a, false)
+                .map_err(|reason| ConfigError::Invalid {
+                    key: "advertised_listeners",
+                    reason,
+                })?
+                .host_port(),
+            None => own.clone(),
+        };
         let cfg = ControllerConfig {
             node_id,
             listeners,
-            advertised_listeners: s.get("advertised_listeners").unwrap_or_else(|| own.clone()),
+            advertised_listeners,
             controller_quorum_voters,
             metadata_log_dir: s.require("metadata_log_dir"),
             broker_heartbeat_interval_ms: s.require("broker_heartbeat_interval_ms"),

@@ -171,6 +171,11 @@ error_codes! {
     /// Idempotent produce: the partition has no state for the producer id (e.g. it expired
     /// or was removed by retention) and the batch does not start a new sequence.
     UnknownProducerId = (59, "UNKNOWN_PRODUCER_ID", false);
+    /// Kafka Fetch (KIP-227): the request names a fetch session this broker does not have
+    /// (Keel creates none; clients then fall back to full fetches).
+    FetchSessionIdNotFound = (70, "FETCH_SESSION_ID_NOT_FOUND", true);
+    /// Kafka Fetch (KIP-227): an incremental fetch-session epoch without a session.
+    InvalidFetchSessionEpoch = (71, "INVALID_FETCH_SESSION_EPOCH", true);
     /// The request's leader epoch is older than the partition's (Produce, Fetch, ListOffsets,
     /// OffsetsForLeaderEpoch with `current_leader_epoch`; AlterPartition's `leader_epoch`).
     FencedLeaderEpoch = (74, "FENCED_LEADER_EPOCH", true);

@@ -283,9 +283,13 @@ impl InProcessCluster {
     fn start_broker_on(&mut self, id: i32, listener: std::net::TcpListener) {
         let config = self.broker_config(id);
         let running = spawn_node(&format!("broker-{id}"), listener, |l, stop| async move {
-            keel_broker::server::serve(l, config, async {
-                let _ = stop.await;
-            })
+            keel_broker::server::serve(
+                keel_broker::server::Listeners::grpc_only(l),
+                config,
+                async {
+                    let _ = stop.await;
+                },
+            )
             .await
             .map_err(|e| e.to_string())
         });

@@ -23,8 +23,9 @@ pub struct LifecycleConfig {
     pub broker_id: i32,
     /// New on every process start (Kafka: `incarnationId`).
     pub incarnation_id: Uuid,
-    /// The advertised listener clients and replicas use.
-    pub endpoint: BrokerEndpoint,
+    /// The advertised listeners, gRPC first (Keel's clients and replicas use a broker's first
+    /// endpoint; Kafka clients the one named like the listener their request came in on).
+    pub endpoints: Vec<BrokerEndpoint>,
     /// Rack, empty for none.
     pub rack: String,
     /// Cluster id this broker saw before (from its local metadata snapshot); empty = any.
@@ -311,7 +312,7 @@ async fn register(
         broker_id: cfg.broker_id,
         cluster_id: cfg.cluster_id.clone(),
         incarnation_id: bytes::Bytes::copy_from_slice(cfg.incarnation_id.as_bytes()),
-        listeners: vec![cfg.endpoint.clone()],
+        listeners: cfg.endpoints.clone(),
         rack: cfg.rack.clone(),
         previous_broker_epoch: -1,
         features: Vec::new(),

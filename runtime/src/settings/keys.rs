@@ -47,23 +47,26 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "listeners",
         kafka: "listeners",
-        kind: Kind::Address,
+        kind: Kind::Listeners,
         default: DefaultValue::Derived {
             controller: "`0.0.0.0:<own voter port>`",
             broker: "`0.0.0.0:9092`",
         },
-        doc: "gRPC bind address, `ip:port` (the controller's serves Raft and the controller API)",
+        doc: "Addresses to bind: one `ip:port` (the gRPC listener), or Kafka's form \
+              `GRPC://ip:port,PLAINTEXT://ip:port` (brokers: `PLAINTEXT` is the Kafka-protocol \
+              listener; an empty host binds every interface). The controller serves gRPC only",
         used_by: UsedBy::Both,
     },
     Setting {
         name: "advertised_listeners",
         kafka: "advertised.listeners",
-        kind: Kind::HostPort,
+        kind: Kind::AdvertisedListeners,
         default: DefaultValue::Derived {
             controller: "own voter address",
-            broker: "`listeners` (required when that binds every interface)",
+            broker: "each listener's bind address (required for one that binds every interface)",
         },
-        doc: "`host:port` given to clients (and, for brokers, to other brokers) to reach this node",
+        doc: "Addresses given to clients (and, for brokers, to other brokers) to reach this \
+              node: `host:port` or `NAME://host:port,...` per listener of `listeners`",
         used_by: UsedBy::Both,
     },
     Setting {

@@ -28,6 +28,7 @@ use crate::LogFormat;
 use crate::config_file::{ConfigFileError, parse_toml_seed};
 
 mod keys;
+pub mod listeners;
 pub use keys::SETTINGS;
 
 /// Prefix of every setting's environment variable.
@@ -198,6 +199,11 @@ pub enum Kind {
     Address,
     /// An address `host:port` others connect to.
     HostPort,
+    /// Listeners to bind: `NAME://ip:port,...` or one bare `ip:port` (the gRPC listener)
+    /// ([`listeners::parse_listeners`]).
+    Listeners,
+    /// Listeners others connect to: `NAME://host:port,...` or one bare `host:port`.
+    AdvertisedListeners,
     /// The static voter set `1@host:port,2@host:port,...`.
     Voters,
     /// A string (a path, a rack name).
@@ -284,6 +290,10 @@ impl Setting {
                 .map(|_| ())
                 .map_err(|e| format!("{s:?} is not an ip:port address ({e})")),
             (Kind::HostPort, Value::Text(s)) => parse_host_port(s).map(|_| ()),
+            (Kind::Listeners, Value::Text(s)) => listeners::parse_listeners(s, true).map(|_| ()),
+            (Kind::AdvertisedListeners, Value::Text(s)) => {
+                listeners::parse_listeners(s, false).map(|_| ())
+            }
             (Kind::Voters, Value::Text(s)) => keel_proto::voters::parse_voters(s).map(|_| ()),
             (Kind::Text, Value::Text(_)) => Ok(()),
             (Kind::Choice(words), Value::Text(s)) => {
@@ -317,6 +327,8 @@ impl Kind {
             Kind::Bool => "a boolean",
             Kind::Address => "an ip:port string",
             Kind::HostPort => "a host:port string",
+            Kind::Listeners => "a listener string (ip:port or NAME://ip:port,...)",
+            Kind::AdvertisedListeners => "a listener string (host:port or NAME://host:port,...)",
             Kind::Voters => "a voters string (1@host:port,...)",
             Kind::Text | Kind::Choice(_) => "a string",
         }

@@ -1,0 +1,367 @@
+//! The listener's async layer: accept connections (at most [`MAX_CONNECTIONS`] at once),
+//! read one request at a time per connection, answer it through the replica manager, write
+//! the response, repeat. Everything that decides something is in [`super::versions`],
+//! [`super::guard`], [`super::convert`] and [`crate::bounds`]; this file moves bytes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, FetchRequest, InitProducerIdRequest, ListOffsetsRequest,
+    MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    ResponseKind,
+};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use keel_metadata_log::MetadataImage;
+use keel_proto::ErrorCode;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
+
+use super::{convert, frame, guard, versions};
+use crate::bounds;
+use crate::lifecycle::LifecycleStatus;
+use crate::replica_manager::ReplicaManager;
+
+/// Most connections served at once per Kafka listener; a connection beyond it is closed as
+/// soon as it is accepted (Kafka's `max.connections` is unbounded by default; Keel bounds
+/// the tasks and buffers a flood of connections could pin).
+pub const MAX_CONNECTIONS: usize = 4096;
+
+/// A connection with no request for this long is closed (Kafka: `connections.max.idle.ms`,
+/// 10 minutes).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// What the listener answers from.
+#[derive(Debug, Clone)]
+pub struct KafkaContext {
+    /// This broker's id.
+    pub broker_id: i32,
+    /// The listener's name (`PLAINTEXT`): the endpoint name Metadata answers with.
+    pub listener: String,
+    /// The broker's current metadata image.
+    pub images: watch::Receiver<MetadataImage>,
+    /// The broker's lifecycle (its registered epoch, for InitProducerId).
+    pub status: watch::Receiver<LifecycleStatus>,
+    /// Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, InitProducerId.
+    pub replicas: ReplicaManager,
+}
+
+/// Serves Kafka clients on `listener` until `stop` turns true; then stops accepting and
+/// drops every open connection (a request in flight is abandoned; its client retries
+/// elsewhere, as after Kafka's `SocketServer` shutdown).
+pub async fn serve(listener: TcpListener, ctx: KafkaContext, mut stop: watch::Receiver<bool>) {
+    let ctx = Arc::new(ctx);
+    let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut connections = JoinSet::new();
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    tokio::pin!(stopped);
+    loop {
+        tokio::select! {
+            () = &mut stopped => break,
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // EMFILE and the like: back off briefly instead of spinning.
+                        tracing::warn!("kafka listener: accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    tracing::warn!(%peer, "kafka listener: {MAX_CONNECTIONS} connections open; closing a new one");
+                    continue;
+                };
+                let ctx = ctx.clone();
+                connections.spawn(async move {
+                    if let Err(why) = connection(stream, &ctx).await {
+                        tracing::debug!(%peer, "kafka connection closed: {why}");
+                    }
+                    drop(permit);
+                });
+            }
+            // Reap finished connections so the set does not grow.
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+        }
+    }
+    connections.abort_all();
+}
+
+/// Why a connection was closed by the broker.
+#[derive(Debug, thiserror::Error)]
+enum Close {
+    #[error("{0}")]
+    Frame(#[from] frame::FrameError),
+    #[error("no request for {0:?}")]
+    Idle(Duration),
+    #[error("{0}")]
+    Protocol(String),
+    #[error("writing the response: {0}")]
+    Write(std::io::Error),
+}
+
+/// Serves one connection until the peer closes it or a request cannot be parsed.
+async fn connection(stream: TcpStream, ctx: &KafkaContext) -> Result<(), Close> {
+    let _ = stream.set_nodelay(true);
+    let (read, mut write) = stream.into_split();
+    let mut read = BufReader::new(read);
+    loop {
+        let request = match tokio::time::timeout(IDLE_TIMEOUT, frame::read_request(&mut read)).await
+        {
+            Err(_) => return Err(Close::Idle(IDLE_TIMEOUT)),
+            Ok(Ok(Some(r))) => r,
+            Ok(Ok(None)) => return Ok(()),
+            Ok(Err(e)) => return Err(e.into()),
+        };
+        if let Some(response) = handle(ctx, request).await.map_err(Close::Protocol)? {
+            write.write_all(&response).await.map_err(Close::Write)?;
+        }
+    }
+}
+
+/// One request to its framed response (`None`: no response, an `acks=0` Produce), or why the
+/// connection must be closed.
+async fn handle(ctx: &KafkaContext, mut body: Bytes) -> Result<Option<Bytes>, String> {
+    // frame::MIN_REQUEST_BYTES guarantees the fixed header fields are there.
+    let raw_key = i16::from_be_bytes([body[0], body[1]]);
+    let version = i16::from_be_bytes([body[2], body[3]]);
+    let key = ApiKey::try_from(raw_key).map_err(|_| format!("unknown api key {raw_key}"))?;
+    let served =
+        versions::served(key).ok_or_else(|| format!("{key:?} is not served on this listener"))?;
+    if key != ApiKey::Produce && body.len() > frame::MAX_NON_PRODUCE_REQUEST_BYTES {
+        return Err(format!(
+            "{key:?} request of {} bytes is over the {} bytes allowed for it",
+            body.len(),
+            frame::MAX_NON_PRODUCE_REQUEST_BYTES
+        ));
+    }
+    let header = RequestHeader::decode(&mut body, key.request_header_version(version))
+        .map_err(|e| format!("{key:?} v{version}: bad request header: {e}"))?;
+    let correlation_id = header.correlation_id;
+    if !(served.min..=served.max).contains(&version) {
+        if key == ApiKey::ApiVersions {
+            // KIP-511: an unknown ApiVersions version is answered at v0, with our ranges.
+            let response = versions::api_versions_response(ErrorCode::UnsupportedVersion.code());
+            return encode(key, 0, correlation_id, ResponseKind::ApiVersions(response)).map(Some);
+        }
+        return Err(format!(
+            "{key:?} v{version} is not supported (this listener serves v{}..=v{})",
+            served.min, served.max
+        ));
+    }
+    if version < served.served_min {
+        return old_produce(body, version, correlation_id);
+    }
+    guard::check_request_body(raw_key, version, &body)
+        .map_err(|e| format!("{key:?} v{version}: {e}"))?;
+    let response = match key {
+        ApiKey::ApiVersions => {
+            decode::<ApiVersionsRequest>(&mut body, key, version)?;
+            ResponseKind::ApiVersions(versions::api_versions_response(0))
+        }
+        ApiKey::Metadata => {
+            let req = decode::<MetadataRequest>(&mut body, key, version)?;
+            ResponseKind::Metadata(metadata(ctx, &req, version))
+        }
+        ApiKey::Produce => {
+            let req = decode::<ProduceRequest>(&mut body, key, version)?;
+            let acks = req.acks;
+            let response = produce(ctx, req).await;
+            if acks == 0 {
+                // Kafka (`KafkaApis.handleProduceRequest`): no response for acks=0; an error
+                // closes the connection so the client notices (it learns which from Metadata).
+                let failed = response
+                    .responses
+                    .iter()
+                    .flat_map(|t| &t.partition_responses)
+                    .find(|p| p.error_code != 0);
+                return match failed {
+                    Some(p) => Err(format!(
+                        "acks=0 produce failed with error {} for partition {}",
+                        p.error_code, p.index
+                    )),
+                    None => Ok(None),
+                };
+            }
+            ResponseKind::Produce(response)
+        }
+        ApiKey::Fetch => {
+            let req = decode::<FetchRequest>(&mut body, key, version)?;
+            ResponseKind::Fetch(fetch(ctx, req).await)
+        }
+        ApiKey::ListOffsets => {
+            let req = decode::<ListOffsetsRequest>(&mut body, key, version)?;
+            let keel_req = convert::list_offsets_request(req.clone());
+            let reply = match bounds::list_offsets(&keel_req) {
+                Ok(()) => ctx.replicas.list_offsets(keel_req),
+                Err(e) => keel_proto::broker::ListOffsetsReply {
+                    error: Some(invalid_request(&e)),
+                    topics: Vec::new(),
+                },
+            };
+            ResponseKind::ListOffsets(convert::list_offsets_response(reply, &req, version))
+        }
+        ApiKey::OffsetForLeaderEpoch => {
+            let req = decode::<OffsetForLeaderEpochRequest>(&mut body, key, version)?;
+            let keel_req = convert::offsets_for_leader_epoch_request(req.clone());
+            let reply = match bounds::offsets_for_leader_epoch(&keel_req) {
+                Ok(()) => ctx.replicas.offsets_for_leader_epoch(keel_req),
+                Err(e) => keel_proto::broker::OffsetsForLeaderEpochReply {
+                    error: Some(invalid_request(&e)),
+                    topics: Vec::new(),
+                },
+            };
+            ResponseKind::OffsetForLeaderEpoch(convert::offsets_for_leader_epoch_response(
+                reply, &req,
+            ))
+        }
+        ApiKey::InitProducerId => {
+            let req = decode::<InitProducerIdRequest>(&mut body, key, version)?;
+            let keel_req = convert::init_producer_id_request(req);
+            let reply = match bounds::init_producer_id(&keel_req) {
+                Ok(()) => {
+                    let epoch = ctx.status.borrow().broker_epoch;
+                    ctx.replicas.init_producer_id(&keel_req, epoch).await
+                }
+                Err(e) => keel_proto::broker::InitProducerIdReply {
+                    error: Some(invalid_request(&e)),
+                    producer_id: -1,
+                    producer_epoch: -1,
+                },
+            };
+            ResponseKind::InitProducerId(convert::init_producer_id_response(reply))
+        }
+        other => return Err(format!("{other:?} has no handler")),
+    };
+    encode(key, version, correlation_id, response).map(Some)
+}
+
+/// INVALID_REQUEST (42) carrying the bound violation.
+fn invalid_request(e: &keel_proto::limits::FieldError) -> keel_proto::common::Error {
+    ErrorCode::InvalidRequest.to_proto(keel_proto::limits::cap_message(e.to_string()))
+}
+
+fn decode<T: Decodable>(body: &mut Bytes, key: ApiKey, version: i16) -> Result<T, String> {
+    T::decode(body, version).map_err(|e| format!("{key:?} v{version}: cannot decode: {e}"))
+}
+
+/// The framed response: size, response header (its version from the API and version), body.
+fn encode(
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    response: ResponseKind,
+) -> Result<Bytes, String> {
+    let mut out = BytesMut::new();
+    out.put_i32(0);
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut out, key.response_header_version(version))
+        .and_then(|()| response.encode(&mut out, version))
+        .map_err(|e| format!("{key:?} v{version}: cannot encode the response: {e}"))?;
+    let size = i32::try_from(out.len() - 4).map_err(|_| "response over 2 GiB".to_string())?;
+    out[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(out.freeze())
+}
+
+fn metadata(
+    ctx: &KafkaContext,
+    req: &MetadataRequest,
+    version: i16,
+) -> kafka_protocol::messages::MetadataResponse {
+    let image = ctx.images.borrow().clone();
+    let keel_req = convert::metadata_request(req, version, &image);
+    let reply = keel_req.map(|r| match bounds::metadata(&r) {
+        Ok(()) => crate::metadata::describe::metadata_reply(&image, &r, -1),
+        Err(e) => keel_proto::broker::MetadataReply {
+            topics: r
+                .topics
+                .iter()
+                .map(|name| keel_proto::broker::MetadataTopic {
+                    error: Some(invalid_request(&e)),
+                    name: keel_proto::limits::clip(name).to_string(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        },
+    });
+    convert::metadata_response(reply, req, &image, &ctx.listener, ctx.broker_id)
+}
+
+async fn produce(
+    ctx: &KafkaContext,
+    req: ProduceRequest,
+) -> kafka_protocol::messages::ProduceResponse {
+    let shape = convert::produce_shape(&req);
+    let keel_req = convert::produce_request(req);
+    if let Err(e) = bounds::produce(&keel_req) {
+        let error = invalid_request(&e);
+        return convert::produce_error_response(&shape, error.code as i16, Some(&error.message));
+    }
+    let reply = ctx.replicas.produce(keel_req).await;
+    let image = ctx.images.borrow().clone();
+    convert::produce_response(reply, &shape, &image, &ctx.listener)
+}
+
+async fn fetch(ctx: &KafkaContext, req: FetchRequest) -> kafka_protocol::messages::FetchResponse {
+    let keel_req = match convert::fetch_request(req.clone()) {
+        Ok(r) => r,
+        Err(refusal) => return convert::fetch_error_response(&req, refusal.code()),
+    };
+    if bounds::fetch(&keel_req).is_err() {
+        return convert::fetch_error_response(&req, ErrorCode::InvalidRequest.code());
+    }
+    let reply = ctx.replicas.fetch(keel_req).await;
+    convert::fetch_response(reply, &req)
+}
+
+/// Produce v0-2 (advertised, not served: see [`versions::Served`]): the body is v3's without
+/// the leading transactional id, so it is checked and decoded as v3 with a null one, and
+/// every partition is answered UNSUPPORTED_VERSION in the v0-2 layout (v1 adds
+/// `throttle_time_ms` after the topics, v2 `log_append_time_ms` per partition). `acks=0`
+/// closes the connection instead, as any failed `acks=0` produce does.
+fn old_produce(body: Bytes, version: i16, correlation_id: i32) -> Result<Option<Bytes>, String> {
+    let mut as_v3 = BytesMut::with_capacity(body.len() + 2);
+    as_v3.put_i16(-1);
+    as_v3.extend_from_slice(&body);
+    let mut as_v3 = as_v3.freeze();
+    guard::check_request_body(ApiKey::Produce as i16, 3, &as_v3)
+        .map_err(|e| format!("Produce v{version}: {e}"))?;
+    let req = decode::<ProduceRequest>(&mut as_v3, ApiKey::Produce, 3)?;
+    if req.acks == 0 {
+        return Err(format!(
+            "Produce v{version} is not supported (v3 or later is; acks=0, so no response)"
+        ));
+    }
+    let unsupported = ErrorCode::UnsupportedVersion.code();
+    let mut out = BytesMut::new();
+    out.put_i32(0);
+    out.put_i32(correlation_id); // response header v0
+    out.put_i32(req.topic_data.len() as i32);
+    for t in &req.topic_data {
+        let name = t.name.0.as_str().as_bytes();
+        out.put_i16(name.len() as i16);
+        out.extend_from_slice(name);
+        out.put_i32(t.partition_data.len() as i32);
+        for p in &t.partition_data {
+            out.put_i32(p.index);
+            out.put_i16(unsupported);
+            out.put_i64(-1); // base_offset
+            if version >= 2 {
+                out.put_i64(-1); // log_append_time_ms
+            }
+        }
+    }
+    if version >= 1 {
+        out.put_i32(0); // throttle_time_ms
+    }
+    let size = (out.len() - 4) as i32;
+    out[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(Some(out.freeze()))
+}

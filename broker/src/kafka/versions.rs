@@ -1,0 +1,107 @@
+//! The Kafka APIs the listener serves and the version ranges it advertises in ApiVersions
+//! (KIP-35, KIP-511): every version in a range is decoded by `kafka-protocol`, passes the
+//! [`super::guard`] schema and is answered; nothing is advertised that is not served
+//! (`kafka-protocol`'s own `valid_versions()` claims versions its structs cannot decode, so
+//! the ranges are Keel's, not the crate's).
+
+use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::api_versions_response::{ApiVersion, ApiVersionsResponse};
+
+/// One served API: `[min, max]` is advertised; versions below `served_min` are advertised but
+/// answered with UNSUPPORTED_VERSION (Produce v0-2: Kafka 4 removed them but still advertises
+/// them, because older librdkafka releases check for Produce v0 before enabling compression,
+/// KAFKA-18659).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    /// The API.
+    pub key: ApiKey,
+    /// Lowest advertised version.
+    pub min: i16,
+    /// Highest advertised and served version.
+    pub max: i16,
+    /// Lowest served version (`min..served_min` are refused).
+    pub served_min: i16,
+}
+
+const fn api(key: ApiKey, min: i16, max: i16) -> Served {
+    Served {
+        key,
+        min,
+        max,
+        served_min: min,
+    }
+}
+
+/// Every API of the listener, in ApiVersions order (by key).
+pub const SERVED: &[Served] = &[
+    Served {
+        key: ApiKey::Produce,
+        min: 0,
+        max: 11,
+        served_min: 3,
+    },
+    api(ApiKey::Fetch, 4, 12),
+    api(ApiKey::ListOffsets, 1, 10),
+    api(ApiKey::Metadata, 0, 12),
+    api(ApiKey::ApiVersions, 0, 4),
+    api(ApiKey::InitProducerId, 0, 5),
+    api(ApiKey::OffsetForLeaderEpoch, 2, 4),
+];
+
+/// The served range of `key`, if the listener serves it.
+pub fn served(key: ApiKey) -> Option<Served> {
+    SERVED.iter().copied().find(|s| s.key == key)
+}
+
+/// The ApiVersions response: `error_code` NONE, or UNSUPPORTED_VERSION (35) for an
+/// ApiVersions request of a version this listener does not know (then it is encoded as v0,
+/// so any client can read the ranges and retry with one it shares, KIP-511).
+pub fn api_versions_response(error_code: i16) -> ApiVersionsResponse {
+    let api_keys = SERVED
+        .iter()
+        .map(|s| {
+            ApiVersion::default()
+                .with_api_key(s.key as i16)
+                .with_min_version(s.min)
+                .with_max_version(s.max)
+        })
+        .collect();
+    ApiVersionsResponse::default()
+        .with_error_code(error_code)
+        .with_api_keys(api_keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::protocol::Message;
+
+    use super::*;
+
+    /// Every advertised version a client may send is one `kafka-protocol` can decode (its
+    /// structs' `VERSIONS`), except the refused Produce v0-2, which are answered without the
+    /// crate's decoder.
+    #[test]
+    fn every_served_version_is_decodable_by_the_codec() {
+        use kafka_protocol::messages::*;
+        for s in SERVED {
+            let range = match s.key {
+                ApiKey::Produce => ProduceRequest::VERSIONS,
+                ApiKey::Fetch => FetchRequest::VERSIONS,
+                ApiKey::ListOffsets => ListOffsetsRequest::VERSIONS,
+                ApiKey::Metadata => MetadataRequest::VERSIONS,
+                ApiKey::ApiVersions => ApiVersionsRequest::VERSIONS,
+                ApiKey::InitProducerId => InitProducerIdRequest::VERSIONS,
+                ApiKey::OffsetForLeaderEpoch => OffsetForLeaderEpochRequest::VERSIONS,
+                other => panic!("no codec check for {other:?}"),
+            };
+            assert!(
+                range.min <= s.served_min && s.max <= range.max,
+                "{:?} {}..={} not within the codec's {range}",
+                s.key,
+                s.served_min,
+                s.max
+            );
+            assert!(s.min <= s.served_min && s.served_min <= s.max);
+        }
+    }
+}
