@@ -34,7 +34,7 @@ pub struct Record {
     pub headers: Vec<RecordHeader>,
 }
 
-/// Iterator over the records of a batch; see [`RecordBatch::records`].
+/// Iterator over the records of a batch; see [`crate::RecordBatch::records`].
 #[derive(Debug)]
 pub struct RecordIter {
     pub(crate) data: Bytes,
