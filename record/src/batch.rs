@@ -1,8 +1,9 @@
-//! One batch over shared bytes ([`RecordBatch`]: CRC and record checks as Kafka's leader
-//! makes them) and the splitter of concatenated batches ([`BatchIter`]).
+//! One batch over shared bytes ([`RecordBatch`]: CRC, decompression and record checks as
+//! Kafka's leader makes them) and the splitter of concatenated batches ([`BatchIter`]).
 
 use bytes::{Bytes, BytesMut};
 
+use crate::compression::{self, CompressionType, MAX_DECOMPRESSED_BYTES};
 use crate::records::{RecordIter, check_records};
 use crate::*;
 
@@ -69,10 +70,32 @@ impl RecordBatch {
         self.compute_crc() == self.header.crc
     }
 
+    /// The codec of attribute bits 0-2; 5-7 are an error naming the id.
+    pub fn compression(&self) -> Result<CompressionType, CorruptBatch> {
+        CompressionType::from_attributes(self.header.attributes)
+            .map_err(|e| CorruptBatch::new(0, self.base_offset(), e.to_string()))
+    }
+
+    /// The records section: the bytes after the header, decompressed (at most `limit_bytes`
+    /// of output, else an error naming the bound) when the batch is compressed. Zero copy for
+    /// an uncompressed batch. Does not check the CRC nor the records.
+    pub fn records_section(&self, limit_bytes: usize) -> Result<Bytes, CorruptBatch> {
+        let codec = self.compression()?;
+        let stored = self.data.slice(HEADER_SIZE..);
+        if codec == CompressionType::None {
+            return Ok(stored);
+        }
+        compression::decompress(codec, &stored, limit_bytes)
+            .map(Bytes::from)
+            .map_err(|e| CorruptBatch::new(0, self.base_offset(), e.to_string()))
+    }
+
     /// Full check as Kafka's leader does before appending (`DefaultRecordBatch.ensureValid` +
-    /// `LogValidator`): CRC, at least one record, `record_count == last_offset_delta + 1`, no
-    /// compression (codec bits reserved), and every record parses with offset deltas
-    /// 0..count-1 and ends exactly at the batch end.
+    /// `LogValidator`): CRC over the bytes as stored (compressed or not), at least one
+    /// record, `record_count == last_offset_delta + 1`, a known codec (0-4), the records
+    /// section decompressed within [`MAX_DECOMPRESSED_BYTES`], and every record parses with
+    /// offset deltas 0..count-1 and ends exactly at the end of the (decompressed) section.
+    /// The batch itself is not changed: the log stores it as sent.
     pub fn validate(&self) -> Result<(), CorruptBatch> {
         self.validate_with_timestamp_deltas().map(|_| ())
     }
@@ -81,29 +104,59 @@ impl RecordBatch {
     /// delta found by the same walk over the records (the leader derives the record
     /// timestamps from them instead of trusting the header's max timestamp).
     pub fn validate_with_timestamp_deltas(&self) -> Result<(i64, i64), CorruptBatch> {
-        let err = |reason| CorruptBatch::new(0, self.base_offset(), reason);
+        self.checked_records_section(MAX_DECOMPRESSED_BYTES)
+            .map(|(_, deltas)| deltas)
+    }
+
+    /// [`RecordBatch::validate`], then an iterator over the records it checked (a compressed
+    /// batch is decompressed once, not again for the iteration).
+    pub fn validated_records(&self) -> Result<RecordIter, CorruptBatch> {
+        let (data, _) = self.checked_records_section(MAX_DECOMPRESSED_BYTES)?;
+        Ok(self.iter_over(data, None))
+    }
+
+    /// The checks of [`RecordBatch::validate`] with the decompression bound `limit_bytes`;
+    /// returns the (decompressed) records section and the timestamp delta range.
+    pub fn checked_records_section(
+        &self,
+        limit_bytes: usize,
+    ) -> Result<(Bytes, (i64, i64)), CorruptBatch> {
+        let err = |reason: String| CorruptBatch::new(0, self.base_offset(), reason);
         if !self.is_crc_valid() {
-            return Err(err("CRC32C mismatch"));
+            return Err(err("CRC32C mismatch".into()));
         }
         let h = &self.header;
         if h.record_count == 0 || h.record_count as i64 != h.last_offset_delta as i64 + 1 {
-            return Err(err("record count does not match last offset delta"));
+            return Err(err(format!(
+                "record count {} does not match last offset delta {}",
+                h.record_count, h.last_offset_delta
+            )));
         }
-        if h.compression_codec() != 0 {
-            return Err(err("compressed batches are not supported yet"));
-        }
-        check_records(&self.data[HEADER_SIZE..], h.record_count).map_err(err)
+        let data = self.records_section(limit_bytes)?;
+        let deltas = check_records(&data, h.record_count).map_err(err)?;
+        Ok((data, deltas))
     }
 
-    /// Iterates the records. Stops after `record_count` records; yields an error (and then
-    /// stops) at the first malformed record or if bytes remain after the last record.
+    /// Iterates the records, decompressing a compressed batch first (bounded by
+    /// [`MAX_DECOMPRESSED_BYTES`]). Stops after `record_count` records; yields an error (and
+    /// then stops) when the section does not decompress, at the first malformed record, or if
+    /// bytes remain after the last record. Does not check the CRC (see
+    /// [`RecordBatch::validated_records`]).
     pub fn records(&self) -> RecordIter {
+        match self.records_section(MAX_DECOMPRESSED_BYTES) {
+            Ok(data) => self.iter_over(data, None),
+            Err(e) => self.iter_over(Bytes::new(), Some(e)),
+        }
+    }
+
+    fn iter_over(&self, data: Bytes, error: Option<CorruptBatch>) -> RecordIter {
         RecordIter {
-            data: self.data.slice(HEADER_SIZE..),
+            data,
             pos: 0,
             remaining: self.header.record_count.max(0) as u32,
             base_offset: self.header.base_offset,
             failed: false,
+            error,
         }
     }
 

@@ -127,7 +127,8 @@ impl BatchHeader {
         self.producer_id >= 0
     }
 
-    /// Compression codec bits (0 = none; 1..4 reserved for gzip/snappy/lz4/zstd).
+    /// Compression codec bits (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd; 5-7 undefined): see
+    /// [`crate::CompressionType::from_attributes`].
     pub fn compression_codec(&self) -> i16 {
         self.attributes & COMPRESSION_CODEC_MASK
     }

@@ -37,11 +37,21 @@
 //! consumer) and the Kafka listener: one implementation of build and parse (DESIGN §1).
 //! Depends on nothing of Keel's. Modules: [`header`] (the 61-byte header), [`batch`] (one
 //! batch over shared bytes, splitting concatenated batches), [`records`] (decoding records),
-//! [`builder`] (writing a batch as a producer does), [`fuzz`] (entry points of the fuzz
-//! targets and their proptest versions).
+//! [`builder`] (writing a batch as a producer does), [`compression`] (the codecs of
+//! attribute bits 0-2 and the bound on decompressed bytes), [`fuzz`] (entry points of the
+//! fuzz targets and their proptest versions).
+//!
+//! A compressed batch (codec bits 1-4) keeps the 61-byte header uncompressed and holds the
+//! records section, compressed as one stream, after it; the CRC covers the compressed bytes
+//! as stored. The broker validates it by decompressing (bounded by
+//! [`MAX_DECOMPRESSED_BYTES`]) but stores and serves it as sent; readers
+//! ([`RecordBatch::records`]) decompress transparently.
+
+use std::borrow::Cow;
 
 pub mod batch;
 pub mod builder;
+pub mod compression;
 pub mod fuzz;
 pub mod header;
 pub mod records;
@@ -49,6 +59,7 @@ mod varint;
 
 pub use batch::{BatchIter, RecordBatch, stamped_prefix};
 pub use builder::RecordBatchBuilder;
+pub use compression::{CompressionError, CompressionType, MAX_DECOMPRESSED_BYTES};
 pub use header::{BatchHeader, increment_sequence};
 pub use records::{Record, RecordHeader, RecordIter};
 
@@ -89,7 +100,7 @@ pub(crate) const PRODUCER_EPOCH_POS: usize = 51;
 pub(crate) const BASE_SEQUENCE_POS: usize = 53;
 pub(crate) const RECORD_COUNT_POS: usize = 57;
 
-/// Mask of the compression codec bits in the attributes.
+/// Mask of the compression codec bits in the attributes ([`CompressionType`]).
 pub const COMPRESSION_CODEC_MASK: i16 = 0x07;
 /// Attribute bit: timestamps are log-append time.
 pub const TIMESTAMP_TYPE_BIT: i16 = 0x08;
@@ -98,7 +109,7 @@ pub const TRANSACTIONAL_BIT: i16 = 0x10;
 /// Attribute bit: control batch (reserved).
 pub const CONTROL_BIT: i16 = 0x20;
 
-/// A batch or record failed a bounds, structure or CRC check.
+/// A batch or record failed a bounds, structure, CRC or decompression check.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("at byte {position} (batch base offset {base_offset}): {reason}")]
 pub struct CorruptBatch {
@@ -106,16 +117,21 @@ pub struct CorruptBatch {
     pub position: u64,
     /// Base offset of the batch if its header could be read, else -1.
     pub base_offset: i64,
-    /// What failed.
-    pub reason: &'static str,
+    /// What failed: a fixed text, or one naming the value found (the codec id, the record
+    /// index, the decompression bound).
+    pub reason: Cow<'static, str>,
 }
 
 impl CorruptBatch {
-    pub(crate) fn new(position: u64, base_offset: i64, reason: &'static str) -> Self {
+    pub(crate) fn new(
+        position: u64,
+        base_offset: i64,
+        reason: impl Into<Cow<'static, str>>,
+    ) -> Self {
         Self {
             position,
             base_offset,
-            reason,
+            reason: reason.into(),
         }
     }
 

@@ -1,5 +1,6 @@
 //! Decoding the records of a batch (Kafka `DefaultRecord`): every read bounds-checked
-//! against the record's own length, keys, values and headers as slices of the batch buffer.
+//! against the record's own length, keys, values and headers as slices of the batch buffer
+//! (of the decompressed records section for a compressed batch).
 
 use std::ops::Range;
 
@@ -33,7 +34,7 @@ pub struct Record {
     pub headers: Vec<RecordHeader>,
 }
 
-/// Iterator over the records of a batch; see [`RecordBatch::records`].
+/// Iterator over the records of a batch; see [`crate::RecordBatch::records`].
 #[derive(Debug)]
 pub struct RecordIter {
     pub(crate) data: Bytes,
@@ -41,6 +42,8 @@ pub struct RecordIter {
     pub(crate) remaining: u32,
     pub(crate) base_offset: i64,
     pub(crate) failed: bool,
+    /// Yielded first, then the iterator ends: the records section could not be decompressed.
+    pub(crate) error: Option<CorruptBatch>,
 }
 
 /// Cursor over a record's bytes with bounds-checked reads.
@@ -160,25 +163,37 @@ fn parse_record(
     })
 }
 
-/// Walks the records of `records` (the bytes after a batch header) without decoding them
-/// into values: checks each parses, that offset deltas are 0..count-1, and that the last
-/// record ends exactly at the end. Returns the smallest and largest timestamp delta, or the
-/// reason of the first failure. `count` must be >= 1.
-pub(crate) fn check_records(records: &[u8], count: i32) -> Result<(i64, i64), &'static str> {
+/// Walks the records of `records` (the records section of a batch, decompressed) without
+/// decoding them into values: checks each parses, that offset deltas are 0..count-1, and that
+/// the last record ends exactly at the end. Returns the smallest and largest timestamp delta,
+/// or the first failure naming the record index. `count` must be >= 1.
+pub(crate) fn check_records(records: &[u8], count: i32) -> Result<(i64, i64), String> {
     let mut pos = 0;
     let (mut min_delta, mut max_delta) = (i64::MAX, i64::MIN);
     // Bounded by `count`, which the caller checked against the batch header.
     for expected_delta in 0..count {
-        let r = parse_record(records, pos, |_, _| {})?;
+        if pos == records.len() {
+            return Err(format!(
+                "record count mismatch: the header counts {count} records, the batch holds {expected_delta}"
+            ));
+        }
+        let r = parse_record(records, pos, |_, _| {})
+            .map_err(|reason| format!("record {expected_delta}: {reason}"))?;
         if r.offset_delta != expected_delta {
-            return Err("record offset deltas are not 0..count-1");
+            return Err(format!(
+                "record {expected_delta}: offset delta {} (record offset deltas must be 0..count-1)",
+                r.offset_delta
+            ));
         }
         min_delta = min_delta.min(r.timestamp_delta);
         max_delta = max_delta.max(r.timestamp_delta);
         pos = r.end;
     }
     if pos != records.len() {
-        return Err("bytes left after the last record");
+        return Err(format!(
+            "record count mismatch: {} bytes left after the last of the {count} records the header counts",
+            records.len() - pos
+        ));
     }
     Ok((min_delta, max_delta))
 }
@@ -212,6 +227,10 @@ impl Iterator for RecordIter {
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed {
             return None;
+        }
+        if let Some(e) = self.error.take() {
+            self.failed = true;
+            return Some(Err(e));
         }
         if self.remaining == 0 {
             if self.pos != self.data.len() {

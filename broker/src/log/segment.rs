@@ -415,7 +415,7 @@ impl Segment {
             return Err(LogError::CorruptMessage(keel_record::CorruptBatch {
                 position,
                 base_offset: -1,
-                reason: "header beyond segment end",
+                reason: "header beyond segment end".into(),
             }));
         }
         self.file

@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use keel_record::CompressionType;
+
 use super::{CliError, CliResult, Ctx};
 use crate::brokers::Brokers;
 use crate::consumer::{Consumer, ConsumerConfig, ConsumerRecord, SeekTo, TopicPartition};
@@ -53,9 +55,13 @@ pub struct ProduceArgs {
     /// How long a batch waits for more records, ms.
     #[arg(long, default_value_t = 5)]
     pub linger_ms: u64,
-    /// Target batch size per partition, bytes.
+    /// Target batch size per partition, bytes (before compression).
     #[arg(long, default_value_t = 16384)]
     pub batch_size: usize,
+    /// Compression codec of the batches (Kafka `compression.type`): none, gzip, snappy
+    /// (xerial framing), lz4 (frame format) or zstd.
+    #[arg(long, default_value = "none")]
+    pub compression: CompressionType,
     /// How long a record may wait for its acknowledgement, retries included, before it fails
     /// (Kafka `delivery.timeout.ms`), ms. With the ISR below min.insync.replicas, acks=all
     /// records retry NOT_ENOUGH_REPLICAS until then.
@@ -206,6 +212,7 @@ pub(super) async fn produce(a: ProduceArgs, ctx: &Ctx) -> CliResult {
     cfg.linger_ms = a.linger_ms;
     cfg.delivery_timeout_ms = a.delivery_timeout_ms;
     cfg.batch_size_bytes = a.batch_size;
+    cfg.compression = a.compression;
     // One request may not outlive the delivery timeout (Kafka requires delivery.timeout.ms
     // >= linger.ms + request.timeout.ms; a shorter --delivery-timeout-ms shortens requests).
     cfg.request_timeout_ms = (ctx.request_timeout.as_millis() as u64)
