@@ -10,6 +10,9 @@
 //! listener; a stop is their graceful shutdown, a kill drops the node's runtime (every task of
 //! the node ends at its next await, as in a crash; files written so far stay).
 //!
+//! Every broker also has a Kafka-protocol listener ([`InProcessCluster::kafka_addr`],
+//! [`InProcessCluster::kafka_bootstrap`]) for tests with Kafka clients.
+//!
 //! Node ids: controllers `1..=controllers`, brokers `1..=brokers` (separate id spaces, like
 //! the multi-process harnesses).
 //!
@@ -58,10 +61,12 @@ impl Default for Timings {
     }
 }
 
-/// A node's address and, while it runs, its runtime and shutdown handles.
+/// A node's address (a broker's Kafka-protocol listener too) and, while it runs, its runtime
+/// and shutdown handles.
 #[derive(Debug)]
 struct Node {
     addr: SocketAddr,
+    kafka_addr: Option<SocketAddr>,
     running: Option<Running>,
 }
 
@@ -70,6 +75,7 @@ impl Node {
     fn stopped(listener: &std::net::TcpListener) -> Self {
         Self {
             addr: listener.local_addr().expect("a bound address"),
+            kafka_addr: None,
             running: None,
         }
     }
@@ -105,11 +111,11 @@ fn bind_loopback() -> std::net::TcpListener {
     std::net::TcpListener::bind("127.0.0.1:0").expect("bind a loopback listener")
 }
 
-/// Starts `serve(listener, shutdown)` on a new runtime named `name`.
+/// Starts `serve(listeners, shutdown)` on a new runtime named `name`.
 fn spawn_node<F>(
     name: &str,
-    listener: std::net::TcpListener,
-    serve: impl FnOnce(tokio::net::TcpListener, oneshot::Receiver<()>) -> F + Send + 'static,
+    listeners: Vec<std::net::TcpListener>,
+    serve: impl FnOnce(Vec<tokio::net::TcpListener>, oneshot::Receiver<()>) -> F + Send + 'static,
 ) -> Running
 where
     F: Future<Output = Result<(), String>> + Send + 'static,
@@ -122,12 +128,15 @@ where
         .expect("start a node runtime");
     let (stop, stop_rx) = oneshot::channel();
     let (done_tx, done) = oneshot::channel();
-    listener
-        .set_nonblocking(true)
-        .expect("a non-blocking listener");
+    for l in &listeners {
+        l.set_nonblocking(true).expect("a non-blocking listener");
+    }
     runtime.spawn(async move {
-        let listener = tokio::net::TcpListener::from_std(listener).expect("a tokio listener");
-        let _ = done_tx.send(serve(listener, stop_rx).await);
+        let listeners = listeners
+            .into_iter()
+            .map(|l| tokio::net::TcpListener::from_std(l).expect("a tokio listener"))
+            .collect();
+        let _ = done_tx.send(serve(listeners, stop_rx).await);
     });
     Running {
         runtime,
@@ -146,7 +155,9 @@ impl InProcessCluster {
     /// wait for what the test needs (e.g. [`Endpoints::wait_unfenced`]).
     pub fn start_with(controllers: usize, brokers: usize, timings: Timings) -> Self {
         let controller_listeners: Vec<_> = (0..controllers).map(|_| bind_loopback()).collect();
-        let broker_listeners: Vec<_> = (0..brokers).map(|_| bind_loopback()).collect();
+        let broker_listeners: Vec<_> = (0..brokers)
+            .map(|_| (bind_loopback(), bind_loopback()))
+            .collect();
         let mut c = Self {
             dir: tempfile::tempdir().expect("a temp dir"),
             timings,
@@ -154,14 +165,17 @@ impl InProcessCluster {
                 .zip(controller_listeners.iter().map(Node::stopped))
                 .collect(),
             brokers: (1..)
-                .zip(broker_listeners.iter().map(Node::stopped))
+                .zip(broker_listeners.iter().map(|(grpc, kafka)| Node {
+                    kafka_addr: Some(kafka.local_addr().expect("a bound address")),
+                    ..Node::stopped(grpc)
+                }))
                 .collect(),
         };
         for (id, l) in (1..).zip(controller_listeners) {
             c.start_controller_on(id, l);
         }
-        for (id, l) in (1..).zip(broker_listeners) {
-            c.start_broker_on(id, l);
+        for (id, (grpc, kafka)) in (1..).zip(broker_listeners) {
+            c.start_broker_on(id, grpc, kafka);
         }
         c
     }
@@ -244,7 +258,14 @@ impl InProcessCluster {
             Binary::Broker,
             [
                 ("node_id", Value::Int(id.into())),
-                ("listeners", Value::Text(self.brokers[&id].addr.to_string())),
+                (
+                    "listeners",
+                    Value::Text(format!(
+                        "GRPC://{},PLAINTEXT://{}",
+                        self.brokers[&id].addr,
+                        self.kafka_addr(id)
+                    )),
+                ),
                 (
                     "log_dirs",
                     Value::Text(self.broker_data_dir(id).display().to_string()),
@@ -265,9 +286,9 @@ impl InProcessCluster {
         let config = self.controller_config(id);
         let running = spawn_node(
             &format!("controller-{id}"),
-            listener,
-            |l, stop| async move {
-                keel_controller::server::serve(l, config, async {
+            vec![listener],
+            |mut l, stop| async move {
+                keel_controller::server::serve(l.remove(0), config, async {
                     let _ = stop.await;
                 })
                 .await
@@ -280,20 +301,47 @@ impl InProcessCluster {
             .running = Some(running);
     }
 
-    fn start_broker_on(&mut self, id: i32, listener: std::net::TcpListener) {
+    fn start_broker_on(
+        &mut self,
+        id: i32,
+        grpc: std::net::TcpListener,
+        kafka: std::net::TcpListener,
+    ) {
         let config = self.broker_config(id);
-        let running = spawn_node(&format!("broker-{id}"), listener, |l, stop| async move {
-            keel_broker::server::serve(
-                keel_broker::server::Listeners::grpc_only(l),
-                config,
-                async {
+        let running = spawn_node(
+            &format!("broker-{id}"),
+            vec![grpc, kafka],
+            |mut l, stop| async move {
+                let listeners = keel_broker::server::Listeners {
+                    kafka: l.pop(),
+                    grpc: l.pop().expect("the gRPC listener"),
+                };
+                keel_broker::server::serve(listeners, config, async {
                     let _ = stop.await;
-                },
-            )
-            .await
-            .map_err(|e| e.to_string())
-        });
+                })
+                .await
+                .map_err(|e| e.to_string())
+            },
+        );
         self.brokers.get_mut(&id).expect("a broker id").running = Some(running);
+    }
+
+    /// The address of broker `id`'s Kafka-protocol (`PLAINTEXT`) listener.
+    pub fn kafka_addr(&self, id: i32) -> SocketAddr {
+        self.brokers
+            .get(&id)
+            .and_then(|n| n.kafka_addr)
+            .unwrap_or_else(|| panic!("no broker {id}"))
+    }
+
+    /// `host:port,...` of every broker's Kafka listener (a Kafka client's
+    /// `bootstrap.servers`).
+    pub fn kafka_bootstrap(&self) -> String {
+        self.brokers
+            .keys()
+            .map(|id| self.kafka_addr(*id).to_string())
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// Starts controller `id` again (after [`Self::kill_controller`] or
@@ -309,8 +357,10 @@ impl InProcessCluster {
     pub fn start_broker(&mut self, id: i32) {
         let node = &self.brokers[&id];
         assert!(node.running.is_none(), "broker {id} is running");
-        let listener = std::net::TcpListener::bind(node.addr).expect("rebind the broker");
-        self.start_broker_on(id, listener);
+        let grpc = std::net::TcpListener::bind(node.addr).expect("rebind the broker");
+        let kafka = std::net::TcpListener::bind(self.kafka_addr(id))
+            .expect("rebind the broker's Kafka listener");
+        self.start_broker_on(id, grpc, kafka);
     }
 
     /// Kills controller `id`: its runtime is dropped, so every task of it (Raft, the write
