@@ -6,7 +6,7 @@
 #   3. deploy/smoke.sh: produce/consume, leader failover, ISR shrink and expansion;
 #   4. always (exit trap): on failure the containers' state and last log lines, then
 #      deploy/down.sh --volumes, so a rerun starts from empty volumes.
-# Installs jq (needed by smoke.sh) with apt-get when missing, like base-image.sh does for
+# Installs jq and kcat (needed by smoke.sh) with apt-get when missing, like base-image.sh does for
 # debootstrap (root or sudo). Prints the seconds of each phase at the end.
 # Environment: as up.sh (CARGO_TARGET_DIR, KEEL_IMAGE, KEEL_BASE_IMAGE, KEEL_UP_TIMEOUT_S,
 # KEEL_SKIP_BUILD, KEEL_CARGO_PROFILE) and smoke.sh (KEEL_SMOKE_*); KEEL_SMOKE_LOG_LINES (200) log lines per
@@ -24,18 +24,21 @@ docker info >/dev/null 2>&1 || die "cannot reach the Docker daemon"
 # shellcheck source=deploy/compose.sh
 . "$ROOT/deploy/compose.sh"
 
-if ! command -v jq >/dev/null; then
+missing=()
+command -v jq >/dev/null || missing+=(jq)
+command -v kcat >/dev/null || missing+=(kcat)
+if [ "${#missing[@]}" -gt 0 ]; then
     if [ "$(id -u)" -eq 0 ]; then
         SUDO=()
     elif command -v sudo >/dev/null; then
         SUDO=(sudo)
     else
-        die "jq is missing and installing it needs root: run as root or install jq"
+        die "${missing[*]} missing and installing needs root: run as root or install them"
     fi
-    say "installing jq with apt-get"
+    say "installing ${missing[*]} with apt-get"
     "${SUDO[@]}" apt-get update -qq || die "apt-get update failed"
-    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq >/dev/null \
-        || die "apt-get install jq failed"
+    "${SUDO[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null \
+        || die "apt-get install ${missing[*]} failed"
 fi
 
 T0=$SECONDS

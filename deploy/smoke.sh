@@ -7,6 +7,9 @@
 #   2. creates a topic (3 partitions, replication factor 3, min.insync.replicas=2), produces
 #      keyed records with acks=all through `keelctl produce` and reads them back with
 #      `keelctl consume`: same bytes, no loss, no duplicate, producer order per partition;
+#      then a Kafka client on the host (kcat, librdkafka) lists the 3 brokers on their Kafka
+#      listeners and writes 1,000 zstd-compressed records with an idempotent acks=all
+#      producer that it reads back exactly, in order;
 #   3. disconnects the container of partition 0's leader (broker X) from the compose network;
 #   4. waits until another ISR member leads partition 0 and X is out of every ISR, and finds
 #      in the metadata log: X fenced, partition 0's leader change (leader epoch bump) and the
@@ -19,7 +22,7 @@
 # keelctl runs inside the controller-1 container: brokers advertise their compose names
 # (broker-N:9092), which resolve only on the compose network.
 #
-# Needs docker and jq on the host. Environment:
+# Needs docker, jq and kcat on the host. Environment:
 #   KEEL_SMOKE_TOPIC      topic to create (default smoke-<date>; it must not exist)
 #   KEEL_SMOKE_RECORDS    records per produce phase (default 2000)
 #   KEEL_SMOKE_TIMEOUT_S  bound of each wait for failover / ISR expansion (default 60)
@@ -201,6 +204,25 @@ ok "created topic $TOPIC (3 partitions, replication factor 3, min.insync.replica
 
 produce 1
 consume_check "before failover" 1
+
+# Kafka clients on the host: the brokers' PLAINTEXT listeners are published on 127.0.0.1:19291-3.
+KAFKA_BOOTSTRAP=127.0.0.1:19291
+command -v kcat >/dev/null || fail "kcat is missing on the host (apt-get install kcat)"
+kbrokers="$(timeout 30 kcat -L -J -b "$KAFKA_BOOTSTRAP" | jq '.brokers | length')" \
+    || fail "kcat -L against $KAFKA_BOOTSTRAP failed"
+[ "$kbrokers" = 3 ] || fail "kcat -L lists $kbrokers brokers, expected 3"
+keelctl topic create "$TOPIC-kafka" --partitions 1 --replication-factor 3 \
+    --config min.insync.replicas=2 >/dev/null || fail "topic create $TOPIC-kafka failed"
+seq -f "kafka record %04g" 1 1000 >"$WORK/kafka-sent.txt"
+timeout 60 kcat -P -b "$KAFKA_BOOTSTRAP" -t "$TOPIC-kafka" -p 0 -z zstd \
+    -X enable.idempotence=true -X acks=all <"$WORK/kafka-sent.txt" 2>"$WORK/kcat.err" \
+    || fail "kcat produce failed: $(cat "$WORK/kcat.err")"
+grep -q "Delivery failed" "$WORK/kcat.err" && fail "kcat produce: $(head -n 3 "$WORK/kcat.err")"
+timeout 60 kcat -C -b "$KAFKA_BOOTSTRAP" -t "$TOPIC-kafka" -p 0 -o beginning -e -q \
+    >"$WORK/kafka-got.txt" || fail "kcat consume failed"
+cmp -s "$WORK/kafka-sent.txt" "$WORK/kafka-got.txt" \
+    || fail "kcat read back $(wc -l <"$WORK/kafka-got.txt") records, not the 1000 sent in order"
+ok "kcat on the host: 3 brokers listed, 1000 zstd records produced (idempotent, acks=all) and read back in order"
 
 # ---------------------------------------------------------------- 3. disconnect the leader
 describe

@@ -65,6 +65,8 @@ pub struct ProcessSpec {
     pub address: String,
     /// `host:port` of its HTTP `/metrics` and `/health` listener.
     pub metrics_address: String,
+    /// A broker's Kafka-protocol (`PLAINTEXT`) listener, `host:port`; `None` for controllers.
+    pub kafka_address: Option<String>,
     /// Its data directory.
     pub data_dir: PathBuf,
     /// Its log file (stdout + stderr).
@@ -85,13 +87,14 @@ impl ProcessSpec {
 }
 
 impl ProcessSpec {
-    /// The first of its addresses (gRPC listener, then metrics listener) that another program
+    /// The first of its addresses (gRPC listener, metrics listener, Kafka listener) that another program
     /// already listens on, with the OS error; `None` when both are free. A probe bind on
     /// loopback, released at once: a process started next may still lose a race, which the
     /// startup wait catches.
     pub fn taken_address(&self) -> Option<(String, io::Error)> {
         [&self.address, &self.metrics_address]
             .into_iter()
+            .chain(&self.kafka_address)
             .find_map(|a| match std::net::TcpListener::bind(a.as_str()) {
                 Ok(_) => None,
                 Err(e) => Some((a.clone(), e)),
@@ -176,7 +179,8 @@ impl Layout {
         let mut text = String::from(
             "# Written by the first `keelctl cluster up` on this directory; `cluster up|status|down`\n\
              # and `broker shutdown` use it. Controllers listen on base_port+1..+3, brokers on\n\
-             # base_port+100..+102. To use other ports, stop the cluster and remove this directory.\n",
+             # base_port+100..+102 (gRPC) and base_port+201..+203 (Kafka protocol). To use other\n\
+             # ports, stop the cluster and remove this directory.\n",
         );
         text.push_str(
             &toml::to_string(&BasePort {
@@ -216,6 +220,16 @@ impl Layout {
             .join(",")
     }
 
+    /// `host:port` of broker `id`'s Kafka-protocol listener (base_port + 200 + id).
+    pub fn kafka_address(&self, id: u16) -> String {
+        format!("127.0.0.1:{}", self.base_port + 200 + id)
+    }
+
+    /// Kafka listener addresses, a Kafka client's `bootstrap.servers`.
+    pub fn kafka_addresses(&self) -> Vec<String> {
+        (1..=NODES).map(|id| self.kafka_address(id)).collect()
+    }
+
     /// Controller addresses, for `--bootstrap-controllers`.
     pub fn controller_addresses(&self) -> Vec<String> {
         (1..=NODES).map(|id| self.controller_address(id)).collect()
@@ -244,6 +258,10 @@ impl Layout {
                     Role::Controller => format!("127.0.0.1:{}", self.base_port + 300 + id),
                     Role::Broker => format!("127.0.0.1:{}", self.base_port + 310 + id),
                 },
+                kafka_address: match role {
+                    Role::Controller => None,
+                    Role::Broker => Some(self.kafka_address(id)),
+                },
                 data_dir: self.data_dir.join(&name),
                 log_file: self.data_dir.join(format!("{name}.log")),
                 pid_file: self.data_dir.join(format!("{name}.pid")),
@@ -261,13 +279,17 @@ impl Layout {
             Role::Controller => "--metadata-log-dir",
             Role::Broker => "--log-dirs",
         };
+        let listeners = match &p.kafka_address {
+            Some(kafka) => format!("GRPC://{},PLAINTEXT://{kafka}", p.address),
+            None => p.address.clone(),
+        };
         vec![
             "--node-id".into(),
             p.id.to_string(),
             "--controller-quorum-voters".into(),
             self.voters(),
             "--listeners".into(),
-            p.address.clone(),
+            listeners,
             data_flag.into(),
             p.data_dir.display().to_string(),
             "--metrics-listener".into(),
@@ -571,8 +593,13 @@ mod tests {
             l.broker_addresses(),
             vec!["127.0.0.1:9192", "127.0.0.1:9193", "127.0.0.1:9194"]
         );
+        assert_eq!(
+            l.kafka_addresses(),
+            vec!["127.0.0.1:9293", "127.0.0.1:9294", "127.0.0.1:9295"]
+        );
         let ps = l.processes();
         assert_eq!(ps.len(), 6);
+        assert_eq!(ps[0].kafka_address, None);
         assert_eq!(ps[3].name(), "broker-1");
         assert_eq!(ps[3].pid_file, PathBuf::from("/d/broker-1.pid"));
         assert_eq!(
@@ -583,7 +610,7 @@ mod tests {
                 "--controller-quorum-voters",
                 "1@127.0.0.1:9093,2@127.0.0.1:9094,3@127.0.0.1:9095",
                 "--listeners",
-                "127.0.0.1:9192",
+                "GRPC://127.0.0.1:9192,PLAINTEXT://127.0.0.1:9293",
                 "--log-dirs",
                 "/d/broker-1",
                 "--metrics-listener",

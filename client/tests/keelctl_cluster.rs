@@ -580,11 +580,12 @@ fn later_commands_use_the_recorded_base_port() {
     let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
     assert!(
         cmdline.contains(&format!(
-            "--controller-quorum-voters 1@127.0.0.1:{},2@127.0.0.1:{},3@127.0.0.1:{} --listeners 127.0.0.1:{}",
+            "--controller-quorum-voters 1@127.0.0.1:{},2@127.0.0.1:{},3@127.0.0.1:{} --listeners GRPC://127.0.0.1:{},PLAINTEXT://127.0.0.1:{}",
             base + 1,
             base + 2,
             base + 3,
-            base + 102
+            base + 102,
+            base + 203
         )),
         "{cmdline}"
     );
@@ -592,6 +593,10 @@ fn later_commands_use_the_recorded_base_port() {
     assert_eq!(brokers[2]["id"], 3, "{brokers}");
     assert_eq!(brokers[2]["state"], "unfenced", "{brokers}");
     assert_eq!(brokers[2]["endpoint"], format!("127.0.0.1:{}", base + 102));
+    assert_eq!(
+        brokers[2]["kafka_endpoint"],
+        format!("127.0.0.1:{}", base + 203)
+    );
     let out = keelctl(&["cluster", "status", "--data-dir", &data]);
     assert!(out.status.success(), "{}", stderr(&out));
 

@@ -86,6 +86,8 @@ struct UpReport {
     started: Vec<String>,
     bootstrap_controllers: String,
     bootstrap_brokers: String,
+    /// The brokers' Kafka-protocol listeners: `bootstrap.servers` of a Kafka client.
+    kafka_bootstrap_servers: String,
     processes: Vec<ProcessRow>,
 }
 
@@ -96,6 +98,8 @@ struct ProcessRow {
     role: Role,
     id: u16,
     address: String,
+    /// A broker's Kafka-protocol listener.
+    kafka: Option<String>,
     /// `/metrics` and `/health/ready` of the process.
     metrics: String,
     pid: Option<i32>,
@@ -110,6 +114,7 @@ fn process_row(p: &ProcessSpec) -> ProcessRow {
         role: p.role,
         id: p.id,
         address: p.address.clone(),
+        kafka: p.kafka_address.clone(),
         metrics: format!("http://{}/metrics", p.metrics_address),
         pid,
         alive: running_pid(p).is_some(),
@@ -119,12 +124,15 @@ fn process_row(p: &ProcessSpec) -> ProcessRow {
 
 fn processes_text(rows: &[ProcessRow]) -> String {
     table_of(
-        &["PROCESS", "ADDRESS", "METRICS", "PID", "ALIVE", "LOG"],
+        &[
+            "PROCESS", "ADDRESS", "KAFKA", "METRICS", "PID", "ALIVE", "LOG",
+        ],
         rows,
         |r| {
             vec![
                 r.name.clone(),
                 r.address.clone(),
+                r.kafka.clone().unwrap_or_else(|| "-".into()),
                 r.metrics.clone(),
                 r.pid.map_or("-".into(), |p| p.to_string()),
                 if r.alive { "yes" } else { "no" }.into(),
@@ -197,6 +205,7 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
         started: children.iter().map(|(p, _)| p.name()).collect(),
         bootstrap_controllers: layout.controller_addresses().join(","),
         bootstrap_brokers: layout.broker_addresses().join(","),
+        kafka_bootstrap_servers: layout.kafka_addresses().join(","),
         processes: procs.iter().map(process_row).collect(),
     };
     if ctx.json {
@@ -398,10 +407,12 @@ fn up_text(report: &UpReport, data_dir: &Path) -> String {
         )
     };
     format!(
-        "{headline}\n{}\nexport KEEL_BOOTSTRAP_CONTROLLERS={}\nexport KEEL_BOOTSTRAP_BROKERS={}\n",
+        "{headline}\n{}\nexport KEEL_BOOTSTRAP_CONTROLLERS={}\nexport KEEL_BOOTSTRAP_BROKERS={}\n\
+         # Kafka clients (kcat, librdkafka, the Java and Python clients): bootstrap.servers={}\n",
         processes_text(&report.processes),
         report.bootstrap_controllers,
-        report.bootstrap_brokers
+        report.bootstrap_brokers,
+        report.kafka_bootstrap_servers
     )
 }
 

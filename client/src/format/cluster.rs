@@ -12,8 +12,10 @@ use super::{opt_num, table, timestamp_ms};
 pub struct BrokerRow {
     /// Broker id.
     pub id: i32,
-    /// `host:port` of its first listener.
+    /// `host:port` of its first listener (gRPC: what Keel's clients use).
     pub endpoint: String,
+    /// `host:port` of its Kafka-protocol (`PLAINTEXT`) listener, if it registered one.
+    pub kafka_endpoint: Option<String>,
     /// Rack, empty = none.
     pub rack: String,
     /// Broker epoch (offset of its registration record).
@@ -48,6 +50,12 @@ pub fn broker_rows(reply: &DescribeClusterReply) -> Vec<BrokerRow> {
                     .first()
                     .map(|e| format!("{}:{}", e.host, e.port))
                     .unwrap_or_default(),
+                kafka_endpoint: b
+                    .endpoints
+                    .iter()
+                    .skip(1)
+                    .find(|e| e.name == "PLAINTEXT")
+                    .map(|e| format!("{}:{}", e.host, e.port)),
                 rack: b.rack.clone(),
                 epoch: b.broker_epoch,
                 fenced: b.fenced,
@@ -80,6 +88,7 @@ pub fn brokers_text(rows: &[BrokerRow]) -> String {
             vec![
                 r.id.to_string(),
                 r.endpoint.clone(),
+                r.kafka_endpoint.clone().unwrap_or_else(|| "-".into()),
                 if r.rack.is_empty() {
                     "-".into()
                 } else {
@@ -97,6 +106,7 @@ pub fn brokers_text(rows: &[BrokerRow]) -> String {
         &[
             "ID",
             "ENDPOINT",
+            "KAFKA",
             "RACK",
             "EPOCH",
             "STATE",
@@ -376,11 +386,11 @@ mod tests {
         let rows = broker_rows(&reply);
         assert_eq!(
             brokers_text(&rows),
-            "ID  ENDPOINT        RACK  EPOCH  STATE          APPLIED_OFFSET  METADATA_LAG\n\
-             1   127.0.0.1:9191  -     11     unfenced       48              2\n\
-             2   127.0.0.1:9192  -     12     fenced         -               -\n\
-             3   127.0.0.1:9193  -     13     shutting-down  50              0\n\
-             4   127.0.0.1:9194  -     14     fenced         50              0\n"
+            "ID  ENDPOINT        KAFKA  RACK  EPOCH  STATE          APPLIED_OFFSET  METADATA_LAG\n\
+             1   127.0.0.1:9191  -      -     11     unfenced       48              2\n\
+             2   127.0.0.1:9192  -      -     12     fenced         -               -\n\
+             3   127.0.0.1:9193  -      -     13     shutting-down  50              0\n\
+             4   127.0.0.1:9194  -      -     14     fenced         50              0\n"
         );
     }
 }

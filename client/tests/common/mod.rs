@@ -37,7 +37,10 @@ pub fn free_base_port() -> u16 {
     let seed = std::collections::hash_map::RandomState::new().hash_one(std::process::id());
     for i in 0..200u64 {
         let base = (LOW + seed.wrapping_add(i.wrapping_mul(7_919)) % (HIGH - LOW)) as u16;
-        let ports = [1u16, 2, 3, 100, 101, 102, 301, 302, 303, 311, 312, 313].map(|o| base + o);
+        let ports = [
+            1u16, 2, 3, 100, 101, 102, 201, 202, 203, 301, 302, 303, 311, 312, 313,
+        ]
+        .map(|o| base + o);
         if ports
             .iter()
             .all(|p| TcpListener::bind(("127.0.0.1", *p)).is_ok())
