@@ -371,6 +371,15 @@ impl InProcessCluster {
         running.runtime.shutdown_background();
     }
 
+    /// Kills broker `id` like [`Self::kill_controller`]: its runtime is dropped, its
+    /// connections close, nothing is flushed beyond what was written. Its lifecycle thread
+    /// (its own runtime) ends after one controlled-shutdown attempt (see the module doc).
+    pub fn kill_broker(&mut self, id: i32) {
+        let running = self.brokers.get_mut(&id).and_then(|n| n.running.take());
+        let running = running.unwrap_or_else(|| panic!("broker {id} is not running"));
+        running.runtime.shutdown_background();
+    }
+
     /// Stops controller `id` gracefully and returns what its `serve` returned (an error
     /// text), waiting at most `deadline` (then it is killed and the wait panics).
     pub async fn stop_controller(&mut self, id: u64, deadline: Duration) -> Result<(), String> {

@@ -79,6 +79,8 @@ pub struct Cluster {
     session_timeout_ms: u64,
     /// Per broker: the port of its `--metrics-listener`, when [`Options::broker_metrics`].
     pub broker_metrics_ports: Vec<u16>,
+    /// Per broker: the port of its Kafka-protocol (`PLAINTEXT`) listener.
+    pub broker_kafka_ports: Vec<u16>,
     snapshot_interval_ms: u64,
 }
 
@@ -137,8 +139,9 @@ impl Cluster {
         let bin = controller_bin();
         // One call: ports released by one call could come back from the next.
         let metrics = if opts.broker_metrics { brokers } else { 0 };
-        let mut ports = free_ports(controllers + brokers + metrics);
-        let broker_metrics_ports = ports.split_off(controllers + brokers);
+        let mut ports = free_ports(controllers + 2 * brokers + metrics);
+        let broker_metrics_ports = ports.split_off(controllers + 2 * brokers);
+        let broker_kafka_ports = ports.split_off(controllers + brokers);
         let broker_ports = ports.split_off(controllers);
         let dir = tempfile::tempdir().unwrap();
         let node = |kind: &str, id: usize| {
@@ -163,6 +166,7 @@ impl Cluster {
                 opts.session_timeout_ms
             },
             broker_metrics_ports,
+            broker_kafka_ports,
             snapshot_interval_ms: if opts.snapshot_interval_ms == 0 {
                 SNAPSHOT_INTERVAL_MS
             } else {
@@ -223,6 +227,19 @@ impl Cluster {
     }
 
     /// Starts (or restarts) broker `id`; its log is appended to `broker-<id>.log`.
+    /// `127.0.0.1:port` of broker `id`'s Kafka-protocol listener.
+    pub fn kafka_addr(&self, id: i32) -> String {
+        format!("127.0.0.1:{}", self.broker_kafka_ports[id as usize - 1])
+    }
+
+    /// Every broker's Kafka listener, comma-separated (a Kafka client's `bootstrap.servers`).
+    pub fn kafka_bootstrap(&self) -> String {
+        (1..=self.brokers.len() as i32)
+            .map(|id| self.kafka_addr(id))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     pub fn start_broker(&mut self, id: i32) {
         let mut cmd = Command::new(broker_bin());
         cmd.arg("--node-id")
@@ -230,7 +247,11 @@ impl Cluster {
             .arg("--controller-quorum-voters")
             .arg(self.voters())
             .arg("--listeners")
-            .arg(self.broker_addr(id))
+            .arg(format!(
+                "GRPC://{},PLAINTEXT://{}",
+                self.broker_addr(id),
+                self.kafka_addr(id)
+            ))
             .arg("--log-dirs")
             .arg(self.broker_data_dir(id))
             .arg("--broker-heartbeat-interval-ms")

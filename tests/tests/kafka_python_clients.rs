@@ -1,0 +1,219 @@
+//! Kafka's own Python clients against Keel's Kafka listener, on the real binaries (#21
+//! acceptance): confluent-kafka (librdkafka bundled in its wheel) as an idempotent acks=all
+//! producer of 100,000 records to 3 partitions while the leader of partition 0 is killed with
+//! SIGKILL mid-stream, then a consumer by assignment (assign + seek + offsets_for_times); and
+//! kafka-python with its default settings, producing and consuming by assignment.
+//!
+//! The interpreter is the venv `scripts/kafka-clients-venv` creates (`scripts/test` runs it),
+//! or `$KEEL_KAFKA_PYTHON`; without it the tests fail and say how to make it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use keel_tests::Endpoints;
+use keel_tests::data::assigned_topic;
+use keel_tests::process::Cluster;
+
+const WAIT: Duration = Duration::from_secs(30);
+const RECORDS: usize = 100_000;
+
+/// The Python with confluent-kafka and kafka-python.
+fn python() -> PathBuf {
+    let path = std::env::var_os("KEEL_KAFKA_PYTHON").map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/kafka-clients-venv/bin/python")
+        },
+        PathBuf::from,
+    );
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/kafka-clients-venv (scripts/test does) or set \
+         KEEL_KAFKA_PYTHON to a python with confluent-kafka and kafka-python",
+        path.display()
+    );
+    path
+}
+
+fn script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("kafka_clients")
+        .join(name)
+}
+
+/// Runs a script to completion within `limit`; returns stdout, or panics with its stderr.
+fn run_script(args: &[&str], limit: Duration) -> String {
+    let mut child = Command::new(python())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start python");
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap());
+    let stderr = child.stderr.take().unwrap();
+    let err_reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{args:?} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = reader.join().unwrap();
+    let err = err_reader.join().unwrap();
+    assert!(status.success(), "{args:?} failed ({status}):\n{err}");
+    out
+}
+
+async fn cluster_with_topic(topic: &str) -> Cluster {
+    let c = Cluster::start(3, 3);
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    c.create_topic(
+        assigned_topic(topic, &[&[1, 2, 3], &[2, 3, 1], &[3, 1, 2]]),
+        WAIT,
+    )
+    .await;
+    c.set_topic_config(topic, "min.insync.replicas", "2", WAIT)
+        .await;
+    c.wait_leader_isr(1, topic, &[1, 2, 3], WAIT).await;
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_confluent_idempotent_stream_survives_a_leader_kill() {
+    let topic = "confluent";
+    let mut c = cluster_with_topic(topic).await;
+    let mut producer = Command::new(python())
+        .arg(script("confluent_produce.py"))
+        .args([&c.kafka_bootstrap(), topic, &RECORDS.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the confluent-kafka producer");
+    let stdout = producer.stdout.take().unwrap();
+    let reports = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap());
+    let (progress_tx, progress) = std::sync::mpsc::channel();
+    let stderr = producer.stderr.take().unwrap();
+    let err_lines = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines() {
+            let line = line.unwrap();
+            let _ = progress_tx.send(line.clone());
+            all += &line;
+            all.push('\n');
+        }
+        all
+    });
+    // Kill partition 0's leader (broker 1) once a fifth of the stream is acknowledged.
+    let start = Instant::now();
+    let mut killed = false;
+    while !killed {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "the producer made no progress"
+        );
+        match progress.recv_timeout(Duration::from_secs(1)) {
+            Ok(line) if line.starts_with("progress ") => {
+                let n: usize = line["progress ".len()..].parse().unwrap();
+                if n >= RECORDS / 5 {
+                    c.kill_broker(1);
+                    killed = true;
+                    eprintln!("killed broker 1 (SIGKILL) after {n} delivery reports");
+                }
+            }
+            Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(e) => panic!("the producer ended before the kill: {e}"),
+        }
+    }
+    let status = loop {
+        if let Some(s) = producer.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "the producer did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let reports = reports.join().unwrap();
+    let err = err_lines.join().unwrap();
+    assert!(status.success(), "producer failed ({status}):\n{err}");
+
+    // Every record acknowledged once, at a distinct (partition, offset).
+    let mut acked: BTreeMap<(i32, i64), String> = BTreeMap::new();
+    for line in reports.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        assert_eq!(f[0], "ok", "{line}");
+        let key = (f[1].parse().unwrap(), f[2].parse().unwrap());
+        assert!(
+            acked.insert(key, f[3].to_string()).is_none(),
+            "two records acknowledged at {key:?}"
+        );
+    }
+    assert_eq!(acked.len(), RECORDS);
+    let values: BTreeSet<&String> = acked.values().collect();
+    assert_eq!(values.len(), RECORDS, "a value acknowledged twice");
+
+    // A consumer by assignment reads exactly the acknowledged records back: nothing lost,
+    // nothing duplicated, each at its acknowledged offset; offsets_for_times checked inside.
+    let live = format!("{},{}", c.kafka_addr(2), c.kafka_addr(3));
+    let consumed = run_script(
+        &[
+            script("confluent_consume.py").to_str().unwrap(),
+            &live,
+            topic,
+            "3",
+        ],
+        Duration::from_secs(180),
+    );
+    let mut read: BTreeMap<(i32, i64), String> = BTreeMap::new();
+    for line in consumed.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let key = (f[0].parse().unwrap(), f[1].parse().unwrap());
+        assert!(
+            read.insert(key, f[3].to_string()).is_none(),
+            "offset {key:?} read twice"
+        );
+    }
+    assert_eq!(read.len(), RECORDS, "records read back");
+    assert!(
+        read == acked,
+        "the records read back differ from those acknowledged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_defaults_produce_and_consume_by_assignment() {
+    let topic = "kafka-python";
+    let c = cluster_with_topic(topic).await;
+    let out = run_script(
+        &[
+            script("kafka_python_basic.py").to_str().unwrap(),
+            &c.kafka_bootstrap(),
+            topic,
+            "1000",
+        ],
+        Duration::from_secs(120),
+    );
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("produced 1000"), "{out}");
+    assert_eq!(lines.next(), Some("consumed 1000"), "{out}");
+    // Each partition's offsets are 0..n, in order (per-partition order kept).
+    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    for line in lines {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (p, o): (i32, i64) = (f[0].parse().unwrap(), f[1].parse().unwrap());
+        let want = next.entry(p).or_insert(0);
+        assert_eq!(o, *want, "partition {p}: {line}");
+        *want += 1;
+    }
+    assert_eq!(next.values().sum::<i64>(), 1000);
+}
