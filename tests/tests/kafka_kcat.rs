@@ -94,6 +94,12 @@ fn kcat(args: &[&str], stdin: &[u8]) -> Run {
     run
 }
 
+/// Fails at once, before a cluster is started, if kcat is missing (see [`kcat`]).
+fn require_kcat() {
+    let v = kcat(&["-V"], b"");
+    assert!(v.stdout.contains("kcat"), "kcat -V: {v:?}");
+}
+
 /// [`kcat`] off the test's runtime threads.
 async fn kcat_async(args: Vec<String>, stdin: Vec<u8>) -> Run {
     tokio::task::spawn_blocking(move || {
@@ -144,6 +150,7 @@ fn ids(v: &Value) -> Vec<i64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_kcat_lists_brokers_leaders_and_isr_and_enables_features() {
+    require_kcat();
     let c = InProcessCluster::start(3, 3);
     c.wait_unfenced(&[1, 2, 3], WAIT).await;
     let assignments: &[&[i32]] = &[&[1, 2, 3], &[2, 3, 1], &[3, 1, 2]];
@@ -264,6 +271,7 @@ fn line(codec: CompressionType, i: usize) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_kcat_idempotent_acks_all_round_trips_with_each_codec() {
+    require_kcat();
     let c = InProcessCluster::start(3, 3);
     c.wait_unfenced(&[1, 2, 3], WAIT).await;
     let bootstrap = c.kafka_bootstrap();
@@ -367,6 +375,7 @@ async fn kafka_kcat_idempotent_acks_all_round_trips_with_each_codec() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_kcat_keyed_records_to_three_partitions_read_back_in_order() {
     const RECORDS: usize = 3_000;
+    require_kcat();
     let c = InProcessCluster::start(3, 3);
     c.wait_unfenced(&[1, 2, 3], WAIT).await;
     let assignments: &[&[i32]] = &[&[1, 2, 3], &[2, 3, 1], &[3, 1, 2]];
