@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, FetchRequest, InitProducerIdRequest, ListOffsetsRequest,
-    MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
-    ResponseKind,
+    ApiKey, ApiVersionsRequest, FetchRequest, FindCoordinatorRequest, FindCoordinatorResponse,
+    InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest,
+    ProduceRequest, RequestHeader, ResponseHeader, ResponseKind,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use keel_metadata_log::MetadataImage;
@@ -29,6 +29,10 @@ use crate::replica_manager::ReplicaManager;
 /// soon as it is accepted (Kafka's `max.connections` is unbounded by default; Keel bounds
 /// the tasks and buffers a flood of connections could pin).
 pub const MAX_CONNECTIONS: usize = 4096;
+
+/// Kafka's COORDINATOR_NOT_AVAILABLE: every FindCoordinator's answer (see
+/// [`versions::SERVED`]; Keel has no group coordinator yet). Retriable for clients.
+const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 
 /// A connection with no request for this long is closed (Kafka: `connections.max.idle.ms`,
 /// 10 minutes).
@@ -235,6 +239,15 @@ async fn handle(ctx: &KafkaContext, mut body: Bytes) -> Result<Option<Bytes>, St
                 },
             };
             ResponseKind::InitProducerId(convert::init_producer_id_response(reply))
+        }
+        ApiKey::FindCoordinator => {
+            decode::<FindCoordinatorRequest>(&mut body, key, version)?;
+            ResponseKind::FindCoordinator(
+                FindCoordinatorResponse::default()
+                    .with_error_code(COORDINATOR_NOT_AVAILABLE)
+                    .with_node_id((-1).into())
+                    .with_port(-1),
+            )
         }
         other => return Err(format!("{other:?} has no handler")),
     };

@@ -479,6 +479,13 @@ const DESCRIBE_CONFIGS: &[Field] = &[
     f("include_documentation", Bool, from(3)),
 ];
 
+// FindCoordinatorRequest.json (only v0 is covered: see versions::SERVED).
+const FIND_COORDINATOR: &[Field] = &[
+    f("key", Str, range(0, 3)),
+    f("key_type", Int8, from(1)),
+    f("coordinator_keys", STRINGS, from(4)),
+];
+
 // DescribeClusterRequest.json; v2 adds IncludeFencedBrokers (KIP-1073).
 const DESCRIBE_CLUSTER: &[Field] = &[
     f("include_cluster_authorized_operations", Bool, ALL),
@@ -507,6 +514,13 @@ pub static APIS: &[Api] = &[
         range(0, 5),
         2,
         INIT_PRODUCER_ID,
+    ),
+    api(
+        10,
+        "FindCoordinatorRequest",
+        range(0, 0),
+        3,
+        FIND_COORDINATOR,
     ),
     api(19, "CreateTopicsRequest", range(2, 7), 5, CREATE_TOPICS),
     api(20, "DeleteTopicsRequest", range(1, 6), 4, DELETE_TOPICS),
@@ -859,9 +873,9 @@ mod tests {
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::{
         ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, DeleteTopicsRequest,
-        DescribeClusterRequest, DescribeConfigsRequest, FetchRequest, InitProducerIdRequest,
-        ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest, ProduceRequest,
-        ProducerId, TopicName, TransactionalId,
+        DescribeClusterRequest, DescribeConfigsRequest, FetchRequest, FindCoordinatorRequest,
+        InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest,
+        ProduceRequest, ProducerId, TopicName, TransactionalId,
     };
     use kafka_protocol::protocol::{
         Decodable, Encodable, HeaderVersion, Message, StrBytes, VersionRange,
@@ -1187,6 +1201,10 @@ mod tests {
         req
     }
 
+    fn find_coordinator(_v: i16, rich: bool) -> FindCoordinatorRequest {
+        FindCoordinatorRequest::default().with_key(s(if rich { "orders-app" } else { "" }))
+    }
+
     /// The encoded body of a sample request.
     fn sample(key: i16, v: i16, rich: bool) -> Vec<u8> {
         match key {
@@ -1197,6 +1215,7 @@ mod tests {
             2 => encode(&list_offsets(v, rich), v),
             23 => encode(&offset_for_leader_epoch(v, rich), v),
             22 => encode(&init_producer_id(v, rich), v),
+            10 => encode(&find_coordinator(v, rich), v),
             19 => encode(&create_topics(v, rich), v),
             20 => encode(&delete_topics(v, rich), v),
             32 => encode(&describe_configs(v, rich), v),
@@ -1229,6 +1248,7 @@ mod tests {
             2 => decode_as::<ListOffsetsRequest>(v, body),
             23 => decode_as::<OffsetForLeaderEpochRequest>(v, body),
             22 => decode_as::<InitProducerIdRequest>(v, body),
+            10 => decode_as::<FindCoordinatorRequest>(v, body),
             19 => decode_as::<CreateTopicsRequest>(v, body),
             20 => decode_as::<DeleteTopicsRequest>(v, body),
             32 => decode_as::<DescribeConfigsRequest>(v, body),
@@ -1250,6 +1270,7 @@ mod tests {
             2 => m::<ListOffsetsRequest>(),
             23 => m::<OffsetForLeaderEpochRequest>(),
             22 => m::<InitProducerIdRequest>(),
+            10 => m::<FindCoordinatorRequest>(),
             19 => m::<CreateTopicsRequest>(),
             20 => m::<DeleteTopicsRequest>(),
             32 => m::<DescribeConfigsRequest>(),
@@ -1315,6 +1336,7 @@ mod tests {
             (2, 1, 10),
             (23, 2, 4),
             (22, 0, 5),
+            (10, 0, 0),
             (19, 2, 7),
             (20, 1, 6),
             (32, 1, 4),
@@ -1363,8 +1385,8 @@ mod tests {
             assert_eq!(again.as_ref(), Ok(&s.body), "{what}: re-encoding differs");
             count += 1;
         }
-        // 74 api versions, rich and sparse.
-        assert_eq!(count, 2 * 74);
+        // 75 api versions, rich and sparse.
+        assert_eq!(count, 2 * 75);
     }
 
     #[test]

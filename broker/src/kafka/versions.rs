@@ -43,6 +43,13 @@ pub const SERVED: &[Served] = &[
     api(ApiKey::Fetch, 4, 12),
     api(ApiKey::ListOffsets, 1, 10),
     api(ApiKey::Metadata, 0, 12),
+    // FindCoordinator v0 only, every request answered COORDINATOR_NOT_AVAILABLE: there is
+    // no group coordinator yet (consumer groups are a separate issue). It is advertised
+    // because librdkafka releases without the fix of librdkafka#4956 (Debian's 2.0.2, so
+    // kcat) enable LZ4 only when a broker advertises FindCoordinator v0, their probe for
+    // Kafka 0.8.2; without it `compression.codec=lz4` silently sends uncompressed batches
+    // (the same kind of feature check as behind the Produce v0-2 advertisement above).
+    api(ApiKey::FindCoordinator, 0, 0),
     api(ApiKey::ApiVersions, 0, 4),
     api(ApiKey::InitProducerId, 0, 5),
     api(ApiKey::OffsetForLeaderEpoch, 2, 4),
@@ -90,6 +97,7 @@ mod tests {
                 ApiKey::ListOffsets => ListOffsetsRequest::VERSIONS,
                 ApiKey::Metadata => MetadataRequest::VERSIONS,
                 ApiKey::ApiVersions => ApiVersionsRequest::VERSIONS,
+                ApiKey::FindCoordinator => FindCoordinatorRequest::VERSIONS,
                 ApiKey::InitProducerId => InitProducerIdRequest::VERSIONS,
                 ApiKey::OffsetForLeaderEpoch => OffsetForLeaderEpochRequest::VERSIONS,
                 other => panic!("no codec check for {other:?}"),
