@@ -44,8 +44,12 @@ pub const SERVED: &[Served] = &[
     api(ApiKey::ListOffsets, 1, 10),
     api(ApiKey::Metadata, 0, 12),
     api(ApiKey::ApiVersions, 0, 4),
+    api(ApiKey::CreateTopics, 2, 7),
+    api(ApiKey::DeleteTopics, 1, 6),
     api(ApiKey::InitProducerId, 0, 5),
     api(ApiKey::OffsetForLeaderEpoch, 2, 4),
+    api(ApiKey::DescribeConfigs, 1, 4),
+    api(ApiKey::DescribeCluster, 0, 2),
 ];
 
 /// The served range of `key`, if the listener serves it.
@@ -92,6 +96,10 @@ mod tests {
                 ApiKey::ApiVersions => ApiVersionsRequest::VERSIONS,
                 ApiKey::InitProducerId => InitProducerIdRequest::VERSIONS,
                 ApiKey::OffsetForLeaderEpoch => OffsetForLeaderEpochRequest::VERSIONS,
+                ApiKey::CreateTopics => CreateTopicsRequest::VERSIONS,
+                ApiKey::DeleteTopics => DeleteTopicsRequest::VERSIONS,
+                ApiKey::DescribeConfigs => DescribeConfigsRequest::VERSIONS,
+                ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
                 other => panic!("no codec check for {other:?}"),
             };
             assert!(
