@@ -193,6 +193,11 @@ pub async fn serve(
             images: grpc.images.clone(),
             status: grpc.status.clone(),
             replicas: replicas.clone(),
+            controller: crate::kafka::admin::ControllerForwarder::new(
+                channels.clone(),
+                timing.request_timeout,
+            ),
+            static_configs: crate::kafka::admin::static_broker_configs(&config),
         };
         tokio::spawn(crate::kafka::serve(l, ctx, stop_rx.clone()))
     });

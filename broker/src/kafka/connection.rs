@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, FetchRequest, FindCoordinatorRequest, FindCoordinatorResponse,
+    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+    DescribeConfigsRequest, FetchRequest, FindCoordinatorRequest, FindCoordinatorResponse,
     InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest,
     ProduceRequest, RequestHeader, ResponseHeader, ResponseKind,
 };
@@ -20,7 +21,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
-use super::{convert, frame, guard, versions};
+use super::{admin, convert, frame, guard, versions};
 use crate::bounds;
 use crate::lifecycle::LifecycleStatus;
 use crate::replica_manager::ReplicaManager;
@@ -51,6 +52,12 @@ pub struct KafkaContext {
     pub status: watch::Receiver<LifecycleStatus>,
     /// Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, InitProducerId.
     pub replicas: ReplicaManager,
+    /// CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster: forwarded to the active
+    /// controller.
+    pub controller: admin::ControllerForwarder,
+    /// This broker's own config values DescribeConfigs reports as STATIC_BROKER_CONFIG
+    /// ([`admin::static_broker_configs`]).
+    pub static_configs: Vec<convert::admin::StaticBrokerConfig>,
 }
 
 /// Serves Kafka clients on `listener` until `stop` turns true; then stops accepting and
@@ -248,6 +255,22 @@ async fn handle(ctx: &KafkaContext, mut body: Bytes) -> Result<Option<Bytes>, St
                     .with_node_id((-1).into())
                     .with_port(-1),
             )
+        }
+        ApiKey::CreateTopics => {
+            let req = decode::<CreateTopicsRequest>(&mut body, key, version)?;
+            ResponseKind::CreateTopics(admin::create_topics(ctx, &req, version).await)
+        }
+        ApiKey::DeleteTopics => {
+            let req = decode::<DeleteTopicsRequest>(&mut body, key, version)?;
+            ResponseKind::DeleteTopics(admin::delete_topics(ctx, &req, version).await)
+        }
+        ApiKey::DescribeConfigs => {
+            let req = decode::<DescribeConfigsRequest>(&mut body, key, version)?;
+            ResponseKind::DescribeConfigs(admin::describe_configs(ctx, &req, version).await)
+        }
+        ApiKey::DescribeCluster => {
+            let req = decode::<DescribeClusterRequest>(&mut body, key, version)?;
+            ResponseKind::DescribeCluster(admin::describe_cluster(ctx, &req, version).await)
         }
         other => return Err(format!("{other:?} has no handler")),
     };

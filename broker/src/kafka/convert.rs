@@ -42,6 +42,8 @@ use keel_metadata_log::{BrokerRegistration, MetadataImage};
 use keel_proto::ErrorCode;
 use keel_proto::broker as keel;
 
+pub mod admin;
+
 /// Kafka's "not requested" value of an authorized-operations field (`Integer.MIN_VALUE`).
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 

@@ -15,6 +15,9 @@
 //!    type, which goes through the same bounds check ([`crate::bounds`]) and the same replica
 //!    manager call as over gRPC, and turns the reply back. Error codes are Kafka's on both
 //!    sides ([`keel_proto::ErrorCode`] uses Kafka's numbers), so they pass through unchanged.
+//!    The admin APIs (CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster) are
+//!    forwarded to the active controller instead ([`admin`], [`convert::admin`]); the
+//!    controller runs the same checks as for Keel's own gRPC clients.
 //! 5. [`connection`]: one task per connection; it reads one request, answers it, then reads
 //!    the next, so responses are in request order (Kafka mutes a channel while a request is
 //!    in flight, `SocketServer`'s `Processor`). A Produce with `acks=0` gets no response.
@@ -25,6 +28,7 @@
 //! the connection (what Kafka's `SocketServer` does with an `InvalidRequestException`) and
 //! changes nothing.
 
+pub mod admin;
 pub mod connection;
 pub mod convert;
 pub mod frame;

@@ -51,8 +51,12 @@ pub const SERVED: &[Served] = &[
     // (the same kind of feature check as behind the Produce v0-2 advertisement above).
     api(ApiKey::FindCoordinator, 0, 0),
     api(ApiKey::ApiVersions, 0, 4),
+    api(ApiKey::CreateTopics, 2, 7),
+    api(ApiKey::DeleteTopics, 1, 6),
     api(ApiKey::InitProducerId, 0, 5),
     api(ApiKey::OffsetForLeaderEpoch, 2, 4),
+    api(ApiKey::DescribeConfigs, 1, 4),
+    api(ApiKey::DescribeCluster, 0, 2),
 ];
 
 /// The served range of `key`, if the listener serves it.
@@ -100,6 +104,10 @@ mod tests {
                 ApiKey::FindCoordinator => FindCoordinatorRequest::VERSIONS,
                 ApiKey::InitProducerId => InitProducerIdRequest::VERSIONS,
                 ApiKey::OffsetForLeaderEpoch => OffsetForLeaderEpochRequest::VERSIONS,
+                ApiKey::CreateTopics => CreateTopicsRequest::VERSIONS,
+                ApiKey::DeleteTopics => DeleteTopicsRequest::VERSIONS,
+                ApiKey::DescribeConfigs => DescribeConfigsRequest::VERSIONS,
+                ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
                 other => panic!("no codec check for {other:?}"),
             };
             assert!(

@@ -14,6 +14,7 @@ use keel_proto::common::Error as WireError;
 use keel_proto::controller::controller_service_client::ControllerServiceClient;
 use keel_proto::controller::{
     AllocateProducerIdsReply, AlterPartitionReply, BrokerHeartbeatReply, ControllerLeader,
+    CreateTopicsReply, DeleteTopicsReply, DescribeClusterReply, DescribeConfigsReply,
     RegisterBrokerReply,
 };
 use tonic::transport::{Channel, Endpoint};
@@ -149,7 +150,11 @@ controller_reply!(
     RegisterBrokerReply,
     BrokerHeartbeatReply,
     AlterPartitionReply,
-    AllocateProducerIdsReply
+    AllocateProducerIdsReply,
+    CreateTopicsReply,
+    DeleteTopicsReply,
+    DescribeConfigsReply,
+    DescribeClusterReply
 );
 
 /// No voter answered as the active controller within the attempts of one call.
@@ -182,6 +187,12 @@ impl ActiveControllerClient {
             request_timeout,
             active_id: -1,
         }
+    }
+
+    /// Asks voter `leader_id` first on the next call (a hint learned earlier, e.g. the
+    /// previous call's [`Self::active_id`]); an id that is not a voter (-1) changes nothing.
+    pub fn prefer(&mut self, leader_id: i32) {
+        self.router.prefer(leader_id);
     }
 
     /// Calls `f` on voters until one answers with something other than NOT_CONTROLLER; at

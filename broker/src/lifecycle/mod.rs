@@ -16,5 +16,7 @@ pub mod controllers;
 pub mod decision;
 pub mod manager;
 
-pub use controllers::{ActiveControllerClient, ControllerChannels, ControllerRouter};
+pub use controllers::{
+    ActiveControllerClient, ControllerChannels, ControllerReply, ControllerRouter,
+};
 pub use manager::{LifecycleConfig, LifecycleError, LifecycleStatus, ShutdownOutcome};

@@ -1,0 +1,235 @@
+//! The admin APIs of the Kafka listener, forwarded to the active controller over Keel's gRPC
+//! controller API (Kafka: a broker forwards CreateTopics/DeleteTopics to the controller,
+//! `ForwardingManager`): CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster. This
+//! file only sends; what is sent and how the answer reads is in [`super::convert::admin`].
+//!
+//! Waiting: each call follows the active controller like the broker's other controller
+//! requests ([`ActiveControllerClient`]: NOT_CONTROLLER with a hint goes to the hinted voter,
+//! a transport error to the next, each attempt bounded by the broker's controller request
+//! timeout, at most two rounds over the voters). CreateTopics and DeleteTopics are also
+//! bounded by their request's `timeout_ms` when it is positive (Kafka's controller treats it
+//! as the operation's deadline, `ControllerRequestContext`); running out answers
+//! REQUEST_TIMED_OUT, and the operation may still complete (as in Kafka). No controller
+//! answering is REQUEST_TIMED_OUT too (retriable).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::Duration;
+
+use kafka_protocol::messages::{
+    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
+    DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
+    DescribeConfigsResponse,
+};
+use keel_proto::ErrorCode;
+use keel_proto::controller::controller_service_client::ControllerServiceClient;
+use keel_proto::limits::MAX_CONTROLLER_REQUEST_BYTES;
+use prost::Message;
+use tonic::transport::Channel;
+
+use super::KafkaContext;
+use super::convert::admin::{self as conv, Failure, StaticBrokerConfig};
+use crate::config::BrokerConfig;
+use crate::lifecycle::{ActiveControllerClient, ControllerChannels, ControllerReply};
+
+/// Sends admin requests to the active controller; clones share the channels and the last
+/// known active controller (so a call after the first goes straight to it).
+#[derive(Debug, Clone)]
+pub struct ControllerForwarder {
+    channels: ControllerChannels,
+    request_timeout: Duration,
+    active: Arc<AtomicI32>,
+}
+
+impl ControllerForwarder {
+    /// A forwarder over `channels`; each attempt is bounded by `request_timeout`.
+    pub fn new(channels: ControllerChannels, request_timeout: Duration) -> Self {
+        Self {
+            channels,
+            request_timeout,
+            active: Arc::new(AtomicI32::new(-1)),
+        }
+    }
+
+    /// Sends `req` with `send` to the active controller, within `deadline` if given.
+    /// Failures: `req` over the controller's 8 MiB request limit is INVALID_REQUEST (nothing
+    /// sent); no controller answering, or the deadline passing, REQUEST_TIMED_OUT.
+    pub async fn call<Q, R, F, Fut>(
+        &self,
+        req: Q,
+        deadline: Option<Duration>,
+        send: F,
+    ) -> Result<R, Failure>
+    where
+        Q: Message + Clone,
+        R: ControllerReply,
+        F: Fn(ControllerServiceClient<Channel>, Q) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+    {
+        let size = req.encoded_len();
+        if size > MAX_CONTROLLER_REQUEST_BYTES {
+            return Err(Failure::new(
+                ErrorCode::InvalidRequest,
+                format!(
+                    "the request is {size} bytes for the controller, over its limit of \
+                     {MAX_CONTROLLER_REQUEST_BYTES}"
+                ),
+            ));
+        }
+        let mut client = ActiveControllerClient::new(self.channels.clone(), self.request_timeout);
+        client.prefer(self.active.load(Ordering::Relaxed));
+        let call = client.call(|c| send(c, req.clone()));
+        let outcome = match deadline {
+            Some(d) => match tokio::time::timeout(d, call).await {
+                Ok(r) => r.map_err(|e| conv::timed_out(e.to_string())),
+                Err(_) => Err(conv::timed_out(format!(
+                    "the controller did not answer within timeout_ms {} (the operation may \
+                     still complete)",
+                    d.as_millis()
+                ))),
+            },
+            None => call.await.map_err(|e| conv::timed_out(e.to_string())),
+        };
+        if client.active_id >= 0 {
+            self.active.store(client.active_id, Ordering::Relaxed);
+        }
+        outcome
+    }
+}
+
+/// The bound of an operation with Kafka's `timeout_ms`: positive = that many ms, else none
+/// beyond the forwarder's own retries.
+fn deadline(timeout_ms: i32) -> Option<Duration> {
+    u64::try_from(timeout_ms)
+        .ok()
+        .filter(|ms| *ms > 0)
+        .map(Duration::from_millis)
+}
+
+/// The broker's own values of the keys Kafka clients read from a broker or topic
+/// (`min.insync.replicas`, `log.segment.bytes`, `log.retention.ms`, `log.retention.bytes`,
+/// `log.flush.interval.messages`), for DescribeConfigs' STATIC_BROKER_CONFIG source: what
+/// the replica manager applies to a topic without an override. `-1` = no limit (Kafka's
+/// convention), `9223372036854775807` = never flush by count (Kafka's default).
+pub fn static_broker_configs(config: &BrokerConfig) -> Vec<StaticBrokerConfig> {
+    let entry = |topic_name, broker_name, value: String| StaticBrokerConfig {
+        topic_name,
+        broker_name,
+        value,
+    };
+    vec![
+        entry(
+            "min.insync.replicas",
+            "min.insync.replicas",
+            config.min_insync_replicas.to_string(),
+        ),
+        entry(
+            "segment.bytes",
+            "log.segment.bytes",
+            config.log_segment_bytes.to_string(),
+        ),
+        entry(
+            "retention.ms",
+            "log.retention.ms",
+            config.log_retention_ms.unwrap_or(-1).to_string(),
+        ),
+        entry(
+            "retention.bytes",
+            "log.retention.bytes",
+            config
+                .log_retention_bytes
+                .map_or_else(|| "-1".to_string(), |b| b.to_string()),
+        ),
+        entry(
+            "flush.messages",
+            "log.flush.interval.messages",
+            config
+                .log_flush_interval_messages
+                .unwrap_or(i64::MAX as u64)
+                .to_string(),
+        ),
+    ]
+}
+
+/// CreateTopics (v2-7), see [`conv::create_topics_response`].
+pub async fn create_topics(
+    ctx: &KafkaContext,
+    req: &CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
+    let forward = conv::create_topics_request(req);
+    let reply = ctx
+        .controller
+        .call(forward, deadline(req.timeout_ms), |mut c, r| async move {
+            c.create_topics(r).await
+        })
+        .await;
+    conv::create_topics_response(reply, req, version)
+}
+
+/// DeleteTopics (v1-6), see [`conv::delete_topics_response`].
+pub async fn delete_topics(
+    ctx: &KafkaContext,
+    req: &DeleteTopicsRequest,
+    version: i16,
+) -> DeleteTopicsResponse {
+    let plan = conv::delete_topics_plan(req, version);
+    let reply = if plan.forward.topics.is_empty() {
+        Ok(Default::default())
+    } else {
+        ctx.controller
+            .call(
+                plan.forward.clone(),
+                deadline(req.timeout_ms),
+                |mut c, r| async move { c.delete_topics(r).await },
+            )
+            .await
+    };
+    conv::delete_topics_response(&plan, reply, version)
+}
+
+/// DescribeConfigs (v1-4), see [`conv::describe_configs_response`].
+pub async fn describe_configs(
+    ctx: &KafkaContext,
+    req: &DescribeConfigsRequest,
+    version: i16,
+) -> DescribeConfigsResponse {
+    let plan = conv::describe_configs_plan(req, version, ctx.broker_id);
+    let reply = if plan.forward.resources.is_empty() {
+        Ok(Default::default())
+    } else {
+        ctx.controller
+            .call(plan.forward.clone(), None, |mut c, r| async move {
+                c.describe_configs(r).await
+            })
+            .await
+    };
+    conv::describe_configs_response(
+        &plan,
+        req,
+        reply,
+        version,
+        ctx.broker_id,
+        &ctx.static_configs,
+    )
+}
+
+/// DescribeCluster (v0-2), see [`conv::describe_cluster_response`].
+pub async fn describe_cluster(
+    ctx: &KafkaContext,
+    req: &DescribeClusterRequest,
+    version: i16,
+) -> DescribeClusterResponse {
+    let reply = match conv::describe_cluster_request(req, version) {
+        Err(f) => Err(f),
+        Ok(forward) => {
+            ctx.controller
+                .call(forward, None, |mut c, r| async move {
+                    c.describe_cluster(r).await
+                })
+                .await
+        }
+    };
+    conv::describe_cluster_response(reply, req, version, &ctx.listener, ctx.broker_id)
+}

@@ -1,0 +1,754 @@
+//! The admin APIs the Kafka listener forwards to the active controller (#21): CreateTopics
+//! (v2-7), DeleteTopics (v1-6), DescribeConfigs (v1-4) and DescribeCluster (v0-2), as pure
+//! conversions between `kafka-protocol`'s structs and Keel's controller messages
+//! (`keel.controller`, whose shapes and error numbers are Kafka's). The async layer
+//! ([`crate::kafka::admin`]) only sends what these functions build and hands back what the
+//! controller answered.
+//!
+//! Kafka 4 semantics kept here (Kafka classes named per item):
+//! - A broker forwards CreateTopics and DeleteTopics to the active controller and answers
+//!   once the controller committed the records (`ControllerApis.createTopics`,
+//!   `ForwardingManager`); it does not wait for brokers to learn the topic (clients poll
+//!   Metadata, as `KafkaAdminClient` does).
+//! - A request-level failure (controller unreachable, a bound exceeded) is given to every
+//!   topic or resource of the request, as Kafka answers a whole-request error per item.
+//! - Error codes pass through unchanged: [`keel_proto::ErrorCode`] uses Kafka's numbers.
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::BrokerId;
+use kafka_protocol::messages::create_topics_request::CreateTopicsRequest as KCreateTopicsRequest;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult, CreateTopicsResponse,
+};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicsRequest as KDeleteTopicsRequest;
+use kafka_protocol::messages::delete_topics_response::{
+    DeletableTopicResult, DeleteTopicsResponse,
+};
+use kafka_protocol::messages::describe_cluster_request::DescribeClusterRequest as KDescribeClusterRequest;
+use kafka_protocol::messages::describe_cluster_response::{
+    DescribeClusterBroker, DescribeClusterResponse,
+};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsRequest as KDescribeConfigsRequest;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult,
+    DescribeConfigsSynonym,
+};
+use kafka_protocol::protocol::StrBytes;
+use keel_proto::ErrorCode;
+use keel_proto::controller as ctl;
+
+use super::{AUTHORIZED_OPERATIONS_OMITTED, code, str_bytes, topic_name, uuid_of};
+
+/// A whole-request failure to give every item of an answer: Kafka's error code and a
+/// message (e.g. REQUEST_TIMED_OUT when no controller answered).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// Kafka's error code.
+    pub code: i16,
+    /// Why, for the client's log (Kafka's `error_message`).
+    pub message: String,
+}
+
+impl Failure {
+    /// `code` with `message` (capped like every Keel error message,
+    /// [`keel_proto::limits::cap_message`]).
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code: code.code(),
+            message: keel_proto::limits::cap_message(message.into()),
+        }
+    }
+}
+
+/// The error message of a Keel error: `None` for success (Kafka's null `error_message`).
+fn message(e: Option<&keel_proto::common::Error>) -> Option<StrBytes> {
+    e.filter(|e| e.code != 0)
+        .map(|e| str_bytes(keel_proto::limits::cap_message(e.message.clone())))
+}
+
+/// The request-level error of a controller reply, if it failed as a whole.
+fn request_error(e: Option<&keel_proto::common::Error>) -> Option<Failure> {
+    e.filter(|e| e.code != 0).map(|e| Failure {
+        code: code(Some(e)),
+        message: e.message.clone(),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// CreateTopics (Kafka: CreateTopicsRequest/Response v2-7)
+// ---------------------------------------------------------------------------------------------
+
+/// Kafka's `DescribeConfigsResponse.ConfigSource.DYNAMIC_TOPIC_CONFIG`.
+pub const CONFIG_SOURCE_TOPIC: i8 = 1;
+/// Kafka's `ConfigSource.STATIC_BROKER_CONFIG`: a value from the broker's own config file.
+pub const CONFIG_SOURCE_STATIC_BROKER: i8 = 4;
+/// Kafka's `ConfigSource.DEFAULT_CONFIG`.
+pub const CONFIG_SOURCE_DEFAULT: i8 = 5;
+
+/// Keel's CreateTopics from Kafka's. Every field maps one to one: `num_partitions` and
+/// `replication_factor` -1 mean the controller's defaults (KIP-464, Kafka v4+; the controller
+/// also accepts them from older versions, as Kafka's `ReplicationControlManager` does),
+/// `assignments` are explicit placements, `configs` the topic's overrides (a null value is
+/// INVALID_CONFIG, decided by the controller), `validate_only` writes nothing.
+/// `timeout_ms` is not forwarded: the broker bounds its wait with it ([`crate::kafka::admin`]).
+pub fn create_topics_request(req: &KCreateTopicsRequest) -> ctl::CreateTopicsRequest {
+    ctl::CreateTopicsRequest {
+        validate_only: req.validate_only,
+        topics: req
+            .topics
+            .iter()
+            .map(|t| ctl::CreatableTopic {
+                name: t.name.0.to_string(),
+                num_partitions: t.num_partitions,
+                replication_factor: i32::from(t.replication_factor),
+                assignments: t
+                    .assignments
+                    .iter()
+                    .map(|a| ctl::CreatableReplicaAssignment {
+                        partition_index: a.partition_index,
+                        broker_ids: a.broker_ids.iter().map(|b| b.0).collect(),
+                    })
+                    .collect(),
+                configs: t
+                    .configs
+                    .iter()
+                    .map(|c| ctl::ConfigEntry {
+                        name: c.name.to_string(),
+                        value: c.value.as_ref().map(|v| v.to_string()),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// Kafka's CreateTopics response from the controller's reply (or from `failure` when the
+/// controller could not be asked), one result per requested topic in request order. v5+
+/// carries the topic's partitions, replication factor and effective configs as the controller
+/// answered them (also for `validate_only`); each config's source is DYNAMIC_TOPIC_CONFIG when
+/// the request set it, else DEFAULT_CONFIG (the controller's reply does not say whether a
+/// default is Kafka's or a cluster-wide dynamic one). v7 carries the topic id. Failed topics
+/// have -1 partitions and replication factor, no configs, a nil id and the controller's
+/// message; successful ones a null message.
+pub fn create_topics_response(
+    reply: Result<ctl::CreateTopicsReply, Failure>,
+    req: &KCreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
+    let reply = match reply {
+        Ok(r) => match request_error(r.error.as_ref()) {
+            Some(f) => Err(f),
+            None => Ok(r),
+        },
+        Err(f) => Err(f),
+    };
+    let topics = match reply {
+        Err(f) => req
+            .topics
+            .iter()
+            .map(|t| {
+                CreatableTopicResult::default()
+                    .with_name(t.name.clone())
+                    .with_error_code(f.code)
+                    .with_error_message(Some(str_bytes(f.message.clone())))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+                    .with_configs(None)
+            })
+            .collect(),
+        Ok(r) => r
+            .topics
+            .into_iter()
+            .map(|t| {
+                let failed = t.error.as_ref().is_some_and(|e| e.code != 0);
+                let requested: BTreeSet<&str> = req
+                    .topics
+                    .iter()
+                    .find(|k| k.name.0.as_str() == t.name)
+                    .map(|k| k.configs.iter().map(|c| c.name.as_str()).collect())
+                    .unwrap_or_default();
+                let configs = (!failed && version >= 5).then(|| {
+                    t.configs
+                        .iter()
+                        .map(|c| {
+                            let source = if requested.contains(c.name.as_str()) {
+                                CONFIG_SOURCE_TOPIC
+                            } else {
+                                CONFIG_SOURCE_DEFAULT
+                            };
+                            CreatableTopicConfigs::default()
+                                .with_name(str_bytes(c.name.clone()))
+                                .with_value(c.value.clone().map(str_bytes))
+                                .with_config_source(source)
+                        })
+                        .collect()
+                });
+                CreatableTopicResult::default()
+                    .with_name(topic_name(t.name))
+                    .with_topic_id(if failed {
+                        uuid::Uuid::nil()
+                    } else {
+                        uuid_of(&t.topic_id)
+                    })
+                    .with_error_code(code(t.error.as_ref()))
+                    .with_error_message(message(t.error.as_ref()))
+                    .with_num_partitions(if failed { -1 } else { t.num_partitions })
+                    .with_replication_factor(if failed {
+                        -1
+                    } else {
+                        i16::try_from(t.replication_factor).unwrap_or(-1)
+                    })
+                    .with_configs(configs)
+            })
+            .collect(),
+    };
+    CreateTopicsResponse::default().with_topics(topics)
+}
+
+// ---------------------------------------------------------------------------------------------
+// DeleteTopics (Kafka: DeleteTopicsRequest/Response v1-6)
+// ---------------------------------------------------------------------------------------------
+
+/// What becomes of one topic of a Kafka DeleteTopics.
+#[derive(Debug, Clone, PartialEq)]
+enum DeleteSlot {
+    /// Sent to the controller as entry number `.0` of [`DeletePlan::forward`].
+    Forwarded(usize),
+    /// Answered by the broker (a malformed v6 entry).
+    Refused {
+        name: Option<String>,
+        topic_id: uuid::Uuid,
+        failure: Failure,
+    },
+}
+
+/// A Kafka DeleteTopics split into what is forwarded and what the broker refuses itself.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeletePlan {
+    /// The controller request (may have no topics: then nothing needs sending).
+    pub forward: ctl::DeleteTopicsRequest,
+    slots: Vec<DeleteSlot>,
+}
+
+/// Keel's DeleteTopics from Kafka's: v1-5 name topics in `topic_names`, v6 in `topics`, each
+/// by name or by id (KIP-516). A v6 entry with both a name and a non-nil id, or with
+/// neither, is refused with INVALID_REQUEST and not forwarded (Kafka's
+/// `DeleteTopicsRequest` handling: "You may not specify both topic name and topic id");
+/// duplicates and unknown topics are the controller's to answer (INVALID_REQUEST,
+/// UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID).
+pub fn delete_topics_plan(req: &KDeleteTopicsRequest, version: i16) -> DeletePlan {
+    let mut forward = ctl::DeleteTopicsRequest::default();
+    let mut slots = Vec::new();
+    let mut send = |state: ctl::DeleteTopicState, slots: &mut Vec<DeleteSlot>| {
+        slots.push(DeleteSlot::Forwarded(forward.topics.len()));
+        forward.topics.push(state);
+    };
+    if version < 6 {
+        for name in &req.topic_names {
+            send(
+                ctl::DeleteTopicState {
+                    name: name.0.to_string(),
+                    topic_id: Bytes::new(),
+                },
+                &mut slots,
+            );
+        }
+    } else {
+        for t in &req.topics {
+            let name = t.name.as_ref().map(|n| n.0.to_string());
+            match (name, t.topic_id.is_nil()) {
+                (Some(name), true) => send(
+                    ctl::DeleteTopicState {
+                        name,
+                        topic_id: Bytes::new(),
+                    },
+                    &mut slots,
+                ),
+                (None, false) => send(
+                    ctl::DeleteTopicState {
+                        name: String::new(),
+                        topic_id: Bytes::copy_from_slice(t.topic_id.as_bytes()),
+                    },
+                    &mut slots,
+                ),
+                (name, has_no_id) => slots.push(DeleteSlot::Refused {
+                    failure: Failure::new(
+                        ErrorCode::InvalidRequest,
+                        if has_no_id {
+                            "a topic needs a name or a topic id"
+                        } else {
+                            "you may not specify both topic name and topic id"
+                        },
+                    ),
+                    name: name.map(|n| keel_proto::limits::clip(&n).into_owned()),
+                    topic_id: t.topic_id,
+                }),
+            }
+        }
+    }
+    DeletePlan {
+        forward: std::mem::take(&mut forward),
+        slots,
+    }
+}
+
+/// Kafka's DeleteTopics response: one result per requested topic in request order, from the
+/// controller's reply (or `failure` for every forwarded topic). v6 carries topic ids and a
+/// null name where none is known (a topic asked by an unknown id); v1-5 always a name. The
+/// error message is v5+ (null on success).
+pub fn delete_topics_response(
+    plan: &DeletePlan,
+    reply: Result<ctl::DeleteTopicsReply, Failure>,
+    version: i16,
+) -> DeleteTopicsResponse {
+    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
+        Some(f) => Err(f),
+        None => Ok(r),
+    });
+    let name_of = |name: String| {
+        if name.is_empty() && version >= 6 {
+            None
+        } else {
+            Some(topic_name(name))
+        }
+    };
+    let responses = plan
+        .slots
+        .iter()
+        .map(|slot| {
+            let (name, topic_id, error_code, error_message) = match slot {
+                DeleteSlot::Refused {
+                    name,
+                    topic_id,
+                    failure,
+                } => (
+                    name.clone().unwrap_or_default(),
+                    *topic_id,
+                    failure.code,
+                    Some(failure.message.clone()),
+                ),
+                DeleteSlot::Forwarded(i) => {
+                    let asked = &plan.forward.topics[*i];
+                    let asked_id = uuid_of(&asked.topic_id);
+                    match (&reply, reply.as_ref().ok().and_then(|r| r.topics.get(*i))) {
+                        (Err(f), _) => (
+                            asked.name.clone(),
+                            asked_id,
+                            f.code,
+                            Some(f.message.clone()),
+                        ),
+                        (Ok(_), Some(t)) => (
+                            if t.name.is_empty() {
+                                asked.name.clone()
+                            } else {
+                                t.name.clone()
+                            },
+                            if t.topic_id.len() == 16 {
+                                uuid_of(&t.topic_id)
+                            } else {
+                                asked_id
+                            },
+                            code(t.error.as_ref()),
+                            message(t.error.as_ref()).map(|m| m.to_string()),
+                        ),
+                        (Ok(_), None) => (
+                            asked.name.clone(),
+                            asked_id,
+                            ErrorCode::UnknownServerError.code(),
+                            Some("the controller did not answer for this topic".to_string()),
+                        ),
+                    }
+                }
+            };
+            DeletableTopicResult::default()
+                .with_name(name_of(name))
+                .with_topic_id(topic_id)
+                .with_error_code(error_code)
+                .with_error_message(error_message.map(str_bytes))
+        })
+        .collect();
+    DeleteTopicsResponse::default().with_responses(responses)
+}
+
+// ---------------------------------------------------------------------------------------------
+// DescribeConfigs (Kafka: DescribeConfigsRequest/Response v1-4)
+// ---------------------------------------------------------------------------------------------
+
+/// Kafka's `ConfigResource.Type.TOPIC`.
+pub const RESOURCE_TOPIC: i8 = 2;
+/// Kafka's `ConfigResource.Type.BROKER` (an empty name: the cluster-wide defaults).
+pub const RESOURCE_BROKER: i8 = 4;
+
+/// One value from the broker's own config file that stands in for Kafka's default of a key
+/// (Kafka's `STATIC_BROKER_CONFIG` source): the replica manager applies it to topics without
+/// an override, so DescribeConfigs reports it instead of Kafka's default.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticBrokerConfig {
+    /// The topic-level key, e.g. `retention.ms`.
+    pub topic_name: &'static str,
+    /// The broker-level key, e.g. `log.retention.ms`.
+    pub broker_name: &'static str,
+    /// The value, in Kafka's format (`-1` = no limit).
+    pub value: String,
+}
+
+/// Kafka's `ConfigDef.Type` id of a key Keel knows (DescribeConfigs v3+ `config_type`):
+/// BOOLEAN 1, INT 3, LONG 5, LIST 7; 0 (UNKNOWN) for anything else.
+pub fn config_type(name: &str) -> i8 {
+    match name {
+        "unclean.leader.election.enable" => 1,
+        "min.insync.replicas"
+        | "segment.bytes"
+        | "log.segment.bytes"
+        | "max.message.bytes"
+        | "message.max.bytes" => 3,
+        "retention.ms"
+        | "log.retention.ms"
+        | "retention.bytes"
+        | "log.retention.bytes"
+        | "segment.ms"
+        | "log.roll.ms"
+        | "flush.messages"
+        | "log.flush.interval.messages" => 5,
+        "cleanup.policy" | "log.cleanup.policy" => 7,
+        _ => 0,
+    }
+}
+
+/// A Kafka DescribeConfigs split into the resources forwarded and those the broker refuses.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DescribeConfigsPlan {
+    /// The controller request (may have no resources: then nothing needs sending).
+    pub forward: ctl::DescribeConfigsRequest,
+    /// Per requested resource: its index in `forward`, or the refusal.
+    slots: Vec<Result<usize, Failure>>,
+}
+
+/// Keel's DescribeConfigs from Kafka's. TOPIC (2) resources are forwarded as they are.
+/// BROKER (4) resources are forwarded when the name is empty (the cluster-wide defaults) or
+/// this broker's id (`self_id`); another broker's id is INVALID_REQUEST, as Kafka's
+/// `ConfigHelper` answers ("Unexpected broker id"; clients send a broker's resource to that
+/// broker). Any other type (BROKER_LOGGER 8, CLIENT_METRICS 16, GROUP 32, UNKNOWN 0, ...) is
+/// INVALID_REQUEST for that resource; Keel's own CLUSTER type (16) is never forwarded, since
+/// Kafka's 16 is CLIENT_METRICS. Null `configuration_keys` asks every key; a list (even an
+/// empty one) only those keys, filtered again in [`describe_configs_response`] because
+/// Keel's empty list means every key. `include_documentation` is v3+ (false before).
+pub fn describe_configs_plan(
+    req: &KDescribeConfigsRequest,
+    version: i16,
+    self_id: i32,
+) -> DescribeConfigsPlan {
+    let mut forward = ctl::DescribeConfigsRequest {
+        resources: Vec::new(),
+        include_synonyms: req.include_synonyms,
+        include_documentation: version >= 3 && req.include_documentation,
+    };
+    let slots = req
+        .resources
+        .iter()
+        .map(|r| {
+            let name = r.resource_name.as_str();
+            let keel_type = match r.resource_type {
+                RESOURCE_TOPIC => keel_proto::metadata::ConfigResourceType::Topic,
+                RESOURCE_BROKER if name.is_empty() || name == self_id.to_string() => {
+                    keel_proto::metadata::ConfigResourceType::Broker
+                }
+                RESOURCE_BROKER => {
+                    return Err(Failure::new(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "unexpected broker id {:?}: this is broker {self_id}; ask that \
+                             broker, or use an empty name for the cluster defaults",
+                            keel_proto::limits::clip(name)
+                        ),
+                    ));
+                }
+                other => {
+                    return Err(Failure::new(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "config resource type {other} is not supported (TOPIC 2 and \
+                             BROKER 4 are)"
+                        ),
+                    ));
+                }
+            };
+            forward.resources.push(ctl::DescribeConfigsResource {
+                resource_type: keel_type as i32,
+                resource_name: name.to_string(),
+                configuration_keys: r
+                    .configuration_keys
+                    .iter()
+                    .flatten()
+                    .map(|k| k.to_string())
+                    .collect(),
+            });
+            Ok(forward.resources.len() - 1)
+        })
+        .collect();
+    DescribeConfigsPlan { forward, slots }
+}
+
+/// Kafka's DescribeConfigs response: one result per requested resource in request order,
+/// with the controller's entries (or `failure` for every forwarded resource). For a TOPIC
+/// and for this broker's own BROKER resource, a key whose value is Kafka's default while
+/// `statics` has another value for it is reported with that value and source
+/// STATIC_BROKER_CONFIG (what this broker applies; Kafka's broker reports its config file the
+/// same way). With `include_synonyms` the synonyms list starts with the effective value, then
+/// the lower-precedence ones (Kafka's `ConfigHelper` lists every source, the effective one
+/// first). v3+ adds `config_type` and `documentation` (null when not asked).
+pub fn describe_configs_response(
+    plan: &DescribeConfigsPlan,
+    req: &KDescribeConfigsRequest,
+    reply: Result<ctl::DescribeConfigsReply, Failure>,
+    version: i16,
+    self_id: i32,
+    statics: &[StaticBrokerConfig],
+) -> DescribeConfigsResponse {
+    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
+        Some(f) => Err(f),
+        None => Ok(r),
+    });
+    let results = req
+        .resources
+        .iter()
+        .zip(&plan.slots)
+        .map(|(asked, slot)| {
+            let out = DescribeConfigsResult::default()
+                .with_resource_type(asked.resource_type)
+                .with_resource_name(asked.resource_name.clone());
+            let result = match (slot, &reply) {
+                (Err(f), _) | (Ok(_), Err(f)) => Err(f.clone()),
+                (Ok(i), Ok(r)) => r.results.get(*i).cloned().ok_or_else(|| {
+                    Failure::new(
+                        ErrorCode::UnknownServerError,
+                        "the controller did not answer for this resource",
+                    )
+                }),
+            };
+            let result = match result {
+                Err(f) => {
+                    return out
+                        .with_error_code(f.code)
+                        .with_error_message(Some(str_bytes(f.message)));
+                }
+                Ok(r) => r,
+            };
+            if let Some(e) = result.error.as_ref().filter(|e| e.code != 0) {
+                return out
+                    .with_error_code(code(Some(e)))
+                    .with_error_message(message(Some(e)));
+            }
+            let by_topic = asked.resource_type == RESOURCE_TOPIC;
+            let overlay = by_topic || asked.resource_name.as_str() == self_id.to_string();
+            let wanted: Option<BTreeSet<&str>> = asked
+                .configuration_keys
+                .as_ref()
+                .map(|keys| keys.iter().map(|k| k.as_str()).collect());
+            let configs = result
+                .configs
+                .into_iter()
+                .filter(|c| wanted.as_ref().is_none_or(|w| w.contains(c.name.as_str())))
+                .map(|c| {
+                    let stat = statics.iter().find(|s| {
+                        c.name
+                            == if by_topic {
+                                s.topic_name
+                            } else {
+                                s.broker_name
+                            }
+                    });
+                    config_entry(c, overlay.then_some(stat).flatten(), req, version)
+                })
+                .collect();
+            out.with_error_code(0)
+                .with_error_message(None)
+                .with_configs(configs)
+        })
+        .collect();
+    DescribeConfigsResponse::default().with_results(results)
+}
+
+/// One described key (see [`describe_configs_response`]).
+fn config_entry(
+    c: ctl::DescribeConfigsEntry,
+    stat: Option<&StaticBrokerConfig>,
+    req: &KDescribeConfigsRequest,
+    version: i16,
+) -> DescribeConfigsResourceResult {
+    let mut value = c.value.clone();
+    let mut source = i8::try_from(c.config_source).unwrap_or(0);
+    let mut synonyms: Vec<DescribeConfigsSynonym> = Vec::new();
+    let synonym = |name: &str, value: Option<&String>, source: i8| {
+        DescribeConfigsSynonym::default()
+            .with_name(str_bytes(name.to_string()))
+            .with_value(value.cloned().map(str_bytes))
+            .with_source(source)
+    };
+    let effective_name = match stat {
+        Some(s) if source == CONFIG_SOURCE_DEFAULT && value.as_ref() != Some(&s.value) => {
+            value = Some(s.value.clone());
+            source = CONFIG_SOURCE_STATIC_BROKER;
+            s.broker_name.to_string()
+        }
+        _ => c.name.clone(),
+    };
+    if req.include_synonyms {
+        synonyms.push(synonym(&effective_name, value.as_ref(), source));
+        if source == CONFIG_SOURCE_STATIC_BROKER {
+            // The default the static value replaced.
+            synonyms.push(synonym(
+                &effective_name,
+                c.value.as_ref(),
+                CONFIG_SOURCE_DEFAULT,
+            ));
+        }
+        synonyms.extend(c.synonyms.iter().map(|s| {
+            synonym(
+                &s.name,
+                s.value.as_ref(),
+                i8::try_from(s.source).unwrap_or(0),
+            )
+        }));
+    }
+    let mut out = DescribeConfigsResourceResult::default()
+        .with_name(str_bytes(c.name.clone()))
+        .with_value(value.map(str_bytes))
+        .with_read_only(c.read_only)
+        .with_config_source(source)
+        .with_is_sensitive(c.is_sensitive)
+        .with_synonyms(synonyms);
+    if version >= 3 {
+        out = out
+            .with_config_type(config_type(&c.name))
+            .with_documentation(
+                (req.include_documentation && !c.documentation.is_empty())
+                    .then(|| str_bytes(c.documentation)),
+            );
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// DescribeCluster (Kafka: DescribeClusterRequest/Response v0-2, KIP-700, KIP-919, KIP-1073)
+// ---------------------------------------------------------------------------------------------
+
+/// Kafka's `EndpointType.BROKER` (DescribeCluster v1+, KIP-919).
+pub const ENDPOINT_TYPE_BROKER: i8 = 1;
+/// Kafka's `EndpointType.CONTROLLER`.
+pub const ENDPOINT_TYPE_CONTROLLER: i8 = 2;
+
+/// The cluster operations a client may perform, as Kafka's `authorizedOperations` bit field
+/// of the CLUSTER resource when no authorizer is configured (every operation the resource
+/// supports is allowed; Keel has no ACLs): CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9,
+/// DESCRIBE_CONFIGS 10, ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12 (`AclOperation` codes, Kafka's
+/// `AclEntry.supportedOperations(CLUSTER)`).
+pub const CLUSTER_AUTHORIZED_OPERATIONS: i32 =
+    (1 << 5) | (1 << 7) | (1 << 8) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12);
+
+/// Keel's DescribeCluster from Kafka's, or the failure to answer at once: a broker endpoint
+/// answers `endpoint_type` BROKER (1) only; CONTROLLER (2) is MISMATCHED_ENDPOINT_TYPE (114),
+/// anything else UNSUPPORTED_ENDPOINT_TYPE (115) (KIP-919, Kafka's
+/// `AuthHelper.computeDescribeClusterResponse`). Fenced brokers are asked for with v2's
+/// `include_fenced_brokers` (KIP-1073).
+pub fn describe_cluster_request(
+    req: &KDescribeClusterRequest,
+    version: i16,
+) -> Result<ctl::DescribeClusterRequest, Failure> {
+    let endpoint_type = if version >= 1 {
+        req.endpoint_type
+    } else {
+        ENDPOINT_TYPE_BROKER
+    };
+    match endpoint_type {
+        ENDPOINT_TYPE_BROKER => Ok(ctl::DescribeClusterRequest {
+            include_fenced_brokers: version >= 2 && req.include_fenced_brokers,
+            include_image_digest: false,
+        }),
+        ENDPOINT_TYPE_CONTROLLER => Err(Failure {
+            code: ResponseError::MismatchedEndpointType.code(),
+            message: "this is a broker endpoint: it describes brokers (endpoint type 1)".into(),
+        }),
+        other => Err(Failure {
+            code: ResponseError::UnsupportedEndpointType.code(),
+            message: format!("endpoint type {other} is not supported (1, brokers, is)"),
+        }),
+    }
+}
+
+/// Kafka's DescribeCluster response from the controller's reply (or `failure`): the brokers
+/// with an endpoint on `listener` (the listener the request came in on), by id, unfenced
+/// ones only unless v2's `include_fenced_brokers` asked for fenced ones too (marked
+/// `is_fenced`); `controller_id` is a live listed broker, as in Metadata (Kafka clients cannot
+/// reach KRaft controllers): `self_id` when it is listed and unfenced, else the lowest such
+/// id, else -1. `cluster_authorized_operations` is [`CLUSTER_AUTHORIZED_OPERATIONS`] when
+/// asked, else `i32::MIN` (Kafka's "not requested"). `endpoint_type` is BROKER.
+pub fn describe_cluster_response(
+    reply: Result<ctl::DescribeClusterReply, Failure>,
+    req: &KDescribeClusterRequest,
+    version: i16,
+    listener: &str,
+    self_id: i32,
+) -> DescribeClusterResponse {
+    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
+        Some(f) => Err(f),
+        None => Ok(r),
+    });
+    let out = DescribeClusterResponse::default()
+        .with_endpoint_type(ENDPOINT_TYPE_BROKER)
+        .with_cluster_authorized_operations(if req.include_cluster_authorized_operations {
+            CLUSTER_AUTHORIZED_OPERATIONS
+        } else {
+            AUTHORIZED_OPERATIONS_OMITTED
+        });
+    let reply = match reply {
+        Err(f) => {
+            return out
+                .with_error_code(f.code)
+                .with_error_message(Some(str_bytes(f.message)));
+        }
+        Ok(r) => r,
+    };
+    let with_fenced = version >= 2 && req.include_fenced_brokers;
+    let mut brokers: Vec<DescribeClusterBroker> = reply
+        .brokers
+        .iter()
+        .filter(|b| with_fenced || !b.fenced)
+        .filter_map(|b| {
+            let ep = b.endpoints.iter().find(|e| e.name == listener)?;
+            Some(
+                DescribeClusterBroker::default()
+                    .with_broker_id(BrokerId(b.broker_id))
+                    .with_host(str_bytes(ep.host.clone()))
+                    .with_port(ep.port as i32)
+                    .with_rack((!b.rack.is_empty()).then(|| str_bytes(b.rack.clone())))
+                    .with_is_fenced(with_fenced && b.fenced),
+            )
+        })
+        .collect();
+    brokers.sort_by_key(|b| b.broker_id.0);
+    let live = |id: i32| brokers.iter().any(|b| b.broker_id.0 == id && !b.is_fenced);
+    let controller_id = if live(self_id) {
+        self_id
+    } else {
+        brokers
+            .iter()
+            .find(|b| !b.is_fenced)
+            .map_or(-1, |b| b.broker_id.0)
+    };
+    out.with_cluster_id(str_bytes(reply.cluster_id))
+        .with_controller_id(BrokerId(controller_id))
+        .with_brokers(brokers)
+}
+
+#[cfg(test)]
+mod tests;
+
+/// Kafka's error code of a failed forward as a [`Failure`] with REQUEST_TIMED_OUT
+/// (retriable: the client retries, possibly against another broker).
+pub fn timed_out(why: impl Into<String>) -> Failure {
+    Failure::new(ErrorCode::RequestTimedOut, why)
+}

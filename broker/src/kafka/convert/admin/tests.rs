@@ -1,0 +1,659 @@
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::{ApiKey, TopicName};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use keel_proto::metadata::BrokerEndpoint;
+
+use super::*;
+use crate::kafka::versions;
+
+const ID: [u8; 16] = [7; 16];
+
+fn err(code: ErrorCode, msg: &str) -> Option<keel_proto::common::Error> {
+    Some(code.to_proto(msg.to_string()))
+}
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn range(key: ApiKey) -> std::ops::RangeInclusive<i16> {
+    let r = versions::served(key).expect("served");
+    r.served_min..=r.max
+}
+
+/// Encodes `msg` at `version` and decodes it back (the client's view).
+fn round_trip<T: Encodable + Decodable>(msg: &T, version: i16) -> T {
+    let mut buf = BytesMut::new();
+    msg.encode(&mut buf, version)
+        .unwrap_or_else(|e| panic!("v{version}: cannot encode: {e}"));
+    let mut bytes = buf.freeze();
+    let back =
+        T::decode(&mut bytes, version).unwrap_or_else(|e| panic!("v{version}: cannot decode: {e}"));
+    assert!(bytes.is_empty(), "v{version}: {} bytes left", bytes.len());
+    back
+}
+
+// ---------------------------------------------------------------------------------------------
+// CreateTopics
+// ---------------------------------------------------------------------------------------------
+
+fn create_req() -> KCreateTopicsRequest {
+    KCreateTopicsRequest::default()
+        .with_timeout_ms(5000)
+        .with_validate_only(true)
+        .with_topics(vec![
+            CreatableTopic::default()
+                .with_name(name("a"))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1)
+                .with_configs(vec![
+                    CreatableTopicConfig::default()
+                        .with_name(s("retention.ms"))
+                        .with_value(Some(s("1000"))),
+                    CreatableTopicConfig::default()
+                        .with_name(s("cleanup.policy"))
+                        .with_value(None),
+                ]),
+            CreatableTopic::default()
+                .with_name(name("b"))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1)
+                .with_assignments(vec![
+                    CreatableReplicaAssignment::default()
+                        .with_partition_index(0)
+                        .with_broker_ids(vec![BrokerId(2), BrokerId(1)]),
+                ]),
+        ])
+}
+
+fn create_reply() -> ctl::CreateTopicsReply {
+    ctl::CreateTopicsReply {
+        error: None,
+        topics: vec![
+            ctl::CreatableTopicResult {
+                name: "a".into(),
+                topic_id: Bytes::from_static(&ID),
+                error: None,
+                num_partitions: 3,
+                replication_factor: 2,
+                configs: vec![
+                    ctl::ConfigEntry {
+                        name: "retention.ms".into(),
+                        value: Some("1000".into()),
+                    },
+                    ctl::ConfigEntry {
+                        name: "segment.bytes".into(),
+                        value: Some("1073741824".into()),
+                    },
+                ],
+                metadata_offset: 12,
+            },
+            ctl::CreatableTopicResult {
+                name: "b".into(),
+                topic_id: Bytes::new(),
+                error: err(ErrorCode::TopicAlreadyExists, "topic \"b\" already exists"),
+                num_partitions: -1,
+                replication_factor: -1,
+                configs: Vec::new(),
+                metadata_offset: -1,
+            },
+        ],
+        leader: None,
+    }
+}
+
+#[test]
+fn create_topics_request_maps_every_field() {
+    let keel = create_topics_request(&create_req());
+    assert!(keel.validate_only);
+    assert_eq!(keel.topics.len(), 2);
+    let a = &keel.topics[0];
+    assert_eq!(
+        (a.name.as_str(), a.num_partitions, a.replication_factor),
+        ("a", -1, -1)
+    );
+    assert_eq!(a.configs[0].name, "retention.ms");
+    assert_eq!(a.configs[0].value.as_deref(), Some("1000"));
+    assert_eq!(
+        a.configs[1].value, None,
+        "a null value stays null (INVALID_CONFIG)"
+    );
+    let b = &keel.topics[1];
+    assert_eq!(b.assignments.len(), 1);
+    assert_eq!(b.assignments[0].partition_index, 0);
+    assert_eq!(b.assignments[0].broker_ids, vec![2, 1]);
+}
+
+#[test]
+fn create_topics_response_per_topic_results() {
+    let out = create_topics_response(Ok(create_reply()), &create_req(), 7);
+    let a = &out.topics[0];
+    assert_eq!(a.name.0.as_str(), "a");
+    assert_eq!(a.error_code, 0);
+    assert_eq!(a.error_message, None);
+    assert_eq!(a.topic_id, uuid::Uuid::from_bytes(ID));
+    assert_eq!((a.num_partitions, a.replication_factor), (3, 2));
+    let configs = a.configs.as_ref().expect("configs at v5+");
+    assert_eq!(configs[0].config_source, CONFIG_SOURCE_TOPIC);
+    assert_eq!(configs[1].config_source, CONFIG_SOURCE_DEFAULT);
+    assert_eq!(configs[1].value.as_deref(), Some("1073741824"));
+    let b = &out.topics[1];
+    assert_eq!(b.error_code, ErrorCode::TopicAlreadyExists.code());
+    assert_eq!(
+        b.error_message.as_deref(),
+        Some("topic \"b\" already exists")
+    );
+    assert_eq!((b.num_partitions, b.replication_factor), (-1, -1));
+    assert!(b.topic_id.is_nil());
+    assert_eq!(b.configs, None);
+}
+
+#[test]
+fn create_topics_whole_request_failures_go_to_every_topic() {
+    let mut reply = create_reply();
+    reply.error = err(ErrorCode::InvalidRequest, "topics: 10001 entries");
+    for reply in [
+        Ok(reply),
+        Err(Failure::new(
+            ErrorCode::InvalidRequest,
+            "topics: 10001 entries",
+        )),
+    ] {
+        let out = create_topics_response(reply, &create_req(), 6);
+        assert_eq!(out.topics.len(), 2);
+        for (t, asked) in out.topics.iter().zip(["a", "b"]) {
+            assert_eq!(t.name.0.as_str(), asked);
+            assert_eq!(t.error_code, ErrorCode::InvalidRequest.code());
+            assert_eq!(t.error_message.as_deref(), Some("topics: 10001 entries"));
+            assert_eq!(t.num_partitions, -1);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// DeleteTopics
+// ---------------------------------------------------------------------------------------------
+
+fn delete_req_v6() -> KDeleteTopicsRequest {
+    let id = uuid::Uuid::from_bytes(ID);
+    KDeleteTopicsRequest::default().with_topics(vec![
+        DeleteTopicState::default().with_name(Some(name("a"))),
+        DeleteTopicState::default()
+            .with_name(None)
+            .with_topic_id(id),
+        DeleteTopicState::default()
+            .with_name(Some(name("c")))
+            .with_topic_id(id),
+        DeleteTopicState::default().with_name(None),
+    ])
+}
+
+#[test]
+fn delete_topics_v6_by_name_and_id_malformed_entries_refused_locally() {
+    let plan = delete_topics_plan(&delete_req_v6(), 6);
+    assert_eq!(
+        plan.forward.topics.len(),
+        2,
+        "only well-formed entries go out"
+    );
+    assert_eq!(plan.forward.topics[0].name, "a");
+    assert!(plan.forward.topics[0].topic_id.is_empty());
+    assert_eq!(plan.forward.topics[1].name, "");
+    assert_eq!(&plan.forward.topics[1].topic_id[..], &ID);
+    let reply = ctl::DeleteTopicsReply {
+        error: None,
+        topics: vec![
+            ctl::DeletableTopicResult {
+                name: "a".into(),
+                topic_id: Bytes::from_static(&[1; 16]),
+                error: None,
+            },
+            ctl::DeletableTopicResult {
+                name: String::new(),
+                topic_id: Bytes::from_static(&ID),
+                error: err(ErrorCode::UnknownTopicId, "unknown topic id"),
+            },
+        ],
+        leader: None,
+    };
+    let out = delete_topics_response(&plan, Ok(reply), 6);
+    let r = &out.responses;
+    assert_eq!(r.len(), 4, "one result per requested topic, in order");
+    assert_eq!(r[0].name.as_ref().map(|n| n.0.as_str()), Some("a"));
+    assert_eq!(r[0].topic_id, uuid::Uuid::from_bytes([1; 16]));
+    assert_eq!((r[0].error_code, r[0].error_message.as_deref()), (0, None));
+    assert_eq!(r[1].name, None, "an unknown id has no name");
+    assert_eq!(r[1].error_code, ErrorCode::UnknownTopicId.code());
+    assert_eq!(r[2].error_code, ErrorCode::InvalidRequest.code());
+    assert_eq!(r[2].name.as_ref().map(|n| n.0.as_str()), Some("c"));
+    assert!(r[2].error_message.as_deref().unwrap().contains("both"));
+    assert_eq!(r[3].error_code, ErrorCode::InvalidRequest.code());
+}
+
+#[test]
+fn delete_topics_v1_to_5_by_name_and_whole_request_failure() {
+    let req = KDeleteTopicsRequest::default().with_topic_names(vec![name("x"), name("y")]);
+    let plan = delete_topics_plan(&req, 4);
+    assert_eq!(
+        plan.forward
+            .topics
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>(),
+        ["x", "y"]
+    );
+    let out = delete_topics_response(&plan, Err(timed_out("no controller")), 4);
+    for (t, asked) in out.responses.iter().zip(["x", "y"]) {
+        assert_eq!(t.name.as_ref().map(|n| n.0.as_str()), Some(asked));
+        assert_eq!(t.error_code, ErrorCode::RequestTimedOut.code());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// DescribeConfigs
+// ---------------------------------------------------------------------------------------------
+
+fn statics() -> Vec<StaticBrokerConfig> {
+    vec![
+        StaticBrokerConfig {
+            topic_name: "retention.ms",
+            broker_name: "log.retention.ms",
+            value: "-1".into(),
+        },
+        StaticBrokerConfig {
+            topic_name: "segment.bytes",
+            broker_name: "log.segment.bytes",
+            value: "1073741824".into(),
+        },
+    ]
+}
+
+fn describe_configs_req() -> KDescribeConfigsRequest {
+    let res = |t: i8, n: &str, keys: Option<Vec<&str>>| {
+        DescribeConfigsResource::default()
+            .with_resource_type(t)
+            .with_resource_name(s(n))
+            .with_configuration_keys(keys.map(|k| k.into_iter().map(s).collect()))
+    };
+    KDescribeConfigsRequest::default()
+        .with_include_synonyms(true)
+        .with_include_documentation(true)
+        .with_resources(vec![
+            res(RESOURCE_TOPIC, "t", None),
+            res(RESOURCE_BROKER, "1", Some(vec!["log.retention.ms"])),
+            res(RESOURCE_BROKER, "2", None),
+            res(16, "", None),
+            res(RESOURCE_TOPIC, "t", Some(vec![])),
+        ])
+}
+
+fn entry(name: &str, value: &str, source: ctl::ConfigSource) -> ctl::DescribeConfigsEntry {
+    ctl::DescribeConfigsEntry {
+        name: name.into(),
+        value: Some(value.into()),
+        read_only: false,
+        config_source: source as i32,
+        is_sensitive: false,
+        synonyms: vec![ctl::DescribeConfigsSynonym {
+            name: format!("log.{name}"),
+            value: Some("7".into()),
+            source: ctl::ConfigSource::DefaultConfig as i32,
+        }],
+        documentation: format!("doc of {name}"),
+    }
+}
+
+fn describe_configs_reply() -> ctl::DescribeConfigsReply {
+    let topic = ctl::DescribeConfigsResult {
+        error: None,
+        resource_type: 2,
+        resource_name: "t".into(),
+        configs: vec![
+            entry(
+                "retention.ms",
+                "604800000",
+                ctl::ConfigSource::DefaultConfig,
+            ),
+            entry("segment.bytes", "1000", ctl::ConfigSource::TopicConfig),
+            entry("cleanup.policy", "delete", ctl::ConfigSource::DefaultConfig),
+        ],
+    };
+    ctl::DescribeConfigsReply {
+        error: None,
+        results: vec![
+            topic.clone(),
+            ctl::DescribeConfigsResult {
+                error: None,
+                resource_type: 4,
+                resource_name: "1".into(),
+                configs: vec![entry(
+                    "log.retention.ms",
+                    "604800000",
+                    ctl::ConfigSource::DefaultConfig,
+                )],
+            },
+            topic,
+        ],
+        metadata_offset: 3,
+        leader: None,
+    }
+}
+
+#[test]
+fn describe_configs_plan_forwards_topics_and_own_broker_only() {
+    let plan = describe_configs_plan(&describe_configs_req(), 4, 1);
+    let f = &plan.forward;
+    assert!(f.include_synonyms && f.include_documentation);
+    assert_eq!(f.resources.len(), 3);
+    assert_eq!(f.resources[0].resource_type, 2);
+    assert!(
+        f.resources[0].configuration_keys.is_empty(),
+        "null = all keys"
+    );
+    assert_eq!(f.resources[1].resource_type, 4);
+    assert_eq!(f.resources[1].configuration_keys, vec!["log.retention.ms"]);
+    assert_eq!(f.resources[2].resource_name, "t");
+    assert!(
+        !describe_configs_plan(&describe_configs_req(), 2, 1)
+            .forward
+            .include_documentation,
+        "documentation is v3+"
+    );
+}
+
+#[test]
+fn describe_configs_response_errors_filters_and_static_values() {
+    let req = describe_configs_req();
+    let plan = describe_configs_plan(&req, 4, 1);
+    let out =
+        describe_configs_response(&plan, &req, Ok(describe_configs_reply()), 4, 1, &statics());
+    let r = &out.results;
+    assert_eq!(r.len(), 5);
+    // The topic: a default replaced by this broker's static value, with the default as the
+    // second synonym; a topic override untouched even though a static value exists.
+    let t = &r[0];
+    assert_eq!((t.error_code, t.error_message.as_deref()), (0, None));
+    assert_eq!(t.resource_type, RESOURCE_TOPIC);
+    let retention = &t.configs[0];
+    assert_eq!(retention.value.as_deref(), Some("-1"));
+    assert_eq!(retention.config_source, CONFIG_SOURCE_STATIC_BROKER);
+    assert_eq!(retention.config_type, 5);
+    assert_eq!(
+        retention.documentation.as_deref(),
+        Some("doc of retention.ms")
+    );
+    let syn: Vec<(&str, Option<&str>, i8)> = retention
+        .synonyms
+        .iter()
+        .map(|s| (s.name.as_str(), s.value.as_deref(), s.source))
+        .collect();
+    assert_eq!(
+        syn,
+        [
+            ("log.retention.ms", Some("-1"), CONFIG_SOURCE_STATIC_BROKER),
+            ("log.retention.ms", Some("604800000"), CONFIG_SOURCE_DEFAULT),
+            ("log.retention.ms", Some("7"), CONFIG_SOURCE_DEFAULT),
+        ]
+    );
+    let segment = &t.configs[1];
+    assert_eq!(segment.value.as_deref(), Some("1000"));
+    assert_eq!(segment.config_source, CONFIG_SOURCE_TOPIC);
+    assert_eq!(segment.synonyms[0].name.as_str(), "segment.bytes");
+    assert_eq!(t.configs[2].config_type, 7, "cleanup.policy is a LIST");
+    // This broker: filtered to the asked key, static value applied.
+    assert_eq!(r[1].configs.len(), 1);
+    assert_eq!(r[1].configs[0].value.as_deref(), Some("-1"));
+    // Another broker and Kafka's type 16 (CLIENT_METRICS, not Keel's CLUSTER): refused.
+    assert_eq!(r[2].error_code, ErrorCode::InvalidRequest.code());
+    assert_eq!(r[2].resource_name.as_str(), "2");
+    assert_eq!(r[3].error_code, ErrorCode::InvalidRequest.code());
+    assert_eq!(r[3].resource_type, 16);
+    // An empty key list asks for no key.
+    assert_eq!((r[4].error_code, r[4].configs.len()), (0, 0));
+}
+
+#[test]
+fn describe_configs_resource_errors_and_whole_request_failures() {
+    let req = describe_configs_req();
+    let plan = describe_configs_plan(&req, 1, 1);
+    let mut reply = describe_configs_reply();
+    reply.results[0].error = err(ErrorCode::UnknownTopicOrPartition, "unknown topic \"t\"");
+    reply.results[0].configs.clear();
+    let out = describe_configs_response(&plan, &req, Ok(reply), 1, 1, &statics());
+    assert_eq!(
+        out.results[0].error_code,
+        ErrorCode::UnknownTopicOrPartition.code()
+    );
+    assert_eq!(
+        out.results[0].error_message.as_deref(),
+        Some("unknown topic \"t\"")
+    );
+    assert_eq!(out.results[1].error_code, 0);
+    let out = describe_configs_response(&plan, &req, Err(timed_out("down")), 1, 1, &statics());
+    let codes: Vec<i16> = out.results.iter().map(|r| r.error_code).collect();
+    let (timed, invalid) = (
+        ErrorCode::RequestTimedOut.code(),
+        ErrorCode::InvalidRequest.code(),
+    );
+    assert_eq!(codes, [timed, timed, invalid, invalid, timed]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// DescribeCluster
+// ---------------------------------------------------------------------------------------------
+
+fn described(id: i32, fenced: bool, kafka: bool) -> ctl::DescribedBroker {
+    let mut endpoints = vec![BrokerEndpoint {
+        name: "GRPC".into(),
+        host: "h".into(),
+        port: 9000 + id as u32,
+        security_protocol: "PLAINTEXT".into(),
+    }];
+    if kafka {
+        endpoints.push(BrokerEndpoint {
+            name: "PLAINTEXT".into(),
+            host: format!("k{id}"),
+            port: 19000 + id as u32,
+            security_protocol: "PLAINTEXT".into(),
+        });
+    }
+    ctl::DescribedBroker {
+        broker_id: id,
+        broker_epoch: 5,
+        incarnation_id: Bytes::from_static(&ID),
+        endpoints,
+        rack: if id == 1 { "r1".into() } else { String::new() },
+        fenced,
+        in_controlled_shutdown: false,
+        last_applied_metadata_offset: 9,
+        last_heartbeat_timestamp_ms: 10,
+    }
+}
+
+fn cluster_reply() -> ctl::DescribeClusterReply {
+    ctl::DescribeClusterReply {
+        error: None,
+        cluster_id: "cid".into(),
+        controller_id: 3000,
+        brokers: vec![
+            described(3, false, true),
+            described(1, true, true),
+            described(2, false, true),
+            described(4, false, false),
+        ],
+        replying_node_id: 3000,
+        metadata_offset: 8,
+        commit_index: 8,
+        leader: None,
+        image_digest: "d".into(),
+    }
+}
+
+#[test]
+fn describe_cluster_lists_brokers_on_the_listener() {
+    let req = KDescribeClusterRequest::default();
+    let out = describe_cluster_response(Ok(cluster_reply()), &req, 1, "PLAINTEXT", 1);
+    let ids: Vec<i32> = out.brokers.iter().map(|b| b.broker_id.0).collect();
+    assert_eq!(
+        ids,
+        [2, 3],
+        "no fenced broker, none without a PLAINTEXT endpoint"
+    );
+    assert_eq!(out.brokers[0].host.as_str(), "k2");
+    assert_eq!(out.brokers[0].port, 19002);
+    assert_eq!(out.cluster_id.as_str(), "cid");
+    assert_eq!(
+        out.controller_id.0, 2,
+        "self is fenced: the lowest live broker"
+    );
+    assert_eq!(out.cluster_authorized_operations, i32::MIN);
+    assert_eq!(out.endpoint_type, ENDPOINT_TYPE_BROKER);
+    assert_eq!((out.error_code, out.error_message), (0, None));
+    let out = describe_cluster_response(Ok(cluster_reply()), &req, 1, "PLAINTEXT", 3);
+    assert_eq!(out.controller_id.0, 3, "self when live");
+    // v2 with fenced brokers.
+    let req = KDescribeClusterRequest::default()
+        .with_include_fenced_brokers(true)
+        .with_include_cluster_authorized_operations(true);
+    let out = describe_cluster_response(Ok(cluster_reply()), &req, 2, "PLAINTEXT", 1);
+    let ids: Vec<(i32, bool)> = out
+        .brokers
+        .iter()
+        .map(|b| (b.broker_id.0, b.is_fenced))
+        .collect();
+    assert_eq!(ids, [(1, true), (2, false), (3, false)]);
+    assert_eq!(out.brokers[0].rack.as_deref(), Some("r1"));
+    assert_eq!(out.brokers[1].rack, None);
+    assert_eq!(out.controller_id.0, 2);
+    assert_eq!(
+        out.cluster_authorized_operations,
+        CLUSTER_AUTHORIZED_OPERATIONS
+    );
+    // The same request at v1 has no fenced brokers.
+    let out = describe_cluster_response(Ok(cluster_reply()), &req, 1, "PLAINTEXT", 1);
+    assert!(
+        out.brokers
+            .iter()
+            .all(|b| !b.is_fenced && b.broker_id.0 != 1)
+    );
+}
+
+#[test]
+fn describe_cluster_endpoint_types_and_failures() {
+    let req = |t: i8| KDescribeClusterRequest::default().with_endpoint_type(t);
+    let ok = describe_cluster_request(&req(1).with_include_fenced_brokers(true), 2).unwrap();
+    assert!(ok.include_fenced_brokers);
+    assert!(
+        !describe_cluster_request(&req(1).with_include_fenced_brokers(true), 1)
+            .unwrap()
+            .include_fenced_brokers
+    );
+    assert_eq!(describe_cluster_request(&req(2), 1).unwrap_err().code, 114);
+    assert_eq!(describe_cluster_request(&req(0), 1).unwrap_err().code, 115);
+    assert_eq!(describe_cluster_request(&req(7), 2).unwrap_err().code, 115);
+    // v0 has no endpoint type: always brokers.
+    assert!(describe_cluster_request(&req(2), 0).is_ok());
+    let failure = describe_cluster_request(&req(2), 1).unwrap_err();
+    let out = describe_cluster_response(Err(failure), &req(2), 1, "PLAINTEXT", 1);
+    assert_eq!(out.error_code, 114);
+    assert!(out.brokers.is_empty());
+    assert!(out.error_message.is_some());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Every response encodes (and decodes back) at every served version
+// ---------------------------------------------------------------------------------------------
+
+/// kafka-protocol refuses to encode a field the version lacks when it is not at its default:
+/// every response built here, from fully populated replies and failures, encodes and
+/// decodes at every served version with the fields of that version intact.
+#[test]
+fn every_admin_response_encodes_at_every_served_version() {
+    for v in range(ApiKey::CreateTopics) {
+        for reply in [
+            Ok(create_reply()),
+            Err(Failure::new(ErrorCode::RequestTimedOut, "x")),
+        ] {
+            let ok = reply.is_ok();
+            let out = create_topics_response(reply, &create_req(), v);
+            let back = round_trip(&out, v);
+            assert_eq!(back.topics.len(), 2, "v{v}");
+            if ok {
+                assert_eq!(back.topics[1].error_code, 36, "v{v}");
+                assert_eq!(back.topics[0].num_partitions, if v >= 5 { 3 } else { -1 });
+                assert_eq!(back.topics[0].topic_id.is_nil(), v < 7, "v{v}");
+            }
+        }
+    }
+    for v in range(ApiKey::DeleteTopics) {
+        let req = if v >= 6 {
+            delete_req_v6()
+        } else {
+            KDeleteTopicsRequest::default().with_topic_names(vec![name("a"), name("b")])
+        };
+        let plan = delete_topics_plan(&req, v);
+        let reply = ctl::DeleteTopicsReply {
+            topics: plan
+                .forward
+                .topics
+                .iter()
+                .map(|t| ctl::DeletableTopicResult {
+                    name: t.name.clone(),
+                    topic_id: Bytes::from_static(&ID),
+                    error: err(ErrorCode::UnknownTopicOrPartition, "unknown"),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        for reply in [Ok(reply), Err(timed_out("x"))] {
+            let back = round_trip(&delete_topics_response(&plan, reply, v), v);
+            assert_eq!(
+                back.responses.len(),
+                req.topic_names.len() + req.topics.len()
+            );
+            assert_eq!(back.responses[0].error_message.is_some(), v >= 5, "v{v}");
+            assert!(back.responses[0].error_code != 0);
+        }
+    }
+    let req = describe_configs_req();
+    for v in range(ApiKey::DescribeConfigs) {
+        let plan = describe_configs_plan(&req, v, 1);
+        for reply in [Ok(describe_configs_reply()), Err(timed_out("x"))] {
+            let ok = reply.is_ok();
+            let out = describe_configs_response(&plan, &req, reply, v, 1, &statics());
+            let back = round_trip(&out, v);
+            assert_eq!(back.results.len(), 5, "v{v}");
+            if ok {
+                let c = &back.results[0].configs[0];
+                assert_eq!(c.config_source, CONFIG_SOURCE_STATIC_BROKER, "v{v}");
+                assert_eq!(c.synonyms.len(), 3, "v{v}");
+                assert_eq!(c.config_type, if v >= 3 { 5 } else { 0 }, "v{v}");
+            }
+        }
+    }
+    for v in range(ApiKey::DescribeCluster) {
+        let req = KDescribeClusterRequest::default()
+            .with_include_cluster_authorized_operations(true)
+            .with_include_fenced_brokers(v >= 2);
+        for reply in [Ok(cluster_reply()), Err(timed_out("x"))] {
+            let ok = reply.is_ok();
+            let out = describe_cluster_response(reply, &req, v, "PLAINTEXT", 1);
+            let back = round_trip(&out, v);
+            if ok {
+                assert_eq!(back.brokers.len(), if v >= 2 { 3 } else { 2 }, "v{v}");
+                assert_eq!(back.cluster_id.as_str(), "cid");
+            } else {
+                assert_eq!(back.error_code, ErrorCode::RequestTimedOut.code());
+            }
+        }
+    }
+}

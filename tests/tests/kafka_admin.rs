@@ -1,0 +1,444 @@
+//! The admin APIs on the Kafka listener (#21), over real TCP with requests encoded by
+//! `kafka-protocol`: CreateTopics, DescribeConfigs, DeleteTopics and DescribeCluster are
+//! forwarded to the active controller, and what they did is checked with Metadata on another
+//! broker's listener; the forwarding follows a new active controller after the old one dies.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::create_topics_request::{
+    CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
+};
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use keel_tests::{Endpoints, InProcessCluster};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn name(v: &str) -> TopicName {
+    TopicName(s(v))
+}
+
+/// Sends one request on a fresh connection and returns the decoded response.
+async fn call<Req: Encodable, Resp: Decodable>(
+    addr: SocketAddr,
+    key: ApiKey,
+    version: i16,
+    req: &Req,
+) -> Resp {
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(41)
+        .with_client_id(Some(s("kafka-admin-test")))
+        .encode(&mut buf, key.request_header_version(version))
+        .expect("encode the header");
+    req.encode(&mut buf, version).expect("encode the request");
+    let size = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&size.to_be_bytes());
+    stream.write_all(&buf).await.expect("send");
+    let size = tokio::time::timeout(WAIT, stream.read_i32())
+        .await
+        .unwrap_or_else(|_| panic!("{key:?} v{version}: no response in {WAIT:?}"))
+        .unwrap_or_else(|e| panic!("{key:?} v{version}: connection closed: {e}"));
+    let mut body = vec![0; size as usize];
+    stream.read_exact(&mut body).await.expect("read the body");
+    let mut body = Bytes::from(body);
+    let header = ResponseHeader::decode(&mut body, key.response_header_version(version))
+        .expect("decode the response header");
+    assert_eq!(header.correlation_id, 41);
+    let resp = Resp::decode(&mut body, version)
+        .unwrap_or_else(|e| panic!("{key:?} v{version}: cannot decode: {e}"));
+    assert_eq!(body.remaining(), 0, "{key:?} v{version}: trailing bytes");
+    resp
+}
+
+/// Metadata v12 for `topics` on `addr`.
+async fn metadata(addr: SocketAddr, topics: &[&str]) -> MetadataResponse {
+    let req = MetadataRequest::default().with_topics(Some(
+        topics
+            .iter()
+            .map(|t| MetadataRequestTopic::default().with_name(Some(name(t))))
+            .collect(),
+    ));
+    call(addr, ApiKey::Metadata, 12, &req).await
+}
+
+/// Polls Metadata on `addr` until `check` holds for `topic`'s entry.
+async fn wait_topic(
+    addr: SocketAddr,
+    topic: &str,
+    what: &str,
+    check: impl Fn(&metadata_response::MetadataResponseTopic) -> bool,
+) -> metadata_response::MetadataResponseTopic {
+    let start = Instant::now();
+    loop {
+        let m = metadata(addr, &[topic]).await;
+        let t = m
+            .topics
+            .into_iter()
+            .next()
+            .expect("one topic asked, one answered");
+        if check(&t) {
+            return t;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "{topic}: {what} not seen in {WAIT:?}: {t:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn topic(n: &str) -> CreatableTopic {
+    CreatableTopic::default()
+        .with_name(name(n))
+        .with_num_partitions(-1)
+        .with_replication_factor(-1)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_admin_create_describe_delete_topics_and_describe_cluster() {
+    let c = InProcessCluster::start(3, 3);
+    let cluster = c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    let (k1, k2, k3) = (c.kafka_addr(1), c.kafka_addr(2), c.kafka_addr(3));
+
+    // ApiVersions advertises the admin ranges.
+    let versions: ApiVersionsResponse =
+        call(k1, ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
+    for (key, min, max) in [
+        (ApiKey::CreateTopics, 2, 7),
+        (ApiKey::DeleteTopics, 1, 6),
+        (ApiKey::DescribeConfigs, 1, 4),
+        (ApiKey::DescribeCluster, 0, 2),
+    ] {
+        let v = versions
+            .api_keys
+            .iter()
+            .find(|v| v.api_key == key as i16)
+            .unwrap_or_else(|| panic!("{key:?} not advertised"));
+        assert_eq!((v.min_version, v.max_version), (min, max), "{key:?}");
+    }
+
+    // DescribeCluster: every broker with its Kafka endpoint, a live broker as controller.
+    for version in 0..=2 {
+        let d: DescribeClusterResponse = call(
+            k2,
+            ApiKey::DescribeCluster,
+            version,
+            &DescribeClusterRequest::default().with_include_fenced_brokers(version >= 2),
+        )
+        .await;
+        assert_eq!(d.error_code, 0, "v{version}: {:?}", d.error_message);
+        assert_eq!(d.cluster_id.as_str(), cluster.cluster_id);
+        assert_eq!(
+            d.controller_id.0, 2,
+            "v{version}: the answering broker is live"
+        );
+        assert_eq!(d.cluster_authorized_operations, i32::MIN);
+        let brokers: Vec<(i32, u16, bool)> = d
+            .brokers
+            .iter()
+            .map(|b| (b.broker_id.0, b.port as u16, b.is_fenced))
+            .collect();
+        let want: Vec<(i32, u16, bool)> = [1, 2, 3]
+            .into_iter()
+            .map(|id| (id, c.kafka_addr(id).port(), false))
+            .collect();
+        assert_eq!(brokers, want, "v{version}");
+    }
+    let wrong: DescribeClusterResponse = call(
+        k2,
+        ApiKey::DescribeCluster,
+        1,
+        &DescribeClusterRequest::default().with_endpoint_type(2),
+    )
+    .await;
+    assert_eq!(wrong.error_code, 114, "MISMATCHED_ENDPOINT_TYPE");
+
+    // CreateTopics v7: defaults, configs, an explicit assignment, an invalid name.
+    let create = CreateTopicsRequest::default()
+        .with_timeout_ms(15_000)
+        .with_topics(vec![
+            topic("ka-default").with_configs(vec![
+                CreatableTopicConfig::default()
+                    .with_name(s("retention.ms"))
+                    .with_value(Some(s("123456"))),
+            ]),
+            topic("ka-assigned").with_assignments(vec![
+                CreatableReplicaAssignment::default()
+                    .with_partition_index(0)
+                    .with_broker_ids(vec![BrokerId(2), BrokerId(3)]),
+                CreatableReplicaAssignment::default()
+                    .with_partition_index(1)
+                    .with_broker_ids(vec![BrokerId(3), BrokerId(1)]),
+            ]),
+            topic("bad name!"),
+        ]);
+    let created: CreateTopicsResponse = call(k1, ApiKey::CreateTopics, 7, &create).await;
+    assert_eq!(created.topics.len(), 3);
+    let (default, assigned, bad) = (&created.topics[0], &created.topics[1], &created.topics[2]);
+    assert_eq!(
+        (default.error_code, default.error_message.as_deref()),
+        (0, None)
+    );
+    assert_eq!(default.name.0.as_str(), "ka-default");
+    assert_eq!(
+        (default.num_partitions, default.replication_factor),
+        (1, 1),
+        "the controller's defaults"
+    );
+    assert!(!default.topic_id.is_nil());
+    let retention = default
+        .configs
+        .iter()
+        .flatten()
+        .find(|c| c.name.as_str() == "retention.ms")
+        .expect("retention.ms in the result configs");
+    assert_eq!(retention.value.as_deref(), Some("123456"));
+    assert_eq!(retention.config_source, 1, "DYNAMIC_TOPIC_CONFIG");
+    assert_eq!(assigned.error_code, 0, "{:?}", assigned.error_message);
+    assert_eq!(
+        (assigned.num_partitions, assigned.replication_factor),
+        (2, 2)
+    );
+    assert_eq!(bad.error_code, 17, "INVALID_TOPIC_EXCEPTION");
+    assert!(bad.error_message.as_deref().is_some_and(|m| !m.is_empty()));
+
+    // The topics exist, seen through another broker's listener.
+    let seen = wait_topic(k3, "ka-default", "creation", |t| t.error_code == 0).await;
+    assert_eq!(seen.topic_id, default.topic_id);
+    assert_eq!(seen.partitions.len(), 1);
+    let seen = wait_topic(k3, "ka-assigned", "creation", |t| t.error_code == 0).await;
+    let mut replicas: Vec<(i32, Vec<i32>)> = seen
+        .partitions
+        .iter()
+        .map(|p| {
+            (
+                p.partition_index,
+                p.replica_nodes.iter().map(|b| b.0).collect(),
+            )
+        })
+        .collect();
+    replicas.sort();
+    assert_eq!(replicas, [(0, vec![2, 3]), (1, vec![3, 1])]);
+
+    // Again: TOPIC_ALREADY_EXISTS; validate_only (v4) writes nothing.
+    let again: CreateTopicsResponse = call(
+        k2,
+        ApiKey::CreateTopics,
+        2,
+        &CreateTopicsRequest::default()
+            .with_timeout_ms(15_000)
+            .with_topics(vec![topic("ka-default").with_num_partitions(3)]),
+    )
+    .await;
+    assert_eq!(again.topics[0].error_code, 36, "TOPIC_ALREADY_EXISTS");
+    let validated: CreateTopicsResponse = call(
+        k2,
+        ApiKey::CreateTopics,
+        4,
+        &CreateTopicsRequest::default()
+            .with_timeout_ms(15_000)
+            .with_validate_only(true)
+            .with_topics(vec![topic("ka-validate").with_num_partitions(4)]),
+    )
+    .await;
+    assert_eq!(validated.topics[0].error_code, 0);
+    // Metadata on the broker that forwarded it: a created topic would be there by now (the
+    // creations above were seen on another broker).
+    wait_topic(k2, "ka-default", "creation", |t| t.error_code == 0).await;
+    let m = metadata(k2, &["ka-validate"]).await;
+    assert_eq!(
+        m.topics[0].error_code, 3,
+        "validate_only created nothing: {m:?}"
+    );
+
+    // DescribeConfigs v4: the topic's override and defaults, this broker's config, refusals.
+    let res = |t: i8, n: &str, keys: Option<Vec<&str>>| {
+        DescribeConfigsResource::default()
+            .with_resource_type(t)
+            .with_resource_name(s(n))
+            .with_configuration_keys(keys.map(|k| k.into_iter().map(s).collect()))
+    };
+    let described: DescribeConfigsResponse = call(
+        k1,
+        ApiKey::DescribeConfigs,
+        4,
+        &DescribeConfigsRequest::default()
+            .with_include_synonyms(true)
+            .with_resources(vec![
+                res(2, "ka-default", None),
+                res(
+                    4,
+                    "1",
+                    Some(vec!["min.insync.replicas", "log.segment.bytes"]),
+                ),
+                res(4, "2", None),
+                res(2, "ka-missing", None),
+                res(8, "1", None),
+            ]),
+    )
+    .await;
+    let r = &described.results;
+    assert_eq!(r.len(), 5);
+    assert_eq!(r[0].error_code, 0, "{:?}", r[0].error_message);
+    let get = |i: usize, key: &str| {
+        r[i].configs
+            .iter()
+            .find(|c| c.name.as_str() == key)
+            .unwrap_or_else(|| panic!("{key} in result {i}: {:?}", r[i].configs))
+            .clone()
+    };
+    let retention = get(0, "retention.ms");
+    assert_eq!(retention.value.as_deref(), Some("123456"));
+    assert_eq!(retention.config_source, 1, "DYNAMIC_TOPIC_CONFIG");
+    assert_eq!(retention.config_type, 5, "LONG");
+    assert_eq!(retention.synonyms[0].value.as_deref(), Some("123456"));
+    assert_eq!(retention.synonyms[0].source, 1);
+    let policy = get(0, "cleanup.policy");
+    assert_eq!(policy.value.as_deref(), Some("delete"));
+    assert_eq!(policy.config_source, 5, "DEFAULT_CONFIG");
+    assert_eq!(r[1].error_code, 0, "{:?}", r[1].error_message);
+    assert_eq!(
+        r[1].configs.len(),
+        2,
+        "only the asked keys: {:?}",
+        r[1].configs
+    );
+    let broker = c.broker_config(1);
+    assert_eq!(
+        get(1, "min.insync.replicas").value.as_deref(),
+        Some(broker.min_insync_replicas.to_string().as_str())
+    );
+    assert_eq!(
+        get(1, "log.segment.bytes").value.as_deref(),
+        Some(broker.log_segment_bytes.to_string().as_str())
+    );
+    assert_eq!(
+        r[2].error_code, 42,
+        "another broker's configs: INVALID_REQUEST"
+    );
+    assert_eq!(r[3].error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+    assert_eq!(r[4].error_code, 42, "BROKER_LOGGER: INVALID_REQUEST");
+    // v1: the same topic, no config types.
+    let v1: DescribeConfigsResponse = call(
+        k3,
+        ApiKey::DescribeConfigs,
+        1,
+        &DescribeConfigsRequest::default().with_resources(vec![res(
+            2,
+            "ka-default",
+            Some(vec!["retention.ms"]),
+        )]),
+    )
+    .await;
+    assert_eq!(v1.results[0].configs.len(), 1);
+    assert_eq!(v1.results[0].configs[0].value.as_deref(), Some("123456"));
+
+    // DeleteTopics v6: by id and by name, plus an unknown name; v1 for an unknown topic.
+    let deleted: DeleteTopicsResponse = call(
+        k2,
+        ApiKey::DeleteTopics,
+        6,
+        &DeleteTopicsRequest::default()
+            .with_timeout_ms(15_000)
+            .with_topics(vec![
+                DeleteTopicState::default()
+                    .with_name(None)
+                    .with_topic_id(default.topic_id),
+                DeleteTopicState::default().with_name(Some(name("ka-assigned"))),
+                DeleteTopicState::default().with_name(Some(name("ka-nope"))),
+            ]),
+    )
+    .await;
+    let d = &deleted.responses;
+    assert_eq!(d.len(), 3);
+    assert_eq!((d[0].error_code, d[0].topic_id), (0, default.topic_id));
+    assert_eq!(d[0].name.as_ref().map(|n| n.0.as_str()), Some("ka-default"));
+    assert_eq!(d[1].error_code, 0, "{:?}", d[1].error_message);
+    assert_eq!(d[2].error_code, 3, "UNKNOWN_TOPIC_OR_PARTITION");
+    for t in ["ka-default", "ka-assigned"] {
+        wait_topic(k1, t, "deletion", |t| t.error_code == 3).await;
+    }
+    let old: DeleteTopicsResponse = call(
+        k3,
+        ApiKey::DeleteTopics,
+        1,
+        &DeleteTopicsRequest::default()
+            .with_timeout_ms(15_000)
+            .with_topic_names(vec![name("ka-default")]),
+    )
+    .await;
+    assert_eq!(old.responses[0].error_code, 3, "already gone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_admin_follows_a_new_active_controller() {
+    let mut c = InProcessCluster::start(3, 2);
+    let first = c.wait_unfenced(&[1, 2], WAIT).await.controller_id;
+    let k1 = c.kafka_addr(1);
+    // A first call teaches the broker which controller is active.
+    let created: CreateTopicsResponse = call(
+        k1,
+        ApiKey::CreateTopics,
+        7,
+        &CreateTopicsRequest::default()
+            .with_timeout_ms(15_000)
+            .with_topics(vec![topic("ka-before")]),
+    )
+    .await;
+    assert_eq!(created.topics[0].error_code, 0);
+
+    c.kill_controller(first as u64);
+    // Retriable errors (REQUEST_TIMED_OUT, NOT_CONTROLLER) while the quorum elects a new
+    // leader, as Kafka clients see them; then success.
+    let start = Instant::now();
+    let outcome = loop {
+        let r: CreateTopicsResponse = call(
+            k1,
+            ApiKey::CreateTopics,
+            7,
+            &CreateTopicsRequest::default()
+                .with_timeout_ms(5_000)
+                .with_topics(vec![topic("ka-after")]),
+        )
+        .await;
+        let t = &r.topics[0];
+        match t.error_code {
+            0 => break t.clone(),
+            7 | 41 if start.elapsed() < WAIT => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => panic!("CreateTopics after the kill: {other} {:?}", t.error_message),
+        }
+    };
+    assert!(!outcome.topic_id.is_nil());
+    let m = wait_topic(c.kafka_addr(2), "ka-after", "creation", |t| {
+        t.error_code == 0
+    })
+    .await;
+    assert_eq!(m.topic_id, outcome.topic_id);
+    let d: DescribeClusterResponse = call(
+        k1,
+        ApiKey::DescribeCluster,
+        1,
+        &DescribeClusterRequest::default(),
+    )
+    .await;
+    assert_eq!(d.error_code, 0, "{:?}", d.error_message);
+    assert_eq!(d.brokers.len(), 2);
+}
