@@ -16,6 +16,10 @@
 //!   row gave p99 4.7 ms to 93 ms depending on that backlog). A row's own write-back still
 //!   counts.
 //!
+//! - The Kafka wire protocol (#21): the same closed-loop rows through the leaders' Kafka
+//!   listeners (Produce v9 encoded with `kafka-protocol`, one TCP connection per request in
+//!   flight, as a Kafka producer with `max.in.flight.requests.per.connection=1` per
+//!   connection), next to the gRPC rows of the same run, with the ratio of their rates.
 //! - Scheduling hiccups ([`HiccupMeter`]): how late a 1 ms sleep in a bench thread wakes, at
 //!   idle before the cluster starts and during every row (column `hiccup p99/max`, ms). A
 //!   machine that stalls runnable threads (CPU contention, a hypervisor's steal) delays every
@@ -200,6 +204,144 @@ async fn produce(
     match ErrorCode::from_proto(p.error.as_ref()) {
         Ok(ErrorCode::None) => Ok(()),
         other => Err(format!("{other:?}: {:?}", p.error)),
+    }
+}
+
+/// One Kafka-protocol connection to a leader's Kafka listener (one request at a time, as the
+/// broker serves a connection).
+struct KafkaConn {
+    stream: tokio::net::TcpStream,
+    correlation_id: i32,
+}
+
+impl KafkaConn {
+    async fn connect(addr: &str) -> KafkaConn {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        KafkaConn {
+            stream,
+            correlation_id: 0,
+        }
+    }
+
+    /// Produce v9 (acks=all) of `records` to `partition`, the response read and checked.
+    async fn produce(&mut self, partition: i32, records: Bytes) -> Result<(), String> {
+        use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+        use kafka_protocol::messages::{
+            ProduceRequest as KProduce, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+        };
+        use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+        const VERSION: i16 = 9;
+        self.correlation_id += 1;
+        let request = KProduce::default()
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![
+                TopicProduceData::default()
+                    .with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+                    .with_partition_data(vec![
+                        PartitionProduceData::default()
+                            .with_index(partition)
+                            .with_records(Some(records)),
+                    ]),
+            ]);
+        let mut buf = bytes::BytesMut::new();
+        buf.extend_from_slice(&[0; 4]);
+        RequestHeader::default()
+            .with_request_api_key(0)
+            .with_request_api_version(VERSION)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("keel-bench")))
+            .encode(&mut buf, 2)
+            .map_err(|e| e.to_string())?;
+        request
+            .encode(&mut buf, VERSION)
+            .map_err(|e| e.to_string())?;
+        let size = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&size.to_be_bytes());
+        self.stream
+            .write_all(&buf)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut size = [0u8; 4];
+        self.stream
+            .read_exact(&mut size)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+        self.stream
+            .read_exact(&mut body)
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut body = Bytes::from(body);
+        let header = ResponseHeader::decode(&mut body, 1).map_err(|e| e.to_string())?;
+        if header.correlation_id != self.correlation_id {
+            return Err(format!("correlation id {}", header.correlation_id));
+        }
+        let response = ProduceResponse::decode(&mut body, VERSION).map_err(|e| e.to_string())?;
+        let p = &response.responses[0].partition_responses[0];
+        if p.error_code == 0 {
+            Ok(())
+        } else {
+            Err(format!("error {}: {:?}", p.error_code, p.error_message))
+        }
+    }
+}
+
+/// Closed loop through the Kafka listeners: like [`max_rate`], each of the `IN_FLIGHT`
+/// producers per partition with its own connection to the leader's Kafka listener.
+async fn max_rate_kafka(leaders: &[String], batch_bytes: usize, secs: u64) -> RunResult {
+    let records = batch(batch_bytes, 0);
+    let n = (batch_bytes / RECORD).max(1) as u64;
+    let mut conns = Vec::new();
+    for p in 0..PARTITIONS {
+        for _ in 0..IN_FLIGHT {
+            conns.push((p, KafkaConn::connect(&leaders[p as usize]).await));
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let hiccups = HiccupMeter::start();
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (p, mut conn) in conns {
+        let records = records.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0u64;
+            while Instant::now() < deadline {
+                let t = Instant::now();
+                match conn.produce(p, records.clone()).await {
+                    Ok(()) => lat.push(t.elapsed()),
+                    Err(e) => {
+                        if errors == 0 {
+                            eprintln!("replication bench: first Kafka error (partition {p}): {e}");
+                        }
+                        errors += 1;
+                        if conn.stream.peer_addr().is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+            (lat, errors)
+        }));
+    }
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (l, e) = t.await.unwrap();
+        latencies.extend(l);
+        errors += e;
+    }
+    let elapsed = start.elapsed();
+    latencies.sort();
+    RunResult {
+        bytes: latencies.len() as u64 * records.len() as u64,
+        records: latencies.len() as u64 * n,
+        elapsed,
+        latencies,
+        errors,
+        hiccups: hiccups.finish(),
     }
 }
 
@@ -539,6 +681,7 @@ async fn run() {
     };
     let mut max64 = 0.0;
     let mut best = 0.0f64;
+    let mut grpc_rates = Vec::new();
     for kib in [16, 64, 256] {
         let r = max_rate(&clients, kib * 1024, secs).await;
         let rate = r.bytes as f64 / MIB / r.elapsed.as_secs_f64();
@@ -546,7 +689,17 @@ async fn run() {
         if kib == 64 {
             max64 = rate;
         }
+        grpc_rates.push(rate);
         print(&format!("max rate, {kib} KiB batches"), &r, None);
+    }
+    // The same closed loop through the Kafka listeners (Produce v9), same cluster, same run.
+    let kafka_leaders: Vec<String> = (1..=PARTITIONS).map(|id| c.kafka_addr(id)).collect();
+    let mut kafka_ratios = Vec::new();
+    for (i, kib) in [16, 64, 256].into_iter().enumerate() {
+        let r = max_rate_kafka(&kafka_leaders, kib * 1024, secs).await;
+        let rate = r.bytes as f64 / MIB / r.elapsed.as_secs_f64();
+        kafka_ratios.push((kib, rate / grpc_rates[i]));
+        print(&format!("max rate, {kib} KiB, Kafka protocol"), &r, None);
     }
     let mut p99_at_50 = None;
     for (name, rate) in [
@@ -568,6 +721,13 @@ async fn run() {
         "  sustained acks=all throughput >= 150 MiB/s: {best:.0} MiB/s -> {}",
         if best >= 150.0 { "met" } else { "NOT met" }
     );
+    for (kib, ratio) in &kafka_ratios {
+        println!(
+            "  Kafka-protocol produce within 20% of gRPC ({kib} KiB batches): {:.0}% of the gRPC rate -> {}",
+            ratio * 100.0,
+            if *ratio >= 0.8 { "met" } else { "NOT met" }
+        );
+    }
     let p = p99_at_50.unwrap();
     println!(
         "  p99 produce latency < 10 ms at 50 MiB/s: {:.2} ms -> {}",

@@ -9,7 +9,7 @@
 //! with Kafka's specific codes: `acks` outside {-1, 0, 1} is INVALID_REQUIRED_ACKS (21) for
 //! every partition ([`crate::replica::Acks::from_wire`]); an unknown partition is
 //! UNKNOWN_TOPIC_OR_PARTITION (3); a stale epoch FENCED_LEADER_EPOCH (74) or
-//! STALE_BROKER_EPOCH (77); a ListOffsets timestamp other than -2, -1 or >= 0 is
+//! STALE_BROKER_EPOCH (77); a ListOffsets timestamp other than -3, -2, -1 or >= 0 is
 //! INVALID_REQUEST per partition; an illegal (but not over-long) Metadata topic name is
 //! INVALID_TOPIC_EXCEPTION (17) per topic; a transactional id is UNSUPPORTED_VERSION (35)
 //! ([`UNSUPPORTED_TRANSACTIONS`]).

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use keel_broker::log::{LeaderEpochCache, Log, LogConfig, LogError, LogOpenOptions, ManualClock};
-use keel_record::RecordBatchBuilder;
+use keel_record::{BatchIter, RecordBatch, RecordBatchBuilder};
 
 fn config() -> LogConfig {
     LogConfig {
@@ -235,26 +235,35 @@ fn retention_bytes_above_i64_max_is_rejected_not_wrapped() {
     assert_eq!(log.segment_count(), segments);
 }
 
-/// Finding 3: the leader recomputes the max timestamp from the records and rejects a header
-/// that disagrees (INVALID_RECORD) and negative timestamps other than -1 (INVALID_TIMESTAMP),
-/// leaving the files unchanged; a follower batch with an absurd max timestamp cannot panic
-/// rolling, retention or timestamp lookups.
+/// Finding 3: the leader recomputes the max timestamp from the records and stores that in
+/// place of a header that disagrees (as Kafka's `LogValidator` does: #21), and refuses
+/// negative timestamps other than -1 (INVALID_TIMESTAMP), leaving the files unchanged; a
+/// follower batch with an absurd max timestamp cannot panic rolling, retention or timestamp
+/// lookups.
 #[test]
 fn leader_append_checks_timestamps_and_time_math_never_panics() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = open(dir.path());
     log.append_as_leader(batch(2, 5_000), 0).unwrap();
-    let files = dir_files(dir.path());
-    let leo = log.log_end_offset();
+    let mut leo = log.log_end_offset();
     let good = batch(3, 6_000);
+    let true_max = RecordBatch::from_bytes(good.clone())
+        .unwrap()
+        .header()
+        .max_timestamp;
     for lie in [i64::MIN, i64::MAX / 2, 6_001, -1, 7_000] {
-        let err = log
+        let info = log
             .append_as_leader(edited(&good, set_max_timestamp(lie)), 0)
-            .unwrap_err();
-        assert_eq!(err.kafka_name(), "INVALID_RECORD", "max ts {lie}: {err}");
-        assert_eq!(log.log_end_offset(), leo);
-        assert_eq!(dir_files(dir.path()), files);
+            .unwrap();
+        assert_eq!(info.first_offset, leo, "max ts {lie}");
+        // Stored with the records' max timestamp and a CRC that matches it.
+        let stored = log.read(leo, 1 << 20, i64::MAX).unwrap();
+        let b = BatchIter::new(stored.records).next().unwrap().unwrap();
+        assert_eq!(b.header().max_timestamp, true_max, "max ts {lie}");
+        b.validate().unwrap();
+        leo = log.log_end_offset();
     }
+    let files = dir_files(dir.path());
     // Negative record timestamps other than NO_TIMESTAMP.
     for first in [-2, -1_000, i64::MIN] {
         let mut b = RecordBatchBuilder::new(0);

@@ -647,6 +647,34 @@ fn offset_for_timestamp_finds_first_record_at_or_after() {
     assert_eq!(log.offset_for_timestamp(10_000).unwrap(), None);
 }
 
+/// ListOffsets MAX_TIMESTAMP (KIP-734): the first record carrying the log's largest timestamp,
+/// across segments, even when later records have smaller timestamps.
+#[test]
+fn offset_of_max_timestamp_is_the_first_record_with_the_largest_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_unclean(dir.path(), small_config());
+    assert_eq!(log.offset_of_max_timestamp().unwrap(), None);
+    for i in 0..50 {
+        // Batch i holds timestamps t .. t+3 at offsets 4i .. 4i+3, t = i*10 except batch 20
+        // (5000..5003 at offsets 80..83: the largest, 5003 at offset 83) and batch 30
+        // (4997..5000, later and smaller).
+        let t = match i {
+            20 => 5000,
+            30 => 4997,
+            _ => i * 10,
+        };
+        log.append_as_leader(batch(4, 100, t), 0).unwrap();
+    }
+    assert!(log.segment_count() > 1, "spans several segments");
+    assert_eq!(log.offset_of_max_timestamp().unwrap(), Some((83, 5003)));
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_unclean(dir.path(), small_config());
+    log.append_as_leader(batch(4, 100, 7003), 0).unwrap();
+    log.append_as_leader(batch(4, 100, 7000), 0).unwrap();
+    // 7006 (offset 3) is the largest; 7003 appears twice (offsets 0 and 7).
+    assert_eq!(log.offset_of_max_timestamp().unwrap(), Some((3, 7006)));
+}
+
 /// A full truncation restarts the log at a new offset; the next open sees the same start.
 #[test]
 fn truncate_fully_and_start_at() {

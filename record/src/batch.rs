@@ -125,15 +125,19 @@ impl RecordBatch {
         if !self.is_crc_valid() {
             return Err(err("CRC32C mismatch".into()));
         }
+        // From here the bytes are intact: what fails is what they say (record level).
         let h = &self.header;
         if h.record_count == 0 || h.record_count as i64 != h.last_offset_delta as i64 + 1 {
             return Err(err(format!(
                 "record count {} does not match last offset delta {}",
                 h.record_count, h.last_offset_delta
-            )));
+            ))
+            .record_level());
         }
-        let data = self.records_section(limit_bytes)?;
-        let deltas = check_records(&data, h.record_count).map_err(err)?;
+        let data = self
+            .records_section(limit_bytes)
+            .map_err(CorruptBatch::record_level)?;
+        let deltas = check_records(&data, h.record_count).map_err(|e| err(e).record_level())?;
         Ok((data, deltas))
     }
 
@@ -171,6 +175,26 @@ impl RecordBatch {
         let mut header = self.header;
         header.base_offset = base_offset;
         header.partition_leader_epoch = leader_epoch;
+        RecordBatch {
+            header,
+            data: buf.freeze(),
+        }
+    }
+}
+
+impl RecordBatch {
+    /// A copy with the header's max timestamp set to `max_timestamp` (ms) and the CRC
+    /// recomputed (the max timestamp is inside the CRC'd part): what a leader stores when the
+    /// producer's header disagrees with its records (Kafka `LogValidator` sets the batch's max
+    /// timestamp from the records, `DefaultRecordBatch.setMaxTimestamp`).
+    pub fn with_max_timestamp(&self, max_timestamp: i64) -> RecordBatch {
+        let mut buf = BytesMut::from(&self.data[..]);
+        buf[MAX_TIMESTAMP_POS..MAX_TIMESTAMP_POS + 8].copy_from_slice(&max_timestamp.to_be_bytes());
+        let crc = crc32c::crc32c(&buf[ATTRIBUTES_POS..]);
+        buf[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+        let mut header = self.header;
+        header.max_timestamp = max_timestamp;
+        header.crc = crc;
         RecordBatch {
             header,
             data: buf.freeze(),

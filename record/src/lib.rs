@@ -120,6 +120,12 @@ pub struct CorruptBatch {
     /// What failed: a fixed text, or one naming the value found (the codec id, the record
     /// index, the decompression bound).
     pub reason: Cow<'static, str>,
+    /// The batch's bytes are intact (its CRC matched) but what they say is invalid: a record
+    /// count that disagrees with the offsets, an unknown codec, data that does not decompress
+    /// or decompresses past the bound, records that do not parse. Kafka answers these
+    /// INVALID_RECORD (87, `InvalidRecordException` from `LogValidator`) and a damaged batch
+    /// (CRC, framing) CORRUPT_MESSAGE (2).
+    pub record_level: bool,
 }
 
 impl CorruptBatch {
@@ -132,7 +138,14 @@ impl CorruptBatch {
             position,
             base_offset,
             reason: reason.into(),
+            record_level: false,
         }
+    }
+
+    /// The same error marked [`CorruptBatch::record_level`].
+    pub fn record_level(mut self) -> Self {
+        self.record_level = true;
+        self
     }
 
     /// The same error with the position shifted by `base` (buffer -> file position).

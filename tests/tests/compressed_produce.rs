@@ -126,15 +126,9 @@ async fn a_gzip_bomb_is_refused_and_nothing_is_appended() {
         .produce_raw(1, "bomb", 0, -1, 5000, Bytes::from(bomb), None)
         .await
         .unwrap();
-    // CORRUPT_MESSAGE today (every failed batch check maps to it in the log's errors);
-    // Kafka's LogValidator would say INVALID_RECORD for a record-level failure.
-    assert!(
-        matches!(
-            code(&refused),
-            ErrorCode::CorruptMessage | ErrorCode::InvalidRecord
-        ),
-        "{refused:?}"
-    );
+    // INVALID_RECORD: the CRC matched, the records are what is refused (Kafka's
+    // LogValidator); CORRUPT_MESSAGE is for damaged bytes.
+    assert_eq!(code(&refused), ErrorCode::InvalidRecord, "{refused:?}");
     let message = refused
         .error
         .as_ref()

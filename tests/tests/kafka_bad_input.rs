@@ -324,8 +324,12 @@ async fn kafka_unsupported_versions_get_kafka_errors() {
             (ApiKey::Metadata as i16, 0, 12),
             (ApiKey::FindCoordinator as i16, 0, 0),
             (ApiKey::ApiVersions as i16, 0, 4),
+            (ApiKey::CreateTopics as i16, 2, 7),
+            (ApiKey::DeleteTopics as i16, 1, 6),
             (ApiKey::InitProducerId as i16, 0, 5),
             (ApiKey::OffsetForLeaderEpoch as i16, 2, 4),
+            (ApiKey::DescribeConfigs as i16, 1, 4),
+            (ApiKey::DescribeCluster as i16, 0, 2),
         ],
         "the advertised ranges"
     );
@@ -488,11 +492,11 @@ async fn kafka_bad_batches_are_refused_with_kafka_codes() {
         "gzip bomb: error {} ({message}); record_errors {:?}",
         p.error_code, p.record_errors
     );
-    // CORRUPT_MESSAGE: every failed batch check maps to it in the log's validation (as over
-    // gRPC, compressed_produce.rs); Kafka's LogValidator would say INVALID_RECORD (87).
+    // INVALID_RECORD: the batch's bytes are intact (CRC), what they decompress to is not
+    // acceptable (Kafka's LogValidator); a damaged batch is CORRUPT_MESSAGE (below).
     assert_eq!(
         p.error_code,
-        ErrorCode::CorruptMessage.code(),
+        ErrorCode::InvalidRecord.code(),
         "gzip bomb: {p:?}"
     );
     assert!(message.contains("decompressed size exceeds"), "{message}");

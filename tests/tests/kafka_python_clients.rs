@@ -2,7 +2,8 @@
 //! acceptance): confluent-kafka (librdkafka bundled in its wheel) as an idempotent acks=all
 //! producer of 100,000 records to 3 partitions while the leader of partition 0 is killed with
 //! SIGKILL mid-stream, then a consumer by assignment (assign + seek + offsets_for_times); and
-//! kafka-python with its default settings, producing and consuming by assignment.
+//! kafka-python with its default settings, producing and consuming by assignment, and its
+//! `KafkaAdminClient` creating, describing and deleting a topic.
 //!
 //! The interpreter is the venv `scripts/kafka-clients-venv` creates (`scripts/test` runs it),
 //! or `$KEEL_KAFKA_PYTHON`; without it the tests fail and say how to make it.
@@ -216,4 +217,31 @@ async fn kafka_python_defaults_produce_and_consume_by_assignment() {
         *want += 1;
     }
     assert_eq!(next.values().sum::<i64>(), 1000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_admin_creates_describes_and_deletes_a_topic() {
+    let c = Cluster::start(3, 3);
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    let out = run_script(
+        &[
+            script("kafka_python_admin.py").to_str().unwrap(),
+            &c.kafka_bootstrap(),
+            "admin-topic",
+        ],
+        Duration::from_secs(120),
+    );
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "created",
+            "described partitions=3 replicas=3",
+            "configs min.insync.replicas=2",
+            "deleted"
+        ],
+        "{out}"
+    );
+    // Keel's own view agrees: the topic is gone.
+    let m = c.try_metadata(1, &["admin-topic"]).await.unwrap();
+    assert!(m.topics.iter().all(|t| t.partitions.is_empty()), "{m:?}");
 }

@@ -13,7 +13,9 @@ pub type LogResult<T> = Result<T, LogError>;
 /// the log is unchanged (same LEO, same file bytes).
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
-    /// A batch failed its CRC, size or structure checks (Kafka `CORRUPT_MESSAGE`).
+    /// A batch failed its CRC, size or structure checks (Kafka `CORRUPT_MESSAGE`), or, when
+    /// [`CorruptBatch::record_level`], its intact bytes hold invalid records (count, codec,
+    /// decompression, record parse: Kafka `INVALID_RECORD`).
     #[error("corrupt record batch: {0}")]
     CorruptMessage(#[from] CorruptBatch),
     /// The batch is larger than `max.message.bytes` (Kafka `MESSAGE_TOO_LARGE`).
@@ -135,6 +137,7 @@ impl LogError {
     /// The Kafka error name this error travels as (`Errors` enum in Kafka's protocol).
     pub fn kafka_name(&self) -> &'static str {
         match self {
+            LogError::CorruptMessage(e) if e.record_level => "INVALID_RECORD",
             LogError::CorruptMessage(_) => "CORRUPT_MESSAGE",
             LogError::MessageTooLarge { .. } => "MESSAGE_TOO_LARGE",
             LogError::OutOfOrderSequence { .. } => "OUT_OF_ORDER_SEQUENCE_NUMBER",
@@ -152,6 +155,7 @@ impl LogError {
     /// The numeric Kafka error code of [`LogError::kafka_name`].
     pub fn kafka_code(&self) -> i16 {
         match self {
+            LogError::CorruptMessage(e) if e.record_level => 87,
             LogError::CorruptMessage(_) => 2,
             LogError::MessageTooLarge { .. } => 10,
             LogError::OutOfOrderSequence { .. } => 45,

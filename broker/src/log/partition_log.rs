@@ -37,12 +37,11 @@ fn is_own_atomic_file(name: &str) -> bool {
 
 /// Checks the timestamps of a client batch as Kafka's `LogValidator` does for CREATE_TIME
 /// v2 batches: every record timestamp (`first_timestamp + delta`, deltas `min_delta ..=
-/// max_delta`) must fit in an i64 and be >= 0 or `NO_TIMESTAMP` (else INVALID_TIMESTAMP),
-/// and the header's max timestamp must equal the largest record timestamp (else
-/// INVALID_RECORD): it drives rolling, retention and timestamp lookups, so it is never
-/// taken on trust. The max timestamp is inside the CRC, so a wrong one is rejected rather
-/// than rewritten.
-fn check_leader_timestamps(h: &BatchHeader, min_delta: i64, max_delta: i64) -> LogResult<()> {
+/// max_delta`) must fit in an i64 and be >= 0 or `NO_TIMESTAMP` (else INVALID_TIMESTAMP).
+/// Returns the largest record timestamp: the header's max timestamp drives rolling,
+/// retention and timestamp lookups, so it is never taken on trust; a header that disagrees
+/// is rewritten with it (and its CRC recomputed), as Kafka's `LogValidator` does.
+fn check_leader_timestamps(h: &BatchHeader, min_delta: i64, max_delta: i64) -> LogResult<i64> {
     let invalid = |timestamp, reason| LogError::InvalidTimestamp {
         base_offset: h.base_offset,
         timestamp,
@@ -65,13 +64,7 @@ fn check_leader_timestamps(h: &BatchHeader, min_delta: i64, max_delta: i64) -> L
             ));
         }
     }
-    if h.max_timestamp != max_ts {
-        return Err(LogError::InvalidRecord {
-            base_offset: h.base_offset,
-            reason: "batch max timestamp does not match the largest record timestamp",
-        });
-    }
-    Ok(())
+    Ok(max_ts)
 }
 
 /// How to open a log.
@@ -370,10 +363,10 @@ impl Log {
 
     /// Appends a batch from a producer as the leader (Kafka `UnifiedLog.appendAsLeader`).
     /// Checks, in order: `max.message.bytes` (MESSAGE_TOO_LARGE); CRC and record structure
-    /// (CORRUPT_MESSAGE); transactional or control attribute bits, which producers may not
-    /// set (INVALID_RECORD; Keel has no transactions); record timestamps and the header's max
-    /// timestamp recomputed from the records (INVALID_TIMESTAMP / INVALID_RECORD, see
-    /// `check_leader_timestamps`); a producer id without epoch or sequence (INVALID_RECORD);
+    /// (CORRUPT_MESSAGE); record timestamps (INVALID_TIMESTAMP, see
+    /// `check_leader_timestamps`; a header max timestamp that disagrees with the records is
+    /// rewritten, not refused); transactional or control attribute bits, which producers may
+    /// not set (INVALID_RECORD; Keel has no transactions); a producer id without epoch or sequence (INVALID_RECORD);
     /// the idempotence rules of [`crate::log::check_append`] (a duplicate returns the original
     /// offsets with `duplicate: true` and writes nothing; INVALID_PRODUCER_EPOCH;
     /// OUT_OF_ORDER_SEQUENCE_NUMBER); the new LEO must not pass
@@ -390,6 +383,14 @@ impl Log {
         }
         let batch = RecordBatch::from_bytes(batch)?;
         let (min_delta, max_delta) = batch.validate_with_timestamp_deltas()?;
+        let max_timestamp = check_leader_timestamps(batch.header(), min_delta, max_delta)?;
+        // A header whose max timestamp disagrees with its records is corrected, not stored
+        // as sent (Kafka `LogValidator`): it drives rolling, retention and timestamp lookups.
+        let batch = if batch.header().max_timestamp == max_timestamp {
+            batch
+        } else {
+            batch.with_max_timestamp(max_timestamp)
+        };
         let mut header = *batch.header();
         if header.attributes & (TRANSACTIONAL_BIT | CONTROL_BIT) != 0 {
             // Kafka `LogValidator`: clients may not write control batches, and transactional
@@ -399,7 +400,6 @@ impl Log {
                 reason: "transactional and control batches are not accepted from producers",
             });
         }
-        check_leader_timestamps(&header, min_delta, max_delta)?;
         if header.has_producer_id() && (header.producer_epoch < 0 || header.base_sequence < 0) {
             // Kafka `LogValidator`: an idempotent batch needs an epoch and a sequence.
             return Err(LogError::InvalidRecord {
@@ -682,21 +682,47 @@ impl Log {
     /// timestamp, Kafka `UnifiedLog.fetchOffsetByTimestamp`). The offset is that record's.
     pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> LogResult<Option<(i64, i64)>> {
         for seg in self.segments.values() {
-            let Some((pos, h)) = seg.find_timestamp(timestamp_ms)? else {
-                continue;
-            };
-            let batch = RecordBatch::from_bytes(seg.read_bytes(pos, h.size_bytes())?)?;
-            for r in batch.records() {
-                let r = r?;
-                let ts = h.first_timestamp.wrapping_add(r.timestamp_delta);
-                if ts >= timestamp_ms {
-                    let offset = h.base_offset.saturating_add(r.offset_delta as i64);
-                    return Ok(Some((offset, ts)));
-                }
+            if let Some(found) = Self::first_at_or_after(seg, timestamp_ms)? {
+                return Ok(Some(found));
             }
-            return Ok(Some((h.base_offset, h.max_timestamp)));
         }
         Ok(None)
+    }
+
+    /// The record with the largest timestamp in the log (the first of them, by offset) and
+    /// that timestamp: ListOffsets MAX_TIMESTAMP (-3, KIP-734; Kafka
+    /// `UnifiedLog.fetchOffsetByTimestamp`, which also looks in the segment with the largest
+    /// max timestamp and returns the first record carrying it, KAFKA-16310). `None` for a log
+    /// without timestamps.
+    pub fn offset_of_max_timestamp(&self) -> LogResult<Option<(i64, i64)>> {
+        let mut best: Option<&Segment> = None;
+        for seg in self.segments.values() {
+            if seg.max_timestamp() > best.map_or(NO_TIMESTAMP, |b| b.max_timestamp()) {
+                best = Some(seg);
+            }
+        }
+        match best {
+            Some(seg) => Self::first_at_or_after(seg, seg.max_timestamp()),
+            None => Ok(None),
+        }
+    }
+
+    /// In `seg`: the first record with a timestamp >= `timestamp_ms` (its offset and
+    /// timestamp), from the first batch whose max timestamp is >= `timestamp_ms`.
+    fn first_at_or_after(seg: &Segment, timestamp_ms: i64) -> LogResult<Option<(i64, i64)>> {
+        let Some((pos, h)) = seg.find_timestamp(timestamp_ms)? else {
+            return Ok(None);
+        };
+        let batch = RecordBatch::from_bytes(seg.read_bytes(pos, h.size_bytes())?)?;
+        for r in batch.records() {
+            let r = r?;
+            let ts = h.first_timestamp.wrapping_add(r.timestamp_delta);
+            if ts >= timestamp_ms {
+                let offset = h.base_offset.saturating_add(r.offset_delta as i64);
+                return Ok(Some((offset, ts)));
+            }
+        }
+        Ok(Some((h.base_offset, h.max_timestamp)))
     }
 
     /// Removes every batch whose last offset is >= `offset` (Kafka `UnifiedLog.truncateTo`),

@@ -416,6 +416,7 @@ impl Segment {
                 position,
                 base_offset: -1,
                 reason: "header beyond segment end".into(),
+                record_level: false,
             }));
         }
         self.file

@@ -30,6 +30,8 @@ pub enum OffsetSpec {
     Latest,
     /// First offset with a timestamp >= this (ms).
     Timestamp(i64),
+    /// Kafka -3 (KIP-734): the record with the largest timestamp.
+    MaxTimestamp,
 }
 
 /// A ListOffsets answer.
@@ -42,6 +44,13 @@ pub enum ListOffsetsAnswer {
     LookupTimestamp {
         /// The timestamp (ms).
         timestamp_ms: i64,
+        /// Exclusive bound (HW).
+        max_offset_exclusive: i64,
+    },
+    /// Ask the log for its record with the largest timestamp
+    /// ([`crate::log::Log::offset_of_max_timestamp`]) and keep it only if its offset is
+    /// `< max_offset_exclusive` (the HW); otherwise answer "none".
+    LookupMaxTimestamp {
         /// Exclusive bound (HW).
         max_offset_exclusive: i64,
     },
@@ -106,6 +115,9 @@ impl PartitionState {
             OffsetSpec::Latest => ListOffsetsAnswer::Offset(self.high_watermark),
             OffsetSpec::Timestamp(timestamp_ms) => ListOffsetsAnswer::LookupTimestamp {
                 timestamp_ms,
+                max_offset_exclusive: self.high_watermark,
+            },
+            OffsetSpec::MaxTimestamp => ListOffsetsAnswer::LookupMaxTimestamp {
                 max_offset_exclusive: self.high_watermark,
             },
         })

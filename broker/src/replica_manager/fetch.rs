@@ -387,9 +387,10 @@ impl ReplicaManager {
         data
     }
 
-    /// Serves ListOffsets from the leader: EARLIEST (-2), LATEST (-1, the HW) or a timestamp;
-    /// other negative values, MAX_TIMESTAMP (-3, KIP-734) included (not implemented yet), are
-    /// INVALID_REQUEST.
+    /// Serves ListOffsets from the leader: EARLIEST (-2), LATEST (-1, the HW), MAX_TIMESTAMP
+    /// (-3, KIP-734: the record with the largest timestamp below the HW) or a timestamp;
+    /// other negative values (-4 EARLIEST_LOCAL, -5 LATEST_TIERED: tiered storage, which
+    /// Keel does not have) are INVALID_REQUEST.
     pub fn list_offsets(&self, req: ListOffsetsRequest) -> ListOffsetsReply {
         let mut topics = Vec::with_capacity(req.topics.len());
         for t in req.topics {
@@ -403,6 +404,7 @@ impl ReplicaManager {
                     leader_epoch: -1,
                 };
                 let spec = match p.timestamp {
+                    -3 => Some(OffsetSpec::MaxTimestamp),
                     -2 => Some(OffsetSpec::Earliest),
                     -1 => Some(OffsetSpec::Latest),
                     ts if ts >= 0 => Some(OffsetSpec::Timestamp(ts)),
@@ -410,8 +412,8 @@ impl ReplicaManager {
                 };
                 let Some(spec) = spec else {
                     out.error = Some(ErrorCode::InvalidRequest.to_proto(format!(
-                        "timestamp {} is not -1 (LATEST), -2 (EARLIEST) or >= 0 \
-                         (MAX_TIMESTAMP -3 is not supported yet)",
+                        "timestamp {} is not -1 (LATEST), -2 (EARLIEST), -3 (MAX_TIMESTAMP) \
+                         or >= 0",
                         p.timestamp
                     )));
                     partitions.push(out);
@@ -435,6 +437,13 @@ impl ReplicaManager {
                         timestamp_ms,
                         max_offset_exclusive,
                     } => match inner.log.offset_for_timestamp(timestamp_ms) {
+                        Ok(Some((o, ts))) if o < max_offset_exclusive => Ok((o, ts)),
+                        Ok(_) => Ok((-1, -1)),
+                        Err(e) => Err(log_error_code(&e)),
+                    },
+                    ListOffsetsAnswer::LookupMaxTimestamp {
+                        max_offset_exclusive,
+                    } => match inner.log.offset_of_max_timestamp() {
                         Ok(Some((o, ts))) if o < max_offset_exclusive => Ok((o, ts)),
                         Ok(_) => Ok((-1, -1)),
                         Err(e) => Err(log_error_code(&e)),
