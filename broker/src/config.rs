@@ -32,6 +32,10 @@ pub struct BrokerConfig {
     pub advertised_listeners: String,
     /// The Kafka-protocol listener (the `PLAINTEXT` entry of `listeners`), if configured.
     pub kafka_listener: Option<KafkaListener>,
+    /// Metadata requests on the Kafka listener create unknown topics (Kafka:
+    /// `auto.create.topics.enable`, default true there; false here, so a typo in a topic
+    /// name does not create a topic).
+    pub auto_create_topics_enable: bool,
     /// The data directory (config key `log_dirs`, Kafka: `log.dirs`): every partition and
     /// the local metadata snapshot (`<dir>/__cluster_metadata/metadata.snap`) live here.
     /// Exactly one directory: several (Kafka's JBOD) are refused at start rather than
@@ -215,6 +219,7 @@ impl BrokerConfig {
             listeners,
             advertised_listeners,
             kafka_listener,
+            auto_create_topics_enable: s.require("auto_create_topics_enable"),
             log_dir,
             rack: s.get::<String>("rack").filter(|r| !r.is_empty()),
             broker_heartbeat_interval_ms: s.require("broker_heartbeat_interval_ms"),

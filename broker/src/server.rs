@@ -198,6 +198,7 @@ pub async fn serve(
                 timing.request_timeout,
             ),
             static_configs: crate::kafka::admin::static_broker_configs(&config),
+            auto_create_topics: config.auto_create_topics_enable,
         };
         tokio::spawn(crate::kafka::serve(l, ctx, stop_rx.clone()))
     });

@@ -58,6 +58,8 @@ pub struct KafkaContext {
     /// This broker's own config values DescribeConfigs reports as STATIC_BROKER_CONFIG
     /// ([`admin::static_broker_configs`]).
     pub static_configs: Vec<convert::admin::StaticBrokerConfig>,
+    /// `auto_create_topics_enable`: Metadata creates unknown topics the client asks for.
+    pub auto_create_topics: bool,
 }
 
 /// Serves Kafka clients on `listener` until `stop` turns true; then stops accepting and
@@ -177,7 +179,7 @@ async fn handle(ctx: &KafkaContext, mut body: Bytes) -> Result<Option<Bytes>, St
         }
         ApiKey::Metadata => {
             let req = decode::<MetadataRequest>(&mut body, key, version)?;
-            ResponseKind::Metadata(metadata(ctx, &req, version))
+            ResponseKind::Metadata(metadata(ctx, &req, version).await)
         }
         ApiKey::Produce => {
             let req = decode::<ProduceRequest>(&mut body, key, version)?;
@@ -305,7 +307,7 @@ fn encode(
     Ok(out.freeze())
 }
 
-fn metadata(
+async fn metadata(
     ctx: &KafkaContext,
     req: &MetadataRequest,
     version: i16,
@@ -327,7 +329,46 @@ fn metadata(
             ..Default::default()
         },
     });
-    convert::metadata_response(reply, req, &image, &ctx.listener, ctx.broker_id)
+    let mut response = convert::metadata_response(reply, req, &image, &ctx.listener, ctx.broker_id);
+    // Kafka (`KafkaApis.getTopicMetadata`, `AutoTopicCreationManager`): with
+    // auto.create.topics.enable and the client's consent (v4+ `allow_auto_topic_creation`;
+    // always before v4), unknown topics named in the request are created with the
+    // controllers' defaults and answered LEADER_NOT_AVAILABLE (retriable: the client asks
+    // again once the brokers know the topic); a creation the controller refuses is answered
+    // with its error.
+    let allowed = version < 4 || req.allow_auto_topic_creation;
+    if ctx.auto_create_topics && allowed {
+        let unknown: Vec<usize> = response
+            .topics
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| {
+                t.error_code == ErrorCode::UnknownTopicOrPartition.code() && t.name.is_some()
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if !unknown.is_empty() {
+            let names: Vec<_> = unknown
+                .iter()
+                .filter_map(|i| response.topics[*i].name.clone())
+                .collect();
+            let created =
+                admin::create_topics(ctx, &convert::admin::auto_create_request(names), 7).await;
+            for i in unknown {
+                let t = &mut response.topics[i];
+                let result = created
+                    .topics
+                    .iter()
+                    .find(|r| Some(&r.name) == t.name.as_ref());
+                t.error_code = match result.map(|r| r.error_code) {
+                    Some(0) | Some(36) => ErrorCode::LeaderNotAvailable.code(),
+                    Some(code) => code,
+                    None => ErrorCode::LeaderNotAvailable.code(),
+                };
+            }
+        }
+    }
+    response
 }
 
 async fn produce(

@@ -88,6 +88,16 @@ pub const SETTINGS: &[Setting] = &[
         used_by: UsedBy::Broker,
     },
     Setting {
+        name: "auto_create_topics_enable",
+        kafka: "auto.create.topics.enable",
+        kind: Kind::Bool,
+        default: DefaultValue::Bool(false),
+        doc: "a Kafka client's Metadata request for an unknown topic creates it with the \
+              controllers' defaults (`num_partitions`, `default_replication_factor`) when the \
+              client allows it; off by default (Kafka's default is on)",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
         name: "rack",
         kafka: "broker.rack",
         kind: Kind::Text,

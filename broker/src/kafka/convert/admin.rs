@@ -88,6 +88,28 @@ pub const CONFIG_SOURCE_STATIC_BROKER: i8 = 4;
 /// Kafka's `ConfigSource.DEFAULT_CONFIG`.
 pub const CONFIG_SOURCE_DEFAULT: i8 = 5;
 
+/// The CreateTopics a Metadata request's auto-creation sends (Kafka
+/// `AutoTopicCreationManager`): each name with the controllers' default partition count and
+/// replication factor (-1), no configs, no assignment.
+pub fn auto_create_request(
+    names: Vec<kafka_protocol::messages::TopicName>,
+) -> KCreateTopicsRequest {
+    use kafka_protocol::messages::create_topics_request::CreatableTopic;
+    KCreateTopicsRequest::default()
+        .with_timeout_ms(30_000)
+        .with_topics(
+            names
+                .into_iter()
+                .map(|name| {
+                    CreatableTopic::default()
+                        .with_name(name)
+                        .with_num_partitions(-1)
+                        .with_replication_factor(-1)
+                })
+                .collect(),
+        )
+}
+
 /// Keel's CreateTopics from Kafka's. Every field maps one to one: `num_partitions` and
 /// `replication_factor` -1 mean the controller's defaults (KIP-464, Kafka v4+; the controller
 /// also accepts them from older versions, as Kafka's `ReplicationControlManager` does),
