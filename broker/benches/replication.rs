@@ -16,10 +16,11 @@
 //!   row gave p99 4.7 ms to 93 ms depending on that backlog). A row's own write-back still
 //!   counts.
 //!
-//! - The Kafka wire protocol (#21): the same closed-loop rows through the leaders' Kafka
-//!   listeners (Produce v9 encoded with `kafka-protocol`, one TCP connection per request in
-//!   flight, as a Kafka producer with `max.in.flight.requests.per.connection=1` per
-//!   connection), next to the gRPC rows of the same run, with the ratio of their rates.
+//! - The Kafka wire protocol (#21): each closed-loop row is followed by the same row through
+//!   the leaders' Kafka listeners (Produce v9 encoded with `kafka-protocol`, one TCP
+//!   connection per request in flight, as a Kafka producer with
+//!   `max.in.flight.requests.per.connection=1` per connection), each after `sync(1)`, and a
+//!   target line gives the Kafka rate as a share of the gRPC one.
 //! - Scheduling hiccups ([`HiccupMeter`]): how late a 1 ms sleep in a bench thread wakes, at
 //!   idle before the cluster starts and during every row (column `hiccup p99/max`, ms). A
 //!   machine that stalls runnable threads (CPU contention, a hypervisor's steal) delays every
@@ -288,6 +289,33 @@ impl KafkaConn {
     }
 }
 
+/// Joins closed-loop producer tasks (each returns its latencies and error count) into a row.
+async fn closed_loop_result(
+    tasks: Vec<tokio::task::JoinHandle<(Vec<Duration>, u64)>>,
+    batch_len: usize,
+    records_per_batch: u64,
+    start: Instant,
+    hiccups: HiccupMeter,
+) -> RunResult {
+    let mut latencies = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (l, e) = t.await.unwrap();
+        latencies.extend(l);
+        errors += e;
+    }
+    let elapsed = start.elapsed();
+    latencies.sort();
+    RunResult {
+        bytes: latencies.len() as u64 * batch_len as u64,
+        records: latencies.len() as u64 * records_per_batch,
+        elapsed,
+        latencies,
+        errors,
+        hiccups: hiccups.finish(),
+    }
+}
+
 /// Closed loop through the Kafka listeners: like [`max_rate`], each of the `IN_FLIGHT`
 /// producers per partition with its own connection to the leader's Kafka listener.
 async fn max_rate_kafka(leaders: &[String], batch_bytes: usize, secs: u64) -> RunResult {
@@ -326,23 +354,7 @@ async fn max_rate_kafka(leaders: &[String], batch_bytes: usize, secs: u64) -> Ru
             (lat, errors)
         }));
     }
-    let mut latencies = Vec::new();
-    let mut errors = 0;
-    for t in tasks {
-        let (l, e) = t.await.unwrap();
-        latencies.extend(l);
-        errors += e;
-    }
-    let elapsed = start.elapsed();
-    latencies.sort();
-    RunResult {
-        bytes: latencies.len() as u64 * records.len() as u64,
-        records: latencies.len() as u64 * n,
-        elapsed,
-        latencies,
-        errors,
-        hiccups: hiccups.finish(),
-    }
+    closed_loop_result(tasks, records.len(), n, start, hiccups).await
 }
 
 struct RunResult {
@@ -386,23 +398,7 @@ async fn max_rate(clients: &Clients, batch_bytes: usize, secs: u64) -> RunResult
             }));
         }
     }
-    let mut latencies = Vec::new();
-    let mut errors = 0;
-    for t in tasks {
-        let (l, e) = t.await.unwrap();
-        latencies.extend(l);
-        errors += e;
-    }
-    let elapsed = start.elapsed();
-    latencies.sort();
-    RunResult {
-        bytes: latencies.len() as u64 * records.len() as u64,
-        records: latencies.len() as u64 * n,
-        elapsed,
-        latencies,
-        errors,
-        hiccups: hiccups.finish(),
-    }
+    closed_loop_result(tasks, records.len(), n, start, hiccups).await
 }
 
 /// Unmeasured lead-in of every open-loop row at the row's rate. The row starts after
@@ -679,26 +675,26 @@ async fn run() {
             ms(r.hiccups.last().copied().unwrap_or_default()),
         );
     };
+    // Closed loop, each batch size through gRPC and then through the Kafka listeners
+    // (Produce v9), back to back, each row after sync(1) so neither pays the other's
+    // write-back.
+    let kafka_leaders: Vec<String> = (1..=PARTITIONS).map(|id| c.kafka_addr(id)).collect();
     let mut max64 = 0.0;
     let mut best = 0.0f64;
-    let mut grpc_rates = Vec::new();
-    for kib in [16, 64, 256] {
-        let r = max_rate(&clients, kib * 1024, secs).await;
-        let rate = r.bytes as f64 / MIB / r.elapsed.as_secs_f64();
-        best = best.max(rate);
-        if kib == 64 {
-            max64 = rate;
-        }
-        grpc_rates.push(rate);
-        print(&format!("max rate, {kib} KiB batches"), &r, None);
-    }
-    // The same closed loop through the Kafka listeners (Produce v9), same cluster, same run.
-    let kafka_leaders: Vec<String> = (1..=PARTITIONS).map(|id| c.kafka_addr(id)).collect();
     let mut kafka_ratios = Vec::new();
-    for (i, kib) in [16, 64, 256].into_iter().enumerate() {
+    for kib in [16, 64, 256] {
+        settle_page_cache();
+        let r = max_rate(&clients, kib * 1024, secs).await;
+        let grpc_rate = r.bytes as f64 / MIB / r.elapsed.as_secs_f64();
+        best = best.max(grpc_rate);
+        if kib == 64 {
+            max64 = grpc_rate;
+        }
+        print(&format!("max rate, {kib} KiB batches"), &r, None);
+        settle_page_cache();
         let r = max_rate_kafka(&kafka_leaders, kib * 1024, secs).await;
         let rate = r.bytes as f64 / MIB / r.elapsed.as_secs_f64();
-        kafka_ratios.push((kib, rate / grpc_rates[i]));
+        kafka_ratios.push((kib, rate / grpc_rate));
         print(&format!("max rate, {kib} KiB, Kafka protocol"), &r, None);
     }
     let mut p99_at_50 = None;
