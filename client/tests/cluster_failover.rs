@@ -183,6 +183,14 @@ fn read_back_does_not_trust_a_resumed_ex_leader() {
                 window_open = false;
                 continue;
             }
+            // The queued metadata can also land between the two reads (seen in CI: the
+            // ex-leader became a follower at the new epoch right after answering the first):
+            // then it refuses the new epoch as a follower, NOT_LEADER_OR_FOLLOWER, which is
+            // the same verdict (no answer at the new epoch from the ex-leader).
+            if epoch == new_epoch && got == Err(6) {
+                eprintln!("the ex-leader learnt the new epoch between the two reads");
+                continue;
+            }
             assert_eq!(
                 got,
                 want,

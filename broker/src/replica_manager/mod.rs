@@ -163,6 +163,8 @@ pub struct Shared {
     fetchers: Mutex<fetcher::FetcherManager>,
     next_token: AtomicU64,
     producer_ids: producer_ids::ProducerIdManager,
+    /// Permits for validating a compressed produced batch ([`produce::MAX_CONCURRENT_DECOMPRESSIONS`]).
+    decompressions: tokio::sync::Semaphore,
 }
 
 /// The replica manager handle (cheap to clone).
@@ -215,6 +217,7 @@ impl ReplicaManager {
             alter_tx,
             fetchers: Mutex::new(fetcher::FetcherManager::default()),
             next_token: AtomicU64::new(1),
+            decompressions: tokio::sync::Semaphore::new(produce::MAX_CONCURRENT_DECOMPRESSIONS),
             producer_ids: producer_ids::ProducerIdManager::new(
                 config.broker_id,
                 channels.clone(),

@@ -24,6 +24,19 @@ use crate::log::LogError;
 use crate::replica::{Acks, ProduceReply, epoch_from_wire};
 use keel_record::BatchIter;
 
+/// Compressed batches validated at once by all produce handlers of a broker. Validating one
+/// decompresses it whole, up to [`keel_record::MAX_DECOMPRESSED_BYTES`] (64 MiB), so this
+/// bounds that memory to 4 x 64 MiB however many clients send compressed batches (Kafka's
+/// `LogValidator` decompresses record by record instead); further compressed batches wait
+/// for a permit. Uncompressed batches need none.
+pub const MAX_CONCURRENT_DECOMPRESSIONS: usize = 4;
+
+/// Whether `records` starts with a batch header whose codec bits say compressed.
+fn is_compressed(records: &[u8]) -> bool {
+    records.len() >= keel_record::HEADER_SIZE
+        && i16::from_be_bytes([records[21], records[22]]) & keel_record::COMPRESSION_CODEC_MASK != 0
+}
+
 /// Extra time the handler waits beyond the request timeout for the ticker to expire a
 /// waiter, ms.
 pub const WAIT_GRACE_MS: u64 = 1_000;
@@ -79,6 +92,10 @@ impl ReplicaManager {
         for t in req.topics {
             let mut parts = Vec::with_capacity(t.partitions.len());
             for p in t.partitions {
+                let _permit = match (&acks, is_compressed(&p.records)) {
+                    (Ok(_), true) => self.shared.decompressions.acquire().await.ok(),
+                    _ => None,
+                };
                 let outcome = match &acks {
                     Err((code, message)) => Pending::Done(failed(p.index, *code, message.clone())),
                     Ok(acks) => self.produce_partition(
@@ -333,5 +350,30 @@ pub fn check_topic_id(sent: &[u8], hosted: uuid::Uuid) -> Option<ErrorCode> {
         None => Some(ErrorCode::UnknownTopicId),
         Some(id) if id == hosted => None,
         Some(_) => Some(ErrorCode::InconsistentTopicId),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use keel_record::{CompressionType, RecordBatchBuilder};
+
+    use super::is_compressed;
+
+    #[test]
+    fn only_batches_with_codec_bits_take_a_decompression_permit() {
+        let batch = |codec| {
+            let mut b = RecordBatchBuilder::new(0).compression(codec);
+            b.append(1, None, Some(b"value"), &[]);
+            b.build().into_bytes()
+        };
+        assert!(!is_compressed(&batch(CompressionType::None)));
+        for codec in CompressionType::ALL
+            .into_iter()
+            .filter(|c| *c != CompressionType::None)
+        {
+            assert!(is_compressed(&batch(codec)), "{codec}");
+        }
+        assert!(!is_compressed(&batch(CompressionType::Gzip)[..20]));
+        assert!(!is_compressed(&[]));
     }
 }
