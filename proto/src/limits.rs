@@ -73,6 +73,14 @@ pub const MAX_CONTROLLER_REQUEST_BYTES: usize = 8 << 20;
 /// that large over gRPC.
 pub const MAX_BROKER_MESSAGE_BYTES: usize = 64 << 20;
 
+/// Largest record batch a leader accepts, bytes (48 MiB), whatever the topic's
+/// `max.message.bytes`: replication carries batches in gRPC fetch replies of at most
+/// [`MAX_BROKER_MESSAGE_BYTES`], and a reply always holds its first batch whole (KIP-74), so a
+/// larger batch could never reach the followers and would stall every partition fetched from
+/// that leader. 48 MiB leaves room for a reply's other partitions. A larger batch is
+/// MESSAGE_TOO_LARGE (10). Kafka has no such bound (its replication uses its own framing).
+pub const MAX_BATCH_BYTES: usize = 48 << 20;
+
 /// HTTP/2 flow-control window per stream on BrokerService connections (server and clients),
 /// bytes. h2's default (64 KiB) makes every larger produce request or fetch reply wait for
 /// window updates; batches are up to `max.message.bytes` and fetch replies several MiB.

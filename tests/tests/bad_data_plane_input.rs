@@ -54,6 +54,15 @@ async fn bad_produce_and_fetch_input_gets_exact_codes_and_appends_nothing() {
         .await
         .unwrap();
     assert_eq!(code(&too_large), ErrorCode::MessageTooLarge);
+    // Over the 48 MiB a batch may have to be replicated, whatever max.message.bytes allows.
+    c.set_topic_config("bad", "max.message.bytes", "60000000", WAIT)
+        .await;
+    let huge = vec!["x".repeat(49 << 20)];
+    let over_replication = c
+        .produce_raw(1, "bad", 0, -1, 1000, batch(&huge), None)
+        .await
+        .unwrap();
+    assert_eq!(code(&over_replication), ErrorCode::MessageTooLarge);
     let follower = c
         .produce_raw(2, "bad", 0, 1, 1000, batch(&values("x", 0..1)), None)
         .await

@@ -623,3 +623,53 @@ async fn kafka_pipelined_requests_are_answered_in_order() {
     );
     assert_eq!(leo(&c).await, BASELINE + produces);
 }
+
+/// A Metadata request naming a topic over Kafka's 249 characters answers that name
+/// INVALID_TOPIC_EXCEPTION (17) and the others as usual (Keel's own bounds would refuse the
+/// whole request; found by a fresh user's trial).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_an_overlong_topic_name_fails_alone_in_metadata() {
+    let c = cluster().await;
+    let mut s = connect(&c).await;
+    let long = "a".repeat(300);
+    let req = MetadataRequest::default().with_topics(Some(vec![
+        MetadataRequestTopic::default().with_name(Some(topic_name(TOPIC))),
+        MetadataRequestTopic::default().with_name(Some(topic_name(&long))),
+    ]));
+    send(&mut s, &frame(ApiKey::Metadata, 1, 5, &body(&req, 1))).await;
+    let r: MetadataResponse = read_response(&mut s, ApiKey::Metadata, 1, 5).await;
+    let topics: Vec<(String, i16, usize)> = r
+        .topics
+        .iter()
+        .map(|t| {
+            (
+                t.name.as_ref().map(|n| n.0.to_string()).unwrap_or_default(),
+                t.error_code,
+                t.partitions.len(),
+            )
+        })
+        .collect();
+    assert_eq!(topics.len(), 2, "{topics:?}");
+    assert_eq!(
+        (topics[0].0.as_str(), topics[0].1),
+        (TOPIC, 0),
+        "{topics:?}"
+    );
+    assert!(topics[0].2 >= 1, "{topics:?}");
+    assert_eq!(
+        topics[1].1,
+        ErrorCode::InvalidTopicException.code(),
+        "{topics:?}"
+    );
+    // Only the overlong name: answered alone, not as "every topic".
+    let req = MetadataRequest::default().with_topics(Some(vec![
+        MetadataRequestTopic::default().with_name(Some(topic_name(&long))),
+    ]));
+    send(&mut s, &frame(ApiKey::Metadata, 1, 6, &body(&req, 1))).await;
+    let r: MetadataResponse = read_response(&mut s, ApiKey::Metadata, 1, 6).await;
+    assert_eq!(r.topics.len(), 1, "{:?}", r.topics);
+    assert_eq!(
+        r.topics[0].error_code,
+        ErrorCode::InvalidTopicException.code()
+    );
+}

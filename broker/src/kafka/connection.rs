@@ -313,7 +313,20 @@ async fn metadata(
     version: i16,
 ) -> kafka_protocol::messages::MetadataResponse {
     let image = ctx.images.borrow().clone();
-    let keel_req = convert::metadata_request(req, version, &image);
+    let mut keel_req = convert::metadata_request(req, version, &image);
+    // A name over Kafka's 249 characters is INVALID_TOPIC_EXCEPTION for that topic alone (as
+    // Kafka answers it); Keel's bounds would refuse the whole request.
+    let overlong: Vec<String> = keel_req.as_mut().map_or_else(Vec::new, |r| {
+        let (long, ok): (Vec<String>, Vec<String>) = std::mem::take(&mut r.topics)
+            .into_iter()
+            .partition(|t| t.len() > keel_proto::limits::MAX_TOPIC_NAME_LEN);
+        r.topics = ok;
+        long
+    });
+    if !overlong.is_empty() && keel_req.as_ref().is_some_and(|r| r.topics.is_empty()) {
+        // Only overlong names were asked: ask for none (an empty list means every topic).
+        keel_req = None;
+    }
     let reply = keel_req.map(|r| match bounds::metadata(&r) {
         Ok(()) => crate::metadata::describe::metadata_reply(&image, &r, -1),
         Err(e) => keel_proto::broker::MetadataReply {
@@ -329,6 +342,24 @@ async fn metadata(
             ..Default::default()
         },
     });
+    let reply = if overlong.is_empty() {
+        reply
+    } else {
+        let mut reply = reply.unwrap_or_default();
+        reply.topics.extend(
+            overlong
+                .iter()
+                .map(|name| keel_proto::broker::MetadataTopic {
+                    error: Some(ErrorCode::InvalidTopicException.to_proto(format!(
+                        "topic name of {} characters is over the 249 allowed",
+                        name.chars().count()
+                    ))),
+                    name: keel_proto::limits::clip(name).to_string(),
+                    ..Default::default()
+                }),
+        );
+        Some(reply)
+    };
     let mut response = convert::metadata_response(reply, req, &image, &ctx.listener, ctx.broker_id);
     // Kafka (`KafkaApis.getTopicMetadata`, `AutoTopicCreationManager`): with
     // auto.create.topics.enable and the client's consent (v4+ `allow_auto_topic_creation`;

@@ -182,6 +182,18 @@ impl ReplicaManager {
         if let Some(code) = check_topic_id(topic_id, hp.topic_id()) {
             return Pending::Done(failed(index, code, format!("topic id of {shown}")));
         }
+        if records.len() > keel_proto::limits::MAX_BATCH_BYTES {
+            return Pending::Done(failed(
+                index,
+                ErrorCode::MessageTooLarge,
+                format!(
+                    "a record batch of {} bytes for {shown}-{index} is over the {} bytes a \
+                     batch may have so that replication can carry it",
+                    records.len(),
+                    keel_proto::limits::MAX_BATCH_BYTES
+                ),
+            ));
+        }
         // Parse the batches before taking the lock; nothing is written unless all parse.
         let batch = match single_batch(records, &shown, index) {
             Ok(batch) => batch,

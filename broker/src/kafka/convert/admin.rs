@@ -455,9 +455,9 @@ pub struct DescribeConfigsPlan {
 /// `ConfigHelper` answers ("Unexpected broker id"; clients send a broker's resource to that
 /// broker). Any other type (BROKER_LOGGER 8, CLIENT_METRICS 16, GROUP 32, UNKNOWN 0, ...) is
 /// INVALID_REQUEST for that resource; Keel's own CLUSTER type (16) is never forwarded, since
-/// Kafka's 16 is CLIENT_METRICS. Null `configuration_keys` asks every key; a list (even an
-/// empty one) only those keys, filtered again in [`describe_configs_response`] because
-/// Keel's empty list means every key. `include_documentation` is v3+ (false before).
+/// Kafka's 16 is CLIENT_METRICS. Null or empty `configuration_keys` asks every key (Kafka
+/// `ConfigHelper`: `configurationKeys == null || isEmpty`); a non-empty list only those keys,
+/// filtered again in [`describe_configs_response`]. `include_documentation` is v3+ (false before).
 pub fn describe_configs_plan(
     req: &KDescribeConfigsRequest,
     version: i16,
@@ -569,6 +569,7 @@ pub fn describe_configs_response(
             let wanted: Option<BTreeSet<&str>> = asked
                 .configuration_keys
                 .as_ref()
+                .filter(|keys| !keys.is_empty())
                 .map(|keys| keys.iter().map(|k| k.as_str()).collect());
             let configs = result
                 .configs
