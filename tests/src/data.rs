@@ -101,6 +101,26 @@ pub fn assigned_topic(name: &str, assignments: &[&[i32]]) -> CreatableTopic {
     }
 }
 
+/// One record's batch header, then 100 MiB of zeros gzipped (about 100 KiB) as its records,
+/// with a valid CRC: only decompressing it shows that it exceeds
+/// [`keel_record::MAX_DECOMPRESSED_BYTES`].
+pub fn gzip_bomb() -> Bytes {
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let zeros = vec![0u8; 1 << 20];
+    for _ in 0..100 {
+        gz.write_all(&zeros).expect("gzip into memory");
+    }
+    let mut bomb = batch(&values("x", 0..1))[..keel_record::HEADER_SIZE].to_vec();
+    bomb.extend_from_slice(&gz.finish().expect("gzip into memory"));
+    let len = (bomb.len() - keel_record::LOG_OVERHEAD) as i32;
+    bomb[8..12].copy_from_slice(&len.to_be_bytes());
+    bomb[21..23].copy_from_slice(&keel_record::CompressionType::Gzip.id().to_be_bytes());
+    let crc = crc32c::crc32c(&bomb[21..]);
+    bomb[17..21].copy_from_slice(&crc.to_be_bytes());
+    Bytes::from(bomb)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

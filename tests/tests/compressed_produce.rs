@@ -6,14 +6,12 @@
 
 use std::time::{Duration, Instant};
 
-use std::io::Write;
-
 use bytes::Bytes;
 use keel_client::consumer::{Consumer, ConsumerConfig, SeekTo};
 use keel_client::producer::{Producer, ProducerConfig};
 use keel_proto::ErrorCode;
 use keel_record::{BatchIter, CompressionType};
-use keel_tests::data::{assigned_topic, batch, code, values};
+use keel_tests::data::{assigned_topic, code, gzip_bomb, values};
 use keel_tests::{Endpoints, InProcessCluster};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -108,22 +106,9 @@ async fn a_gzip_bomb_is_refused_and_nothing_is_appended() {
         ErrorCode::None
     );
 
-    // One record's header, then 100 MiB of zeros gzipped (about 100 KiB) as its records.
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    let zeros = vec![0u8; 1 << 20];
-    for _ in 0..100 {
-        gz.write_all(&zeros).unwrap();
-    }
-    let mut bomb = batch(&values("x", 0..1))[..keel_record::HEADER_SIZE].to_vec();
-    bomb.extend_from_slice(&gz.finish().unwrap());
-    let len = (bomb.len() - keel_record::LOG_OVERHEAD) as i32;
-    bomb[8..12].copy_from_slice(&len.to_be_bytes());
-    bomb[21..23].copy_from_slice(&CompressionType::Gzip.id().to_be_bytes());
-    let crc = crc32c::crc32c(&bomb[21..]);
-    bomb[17..21].copy_from_slice(&crc.to_be_bytes());
-
+    let bomb = gzip_bomb();
     let refused = c
-        .produce_raw(1, "bomb", 0, -1, 5000, Bytes::from(bomb), None)
+        .produce_raw(1, "bomb", 0, -1, 5000, bomb, None)
         .await
         .unwrap();
     // INVALID_RECORD: the CRC matched, the records are what is refused (Kafka's

@@ -27,8 +27,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use keel_proto::ErrorCode;
-use keel_record::CompressionType;
-use keel_tests::data::{assigned_topic, batch, code, values};
+use keel_tests::data::{assigned_topic, batch, code, gzip_bomb, values};
 use keel_tests::{Endpoints, InProcessCluster};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -441,24 +440,6 @@ async fn kafka_bad_frames_close_the_connection() {
         assert_serving(&c, &format!("frame size {size}")).await;
     }
     assert_eq!(leo(&c).await, BASELINE, "nothing appended");
-}
-
-/// One record's batch header, then 100 MiB of zeros gzipped (about 100 KiB) as its records,
-/// with a valid CRC: only decompressing it shows what it is.
-fn gzip_bomb() -> Bytes {
-    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-    let zeros = vec![0u8; 1 << 20];
-    for _ in 0..100 {
-        gz.write_all(&zeros).unwrap();
-    }
-    let mut bomb = batch(&values("x", 0..1))[..keel_record::HEADER_SIZE].to_vec();
-    bomb.extend_from_slice(&gz.finish().unwrap());
-    let len = (bomb.len() - keel_record::LOG_OVERHEAD) as i32;
-    bomb[8..12].copy_from_slice(&len.to_be_bytes());
-    bomb[21..23].copy_from_slice(&CompressionType::Gzip.id().to_be_bytes());
-    let crc = crc32c::crc32c(&bomb[21..]);
-    bomb[17..21].copy_from_slice(&crc.to_be_bytes());
-    Bytes::from(bomb)
 }
 
 /// A valid batch of `n` records whose CRC field is off by one.
