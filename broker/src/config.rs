@@ -36,6 +36,9 @@ pub struct BrokerConfig {
     /// `auto.create.topics.enable`, default true there; false here, so a typo in a topic
     /// name does not create a topic).
     pub auto_create_topics_enable: bool,
+    /// The group coordinator's settings (`offsets_topic_*`, `group_*`,
+    /// `offset_metadata_max_bytes`; Kafka's `offsets.*` and `group.*`).
+    pub group_coordinator: crate::group::CoordinatorConfig,
     /// The data directory (config key `log_dirs`, Kafka: `log.dirs`): every partition and
     /// the local metadata snapshot (`<dir>/__cluster_metadata/metadata.snap`) live here.
     /// Exactly one directory: several (Kafka's JBOD) are refused at start rather than
@@ -220,6 +223,22 @@ impl BrokerConfig {
             advertised_listeners,
             kafka_listener,
             auto_create_topics_enable: s.require("auto_create_topics_enable"),
+            group_coordinator: crate::group::CoordinatorConfig {
+                offsets_topic_num_partitions: s.require("offsets_topic_num_partitions"),
+                offsets_topic_replication_factor: s
+                    .require::<i32>("offsets_topic_replication_factor")
+                    .clamp(1, i16::MAX.into())
+                    as i16,
+                offset_metadata_max_bytes: s.require::<i32>("offset_metadata_max_bytes").max(0)
+                    as usize,
+                group: crate::group::state::GroupConfig {
+                    min_session_timeout_ms: s.require("group_min_session_timeout_ms"),
+                    max_session_timeout_ms: s.require("group_max_session_timeout_ms"),
+                    initial_rebalance_delay_ms: s.require("group_initial_rebalance_delay_ms"),
+                    max_size: s.require::<i32>("group_max_size").max(1) as usize,
+                },
+                ..Default::default()
+            },
             log_dir,
             rack: s.get::<String>("rack").filter(|r| !r.is_empty()),
             broker_heartbeat_interval_ms: s.require("broker_heartbeat_interval_ms"),

@@ -15,6 +15,7 @@
 
 pub mod bounds;
 pub mod config;
+pub mod group;
 pub mod kafka;
 pub mod lifecycle;
 pub mod log;

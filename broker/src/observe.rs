@@ -180,6 +180,34 @@ pub const RESERVED: &[MetricDef] = &[
         "Time of one partition log flush (fsync)",
         "kafka.log:type=LogFlushStats,name=LogFlushRateAndTimeMs",
     ),
+    MetricDef::new(
+        "keel_broker_group_coordinator_groups",
+        MetricKind::Gauge,
+        None,
+        "Consumer groups this broker coordinates, by `state` (Empty, PreparingRebalance, CompletingRebalance, Stable)",
+        "kafka.coordinator.group:type=GroupMetadataManager,name=NumGroups{state}",
+    ),
+    MetricDef::new(
+        "keel_broker_group_coordinator_offsets",
+        MetricKind::Gauge,
+        None,
+        "Committed offsets held by the groups this broker coordinates",
+        "kafka.coordinator.group:type=GroupMetadataManager,name=NumOffsets",
+    ),
+    MetricDef::new(
+        "keel_broker_group_coordinator_rebalances_total",
+        MetricKind::Counter,
+        None,
+        "Completed joins (generations started) of the groups coordinated here",
+        "group-coordinator-metrics:group-completed-rebalance-count",
+    ),
+    MetricDef::new(
+        "keel_broker_group_coordinator_offset_commits_total",
+        MetricKind::Counter,
+        None,
+        "Offsets committed (acknowledged by the ISR of `__consumer_offsets`) through this coordinator",
+        "group-coordinator-metrics:offset-commit-count",
+    ),
 ];
 
 /// The broker state the sampler reads.

@@ -184,6 +184,12 @@ pub async fn serve(
         stop_tx.send_replace(true);
     });
     let kafka = listeners.kafka.map(|l| {
+        let groups = crate::group::GroupCoordinator::new(
+            config.group_coordinator.clone(),
+            replicas.clone(),
+            grpc.images.clone(),
+        );
+        tokio::spawn(groups.clone().run(stop_rx.clone()));
         let ctx = crate::kafka::KafkaContext {
             broker_id: config.node_id,
             listener: config
@@ -199,6 +205,8 @@ pub async fn serve(
             ),
             static_configs: crate::kafka::admin::static_broker_configs(&config),
             auto_create_topics: config.auto_create_topics_enable,
+            groups,
+            offsets_topic_creation: Default::default(),
         };
         tokio::spawn(crate::kafka::serve(l, ctx, stop_rx.clone()))
     });

@@ -116,9 +116,19 @@ error_codes! {
     ReplicaNotAvailable = (9, "REPLICA_NOT_AVAILABLE", true);
     /// Produce: a batch is larger than the topic's maximum message size.
     MessageTooLarge = (10, "MESSAGE_TOO_LARGE", false);
+    /// OffsetCommit: the metadata string is longer than `offset_metadata_max_bytes` (Kafka
+    /// `offset.metadata.max.bytes`, 4096).
+    OffsetMetadataTooLarge = (12, "OFFSET_METADATA_TOO_LARGE", false);
     /// A connection failed before a reply arrived (client-side classification of transport
     /// errors).
     NetworkException = (13, "NETWORK_EXCEPTION", true);
+    /// Group APIs: the coordinator is still loading the group's `__consumer_offsets` partition.
+    CoordinatorLoadInProgress = (14, "COORDINATOR_LOAD_IN_PROGRESS", true);
+    /// FindCoordinator and group APIs: no coordinator now (`__consumer_offsets` is being
+    /// created, has no leader, or a write to it failed for lack of replicas).
+    CoordinatorNotAvailable = (15, "COORDINATOR_NOT_AVAILABLE", true);
+    /// Group APIs: this broker does not coordinate the group (find it again).
+    NotCoordinator = (16, "NOT_COORDINATOR", true);
     /// CreateTopics / Metadata: an illegal topic name (empty, ".", "..", longer than 249
     /// characters, or characters outside `[a-zA-Z0-9._-]`).
     InvalidTopicException = (17, "INVALID_TOPIC_EXCEPTION", false);
@@ -132,6 +142,22 @@ error_codes! {
     NotEnoughReplicasAfterAppend = (20, "NOT_ENOUGH_REPLICAS_AFTER_APPEND", true);
     /// Produce: `acks` is not 0, 1 or -1.
     InvalidRequiredAcks = (21, "INVALID_REQUIRED_ACKS", false);
+    /// SyncGroup, Heartbeat, OffsetCommit: the generation is not the group's current one.
+    IllegalGeneration = (22, "ILLEGAL_GENERATION", false);
+    /// JoinGroup: empty protocol type or list, another type than the group's, or no protocol
+    /// shared with the members; SyncGroup v5+: type or name differ from the group's.
+    InconsistentGroupProtocol = (23, "INCONSISTENT_GROUP_PROTOCOL", false);
+    /// Group APIs: the group id is empty.
+    InvalidGroupId = (24, "INVALID_GROUP_ID", false);
+    /// Group APIs: the member id is not a member of the group.
+    UnknownMemberId = (25, "UNKNOWN_MEMBER_ID", false);
+    /// JoinGroup: the session timeout is outside `group_min_session_timeout_ms` ..
+    /// `group_max_session_timeout_ms`.
+    InvalidSessionTimeout = (26, "INVALID_SESSION_TIMEOUT", false);
+    /// Heartbeat, SyncGroup, OffsetCommit: the group is rebalancing; rejoin.
+    RebalanceInProgress = (27, "REBALANCE_IN_PROGRESS", false);
+    /// OffsetCommit: the commit is too large to be written.
+    InvalidCommitOffsetSize = (28, "INVALID_COMMIT_OFFSET_SIZE", false);
     /// Produce: a record timestamp is outside the accepted range.
     InvalidTimestamp = (32, "INVALID_TIMESTAMP", false);
     /// A request or format version this node does not support (e.g. an unknown snapshot or
@@ -171,6 +197,10 @@ error_codes! {
     /// Idempotent produce: the partition has no state for the producer id (e.g. it expired
     /// or was removed by retention) and the batch does not start a new sequence.
     UnknownProducerId = (59, "UNKNOWN_PRODUCER_ID", false);
+    /// DeleteGroups, offset reset: the group still has members.
+    NonEmptyGroup = (68, "NON_EMPTY_GROUP", false);
+    /// DeleteGroups, DescribeGroups v6: the group does not exist.
+    GroupIdNotFound = (69, "GROUP_ID_NOT_FOUND", false);
     /// Kafka Fetch (KIP-227): the request names a fetch session this broker does not have
     /// (Keel creates none; clients then fall back to full fetches).
     FetchSessionIdNotFound = (70, "FETCH_SESSION_ID_NOT_FOUND", true);
@@ -188,8 +218,14 @@ error_codes! {
     /// ListOffsets, or a consumer Fetch above the HW: a new leader's HW has not yet caught up
     /// to the start offset of its epoch, so it may trail the previous leader's (KIP-207).
     OffsetNotAvailable = (78, "OFFSET_NOT_AVAILABLE", true);
+    /// JoinGroup v4+: a new member must rejoin with the member id in the answer (KIP-394).
+    MemberIdRequired = (79, "MEMBER_ID_REQUIRED", false);
     /// ElectLeaders PREFERRED: the preferred replica is not in the ISR or not eligible.
     PreferredLeaderNotAvailable = (80, "PREFERRED_LEADER_NOT_AVAILABLE", true);
+    /// JoinGroup: the group has `group_max_size` members.
+    GroupMaxSizeReached = (81, "GROUP_MAX_SIZE_REACHED", false);
+    /// Group APIs: another member took this static instance id (KIP-345).
+    FencedInstanceId = (82, "FENCED_INSTANCE_ID", false);
     /// ElectLeaders (or automatic election): no replica may become leader.
     EligibleLeadersNotAvailable = (83, "ELIGIBLE_LEADERS_NOT_AVAILABLE", true);
     /// ElectLeaders: the partition already has the leader the election would choose.

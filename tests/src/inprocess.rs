@@ -274,6 +274,15 @@ impl InProcessCluster {
                     "replica_lag_time_max_ms",
                     Value::Int(t.replica_lag_time_max_ms.into()),
                 ),
+                // Consumer groups work on clusters of any size here: `__consumer_offsets`
+                // gets at most 3 replicas and 3 partitions, and a group's first rebalance
+                // does not wait for more members (Kafka's test clusters set the same).
+                (
+                    "offsets_topic_replication_factor",
+                    Value::Int(self.brokers.len().clamp(1, 3) as i128),
+                ),
+                ("offsets_topic_num_partitions", Value::Int(3)),
+                ("group_initial_rebalance_delay_ms", Value::Int(0)),
             ]
             .into_iter()
             .chain(self.shared_settings()),

@@ -30,6 +30,7 @@ pub mod http;
 pub mod inprocess;
 pub mod node;
 pub mod process;
+pub mod python;
 pub mod quorum;
 pub mod rng;
 pub mod stats;

@@ -1,7 +1,8 @@
 //! Bad input on a broker's Kafka listener (#21, "Acceptance: Bad input"), over raw TCP:
 //! ApiVersions v99, Produce v2, a truncated frame, a body declaring a 2^31-1 element array,
 //! frame sizes of 2 GiB and negative, a gzip bomb, a batch with a wrong CRC, `acks=0`
-//! produces (good and bad) and a pipelined burst. Each case gets Kafka's error code or a
+//! produces (good and bad) and a pipelined burst; and the consumer-group calls with bad
+//! input (#22): Kafka's error codes and nothing committed. Each case gets Kafka's error code or a
 //! closed connection (with the broker's own reason, read from its debug log), the broker
 //! keeps serving (ApiVersions and Metadata on a new connection answer) and nothing is
 //! appended (the partition's log end offset is unchanged), except where a case appends on
@@ -19,11 +20,24 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::{
+    OffsetFetchRequestGroup, OffsetFetchRequestTopics,
+};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, MetadataRequest, MetadataResponse, ProduceRequest, ProduceResponse,
-    RequestHeader, ResponseHeader, TopicName,
+    ApiKey, ApiVersionsRequest, DeleteGroupsRequest, DeleteGroupsResponse, FindCoordinatorRequest,
+    FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, MetadataRequest, MetadataResponse,
+    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
+    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, SyncGroupRequest,
+    SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use keel_proto::ErrorCode;
@@ -321,13 +335,22 @@ async fn kafka_unsupported_versions_get_kafka_errors() {
             (ApiKey::Fetch as i16, 4, 12),
             (ApiKey::ListOffsets as i16, 1, 10),
             (ApiKey::Metadata as i16, 0, 12),
-            (ApiKey::FindCoordinator as i16, 0, 0),
+            (ApiKey::OffsetCommit as i16, 2, 8),
+            (ApiKey::OffsetFetch as i16, 1, 8),
+            (ApiKey::FindCoordinator as i16, 0, 4),
+            (ApiKey::JoinGroup as i16, 0, 9),
+            (ApiKey::Heartbeat as i16, 0, 4),
+            (ApiKey::LeaveGroup as i16, 0, 5),
+            (ApiKey::SyncGroup as i16, 0, 5),
+            (ApiKey::DescribeGroups as i16, 0, 5),
+            (ApiKey::ListGroups as i16, 0, 5),
             (ApiKey::ApiVersions as i16, 0, 4),
             (ApiKey::CreateTopics as i16, 2, 7),
             (ApiKey::DeleteTopics as i16, 1, 6),
             (ApiKey::InitProducerId as i16, 0, 5),
             (ApiKey::OffsetForLeaderEpoch as i16, 2, 4),
             (ApiKey::DescribeConfigs as i16, 1, 4),
+            (ApiKey::DeleteGroups as i16, 0, 2),
             (ApiKey::DescribeCluster as i16, 0, 2),
         ],
         "the advertised ranges"
@@ -653,4 +676,291 @@ async fn kafka_an_overlong_topic_name_fails_alone_in_metadata() {
         r.topics[0].error_code,
         ErrorCode::InvalidTopicException.code()
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Consumer groups (#22, "Acceptance: Bad input").
+// ---------------------------------------------------------------------------------------
+
+/// Sends `req` as `key` v`version` and reads its response.
+async fn call<Q: Encodable, R: Decodable>(
+    s: &mut TcpStream,
+    key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    req: &Q,
+) -> R {
+    send(s, &frame(key, version, correlation_id, &body(req, version))).await;
+    read_response(s, key, version, correlation_id).await
+}
+
+fn join(
+    group: &str,
+    member: &str,
+    protocol_type: &str,
+    metadata: Bytes,
+    session_ms: i32,
+) -> JoinGroupRequest {
+    JoinGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.into())))
+        .with_session_timeout_ms(session_ms)
+        .with_rebalance_timeout_ms(10_000)
+        .with_member_id(StrBytes::from_string(member.into()))
+        .with_protocol_type(StrBytes::from_string(protocol_type.into()))
+        .with_protocols(vec![
+            JoinGroupRequestProtocol::default()
+                .with_name(StrBytes::from_static_str("range"))
+                .with_metadata(metadata),
+        ])
+}
+
+fn commit(group: &str, member: &str, generation: i32, offset: i64) -> OffsetCommitRequest {
+    OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.into())))
+        .with_generation_id_or_member_epoch(generation)
+        .with_member_id(StrBytes::from_string(member.into()))
+        .with_topics(vec![
+            OffsetCommitRequestTopic::default()
+                .with_name(topic_name(TOPIC))
+                .with_partitions(vec![
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(offset),
+                ]),
+        ])
+}
+
+fn commit_code(r: &OffsetCommitResponse) -> i16 {
+    r.topics[0].partitions[0].error_code
+}
+
+/// The committed offset of `group` for `TOPIC`-0 (-1: none), by OffsetFetch v8.
+async fn committed(s: &mut TcpStream, cid: i32, group: &str) -> i64 {
+    let req = OffsetFetchRequest::default().with_groups(vec![
+        OffsetFetchRequestGroup::default()
+            .with_group_id(GroupId(StrBytes::from_string(group.into())))
+            .with_topics(Some(vec![
+                OffsetFetchRequestTopics::default()
+                    .with_name(topic_name(TOPIC))
+                    .with_partition_indexes(vec![0]),
+            ])),
+    ]);
+    let r: OffsetFetchResponse = call(s, ApiKey::OffsetFetch, 8, cid, &req).await;
+    let g = &r.groups[0];
+    assert_eq!(g.error_code, 0, "{r:?}");
+    g.topics[0].partitions[0].committed_offset
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_group_bad_input_gets_kafka_codes_and_commits_nothing() {
+    let c = cluster().await;
+    let group = "g-bad";
+    let mut s = connect(&c).await;
+    // The first FindCoordinator creates __consumer_offsets; retried until it has a leader.
+    let find = FindCoordinatorRequest::default().with_key(StrBytes::from_static_str(group));
+    let deadline = Instant::now() + WAIT;
+    let mut cid = 1;
+    loop {
+        cid += 1;
+        let r: FindCoordinatorResponse = call(&mut s, ApiKey::FindCoordinator, 3, cid, &find).await;
+        if r.error_code == 0 {
+            assert_eq!(r.node_id.0, 1);
+            break;
+        }
+        assert_eq!(
+            r.error_code,
+            ErrorCode::CoordinatorNotAvailable.code(),
+            "{r:?}"
+        );
+        assert!(Instant::now() < deadline, "no coordinator: {r:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A member joins (KIP-394 round trip) and syncs: a Stable generation 1. The
+    // coordinator may still be loading its partition: COORDINATOR_LOAD_IN_PROGRESS is retried.
+    let meta = Bytes::from_static(b"subscription");
+    let mut r: JoinGroupResponse;
+    loop {
+        cid += 1;
+        r = call(
+            &mut s,
+            ApiKey::JoinGroup,
+            5,
+            cid,
+            &join(group, "", "consumer", meta.clone(), 10_000),
+        )
+        .await;
+        if r.error_code != ErrorCode::CoordinatorLoadInProgress.code() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still loading");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(r.error_code, ErrorCode::MemberIdRequired.code(), "{r:?}");
+    let member = r.member_id.as_str().to_string();
+    cid += 1;
+    let r: JoinGroupResponse = call(
+        &mut s,
+        ApiKey::JoinGroup,
+        5,
+        cid,
+        &join(group, &member, "consumer", meta.clone(), 10_000),
+    )
+    .await;
+    assert_eq!((r.error_code, r.generation_id), (0, 1), "{r:?}");
+    assert_eq!(r.leader.as_str(), member);
+    cid += 1;
+    let sync = SyncGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str(group)))
+        .with_generation_id(1)
+        .with_member_id(StrBytes::from_string(member.clone()))
+        .with_assignments(vec![
+            SyncGroupRequestAssignment::default()
+                .with_member_id(StrBytes::from_string(member.clone()))
+                .with_assignment(Bytes::from_static(b"all of it")),
+        ]);
+    let r: SyncGroupResponse = call(&mut s, ApiKey::SyncGroup, 3, cid, &sync).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert_eq!(r.assignment, Bytes::from_static(b"all of it"));
+
+    // Bad requests, each with Kafka's code.
+    let mut expect_join =
+        async |req: JoinGroupRequest, version: i16, want: ErrorCode, what: &str| {
+            cid += 1;
+            let r: JoinGroupResponse = call(&mut s, ApiKey::JoinGroup, version, cid, &req).await;
+            assert_eq!(r.error_code, want.code(), "{what}: {r:?}");
+        };
+    expect_join(
+        join(group, "", "connect", meta.clone(), 10_000),
+        3,
+        ErrorCode::InconsistentGroupProtocol,
+        "another protocol type",
+    )
+    .await;
+    expect_join(
+        join(group, "", "consumer", meta.clone(), 1_000),
+        5,
+        ErrorCode::InvalidSessionTimeout,
+        "session timeout below 6 s",
+    )
+    .await;
+    expect_join(
+        join("", "", "consumer", meta.clone(), 10_000),
+        5,
+        ErrorCode::InvalidGroupId,
+        "empty group id",
+    )
+    .await;
+    expect_join(
+        join(
+            group,
+            "",
+            "consumer",
+            Bytes::from(vec![7u8; 2 << 20]),
+            10_000,
+        ),
+        5,
+        ErrorCode::InvalidRequest,
+        "2 MiB of member metadata",
+    )
+    .await;
+    expect_join(
+        join(group, "not-a-member", "consumer", meta.clone(), 10_000),
+        5,
+        ErrorCode::UnknownMemberId,
+        "unknown member id",
+    )
+    .await;
+    cid += 100;
+    let stale = sync.clone().with_generation_id(0);
+    let r: SyncGroupResponse = call(&mut s, ApiKey::SyncGroup, 3, cid, &stale).await;
+    assert_eq!(
+        r.error_code,
+        ErrorCode::IllegalGeneration.code(),
+        "stale SyncGroup: {r:?}"
+    );
+    cid += 1;
+    let hb = HeartbeatRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str(group)))
+        .with_generation_id(1)
+        .with_member_id(StrBytes::from_static_str("nobody"));
+    let r: HeartbeatResponse = call(&mut s, ApiKey::Heartbeat, 3, cid, &hb).await;
+    assert_eq!(r.error_code, ErrorCode::UnknownMemberId.code());
+    for (req, want, what) in [
+        (
+            commit(group, "nobody", 1, 1),
+            ErrorCode::UnknownMemberId,
+            "commit from a non-member",
+        ),
+        (
+            commit(group, &member, 0, 1),
+            ErrorCode::IllegalGeneration,
+            "commit from a stale generation",
+        ),
+        // An admin commit (Kafka's AdminClient.alterConsumerGroupOffsets, what
+        // `kafka-consumer-groups --reset-offsets` sends) into an active group.
+        (
+            commit(group, "", -1, 1),
+            ErrorCode::UnknownMemberId,
+            "reset of an active group",
+        ),
+    ] {
+        cid += 1;
+        let r: OffsetCommitResponse = call(&mut s, ApiKey::OffsetCommit, 8, cid, &req).await;
+        assert_eq!(commit_code(&r), want.code(), "{what}: {r:?}");
+    }
+    cid += 1;
+    let del = DeleteGroupsRequest::default()
+        .with_groups_names(vec![GroupId(StrBytes::from_static_str(group))]);
+    let r: DeleteGroupsResponse = call(&mut s, ApiKey::DeleteGroups, 2, cid, &del).await;
+    assert_eq!(r.results[0].error_code, ErrorCode::NonEmptyGroup.code());
+    cid += 1;
+    assert_eq!(
+        committed(&mut s, cid, group).await,
+        -1,
+        "nothing was committed"
+    );
+
+    // The member's own commit works; after it leaves, an admin reset does too, then delete.
+    cid += 1;
+    let r: OffsetCommitResponse = call(
+        &mut s,
+        ApiKey::OffsetCommit,
+        8,
+        cid,
+        &commit(group, &member, 1, 2),
+    )
+    .await;
+    assert_eq!(commit_code(&r), 0, "{r:?}");
+    cid += 1;
+    assert_eq!(committed(&mut s, cid, group).await, 2);
+    cid += 1;
+    let leave = LeaveGroupRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str(group)))
+        .with_members(vec![
+            MemberIdentity::default().with_member_id(StrBytes::from_string(member.clone())),
+        ]);
+    let r: LeaveGroupResponse = call(&mut s, ApiKey::LeaveGroup, 3, cid, &leave).await;
+    assert_eq!((r.error_code, r.members[0].error_code), (0, 0), "{r:?}");
+    cid += 1;
+    let r: OffsetCommitResponse = call(
+        &mut s,
+        ApiKey::OffsetCommit,
+        8,
+        cid,
+        &commit(group, "", -1, 1),
+    )
+    .await;
+    assert_eq!(commit_code(&r), 0, "admin reset of the empty group: {r:?}");
+    cid += 1;
+    assert_eq!(committed(&mut s, cid, group).await, 1);
+    cid += 1;
+    let r: DeleteGroupsResponse = call(&mut s, ApiKey::DeleteGroups, 2, cid, &del).await;
+    assert_eq!(r.results[0].error_code, 0);
+    cid += 1;
+    assert_eq!(
+        committed(&mut s, cid, group).await,
+        -1,
+        "deleted with its offsets"
+    );
+    assert_serving(&c, "the group cases").await;
 }

@@ -10,69 +10,16 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use keel_tests::Endpoints;
 use keel_tests::data::assigned_topic;
 use keel_tests::process::Cluster;
+use keel_tests::python::{python, run_script, script};
 
 const WAIT: Duration = Duration::from_secs(30);
 const RECORDS: usize = 100_000;
-
-/// The Python with confluent-kafka and kafka-python.
-fn python() -> PathBuf {
-    let path = std::env::var_os("KEEL_KAFKA_PYTHON").map_or_else(
-        || {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/kafka-clients-venv/bin/python")
-        },
-        PathBuf::from,
-    );
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/kafka-clients-venv (scripts/test does) or set \
-         KEEL_KAFKA_PYTHON to a python with confluent-kafka and kafka-python",
-        path.display()
-    );
-    path
-}
-
-fn script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("kafka_clients")
-        .join(name)
-}
-
-/// Runs a script to completion within `limit`; returns stdout, or panics with its stderr.
-fn run_script(args: &[&str], limit: Duration) -> String {
-    let mut child = Command::new(python())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start python");
-    let stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap());
-    let stderr = child.stderr.take().unwrap();
-    let err_reader = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap());
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            panic!("{args:?} did not finish within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let out = reader.join().unwrap();
-    let err = err_reader.join().unwrap();
-    assert!(status.success(), "{args:?} failed ({status}):\n{err}");
-    out
-}
 
 async fn cluster_with_topic(topic: &str) -> Cluster {
     let c = Cluster::start(3, 3);

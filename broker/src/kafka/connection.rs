@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, FetchRequest, FindCoordinatorRequest, FindCoordinatorResponse,
-    InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest,
-    ProduceRequest, RequestHeader, ResponseHeader, ResponseKind,
+    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest,
+    FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest,
+    LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
+    ResponseKind, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use keel_metadata_log::MetadataImage;
@@ -21,7 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
-use super::{admin, convert, frame, guard, versions};
+use super::{admin, convert, frame, groups, guard, versions};
 use crate::bounds;
 use crate::lifecycle::LifecycleStatus;
 use crate::replica_manager::ReplicaManager;
@@ -30,10 +32,6 @@ use crate::replica_manager::ReplicaManager;
 /// soon as it is accepted (Kafka's `max.connections` is unbounded by default; Keel bounds
 /// the tasks and buffers a flood of connections could pin).
 pub const MAX_CONNECTIONS: usize = 4096;
-
-/// Kafka's COORDINATOR_NOT_AVAILABLE: every FindCoordinator's answer (see
-/// [`versions::SERVED`]; Keel has no group coordinator yet). Retriable for clients.
-const COORDINATOR_NOT_AVAILABLE: i16 = 15;
 
 /// A connection with no request for this long is closed (Kafka: `connections.max.idle.ms`,
 /// 10 minutes).
@@ -60,6 +58,10 @@ pub struct KafkaContext {
     pub static_configs: Vec<convert::admin::StaticBrokerConfig>,
     /// `auto_create_topics_enable`: Metadata creates unknown topics the client asks for.
     pub auto_create_topics: bool,
+    /// The group coordinator (FindCoordinator and the group APIs).
+    pub groups: crate::group::GroupCoordinator,
+    /// Throttle of this broker's requests to create `__consumer_offsets`.
+    pub offsets_topic_creation: Arc<groups::OffsetsTopicCreation>,
 }
 
 /// Serves Kafka clients on `listener` until `stop` turns true; then stops accepting and
@@ -92,7 +94,7 @@ pub async fn serve(listener: TcpListener, ctx: KafkaContext, mut stop: watch::Re
                 };
                 let ctx = ctx.clone();
                 connections.spawn(async move {
-                    if let Err(why) = connection(stream, &ctx).await {
+                    if let Err(why) = connection(stream, peer, &ctx).await {
                         tracing::debug!(%peer, "kafka connection closed: {why}");
                     }
                     drop(permit);
@@ -119,7 +121,11 @@ enum Close {
 }
 
 /// Serves one connection until the peer closes it or a request cannot be parsed.
-async fn connection(stream: TcpStream, ctx: &KafkaContext) -> Result<(), Close> {
+async fn connection(
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    ctx: &KafkaContext,
+) -> Result<(), Close> {
     let _ = stream.set_nodelay(true);
     let (read, mut write) = stream.into_split();
     let mut read = BufReader::new(read);
@@ -131,7 +137,7 @@ async fn connection(stream: TcpStream, ctx: &KafkaContext) -> Result<(), Close> 
             Ok(Ok(None)) => return Ok(()),
             Ok(Err(e)) => return Err(e.into()),
         };
-        if let Some(response) = handle(ctx, request).await.map_err(Close::Protocol)? {
+        if let Some(response) = handle(ctx, peer, request).await.map_err(Close::Protocol)? {
             write.write_all(&response).await.map_err(Close::Write)?;
         }
     }
@@ -139,7 +145,11 @@ async fn connection(stream: TcpStream, ctx: &KafkaContext) -> Result<(), Close> 
 
 /// One request to its framed response (`None`: no response, an `acks=0` Produce), or why the
 /// connection must be closed.
-async fn handle(ctx: &KafkaContext, mut body: Bytes) -> Result<Option<Bytes>, String> {
+async fn handle(
+    ctx: &KafkaContext,
+    peer: std::net::SocketAddr,
+    mut body: Bytes,
+) -> Result<Option<Bytes>, String> {
     // frame::MIN_REQUEST_BYTES guarantees the fixed header fields are there.
     let raw_key = i16::from_be_bytes([body[0], body[1]]);
     let version = i16::from_be_bytes([body[2], body[3]]);
@@ -250,13 +260,45 @@ async fn handle(ctx: &KafkaContext, mut body: Bytes) -> Result<Option<Bytes>, St
             ResponseKind::InitProducerId(convert::init_producer_id_response(reply))
         }
         ApiKey::FindCoordinator => {
-            decode::<FindCoordinatorRequest>(&mut body, key, version)?;
-            ResponseKind::FindCoordinator(
-                FindCoordinatorResponse::default()
-                    .with_error_code(COORDINATOR_NOT_AVAILABLE)
-                    .with_node_id((-1).into())
-                    .with_port(-1),
-            )
+            let req = decode::<FindCoordinatorRequest>(&mut body, key, version)?;
+            ResponseKind::FindCoordinator(groups::find_coordinator(ctx, &req, version).await)
+        }
+        ApiKey::JoinGroup => {
+            let req = decode::<JoinGroupRequest>(&mut body, key, version)?;
+            let client_id = header.client_id.as_ref().map_or("", |c| c.as_str());
+            ResponseKind::JoinGroup(groups::join_group(ctx, &req, version, client_id, peer).await)
+        }
+        ApiKey::SyncGroup => {
+            let req = decode::<SyncGroupRequest>(&mut body, key, version)?;
+            ResponseKind::SyncGroup(groups::sync_group(ctx, &req, version).await)
+        }
+        ApiKey::Heartbeat => {
+            let req = decode::<HeartbeatRequest>(&mut body, key, version)?;
+            ResponseKind::Heartbeat(groups::heartbeat(ctx, &req))
+        }
+        ApiKey::LeaveGroup => {
+            let req = decode::<LeaveGroupRequest>(&mut body, key, version)?;
+            ResponseKind::LeaveGroup(groups::leave_group(ctx, &req, version).await)
+        }
+        ApiKey::OffsetCommit => {
+            let req = decode::<OffsetCommitRequest>(&mut body, key, version)?;
+            ResponseKind::OffsetCommit(groups::offset_commit(ctx, &req, version).await)
+        }
+        ApiKey::OffsetFetch => {
+            let req = decode::<OffsetFetchRequest>(&mut body, key, version)?;
+            ResponseKind::OffsetFetch(groups::offset_fetch(ctx, &req, version))
+        }
+        ApiKey::DescribeGroups => {
+            let req = decode::<DescribeGroupsRequest>(&mut body, key, version)?;
+            ResponseKind::DescribeGroups(groups::describe_groups(ctx, &req, version))
+        }
+        ApiKey::ListGroups => {
+            let req = decode::<ListGroupsRequest>(&mut body, key, version)?;
+            ResponseKind::ListGroups(groups::list_groups(ctx, &req, version))
+        }
+        ApiKey::DeleteGroups => {
+            let req = decode::<DeleteGroupsRequest>(&mut body, key, version)?;
+            ResponseKind::DeleteGroups(groups::delete_groups(ctx, &req).await)
         }
         ApiKey::CreateTopics => {
             let req = decode::<CreateTopicsRequest>(&mut body, key, version)?;

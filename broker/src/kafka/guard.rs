@@ -43,8 +43,9 @@
 use thiserror::Error;
 
 /// Deepest struct nesting the walker steps into (the top-level message is depth 0). The
-/// deepest schema here, CreateTopics `topics[].assignments[].broker_ids[]`, reaches 2; a
-/// tagged struct adds 1.
+/// deepest schemas here, CreateTopics `topics[].assignments[].broker_ids[]`, OffsetCommit
+/// `topics[].partitions[]` and OffsetFetch v8+ `groups[].topics[].partition_indexes[]`, reach
+/// 2; a tagged struct adds 1.
 pub const MAX_DEPTH: usize = 8;
 
 /// Longest string Kafka's generated readers accept, in bytes (`length > 0x7fff` is refused
@@ -181,12 +182,14 @@ pub enum GuardError {
 /// [`MAX_STRING_BYTES`], varints at most 5 bytes, tags valid. Then `kafka-protocol`'s
 /// decoder allocates in proportion to `body.len()`: an array's capacity is at most
 /// `body.len() / minimum element size` elements, which for the structs of these requests
-/// (64-112 bytes in memory, 1-3 bytes at least on the wire in flexible versions) is about
-/// 36 bytes of memory per body byte at worst (Metadata v9+ topics of empty names; strings
-/// are slices of the input when decoding from `bytes::Bytes`, copies from `&[u8]`). The
-/// frame size limit of the listener bounds the rest. Bytes after the last field are
-/// allowed (Kafka ignores them). Supported api keys and versions: [`APIS`]; any other is
-/// [`GuardError::Unsupported`]. Runs in time linear in `body.len()`.
+/// (64-120 bytes in memory, 1-3 bytes at least on the wire in flexible versions) is about
+/// 40 bytes of memory per body byte at worst (OffsetFetch v8 `groups` and LeaveGroup v4
+/// `members` whose strings and arrays are empty or null: 120 bytes for 3; Metadata v9+
+/// topics of empty names: 72 for 2; strings are slices of the input when decoding from
+/// `bytes::Bytes`, copies from `&[u8]`). The frame size limit of the listener bounds the
+/// rest. Bytes after the last field are allowed (Kafka ignores them). Supported api keys
+/// and versions: [`APIS`]; any other is [`GuardError::Unsupported`]. Runs in time linear in
+/// `body.len()`.
 pub fn check_request_body(api_key: i16, version: i16, body: &[u8]) -> Result<(), GuardError> {
     walk_request(api_key, version, body).map(|_| ())
 }
@@ -479,7 +482,8 @@ const DESCRIBE_CONFIGS: &[Field] = &[
     f("include_documentation", Bool, from(3)),
 ];
 
-// FindCoordinatorRequest.json (only v0 is covered: see versions::SERVED).
+// FindCoordinatorRequest.json: v1 adds KeyType, v3 is the first flexible version, v4
+// replaces Key by CoordinatorKeys (KIP-699, batched lookups).
 const FIND_COORDINATOR: &[Field] = &[
     f("key", Str, range(0, 3)),
     f("key_type", Int8, from(1)),
@@ -493,8 +497,123 @@ const DESCRIBE_CLUSTER: &[Field] = &[
     f("include_fenced_brokers", Bool, from(2)),
 ];
 
+// The consumer-group APIs (the classic group protocol and its offsets). None has a tagged
+// field in the covered versions, only the tagged-field sections of the flexible ones.
+
+// OffsetCommitRequest.json (v0-1 are not covered, `kafka-protocol` decodes v2+; v1's
+// CommitTimestamp is listed all the same). v9 (KIP-848, v8's schema) is not covered.
+const OFFSET_COMMIT_PARTITION: &[Field] = &[
+    f("partition_index", Int32, ALL),
+    f("committed_offset", Int64, ALL),
+    f("committed_leader_epoch", Int32, from(6)),
+    f("commit_timestamp", Int64, range(1, 1)),
+    f("committed_metadata", Str, ALL).nullable(ALL),
+];
+const OFFSET_COMMIT_TOPIC: &[Field] = &[
+    f("name", Str, ALL),
+    f("partitions", Structs(OFFSET_COMMIT_PARTITION), ALL),
+];
+const OFFSET_COMMIT: &[Field] = &[
+    f("group_id", Str, ALL),
+    f("generation_id_or_member_epoch", Int32, from(1)),
+    f("member_id", Str, from(1)),
+    f("group_instance_id", Str, from(7)).nullable(from(7)),
+    f("retention_time_ms", Int64, range(2, 4)),
+    f("topics", Structs(OFFSET_COMMIT_TOPIC), ALL),
+];
+
+// OffsetFetchRequest.json: a null Topics (all topics) from v2 on; v8 batches groups, each
+// with its own nullable Topics; v9 (KIP-848, not covered) adds MemberId and MemberEpoch.
+const OFFSET_FETCH_TOPIC: &[Field] = &[
+    f("name", Str, range(0, 7)),
+    f("partition_indexes", INT32S, range(0, 7)),
+];
+const OFFSET_FETCH_GROUP_TOPIC: &[Field] = &[
+    f("name", Str, from(8)),
+    f("partition_indexes", INT32S, from(8)),
+];
+const OFFSET_FETCH_GROUP: &[Field] = &[
+    f("group_id", Str, from(8)),
+    f("member_id", Str, from(9)).nullable(from(9)),
+    f("member_epoch", Int32, from(9)),
+    f("topics", Structs(OFFSET_FETCH_GROUP_TOPIC), from(8)).nullable(from(8)),
+];
+const OFFSET_FETCH: &[Field] = &[
+    f("group_id", Str, range(0, 7)),
+    f("topics", Structs(OFFSET_FETCH_TOPIC), range(0, 7)).nullable(range(2, 7)),
+    f("groups", Structs(OFFSET_FETCH_GROUP), from(8)),
+    f("require_stable", Bool, from(7)),
+];
+
+// JoinGroupRequest.json: v1 adds RebalanceTimeoutMs, v5 GroupInstanceId (KIP-345), v8
+// Reason (KIP-800).
+const JOIN_GROUP_PROTOCOL: &[Field] = &[f("name", Str, ALL), f("metadata", Bytes, ALL)];
+const JOIN_GROUP: &[Field] = &[
+    f("group_id", Str, ALL),
+    f("session_timeout_ms", Int32, ALL),
+    f("rebalance_timeout_ms", Int32, from(1)),
+    f("member_id", Str, ALL),
+    f("group_instance_id", Str, from(5)).nullable(from(5)),
+    f("protocol_type", Str, ALL),
+    f("protocols", Structs(JOIN_GROUP_PROTOCOL), ALL),
+    f("reason", Str, from(8)).nullable(from(8)),
+];
+
+// HeartbeatRequest.json.
+const HEARTBEAT: &[Field] = &[
+    f("group_id", Str, ALL),
+    f("generation_id", Int32, ALL),
+    f("member_id", Str, ALL),
+    f("group_instance_id", Str, from(3)).nullable(from(3)),
+];
+
+// LeaveGroupRequest.json: v3 replaces MemberId by a batch of Members (KIP-345), v5 adds
+// their Reason (KIP-800).
+const LEAVE_GROUP_MEMBER: &[Field] = &[
+    f("member_id", Str, from(3)),
+    f("group_instance_id", Str, from(3)).nullable(from(3)),
+    f("reason", Str, from(5)).nullable(from(5)),
+];
+const LEAVE_GROUP: &[Field] = &[
+    f("group_id", Str, ALL),
+    f("member_id", Str, range(0, 2)),
+    f("members", Structs(LEAVE_GROUP_MEMBER), from(3)),
+];
+
+// SyncGroupRequest.json: v3 adds GroupInstanceId, v5 ProtocolType and ProtocolName
+// (KIP-559).
+const SYNC_GROUP_ASSIGNMENT: &[Field] = &[f("member_id", Str, ALL), f("assignment", Bytes, ALL)];
+const SYNC_GROUP: &[Field] = &[
+    f("group_id", Str, ALL),
+    f("generation_id", Int32, ALL),
+    f("member_id", Str, ALL),
+    f("group_instance_id", Str, from(3)).nullable(from(3)),
+    f("protocol_type", Str, from(5)).nullable(from(5)),
+    f("protocol_name", Str, from(5)).nullable(from(5)),
+    f("assignments", Structs(SYNC_GROUP_ASSIGNMENT), ALL),
+];
+
+// DescribeGroupsRequest.json.
+const DESCRIBE_GROUPS: &[Field] = &[
+    f("groups", STRINGS, ALL),
+    f("include_authorized_operations", Bool, from(3)),
+];
+
+// ListGroupsRequest.json: no fields before v4 (StatesFilter, KIP-518); v5 adds TypesFilter
+// (KIP-848).
+const LIST_GROUPS: &[Field] = &[
+    f("states_filter", STRINGS, from(4)),
+    f("types_filter", STRINGS, from(5)),
+];
+
+// DeleteGroupsRequest.json.
+const DELETE_GROUPS: &[Field] = &[f("groups_names", STRINGS, ALL)];
+
 /// Every request schema the guard covers: the api keys and version ranges Keel's Kafka
-/// listener serves (issue #21). Field names are `kafka-protocol`'s (snake case of Kafka's).
+/// listener serves (issue #21, [`super::versions::SERVED`]) and those of the consumer-group
+/// APIs, which the guard covers ahead of the listener serving them (it may serve a subset:
+/// a request is walked here only after its version was found served). Field names are
+/// `kafka-protocol`'s (snake case of Kafka's).
 pub static APIS: &[Api] = &[
     api(18, "ApiVersionsRequest", range(0, 4), 3, API_VERSIONS),
     api(3, "MetadataRequest", range(0, 12), 9, METADATA),
@@ -518,7 +637,7 @@ pub static APIS: &[Api] = &[
     api(
         10,
         "FindCoordinatorRequest",
-        range(0, 0),
+        range(0, 4),
         3,
         FIND_COORDINATOR,
     ),
@@ -538,6 +657,15 @@ pub static APIS: &[Api] = &[
         0,
         DESCRIBE_CLUSTER,
     ),
+    api(8, "OffsetCommitRequest", range(2, 8), 8, OFFSET_COMMIT),
+    api(9, "OffsetFetchRequest", range(1, 8), 6, OFFSET_FETCH),
+    api(11, "JoinGroupRequest", range(0, 9), 6, JOIN_GROUP),
+    api(12, "HeartbeatRequest", range(0, 4), 4, HEARTBEAT),
+    api(13, "LeaveGroupRequest", range(0, 5), 4, LEAVE_GROUP),
+    api(14, "SyncGroupRequest", range(0, 5), 4, SYNC_GROUP),
+    api(15, "DescribeGroupsRequest", range(0, 5), 5, DESCRIBE_GROUPS),
+    api(16, "ListGroupsRequest", range(0, 5), 3, LIST_GROUPS),
+    api(42, "DeleteGroupsRequest", range(0, 2), 2, DELETE_GROUPS),
 ];
 
 const fn api(
@@ -865,17 +993,28 @@ mod tests {
     use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::leave_group_request::MemberIdentity;
     use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
     use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::{
+        OffsetFetchRequestGroup, OffsetFetchRequestTopic, OffsetFetchRequestTopics,
+    };
     use kafka_protocol::messages::offset_for_leader_epoch_request::{
         OffsetForLeaderPartition, OffsetForLeaderTopic,
     };
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
     use kafka_protocol::messages::{
-        ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, DeleteTopicsRequest,
-        DescribeClusterRequest, DescribeConfigsRequest, FetchRequest, FindCoordinatorRequest,
-        InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, OffsetForLeaderEpochRequest,
-        ProduceRequest, ProducerId, TopicName, TransactionalId,
+        ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, DeleteGroupsRequest,
+        DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+        FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest, InitProducerIdRequest,
+        JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest,
+        MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
+        ProduceRequest, ProducerId, SyncGroupRequest, TopicName, TransactionalId,
     };
     use kafka_protocol::protocol::{
         Decodable, Encodable, HeaderVersion, Message, StrBytes, VersionRange,
@@ -889,6 +1028,10 @@ mod tests {
 
     fn topic(x: &'static str) -> TopicName {
         TopicName(s(x))
+    }
+
+    fn group(x: &'static str) -> GroupId {
+        GroupId(s(x))
     }
 
     fn blob() -> Blob {
@@ -1201,8 +1344,251 @@ mod tests {
         req
     }
 
-    fn find_coordinator(_v: i16, rich: bool) -> FindCoordinatorRequest {
-        FindCoordinatorRequest::default().with_key(s(if rich { "orders-app" } else { "" }))
+    fn find_coordinator(v: i16, rich: bool) -> FindCoordinatorRequest {
+        let mut req = FindCoordinatorRequest::default();
+        if v <= 3 {
+            req = req.with_key(s(if rich { "orders-app" } else { "" }));
+        }
+        if v >= 1 && rich {
+            req = req.with_key_type(1);
+        }
+        if v >= 4 && rich {
+            req = req.with_coordinator_keys(vec![s("orders-app"), s(""), s("txn-1")]);
+        }
+        if v >= 3 && rich {
+            req = req.with_unknown_tagged_field(5, blob());
+        }
+        req
+    }
+
+    // ---- The consumer-group APIs. ----
+
+    fn offset_commit(v: i16, rich: bool) -> OffsetCommitRequest {
+        let flexible = v >= 8;
+        let partition = |p: i32, metadata: Option<&'static str>| {
+            let mut x = OffsetCommitRequestPartition::default()
+                .with_partition_index(p)
+                .with_committed_offset(100 * i64::from(p))
+                .with_committed_metadata(metadata.map(s));
+            if v >= 6 {
+                x = x.with_committed_leader_epoch(3);
+            }
+            if flexible && p == 1 {
+                x = x.with_unknown_tagged_field(4, blob());
+            }
+            x
+        };
+        let mut t0 = OffsetCommitRequestTopic::default()
+            .with_name(topic("orders"))
+            .with_partitions(vec![
+                partition(0, Some("meta")),
+                partition(1, None),
+                partition(2, Some("")),
+            ]);
+        if flexible {
+            t0 = t0.with_unknown_tagged_field(2, blob());
+        }
+        let t1 = OffsetCommitRequestTopic::default().with_name(topic(""));
+        let mut req = OffsetCommitRequest::default()
+            .with_group_id(group(if rich { "orders-app" } else { "" }))
+            .with_generation_id_or_member_epoch(if rich { 7 } else { -1 })
+            .with_member_id(s(if rich { "consumer-1-4f2c" } else { "" }))
+            .with_topics(if rich { vec![t0, t1] } else { vec![] });
+        if v >= 7 && rich {
+            req = req.with_group_instance_id(Some(s("instance-1")));
+        }
+        if v <= 4 && rich {
+            req = req.with_retention_time_ms(86_400_000);
+        }
+        if flexible && rich {
+            req = req.with_unknown_tagged_field(9, blob());
+        }
+        req
+    }
+
+    fn offset_fetch(v: i16, rich: bool) -> OffsetFetchRequest {
+        let flexible = v >= 6;
+        let mut req = OffsetFetchRequest::default();
+        if v <= 7 {
+            let mut t0 = OffsetFetchRequestTopic::default()
+                .with_name(topic("orders"))
+                .with_partition_indexes(vec![0, 1, 2]);
+            if flexible {
+                t0 = t0.with_unknown_tagged_field(3, blob());
+            }
+            let t1 = OffsetFetchRequestTopic::default().with_name(topic(""));
+            req = req
+                .with_group_id(group(if rich { "orders-app" } else { "" }))
+                .with_topics(match (rich, v) {
+                    (true, _) => Some(vec![t0, t1]),
+                    (false, 1) => Some(vec![]),
+                    (false, _) => None,
+                });
+        } else if rich {
+            let t0 = OffsetFetchRequestTopics::default()
+                .with_name(topic("orders"))
+                .with_partition_indexes(vec![0, 5])
+                .with_unknown_tagged_field(3, blob());
+            let t1 = OffsetFetchRequestTopics::default().with_name(topic(""));
+            req = req.with_groups(vec![
+                OffsetFetchRequestGroup::default()
+                    .with_group_id(group("orders-app"))
+                    .with_topics(Some(vec![t0, t1]))
+                    .with_unknown_tagged_field(6, blob()),
+                OffsetFetchRequestGroup::default()
+                    .with_group_id(group(""))
+                    .with_topics(None),
+                OffsetFetchRequestGroup::default()
+                    .with_group_id(group("g"))
+                    .with_topics(Some(vec![])),
+            ]);
+        }
+        if v >= 7 {
+            req = req.with_require_stable(rich);
+        }
+        if flexible && rich {
+            req = req.with_unknown_tagged_field(9, blob());
+        }
+        req
+    }
+
+    fn join_group(v: i16, rich: bool) -> JoinGroupRequest {
+        let flexible = v >= 6;
+        let mut range = JoinGroupRequestProtocol::default()
+            .with_name(s("range"))
+            .with_metadata(blob());
+        if flexible {
+            range = range.with_unknown_tagged_field(2, blob());
+        }
+        let sticky = JoinGroupRequestProtocol::default().with_name(s("cooperative-sticky"));
+        let mut req = JoinGroupRequest::default()
+            .with_group_id(group(if rich { "orders-app" } else { "" }))
+            .with_session_timeout_ms(45_000)
+            .with_member_id(s(if rich { "consumer-1-4f2c" } else { "" }))
+            .with_protocol_type(s(if rich { "consumer" } else { "" }))
+            .with_protocols(if rich { vec![range, sticky] } else { vec![] });
+        if v >= 1 {
+            req = req.with_rebalance_timeout_ms(300_000);
+        }
+        if v >= 5 && rich {
+            req = req.with_group_instance_id(Some(s("instance-1")));
+        }
+        if v >= 8 && rich {
+            req = req.with_reason(Some(s("rebalance requested")));
+        }
+        if flexible && rich {
+            req = req.with_unknown_tagged_field(9, blob());
+        }
+        req
+    }
+
+    fn heartbeat(v: i16, rich: bool) -> HeartbeatRequest {
+        let mut req = HeartbeatRequest::default()
+            .with_group_id(group(if rich { "orders-app" } else { "" }))
+            .with_generation_id(if rich { 7 } else { -1 })
+            .with_member_id(s(if rich { "consumer-1-4f2c" } else { "" }));
+        if v >= 3 && rich {
+            req = req.with_group_instance_id(Some(s("instance-1")));
+        }
+        if v >= 4 && rich {
+            req = req.with_unknown_tagged_field(9, blob());
+        }
+        req
+    }
+
+    fn leave_group(v: i16, rich: bool) -> LeaveGroupRequest {
+        let flexible = v >= 4;
+        let mut req =
+            LeaveGroupRequest::default().with_group_id(group(if rich { "orders-app" } else { "" }));
+        if v <= 2 && rich {
+            req = req.with_member_id(s("consumer-1-4f2c"));
+        }
+        if v >= 3 && rich {
+            let mut m0 = MemberIdentity::default()
+                .with_member_id(s("consumer-1-4f2c"))
+                .with_group_instance_id(Some(s("instance-1")));
+            if v >= 5 {
+                m0 = m0.with_reason(Some(s("shutting down")));
+            }
+            if flexible {
+                m0 = m0.with_unknown_tagged_field(2, blob());
+            }
+            let m1 = MemberIdentity::default().with_member_id(s(""));
+            req = req.with_members(vec![m0, m1]);
+        }
+        if flexible && rich {
+            req = req.with_unknown_tagged_field(9, blob());
+        }
+        req
+    }
+
+    fn sync_group(v: i16, rich: bool) -> SyncGroupRequest {
+        let flexible = v >= 4;
+        let mut a0 = SyncGroupRequestAssignment::default()
+            .with_member_id(s("consumer-1-4f2c"))
+            .with_assignment(blob());
+        if flexible {
+            a0 = a0.with_unknown_tagged_field(2, blob());
+        }
+        let a1 = SyncGroupRequestAssignment::default().with_member_id(s(""));
+        let mut req = SyncGroupRequest::default()
+            .with_group_id(group(if rich { "orders-app" } else { "" }))
+            .with_generation_id(if rich { 7 } else { -1 })
+            .with_member_id(s(if rich { "consumer-1-4f2c" } else { "" }))
+            .with_assignments(if rich { vec![a0, a1] } else { vec![] });
+        if v >= 3 && rich {
+            req = req.with_group_instance_id(Some(s("instance-1")));
+        }
+        if v >= 5 && rich {
+            req = req
+                .with_protocol_type(Some(s("consumer")))
+                .with_protocol_name(Some(s("range")));
+        }
+        if flexible && rich {
+            req = req.with_unknown_tagged_field(9, blob());
+        }
+        req
+    }
+
+    fn describe_groups(v: i16, rich: bool) -> DescribeGroupsRequest {
+        let mut req = DescribeGroupsRequest::default().with_groups(if rich {
+            vec![group("orders-app"), group("")]
+        } else {
+            vec![]
+        });
+        if v >= 3 {
+            req = req.with_include_authorized_operations(rich);
+        }
+        if v >= 5 && rich {
+            req = req.with_unknown_tagged_field(9, blob());
+        }
+        req
+    }
+
+    fn list_groups(v: i16, rich: bool) -> ListGroupsRequest {
+        let mut req = ListGroupsRequest::default();
+        if v >= 4 && rich {
+            req = req.with_states_filter(vec![s("Stable"), s("")]);
+        }
+        if v >= 5 && rich {
+            req = req.with_types_filter(vec![s("classic"), s("consumer")]);
+        }
+        if v >= 3 && rich {
+            req = req.with_unknown_tagged_field(9, blob());
+        }
+        req
+    }
+
+    fn delete_groups(v: i16, rich: bool) -> DeleteGroupsRequest {
+        let mut req = DeleteGroupsRequest::default().with_groups_names(if rich {
+            vec![group("orders-app"), group("")]
+        } else {
+            vec![]
+        });
+        if v >= 2 && rich {
+            req = req.with_unknown_tagged_field(9, blob());
+        }
+        req
     }
 
     /// The encoded body of a sample request.
@@ -1220,6 +1606,15 @@ mod tests {
             20 => encode(&delete_topics(v, rich), v),
             32 => encode(&describe_configs(v, rich), v),
             60 => encode(&describe_cluster(v, rich), v),
+            8 => encode(&offset_commit(v, rich), v),
+            9 => encode(&offset_fetch(v, rich), v),
+            11 => encode(&join_group(v, rich), v),
+            12 => encode(&heartbeat(v, rich), v),
+            13 => encode(&leave_group(v, rich), v),
+            14 => encode(&sync_group(v, rich), v),
+            15 => encode(&describe_groups(v, rich), v),
+            16 => encode(&list_groups(v, rich), v),
+            42 => encode(&delete_groups(v, rich), v),
             _ => unreachable!("no sample for api key {key}"),
         }
     }
@@ -1253,6 +1648,15 @@ mod tests {
             20 => decode_as::<DeleteTopicsRequest>(v, body),
             32 => decode_as::<DescribeConfigsRequest>(v, body),
             60 => decode_as::<DescribeClusterRequest>(v, body),
+            8 => decode_as::<OffsetCommitRequest>(v, body),
+            9 => decode_as::<OffsetFetchRequest>(v, body),
+            11 => decode_as::<JoinGroupRequest>(v, body),
+            12 => decode_as::<HeartbeatRequest>(v, body),
+            13 => decode_as::<LeaveGroupRequest>(v, body),
+            14 => decode_as::<SyncGroupRequest>(v, body),
+            15 => decode_as::<DescribeGroupsRequest>(v, body),
+            16 => decode_as::<ListGroupsRequest>(v, body),
+            42 => decode_as::<DeleteGroupsRequest>(v, body),
             _ => unreachable!("no decoder for api key {key}"),
         }
     }
@@ -1275,6 +1679,15 @@ mod tests {
             20 => m::<DeleteTopicsRequest>(),
             32 => m::<DescribeConfigsRequest>(),
             60 => m::<DescribeClusterRequest>(),
+            8 => m::<OffsetCommitRequest>(),
+            9 => m::<OffsetFetchRequest>(),
+            11 => m::<JoinGroupRequest>(),
+            12 => m::<HeartbeatRequest>(),
+            13 => m::<LeaveGroupRequest>(),
+            14 => m::<SyncGroupRequest>(),
+            15 => m::<DescribeGroupsRequest>(),
+            16 => m::<ListGroupsRequest>(),
+            42 => m::<DeleteGroupsRequest>(),
             _ => unreachable!("no struct for api key {key}"),
         }
     }
@@ -1327,7 +1740,7 @@ mod tests {
     }
 
     #[test]
-    fn kafka_guard_table_covers_issue_21_ranges_within_the_crate() {
+    fn kafka_guard_table_lists_the_covered_ranges_within_the_crate() {
         let expected: &[(i16, i16, i16)] = &[
             (18, 0, 4),
             (3, 0, 12),
@@ -1336,11 +1749,20 @@ mod tests {
             (2, 1, 10),
             (23, 2, 4),
             (22, 0, 5),
-            (10, 0, 0),
+            (10, 0, 4),
             (19, 2, 7),
             (20, 1, 6),
             (32, 1, 4),
             (60, 0, 2),
+            (8, 2, 8),
+            (9, 1, 8),
+            (11, 0, 9),
+            (12, 0, 4),
+            (13, 0, 5),
+            (14, 0, 5),
+            (15, 0, 5),
+            (16, 0, 5),
+            (42, 0, 2),
         ];
         let table: Vec<_> = APIS
             .iter()
@@ -1385,8 +1807,8 @@ mod tests {
             assert_eq!(again.as_ref(), Ok(&s.body), "{what}: re-encoding differs");
             count += 1;
         }
-        // 75 api versions, rich and sparse.
-        assert_eq!(count, 2 * 75);
+        // 136 api versions (75 + 61 of the consumer-group APIs), rich and sparse.
+        assert_eq!(count, 2 * 136);
     }
 
     #[test]
@@ -1706,6 +2128,15 @@ mod tests {
             (22, 6),
             (60, 3),
             (8, 0),
+            (8, 1),
+            (8, 9),
+            (9, 0),
+            (9, 9),
+            (10, 5),
+            (11, 10),
+            (15, 6),
+            (16, 6),
+            (42, 3),
             (99, 0),
             (-1, 0),
         ] {
@@ -1720,6 +2151,122 @@ mod tests {
         assert_eq!(
             check_request_body(99, 0, &[]).unwrap_err().to_string(),
             "unsupported api/version: api key 99 version 0"
+        );
+    }
+
+    /// Every version the listener serves and decodes (not the refused Produce v0-2) has a
+    /// schema here; the table may cover more (the consumer-group APIs ahead of the listener).
+    #[test]
+    fn kafka_guard_covers_every_served_version() {
+        for served in super::super::versions::SERVED {
+            for v in served.served_min..=served.max {
+                assert!(
+                    schema(served.key as i16, v).is_some(),
+                    "{:?} v{v} is served but has no guard schema",
+                    served.key
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn kafka_guard_group_apis_nulls_follow_nullable_versions() {
+        // OffsetFetch: a null topics (all topics) is v2+ only.
+        let body = [0, 0, 0xff, 0xff, 0xff, 0xff]; // group_id "", topics null
+        assert_eq!(
+            check_request_body(9, 1, &body),
+            Err(GuardError::UnexpectedNull {
+                path: "topics".into(),
+                version: 1
+            })
+        );
+        assert_eq!(assert_guard_implies_decode(9, 2, &body), Ok(()));
+        // OffsetFetch v8: a group's null topics; a null group_id is refused.
+        let body = [2, 1, 0, 0, 0, 0]; // 1 group: "", topics null, tags; require_stable; tags
+        assert_eq!(assert_guard_implies_decode(9, 8, &body), Ok(()));
+        assert!(matches!(
+            check_request_body(9, 8, &[2, 0, 0, 0, 0, 0]),
+            Err(GuardError::UnexpectedNull { ref path, .. }) if path == "groups[0].group_id"
+        ));
+        // JoinGroup v6: group_instance_id may be null, protocol_type may not.
+        let mut body = vec![1]; // group_id ""
+        body.extend_from_slice(&[0, 0, 0xaf, 0xc8, 0, 4, 0x93, 0xe0]); // timeouts
+        body.extend_from_slice(&[1, 0, 0, 1, 0]); // member_id, instance null, type null, [], tags
+        assert_eq!(
+            check_request_body(11, 6, &body),
+            Err(GuardError::UnexpectedNull {
+                path: "protocol_type".into(),
+                version: 6
+            })
+        );
+        body[11] = 1; // protocol_type ""
+        assert_eq!(assert_guard_implies_decode(11, 6, &body), Ok(()));
+        // SyncGroup v5: protocol_type and protocol_name may be null; v4 has neither, so the
+        // same bytes make a null assignments array there.
+        let body = [1, 0, 0, 0, 7, 1, 0, 0, 0, 1, 0];
+        assert_eq!(assert_guard_implies_decode(14, 5, &body), Ok(()));
+        assert!(matches!(
+            check_request_body(14, 4, &body),
+            Err(GuardError::UnexpectedNull { ref path, version: 4 }) if path == "assignments"
+        ));
+        // OffsetCommit v2: committed_metadata is nullable at every version.
+        let mut body = vec![0, 1, b'g']; // group_id "g"
+        body.extend_from_slice(&[0xff; 4]); // generation_id_or_member_epoch -1
+        body.extend_from_slice(&[0, 0]); // member_id ""
+        body.extend_from_slice(&(-1i64).to_be_bytes()); // retention_time_ms
+        body.extend_from_slice(&[0, 0, 0, 1, 0, 1, b't', 0, 0, 0, 1]); // 1 topic "t", 1 partition
+        body.extend_from_slice(&[0; 12]); // partition_index, committed_offset
+        body.extend_from_slice(&[0xff, 0xff]); // committed_metadata null
+        assert_eq!(assert_guard_implies_decode(8, 2, &body), Ok(()));
+    }
+
+    #[test]
+    fn kafka_guard_group_apis_bound_their_arrays() {
+        // FindCoordinator v4 (KIP-699): coordinator_keys of 2^31 - 1 keys.
+        let mut body = vec![0, 0x80, 0x80, 0x80, 0x80, 0x08]; // key_type, coordinator_keys
+        body.resize(16, 0);
+        assert_eq!(
+            check_request_body(10, 4, &body),
+            Err(GuardError::ArrayTooLong {
+                path: "coordinator_keys".into(),
+                count: i32::MAX as u64,
+                min_element_bytes: 1,
+                remaining: 10,
+            })
+        );
+        // OffsetFetch v8, nested: groups[0].topics[0].partition_indexes.
+        let mut body = vec![2, 2, b'g', 2, 2, b't']; // 1 group "g", 1 topic "t"
+        body.extend_from_slice(&[0x80, 0x80, 0x80, 0x80, 0x08]);
+        body.extend_from_slice(&[0; 16]);
+        assert_eq!(
+            check_request_body(9, 8, &body).unwrap_err().to_string(),
+            "groups[0].topics[0].partition_indexes: array of 2147483647 elements declared, \
+             4 bytes at least each, 16 bytes left"
+        );
+        // LeaveGroup v3: a member takes 4 bytes at least (two empty classic strings).
+        let mut body = vec![0, 1, b'g'];
+        body.extend_from_slice(&3i32.to_be_bytes());
+        body.extend_from_slice(&[0; 11]);
+        assert_eq!(
+            check_request_body(13, 3, &body),
+            Err(GuardError::ArrayTooLong {
+                path: "members".into(),
+                count: 3,
+                min_element_bytes: 4,
+                remaining: 11,
+            })
+        );
+        body.push(0);
+        assert_eq!(assert_guard_implies_decode(13, 3, &body), Ok(()));
+        // ListGroups v0-2 have an empty body; v3+ need at least the tagged-field count.
+        for v in 0..=2 {
+            assert_eq!(assert_guard_implies_decode(16, v, &[]), Ok(()));
+        }
+        assert_eq!(
+            check_request_body(16, 3, &[]),
+            Err(GuardError::Truncated {
+                path: "_tagged_fields".into()
+            })
         );
     }
 

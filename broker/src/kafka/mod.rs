@@ -32,6 +32,7 @@ pub mod admin;
 pub mod connection;
 pub mod convert;
 pub mod frame;
+pub mod groups;
 pub mod guard;
 pub mod versions;
 

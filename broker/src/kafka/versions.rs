@@ -43,19 +43,22 @@ pub const SERVED: &[Served] = &[
     api(ApiKey::Fetch, 4, 12),
     api(ApiKey::ListOffsets, 1, 10),
     api(ApiKey::Metadata, 0, 12),
-    // FindCoordinator v0 only, every request answered COORDINATOR_NOT_AVAILABLE: there is
-    // no group coordinator yet (consumer groups are a separate issue). It is advertised
-    // because librdkafka releases without the fix of librdkafka#4956 (Debian's 2.0.2, so
-    // kcat) enable LZ4 only when a broker advertises FindCoordinator v0, their probe for
-    // Kafka 0.8.2; without it `compression.codec=lz4` silently sends uncompressed batches
-    // (the same kind of feature check as behind the Produce v0-2 advertisement above).
-    api(ApiKey::FindCoordinator, 0, 0),
+    api(ApiKey::OffsetCommit, 2, 8),
+    api(ApiKey::OffsetFetch, 1, 8),
+    api(ApiKey::FindCoordinator, 0, 4),
+    api(ApiKey::JoinGroup, 0, 9),
+    api(ApiKey::Heartbeat, 0, 4),
+    api(ApiKey::LeaveGroup, 0, 5),
+    api(ApiKey::SyncGroup, 0, 5),
+    api(ApiKey::DescribeGroups, 0, 5),
+    api(ApiKey::ListGroups, 0, 5),
     api(ApiKey::ApiVersions, 0, 4),
     api(ApiKey::CreateTopics, 2, 7),
     api(ApiKey::DeleteTopics, 1, 6),
     api(ApiKey::InitProducerId, 0, 5),
     api(ApiKey::OffsetForLeaderEpoch, 2, 4),
     api(ApiKey::DescribeConfigs, 1, 4),
+    api(ApiKey::DeleteGroups, 0, 2),
     api(ApiKey::DescribeCluster, 0, 2),
 ];
 
@@ -108,6 +111,15 @@ mod tests {
                 ApiKey::DeleteTopics => DeleteTopicsRequest::VERSIONS,
                 ApiKey::DescribeConfigs => DescribeConfigsRequest::VERSIONS,
                 ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
+                ApiKey::OffsetCommit => OffsetCommitRequest::VERSIONS,
+                ApiKey::OffsetFetch => OffsetFetchRequest::VERSIONS,
+                ApiKey::JoinGroup => JoinGroupRequest::VERSIONS,
+                ApiKey::Heartbeat => HeartbeatRequest::VERSIONS,
+                ApiKey::LeaveGroup => LeaveGroupRequest::VERSIONS,
+                ApiKey::SyncGroup => SyncGroupRequest::VERSIONS,
+                ApiKey::DescribeGroups => DescribeGroupsRequest::VERSIONS,
+                ApiKey::ListGroups => ListGroupsRequest::VERSIONS,
+                ApiKey::DeleteGroups => DeleteGroupsRequest::VERSIONS,
                 other => panic!("no codec check for {other:?}"),
             };
             assert!(

@@ -114,7 +114,8 @@ fn topic_metadata(image: &MetadataImage, t: &TopicImage) -> MetadataTopic {
         error: None,
         name: t.name.clone(),
         topic_id: bytes::Bytes::copy_from_slice(t.id.as_bytes()),
-        is_internal: false,
+        // Kafka marks its internal topics (`Topic.isInternal`): here `__consumer_offsets`.
+        is_internal: t.name == crate::replica_manager::produce::OFFSETS_TOPIC,
         partitions,
     }
 }

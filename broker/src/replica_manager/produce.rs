@@ -63,18 +63,39 @@ fn failed(index: i32, code: ErrorCode, message: String) -> ProducePartitionRespo
     }
 }
 
+/// Kafka's internal topic of the group coordinator (`Topic.GROUP_METADATA_TOPIC_NAME`): only
+/// the coordinator appends to it ([`ReplicaManager::append_internal`]); a client's produce
+/// to it is INVALID_TOPIC_EXCEPTION for each of its partitions, as Kafka's
+/// `ReplicaManager.appendToLocalLog` answers ("Cannot append to internal topic").
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
 impl ReplicaManager {
     /// Serves a Produce request (see the module doc). Never fails as a whole except for
     /// INVALID_REQUIRED_ACKS, which is reported for every partition with nothing appended.
     pub async fn produce(&self, req: ProduceRequest) -> WireReply {
+        self.produce_checked(req, false).await
+    }
+
+    /// A produce that may append to internal topics ([`OFFSETS_TOPIC`]): the group
+    /// coordinator's writes.
+    pub async fn append_internal(&self, req: ProduceRequest) -> WireReply {
+        self.produce_checked(req, true).await
+    }
+
+    async fn produce_checked(&self, req: ProduceRequest, internal: bool) -> WireReply {
         let started = std::time::Instant::now();
         let mut bytes_in = 0u64;
-        let reply = self.produce_inner(req, &mut bytes_in).await;
+        let reply = self.produce_inner(req, internal, &mut bytes_in).await;
         super::metrics::record_produce(started.elapsed(), bytes_in);
         reply
     }
 
-    async fn produce_inner(&self, req: ProduceRequest, bytes_in: &mut u64) -> WireReply {
+    async fn produce_inner(
+        &self,
+        req: ProduceRequest,
+        internal: bool,
+        bytes_in: &mut u64,
+    ) -> WireReply {
         let acks = if req.transactional_id.is_empty() {
             Acks::from_wire(req.acks)
                 .map_err(|code| (code, format!("acks must be 0, 1 or -1, got {}", req.acks)))
@@ -98,6 +119,11 @@ impl ReplicaManager {
                 };
                 let outcome = match &acks {
                     Err((code, message)) => Pending::Done(failed(p.index, *code, message.clone())),
+                    Ok(_) if !internal && t.name == OFFSETS_TOPIC => Pending::Done(failed(
+                        p.index,
+                        ErrorCode::InvalidTopicException,
+                        format!("cannot append to internal topic {OFFSETS_TOPIC}"),
+                    )),
                     Ok(acks) => self.produce_partition(
                         &t.name,
                         &t.topic_id,

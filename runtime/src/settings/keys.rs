@@ -226,6 +226,68 @@ pub const SETTINGS: &[Setting] = &[
         UsedBy::Broker,
     ),
     Setting {
+        name: "offsets_topic_num_partitions",
+        kafka: "offsets.topic.num.partitions",
+        kind: int(IntType::I32, 1, 10_000, "partitions"),
+        default: DefaultValue::Int(50),
+        doc: "partitions of `__consumer_offsets` when a broker creates it (on the first \
+              FindCoordinator); a group's coordinator is the leader of partition \
+              hash(group) % partitions; the existing topic's count wins once it exists",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "offsets_topic_replication_factor",
+        kafka: "offsets.topic.replication.factor",
+        kind: int(IntType::I32, 1, i16::MAX as i128, "replicas"),
+        default: DefaultValue::Int(3),
+        doc: "replication factor of `__consumer_offsets` (its `min.insync.replicas` is \
+              min(2, this)); creation fails, and groups wait, until that many brokers are \
+              registered",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "group_initial_rebalance_delay_ms",
+        kafka: "group.initial.rebalance.delay.ms",
+        kind: int(IntType::I32, 0, i32::MAX as i128, "ms"),
+        default: DefaultValue::Int(3000),
+        doc: "how long the first rebalance of an empty group waits for more members \
+              (extended by the same while members keep joining, up to the rebalance timeout)",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "group_min_session_timeout_ms",
+        kafka: "group.min.session.timeout.ms",
+        kind: int(IntType::I32, 1, i32::MAX as i128, "ms"),
+        default: DefaultValue::Int(6000),
+        doc: "shortest session timeout a JoinGroup may ask for (else INVALID_SESSION_TIMEOUT)",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "group_max_session_timeout_ms",
+        kafka: "group.max.session.timeout.ms",
+        kind: int(IntType::I32, 1, i32::MAX as i128, "ms"),
+        default: DefaultValue::Int(1_800_000),
+        doc: "longest session timeout a JoinGroup may ask for (else INVALID_SESSION_TIMEOUT)",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "group_max_size",
+        kafka: "group.max.size",
+        kind: int(IntType::I32, 1, i32::MAX as i128, "members"),
+        default: DefaultValue::Int(1000),
+        doc: "most members of one group (else GROUP_MAX_SIZE_REACHED); Kafka's default is \
+              unbounded",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "offset_metadata_max_bytes",
+        kafka: "offset.metadata.max.bytes",
+        kind: int(IntType::I32, 0, 1 << 20, "bytes"),
+        default: DefaultValue::Int(4096),
+        doc: "longest metadata string of a committed offset (else OFFSET_METADATA_TOO_LARGE)",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
         name: "min_insync_replicas",
         kafka: "min.insync.replicas",
         kind: int(IntType::U32, 1, u32::MAX as i128, "replicas"),

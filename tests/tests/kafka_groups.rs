@@ -1,0 +1,466 @@
+//! Consumer groups through Kafka's own clients on the real binaries (#22 acceptance): kcat's
+//! balanced consumer (`-G`), confluent-kafka and kafka-python. Members of one group split a
+//! 6-partition topic, a leaving member's partitions go to the other, and a member joining
+//! after the others committed and left resumes exactly at the committed offsets: across the
+//! whole run every record is read once.
+//!
+//! kcat is the Debian package `kcat`; the Python clients come from the venv
+//! `scripts/kafka-clients-venv` makes (see [`keel_tests::python`]). Missing tools fail the
+//! tests, never skip them.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use keel_tests::Endpoints;
+use keel_tests::data::assigned_topic;
+use keel_tests::process::{Cluster, Options};
+use keel_tests::python::{run_script, script};
+
+const WAIT: Duration = Duration::from_secs(30);
+const PARTITIONS: i32 = 6;
+
+/// 3 controllers and 3 brokers, `__consumer_offsets` with 6 partitions (Kafka's default
+/// is 50; fewer keep the test's disk work small), and `topic` with 6 partitions, RF 3.
+async fn cluster_with_topic(topic: &str) -> Cluster {
+    let c = Cluster::start_opts(
+        3,
+        3,
+        Options {
+            broker_args: vec!["--offsets-topic-num-partitions".into(), "6".into()],
+            ..Options::default()
+        },
+    );
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    let replicas: Vec<Vec<i32>> = (0..PARTITIONS)
+        .map(|p| (0..3).map(|i| (p + i) % 3 + 1).collect())
+        .collect();
+    let refs: Vec<&[i32]> = replicas.iter().map(|r| r.as_slice()).collect();
+    c.create_topic(assigned_topic(topic, &refs), WAIT).await;
+    c.wait_leader_isr(1, topic, &[1, 2, 3], WAIT).await;
+    c
+}
+
+/// Produces `count` records `v-<start + i>` keyed `k<start + i>` with kcat, acks=all. Keyed:
+/// librdkafka's sticky partitioner would put a burst of keyless records into one partition.
+fn kcat_produce(bootstrap: &str, topic: &str, start: usize, count: usize) {
+    let mut child = Command::new("kcat")
+        .args([
+            "-P", "-b", bootstrap, "-t", topic, "-X", "acks=all", "-K", ":",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("kcat is not installed: apt-get install kcat");
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for i in start..start + count {
+            writeln!(stdin, "k{i}:v-{i}").unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "kcat -P: {out:?}");
+}
+
+/// Parses `r <member> <partition> <offset> <value>` lines: (member, partition, offset, value).
+fn reads(out: &str) -> Vec<(String, i32, i64, String)> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("r "))
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (
+                f[0].to_string(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+                f[3].to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Every value `v-0 .. v-(count-1)` read exactly once, each (partition, offset) once.
+fn assert_read_once(reads: &[(String, i32, i64, String)], count: usize) {
+    let mut at: BTreeSet<(i32, i64)> = BTreeSet::new();
+    let mut values: BTreeSet<&str> = BTreeSet::new();
+    for (m, p, o, v) in reads {
+        assert!(
+            at.insert((*p, *o)),
+            "{p}/{o} read twice (second time by {m})"
+        );
+        assert!(values.insert(v), "{v} read twice");
+    }
+    let want: BTreeSet<String> = (0..count).map(|i| format!("v-{i}")).collect();
+    let got: BTreeSet<String> = values.iter().map(|v| v.to_string()).collect();
+    assert_eq!(got, want, "records read differ from those produced");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_confluent_group_members_split_take_over_and_resume() {
+    let topic = "grouped";
+    let c = cluster_with_topic(topic).await;
+    let records = 600;
+    kcat_produce(&c.kafka_bootstrap(), topic, 0, records);
+    let out = run_script(
+        &[
+            script("confluent_group.py").to_str().unwrap(),
+            &c.kafka_bootstrap(),
+            topic,
+            "g-confluent",
+            &PARTITIONS.to_string(),
+            &records.to_string(),
+        ],
+        Duration::from_secs(300),
+    );
+    let split: Vec<usize> = out
+        .lines()
+        .find_map(|l| l.strip_prefix("split "))
+        .expect("a split line")
+        .split(' ')
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(split.iter().sum::<usize>(), PARTITIONS as usize);
+    assert!(split.iter().all(|n| *n > 0), "{split:?}");
+    assert!(out.contains(&format!("takeover {PARTITIONS}")), "{out}");
+    let r = reads(&out);
+    assert_read_once(&r, records);
+    let by: BTreeMap<&str, usize> = r.iter().fold(BTreeMap::new(), |mut m, (who, ..)| {
+        *m.entry(who.as_str()).or_default() += 1;
+        m
+    });
+    assert!(by.len() == 3, "members a, b and c all read: {by:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_group_consumer_resumes_from_its_commits() {
+    let topic = "grouped-py";
+    let c = cluster_with_topic(topic).await;
+    let records = 400;
+    kcat_produce(&c.kafka_bootstrap(), topic, 0, records);
+    let out = run_script(
+        &[
+            script("kafka_python_group.py").to_str().unwrap(),
+            &c.kafka_bootstrap(),
+            topic,
+            "g-python",
+            &records.to_string(),
+        ],
+        Duration::from_secs(240),
+    );
+    let r = reads(&out);
+    assert_read_once(&r, records);
+    assert!(
+        r.iter().any(|(m, ..)| m == "2"),
+        "the second member read the rest"
+    );
+}
+
+/// A kcat balanced consumer (`-G`) printing `<partition> <offset> <value>` lines.
+struct KcatMember {
+    child: Child,
+    lines: Arc<Mutex<Vec<(i32, i64, String)>>>,
+}
+
+impl KcatMember {
+    fn start(bootstrap: &str, group: &str, topic: &str, exit_at_end: bool) -> Self {
+        let mut args = vec![
+            "-b",
+            bootstrap,
+            "-G",
+            group,
+            "-X",
+            "auto.offset.reset=earliest",
+            "-X",
+            "auto.commit.interval.ms=200",
+            "-X",
+            "session.timeout.ms=6000",
+            "-X",
+            "heartbeat.interval.ms=500",
+            "-f",
+            "%p %o %s\n",
+            "-q",
+            // Unbuffered output: the test reads it while kcat runs.
+            "-u",
+        ];
+        if exit_at_end {
+            args.push("-e");
+        }
+        args.push(topic);
+        let mut child = Command::new("kcat")
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("kcat is not installed: apt-get install kcat");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let sink = lines.clone();
+        let stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let f: Vec<&str> = line.splitn(3, ' ').collect();
+                if f.len() == 3 {
+                    sink.lock().unwrap().push((
+                        f[0].parse().unwrap(),
+                        f[1].parse().unwrap(),
+                        f[2].to_string(),
+                    ));
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    fn read(&self) -> Vec<(i32, i64, String)> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    /// SIGTERM: kcat closes its consumer, which commits and leaves the group.
+    fn stop(mut self) -> Vec<(i32, i64, String)> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let start = Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(start.elapsed() < WAIT, "kcat did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        self.read()
+    }
+}
+
+impl Drop for KcatMember {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_kcat_balanced_consumers_split_take_over_and_resume() {
+    let topic = "grouped-kcat";
+    let c = cluster_with_topic(topic).await;
+    let bootstrap = c.kafka_bootstrap();
+    kcat_produce(&bootstrap, topic, 0, 300);
+    // Both start within the initial rebalance delay (3 s): one generation, split 3 + 3.
+    let a = KcatMember::start(&bootstrap, "g-kcat", topic, false);
+    let b = KcatMember::start(&bootstrap, "g-kcat", topic, false);
+    wait_until("A and B read the first 300", || {
+        a.read().len() + b.read().len() >= 300
+    });
+    let parts = |v: &[(i32, i64, String)]| v.iter().map(|r| r.0).collect::<BTreeSet<i32>>();
+    let (pa, pb) = (parts(&a.read()), parts(&b.read()));
+    assert!(
+        !pa.is_empty() && !pb.is_empty(),
+        "both members read: {pa:?} {pb:?}"
+    );
+    assert!(
+        pa.is_disjoint(&pb),
+        "A {pa:?} and B {pb:?} share partitions"
+    );
+    // B leaves; A takes its partitions and reads what is produced to them next.
+    let b_read = b.stop();
+    kcat_produce(&bootstrap, topic, 300, 120);
+    wait_until("A reads the next 120", || {
+        a.read().iter().filter(|r| r.2.as_str() >= "v-300").count() >= 120
+            && a.read().len() + b_read.len() >= 420
+    });
+    let a_new: BTreeSet<i32> = a
+        .read()
+        .iter()
+        .filter(|r| r.2.as_str() >= "v-300")
+        .map(|r| r.0)
+        .collect();
+    assert!(
+        pb.iter().any(|p| a_new.contains(p)),
+        "A read none of B's former partitions {pb:?} (it read {a_new:?})"
+    );
+    let a_read = a.stop();
+    // A third member resumes from what A and B committed on close: exactly the new records.
+    kcat_produce(&bootstrap, topic, 420, 60);
+    let c3 = KcatMember::start(&bootstrap, "g-kcat", topic, true);
+    let start = Instant::now();
+    let mut c3 = c3;
+    while c3.child.try_wait().unwrap().is_none() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "kcat -e did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let c_read = c3.read();
+    let all: Vec<(String, i32, i64, String)> = a_read
+        .iter()
+        .map(|r| ("a".to_string(), r.0, r.1, r.2.clone()))
+        .chain(
+            b_read
+                .iter()
+                .map(|r| ("b".to_string(), r.0, r.1, r.2.clone())),
+        )
+        .chain(
+            c_read
+                .iter()
+                .map(|r| ("c".to_string(), r.0, r.1, r.2.clone())),
+        )
+        .collect();
+    assert_read_once(&all, 480);
+    let c_values: BTreeSet<&str> = c_read.iter().map(|r| r.2.as_str()).collect();
+    let want: BTreeSet<String> = (420..480).map(|i| format!("v-{i}")).collect();
+    assert_eq!(
+        c_values,
+        want.iter().map(String::as_str).collect(),
+        "the new member must start exactly at the committed offsets"
+    );
+}
+
+/// The broker coordinating `group`: the leader of its `__consumer_offsets` partition, asked
+/// of broker `ask`.
+async fn coordinator_of(c: &Cluster, ask: i32, group: &str) -> i32 {
+    let p = keel_broker::group::records::partition_for(group, 6);
+    let start = Instant::now();
+    loop {
+        if let Some(m) = c
+            .try_metadata(ask, &[keel_broker::group::records::OFFSETS_TOPIC])
+            .await
+        {
+            let leader = m
+                .topics
+                .first()
+                .and_then(|t| t.partitions.iter().find(|x| x.partition_index == p))
+                .map_or(-1, |x| x.leader_id);
+            if leader > 0 {
+                return leader;
+            }
+        }
+        assert!(start.elapsed() < WAIT, "no coordinator for {group}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_group_survives_kill9_of_its_coordinator() {
+    let topic = "committed";
+    let group = "g-failover";
+    let mut c = cluster_with_topic(topic).await;
+    let records = 1500;
+    kcat_produce(&c.kafka_bootstrap(), topic, 0, records);
+    let mut consumer = Command::new(keel_tests::python::python())
+        .arg(script("confluent_commit_loop.py"))
+        .args([&c.kafka_bootstrap(), topic, group, &records.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the consumer");
+    let stdout = consumer.stdout.take().unwrap();
+    let out = std::thread::spawn(move || std::io::read_to_string(stdout).unwrap());
+    let (progress_tx, progress) = std::sync::mpsc::channel();
+    let stderr = consumer.stderr.take().unwrap();
+    let err = std::thread::spawn(move || {
+        let mut all = String::new();
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = progress_tx.send(line.clone());
+            all += &line;
+            all.push('\n');
+        }
+        all
+    });
+    // Kill the coordinator with SIGKILL once a third is read and committed.
+    let start = Instant::now();
+    let mut killed = None;
+    while killed.is_none() {
+        assert!(start.elapsed() < Duration::from_secs(120), "no progress");
+        match progress.recv_timeout(Duration::from_secs(1)) {
+            Ok(line) if line.starts_with("progress ") => {
+                let n: usize = line["progress ".len()..].parse().unwrap();
+                if n >= records / 3 {
+                    let ask = if c.broker_running(1) { 1 } else { 2 };
+                    let coordinator = coordinator_of(&c, ask, group).await;
+                    c.kill_broker(coordinator);
+                    eprintln!(
+                        "killed the coordinator, broker {coordinator} (SIGKILL), after {n} records"
+                    );
+                    killed = Some((coordinator, Instant::now()));
+                }
+            }
+            Ok(_) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(e) => panic!("the consumer ended before the kill: {e}"),
+        }
+    }
+    let status = loop {
+        if let Some(s) = consumer.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "the consumer did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = out.join().unwrap();
+    let err = err.join().unwrap();
+    assert!(status.success(), "consumer failed ({status}):\n{err}");
+    // Every record read exactly once: every commit before the kill survived it.
+    let lines: Vec<(String, i32, i64, String)> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("r "))
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (
+                f[3].to_string(),
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].to_string(),
+            )
+        })
+        .collect();
+    assert_read_once(&lines, records);
+    // The longest pause in consumption: the failover as the consumer saw it.
+    let times: Vec<i64> = lines.iter().map(|l| l.0.parse().unwrap()).collect();
+    let pause_ms = times.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+    eprintln!(
+        "longest pause between two records read: {pause_ms} ms (consumer session timeout 6000 ms, \
+         broker session timeout {} ms)",
+        keel_tests::process::SESSION_TIMEOUT_MS
+    );
+    assert!(
+        pause_ms < 6_000 + 5_000,
+        "consumption paused {pause_ms} ms, more than the session timeout plus 5 s"
+    );
+    // A new member resumes at the end: nothing left to read.
+    let (dead, _) = killed.unwrap();
+    let live: Vec<String> = [1, 2, 3]
+        .iter()
+        .filter(|b| **b != dead)
+        .map(|b| c.kafka_addr(*b))
+        .collect();
+    let mut after = KcatMember::start(&live.join(","), group, topic, true);
+    let waited = Instant::now();
+    while after.child.try_wait().unwrap().is_none() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "kcat -e did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        after.read().is_empty(),
+        "read again after the commits: {:?}",
+        after.read()
+    );
+}
