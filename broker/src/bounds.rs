@@ -206,6 +206,91 @@ pub fn describe_replicas(req: &DescribeReplicasRequest) -> Result<(), FieldError
     Ok(())
 }
 
+/// Longest group id, bytes: Kafka's string limit (`Short.MAX_VALUE`).
+pub const MAX_GROUP_ID_LEN: usize = 32_767;
+
+/// Most groups named in one group-administration request (the limit of topics per request).
+pub const MAX_GROUPS_PER_REQUEST: usize = MAX_TOPICS_PER_REQUEST;
+
+fn group_id(field: impl FnOnce() -> String, id: &str) -> Result<(), FieldError> {
+    check_len(field, id, MAX_GROUP_ID_LEN)
+}
+
+fn group_ids(ids: &[String]) -> Result<(), FieldError> {
+    check_count(|| "group_ids".into(), ids.len(), MAX_GROUPS_PER_REQUEST)?;
+    for (i, id) in ids.iter().enumerate() {
+        group_id(|| format!("group_ids[{i}]"), id)?;
+    }
+    Ok(())
+}
+
+/// Bounds of a FindCoordinator: the group id at most [`MAX_GROUP_ID_LEN`] bytes.
+pub fn find_coordinator(req: &FindCoordinatorRequest) -> Result<(), FieldError> {
+    group_id(|| "group_id".into(), &req.group_id)
+}
+
+/// Bounds of a ListGroups: at most 16 state names of at most 64 bytes.
+pub fn list_groups(req: &ListGroupsRequest) -> Result<(), FieldError> {
+    check_count(|| "states_filter".into(), req.states_filter.len(), 16)?;
+    for (i, s) in req.states_filter.iter().enumerate() {
+        check_len(|| format!("states_filter[{i}]"), s, 64)?;
+    }
+    Ok(())
+}
+
+/// Bounds of a DescribeGroups: at most [`MAX_GROUPS_PER_REQUEST`] ids.
+pub fn describe_groups(req: &DescribeGroupsRequest) -> Result<(), FieldError> {
+    group_ids(&req.group_ids)
+}
+
+/// Bounds of a DeleteGroups: at most [`MAX_GROUPS_PER_REQUEST`] ids.
+pub fn delete_groups(req: &DeleteGroupsRequest) -> Result<(), FieldError> {
+    group_ids(&req.group_ids)
+}
+
+/// Bounds of an OffsetFetch: the group id, at most [`MAX_TOPICS_PER_REQUEST`] topics and
+/// [`MAX_PARTITIONS_PER_REQUEST`] partitions.
+pub fn offset_fetch(req: &OffsetFetchRequest) -> Result<(), FieldError> {
+    group_id(|| "group_id".into(), &req.group_id)?;
+    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
+    let mut partitions = 0usize;
+    for (t, topic) in req.topics.iter().enumerate() {
+        topic_name(|| format!("topics[{t}].name"), &topic.name)?;
+        partitions += topic.partitions.len();
+        check_count(
+            || format!("topics[{t}].partitions (over all topics)"),
+            partitions,
+            MAX_PARTITIONS_PER_REQUEST,
+        )?;
+    }
+    Ok(())
+}
+
+/// Bounds of an OffsetCommit: the group id, member and instance ids at most
+/// [`MAX_GROUP_ID_LEN`] bytes, at most [`MAX_PARTITIONS_PER_REQUEST`] offsets, each offset
+/// not negative and its topic name at most [`MAX_TOPIC_NAME_LEN`]; metadata length is the
+/// coordinator's rule (OFFSET_METADATA_TOO_LARGE per offset), bounded here at 1 MiB.
+pub fn offset_commit(req: &OffsetCommitRequest) -> Result<(), FieldError> {
+    group_id(|| "group_id".into(), &req.group_id)?;
+    check_len(|| "member_id".into(), &req.member_id, MAX_GROUP_ID_LEN)?;
+    if let Some(i) = &req.group_instance_id {
+        check_len(|| "group_instance_id".into(), i, MAX_GROUP_ID_LEN)?;
+    }
+    check_count(
+        || "offsets".into(),
+        req.offsets.len(),
+        MAX_PARTITIONS_PER_REQUEST,
+    )?;
+    for (i, o) in req.offsets.iter().enumerate() {
+        topic_name(|| format!("offsets[{i}].topic"), &o.topic)?;
+        check_range(|| format!("offsets[{i}].offset"), o.offset, 0..=i64::MAX)?;
+        if let Some(m) = &o.metadata {
+            check_len(|| format!("offsets[{i}].metadata"), m, 1 << 20)?;
+        }
+    }
+    Ok(())
+}
+
 /// A topic name field: at most [`MAX_TOPIC_NAME_LEN`] characters (Kafka
 /// `Topic.MAX_NAME_LENGTH`; legal names are ASCII, so characters are bytes). Its characters
 /// are judged where it is used (an unknown or illegal name exists nowhere).

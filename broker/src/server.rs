@@ -169,6 +169,11 @@ pub async fn serve(
         status_tx,
         shutdown_rx,
     )?;
+    let groups = crate::group::GroupCoordinator::new(
+        config.group_coordinator.clone(),
+        replicas.clone(),
+        tailer.images(),
+    );
     let grpc = BrokerGrpc {
         broker_id: config.node_id,
         min_insync_replicas: config.min_insync_replicas,
@@ -176,6 +181,7 @@ pub async fn serve(
         status: status_rx,
         replicas: replicas.clone(),
         digests: Default::default(),
+        groups: groups.clone(),
     };
     // Both listeners stop when the lifecycle ends (the controlled shutdown is over).
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -183,13 +189,8 @@ pub async fn serve(
         let _ = lifecycle_done.await;
         stop_tx.send_replace(true);
     });
+    tokio::spawn(groups.clone().run(stop_rx.clone()));
     let kafka = listeners.kafka.map(|l| {
-        let groups = crate::group::GroupCoordinator::new(
-            config.group_coordinator.clone(),
-            replicas.clone(),
-            grpc.images.clone(),
-        );
-        tokio::spawn(groups.clone().run(stop_rx.clone()));
         let ctx = crate::kafka::KafkaContext {
             broker_id: config.node_id,
             listener: config
@@ -574,6 +575,8 @@ struct BrokerGrpc {
     /// DescribeReplicas' image digests, computed only on request
     /// ([`keel_metadata_log::DigestMemo`]).
     digests: std::sync::Arc<keel_metadata_log::DigestMemo>,
+    /// The group coordinator (the group administration calls).
+    groups: crate::group::GroupCoordinator,
 }
 
 /// INVALID_REQUEST (42) carrying the bound violation (`field: problem`).
@@ -612,8 +615,40 @@ refused_reply!(
     ListOffsetsReply,
     OffsetsForLeaderEpochReply,
     MetadataReply,
-    DescribeReplicasReply
+    DescribeReplicasReply,
+    ListGroupsReply,
+    OffsetFetchReply,
+    OffsetCommitReply
 );
+
+impl RefusedReply for FindCoordinatorReply {
+    fn default_with(error: Option<keel_proto::common::Error>) -> Self {
+        Self {
+            error,
+            node_id: -1,
+            host: String::new(),
+            port: -1,
+        }
+    }
+}
+
+/// A refused DescribeGroups/DeleteGroups has no top-level error: every named group carries
+/// it (`$entry` builds one from the id and the error).
+macro_rules! refused_per_group {
+    ($req:expr, $check:path, $reply:ident, $field:ident, $entry:expr) => {
+        if let Err(e) = $check($req.get_ref()) {
+            let error = invalid_request(&e);
+            let $field = $req
+                .get_ref()
+                .group_ids
+                .iter()
+                .take(1)
+                .map(|id| $entry(keel_proto::limits::clip(id).to_string(), error.clone()))
+                .collect();
+            return Ok(Response::new($reply { $field }));
+        }
+    };
+}
 
 impl RefusedReply for InitProducerIdReply {
     fn default_with(error: Option<keel_proto::common::Error>) -> Self {
@@ -714,6 +749,88 @@ impl BrokerService for BrokerGrpc {
             reply.image_digest = self.digests.digest(&image).await.to_string();
         }
         Ok(Response::new(reply))
+    }
+
+    async fn find_coordinator(
+        &self,
+        request: Request<FindCoordinatorRequest>,
+    ) -> Result<Response<FindCoordinatorReply>, Status> {
+        check_bounds!(request, bounds::find_coordinator, FindCoordinatorReply);
+        let image = self.images.borrow().clone();
+        Ok(Response::new(crate::group::admin::find_coordinator(
+            &self.groups,
+            &image,
+            request.get_ref(),
+        )))
+    }
+
+    async fn list_groups(
+        &self,
+        request: Request<ListGroupsRequest>,
+    ) -> Result<Response<ListGroupsReply>, Status> {
+        check_bounds!(request, bounds::list_groups, ListGroupsReply);
+        Ok(Response::new(crate::group::admin::list_groups(
+            &self.groups,
+            request.get_ref(),
+        )))
+    }
+
+    async fn describe_groups(
+        &self,
+        request: Request<DescribeGroupsRequest>,
+    ) -> Result<Response<DescribeGroupsReply>, Status> {
+        refused_per_group!(
+            request,
+            bounds::describe_groups,
+            DescribeGroupsReply,
+            groups,
+            |group_id, error| DescribedGroup {
+                error,
+                group_id,
+                ..Default::default()
+            }
+        );
+        Ok(Response::new(crate::group::admin::describe_groups(
+            &self.groups,
+            request.get_ref(),
+        )))
+    }
+
+    async fn offset_fetch(
+        &self,
+        request: Request<OffsetFetchRequest>,
+    ) -> Result<Response<OffsetFetchReply>, Status> {
+        check_bounds!(request, bounds::offset_fetch, OffsetFetchReply);
+        Ok(Response::new(crate::group::admin::offset_fetch(
+            &self.groups,
+            request.get_ref(),
+        )))
+    }
+
+    async fn offset_commit(
+        &self,
+        request: Request<OffsetCommitRequest>,
+    ) -> Result<Response<OffsetCommitReply>, Status> {
+        check_bounds!(request, bounds::offset_commit, OffsetCommitReply);
+        Ok(Response::new(
+            crate::group::admin::offset_commit(&self.groups, request.into_inner()).await,
+        ))
+    }
+
+    async fn delete_groups(
+        &self,
+        request: Request<DeleteGroupsRequest>,
+    ) -> Result<Response<DeleteGroupsReply>, Status> {
+        refused_per_group!(
+            request,
+            bounds::delete_groups,
+            DeleteGroupsReply,
+            results,
+            |group_id, error| DeletedGroup { group_id, error }
+        );
+        Ok(Response::new(
+            crate::group::admin::delete_groups(&self.groups, request.get_ref()).await,
+        ))
     }
 }
 

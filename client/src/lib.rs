@@ -22,6 +22,7 @@ pub mod brokers;
 pub mod cli;
 pub mod consumer;
 pub mod format;
+pub mod groups;
 pub mod leader_epochs;
 pub mod local_cluster;
 pub mod producer;

@@ -464,3 +464,124 @@ async fn kafka_group_survives_kill9_of_its_coordinator() {
         after.read()
     );
 }
+
+/// Runs `keelctl --json <args>` against `c`'s brokers; (exit success, stdout, stderr).
+fn keelctl(c: &Cluster, args: &[&str]) -> (bool, String, String) {
+    let brokers: Vec<String> = [1, 2, 3]
+        .iter()
+        .filter(|b| c.broker_running(**b))
+        .map(|b| c.broker_addr(*b))
+        .collect();
+    let out = Command::new(keel_tests::process::binary("keelctl"))
+        .args([
+            "--bootstrap-controllers",
+            &c.controller_ids()
+                .iter()
+                .map(|id| c.controller_addr(*id))
+                .collect::<Vec<_>>()
+                .join(","),
+        ])
+        .args(["--bootstrap-brokers", &brokers.join(",")])
+        .args(["--api-timeout-ms", "20000"])
+        .args(args)
+        .output()
+        .expect("run keelctl");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keelctl_group_lists_describes_resets_and_deletes_groups() {
+    let topic = "managed";
+    let group = "g-managed";
+    let c = cluster_with_topic(topic).await;
+    let bootstrap = c.kafka_bootstrap();
+    kcat_produce(&bootstrap, topic, 0, 60);
+    // A member reads everything and stays: the group is Stable with committed offsets.
+    let member = KcatMember::start(&bootstrap, group, topic, false);
+    wait_until("the member reads the 60 records", || {
+        member.read().len() >= 60
+    });
+    // Auto-commit every 200 ms: wait until describe shows no lag.
+    let start = Instant::now();
+    let described = loop {
+        let (ok, out, err) = keelctl(&c, &["--json", "group", "describe", group]);
+        assert!(ok, "describe: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let lag: i64 = v["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["lag"].as_i64().unwrap())
+            .sum();
+        if v["partitions"].as_array().unwrap().len() == PARTITIONS as usize && lag == 0 {
+            break v;
+        }
+        assert!(start.elapsed() < WAIT, "no full, lag-free describe: {v}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(described["state"], "Stable", "{described}");
+    assert_eq!(described["members"], 1);
+    let committed: i64 = described["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["current_offset"].as_i64().unwrap())
+        .sum();
+    assert_eq!(committed, 60, "{described}");
+    let (ok, out, _) = keelctl(&c, &["--json", "group", "list"]);
+    assert!(ok);
+    assert!(out.contains(group), "{out}");
+    // Refused while the group is active, with Kafka's message; nothing changes.
+    let (ok, _, err) = keelctl(
+        &c,
+        &[
+            "group",
+            "reset-offsets",
+            group,
+            "--topic",
+            topic,
+            "--to-earliest",
+            "--execute",
+        ],
+    );
+    assert!(!ok && err.contains("inactive"), "{err}");
+    let (ok, _, err) = keelctl(&c, &["group", "delete", group]);
+    assert!(!ok && err.contains("has members"), "{err}");
+    // Once the member is gone: reset to the beginning; a new member reads all 60 again.
+    member.stop();
+    let (ok, out, err) = keelctl(
+        &c,
+        &[
+            "--json",
+            "group",
+            "reset-offsets",
+            group,
+            "--topic",
+            topic,
+            "--to-earliest",
+            "--execute",
+        ],
+    );
+    assert!(ok, "reset: {err}");
+    assert!(out.contains("\"executed\": true"), "{out}");
+    let mut again = KcatMember::start(&bootstrap, group, topic, true);
+    let waited = Instant::now();
+    while again.child.try_wait().unwrap().is_none() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "kcat -e did not finish"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(again.read().len(), 60, "read again from the reset offsets");
+    // Delete: gone from the list; describe reports it does not exist.
+    let (ok, _, err) = keelctl(&c, &["group", "delete", group]);
+    assert!(ok, "delete: {err}");
+    let (ok, out, _) = keelctl(&c, &["--json", "group", "list"]);
+    assert!(ok && !out.contains(group), "{out}");
+}

@@ -14,6 +14,7 @@
 //! (`offsets.retention.minutes`), transactional offset commits, the KIP-848 consumer
 //! protocol.
 
+pub mod admin;
 pub mod coordinator;
 pub mod records;
 pub mod state;

@@ -763,8 +763,9 @@ impl Group {
         self.initial_delay = None;
         self.generation = self.generation.wrapping_add(1).max(1);
         if self.members.is_empty() {
+            // Kafka keeps the protocol type of an emptied group (DescribeGroups and
+            // ListGroups still show `consumer`); a new member may bring any.
             self.protocol = None;
-            self.protocol_type = None;
             self.leader = None;
             self.set_state(GroupState::Empty, wall_ms);
             fx.store = true;

@@ -20,6 +20,7 @@ macro_rules! outln {
 
 mod cluster;
 mod data;
+mod group;
 mod metadata;
 mod partition;
 mod topic;
@@ -44,7 +45,7 @@ pub const DEFAULT_CONTROLLERS: &str = "127.0.0.1:9093,127.0.0.1:9094,127.0.0.1:9
 #[command(
     name = "keelctl",
     version,
-    about = "Keel CLI: local cluster, topics, partitions, brokers, quorum, metadata log, produce, consume, verify",
+    about = "Keel CLI: local cluster, topics, partitions, brokers, consumer groups, quorum, metadata log, produce, consume, verify",
     propagate_version = true
 )]
 pub struct Cli {
@@ -108,6 +109,9 @@ pub enum Command {
     /// Registered brokers.
     #[command(subcommand)]
     Broker(BrokerCommand),
+    /// Consumer groups: list, describe (offsets and lag), reset offsets, delete.
+    #[command(subcommand)]
+    Group(group::GroupCommand),
     /// The controller quorum (like kafka-metadata-quorum describe).
     #[command(subcommand)]
     Quorum(QuorumCommand),
@@ -286,6 +290,7 @@ async fn run(command: Command, ctx: &Ctx) -> CliResult {
         Command::Cluster(c) => cluster::run(c, ctx).await,
         Command::Topic(c) => topic::run(c, ctx).await,
         Command::Partition(c) => partition::run(c, ctx).await,
+        Command::Group(c) => group::run(c, ctx).await,
         Command::Broker(BrokerCommand::List) => {
             let reply = ctx.admin()?.describe_cluster().await?;
             let rows = broker_rows(&reply);

@@ -1,0 +1,337 @@
+//! [`GroupAdmin`]: consumer-group administration over Keel's broker API, the calls behind
+//! `keelctl group` (Kafka's `kafka-consumer-groups`): list the groups of every broker, find
+//! a group's coordinator, describe its members and committed offsets, reset its offsets
+//! (only while it has no members), delete it.
+//!
+//! Retries: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE and
+//! transport errors make the call find the coordinator again and retry, with jittered
+//! backoff, until `api_timeout` has passed (Kafka's `default.api.timeout.ms`).
+//!
+//! Also here, pure: [`decode_assignment`] reads a consumer's assignment (Kafka's
+//! `ConsumerProtocolAssignment`, version 0 to 3) into (topic, partitions).
+
+use std::time::Duration;
+
+use bytes::Buf;
+use keel_proto::ErrorCode;
+use keel_proto::broker::broker_service_client::BrokerServiceClient;
+use keel_proto::broker::{
+    DeleteGroupsRequest, DescribeGroupsRequest, DescribedGroup, FindCoordinatorRequest,
+    GroupOffset, ListGroupsRequest, ListedGroup, OffsetCommitEntry, OffsetCommitRequest,
+    OffsetFetchRequest,
+};
+use tonic::transport::Channel;
+
+use crate::brokers::Brokers;
+
+/// Why a group call failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GroupError {
+    /// The coordinator (or every broker) answered this error.
+    #[error("{code}: {message}")]
+    Refused {
+        /// Kafka's code.
+        code: ErrorCode,
+        /// What the broker said.
+        message: String,
+    },
+    /// No broker answered within the budget.
+    #[error("{0}")]
+    Unreachable(String),
+}
+
+/// Consumer-group administration against the brokers at `addresses`.
+#[derive(Debug)]
+pub struct GroupAdmin {
+    brokers: Brokers,
+    addresses: Vec<String>,
+    api_timeout: Duration,
+}
+
+fn refused(e: &keel_proto::common::Error) -> GroupError {
+    GroupError::Refused {
+        code: ErrorCode::from_code(e.code as i16).unwrap_or(ErrorCode::UnknownServerError),
+        message: e.message.clone(),
+    }
+}
+
+/// Whether a group error means "find the coordinator again and retry".
+fn retriable(e: &GroupError) -> bool {
+    match e {
+        GroupError::Unreachable(_) => true,
+        GroupError::Refused { code, .. } => matches!(
+            code,
+            ErrorCode::NotCoordinator
+                | ErrorCode::CoordinatorLoadInProgress
+                | ErrorCode::CoordinatorNotAvailable
+        ),
+    }
+}
+
+impl GroupAdmin {
+    /// An admin over the brokers at `addresses` (any will do to find coordinators; listing
+    /// asks each), each RPC bounded by `request_timeout`, each operation by `api_timeout`.
+    pub fn new(addresses: Vec<String>, request_timeout: Duration, api_timeout: Duration) -> Self {
+        Self {
+            brokers: Brokers::new(addresses.clone(), request_timeout),
+            addresses,
+            api_timeout,
+        }
+    }
+
+    fn client(&self, addr: &str) -> Result<BrokerServiceClient<Channel>, GroupError> {
+        self.brokers
+            .client_for(addr)
+            .map_err(|e| GroupError::Unreachable(format!("{addr}: {e}")))
+    }
+
+    /// Runs `op` against the coordinator of `group`, retrying as the module doc says.
+    async fn with_coordinator<T, F, Fut>(&self, group: &str, op: F) -> Result<T, GroupError>
+    where
+        F: Fn(BrokerServiceClient<Channel>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, GroupError>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.api_timeout;
+        let backoff = keel_runtime::Backoff::from_millis(100, 1000);
+        let mut last = GroupError::Unreachable("no broker was asked".into());
+        for attempt in 0u32.. {
+            let outcome = match self.coordinator(group).await {
+                Ok((_, addr)) => match self.client(&addr) {
+                    Ok(c) => op(c).await,
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(v) => return Ok(v),
+                Err(e) if retriable(&e) => last = e,
+                Err(e) => return Err(e),
+            }
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let Some(pause) = keel_runtime::backoff::pause_within(backoff.next(attempt), remaining)
+            else {
+                break;
+            };
+            tokio::time::sleep(pause).await;
+        }
+        Err(last)
+    }
+
+    /// The coordinator of `group`: (broker id, `host:port`), asked of the first broker that
+    /// answers.
+    pub async fn coordinator(&self, group: &str) -> Result<(i32, String), GroupError> {
+        let mut errors = Vec::new();
+        for addr in &self.addresses {
+            let mut c = match self.client(addr) {
+                Ok(c) => c,
+                Err(e) => {
+                    errors.push(e.to_string());
+                    continue;
+                }
+            };
+            match c
+                .find_coordinator(FindCoordinatorRequest {
+                    group_id: group.to_string(),
+                })
+                .await
+            {
+                Ok(r) => {
+                    let r = r.into_inner();
+                    return match &r.error {
+                        Some(e) => Err(refused(e)),
+                        None => Ok((r.node_id, format!("{}:{}", r.host, r.port))),
+                    };
+                }
+                Err(s) => errors.push(format!("{addr}: {}", s.message())),
+            }
+        }
+        Err(GroupError::Unreachable(format!(
+            "no broker answered FindCoordinator: {}",
+            errors.join("; ")
+        )))
+    }
+
+    /// Every group of every broker, sorted by id (Kafka's `--list`), optionally only those
+    /// in `states`.
+    pub async fn list(&self, states: &[String]) -> Result<Vec<ListedGroup>, GroupError> {
+        let mut all = Vec::new();
+        for addr in &self.addresses {
+            let mut c = self.client(addr)?;
+            let reply = c
+                .list_groups(ListGroupsRequest {
+                    states_filter: states.to_vec(),
+                })
+                .await
+                .map_err(|s| GroupError::Unreachable(format!("{addr}: {}", s.message())))?
+                .into_inner();
+            if let Some(e) = &reply.error {
+                return Err(refused(e));
+            }
+            all.extend(reply.groups);
+        }
+        all.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        all.dedup_by(|a, b| a.group_id == b.group_id);
+        Ok(all)
+    }
+
+    /// State and members of `group`.
+    pub async fn describe(&self, group: &str) -> Result<DescribedGroup, GroupError> {
+        self.with_coordinator(group, |mut c| async move {
+            let reply = c
+                .describe_groups(DescribeGroupsRequest {
+                    group_ids: vec![group.to_string()],
+                })
+                .await
+                .map_err(|s| GroupError::Unreachable(s.message().to_string()))?
+                .into_inner();
+            let g =
+                reply.groups.into_iter().next().ok_or_else(|| {
+                    GroupError::Unreachable("an empty DescribeGroups reply".into())
+                })?;
+            match &g.error {
+                Some(e) => Err(refused(e)),
+                None => Ok(g),
+            }
+        })
+        .await
+    }
+
+    /// Every committed offset of `group`.
+    pub async fn offsets(&self, group: &str) -> Result<Vec<GroupOffset>, GroupError> {
+        self.with_coordinator(group, |mut c| async move {
+            let reply = c
+                .offset_fetch(OffsetFetchRequest {
+                    group_id: group.to_string(),
+                    topics: Vec::new(),
+                })
+                .await
+                .map_err(|s| GroupError::Unreachable(s.message().to_string()))?
+                .into_inner();
+            match &reply.error {
+                Some(e) => Err(refused(e)),
+                None => Ok(reply.offsets),
+            }
+        })
+        .await
+    }
+
+    /// Commits `offsets` ((topic, partition, offset)) as an administrator: refused with
+    /// UNKNOWN_MEMBER_ID while the group has members.
+    pub async fn reset(
+        &self,
+        group: &str,
+        offsets: &[(String, i32, i64)],
+    ) -> Result<(), GroupError> {
+        self.with_coordinator(group, |mut c| async move {
+            let reply = c
+                .offset_commit(OffsetCommitRequest {
+                    group_id: group.to_string(),
+                    generation_id: -1,
+                    member_id: String::new(),
+                    group_instance_id: None,
+                    offsets: offsets
+                        .iter()
+                        .map(|(topic, partition, offset)| OffsetCommitEntry {
+                            topic: topic.clone(),
+                            partition: *partition,
+                            offset: *offset,
+                            leader_epoch: -1,
+                            metadata: None,
+                        })
+                        .collect(),
+                })
+                .await
+                .map_err(|s| GroupError::Unreachable(s.message().to_string()))?
+                .into_inner();
+            if let Some(e) = &reply.error {
+                return Err(refused(e));
+            }
+            match reply.results.iter().find_map(|r| r.error.as_ref()) {
+                Some(e) => Err(refused(e)),
+                None => Ok(()),
+            }
+        })
+        .await
+    }
+
+    /// Deletes `group` (refused with NON_EMPTY_GROUP while it has members).
+    pub async fn delete(&self, group: &str) -> Result<(), GroupError> {
+        self.with_coordinator(group, |mut c| async move {
+            let reply = c
+                .delete_groups(DeleteGroupsRequest {
+                    group_ids: vec![group.to_string()],
+                })
+                .await
+                .map_err(|s| GroupError::Unreachable(s.message().to_string()))?
+                .into_inner();
+            match reply.results.first().and_then(|r| r.error.as_ref()) {
+                Some(e) => Err(refused(e)),
+                None => Ok(()),
+            }
+        })
+        .await
+    }
+}
+
+/// The partitions of a consumer's assignment (Kafka's `ConsumerProtocolAssignment`: int16
+/// version, int32 topic count, per topic an int16-length name and an int32 count of int32
+/// partitions; user data after, ignored). `None` if the bytes are not one (another protocol
+/// type, or damage).
+pub fn decode_assignment(mut b: &[u8]) -> Option<Vec<(String, Vec<i32>)>> {
+    fn need(b: &[u8], n: usize) -> Option<()> {
+        (b.remaining() >= n).then_some(())
+    }
+    need(b, 6)?;
+    let _version = b.get_i16();
+    let topics = b.get_i32();
+    if topics < 0 || topics as usize > b.remaining() / 6 {
+        return None;
+    }
+    let mut out = Vec::with_capacity(topics as usize);
+    for _ in 0..topics {
+        need(b, 2)?;
+        let len = b.get_i16();
+        let len = usize::try_from(len).ok()?;
+        need(b, len + 4)?;
+        let name = String::from_utf8(b[..len].to_vec()).ok()?;
+        b.advance(len);
+        let n = b.get_i32();
+        if n < 0 || n as usize > b.remaining() / 4 {
+            return None;
+        }
+        let parts = (0..n).map(|_| b.get_i32()).collect();
+        out.push((name, parts));
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::BufMut;
+
+    use super::*;
+
+    #[test]
+    fn assignments_decode_and_damage_is_none() {
+        let mut b = Vec::new();
+        b.put_i16(0);
+        b.put_i32(2);
+        for (t, ps) in [("a", vec![0, 2]), ("bb", vec![1])] {
+            b.put_i16(t.len() as i16);
+            b.put_slice(t.as_bytes());
+            b.put_i32(ps.len() as i32);
+            for p in ps {
+                b.put_i32(p);
+            }
+        }
+        b.put_i32(-1); // null user data
+        assert_eq!(
+            decode_assignment(&b),
+            Some(vec![("a".into(), vec![0, 2]), ("bb".into(), vec![1])])
+        );
+        for cut in 0..b.len() - 4 {
+            assert_eq!(decode_assignment(&b[..cut]), None, "cut at {cut}");
+        }
+        assert_eq!(decode_assignment(&[0, 0, 0x7f, 0xff, 0xff, 0xff]), None);
+    }
+}
