@@ -343,6 +343,7 @@ fn replica_manager_config(config: &BrokerConfig) -> ReplicaManagerConfig {
         log_defaults: config.log_config(),
         replica_fetch_wait_max_ms: config.replica_fetch_wait_max_ms,
         replica_fetch_backoff_ms: 100,
+        cleaner: crate::log::CleanerConfig::default(),
     }
 }
 

@@ -1122,6 +1122,11 @@ impl Log {
         &self.config
     }
 
+    /// The log's clock (ms since the epoch): the `now_ms` to give the cleaner.
+    pub fn clock_now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
     /// The segments, ascending (the last is the active one).
     pub(super) fn segment_list(&self) -> Vec<&Segment> {
         self.segments.values().collect()

@@ -25,6 +25,7 @@
 //! Time: every rule gets `now_ms` from [`MonotonicClock`] (ms since the manager started).
 
 pub mod alter_isr;
+pub mod cleaning;
 pub mod fetch;
 pub mod fetcher;
 pub mod metrics;
@@ -43,7 +44,8 @@ use uuid::Uuid;
 
 use crate::lifecycle::{ControllerChannels, LifecycleStatus};
 use crate::log::{
-    DeletedSegments, Log, LogConfig, LogError, LogManager, SystemClock, TopicPartition,
+    CleanerConfig, CleanupPolicy, DeletedSegments, Log, LogConfig, LogError, LogManager,
+    SystemClock, TopicPartition,
 };
 use crate::metadata::{LocalChangesEvent, TopicIdPartition};
 use crate::replica::{
@@ -106,6 +108,8 @@ pub struct ReplicaManagerConfig {
     /// Backoff after a failed follower fetch, ms (Kafka `replica.fetch.backoff.ms`, 1000;
     /// Keel uses less on loopback).
     pub replica_fetch_backoff_ms: u64,
+    /// Log cleaner settings (`log.cleaner.dedupe.buffer.size`; Kafka's default).
+    pub cleaner: CleanerConfig,
 }
 
 /// One hosted partition: the replication state and the log under one lock.
@@ -165,6 +169,8 @@ pub struct Shared {
     producer_ids: producer_ids::ProducerIdManager,
     /// Permits for validating a compressed produced batch ([`produce::MAX_CONCURRENT_DECOMPRESSIONS`]).
     decompressions: tokio::sync::Semaphore,
+    /// [`MonotonicClock`] reading when the last log cleaner pass completed (0 = none yet).
+    cleaner_last_run_ms: AtomicU64,
 }
 
 /// The replica manager handle (cheap to clone).
@@ -218,6 +224,7 @@ impl ReplicaManager {
             fetchers: Mutex::new(fetcher::FetcherManager::default()),
             next_token: AtomicU64::new(1),
             decompressions: tokio::sync::Semaphore::new(produce::MAX_CONCURRENT_DECOMPRESSIONS),
+            cleaner_last_run_ms: AtomicU64::new(0),
             producer_ids: producer_ids::ProducerIdManager::new(
                 config.broker_id,
                 channels.clone(),
@@ -382,8 +389,10 @@ impl ReplicaManager {
     }
 
     /// Log settings of `topic`: the broker defaults overridden by the topic's `segment.bytes`,
-    /// `retention.ms`, `retention.bytes` and `max.message.bytes` (values the controller
-    /// validated; an unparsable one keeps the default and is logged).
+    /// `retention.ms`, `retention.bytes`, `max.message.bytes`, `cleanup.policy`,
+    /// `min.cleanable.dirty.ratio`, `min.compaction.lag.ms`, `max.compaction.lag.ms` and
+    /// `delete.retention.ms` (values the controller validated with the same rules,
+    /// `keel_controller::logic::configs`; an unparsable one keeps the default and is logged).
     fn log_config(&self, image: &MetadataImage, topic: &str) -> LogConfig {
         let mut c = self.shared.config.log_defaults.clone();
         let res = ConfigResource::Topic(topic.to_string());
@@ -409,7 +418,42 @@ impl ReplicaManager {
         if let Some(n) = get("max.message.bytes").filter(|n| *n > 0) {
             c.max_message_bytes = n as usize;
         }
-        if c.validate().is_err() {
+        if let Some(v) = image.config(&res, "cleanup.policy") {
+            match CleanupPolicy::parse(v) {
+                Ok(p) => c.cleanup_policy = p,
+                Err(e) => tracing::warn!(
+                    topic,
+                    key = "cleanup.policy",
+                    value = v,
+                    "ignoring an unparsable topic config: {e}"
+                ),
+            }
+        }
+        if let Some(v) = image.config(&res, "min.cleanable.dirty.ratio") {
+            match v.trim().parse::<f64>() {
+                Ok(r) if (0.0..=1.0).contains(&r) => c.min_cleanable_dirty_ratio = r,
+                _ => tracing::warn!(
+                    topic,
+                    key = "min.cleanable.dirty.ratio",
+                    value = v,
+                    "ignoring an unparsable topic config"
+                ),
+            }
+        }
+        if let Some(n) = get("min.compaction.lag.ms") {
+            c.min_compaction_lag_ms = n;
+        }
+        if let Some(n) = get("max.compaction.lag.ms") {
+            c.max_compaction_lag_ms = n;
+        }
+        if let Some(n) = get("delete.retention.ms") {
+            c.delete_retention_ms = n;
+        }
+        if let Err(e) = c.validate() {
+            tracing::warn!(
+                topic,
+                "topic configs rejected, using the broker defaults: {e}"
+            );
             return self.shared.config.log_defaults.clone();
         }
         c
@@ -825,6 +869,9 @@ impl ReplicaManager {
         // Not awaited; while a deletion runs, newly removed files wait for the next tick.
         let mut doomed_files = DeletedSegments::default();
         let mut deleter: Option<tokio::task::JoinHandle<()>> = None;
+        // One log cleaner pass at a time, on a blocking thread (see `cleaning`).
+        let mut next_clean = cleaning::CLEANER_BACKOFF_MS;
+        let mut cleaner: Option<tokio::task::JoinHandle<()>> = None;
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
@@ -893,6 +940,10 @@ impl ReplicaManager {
                     let _ = files.delete_files();
                 }));
             }
+            if now >= next_clean && cleaner.as_ref().is_none_or(|c| c.is_finished()) {
+                next_clean = now + cleaning::CLEANER_BACKOFF_MS;
+                cleaner = self.start_cleaner_pass(now);
+            }
             if sample {
                 next_gauges = now + metrics::GAUGE_INTERVAL_MS;
                 metrics::PartitionGauges::from_roles(roles).record();
@@ -904,6 +955,31 @@ impl ReplicaManager {
                 let _ = tokio::task::spawn_blocking(move || rm.write_checkpoints()).await;
             }
         }
+    }
+
+    /// Measures the compacted logs (the cleaner gauges) and starts a pass on the filthiest
+    /// one due, if any (see [`cleaning`]).
+    fn start_cleaner_pass(&self, now: u64) -> Option<tokio::task::JoinHandle<()>> {
+        let partitions = self.partitions();
+        let (target, max_ratio) = cleaning::filthiest(&partitions);
+        drop(partitions);
+        let last = self.shared.cleaner_last_run_ms.load(Ordering::Relaxed);
+        metrics::record_cleaner_gauges(max_ratio, now.saturating_sub(last));
+        let hp = target?;
+        let weak = Arc::downgrade(&hp);
+        drop(hp);
+        let config = self.shared.config.cleaner;
+        let rm = self.clone();
+        Some(tokio::task::spawn_blocking(
+            move || match cleaning::run_pass(&weak, config) {
+                Ok(Some(_)) => rm
+                    .shared
+                    .cleaner_last_run_ms
+                    .store(rm.now_ms(), Ordering::Relaxed),
+                Ok(None) => {}
+                Err(e) => tracing::error!("log cleaner pass failed: {e}"),
+            },
+        ))
     }
 
     /// Runs `flush.ms` flushes (from [`crate::log::Log::begin_flush_if_due`]) on one
