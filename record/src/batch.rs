@@ -149,6 +149,18 @@ impl RecordBatch {
     /// and a batch with no records (kept to preserve a producer's last sequence) has an empty
     /// records section.
     pub fn validate_replicated(&self) -> Result<(), CorruptBatch> {
+        self.checked_replicated_section().map(|_| ())
+    }
+
+    /// [`RecordBatch::validate_replicated`], then an iterator over the records it checked
+    /// (what a consumer reading a possibly compacted log uses; a compressed batch is
+    /// decompressed once).
+    pub fn validated_replicated_records(&self) -> Result<RecordIter, CorruptBatch> {
+        let data = self.checked_replicated_section()?;
+        Ok(self.iter_over(data, None))
+    }
+
+    fn checked_replicated_section(&self) -> Result<Bytes, CorruptBatch> {
         let err = |reason: String| CorruptBatch::new(0, self.base_offset(), reason);
         if !self.is_crc_valid() {
             return Err(err("CRC32C mismatch".into()));
@@ -165,14 +177,14 @@ impl RecordBatch {
             if self.data.len() != HEADER_SIZE {
                 return Err(err("an empty batch carries a records section".into()).record_level());
             }
-            return Ok(());
+            return Ok(Bytes::new());
         }
         let data = self
             .records_section(MAX_DECOMPRESSED_BYTES)
             .map_err(CorruptBatch::record_level)?;
         crate::records::check_records_with(&data, h.record_count, Some(h.last_offset_delta))
             .map_err(|e| err(e).record_level())?;
-        Ok(())
+        Ok(data)
     }
 
     /// A copy of this batch holding only `records` (decoded from it, in order), as the log
