@@ -1,5 +1,6 @@
 //! The replica manager's log cleaner (Kafka `LogCleaner.CleanerThread` +
-//! `LogCleanerManager.grabFilthiestCompactedLog`): every [`CLEANER_BACKOFF_MS`] the ticker
+//! `LogCleanerManager.grabFilthiestCompactedLog`): every `log_cleaner_backoff_ms`
+//! ([`CLEANER_BACKOFF_MS`] by default) the ticker
 //! measures every compacted log ([`crate::log::Log::cleanable`], upper bound = the partition's
 //! high watermark: uncommitted data may still be truncated) and, if no pass is running,
 //! starts one on a blocking thread for the log with the highest dirty ratio among those due.
@@ -25,7 +26,8 @@ use crate::log::cleaner::{CleanerConfig, CleanerStats, Install, never_stop};
 use crate::log::segment::remove_if_exists;
 use crate::log::{Log, LogResult};
 
-/// How often the ticker looks for a log to clean, ms (Kafka `log.cleaner.backoff.ms`).
+/// How often the ticker looks for a log to clean by default, ms (Kafka
+/// `log.cleaner.backoff.ms`; the broker's `log_cleaner_backoff_ms`).
 pub const CLEANER_BACKOFF_MS: u64 = 15_000;
 
 /// The compacted log with the highest dirty ratio among those due for a pass (ties: the

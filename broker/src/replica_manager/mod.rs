@@ -108,8 +108,11 @@ pub struct ReplicaManagerConfig {
     /// Backoff after a failed follower fetch, ms (Kafka `replica.fetch.backoff.ms`, 1000;
     /// Keel uses less on loopback).
     pub replica_fetch_backoff_ms: u64,
-    /// Log cleaner settings (`log.cleaner.dedupe.buffer.size`; Kafka's default).
+    /// Log cleaner settings (`log.cleaner.dedupe.buffer.size`).
     pub cleaner: CleanerConfig,
+    /// How often the ticker looks for a log to clean, ms (`log.cleaner.backoff.ms`,
+    /// [`cleaning::CLEANER_BACKOFF_MS`] by default).
+    pub cleaner_backoff_ms: u64,
 }
 
 /// One hosted partition: the replication state and the log under one lock.
@@ -870,7 +873,8 @@ impl ReplicaManager {
         let mut doomed_files = DeletedSegments::default();
         let mut deleter: Option<tokio::task::JoinHandle<()>> = None;
         // One log cleaner pass at a time, on a blocking thread (see `cleaning`).
-        let mut next_clean = cleaning::CLEANER_BACKOFF_MS;
+        let cleaner_backoff_ms = self.shared.config.cleaner_backoff_ms;
+        let mut next_clean = cleaner_backoff_ms;
         let mut cleaner: Option<tokio::task::JoinHandle<()>> = None;
         loop {
             tokio::select! {
@@ -941,7 +945,7 @@ impl ReplicaManager {
                 }));
             }
             if now >= next_clean && cleaner.as_ref().is_none_or(|c| c.is_finished()) {
-                next_clean = now + cleaning::CLEANER_BACKOFF_MS;
+                next_clean = now + cleaner_backoff_ms;
                 cleaner = self.start_cleaner_pass(now);
             }
             if sample {

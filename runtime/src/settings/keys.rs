@@ -287,6 +287,24 @@ pub const SETTINGS: &[Setting] = &[
         used_by: UsedBy::Broker,
     },
     ms(
+        "log_cleaner_backoff_ms",
+        "log.cleaner.backoff.ms",
+        15_000,
+        "how often the log cleaner looks for a compacted partition (`cleanup.policy=compact`) \
+         whose dirty ratio or lags call for a pass; one pass at a time, \
+         `keel_broker_log_cleaner_*` metrics",
+        UsedBy::Broker,
+    ),
+    Setting {
+        name: "log_cleaner_dedupe_buffer_size",
+        kafka: "log.cleaner.dedupe.buffer.size",
+        kind: int(IntType::U64, 1024, u64::MAX as i128, "bytes"),
+        default: DefaultValue::Int(128 << 20),
+        doc: "memory of the log cleaner's offset map (24 bytes per key, 90% full at most); a \
+              pass whose dirty section has more keys cleans up to where the map filled",
+        used_by: UsedBy::Broker,
+    },
+    ms(
         "metadata_snapshot_interval_ms",
         "",
         60_000,
