@@ -70,9 +70,19 @@
 //! which is in the same or a later segment, so every prefix reads as a valid compaction of the
 //! log. The checkpoint advances only after the whole pass. The old segment's file is replaced
 //! by the rename; its data blocks are freed when the retired [`Segment`] (returned to the
-//! caller) is dropped, off the lock. Segments are cleaned one to one (no grouping of small
-//! cleaned segments into one, which Kafka does up to `segment.bytes`): each swap replaces
-//! exactly one file, so recovery never needs to know a group's range.
+//! caller) is dropped, off the lock.
+//!
+//! **Grouping** (Kafka `Cleaner.groupSegmentsBySize`): consecutive segments whose sizes add
+//! up to at most `segment.bytes` (and whose offsets fit one segment's relative offsets) are
+//! cleaned into one segment with the first one's base offset, so a compacted log does not
+//! keep one small file per segment ever rolled. Installing a group: the `.swap` becomes
+//! durable, then the group's other segments are renamed to `.deleted` and the directory
+//! fsynced, then the swap replaces the first segment's file. On open a `.swap` of base `b`
+//! whose last batch ends at `L` replaces every segment with a base in `[b, L]` (all of them
+//! are group members: their offsets are inside the swap's); a group member after `L` (all its
+//! records were removed) may survive a crash and is read as before (its records are
+//! superseded by ones at higher offsets that are still there, so the latest value per key is
+//! the same) until the next pass.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -275,6 +285,8 @@ pub struct CleanPlan {
     truncations: u64,
     delete_retention_ms: i64,
     index_interval_bytes: u64,
+    /// `segment.bytes`: the bound of a group of segments cleaned into one.
+    segment_bytes: u64,
     /// Last offset of each producer's newest batch (kept, possibly empty).
     producer_last_offsets: HashSet<i64>,
 }
@@ -304,8 +316,11 @@ pub enum CleanStep {
     BatchWritten(i64),
     /// The `.cleaned` file of this segment is complete (not yet synced or renamed).
     CleanedWritten(i64),
-    /// This segment's `.swap` file is durable; the old files are still in place.
+    /// This group's `.swap` file is durable; the old files are still in place.
     SwapDurable(i64),
+    /// The group's segments after its first were renamed to `.deleted` (durably); the
+    /// first segment's file is still the old one.
+    GroupRetired(i64),
     /// This segment was swapped in.
     Installed(i64),
 }
@@ -318,9 +333,10 @@ pub fn never_stop(_: CleanStep) -> bool {
 /// What [`Log::install_cleaned`] did with one cleaned segment.
 #[derive(Debug)]
 pub enum Install {
-    /// Swapped in; the retired segment is returned (drop it off the lock: that frees its
-    /// blocks).
-    Installed(Segment),
+    /// Swapped in. The retired segment whose file the cleaned one replaced (drop it off the
+    /// lock: that frees its blocks) and the `.deleted` files of the other segments of the
+    /// group (delete them off the lock; the next open deletes what is left).
+    Installed(Segment, Vec<PathBuf>),
     /// The log changed since the plan: the cleaned file was deleted; give the pass up
     /// ([`CleanedLog::discard`] the rest).
     LogChanged,
@@ -331,8 +347,9 @@ pub enum Install {
 /// The output of [`CleanPlan::run`]: cleaned segments waiting to be installed.
 #[derive(Debug)]
 pub struct CleanedLog {
-    /// (segment read, its cleaned replacement as a `.cleaned` file), ascending.
-    pub segments: Vec<(SegmentSnapshot, Segment)>,
+    /// (group of consecutive segments read, their cleaned replacement as one `.cleaned`
+    /// file with the first one's base offset), ascending.
+    pub segments: Vec<(Vec<SegmentSnapshot>, Segment)>,
     /// End of the dirty section cleaned: the next checkpoint.
     pub cleaned_upto: i64,
     /// Earliest delete horizon of a tombstone kept, if any.
@@ -453,42 +470,62 @@ impl Log {
             truncations: self.truncation_count(),
             delete_retention_ms: self.config().delete_retention_ms,
             index_interval_bytes: self.config().index_interval_bytes,
+            segment_bytes: self.config().segment_bytes,
             producer_last_offsets: self.producer_last_offsets().into_values().collect(),
         })
     }
 
-    /// Under the partition lock: swaps one cleaned segment in if the segment it was cleaned
-    /// from is unchanged (same file, size, not the active segment, no truncation since the
-    /// plan), see [`Install`]. `step` may stop after the swap became durable (tests); the
-    /// swap is then left for the next open to complete.
+    /// Under the partition lock: swaps one cleaned group in if the segments it was cleaned
+    /// from are unchanged (same files, sizes, none the active segment, no truncation since
+    /// the plan), see [`Install`] and the module doc for the steps. `step` may stop after
+    /// each durable step (tests); the files are then left as a crash there would.
     pub fn install_cleaned(
         &mut self,
-        old: &SegmentSnapshot,
+        group: &[SegmentSnapshot],
         mut cleaned: Segment,
         truncations: u64,
         step: &mut dyn FnMut(CleanStep) -> bool,
     ) -> LogResult<Install> {
+        let active = self.segment_list().last().map(|s| s.base_offset());
         let unchanged = truncations == self.truncation_count()
-            && self.segment_list().last().map(|s| s.base_offset()) != Some(old.base_offset)
-            && self.segment(old.base_offset).is_some_and(|s| {
-                Arc::ptr_eq(&s.sync_handle().0, &old.file) && s.size_bytes() == old.size_bytes
+            && !group.is_empty()
+            && group.iter().all(|old| {
+                active != Some(old.base_offset)
+                    && self.segment(old.base_offset).is_some_and(|s| {
+                        Arc::ptr_eq(&s.sync_handle().0, &old.file)
+                            && s.size_bytes() == old.size_bytes
+                    })
             });
         if !unchanged {
-            tracing::info!(dir = %self.dir().display(), base = old.base_offset, "log changed during cleaning: cleaned segment discarded");
+            tracing::info!(dir = %self.dir().display(), base = cleaned.base_offset(), "log changed during cleaning: cleaned segment discarded");
             cleaned.discard_cleaned()?;
             return Ok(Install::LogChanged);
         }
+        let base = group[0].base_offset;
         self.mark_offset_gaps()?;
         cleaned.cleaned_to_swap()?;
         fsync_dir(self.dir())?;
-        if !step(CleanStep::SwapDurable(old.base_offset)) {
+        if !step(CleanStep::SwapDurable(base)) {
             // Left on disk as a crash here would.
             drop(cleaned);
             return Ok(Install::Stopped);
         }
+        let mut deleted = Vec::new();
+        if group.len() > 1 {
+            for old in &group[1..] {
+                deleted.extend(self.retire_segment(old.base_offset)?);
+            }
+            // Durable before the swap replaces the first file: a crash must never find the
+            // new first segment next to an old member it overlaps.
+            fsync_dir(self.dir())?;
+            if !step(CleanStep::GroupRetired(base)) {
+                drop(cleaned);
+                return Ok(Install::Stopped);
+            }
+        }
         cleaned.complete_swap()?;
         let retired = self.replace_segment(cleaned);
-        Ok(Install::Installed(retired))
+        Ok(Install::Installed(retired, deleted))
     }
 
     /// Under the partition lock, after every segment of `cleaned` was installed: writes the
@@ -530,10 +567,14 @@ impl Log {
             truncations,
         } = cleaned;
         let mut pending = segments.into_iter();
-        while let Some((old, new)) = pending.next() {
-            let base = old.base_offset;
-            match self.install_cleaned(&old, new, truncations, step)? {
-                Install::Installed(_retired) => {}
+        while let Some((group, new)) = pending.next() {
+            let base = group[0].base_offset;
+            match self.install_cleaned(&group, new, truncations, step)? {
+                Install::Installed(_retired, deleted) => {
+                    for path in deleted {
+                        super::segment::remove_if_exists(&path)?;
+                    }
+                }
                 Install::LogChanged => {
                     for (_, seg) in pending {
                         seg.discard_cleaned()?;
@@ -606,38 +647,56 @@ impl CleanPlan {
         let horizon = now_ms.saturating_add(self.delete_retention_ms);
         let mut earliest_horizon_ms: Option<i64> = None;
         let mut out = Vec::new();
-        for seg in self
+        let to_clean: Vec<&SegmentSnapshot> = self
             .segments
             .iter()
             .filter(|s| s.base_offset < cleaned_upto)
-        {
-            let mut cleaned = Segment::create_cleaned(&self.dir, seg.base_offset, seg.created_ms)?;
+            .collect();
+        for group in group_by_size(&to_clean, self.segment_bytes) {
+            let base = group[0].base_offset;
+            let created_ms = group.iter().map(|s| s.created_ms).max().unwrap_or(0);
+            let mut cleaned = Segment::create_cleaned(&self.dir, base, created_ms)?;
             let mut stopped = false;
-            let rewrite = for_each_batch(seg, |batch| {
-                let kept = filter_batch(
-                    &batch,
-                    &map,
-                    cleaned_upto,
-                    now_ms,
-                    horizon,
-                    &self.producer_last_offsets,
-                    &mut stats,
-                )?;
-                if let Some(b) = kept {
-                    if let Some(h) = b.header().delete_horizon_ms()
-                        && batch_has_tombstone(&b)
-                    {
-                        earliest_horizon_ms = Some(earliest_horizon_ms.map_or(h, |e| e.min(h)));
+            let mut rewrite = Ok(0);
+            for seg in &group {
+                let read = for_each_batch(seg, |batch| {
+                    let kept = filter_batch(
+                        &batch,
+                        &map,
+                        cleaned_upto,
+                        now_ms,
+                        horizon,
+                        &self.producer_last_offsets,
+                        &mut stats,
+                    )?;
+                    if let Some(b) = kept {
+                        if let Some(h) = b.header().delete_horizon_ms()
+                            && batch_has_tombstone(&b)
+                        {
+                            earliest_horizon_ms = Some(earliest_horizon_ms.map_or(h, |e| e.min(h)));
+                        }
+                        stats.bytes_written += b.size_bytes() as u64;
+                        cleaned.append(
+                            None,
+                            b.as_bytes(),
+                            b.header(),
+                            self.index_interval_bytes,
+                        )?;
+                        if !step(CleanStep::BatchWritten(base)) {
+                            stopped = true;
+                            return Ok(false);
+                        }
                     }
-                    stats.bytes_written += b.size_bytes() as u64;
-                    cleaned.append(None, b.as_bytes(), b.header(), self.index_interval_bytes)?;
-                    if !step(CleanStep::BatchWritten(seg.base_offset)) {
-                        stopped = true;
-                        return Ok(false);
-                    }
+                    Ok(true)
+                });
+                match read {
+                    Ok(n) => rewrite = rewrite.map(|total| total + n),
+                    Err(e) => rewrite = Err(e),
                 }
-                Ok(true)
-            });
+                if stopped || rewrite.is_err() {
+                    break;
+                }
+            }
             if stopped {
                 // Left on disk as a crash here would.
                 drop(cleaned);
@@ -656,11 +715,11 @@ impl CleanPlan {
                 .discard();
                 return Err(e);
             }
-            if !step(CleanStep::CleanedWritten(seg.base_offset)) {
+            if !step(CleanStep::CleanedWritten(base)) {
                 return Ok(None);
             }
             cleaned.sync()?;
-            out.push((seg.clone(), cleaned));
+            out.push((group.into_iter().cloned().collect(), cleaned));
         }
         Ok(Some(CleanedLog {
             segments: out,
@@ -670,6 +729,32 @@ impl CleanPlan {
             truncations: self.truncations,
         }))
     }
+}
+
+/// Consecutive runs of `segments` (Kafka `Cleaner.groupSegmentsBySize`): a run's sizes add
+/// up to at most `max_bytes` and its offsets stay within one segment's relative offsets
+/// (`i32::MAX` past its base, as rolling keeps them); a segment larger than `max_bytes` is a
+/// run of its own.
+fn group_by_size<'a>(
+    segments: &[&'a SegmentSnapshot],
+    max_bytes: u64,
+) -> Vec<Vec<&'a SegmentSnapshot>> {
+    let mut groups: Vec<Vec<&SegmentSnapshot>> = Vec::new();
+    let mut size = 0u64;
+    for seg in segments {
+        let fits = groups.last().is_some_and(|g| {
+            size + seg.size_bytes <= max_bytes
+                && seg.next_offset - g[0].base_offset <= i64::from(i32::MAX)
+        });
+        if fits {
+            size += seg.size_bytes;
+            groups.last_mut().expect("fits implies a group").push(seg);
+        } else {
+            size = seg.size_bytes;
+            groups.push(vec![seg]);
+        }
+    }
+    groups
 }
 
 /// Whether `batch` holds a tombstone (a keyed record with a null value).

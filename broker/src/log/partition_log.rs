@@ -18,6 +18,7 @@ use super::producer_state::{AppendCheck, ProducerEntry, ProducerStateManager, SN
 use super::segment::{
     CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, Segment, TIME_INDEX_SUFFIX,
     complete_swap_file, is_deleted_segment_file_name, parse_offset_file_name, remove_if_exists,
+    swap_file_end,
 };
 use keel_record::{
     BatchHeader, BatchIter, CONTROL_BIT, MAX_LOG_END_OFFSET, NO_TIMESTAMP, RecordBatch,
@@ -1186,7 +1187,8 @@ impl Log {
         Ok(())
     }
 
-    /// Puts `cleaned` (a non-active segment's replacement, already renamed to its final
+    /// Puts `cleaned` (the replacement of a non-active segment, or of a group starting with
+    /// it whose other members [`Log::retire_segment`] removed, already renamed to its final
     /// name) in the place of the segment with its base offset and returns that one.
     pub(super) fn replace_segment(&mut self, cleaned: Segment) -> Segment {
         let base = cleaned.base_offset();
@@ -1195,9 +1197,27 @@ impl Log {
             .segments
             .insert(base, cleaned)
             .expect("install_cleaned checked the segment is there");
-        debug_assert!(self.segments[&base].next_offset() <= old.next_offset());
         self.check_invariants();
         old
+    }
+
+    /// Removes the non-active segment at `base` from the log and renames its files to
+    /// `.deleted` ([`Segment::rename_to_deleted`]) for a cleaned group that replaces it;
+    /// returns those files. The caller fsyncs the directory. On failure the segment stays.
+    pub(super) fn retire_segment(&mut self, base: i64) -> LogResult<Vec<PathBuf>> {
+        debug_assert!(base != self.active().base_offset());
+        let seg = self
+            .segments
+            .remove(&base)
+            .expect("install_cleaned checked the segment is there");
+        match seg.rename_to_deleted() {
+            Ok(files) => Ok(files),
+            Err(failed) => {
+                let (seg, e) = *failed;
+                self.segments.insert(base, seg);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -1261,14 +1281,27 @@ fn segment_bases(dir: &Path) -> LogResult<Vec<i64>> {
         }
     }
     // Complete the cleaner's swaps (Kafka `LogLoader`): a `.log.swap` file is a complete,
-    // fsynced cleaned version of the segment with its base offset, made durable before the
-    // old file was replaced. Only a segment still in the log is replaced: without its file
-    // (removed by retention or truncation) the swap is stale and deleted.
+    // fsynced cleaned version of the segment with its base offset, or of a group of segments
+    // starting there, made durable before any old file was replaced or retired; it replaces
+    // every segment whose base offset lies within its offsets (those can only be members of
+    // its group). Only a segment still in the log is replaced: without its file (removed by
+    // retention or truncation) the swap is stale and deleted.
     if !swaps.is_empty() {
         for base in swaps {
             let swap = dir.join(format!("{base:020}{LOG_SUFFIX}{SWAP_SUFFIX}"));
             if bases.contains(&base) {
                 tracing::info!(file = %swap.display(), "completing an interrupted cleaner swap");
+                let end = swap_file_end(dir, base)?;
+                for member in bases.iter().filter(|b| **b > base && **b < end) {
+                    tracing::info!(
+                        base = member,
+                        "deleting a segment the cleaner's swap replaces"
+                    );
+                    for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                        remove_if_exists(&super::segment::segment_file(dir, *member, suffix))?;
+                    }
+                }
+                bases.retain(|b| !(*b > base && *b < end));
                 complete_swap_file(dir, base)?;
             } else {
                 tracing::warn!(file = %swap.display(), "deleting a cleaner swap file whose segment is gone");

@@ -60,6 +60,31 @@ pub fn complete_swap_file(dir: &Path, base_offset: i64) -> LogResult<()> {
     fs::rename(&swap, &target).map_err(io_err(&swap))
 }
 
+/// The offset after the last whole batch of `{base}.log.swap` (its headers read in order,
+/// stopping at the first that does not parse or does not fit): the end of the range the swap
+/// replaces on open. `base` for an empty file.
+pub fn swap_file_end(dir: &Path, base_offset: i64) -> LogResult<i64> {
+    let path = with_suffix(&segment_file(dir, base_offset, LOG_SUFFIX), SWAP_SUFFIX);
+    let file = File::open(&path).map_err(io_err(&path))?;
+    let len = file.metadata().map_err(io_err(&path))?.len();
+    let mut end = base_offset;
+    let mut pos = 0u64;
+    let mut head = [0u8; HEADER_SIZE];
+    // Each iteration moves past one batch: bounded by the file size.
+    while pos + HEADER_SIZE as u64 <= len {
+        file.read_exact_at(&mut head, pos).map_err(io_err(&path))?;
+        let Ok(h) = BatchHeader::parse(&head, pos) else {
+            break;
+        };
+        if pos + h.size_bytes() as u64 > len || h.base_offset < end {
+            break;
+        }
+        end = h.next_offset();
+        pos += h.size_bytes() as u64;
+    }
+    Ok(end)
+}
+
 /// Whether `name` is `{offset:020}{suffix}` + [`DELETED_SUFFIX`] for a segment, offset index
 /// or time index `suffix`: a file of a segment that was removed from its log and still
 /// waits for deletion (left over by a crash or a shutdown before the deletion ran).

@@ -7,8 +7,9 @@
 //! One log at a time, one pass at a time.
 //!
 //! Lock holds of a pass ([`run_pass`]): the plan (a walk over the segment list), then per
-//! cleaned segment one install (two renames, one directory fsync, an in-memory swap), then the
-//! checkpoint write. Reading the dirty section, building the offset map and writing the
+//! cleaned group of segments one install (two renames and one directory fsync, plus a rename
+//! per further group member and one more fsync; an in-memory swap), then the checkpoint
+//! write. Reading the dirty section, building the offset map and writing the
 //! cleaned segments happen without the partition lock, from the segments' open file handles
 //! (segments below the active one do not change; a truncation or retention meanwhile voids the
 //! pass at install, [`crate::log::cleaner::Install::LogChanged`]). The work of a pass is
@@ -105,17 +106,23 @@ pub(super) fn run_pass(
         cleaned.stats,
     );
     let mut pending = cleaned.segments.into_iter();
-    while let Some((old, new)) = pending.next() {
+    while let Some((group, new)) = pending.next() {
         // `new` moves into the closure; if the partition is gone it is dropped unused and
         // its file deleted below with the rest.
         let path = new.path().to_path_buf();
-        let outcome =
-            target.with_log(|log, _| log.install_cleaned(&old, new, truncations, &mut never_stop));
+        let outcome = target
+            .with_log(|log, _| log.install_cleaned(&group, new, truncations, &mut never_stop));
         let stop = match outcome {
-            // The retired segment is dropped here, after the lock: closing its last handle
-            // frees the replaced file's blocks.
-            Some(Ok(Install::Installed(retired))) => {
+            // The retired segment is dropped and the group's other files deleted here,
+            // after the lock: closing the last handle of a replaced file and unlinking the
+            // others frees their blocks (what is left, the next open deletes).
+            Some(Ok(Install::Installed(retired, deleted))) => {
                 drop(retired);
+                for file in deleted {
+                    if let Err(e) = remove_if_exists(&file) {
+                        tracing::warn!("log cleaner: {e}");
+                    }
+                }
                 None
             }
             Some(Ok(Install::LogChanged | Install::Stopped)) => Some(Ok(None)),

@@ -266,6 +266,7 @@ fn crash_at_every_step_recovers_the_same_records() {
                 CleanStep::BatchWritten(_) => kind == "batch",
                 CleanStep::CleanedWritten(_) => kind == "cleaned",
                 CleanStep::SwapDurable(_) => kind == "swap",
+                CleanStep::GroupRetired(_) => kind == "retired",
                 CleanStep::Installed(_) => kind == "installed",
             }),
             "{kind}"
@@ -297,6 +298,79 @@ fn crash_at_every_step_recovers_the_same_records() {
             .unwrap()
             .unwrap();
         assert_eq!(read_all(&log), reference_records, "step {stop_at}");
+    }
+}
+
+/// The second pass over a compacted log cleans groups of small segments into one (Kafka
+/// `groupSegmentsBySize`): the segment count falls, and a stop at every step of that pass
+/// (between the durable swap, the group's other segments renamed away and the final rename)
+/// followed by a reopen reads the same live content, and a full pass afterwards gives the
+/// result of an uninterrupted one.
+#[test]
+fn grouping_small_segments_survives_a_crash_at_every_step() {
+    let clock = ManualClock::new(1_000);
+    let config = CleanerConfig::default();
+    let build = |dir: &Path| {
+        let mut log = open_log(dir, compact_config(4 << 10), &clock);
+        let model = write_workload(&mut log, 3_000, 50, 50, 1_000);
+        log.roll().unwrap();
+        let leo = log.log_end_offset();
+        log.clean(leo, clock.now_ms(), &config, true, &mut never_stop)
+            .unwrap()
+            .unwrap();
+        (log, model, leo)
+    };
+    let reference_dir = tempfile::tempdir().unwrap();
+    let (mut reference, model, leo) = build(reference_dir.path());
+    let segments_before = reference.segment_count();
+    let mut steps = Vec::new();
+    reference
+        .clean(leo, clock.now_ms(), &config, true, &mut |s| {
+            steps.push(s);
+            true
+        })
+        .unwrap()
+        .unwrap();
+    let reference_records = read_all(&reference);
+    assert_eq!(live(&reference_records), model);
+    assert!(
+        reference.segment_count() * 4 < segments_before,
+        "{} segments grouped into {}",
+        segments_before,
+        reference.segment_count()
+    );
+    assert!(
+        steps
+            .iter()
+            .any(|s| matches!(s, CleanStep::GroupRetired(_)))
+    );
+    // Offsets and reads still work over the grouped segments, and after a reopen.
+    drop(reference);
+    let reference = open_log(reference_dir.path(), compact_config(4 << 10), &clock);
+    assert_eq!(read_all(&reference), reference_records);
+    for (stop_at, stop_step) in steps.iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _, _) = build(dir.path());
+        let mut n = 0;
+        let done = log
+            .clean(leo, clock.now_ms(), &config, true, &mut |_| {
+                n += 1;
+                n <= stop_at
+            })
+            .unwrap();
+        assert!(done.is_none(), "{stop_step:?}");
+        drop(log);
+        let mut log = open_log(dir.path(), compact_config(4 << 10), &clock);
+        assert!(files_with_suffix(dir.path(), ".cleaned").is_empty());
+        assert!(files_with_suffix(dir.path(), ".swap").is_empty());
+        assert!(files_with_suffix(dir.path(), ".deleted").is_empty());
+        assert_eq!(log.log_end_offset(), leo, "{stop_step:?}");
+        assert_eq!(live(&read_all(&log)), model, "{stop_step:?}");
+        log.clean(leo, clock.now_ms(), &config, true, &mut never_stop)
+            .unwrap()
+            .unwrap();
+        assert_eq!(live(&read_all(&log)), model, "{stop_step:?}");
+        assert_eq!(log.log_end_offset(), leo);
     }
 }
 
