@@ -31,6 +31,7 @@ pub mod fetcher;
 pub mod metrics;
 pub mod produce;
 pub mod producer_ids;
+pub mod topic_config;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,8 +45,8 @@ use uuid::Uuid;
 
 use crate::lifecycle::{ControllerChannels, LifecycleStatus};
 use crate::log::{
-    CleanerConfig, CleanupPolicy, DeletedSegments, Log, LogConfig, LogError, LogManager,
-    SystemClock, TopicPartition,
+    CleanerConfig, DeletedSegments, Log, LogConfig, LogError, LogManager, SystemClock,
+    TopicPartition,
 };
 use crate::metadata::{LocalChangesEvent, TopicIdPartition};
 use crate::replica::{
@@ -391,75 +392,12 @@ impl ReplicaManager {
         }
     }
 
-    /// Log settings of `topic`: the broker defaults overridden by the topic's `segment.bytes`,
-    /// `retention.ms`, `retention.bytes`, `max.message.bytes`, `cleanup.policy`,
-    /// `min.cleanable.dirty.ratio`, `min.compaction.lag.ms`, `max.compaction.lag.ms` and
-    /// `delete.retention.ms` (values the controller validated with the same rules,
-    /// `keel_controller::logic::configs`; an unparsable one keeps the default and is logged).
+    /// Log settings of `topic` ([`topic_config::log_config`] over the image's topic configs).
     fn log_config(&self, image: &MetadataImage, topic: &str) -> LogConfig {
-        let mut c = self.shared.config.log_defaults.clone();
         let res = ConfigResource::Topic(topic.to_string());
-        let get = |key: &str| -> Option<i64> {
-            let v = image.config(&res, key)?;
-            match v.parse::<i64>() {
-                Ok(n) => Some(n),
-                Err(_) => {
-                    tracing::warn!(topic, key, value = v, "ignoring an unparsable topic config");
-                    None
-                }
-            }
-        };
-        if let Some(n) = get("segment.bytes").filter(|n| *n > 0) {
-            c.segment_bytes = n as u64;
-        }
-        if let Some(n) = get("retention.ms") {
-            c.retention_ms = (n >= 0).then_some(n);
-        }
-        if let Some(n) = get("retention.bytes") {
-            c.retention_bytes = (n >= 0).then_some(n as u64);
-        }
-        if let Some(n) = get("max.message.bytes").filter(|n| *n > 0) {
-            c.max_message_bytes = n as usize;
-        }
-        if let Some(v) = image.config(&res, "cleanup.policy") {
-            match CleanupPolicy::parse(v) {
-                Ok(p) => c.cleanup_policy = p,
-                Err(e) => tracing::warn!(
-                    topic,
-                    key = "cleanup.policy",
-                    value = v,
-                    "ignoring an unparsable topic config: {e}"
-                ),
-            }
-        }
-        if let Some(v) = image.config(&res, "min.cleanable.dirty.ratio") {
-            match v.trim().parse::<f64>() {
-                Ok(r) if (0.0..=1.0).contains(&r) => c.min_cleanable_dirty_ratio = r,
-                _ => tracing::warn!(
-                    topic,
-                    key = "min.cleanable.dirty.ratio",
-                    value = v,
-                    "ignoring an unparsable topic config"
-                ),
-            }
-        }
-        if let Some(n) = get("min.compaction.lag.ms") {
-            c.min_compaction_lag_ms = n;
-        }
-        if let Some(n) = get("max.compaction.lag.ms") {
-            c.max_compaction_lag_ms = n;
-        }
-        if let Some(n) = get("delete.retention.ms") {
-            c.delete_retention_ms = n;
-        }
-        if let Err(e) = c.validate() {
-            tracing::warn!(
-                topic,
-                "topic configs rejected, using the broker defaults: {e}"
-            );
-            return self.shared.config.log_defaults.clone();
-        }
-        c
+        topic_config::log_config(&self.shared.config.log_defaults, topic, |key| {
+            image.config(&res, key)
+        })
     }
 
     fn hosted(
