@@ -84,20 +84,25 @@
 //! superseded by ones at higher offsets that are still there, so the latest value per key is
 //! the same) until the next pass.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::fs::File;
-use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use keel_record::{BatchHeader, HEADER_SIZE, Record, RecordBatch};
+use keel_record::{BatchHeader, HEADER_SIZE, RecordBatch};
 
 use super::checkpoint::{fsync_dir, read_checkpoint_lines, write_atomically};
 use super::error::{LogError, LogResult, io_err};
 use super::partition_log::Log;
 use super::segment::Segment;
+
+mod filter;
+mod offset_map;
+
+use filter::{batch_has_tombstone, filter_batch};
+pub use offset_map::{OffsetMap, key_digest};
 
 /// Per-partition cleaner checkpoint file (Kafka's per-log-dir `cleaner-offset-checkpoint`).
 pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
@@ -141,83 +146,6 @@ impl CleanerConfig {
     pub fn offset_map_max_entries(&self) -> usize {
         let slots = self.dedupe_buffer_bytes / OFFSET_MAP_ENTRY_BYTES;
         ((slots as f64 * LOAD_FACTOR) as usize).max(1)
-    }
-}
-
-/// Hasher for keys that already are uniform digests: takes their low 64 bits.
-#[derive(Default)]
-struct DigestHasher(u64);
-
-impl Hasher for DigestHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        // Only u128 digests are hashed; fold anything else.
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u128(&mut self, i: u128) {
-        self.0 = i as u64;
-    }
-}
-
-/// 128-bit digest of a record key (see the module doc).
-pub fn key_digest(key: &[u8]) -> u128 {
-    let half = |prefix: u8| {
-        let mut h = std::hash::DefaultHasher::new();
-        prefix.hash(&mut h);
-        key.hash(&mut h);
-        h.finish()
-    };
-    (u128::from(half(0)) << 64) | u128::from(half(1))
-}
-
-/// Key digest -> latest offset, bounded (Kafka `SkimpyOffsetMap`).
-#[derive(Debug)]
-pub struct OffsetMap {
-    entries: HashMap<u128, i64, BuildHasherDefault<DigestHasher>>,
-    max_entries: usize,
-}
-
-impl OffsetMap {
-    /// An empty map holding at most `max_entries` keys (>= 1).
-    pub fn new(max_entries: usize) -> Self {
-        Self {
-            entries: HashMap::default(),
-            max_entries: max_entries.max(1),
-        }
-    }
-
-    /// Records `offset` as the latest for `key`. `false` (and no change) when the key is new
-    /// and the map is full.
-    pub fn put(&mut self, key: &[u8], offset: i64) -> bool {
-        let d = key_digest(key);
-        if let Some(o) = self.entries.get_mut(&d) {
-            *o = offset;
-            return true;
-        }
-        if self.entries.len() >= self.max_entries {
-            return false;
-        }
-        self.entries.insert(d, offset);
-        true
-    }
-
-    /// The latest offset of `key`, if mapped.
-    pub fn get(&self, key: &[u8]) -> Option<i64> {
-        self.entries.get(&key_digest(key)).copied()
-    }
-
-    /// Keys mapped.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// No key mapped.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 }
 
@@ -755,73 +683,6 @@ fn group_by_size<'a>(
         }
     }
     groups
-}
-
-/// Whether `batch` holds a tombstone (a keyed record with a null value).
-fn batch_has_tombstone(batch: &RecordBatch) -> bool {
-    batch
-        .records()
-        .any(|r| r.is_ok_and(|r| r.key.is_some() && r.value.is_none()))
-}
-
-/// The cleaned form of one batch (Kafka `Cleaner.cleanInto` + `MemoryRecords.filterTo`):
-/// `None` to drop it, else the batch to write (the original bytes when nothing changes).
-fn filter_batch(
-    batch: &RecordBatch,
-    map: &OffsetMap,
-    cleaned_upto: i64,
-    now_ms: i64,
-    new_horizon_ms: i64,
-    producer_last_offsets: &HashSet<i64>,
-    stats: &mut CleanerStats,
-) -> LogResult<Option<RecordBatch>> {
-    let h = batch.header();
-    if h.base_offset >= cleaned_upto {
-        stats.records_retained += h.record_count.max(0) as u64;
-        return Ok(Some(batch.clone()));
-    }
-    let horizon = h.delete_horizon_ms();
-    let tombstones_expired = horizon.is_some_and(|t| t <= now_ms);
-    let mut retained: Vec<Record> = Vec::new();
-    let mut removed = 0u64;
-    let mut tombstone_kept = false;
-    for r in batch.records() {
-        let r = r?;
-        let offset = h.base_offset + i64::from(r.offset_delta);
-        let keep = if offset >= cleaned_upto {
-            true
-        } else {
-            match &r.key {
-                Some(key) => {
-                    let latest = map.get(key).is_none_or(|o| offset >= o);
-                    latest && (r.value.is_some() || !tombstones_expired)
-                }
-                None => false,
-            }
-        };
-        if keep {
-            tombstone_kept |= r.key.is_some() && r.value.is_none();
-            retained.push(r);
-        } else {
-            removed += 1;
-        }
-    }
-    stats.records_removed += removed;
-    stats.records_retained += retained.len() as u64;
-    let set_horizon = (tombstone_kept && horizon.is_none()).then_some(new_horizon_ms);
-    if removed == 0 && set_horizon.is_none() {
-        return Ok(Some(batch.clone()));
-    }
-    if retained.is_empty() {
-        if h.has_producer_id() && producer_last_offsets.contains(&h.last_offset()) {
-            // Kafka `BatchRetention.RETAIN_EMPTY`: the producer's newest batch carries its
-            // sequence and epoch.
-            return Ok(Some(batch.rebuilt_with(&[], None)));
-        }
-        stats.batches_removed += 1;
-        return Ok(None);
-    }
-    Ok(Some(batch.rebuilt_with(&retained, set_horizon)))
 }
 
 /// Calls `f` with every batch of `seg` (as planned: up to its planned size) in order, until
