@@ -608,7 +608,15 @@ impl Log {
     /// first batch's timestamp if it has one, else by creation time), or its offsets would
     /// no longer fit in a relative u32 offset. Time differences saturate: a follower batch
     /// may carry any max timestamp.
+    ///
+    /// A follower batch after an offset gap (a compacted leader log) so wide that its offsets
+    /// would not fit the relative offsets of a segment starting at the LEO starts a segment
+    /// of its own at its base offset, and the LEO moves there: nothing lies in the gap
+    /// (Kafka `LocalLog.roll(expectedNextOffset)`).
     fn maybe_roll(&mut self, next: &BatchHeader) -> LogResult<()> {
+        if next.last_offset() - self.log_end_offset > i32::MAX as i64 {
+            return self.roll_at(next.base_offset);
+        }
         let now_ms = self.clock.now_ms();
         let active = self.active();
         if active.size_bytes() == 0 {
@@ -654,7 +662,13 @@ impl Log {
     /// Starts a new active segment at the LEO (Kafka `UnifiedLog.roll`): writes the old
     /// segment's indexes and a producer snapshot at the new base offset.
     pub fn roll(&mut self) -> LogResult<()> {
-        let base = self.log_end_offset;
+        self.roll_at(self.log_end_offset)
+    }
+
+    /// [`Log::roll`] with the new segment at `base` >= the LEO, which moves there (see
+    /// `maybe_roll`); an empty active segment below `base` stays as an empty segment.
+    fn roll_at(&mut self, base: i64) -> LogResult<()> {
+        debug_assert!(base >= self.log_end_offset);
         if self.active().base_offset() == base {
             return Ok(());
         }
@@ -663,6 +677,7 @@ impl Log {
         self.bytes_since_snapshot = 0;
         let seg = Segment::create(&self.dir, base, self.clock.now_ms())?;
         self.segments.insert(base, seg);
+        self.log_end_offset = base;
         self.dir_dirty = true;
         self.check_invariants();
         Ok(())

@@ -513,6 +513,46 @@ fn reads_follower_appends_and_producer_state_over_gaps() {
     ));
 }
 
+/// A follower batch after an offset gap wider than a segment's relative offsets (a leader
+/// whose cleaner removed over 2^31 offsets) starts its own segment: appends, reads and a
+/// reopen work, and the LEO follows the leader's.
+#[test]
+fn a_follower_appends_across_a_gap_wider_than_a_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000);
+    let config = LogConfig {
+        cleanup_policy: CleanupPolicy::DELETE,
+        retention_ms: None,
+        retention_bytes: None,
+        ..compact_config(4 << 10)
+    };
+    let mut log = open_log(dir.path(), config.clone(), &clock);
+    let at = |base: i64, n: usize| {
+        let mut b = RecordBatchBuilder::new(base).partition_leader_epoch(2);
+        for i in 0..n {
+            b.append(1_000, Some(format!("k{i}").as_bytes()), Some(b"v"), &[]);
+        }
+        b.build().into_bytes()
+    };
+    log.append_as_follower(at(0, 3)).unwrap();
+    let far = 3 + (1i64 << 32) + 5;
+    log.append_as_follower(at(far, 2)).unwrap();
+    assert_eq!(log.log_end_offset(), far + 2);
+    assert_eq!(log.segment_base_offsets(), vec![0, far]);
+    // And again from an empty active segment.
+    log.roll().unwrap();
+    let farther = far + 2 + (3i64 << 31);
+    log.append_as_follower(at(farther, 1)).unwrap();
+    assert_eq!(log.log_end_offset(), farther + 1);
+    let offsets: Vec<i64> = read_all(&log).iter().map(|r| r.0).collect();
+    assert_eq!(offsets, vec![0, 1, 2, far, far + 1, farther]);
+    drop(log);
+    let log = open_log(dir.path(), config, &clock);
+    assert_eq!(log.log_end_offset(), farther + 1);
+    let again: Vec<i64> = read_all(&log).iter().map(|r| r.0).collect();
+    assert_eq!(again, offsets);
+}
+
 #[test]
 fn compacted_topics_refuse_keyless_records_and_skip_retention() {
     let dir = tempfile::tempdir().unwrap();
