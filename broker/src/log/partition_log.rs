@@ -378,8 +378,9 @@ impl Log {
     /// (CORRUPT_MESSAGE); record timestamps (INVALID_TIMESTAMP, see
     /// `check_leader_timestamps`; a header max timestamp that disagrees with the records is
     /// rewritten, not refused); transactional or control attribute bits, which producers may
-    /// not set (INVALID_RECORD; Keel has no transactions); a producer id without epoch or sequence (INVALID_RECORD);
-    /// the idempotence rules of [`crate::log::check_append`] (a duplicate returns the original
+    /// not set (INVALID_RECORD; Keel has no transactions); on a compacted topic, a record
+    /// without a key (INVALID_RECORD, Kafka `LogValidator.validateKey`); a producer id
+    /// without epoch or sequence (INVALID_RECORD); the idempotence rules of [`crate::log::check_append`] (a duplicate returns the original
     /// offsets with `duplicate: true` and writes nothing; INVALID_PRODUCER_EPOCH;
     /// OUT_OF_ORDER_SEQUENCE_NUMBER); the new LEO must not pass
     /// [`keel_record::MAX_LOG_END_OFFSET`] (`InvalidOffset`). Then assigns base offset
@@ -465,8 +466,9 @@ impl Log {
     /// [`keel_record::RecordBatch::validate_replicated`]) and its base offset must be at or
     /// above the LEO and above the previous batch's last offset (else
     /// `UnexpectedAppendOffset`) before anything is written: a compacted leader log has gaps
-    /// between batches, which the follower keeps (Kafka checks only that offsets increase); producer state is updated without sequence checks, as Kafka does
-    /// for replication. The leader's bytes are kept as they are: attribute bits
+    /// between batches, which the follower keeps (Kafka checks only that offsets increase;
+    /// the first gap writes the gap marker, `Log::mark_offset_gaps`). Producer state is
+    /// updated without sequence checks, as Kafka does for replication. The leader's bytes are kept as they are: attribute bits
     /// (transactional, control) and timestamps are not re-validated, and every use of a
     /// timestamp is saturating, so no value can make the log panic. Batch offsets are bounded
     /// by [`keel_record::MAX_LOG_END_OFFSET`] when parsed. A batch whose partition
