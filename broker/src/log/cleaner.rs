@@ -407,6 +407,10 @@ impl Log {
     /// from are unchanged (same files, sizes, none the active segment, no truncation since
     /// the plan), see [`Install`] and the module doc for the steps. `step` may stop after
     /// each durable step (tests); the files are then left as a crash there would.
+    ///
+    /// Errors: I/O. An error once the swap is durable leaves it for the next open to
+    /// complete (never deleted: it may hold the only copy of retired members' records);
+    /// until then the group's members already retired are missing from reads of this log.
     pub fn install_cleaned(
         &mut self,
         group: &[SegmentSnapshot],
