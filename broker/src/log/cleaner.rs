@@ -30,7 +30,9 @@
 //! **When.** [`Cleanable::due`]: dirty bytes / (clean + dirty bytes) >=
 //! `min.cleanable.dirty.ratio`, or the oldest dirty segment's first batch is older than
 //! `max.compaction.lag.ms`, or a tombstone kept by an earlier pass has reached its delete
-//! horizon (tracked in memory; after a restart the next ratio-driven pass finds it).
+//! horizon (tracked in memory like Kafka's `UnifiedLog.latestDeleteHorizon`, but the
+//! earliest horizon rather than the latest, so tombstones go as soon as the first is due;
+//! after a restart the next ratio-driven pass finds them).
 //!
 //! **Batches** keep their base offset, last offset delta, producer id/epoch and base
 //! sequence ([`keel_record::RecordBatch::rebuilt_with`], Kafka `MemoryRecords.filterTo`), so
