@@ -696,7 +696,14 @@ fn offset_map_is_bounded() {
 enum Op {
     Put(u8, u8),
     Delete(u8),
-    Clean { advance_ms: i64 },
+    Clean {
+        advance_ms: i64,
+    },
+    /// A pass stopped at its `stop_at`-th step (a crash), then the log reopened.
+    CrashInClean {
+        advance_ms: i64,
+        stop_at: usize,
+    },
     Roll,
 }
 
@@ -705,16 +712,19 @@ fn op() -> impl Strategy<Value = Op> {
         6 => (0u8..12, any::<u8>()).prop_map(|(k, v)| Op::Put(k, v)),
         2 => (0u8..12).prop_map(Op::Delete),
         1 => (0i64..3).prop_map(|d| Op::Clean { advance_ms: d * 600 }),
+        1 => (0i64..3, 0usize..12)
+            .prop_map(|(d, stop_at)| Op::CrashInClean { advance_ms: d * 600, stop_at }),
         1 => Just(Op::Roll),
     ]
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
-    /// Random appends, deletes, rolls and passes (with a small offset map and a short
-    /// `delete.retention.ms`) keep "latest value per key" equal to a model; tombstones
-    /// older than the retention are gone after a pass; a reopen reads the same.
+    /// Random appends, deletes, rolls, passes and passes cut by a crash at a random step
+    /// (then a reopen), with a small offset map and a short `delete.retention.ms`, keep
+    /// "latest value per key" equal to a model; tombstones older than the retention are
+    /// gone after a pass; a reopen reads the same.
     #[test]
     fn cleaning_keeps_the_latest_value_per_key(ops in proptest::collection::vec(op(), 1..120)) {
         let dir = tempfile::tempdir().unwrap();
@@ -735,6 +745,19 @@ proptest! {
                     model.remove(&vec![k]);
                 }
                 Op::Roll => log.roll().unwrap(),
+                Op::CrashInClean { advance_ms, stop_at } => {
+                    clock.advance(advance_ms);
+                    let leo = log.log_end_offset();
+                    let mut n = 0;
+                    log.clean(leo, clock.now_ms(), &cleaner, true, &mut |_| {
+                        n += 1;
+                        n <= stop_at
+                    })
+                    .unwrap();
+                    drop(log);
+                    log = open_log(dir.path(), config.clone(), &clock);
+                    prop_assert_eq!(log.log_end_offset(), leo);
+                }
                 Op::Clean { advance_ms } => {
                     clock.advance(advance_ms);
                     let leo = log.log_end_offset();
