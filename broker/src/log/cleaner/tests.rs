@@ -735,7 +735,7 @@ proptest! {
     /// "latest value per key" equal to a model; tombstones older than the retention are
     /// gone after a pass; a reopen reads the same.
     #[test]
-    fn cleaning_keeps_the_latest_value_per_key(ops in proptest::collection::vec(op(), 1..120)) {
+    fn cleaning_keeps_the_latest_value_per_key(ops in proptest::collection::vec(op(), 1..80)) {
         let dir = tempfile::tempdir().unwrap();
         let clock = ManualClock::new(10_000);
         let config = LogConfig { delete_retention_ms: 1_000, ..compact_config(1024) };
