@@ -83,6 +83,12 @@ pub struct BrokerConfig {
     /// written back and dropped from it ([`crate::log::cache_behind`]); `None` (0 in the
     /// file) = keep every written page, as Kafka does. Default 32 MiB, at least 1 MiB.
     pub log_drop_cache_behind_bytes: Option<u64>,
+    /// How often the log cleaner looks for a compacted log to clean, ms (Kafka:
+    /// `log.cleaner.backoff.ms`, 15000).
+    pub log_cleaner_backoff_ms: u64,
+    /// Memory of the log cleaner's offset map, bytes (Kafka:
+    /// `log.cleaner.dedupe.buffer.size`, 128 MiB).
+    pub log_cleaner_dedupe_buffer_size: u64,
     /// Optional offset-lag bound of ISR membership (Kafka's removed
     /// `replica.lag.max.messages`); `None` (default) = the time rule only. For deterministic
     /// experiments like seed 000's lab.
@@ -229,6 +235,7 @@ impl BrokerConfig {
                     .require::<i32>("offsets_topic_replication_factor")
                     .clamp(1, i16::MAX.into())
                     as i16,
+                offsets_topic_segment_bytes: s.require("offsets_topic_segment_bytes"),
                 offset_metadata_max_bytes: s.require::<i32>("offset_metadata_max_bytes").max(0)
                     as usize,
                 group: crate::group::state::GroupConfig {
@@ -255,6 +262,8 @@ impl BrokerConfig {
             // 0 = keep every written page.
             log_drop_cache_behind_bytes: Some(s.require::<u64>("log_drop_cache_behind_bytes"))
                 .filter(|b| *b > 0),
+            log_cleaner_backoff_ms: s.require("log_cleaner_backoff_ms"),
+            log_cleaner_dedupe_buffer_size: s.require("log_cleaner_dedupe_buffer_size"),
             replica_lag_max_messages: s.get("replica_lag_max_messages"),
             replica_fetch_wait_max_ms: s.require("replica_fetch_wait_max_ms"),
             metrics_listener: s.get("metrics_listener"),
@@ -391,6 +400,18 @@ mod tests {
         assert_eq!(
             declared("log_drop_cache_behind_bytes"),
             DefaultValue::Int(log.drop_cache_behind_bytes.unwrap().into())
+        );
+        assert_eq!(
+            declared("log_cleaner_backoff_ms"),
+            DefaultValue::Int(crate::replica_manager::cleaning::CLEANER_BACKOFF_MS.into())
+        );
+        assert_eq!(
+            declared("log_cleaner_dedupe_buffer_size"),
+            DefaultValue::Int(
+                crate::log::CleanerConfig::default()
+                    .dedupe_buffer_bytes
+                    .into()
+            )
         );
     }
 

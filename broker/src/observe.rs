@@ -208,6 +208,55 @@ pub const RESERVED: &[MetricDef] = &[
         "Offsets committed (acknowledged by the ISR of `__consumer_offsets`) through this coordinator",
         "group-coordinator-metrics:offset-commit-count",
     ),
+    MetricDef::new(
+        "keel_broker_log_cleaner_runs_total",
+        MetricKind::Counter,
+        None,
+        "Completed log cleaner (compaction) passes",
+        "",
+    ),
+    MetricDef::new(
+        "keel_broker_log_cleaner_bytes_read_total",
+        MetricKind::Counter,
+        Some(Unit::Bytes),
+        "Segment bytes the log cleaner read (offset map and rewrite)",
+        "kafka.log:type=LogCleaner,name=cleaner-recopy-percent (with bytes written)",
+    ),
+    MetricDef::new(
+        "keel_broker_log_cleaner_bytes_written_total",
+        MetricKind::Counter,
+        Some(Unit::Bytes),
+        "Bytes the log cleaner wrote to cleaned segments",
+        "kafka.log:type=LogCleaner,name=cleaner-recopy-percent (with bytes read)",
+    ),
+    MetricDef::new(
+        "keel_broker_log_cleaner_records_removed_total",
+        MetricKind::Counter,
+        None,
+        "Records the log cleaner removed (superseded values, expired tombstones)",
+        "",
+    ),
+    MetricDef::new(
+        "keel_broker_log_cleaner_pass_duration_seconds",
+        MetricKind::Histogram,
+        Some(Unit::Seconds),
+        "Time of one log cleaner pass",
+        "kafka.log:type=LogCleaner,name=max-clean-time-secs",
+    ),
+    MetricDef::new(
+        "keel_broker_log_cleaner_max_dirty_percent",
+        MetricKind::Gauge,
+        None,
+        "Highest dirty ratio of a compacted log here, percent",
+        "kafka.log:type=LogCleanerManager,name=max-dirty-percent",
+    ),
+    MetricDef::new(
+        "keel_broker_log_cleaner_time_since_last_run_ms",
+        MetricKind::Gauge,
+        Some(Unit::Milliseconds),
+        "Time since the last completed log cleaner pass (since start before the first), ms",
+        "kafka.log:type=LogCleanerManager,name=time-since-last-run-ms",
+    ),
 ];
 
 /// The broker state the sampler reads.

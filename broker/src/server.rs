@@ -352,6 +352,10 @@ fn replica_manager_config(config: &BrokerConfig) -> ReplicaManagerConfig {
         log_defaults: config.log_config(),
         replica_fetch_wait_max_ms: config.replica_fetch_wait_max_ms,
         replica_fetch_backoff_ms: 100,
+        cleaner: crate::log::CleanerConfig {
+            dedupe_buffer_bytes: config.log_cleaner_dedupe_buffer_size,
+        },
+        cleaner_backoff_ms: config.log_cleaner_backoff_ms,
     }
 }
 

@@ -4,7 +4,7 @@
 use bytes::{Bytes, BytesMut};
 
 use crate::compression::{self, CompressionType, MAX_DECOMPRESSED_BYTES};
-use crate::records::{RecordIter, check_records};
+use crate::records::{Record, RecordIter, check_records};
 use crate::*;
 
 /// One record batch over shared bytes (zero copy: slices of one [`Bytes`]). See the module
@@ -139,6 +139,139 @@ impl RecordBatch {
             .map_err(CorruptBatch::record_level)?;
         let deltas = check_records(&data, h.record_count).map_err(|e| err(e).record_level())?;
         Ok((data, deltas))
+    }
+
+    /// The check a follower applies to a replicated batch (Kafka `DefaultRecordBatch.ensureValid`
+    /// plus a walk over the records): like [`RecordBatch::validate`] except that the records may
+    /// have gaps, as in a batch the log cleaner rewrote (Kafka `MemoryRecords.filterTo` keeps
+    /// the base offset and last offset delta of a v2 batch): `record_count <=
+    /// last_offset_delta + 1`, offset deltas strictly increasing within `0..=last_offset_delta`,
+    /// and a batch with no records (kept to preserve a producer's last sequence) has an empty
+    /// records section.
+    pub fn validate_replicated(&self) -> Result<(), CorruptBatch> {
+        self.checked_replicated_section().map(|_| ())
+    }
+
+    /// [`RecordBatch::validate_replicated`], then an iterator over the records it checked
+    /// (what a consumer reading a possibly compacted log uses; a compressed batch is
+    /// decompressed once).
+    pub fn validated_replicated_records(&self) -> Result<RecordIter, CorruptBatch> {
+        let data = self.checked_replicated_section()?;
+        Ok(self.iter_over(data, None))
+    }
+
+    fn checked_replicated_section(&self) -> Result<Bytes, CorruptBatch> {
+        let err = |reason: String| CorruptBatch::new(0, self.base_offset(), reason);
+        if !self.is_crc_valid() {
+            return Err(err("CRC32C mismatch".into()));
+        }
+        let h = &self.header;
+        if h.record_count as i64 > h.last_offset_delta as i64 + 1 {
+            return Err(err(format!(
+                "record count {} exceeds last offset delta {} + 1",
+                h.record_count, h.last_offset_delta
+            ))
+            .record_level());
+        }
+        if h.record_count == 0 {
+            if self.data.len() != HEADER_SIZE {
+                return Err(err("an empty batch carries a records section".into()).record_level());
+            }
+            return Ok(Bytes::new());
+        }
+        let data = self
+            .records_section(MAX_DECOMPRESSED_BYTES)
+            .map_err(CorruptBatch::record_level)?;
+        crate::records::check_records_with(&data, h.record_count, Some(h.last_offset_delta))
+            .map_err(|e| err(e).record_level())?;
+        Ok(data)
+    }
+
+    /// A copy of this batch holding only `records` (decoded from it, in order), as the log
+    /// cleaner writes it (Kafka `MemoryRecords.filterTo`): base offset, last offset delta,
+    /// partition leader epoch, producer id, epoch and base sequence, codec and the other
+    /// attribute bits are kept, so follower fetches, producer state and sequence checks see
+    /// the same batch boundaries; record count, max timestamp (over `records`, the old one if
+    /// none) and the CRC are recomputed. With `delete_horizon_ms` the batch's base timestamp
+    /// becomes the delete horizon and [`DELETE_HORIZON_BIT`] is set (KIP-534); record
+    /// timestamps are re-encoded relative to the new base so each record keeps its own
+    /// timestamp. An empty `records` gives a header-only batch with no codec (Kafka
+    /// `DefaultRecordBatch.writeEmptyHeader`), which keeps a producer's last sequence.
+    pub fn rebuilt_with(&self, records: &[Record], delete_horizon_ms: Option<i64>) -> RecordBatch {
+        use crate::varint::{nullable_size, put_nullable, put_varlong, varlong_size};
+        use bytes::BufMut;
+        let h = self.header;
+        let old_base = h.first_timestamp;
+        let new_base = delete_horizon_ms.unwrap_or(old_base);
+        let mut body = BytesMut::new();
+        let mut max_timestamp = if records.is_empty() {
+            h.max_timestamp
+        } else {
+            NO_TIMESTAMP
+        };
+        for r in records {
+            let ts = old_base.wrapping_add(r.timestamp_delta);
+            max_timestamp = max_timestamp.max(ts);
+            let ts_delta = ts.wrapping_sub(new_base);
+            let key = r.key.as_deref();
+            let value = r.value.as_deref();
+            let mut len = 1 + varlong_size(ts_delta) + varlong_size(r.offset_delta as i64);
+            len += nullable_size(key) + nullable_size(value);
+            len += varlong_size(r.headers.len() as i64);
+            for hd in &r.headers {
+                len += nullable_size(Some(&hd.key)) + nullable_size(hd.value.as_deref());
+            }
+            put_varlong(&mut body, len as i64);
+            body.put_i8(r.attributes);
+            put_varlong(&mut body, ts_delta);
+            put_varlong(&mut body, r.offset_delta as i64);
+            put_nullable(&mut body, key);
+            put_nullable(&mut body, value);
+            put_varlong(&mut body, r.headers.len() as i64);
+            for hd in &r.headers {
+                put_nullable(&mut body, Some(&hd.key));
+                put_nullable(&mut body, hd.value.as_deref());
+            }
+        }
+        let mut attributes = h.attributes;
+        if delete_horizon_ms.is_some() {
+            attributes |= DELETE_HORIZON_BIT;
+        }
+        let codec = CompressionType::from_attributes(attributes).unwrap_or(CompressionType::None);
+        let section: Vec<u8> = if records.is_empty() {
+            attributes &= !COMPRESSION_CODEC_MASK;
+            Vec::new()
+        } else if codec == CompressionType::None {
+            body.to_vec()
+        } else {
+            compression::compress(codec, &body)
+        };
+        let mut buf = BytesMut::with_capacity(HEADER_SIZE + section.len());
+        buf.extend_from_slice(&self.data[..HEADER_SIZE]);
+        buf.extend_from_slice(&section);
+        let len = buf.len();
+        buf[LENGTH_POS..LENGTH_POS + 4]
+            .copy_from_slice(&((len - LOG_OVERHEAD) as i32).to_be_bytes());
+        buf[ATTRIBUTES_POS..ATTRIBUTES_POS + 2].copy_from_slice(&attributes.to_be_bytes());
+        buf[FIRST_TIMESTAMP_POS..FIRST_TIMESTAMP_POS + 8].copy_from_slice(&new_base.to_be_bytes());
+        buf[MAX_TIMESTAMP_POS..MAX_TIMESTAMP_POS + 8].copy_from_slice(&max_timestamp.to_be_bytes());
+        let count = records.len() as i32;
+        buf[RECORD_COUNT_POS..RECORD_COUNT_POS + 4].copy_from_slice(&count.to_be_bytes());
+        let crc = crc32c::crc32c(&buf[ATTRIBUTES_POS..]);
+        buf[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+        let header = BatchHeader {
+            batch_length: (len - LOG_OVERHEAD) as i32,
+            crc,
+            attributes,
+            first_timestamp: new_base,
+            max_timestamp,
+            record_count: count,
+            ..h
+        };
+        RecordBatch {
+            header,
+            data: buf.freeze(),
+        }
     }
 
     /// Iterates the records, decompressing a compressed batch first (bounded by

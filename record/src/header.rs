@@ -127,6 +127,13 @@ impl BatchHeader {
         self.producer_id >= 0
     }
 
+    /// The delete horizon of a batch the log cleaner rewrote while it held tombstones
+    /// (KIP-534): its base timestamp when [`DELETE_HORIZON_BIT`] is set, else `None`.
+    /// Tombstones in the batch may be removed once the clock passes it.
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes & DELETE_HORIZON_BIT != 0).then_some(self.first_timestamp)
+    }
+
     /// Compression codec bits (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd; 5-7 undefined): see
     /// [`crate::CompressionType::from_attributes`].
     pub fn compression_codec(&self) -> i16 {

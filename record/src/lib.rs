@@ -108,6 +108,10 @@ pub const TIMESTAMP_TYPE_BIT: i16 = 0x08;
 pub const TRANSACTIONAL_BIT: i16 = 0x10;
 /// Attribute bit: control batch (reserved).
 pub const CONTROL_BIT: i16 = 0x20;
+/// Attribute bit 6: the batch's base timestamp is the delete horizon of its tombstones, set
+/// by the log cleaner (KIP-534, Kafka `DefaultRecordBatch.DELETE_HORIZON_FLAG_MASK`). See
+/// [`BatchHeader::delete_horizon_ms`] and [`RecordBatch::rebuilt_with`].
+pub const DELETE_HORIZON_BIT: i16 = 0x40;
 
 /// A batch or record failed a bounds, structure, CRC or decompression check.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -168,8 +168,21 @@ fn parse_record(
 /// the last record ends exactly at the end. Returns the smallest and largest timestamp delta,
 /// or the first failure naming the record index. `count` must be >= 1.
 pub(crate) fn check_records(records: &[u8], count: i32) -> Result<(i64, i64), String> {
+    check_records_with(records, count, None)
+}
+
+/// [`check_records`] with the offset-delta rule chosen by `compacted_last_delta`: `None`
+/// requires deltas 0..count-1 (a producer's batch); `Some(last)` requires strictly
+/// increasing deltas in `0..=last` (a batch the log cleaner rewrote, whose records may have
+/// gaps, Kafka `MemoryRecords.filterTo`). `count` may be 0 only in the compacted case.
+pub(crate) fn check_records_with(
+    records: &[u8],
+    count: i32,
+    compacted_last_delta: Option<i32>,
+) -> Result<(i64, i64), String> {
     let mut pos = 0;
     let (mut min_delta, mut max_delta) = (i64::MAX, i64::MIN);
+    let mut previous_delta: i64 = -1;
     // Bounded by `count`, which the caller checked against the batch header.
     for expected_delta in 0..count {
         if pos == records.len() {
@@ -179,12 +192,22 @@ pub(crate) fn check_records(records: &[u8], count: i32) -> Result<(i64, i64), St
         }
         let r = parse_record(records, pos, |_, _| {})
             .map_err(|reason| format!("record {expected_delta}: {reason}"))?;
-        if r.offset_delta != expected_delta {
-            return Err(format!(
-                "record {expected_delta}: offset delta {} (record offset deltas must be 0..count-1)",
-                r.offset_delta
-            ));
+        match compacted_last_delta {
+            None if r.offset_delta != expected_delta => {
+                return Err(format!(
+                    "record {expected_delta}: offset delta {} (record offset deltas must be 0..count-1)",
+                    r.offset_delta
+                ));
+            }
+            Some(last) if i64::from(r.offset_delta) <= previous_delta || r.offset_delta > last => {
+                return Err(format!(
+                    "record {expected_delta}: offset delta {} (deltas must increase and stay <= {last})",
+                    r.offset_delta
+                ));
+            }
+            _ => {}
         }
+        previous_delta = i64::from(r.offset_delta);
         min_delta = min_delta.min(r.timestamp_delta);
         max_delta = max_delta.max(r.timestamp_delta);
         pos = r.end;

@@ -204,3 +204,99 @@ fn header_layout_matches_kafka_v2() {
     assert_eq!(be_i32(d, 57), 2);
     assert_eq!(batch.header().last_sequence(), 41);
 }
+
+proptest! {
+    /// The log cleaner's rewrite ([`RecordBatch::rebuilt_with`]) keeps the base offset, last
+    /// offset delta, producer fields and every kept record's key, value, headers, offset and
+    /// timestamp, with or without a delete horizon and for every codec; the result passes
+    /// [`RecordBatch::validate_replicated`] (not the producer-side [`RecordBatch::validate`]
+    /// once a record is gone).
+    #[test]
+    fn rebuilt_batches_keep_offsets_and_records(
+        pid in -1i64..1000,
+        recs in proptest::collection::vec(arb_record(), 1..12),
+        keep_mask in any::<u16>(),
+        horizon in proptest::option::of(0i64..2_000_000_000_000),
+        codec in 0usize..CompressionType::ALL.len(),
+    ) {
+        let codec = CompressionType::ALL[codec];
+        let mut b = RecordBatchBuilder::new(1_000).partition_leader_epoch(7).compression(codec);
+        if pid >= 0 {
+            b = b.producer(pid, 3, 17);
+        }
+        for (ts, k, v, hs) in &recs {
+            let hs: Vec<(&[u8], Option<&[u8]>)> = hs
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_deref()))
+                .collect();
+            b.append(*ts, k.as_deref(), v.as_deref(), &hs);
+        }
+        let batch = b.build();
+        let all: Vec<Record> = batch.records().map(|r| r.unwrap()).collect();
+        let kept: Vec<Record> = all
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| keep_mask & (1 << i) != 0)
+            .map(|(_, r)| r.clone())
+            .collect();
+        let out = batch.rebuilt_with(&kept, horizon);
+        let again = RecordBatch::from_bytes(out.as_bytes().clone()).unwrap();
+        prop_assert_eq!(again.header(), out.header());
+        again.validate_replicated().unwrap();
+        let (h, o) = (batch.header(), out.header());
+        prop_assert_eq!(o.base_offset, h.base_offset);
+        prop_assert_eq!(o.last_offset_delta, h.last_offset_delta);
+        prop_assert_eq!(o.partition_leader_epoch, h.partition_leader_epoch);
+        prop_assert_eq!((o.producer_id, o.producer_epoch, o.base_sequence), (h.producer_id, h.producer_epoch, h.base_sequence));
+        prop_assert_eq!(o.record_count as usize, kept.len());
+        prop_assert_eq!(o.delete_horizon_ms(), horizon);
+        let abs = |first: i64, r: &Record| first.wrapping_add(r.timestamp_delta);
+        let back: Vec<Record> = again.records().map(|r| r.unwrap()).collect();
+        prop_assert_eq!(back.len(), kept.len());
+        for (a, k) in back.iter().zip(&kept) {
+            prop_assert_eq!(a.offset_delta, k.offset_delta);
+            prop_assert_eq!(&a.key, &k.key);
+            prop_assert_eq!(&a.value, &k.value);
+            prop_assert_eq!(&a.headers, &k.headers);
+            prop_assert_eq!(abs(o.first_timestamp, a), abs(h.first_timestamp, k));
+        }
+        if kept.is_empty() {
+            prop_assert_eq!(out.size_bytes(), HEADER_SIZE);
+            prop_assert_eq!(o.max_timestamp, h.max_timestamp);
+        } else {
+            let max = kept.iter().map(|r| abs(h.first_timestamp, r)).max().unwrap();
+            prop_assert_eq!(o.max_timestamp, max);
+        }
+        if kept.len() == all.len() && horizon.is_none() {
+            prop_assert_eq!(out.as_bytes(), batch.as_bytes());
+        }
+    }
+}
+
+#[test]
+fn validate_replicated_refuses_what_a_cleaner_never_writes() {
+    let mut b = RecordBatchBuilder::new(0);
+    for i in 0..3 {
+        b.append(i, Some(b"k"), Some(b"v"), &[]);
+    }
+    let batch = b.build();
+    batch.validate_replicated().unwrap();
+    let records: Vec<Record> = batch.records().map(|r| r.unwrap()).collect();
+    // Out of order, or beyond the last offset delta.
+    let swapped = batch.rebuilt_with(&[records[2].clone(), records[0].clone()], None);
+    assert!(swapped.validate_replicated().is_err());
+    let mut far = records[1].clone();
+    far.offset_delta = 5;
+    assert!(
+        batch
+            .rebuilt_with(&[far], None)
+            .validate_replicated()
+            .is_err()
+    );
+    // A damaged CRC.
+    let mut bytes = batch.as_bytes().to_vec();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    let damaged = RecordBatch::from_bytes(Bytes::from(bytes)).unwrap();
+    assert!(damaged.validate_replicated().is_err());
+}

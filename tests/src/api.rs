@@ -355,7 +355,9 @@ pub trait Endpoints {
 
     /// Consumer fetches of everything below the HW from `from`, on broker `id`: the records,
     /// the batch CRCs and the HW. Panics on an error code. Bounded: each fetch that returns
-    /// records moves the offset forward, and one that returns none ends the loop.
+    /// batches moves the offset forward to the end of the last one (a compacted topic's
+    /// batches may end after their last record, or hold none), and one that returns none
+    /// ends the loop.
     async fn consume(
         &self,
         id: i32,
@@ -378,10 +380,14 @@ pub trait Endpoints {
                 "consume {topic}-{partition} at {offset}: {p:?}"
             );
             let (recs, batch_crcs) = decode(&p.records);
-            let Some(last) = recs.last() else {
+            let batch_end = keel_record::BatchIter::new(p.records.clone())
+                .filter_map(Result::ok)
+                .map(|b| b.last_offset() + 1)
+                .max();
+            let Some(end) = batch_end.filter(|e| *e > offset) else {
                 return (all, crcs, p.high_watermark);
             };
-            offset = last.0 + 1;
+            offset = end;
             all.extend(recs.into_iter().filter(|(o, _)| *o >= from));
             crcs.extend(batch_crcs);
         }

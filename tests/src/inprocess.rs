@@ -47,6 +47,8 @@ pub struct Timings {
     pub broker_session_timeout_ms: u64,
     /// `replica_lag_time_max_ms` of the brokers.
     pub replica_lag_time_max_ms: u64,
+    /// `log_cleaner_backoff_ms` of the brokers (a compacted topic is cleaned this soon).
+    pub log_cleaner_backoff_ms: u64,
 }
 
 impl Default for Timings {
@@ -57,6 +59,7 @@ impl Default for Timings {
             broker_heartbeat_interval_ms: 100,
             broker_session_timeout_ms: 1500,
             replica_lag_time_max_ms: 1000,
+            log_cleaner_backoff_ms: 200,
         }
     }
 }
@@ -283,6 +286,10 @@ impl InProcessCluster {
                 ),
                 ("offsets_topic_num_partitions", Value::Int(3)),
                 ("group_initial_rebalance_delay_ms", Value::Int(0)),
+                (
+                    "log_cleaner_backoff_ms",
+                    Value::Int(t.log_cleaner_backoff_ms.into()),
+                ),
             ]
             .into_iter()
             .chain(self.shared_settings()),

@@ -250,7 +250,7 @@ fn bad_config_fails_at_start_with_one_line_naming_the_key() {
         (
             "--num-partitions",
             "0",
-            "num_partitions: 0 is not in 1..=9990",
+            "num_partitions: 0 is not in 1..=9986",
         ),
         (
             "--default-replication-factor",

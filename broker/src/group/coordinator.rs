@@ -57,6 +57,8 @@ pub struct CoordinatorConfig {
     pub offsets_topic_num_partitions: i32,
     /// `offsets.topic.replication.factor` (3).
     pub offsets_topic_replication_factor: i16,
+    /// `offsets.topic.segment.bytes` (100 MiB): the topic's `segment.bytes` at creation.
+    pub offsets_topic_segment_bytes: u64,
     /// `offset.metadata.max.bytes` (4096): longer commit metadata is
     /// OFFSET_METADATA_TOO_LARGE.
     pub offset_metadata_max_bytes: usize,
@@ -78,6 +80,7 @@ impl Default for CoordinatorConfig {
         Self {
             offsets_topic_num_partitions: 50,
             offsets_topic_replication_factor: 3,
+            offsets_topic_segment_bytes: 100 << 20,
             offset_metadata_max_bytes: 4096,
             offsets_commit_timeout_ms: 5000,
             max_groups: 100_000,

@@ -6,10 +6,10 @@
 //!
 //! FindCoordinator also creates `__consumer_offsets` on first use (Kafka:
 //! `AutoTopicCreationManager` for internal topics): with `offsets_topic_num_partitions`
-//! partitions, replication factor `offsets_topic_replication_factor`, retention off
-//! (`retention.ms = -1`; Kafka compacts the topic, Keel will once its log cleaner lands),
-//! `min.insync.replicas = min(2, RF)` and 100 MiB segments (Kafka's
-//! `offsets.topic.segment.bytes`); until it exists and its partition has a leader the answer
+//! partitions, replication factor `offsets_topic_replication_factor`, `cleanup.policy =
+//! compact` (the log cleaner keeps the latest commit per group and partition),
+//! `min.insync.replicas = min(2, RF)` and `segment.bytes = offsets_topic_segment_bytes` (100
+//! MiB, Kafka's `offsets.topic.segment.bytes`); until it exists and its partition has a leader the answer
 //! is COORDINATOR_NOT_AVAILABLE (retriable).
 
 use std::net::SocketAddr;
@@ -208,12 +208,9 @@ async fn create_offsets_topic(ctx: &KafkaContext) {
                 .with_num_partitions(cfg.offsets_topic_num_partitions)
                 .with_replication_factor(rf)
                 .with_configs(vec![
-                    // Until the log cleaner lands, committed offsets are kept by time
-                    // retention off (`retention.ms = -1`) instead of compaction.
-                    config("cleanup.policy", "delete".into()),
-                    config("retention.ms", "-1".into()),
+                    config("cleanup.policy", "compact".into()),
                     config("min.insync.replicas", rf.clamp(1, 2).to_string()),
-                    config("segment.bytes", (100u64 << 20).to_string()),
+                    config("segment.bytes", cfg.offsets_topic_segment_bytes.to_string()),
                 ]),
         ]);
     let reply = admin::create_topics(ctx, &req, 7).await;

@@ -49,9 +49,65 @@ impl Clock for ManualClock {
     }
 }
 
+/// `cleanup.policy` (Kafka `TopicConfig.CLEANUP_POLICY_CONFIG`): a list of `delete` and/or
+/// `compact`. `delete` = time/size retention removes old segments; `compact` = the log
+/// cleaner ([`crate::log::cleaner`]) keeps the latest record per key. Both may be set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    /// `delete`: `retention.ms` / `retention.bytes` apply.
+    pub delete: bool,
+    /// `compact`: the log is compacted.
+    pub compact: bool,
+}
+
+impl CleanupPolicy {
+    /// Kafka's default, `delete`.
+    pub const DELETE: CleanupPolicy = CleanupPolicy {
+        delete: true,
+        compact: false,
+    };
+    /// `compact` only.
+    pub const COMPACT: CleanupPolicy = CleanupPolicy {
+        delete: false,
+        compact: true,
+    };
+
+    /// Parses Kafka's list syntax: comma-separated `delete` / `compact` (any order, spaces
+    /// around items allowed, case-sensitive as in Kafka's `ValidList`), at least one item.
+    /// `Err` says why.
+    pub fn parse(value: &str) -> Result<CleanupPolicy, String> {
+        let mut p = CleanupPolicy {
+            delete: false,
+            compact: false,
+        };
+        for item in value.split(',') {
+            match item.trim() {
+                "delete" => p.delete = true,
+                "compact" => p.compact = true,
+                other => {
+                    return Err(format!(
+                        "{other:?} is not a cleanup policy (a list of `delete` and `compact`)"
+                    ));
+                }
+            }
+        }
+        Ok(p)
+    }
+}
+
+impl std::fmt::Display for CleanupPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.compact, self.delete) {
+            (true, true) => f.write_str("compact,delete"),
+            (true, false) => f.write_str("compact"),
+            _ => f.write_str("delete"),
+        }
+    }
+}
+
 /// Configuration of one partition log. Names follow Kafka's topic configs (defaults from
 /// Kafka's `LogConfig` / `ServerLogConfigs` unless noted).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// `segment.bytes`: roll when the active segment would exceed this size (bytes).
     /// Kafka default 1 GiB. Must be in [1 KiB, 2 GiB): index positions are u32 and a
@@ -94,6 +150,22 @@ pub struct LogConfig {
     /// keep every written page, Kafka's behaviour. Broker-wide (`log_drop_cache_behind_bytes`),
     /// not a topic config. At least [`crate::log::cache_behind::MIN_LAG_BYTES`]. Default 32 MiB.
     pub drop_cache_behind_bytes: Option<u64>,
+    /// `cleanup.policy`: Kafka default `delete`. With `compact` only, `retention.ms` and
+    /// `retention.bytes` delete nothing.
+    pub cleanup_policy: CleanupPolicy,
+    /// `min.cleanable.dirty.ratio`: compact a log only when its dirty bytes are at least this
+    /// share of its cleanable bytes (Kafka default 0.5), in [0, 1].
+    pub min_cleanable_dirty_ratio: f64,
+    /// `min.compaction.lag.ms`: records newer than this (by their segment's largest
+    /// timestamp) are not compacted. Kafka default 0.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a log whose oldest dirty segment is older than this is
+    /// compacted whatever its dirty ratio (KIP-354). Kafka default `Long.MAX_VALUE`; at
+    /// least 1 and at least `min.compaction.lag.ms`.
+    pub max_compaction_lag_ms: i64,
+    /// `delete.retention.ms`: how long a tombstone stays after the cleaner first kept it
+    /// (its batch's delete horizon, KIP-534). Kafka default 1 day.
+    pub delete_retention_ms: i64,
 }
 
 impl LogConfig {
@@ -147,6 +219,24 @@ impl LogConfig {
                 "must be at least 1048576 (1 MiB), or 0 to keep every written page cached",
             );
         }
+        if !(0.0..=1.0).contains(&self.min_cleanable_dirty_ratio) {
+            return bad("min.cleanable.dirty.ratio", "must be in [0, 1]");
+        }
+        if self.min_compaction_lag_ms < 0 {
+            return bad("min.compaction.lag.ms", "must be >= 0");
+        }
+        if self.max_compaction_lag_ms < 1 {
+            return bad("max.compaction.lag.ms", "must be >= 1");
+        }
+        if self.min_compaction_lag_ms > self.max_compaction_lag_ms {
+            return bad(
+                "min.compaction.lag.ms",
+                "must not exceed max.compaction.lag.ms",
+            );
+        }
+        if self.delete_retention_ms < 0 {
+            return bad("delete.retention.ms", "must be >= 0");
+        }
         Ok(())
     }
 }
@@ -165,6 +255,11 @@ impl Default for LogConfig {
             producer_id_expiration_ms: Some(24 * 3600 * 1000),
             producer_snapshot_interval_bytes: 64 << 20,
             drop_cache_behind_bytes: Some(32 << 20),
+            cleanup_policy: CleanupPolicy::DELETE,
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            delete_retention_ms: 24 * 3600 * 1000,
         }
     }
 }
@@ -220,5 +315,70 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn cleanup_policy_parses_kafka_lists() {
+        assert_eq!(CleanupPolicy::parse("delete"), Ok(CleanupPolicy::DELETE));
+        assert_eq!(CleanupPolicy::parse("compact"), Ok(CleanupPolicy::COMPACT));
+        let both = CleanupPolicy {
+            delete: true,
+            compact: true,
+        };
+        for v in ["compact,delete", "delete,compact", " compact , delete "] {
+            assert_eq!(CleanupPolicy::parse(v), Ok(both), "{v}");
+        }
+        for bad in ["", "Compact", "compact,", "delete;compact", "none"] {
+            assert!(CleanupPolicy::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(both.to_string(), "compact,delete");
+    }
+
+    #[test]
+    fn compaction_settings_are_validated() {
+        let bad = [
+            (
+                "min.cleanable.dirty.ratio",
+                LogConfig {
+                    min_cleanable_dirty_ratio: 1.5,
+                    ..LogConfig::default()
+                },
+            ),
+            (
+                "min.compaction.lag.ms",
+                LogConfig {
+                    min_compaction_lag_ms: -1,
+                    ..LogConfig::default()
+                },
+            ),
+            (
+                "max.compaction.lag.ms",
+                LogConfig {
+                    max_compaction_lag_ms: 0,
+                    ..LogConfig::default()
+                },
+            ),
+            (
+                "min.compaction.lag.ms",
+                LogConfig {
+                    min_compaction_lag_ms: 10,
+                    max_compaction_lag_ms: 5,
+                    ..LogConfig::default()
+                },
+            ),
+            (
+                "delete.retention.ms",
+                LogConfig {
+                    delete_retention_ms: -1,
+                    ..LogConfig::default()
+                },
+            ),
+        ];
+        for (key, c) in bad {
+            match c.validate() {
+                Err(LogError::InvalidConfig { key: k, .. }) => assert_eq!(k, key),
+                other => panic!("{key}: {other:?}"),
+            }
+        }
     }
 }

@@ -25,7 +25,7 @@ pub fn partition_segment(dir: &Path, data: &[u8]) {
     let Some(data) = input(data) else { return };
     let path = segment_file(dir, 0, LOG_SUFFIX);
     std::fs::write(&path, &data).expect("write the segment");
-    let opened = Segment::open(dir, 0, true, 4096, FUZZ_MAX_BATCH_BYTES, 0);
+    let opened = Segment::open(dir, 0, true, 4096, FUZZ_MAX_BATCH_BYTES, 0, false);
     let Ok((seg, outcome)) = opened else { return };
     assert_eq!(
         seg.size_bytes() + outcome.truncated_bytes,
@@ -47,7 +47,7 @@ pub fn partition_segment(dir: &Path, data: &[u8]) {
         offset = next;
     }
     drop(seg);
-    let (again, outcome) = Segment::open(dir, 0, true, 4096, FUZZ_MAX_BATCH_BYTES, 0)
+    let (again, outcome) = Segment::open(dir, 0, true, 4096, FUZZ_MAX_BATCH_BYTES, 0, false)
         .expect("a recovered segment opens again");
     assert_eq!(outcome.truncated_bytes, 0, "a second recovery cut more");
     assert_eq!(again.size_bytes(), size);

@@ -5,7 +5,9 @@
 //! - segment files `{base_offset:020}.log` with whole record batches ([`batch`]), each with
 //!   a sparse `.index` and `.timeindex` ([`index`], [`segment`]);
 //! - `leader-epoch-checkpoint` ([`epoch_cache`]);
-//! - producer-state snapshots `{offset:020}.snapshot` ([`producer_state`]).
+//! - producer-state snapshots `{offset:020}.snapshot` ([`producer_state`]);
+//! - `cleaner-offset-checkpoint`, the end of the last log-cleaner pass, which also marks a
+//!   log that may hold offset gaps ([`cleaner`]).
 //!
 //! Only names of exactly 20 ASCII digits plus the suffix are the log's files
 //! ([`segment::parse_offset_file_name`]); any other file in the directory (`0.log`,
@@ -13,7 +15,9 @@
 //! leftovers are deleted on open: `<own file>.tmp` (an interrupted atomic write) and
 //! `{offset:020}.log.deleted` / `.index.deleted` / `.timeindex.deleted`, files of segments
 //! that retention renamed under the partition lock and whose deletion, done later off the
-//! lock ([`DeletedSegments`]), a crash or shutdown cut short.
+//! lock ([`DeletedSegments`]), a crash or shutdown cut short. The log cleaner's
+//! `{offset:020}.log.cleaned` files (incomplete) are deleted and its `{offset:020}.log.swap`
+//! files (complete) replace their segment (Kafka `LogLoader`, see [`cleaner`]).
 //!
 //! Untrusted input: client (leader) appends are validated like Kafka's `LogValidator`
 //! (CRC and records, no transactional/control bits, record timestamps >= 0 or -1, header max
@@ -26,8 +30,11 @@
 //! ([`checkpoint`]) and the clean-shutdown marker.
 //!
 //! Invariants of a [`Log`] (asserted in debug builds after every mutation):
-//! - segments are non-empty as a set, keyed by base offset, contiguous: each segment's base
-//!   offset equals the previous segment's next offset; the last one is the active segment;
+//! - segments are non-empty as a set, keyed by base offset, in order: each segment's base
+//!   offset is at or above the previous segment's next offset (equal unless the log cleaner
+//!   removed the last batches of the previous one); the last one is the active segment;
+//! - batch offsets increase; gaps between batches (and between the records of a batch) exist
+//!   only in a log that was compacted, here or by the leader it copies;
 //! - `log_start_offset` = first segment's base offset <= `recovery_point` <= `log_end_offset`
 //!   = active segment's next offset;
 //! - every batch in the files passed its CRC check before it was written (append) or after
@@ -42,6 +49,7 @@
 
 pub mod cache_behind;
 pub mod checkpoint;
+pub mod cleaner;
 pub mod config;
 pub mod epoch_cache;
 pub mod error;
@@ -53,7 +61,8 @@ pub mod producer_state;
 pub mod segment;
 
 pub use checkpoint::{OffsetCheckpointFile, TopicPartition};
-pub use config::{Clock, LogConfig, ManualClock, SystemClock};
+pub use cleaner::{CleanerConfig, CleanerStats};
+pub use config::{CleanupPolicy, Clock, LogConfig, ManualClock, SystemClock};
 pub use epoch_cache::{EpochEntry, LeaderEpochCache};
 pub use error::{LogError, LogResult};
 pub use manager::LogManager;

@@ -10,13 +10,15 @@ use bytes::Bytes;
 
 use super::cache_behind;
 use super::checkpoint::fsync_dir;
+use super::cleaner::CLEANER_CHECKPOINT;
 use super::config::{Clock, LogConfig};
 use super::epoch_cache::{LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
 use super::error::{LogError, LogResult, io_err};
 use super::producer_state::{AppendCheck, ProducerEntry, ProducerStateManager, SNAPSHOT_SUFFIX};
 use super::segment::{
-    INDEX_SUFFIX, LOG_SUFFIX, Segment, TIME_INDEX_SUFFIX, is_deleted_segment_file_name,
-    parse_offset_file_name, remove_if_exists,
+    CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, Segment, TIME_INDEX_SUFFIX,
+    complete_swap_file, is_deleted_segment_file_name, parse_offset_file_name, remove_if_exists,
+    swap_file_end,
 };
 use keel_record::{
     BatchHeader, BatchIter, CONTROL_BIT, MAX_LOG_END_OFFSET, NO_TIMESTAMP, RecordBatch,
@@ -30,6 +32,7 @@ const OFFSET_FILE_SUFFIXES: [&str; 4] =
 /// Whether `name` is a file this log writes atomically (so `name.tmp` is its leftover).
 fn is_own_atomic_file(name: &str) -> bool {
     name == LEADER_EPOCH_CHECKPOINT
+        || name == CLEANER_CHECKPOINT
         || [INDEX_SUFFIX, TIME_INDEX_SUFFIX, SNAPSHOT_SUFFIX]
             .iter()
             .any(|suffix| parse_offset_file_name(name, suffix).is_some())
@@ -182,8 +185,14 @@ pub struct Log {
     /// Bytes appended since the last page-cache drop-behind pass.
     bytes_since_drop_behind: u64,
     /// Counts truncations (of the tail or the whole log): a [`LogFlush`] taken before one
-    /// may have synced bytes that are gone, so it must not move the recovery point.
+    /// may have synced bytes that are gone, so it must not move the recovery point (nor a
+    /// cleaner pass planned before one install its segments).
     truncations: u64,
+    /// End of the last completed cleaner pass (`cleaner-offset-checkpoint`, see
+    /// [`crate::log::cleaner`]); lowered by truncation.
+    cleaner_checkpoint: Option<i64>,
+    /// Earliest delete horizon of a tombstone the last cleaner pass kept (in memory only).
+    earliest_delete_horizon_ms: Option<i64>,
 }
 
 /// The fsyncs of one flush: taken under the partition lock by [`Log::begin_flush`], run
@@ -270,6 +279,8 @@ impl Log {
             dir_dirty: false,
             truncations: 0,
             bytes_since_drop_behind: 0,
+            cleaner_checkpoint: Log::load_cleaner_checkpoint(dir),
+            earliest_delete_horizon_ms: None,
         };
         if recovered_any {
             // Recovered bytes were read back and checked; make them durable so the recovery
@@ -307,11 +318,12 @@ impl Log {
         );
         debug_assert!(self.log_start_offset <= self.recovery_point);
         debug_assert!(self.recovery_point <= self.log_end_offset);
+        // `<=`: the log cleaner may remove the last batches of a segment (offset gaps).
         debug_assert!(
             self.segments
                 .values()
                 .zip(self.segments.values().skip(1))
-                .all(|(a, b)| a.next_offset() == b.base_offset())
+                .all(|(a, b)| a.next_offset() <= b.base_offset())
         );
         debug_assert!(
             self.epoch_cache
@@ -366,8 +378,9 @@ impl Log {
     /// (CORRUPT_MESSAGE); record timestamps (INVALID_TIMESTAMP, see
     /// `check_leader_timestamps`; a header max timestamp that disagrees with the records is
     /// rewritten, not refused); transactional or control attribute bits, which producers may
-    /// not set (INVALID_RECORD; Keel has no transactions); a producer id without epoch or sequence (INVALID_RECORD);
-    /// the idempotence rules of [`crate::log::check_append`] (a duplicate returns the original
+    /// not set (INVALID_RECORD; Keel has no transactions); on a compacted topic, a record
+    /// without a key (INVALID_RECORD, Kafka `LogValidator.validateKey`); a producer id
+    /// without epoch or sequence (INVALID_RECORD); the idempotence rules of [`crate::log::check_append`] (a duplicate returns the original
     /// offsets with `duplicate: true` and writes nothing; INVALID_PRODUCER_EPOCH;
     /// OUT_OF_ORDER_SEQUENCE_NUMBER); the new LEO must not pass
     /// [`keel_record::MAX_LOG_END_OFFSET`] (`InvalidOffset`). Then assigns base offset
@@ -398,6 +411,16 @@ impl Log {
             return Err(LogError::InvalidRecord {
                 base_offset: header.base_offset,
                 reason: "transactional and control batches are not accepted from producers",
+            });
+        }
+        if self.config.cleanup_policy.compact
+            && batch.records().any(|r| r.is_ok_and(|r| r.key.is_none()))
+        {
+            // Kafka `LogValidator.validateKey`: "Compacted topic cannot accept message without
+            // key" (INVALID_RECORD): the cleaner could not keep it.
+            return Err(LogError::InvalidRecord {
+                base_offset: header.base_offset,
+                reason: "a compacted topic (cleanup.policy=compact) does not accept records without a key",
             });
         }
         if header.has_producer_id() && (header.producer_epoch < 0 || header.base_sequence < 0) {
@@ -438,10 +461,14 @@ impl Log {
     }
 
     /// Appends batches fetched from the leader, keeping their offsets and epochs (Kafka
-    /// `UnifiedLog.appendAsFollower`). Every batch is checked (size, CRC, records) and the
-    /// offsets must continue the LEO without gaps (else `UnexpectedAppendOffset`) before
-    /// anything is written; producer state is updated without sequence checks, as Kafka does
-    /// for replication. The leader's bytes are kept as they are: attribute bits
+    /// `UnifiedLog.appendAsFollower`). Every batch is checked (size, CRC, records, allowing
+    /// the offset gaps of a batch the leader's cleaner rewrote,
+    /// [`keel_record::RecordBatch::validate_replicated`]) and its base offset must be at or
+    /// above the LEO and above the previous batch's last offset (else
+    /// `UnexpectedAppendOffset`) before anything is written: a compacted leader log has gaps
+    /// between batches, which the follower keeps (Kafka checks only that offsets increase;
+    /// the first gap writes the gap marker, `Log::mark_offset_gaps`). Producer state is
+    /// updated without sequence checks, as Kafka does for replication. The leader's bytes are kept as they are: attribute bits
     /// (transactional, control) and timestamps are not re-validated, and every use of a
     /// timestamp is saturating, so no value can make the log panic. Batch offsets are bounded
     /// by [`keel_record::MAX_LOG_END_OFFSET`] when parsed. A batch whose partition
@@ -460,8 +487,8 @@ impl Log {
                     max_bytes: self.config.max_message_bytes,
                 });
             }
-            b.validate()?;
-            if b.base_offset() != expected {
+            b.validate_replicated()?;
+            if b.base_offset() < expected {
                 return Err(LogError::UnexpectedAppendOffset {
                     expected,
                     got: b.base_offset(),
@@ -473,6 +500,15 @@ impl Log {
         let (Some(first), Some(last)) = (batches.first(), batches.last()) else {
             return Ok(None);
         };
+        let mut previous_end = self.log_end_offset;
+        let has_gap = batches.iter().any(|b| {
+            let gap = b.base_offset() > previous_end;
+            previous_end = b.last_offset() + 1;
+            gap
+        });
+        if has_gap {
+            self.mark_offset_gaps()?;
+        }
         let info = AppendInfo {
             first_offset: first.base_offset(),
             last_offset: last.last_offset(),
@@ -498,7 +534,7 @@ impl Log {
         bytes: &[u8],
         header: &BatchHeader,
     ) -> LogResult<()> {
-        debug_assert_eq!(header.base_offset, self.log_end_offset);
+        debug_assert!(header.base_offset >= self.log_end_offset);
         self.maybe_roll(header)?;
         // The epoch entry may precede the data: an entry at the LEO without data is the
         // normal state of a new leader (KAFKA-7415), so a failed write below is harmless.
@@ -574,7 +610,15 @@ impl Log {
     /// first batch's timestamp if it has one, else by creation time), or its offsets would
     /// no longer fit in a relative u32 offset. Time differences saturate: a follower batch
     /// may carry any max timestamp.
+    ///
+    /// A follower batch after an offset gap (a compacted leader log) so wide that its offsets
+    /// would not fit the relative offsets of a segment starting at the LEO starts a segment
+    /// of its own at its base offset, and the LEO moves there: nothing lies in the gap
+    /// (Kafka `LocalLog.roll(expectedNextOffset)`).
     fn maybe_roll(&mut self, next: &BatchHeader) -> LogResult<()> {
+        if next.last_offset() - self.log_end_offset > i32::MAX as i64 {
+            return self.roll_at(next.base_offset);
+        }
         let now_ms = self.clock.now_ms();
         let active = self.active();
         if active.size_bytes() == 0 {
@@ -620,7 +664,13 @@ impl Log {
     /// Starts a new active segment at the LEO (Kafka `UnifiedLog.roll`): writes the old
     /// segment's indexes and a producer snapshot at the new base offset.
     pub fn roll(&mut self) -> LogResult<()> {
-        let base = self.log_end_offset;
+        self.roll_at(self.log_end_offset)
+    }
+
+    /// [`Log::roll`] with the new segment at `base` >= the LEO, which moves there (see
+    /// `maybe_roll`); an empty active segment below `base` stays as an empty segment.
+    fn roll_at(&mut self, base: i64) -> LogResult<()> {
+        debug_assert!(base >= self.log_end_offset);
         if self.active().base_offset() == base {
             return Ok(());
         }
@@ -629,6 +679,7 @@ impl Log {
         self.bytes_since_snapshot = 0;
         let seg = Segment::create(&self.dir, base, self.clock.now_ms())?;
         self.segments.insert(base, seg);
+        self.log_end_offset = base;
         self.dir_dirty = true;
         self.check_invariants();
         Ok(())
@@ -776,6 +827,7 @@ impl Log {
         self.epoch_cache.truncate_from_end(self.log_end_offset)?;
         self.recovery_point = self.recovery_point.min(self.log_end_offset);
         self.truncations += 1;
+        self.lower_cleaner_checkpoint(self.log_end_offset)?;
         self.rebuild_producer_state()?;
         self.check_invariants();
         Ok(true)
@@ -802,6 +854,7 @@ impl Log {
         self.log_end_offset = offset;
         self.recovery_point = offset;
         self.truncations += 1;
+        self.lower_cleaner_checkpoint(offset)?;
         self.epoch_cache.clear()?;
         self.producer_state.delete_snapshots_above(-1)?;
         self.producer_state.reset(offset);
@@ -836,6 +889,10 @@ impl Log {
     /// state is advanced past the ones already renamed (whose `.deleted` files are left to
     /// the next open) and the error is returned.
     pub fn delete_old_segments(&mut self, high_watermark: i64) -> LogResult<DeletedSegments> {
+        if !self.config.cleanup_policy.delete {
+            // `cleanup.policy=compact` alone: the cleaner, not retention, bounds the log.
+            return Ok(DeletedSegments::default());
+        }
         let now_ms = self.clock.now_ms();
         // Exact arithmetic: sizes and `retention.bytes` are u64, their difference may be
         // negative (nothing to delete for size) and must never wrap.
@@ -1082,6 +1139,103 @@ impl Log {
     pub fn config(&self) -> &LogConfig {
         &self.config
     }
+
+    /// The log's clock (ms since the epoch): the `now_ms` to give the cleaner.
+    pub fn clock_now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    /// The segments, ascending (the last is the active one).
+    pub(super) fn segment_list(&self) -> Vec<&Segment> {
+        self.segments.values().collect()
+    }
+
+    /// The segment at `base_offset`.
+    pub(super) fn segment(&self, base_offset: i64) -> Option<&Segment> {
+        self.segments.get(&base_offset)
+    }
+
+    /// Truncations so far (see the field).
+    pub(super) fn truncation_count(&self) -> u64 {
+        self.truncations
+    }
+
+    /// Producer id -> last offset of its newest batch.
+    pub(super) fn producer_last_offsets(&self) -> std::collections::HashMap<i64, i64> {
+        self.producer_state.last_batch_offsets()
+    }
+
+    /// The cleaner checkpoint (end of the last completed pass), if any.
+    pub fn cleaner_checkpoint(&self) -> Option<i64> {
+        self.cleaner_checkpoint
+    }
+
+    /// Earliest delete horizon of a tombstone kept by the last cleaner pass.
+    pub fn earliest_delete_horizon_ms(&self) -> Option<i64> {
+        self.earliest_delete_horizon_ms
+    }
+
+    pub(super) fn set_cleaner_state(&mut self, checkpoint: Option<i64>, horizon_ms: Option<i64>) {
+        self.cleaner_checkpoint = checkpoint;
+        self.earliest_delete_horizon_ms = horizon_ms;
+    }
+
+    /// Records, before the first offset gap reaches the disk, that this log may hold gaps
+    /// (see `load_segments`): writes the cleaner checkpoint file (at the log start, i.e.
+    /// "nothing cleaned yet") if there is none.
+    pub(super) fn mark_offset_gaps(&mut self) -> LogResult<()> {
+        if self.cleaner_checkpoint.is_none() {
+            let start = self.log_start_offset;
+            let path = self.dir.join(CLEANER_CHECKPOINT);
+            super::checkpoint::write_atomically(&path, format!("0\n1\n{start}\n").as_bytes())?;
+            self.cleaner_checkpoint = Some(start);
+        }
+        Ok(())
+    }
+
+    /// Kafka `LogCleanerManager.maybeTruncateCheckpoint`: after a truncation to `offset`
+    /// data above it is new and dirty again.
+    fn lower_cleaner_checkpoint(&mut self, offset: i64) -> LogResult<()> {
+        if self.cleaner_checkpoint.is_some_and(|c| c > offset) {
+            self.cleaner_checkpoint = Some(offset);
+            let path = self.dir.join(CLEANER_CHECKPOINT);
+            super::checkpoint::write_atomically(&path, format!("0\n1\n{offset}\n").as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// Puts `cleaned` (the replacement of a non-active segment, or of a group starting with
+    /// it whose other members [`Log::retire_segment`] removed, already renamed to its final
+    /// name) in the place of the segment with its base offset and returns that one.
+    pub(super) fn replace_segment(&mut self, cleaned: Segment) -> Segment {
+        let base = cleaned.base_offset();
+        debug_assert!(base != self.active().base_offset());
+        let old = self
+            .segments
+            .insert(base, cleaned)
+            .expect("install_cleaned checked the segment is there");
+        self.check_invariants();
+        old
+    }
+
+    /// Removes the non-active segment at `base` from the log and renames its files to
+    /// `.deleted` ([`Segment::rename_to_deleted`]) for a cleaned group that replaces it;
+    /// returns those files. The caller fsyncs the directory. On failure the segment stays.
+    pub(super) fn retire_segment(&mut self, base: i64) -> LogResult<Vec<PathBuf>> {
+        debug_assert!(base != self.active().base_offset());
+        let seg = self
+            .segments
+            .remove(&base)
+            .expect("install_cleaned checked the segment is there");
+        match seg.rename_to_deleted() {
+            Ok(files) => Ok(files),
+            Err(failed) => {
+                let (seg, e) = *failed;
+                self.segments.insert(base, seg);
+                Err(e)
+            }
+        }
+    }
 }
 
 /// The base offsets of the segment files in `dir`, sorted. Only `{offset:020}` names are the
@@ -1092,6 +1246,7 @@ impl Log {
 /// deleted here.
 fn segment_bases(dir: &Path) -> LogResult<Vec<i64>> {
     let mut bases = Vec::new();
+    let mut swaps = Vec::new();
     for e in fs::read_dir(dir).map_err(io_err(dir))? {
         let e = e.map_err(io_err(dir))?;
         let path = e.path();
@@ -1107,6 +1262,19 @@ fn segment_bases(dir: &Path) -> LogResult<Vec<i64>> {
         {
             // Leftover of an interrupted atomic write: the old file is still valid.
             fs::remove_file(&path).map_err(io_err(&path))?;
+        } else if is_file
+            && let Some(target) = name.strip_suffix(CLEANED_SUFFIX)
+            && parse_offset_file_name(target, LOG_SUFFIX).is_some()
+        {
+            // A cleaned segment still being written when the process stopped (Kafka
+            // `LogLoader`): incomplete, the segment it was cleaned from is intact.
+            tracing::info!(file = %path.display(), "deleting incomplete cleaned segment");
+            fs::remove_file(&path).map_err(io_err(&path))?;
+        } else if is_file
+            && let Some(target) = name.strip_suffix(SWAP_SUFFIX)
+            && let Some(base) = parse_offset_file_name(target, LOG_SUFFIX)
+        {
+            swaps.push(base);
         } else if is_deleted_segment_file_name(name) && is_file {
             // A segment that retention removed from the log before a crash or shutdown
             // (renamed under the lock, deleted later, see `delete_old_segments`); never
@@ -1128,6 +1296,36 @@ fn segment_bases(dir: &Path) -> LogResult<Vec<i64>> {
         } else if name.ends_with(".tmp") {
             tracing::warn!(file = %path.display(), "ignoring unknown temporary file (not deleted)");
         }
+    }
+    // Complete the cleaner's swaps (Kafka `LogLoader`): a `.log.swap` file is a complete,
+    // fsynced cleaned version of the segment with its base offset, or of a group of segments
+    // starting there, made durable before any old file was replaced or retired; it replaces
+    // every segment whose base offset lies within its offsets (those can only be members of
+    // its group). Only a segment still in the log is replaced: without its file (removed by
+    // retention or truncation) the swap is stale and deleted.
+    if !swaps.is_empty() {
+        for base in swaps {
+            let swap = dir.join(format!("{base:020}{LOG_SUFFIX}{SWAP_SUFFIX}"));
+            if bases.contains(&base) {
+                tracing::info!(file = %swap.display(), "completing an interrupted cleaner swap");
+                let end = swap_file_end(dir, base)?;
+                for member in bases.iter().filter(|b| **b > base && **b < end) {
+                    tracing::info!(
+                        base = member,
+                        "deleting a segment the cleaner's swap replaces"
+                    );
+                    for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                        remove_if_exists(&super::segment::segment_file(dir, *member, suffix))?;
+                    }
+                }
+                bases.retain(|b| !(*b > base && *b < end));
+                complete_swap_file(dir, base)?;
+            } else {
+                tracing::warn!(file = %swap.display(), "deleting a cleaner swap file whose segment is gone");
+                remove_if_exists(&swap)?;
+            }
+        }
+        fsync_dir(dir)?;
     }
     bases.sort_unstable();
     Ok(bases)
@@ -1154,6 +1352,11 @@ fn load_segments(
     let mut segments = BTreeMap::new();
     let mut recovered_any = false;
     let mut iter = bases.iter();
+    // Offset gaps are legitimate only in a log that may have been compacted: a compacted
+    // topic, or a log that ever held gaps (cleaned here, or copied from a compacted leader),
+    // which `Log::mark_offset_gaps` records by the cleaner checkpoint file. Elsewhere a gap
+    // means a damaged base offset (outside the CRC) and recovery cuts the log there.
+    let allow_gaps = config.cleanup_policy.compact || dir.join(CLEANER_CHECKPOINT).exists();
     // One iteration per segment file.
     for &base in iter.by_ref() {
         let recover = !opts.clean_shutdown && base >= recover_from;
@@ -1165,11 +1368,11 @@ fn load_segments(
             config.index_interval_bytes,
             config.max_message_bytes,
             now_ms,
+            allow_gaps,
         )?;
-        let contiguous = segments
-            .values()
-            .next_back()
-            .is_none_or(|prev: &Segment| prev.next_offset() == base);
+        let contiguous = segments.values().next_back().is_none_or(|prev: &Segment| {
+            prev.next_offset() == base || (allow_gaps && prev.next_offset() < base)
+        });
         if !contiguous {
             tracing::warn!(dir = %dir.display(), base, "segment is not contiguous with the previous one");
             seg.delete()?;

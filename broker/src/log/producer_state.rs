@@ -162,6 +162,16 @@ impl ProducerStateManager {
         self.producers.get(&producer_id)
     }
 
+    /// Last offset of each producer's newest batch: the batches the log cleaner keeps even
+    /// when all their records are removed (Kafka `LogCleaner` keeps the last batch of every
+    /// active producer so its sequence and epoch survive compaction).
+    pub fn last_batch_offsets(&self) -> std::collections::HashMap<i64, i64> {
+        self.producers
+            .iter()
+            .filter_map(|(id, e)| e.batches.back().map(|b| (*id, b.last_offset)))
+            .collect()
+    }
+
     /// Number of producers tracked.
     pub fn len(&self) -> usize {
         self.producers.len()

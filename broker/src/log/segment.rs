@@ -2,8 +2,10 @@
 //! with its sparse `.index` and `.timeindex` (Kafka `LogSegment`).
 //!
 //! Invariants (checked with `debug_assert!` on every change): `size_bytes` is the file length
-//! and the end of the last whole batch; batches are contiguous in offsets starting at
-//! `base_offset`, so `next_offset` is the end of the last batch (== `base_offset` if empty);
+//! and the end of the last whole batch; batch offsets increase from `base_offset` on, with
+//! no gaps as appended and with gaps once the log cleaner rewrote the segment (Kafka allows
+//! the same: compaction keeps offsets), and `next_offset` is the end of the last batch (==
+//! `base_offset` if empty);
 //! relative offsets fit in u32 and positions in u32 (segments are < 4 GiB).
 
 use std::fs::{self, File, OpenOptions};
@@ -29,6 +31,59 @@ pub const TIME_INDEX_SUFFIX: &str = ".timeindex";
 /// they are deleted off the partition lock (Kafka `LogFileUtils.DELETED_FILE_SUFFIX`): e.g.
 /// `00000000000000000000.log.deleted`. See [`Segment::rename_to_deleted`].
 pub const DELETED_SUFFIX: &str = ".deleted";
+
+/// Suffix of a segment file the log cleaner is writing (Kafka `LogFileUtils.CLEANED_FILE_SUFFIX`):
+/// `{base:020}.log.cleaned`. Incomplete by definition: [`crate::log::Log::open`] deletes it.
+pub const CLEANED_SUFFIX: &str = ".cleaned";
+/// Suffix of a complete, fsynced cleaned segment about to replace `{base:020}.log` (Kafka
+/// `LogFileUtils.SWAP_FILE_SUFFIX`): `{base:020}.log.swap`. [`crate::log::Log::open`]
+/// completes the swap ([`complete_swap_file`]).
+pub const SWAP_SUFFIX: &str = ".swap";
+
+/// `<path><suffix>`.
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Finishes an interrupted swap found on open (Kafka `LogLoader`: `.swap` files are complete
+/// and replace the segment they were cleaned from): deletes `{base}.index` and
+/// `{base}.timeindex` (they describe the old file; the next open rebuilds them by a scan)
+/// and renames `{base}.log.swap` over `{base}.log`. The caller fsyncs the directory.
+pub fn complete_swap_file(dir: &Path, base_offset: i64) -> LogResult<()> {
+    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        remove_if_exists(&segment_file(dir, base_offset, suffix))?;
+    }
+    let target = segment_file(dir, base_offset, LOG_SUFFIX);
+    let swap = with_suffix(&target, SWAP_SUFFIX);
+    fs::rename(&swap, &target).map_err(io_err(&swap))
+}
+
+/// The offset after the last whole batch of `{base}.log.swap` (its headers read in order,
+/// stopping at the first that does not parse or does not fit): the end of the range the swap
+/// replaces on open. `base` for an empty file.
+pub fn swap_file_end(dir: &Path, base_offset: i64) -> LogResult<i64> {
+    let path = with_suffix(&segment_file(dir, base_offset, LOG_SUFFIX), SWAP_SUFFIX);
+    let file = File::open(&path).map_err(io_err(&path))?;
+    let len = file.metadata().map_err(io_err(&path))?.len();
+    let mut end = base_offset;
+    let mut pos = 0u64;
+    let mut head = [0u8; HEADER_SIZE];
+    // Each iteration moves past one batch: bounded by the file size.
+    while pos + HEADER_SIZE as u64 <= len {
+        file.read_exact_at(&mut head, pos).map_err(io_err(&path))?;
+        let Ok(h) = BatchHeader::parse(&head, pos) else {
+            break;
+        };
+        if pos + h.size_bytes() as u64 > len || h.base_offset < end {
+            break;
+        }
+        end = h.next_offset();
+        pos += h.size_bytes() as u64;
+    }
+    Ok(end)
+}
 
 /// Whether `name` is `{offset:020}{suffix}` + [`DELETED_SUFFIX`] for a segment, offset index
 /// or time index `suffix`: a file of a segment that was removed from its log and still
@@ -134,13 +189,87 @@ impl Segment {
         })
     }
 
+    /// Creates `{base_offset:020}.log.cleaned` for the log cleaner to fill with
+    /// [`Segment::append`] (Kafka `LogCleaner.createNewCleanedSegment`). `created_ms` is kept
+    /// from the segment it replaces (the basis of time retention without timestamps).
+    pub fn create_cleaned(dir: &Path, base_offset: i64, created_ms: i64) -> LogResult<Segment> {
+        let final_path = segment_file(dir, base_offset, LOG_SUFFIX);
+        let log_path = with_suffix(&final_path, CLEANED_SUFFIX);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&log_path)
+            .map_err(io_err(&log_path))?;
+        Ok(Segment {
+            base_offset,
+            log_path,
+            file: Arc::new(file),
+            size_bytes: 0,
+            next_offset: base_offset,
+            index: OffsetIndex::default(),
+            time_index: TimeIndex::default(),
+            max_timestamp: NO_TIMESTAMP,
+            first_batch_timestamp: None,
+            created_ms,
+            bytes_since_index_entry: 0,
+            index_dirty: true,
+            cache_behind: CacheBehind::default(),
+        })
+    }
+
+    /// Cleaner step 2: fdatasync the `.cleaned` file and rename it to `.log.swap`; from here
+    /// a crash completes the swap on the next open. The caller fsyncs the directory.
+    pub fn cleaned_to_swap(&mut self) -> LogResult<()> {
+        self.file.sync_data().map_err(io_err(&self.log_path))?;
+        let dir = self.dir();
+        let swap = with_suffix(
+            &segment_file(&dir, self.base_offset, LOG_SUFFIX),
+            SWAP_SUFFIX,
+        );
+        fs::rename(&self.log_path, &swap).map_err(io_err(&self.log_path))?;
+        self.log_path = swap;
+        Ok(())
+    }
+
+    /// Cleaner step 3 ([`complete_swap_file`] for this segment): the `.swap` file becomes
+    /// `{base}.log`, replacing the old segment's file (whose open handle, held by the old
+    /// [`Segment`], keeps its data readable until dropped). The new indexes are written
+    /// later (roll, close); a crash before that rebuilds them on open.
+    pub fn complete_swap(&mut self) -> LogResult<()> {
+        let dir = self.dir();
+        complete_swap_file(&dir, self.base_offset)?;
+        self.log_path = segment_file(&dir, self.base_offset, LOG_SUFFIX);
+        self.index_dirty = true;
+        self.seek_to_end()?;
+        Ok(())
+    }
+
+    /// Deletes a `.cleaned` or `.swap` file that will not be installed.
+    pub fn discard_cleaned(self) -> LogResult<()> {
+        let path = self.log_path.clone();
+        drop(self);
+        remove_if_exists(&path)
+    }
+
+    fn dir(&self) -> PathBuf {
+        self.log_path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .to_path_buf()
+    }
+
     /// Opens an existing segment. With `recover`, every batch is read and its CRC checked,
     /// the indexes are rebuilt and an invalid tail is cut off (reported in the outcome).
     /// Without it, the index files are trusted if they pass validation (else rebuilt by the
     /// same full scan) and only the batches after the last index entry are read and checked.
     /// A batch whose length field exceeds `max_batch_bytes` (the log's `max.message.bytes`,
     /// which every append enforces) counts as corrupt: the scan never reads or buffers more
-    /// than that for one batch.
+    /// than that for one batch. A batch whose base offset is not the previous batch's next
+    /// offset counts as corrupt too (the base offset is outside the CRC) unless
+    /// `allow_offset_gaps` (a log that may have been compacted, here or by the leader it
+    /// copies): then only decreasing offsets do.
     pub fn open(
         dir: &Path,
         base_offset: i64,
@@ -148,6 +277,7 @@ impl Segment {
         index_interval_bytes: u64,
         max_batch_bytes: usize,
         now_ms: i64,
+        allow_offset_gaps: bool,
     ) -> LogResult<(Segment, ScanOutcome)> {
         let log_path = segment_file(dir, base_offset, LOG_SUFFIX);
         let file = OpenOptions::new()
@@ -171,13 +301,14 @@ impl Segment {
             index_dirty: false,
             cache_behind: CacheBehind::done_at(size_bytes),
         };
+        let gaps = allow_offset_gaps;
         let outcome = if recover {
-            seg.scan_from_start(index_interval_bytes, max_batch_bytes)?
+            seg.scan_from_start(index_interval_bytes, max_batch_bytes, gaps)?
         } else if seg.load_indexes(dir)? {
-            seg.scan_tail(index_interval_bytes, max_batch_bytes)?
+            seg.scan_tail(index_interval_bytes, max_batch_bytes, gaps)?
         } else {
             tracing::info!(segment = %seg.log_path.display(), "rebuilding missing or invalid index");
-            seg.scan_from_start(index_interval_bytes, max_batch_bytes)?
+            seg.scan_from_start(index_interval_bytes, max_batch_bytes, gaps)?
         };
         if seg.size_bytes > 0 {
             let h = seg.read_header(0)?;
@@ -232,6 +363,7 @@ impl Segment {
         &mut self,
         index_interval_bytes: u64,
         max_batch_bytes: usize,
+        allow_offset_gaps: bool,
     ) -> LogResult<ScanOutcome> {
         let (mut pos, mut expected) = match self.index.last() {
             Some(e) => (
@@ -249,19 +381,38 @@ impl Segment {
         while pos < self.size_bytes {
             let h = match self.read_header(pos) {
                 Ok(h) => h,
-                Err(_) => return self.scan_from_start(index_interval_bytes, max_batch_bytes),
+                Err(_) => {
+                    return self.scan_from_start(
+                        index_interval_bytes,
+                        max_batch_bytes,
+                        allow_offset_gaps,
+                    );
+                }
             };
-            if h.base_offset != expected
+            let misplaced = if allow_offset_gaps {
+                h.base_offset < expected
+            } else {
+                h.base_offset != expected
+            };
+            if misplaced
                 || h.size_bytes() > max_batch_bytes
                 || pos + h.size_bytes() as u64 > self.size_bytes
             {
-                return self.scan_from_start(index_interval_bytes, max_batch_bytes);
+                return self.scan_from_start(
+                    index_interval_bytes,
+                    max_batch_bytes,
+                    allow_offset_gaps,
+                );
             }
             // The tail is at most one index interval plus one batch: check its CRCs too, so
             // a stale recovery point cannot hide a torn or garbage tail.
             let data = self.read_bytes(pos, h.size_bytes())?;
             if crc32c::crc32c(&data[21..]) != h.crc {
-                return self.scan_from_start(index_interval_bytes, max_batch_bytes);
+                return self.scan_from_start(
+                    index_interval_bytes,
+                    max_batch_bytes,
+                    allow_offset_gaps,
+                );
             }
             self.max_timestamp = self.max_timestamp.max(h.max_timestamp);
             expected = h.next_offset();
@@ -280,6 +431,7 @@ impl Segment {
         &mut self,
         index_interval_bytes: u64,
         max_batch_bytes: usize,
+        allow_offset_gaps: bool,
     ) -> LogResult<ScanOutcome> {
         self.index = OffsetIndex::default();
         self.time_index = TimeIndex::default();
@@ -321,7 +473,12 @@ impl Segment {
                 reason = Some(format!("batch at byte {pos} is torn"));
                 break;
             }
-            if h.base_offset != expected
+            let misplaced = if allow_offset_gaps {
+                h.base_offset < expected
+            } else {
+                h.base_offset != expected
+            };
+            if misplaced
                 || h.last_offset() - self.base_offset > u32::MAX as i64
                 || pos + size as u64 > u32::MAX as u64 + 1
             {
@@ -435,7 +592,7 @@ impl Segment {
         header: &BatchHeader,
         index_interval_bytes: u64,
     ) -> LogResult<()> {
-        debug_assert_eq!(header.base_offset, self.next_offset, "contiguous offsets");
+        debug_assert!(header.base_offset >= self.next_offset, "increasing offsets");
         debug_assert_eq!(header.size_bytes(), batch.len());
         let pos = self.size_bytes;
         // One writev at the file cursor (kept at `size_bytes`): the stamped prefix and the
@@ -556,10 +713,10 @@ impl Segment {
         }
         // Recompute next offset, max timestamp and the index cursor from the last entry. The
         // batches before `pos` were all accepted by this log: no size cap applies to them.
-        self.scan_tail(index_interval_bytes, usize::MAX)?;
+        self.scan_tail(index_interval_bytes, usize::MAX, true)?;
         self.seek_to_end()?;
         self.check_invariants();
-        debug_assert_eq!(self.next_offset, h.base_offset);
+        debug_assert!(self.next_offset <= h.base_offset);
         Ok(removed)
     }
 

@@ -159,6 +159,27 @@ pub fn record_flush(elapsed: Duration) {
     metrics::histogram!("keel_broker_log_flush_duration_seconds").record(elapsed.as_secs_f64());
 }
 
+/// A completed log cleaner pass (Kafka `LogCleaner` metrics: `cleaner-recopy-percent` and
+/// `max-clean-time-secs` come from these counters and the histogram).
+pub fn record_cleaner_pass(stats: &crate::log::CleanerStats, elapsed: Duration) {
+    metrics::counter!("keel_broker_log_cleaner_runs_total").increment(1);
+    metrics::counter!("keel_broker_log_cleaner_bytes_read_total").increment(stats.bytes_read);
+    metrics::counter!("keel_broker_log_cleaner_bytes_written_total").increment(stats.bytes_written);
+    metrics::counter!("keel_broker_log_cleaner_records_removed_total")
+        .increment(stats.records_removed);
+    metrics::histogram!("keel_broker_log_cleaner_pass_duration_seconds")
+        .record(elapsed.as_secs_f64());
+}
+
+/// The cleaner gauges, set every time the ticker looks for a log to clean: the highest dirty
+/// ratio of a compacted log here, in percent (Kafka `LogCleanerManager.max-dirty-percent`),
+/// and the time since the last completed pass, ms (`time-since-last-run-ms`; since start
+/// before the first pass).
+pub fn record_cleaner_gauges(max_dirty_ratio: f64, since_last_run_ms: u64) {
+    metrics::gauge!("keel_broker_log_cleaner_max_dirty_percent").set(max_dirty_ratio * 100.0);
+    metrics::gauge!("keel_broker_log_cleaner_time_since_last_run_ms").set(since_last_run_ms as f64);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

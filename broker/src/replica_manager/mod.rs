@@ -25,11 +25,13 @@
 //! Time: every rule gets `now_ms` from [`MonotonicClock`] (ms since the manager started).
 
 pub mod alter_isr;
+pub mod cleaning;
 pub mod fetch;
 pub mod fetcher;
 pub mod metrics;
 pub mod produce;
 pub mod producer_ids;
+pub mod topic_config;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -43,7 +45,8 @@ use uuid::Uuid;
 
 use crate::lifecycle::{ControllerChannels, LifecycleStatus};
 use crate::log::{
-    DeletedSegments, Log, LogConfig, LogError, LogManager, SystemClock, TopicPartition,
+    CleanerConfig, DeletedSegments, Log, LogConfig, LogError, LogManager, SystemClock,
+    TopicPartition,
 };
 use crate::metadata::{LocalChangesEvent, TopicIdPartition};
 use crate::replica::{
@@ -106,6 +109,11 @@ pub struct ReplicaManagerConfig {
     /// Backoff after a failed follower fetch, ms (Kafka `replica.fetch.backoff.ms`, 1000;
     /// Keel uses less on loopback).
     pub replica_fetch_backoff_ms: u64,
+    /// Log cleaner settings (`log.cleaner.dedupe.buffer.size`).
+    pub cleaner: CleanerConfig,
+    /// How often the ticker looks for a log to clean, ms (`log.cleaner.backoff.ms`,
+    /// [`cleaning::CLEANER_BACKOFF_MS`] by default).
+    pub cleaner_backoff_ms: u64,
 }
 
 /// One hosted partition: the replication state and the log under one lock.
@@ -165,6 +173,8 @@ pub struct Shared {
     producer_ids: producer_ids::ProducerIdManager,
     /// Permits for validating a compressed produced batch ([`produce::MAX_CONCURRENT_DECOMPRESSIONS`]).
     decompressions: tokio::sync::Semaphore,
+    /// [`MonotonicClock`] reading when the last log cleaner pass completed (0 = none yet).
+    cleaner_last_run_ms: AtomicU64,
 }
 
 /// The replica manager handle (cheap to clone).
@@ -218,6 +228,7 @@ impl ReplicaManager {
             fetchers: Mutex::new(fetcher::FetcherManager::default()),
             next_token: AtomicU64::new(1),
             decompressions: tokio::sync::Semaphore::new(produce::MAX_CONCURRENT_DECOMPRESSIONS),
+            cleaner_last_run_ms: AtomicU64::new(0),
             producer_ids: producer_ids::ProducerIdManager::new(
                 config.broker_id,
                 channels.clone(),
@@ -381,38 +392,12 @@ impl ReplicaManager {
         }
     }
 
-    /// Log settings of `topic`: the broker defaults overridden by the topic's `segment.bytes`,
-    /// `retention.ms`, `retention.bytes` and `max.message.bytes` (values the controller
-    /// validated; an unparsable one keeps the default and is logged).
+    /// Log settings of `topic` ([`topic_config::log_config`] over the image's topic configs).
     fn log_config(&self, image: &MetadataImage, topic: &str) -> LogConfig {
-        let mut c = self.shared.config.log_defaults.clone();
         let res = ConfigResource::Topic(topic.to_string());
-        let get = |key: &str| -> Option<i64> {
-            let v = image.config(&res, key)?;
-            match v.parse::<i64>() {
-                Ok(n) => Some(n),
-                Err(_) => {
-                    tracing::warn!(topic, key, value = v, "ignoring an unparsable topic config");
-                    None
-                }
-            }
-        };
-        if let Some(n) = get("segment.bytes").filter(|n| *n > 0) {
-            c.segment_bytes = n as u64;
-        }
-        if let Some(n) = get("retention.ms") {
-            c.retention_ms = (n >= 0).then_some(n);
-        }
-        if let Some(n) = get("retention.bytes") {
-            c.retention_bytes = (n >= 0).then_some(n as u64);
-        }
-        if let Some(n) = get("max.message.bytes").filter(|n| *n > 0) {
-            c.max_message_bytes = n as usize;
-        }
-        if c.validate().is_err() {
-            return self.shared.config.log_defaults.clone();
-        }
-        c
+        topic_config::log_config(&self.shared.config.log_defaults, topic, |key| {
+            image.config(&res, key)
+        })
     }
 
     fn hosted(
@@ -825,6 +810,10 @@ impl ReplicaManager {
         // Not awaited; while a deletion runs, newly removed files wait for the next tick.
         let mut doomed_files = DeletedSegments::default();
         let mut deleter: Option<tokio::task::JoinHandle<()>> = None;
+        // One log cleaner pass at a time, on a blocking thread (see `cleaning`).
+        let cleaner_backoff_ms = self.shared.config.cleaner_backoff_ms;
+        let mut next_clean = cleaner_backoff_ms;
+        let mut cleaner: Option<tokio::task::JoinHandle<()>> = None;
         loop {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
@@ -893,6 +882,10 @@ impl ReplicaManager {
                     let _ = files.delete_files();
                 }));
             }
+            if now >= next_clean && cleaner.as_ref().is_none_or(|c| c.is_finished()) {
+                next_clean = now + cleaner_backoff_ms;
+                cleaner = self.start_cleaner_pass(now);
+            }
             if sample {
                 next_gauges = now + metrics::GAUGE_INTERVAL_MS;
                 metrics::PartitionGauges::from_roles(roles).record();
@@ -904,6 +897,31 @@ impl ReplicaManager {
                 let _ = tokio::task::spawn_blocking(move || rm.write_checkpoints()).await;
             }
         }
+    }
+
+    /// Measures the compacted logs (the cleaner gauges) and starts a pass on the filthiest
+    /// one due, if any (see [`cleaning`]).
+    fn start_cleaner_pass(&self, now: u64) -> Option<tokio::task::JoinHandle<()>> {
+        let partitions = self.partitions();
+        let (target, max_ratio) = cleaning::filthiest(&partitions);
+        drop(partitions);
+        let last = self.shared.cleaner_last_run_ms.load(Ordering::Relaxed);
+        metrics::record_cleaner_gauges(max_ratio, now.saturating_sub(last));
+        let hp = target?;
+        let weak = Arc::downgrade(&hp);
+        drop(hp);
+        let config = self.shared.config.cleaner;
+        let rm = self.clone();
+        Some(tokio::task::spawn_blocking(
+            move || match cleaning::run_pass(&weak, config) {
+                Ok(Some(_)) => rm
+                    .shared
+                    .cleaner_last_run_ms
+                    .store(rm.now_ms(), Ordering::Relaxed),
+                Ok(None) => {}
+                Err(e) => tracing::error!("log cleaner pass failed: {e}"),
+            },
+        ))
     }
 
     /// Runs `flush.ms` flushes (from [`crate::log::Log::begin_flush_if_due`]) on one

@@ -790,14 +790,19 @@ pub fn decode(tp: &TopicPartition, data: &Bytes, position: i64) -> Result<Decode
         let h = *batch.header();
         if h.next_offset() <= position {
             // Still checked: a corrupt batch is reported even when it is skipped.
-            batch.validate().map_err(|e| corrupt(e.to_string()))?;
+            batch
+                .validate_replicated()
+                .map_err(|e| corrupt(e.to_string()))?;
             continue;
         }
         let log_append_time = h.attributes & TIMESTAMP_TYPE_BIT != 0;
         // CRC and records checked, a compressed batch decompressed once (bounded by
-        // keel_record::MAX_DECOMPRESSED_BYTES).
+        // keel_record::MAX_DECOMPRESSED_BYTES). The records of a compacted topic's batch may
+        // have offset gaps and a batch may have none (the log cleaner keeps a producer's last
+        // batch empty): the next position is the batch's end either way, as Kafka consumers
+        // do.
         let records = batch
-            .validated_records()
+            .validated_replicated_records()
             .map_err(|e| corrupt(e.to_string()))?;
         for r in records {
             let r = r.map_err(|e| corrupt(e.to_string()))?;
@@ -893,6 +898,34 @@ mod tests {
             assert_eq!(got, vec![(21, &b"b"[..]), (22, &b"c"[..])], "{codec}");
             assert_eq!(d.next, Some(23));
         }
+    }
+
+    /// A compacted topic's batches (rewritten by the log cleaner): records with offset gaps,
+    /// and an emptied batch kept for its producer; the position moves past both.
+    #[test]
+    fn decode_reads_compacted_batches() {
+        let tp = ("t".to_string(), 0);
+        let full =
+            keel_record::RecordBatch::from_bytes(batch(10, 3, &["a", "b", "c", "d"])).unwrap();
+        let records: Vec<_> = full.records().map(|r| r.unwrap()).collect();
+        let gapped = full.rebuilt_with(&[records[1].clone(), records[3].clone()], None);
+        let emptied = keel_record::RecordBatch::from_bytes(batch(14, 3, &["e", "f"]))
+            .unwrap()
+            .rebuilt_with(&[], None);
+        let mut data = gapped.as_bytes().to_vec();
+        data.extend_from_slice(emptied.as_bytes());
+        let d = decode(&tp, &Bytes::from(data.clone()), 10).unwrap();
+        let got: Vec<(i64, &[u8])> = d
+            .records
+            .iter()
+            .map(|r| (r.offset, r.value.as_deref().unwrap()))
+            .collect();
+        assert_eq!(got, vec![(11, &b"b"[..]), (13, &b"d"[..])]);
+        assert_eq!(d.next, Some(16));
+        // From inside the gap of the first batch.
+        let d = decode(&tp, &Bytes::from(data), 12).unwrap();
+        assert_eq!(d.records.len(), 1);
+        assert_eq!(d.next, Some(16));
     }
 
     #[test]

@@ -28,7 +28,7 @@ use keel_proto::metadata::{
 use super::{ControllerResult, error, record};
 
 /// The type and range of a config value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum ConfigKind {
     /// A 32-bit integer in `[min, i32::MAX]`.
     Int {
@@ -42,12 +42,20 @@ pub enum ConfigKind {
     },
     /// `true` or `false`, case-insensitive (Kafka: `ConfigDef.Type.BOOLEAN`).
     Bool,
-    /// `cleanup.policy`: Keel implements `delete` only (no compaction).
+    /// A 64-bit float in `[min, max]` (Kafka: `ConfigDef.Type.DOUBLE` with a range).
+    Double {
+        /// Smallest accepted value.
+        min: f64,
+        /// Largest accepted value.
+        max: f64,
+    },
+    /// `cleanup.policy`: a non-empty comma-separated list of `delete` and `compact` (Kafka's
+    /// `ValidList`; the same rule as the broker's `keel_broker::log::CleanupPolicy::parse`).
     CleanupPolicy,
 }
 
 /// One known config key (Kafka: a `ConfigDef` entry of `LogConfig`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ConfigDef {
     /// The topic-level name, e.g. `retention.ms`.
     pub name: &'static str,
@@ -115,7 +123,38 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
         broker_name: "log.cleanup.policy",
         default: "delete",
         kind: ConfigKind::CleanupPolicy,
-        doc: "Retention policy for old segments; Keel supports only `delete`.",
+        doc: "Retention policy for old segments: `delete` (time/size retention), `compact` \
+              (keep the latest record per key), or both.",
+    },
+    ConfigDef {
+        name: "min.cleanable.dirty.ratio",
+        broker_name: "log.cleaner.min.cleanable.ratio",
+        default: "0.5",
+        kind: ConfigKind::Double { min: 0.0, max: 1.0 },
+        doc: "Compact a log when its uncleaned share of bytes reaches this ratio.",
+    },
+    ConfigDef {
+        name: "min.compaction.lag.ms",
+        broker_name: "log.cleaner.min.compaction.lag.ms",
+        default: "0",
+        kind: ConfigKind::Long { min: 0 },
+        doc: "Records stay uncompacted for at least this many milliseconds; must not exceed \
+              max.compaction.lag.ms.",
+    },
+    ConfigDef {
+        name: "max.compaction.lag.ms",
+        broker_name: "log.cleaner.max.compaction.lag.ms",
+        default: "9223372036854775807",
+        kind: ConfigKind::Long { min: 1 },
+        doc: "Compact records at most this many milliseconds after they were written, \
+              whatever the dirty ratio.",
+    },
+    ConfigDef {
+        name: "delete.retention.ms",
+        broker_name: "log.cleaner.delete.retention.ms",
+        default: "86400000",
+        kind: ConfigKind::Long { min: 0 },
+        doc: "How long a tombstone stays in a compacted log after the cleaner first kept it.",
     },
     ConfigDef {
         name: "max.message.bytes",
@@ -160,13 +199,18 @@ pub fn validate_value(def: &ConfigDef, value: &str) -> Result<(), String> {
         ConfigKind::Bool => parse_bool(v)
             .map(|_| ())
             .ok_or_else(|| "value must be true or false".into()),
+        ConfigKind::Double { min, max } => match v.parse::<f64>() {
+            Ok(x) if (min..=max).contains(&x) => Ok(()),
+            Ok(_) => Err(format!("value must be in [{min}, {max}]")),
+            Err(_) => Err("value must be a number".into()),
+        },
         ConfigKind::CleanupPolicy => {
-            if v == "delete" {
+            if v.split(',')
+                .all(|p| matches!(p.trim(), "delete" | "compact"))
+            {
                 Ok(())
-            } else if v.split(',').any(|p| p.trim() == "compact") {
-                Err("Keel does not implement log compaction; only `delete` is supported".into())
             } else {
-                Err("value must be `delete`".into())
+                Err("value must be a list of `delete` and `compact` (e.g. `compact,delete`)".into())
             }
         }
     }
@@ -256,6 +300,14 @@ pub(crate) fn validate_new_topic_configs(
             ));
         }
     }
+    let lag = |key: &str| {
+        out.get(key)
+            .map(String::as_str)
+            .or_else(|| topic_config_def(key).map(|d| d.default))
+            .unwrap_or_default()
+            .to_string()
+    };
+    check_compaction_lags(&lag(COMPACTION_LAG_KEYS[0]), &lag(COMPACTION_LAG_KEYS[1]))?;
     Ok(out)
 }
 
@@ -468,6 +520,9 @@ fn alter_one(
     };
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
+    // Topic compaction lags set or deleted here: the value after the change (`None` =
+    // Kafka's default).
+    let mut lags: BTreeMap<&str, Option<String>> = BTreeMap::new();
     for c in configs {
         if !seen.insert(c.name.as_str()) {
             return Err((
@@ -524,11 +579,50 @@ fn alter_one(
                 ));
             }
         };
+        if matches!(res, ConfigResource::Topic(_)) && COMPACTION_LAG_KEYS.contains(&c.name.as_str())
+        {
+            let effective = new_value.clone().or_else(|| {
+                image
+                    .config(&ConfigResource::Cluster, def.broker_name)
+                    .map(str::to_string)
+            });
+            lags.insert(c.name.as_str(), effective);
+        }
         if current != new_value.as_deref() {
             out.push(config_record(res, &c.name, new_value));
         }
     }
+    if let ConfigResource::Topic(topic) = res
+        && !lags.is_empty()
+    {
+        let value = |key: &str| match lags.get(key) {
+            Some(Some(v)) => v.clone(),
+            Some(None) => topic_config_def(key).map_or("", |d| d.default).to_string(),
+            None => effective_topic_config(image, topic, key)
+                .map(|(v, _)| v)
+                .unwrap_or_default(),
+        };
+        check_compaction_lags(
+            &value(COMPACTION_LAG_KEYS[0]),
+            &value(COMPACTION_LAG_KEYS[1]),
+        )?;
+    }
     Ok(out)
+}
+
+/// `min.compaction.lag.ms` and `max.compaction.lag.ms`, checked together.
+const COMPACTION_LAG_KEYS: [&str; 2] = ["min.compaction.lag.ms", "max.compaction.lag.ms"];
+
+/// Kafka `LogConfig.validateValues`: `min.compaction.lag.ms` must not exceed
+/// `max.compaction.lag.ms` (the broker's `LogConfig::validate` refuses the same).
+fn check_compaction_lags(min: &str, max: &str) -> Result<(), (ErrorCode, String)> {
+    match (min.trim().parse::<i64>(), max.trim().parse::<i64>()) {
+        (Ok(lo), Ok(hi)) if lo > hi => Err((
+            ErrorCode::InvalidConfig,
+            format!("min.compaction.lag.ms {lo} must not exceed max.compaction.lag.ms {hi}"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// DescribeConfigs (Kafka v4), a read: the value of each requested key (all known keys when

@@ -38,8 +38,8 @@ pub use keel_proto::limits::{MAX_TOPIC_NAME_LEN, validate_topic_name};
 /// Most partitions one CreateTopics topic may ask for: the topic's records (its TopicRecord, a
 /// ConfigRecord per topic config, a PartitionRecord per partition) must fit in one user
 /// operation of [`MAX_RECORDS_PER_OPERATION`](super::result::MAX_RECORDS_PER_OPERATION)
-/// records (Kafka: `QuorumController.MAX_RECORDS_PER_USER_OP`, 10,000, KIP-868): 9,990 with
-/// the 9 topic configs Keel knows.
+/// records (Kafka: `QuorumController.MAX_RECORDS_PER_USER_OP`, 10,000, KIP-868): 9,986 with
+/// the 13 topic configs Keel knows (9,990 before the 4 compaction configs).
 /// It was 10,000, which no create could reach (POLICY_VIOLATION for 10,001 records).
 pub const MAX_PARTITIONS_PER_TOPIC: i32 =
     (super::result::MAX_RECORDS_PER_OPERATION - 1 - super::configs::CONFIG_DEFS.len()) as i32;

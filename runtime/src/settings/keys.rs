@@ -186,7 +186,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "num_partitions",
         kafka: "num.partitions",
-        kind: int(IntType::I32, 1, 9990, "partitions"),
+        kind: int(IntType::I32, 1, 9986, "partitions"),
         default: DefaultValue::Int(1),
         doc: "partitions of a topic created without a count (`keelctl topic create` without \
               `--partitions`, or -1; a topic's records must fit in one 10,000-record \
@@ -243,6 +243,16 @@ pub const SETTINGS: &[Setting] = &[
         doc: "replication factor of `__consumer_offsets` (its `min.insync.replicas` is \
               min(2, this)); creation fails, and groups wait, until that many brokers are \
               registered",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "offsets_topic_segment_bytes",
+        kafka: "offsets.topic.segment.bytes",
+        kind: int(IntType::U64, 1024, i32::MAX as i128 - 1, "bytes"),
+        default: DefaultValue::Int(104_857_600),
+        doc: "`segment.bytes` of `__consumer_offsets` when a broker creates it; the log \
+              cleaner compacts closed segments only, so smaller segments keep the topic \
+              smaller under many commits",
         used_by: UsedBy::Broker,
     },
     Setting {
@@ -346,6 +356,24 @@ pub const SETTINGS: &[Setting] = &[
               written data from it as the log grows (its write-back starts then too); at least \
               1 MiB; 0 keeps every written page, as Kafka does (HDFS: \
               `dfs.datanode.drop.cache.behind.writes`). See below",
+        used_by: UsedBy::Broker,
+    },
+    ms(
+        "log_cleaner_backoff_ms",
+        "log.cleaner.backoff.ms",
+        15_000,
+        "how often the log cleaner looks for a compacted partition (`cleanup.policy=compact`) \
+         whose dirty ratio or lags call for a pass; one pass at a time, \
+         `keel_broker_log_cleaner_*` metrics",
+        UsedBy::Broker,
+    ),
+    Setting {
+        name: "log_cleaner_dedupe_buffer_size",
+        kafka: "log.cleaner.dedupe.buffer.size",
+        kind: int(IntType::U64, 1024, u64::MAX as i128, "bytes"),
+        default: DefaultValue::Int(128 << 20),
+        doc: "memory of the log cleaner's offset map (24 bytes per key, 90% full at most); a \
+              pass whose dirty section has more keys cleans up to where the map filled",
         used_by: UsedBy::Broker,
     },
     ms(

@@ -418,7 +418,7 @@ pub struct StaticBrokerConfig {
 }
 
 /// Kafka's `ConfigDef.Type` id of a key Keel knows (DescribeConfigs v3+ `config_type`):
-/// BOOLEAN 1, INT 3, LONG 5, LIST 7; 0 (UNKNOWN) for anything else.
+/// BOOLEAN 1, INT 3, LONG 5, DOUBLE 6, LIST 7; 0 (UNKNOWN) for anything else.
 pub fn config_type(name: &str) -> i8 {
     match name {
         "unclean.leader.election.enable" => 1,
@@ -434,7 +434,14 @@ pub fn config_type(name: &str) -> i8 {
         | "segment.ms"
         | "log.roll.ms"
         | "flush.messages"
-        | "log.flush.interval.messages" => 5,
+        | "log.flush.interval.messages"
+        | "min.compaction.lag.ms"
+        | "log.cleaner.min.compaction.lag.ms"
+        | "max.compaction.lag.ms"
+        | "log.cleaner.max.compaction.lag.ms"
+        | "delete.retention.ms"
+        | "log.cleaner.delete.retention.ms" => 5,
+        "min.cleanable.dirty.ratio" | "log.cleaner.min.cleanable.ratio" => 6,
         "cleanup.policy" | "log.cleanup.policy" => 7,
         _ => 0,
     }

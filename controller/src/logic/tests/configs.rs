@@ -129,12 +129,55 @@ fn alter_configs_validation_table() {
             "32-bit",
         ),
         (
-            "compaction",
+            "unknown cleanup policy",
             Topic,
             "t",
-            vec![set("cleanup.policy", Some("compact"))],
+            vec![set("cleanup.policy", Some("compact,none"))],
             ErrorCode::InvalidConfig,
-            "compaction",
+            "cleanup.policy",
+        ),
+        (
+            "dirty ratio above 1",
+            Topic,
+            "t",
+            vec![set("min.cleanable.dirty.ratio", Some("1.5"))],
+            ErrorCode::InvalidConfig,
+            "min.cleanable.dirty.ratio",
+        ),
+        (
+            "dirty ratio not a number",
+            Topic,
+            "t",
+            vec![set("min.cleanable.dirty.ratio", Some("NaN"))],
+            ErrorCode::InvalidConfig,
+            "min.cleanable.dirty.ratio",
+        ),
+        (
+            "negative delete.retention.ms",
+            Topic,
+            "t",
+            vec![set("delete.retention.ms", Some("-1"))],
+            ErrorCode::InvalidConfig,
+            "delete.retention.ms",
+        ),
+        (
+            "max.compaction.lag.ms 0",
+            Topic,
+            "t",
+            vec![set("max.compaction.lag.ms", Some("0"))],
+            ErrorCode::InvalidConfig,
+            "max.compaction.lag.ms",
+        ),
+        (
+            "min compaction lag above max",
+            Topic,
+            "t",
+            vec![
+                set("min.compaction.lag.ms", Some("10")),
+                set("max.compaction.lag.ms", Some("5")),
+            ],
+            ErrorCode::InvalidConfig,
+            "min.compaction.lag.ms",
         ),
         (
             "unknown key",
@@ -421,4 +464,113 @@ fn alter_then_describe_with_sources() {
         false,
     );
     assert!(r.records.is_empty());
+}
+
+/// Compaction is configurable (issue #22): every Kafka spelling of `cleanup.policy` with
+/// `compact`, the dirty ratio and the lags; `min.compaction.lag.ms` is checked against the
+/// topic's effective `max.compaction.lag.ms`, also when only one of them changes.
+#[test]
+fn compaction_configs_are_accepted_and_checked_together() {
+    let mut c = setup();
+    for policy in ["compact", "compact,delete", "delete, compact", "delete"] {
+        let r = alter(
+            &c,
+            ConfigResourceType::Topic,
+            "t",
+            vec![set("cleanup.policy", Some(policy))],
+            true,
+        );
+        assert_eq!(
+            code(&r.response.results[0].error),
+            ErrorCode::None,
+            "{policy}"
+        );
+    }
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![
+            set("cleanup.policy", Some("compact")),
+            set("min.cleanable.dirty.ratio", Some("0.1")),
+            set("max.compaction.lag.ms", Some("1000")),
+            set("delete.retention.ms", Some("0")),
+        ],
+        false,
+    );
+    assert_eq!(code(&r.response.results[0].error), ErrorCode::None);
+    assert_eq!(r.records.len(), 4);
+    c.commit(r);
+    // Above the stored max alone: refused; at it: fine.
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![set("min.compaction.lag.ms", Some("1001"))],
+        false,
+    );
+    assert_eq!(code(&r.response.results[0].error), ErrorCode::InvalidConfig);
+    assert!(r.records.is_empty());
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![set("min.compaction.lag.ms", Some("1000"))],
+        false,
+    );
+    assert_eq!(code(&r.response.results[0].error), ErrorCode::None);
+    c.commit(r);
+    // Lowering the max below the stored min is refused too; deleting it (back to Long.MAX)
+    // is fine.
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![set("max.compaction.lag.ms", Some("999"))],
+        false,
+    );
+    assert_eq!(code(&r.response.results[0].error), ErrorCode::InvalidConfig);
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![AlterableConfig {
+            name: "max.compaction.lag.ms".into(),
+            op: AlterConfigOp::Delete as i32,
+            value: None,
+        }],
+        false,
+    );
+    assert_eq!(code(&r.response.results[0].error), ErrorCode::None);
+}
+
+/// CreateTopics: the same compaction checks as AlterConfigs, against Kafka's defaults.
+#[test]
+fn new_topic_compaction_configs_are_checked_together() {
+    use crate::logic::configs::validate_new_topic_configs;
+    use keel_proto::controller::ConfigEntry;
+    let entry = |name: &str, value: &str| ConfigEntry {
+        name: name.into(),
+        value: Some(value.into()),
+    };
+    let ok = validate_new_topic_configs(
+        &[
+            entry("cleanup.policy", "compact,delete"),
+            entry("min.compaction.lag.ms", "100"),
+            entry("min.cleanable.dirty.ratio", "0"),
+        ],
+        3,
+    )
+    .unwrap();
+    assert_eq!(ok["cleanup.policy"], "compact,delete");
+    let err = validate_new_topic_configs(
+        &[
+            entry("min.compaction.lag.ms", "100"),
+            entry("max.compaction.lag.ms", "99"),
+        ],
+        3,
+    )
+    .unwrap_err();
+    assert_eq!(err.0, ErrorCode::InvalidConfig);
+    assert!(err.1.contains("min.compaction.lag.ms"), "{}", err.1);
 }
