@@ -114,18 +114,12 @@ pub fn fetch(req: &FetchRequest) -> Result<(), FieldError> {
 pub fn list_offsets(req: &ListOffsetsRequest) -> Result<(), FieldError> {
     check_range(|| "replica_id".into(), req.replica_id, -2..=i32::MAX)?;
     check_range(|| "isolation_level".into(), req.isolation_level, 0..=1)?;
-    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
-    let mut partitions = 0usize;
-    for (t, topic) in req.topics.iter().enumerate() {
-        topic_name(|| format!("topics[{t}].name"), &topic.name)?;
-        partitions += topic.partitions.len();
-        check_count(
-            || format!("topics[{t}].partitions (over all topics)"),
-            partitions,
-            MAX_PARTITIONS_PER_REQUEST,
-        )?;
-    }
-    Ok(())
+    named_topics(
+        "name",
+        req.topics
+            .iter()
+            .map(|t| (t.name.as_str(), t.partitions.len())),
+    )
 }
 
 /// Bounds of an OffsetsForLeaderEpoch: `replica_id` >= -2, at most
@@ -133,18 +127,12 @@ pub fn list_offsets(req: &ListOffsetsRequest) -> Result<(), FieldError> {
 /// [`MAX_PARTITIONS_PER_REQUEST`] partitions over all of them.
 pub fn offsets_for_leader_epoch(req: &OffsetsForLeaderEpochRequest) -> Result<(), FieldError> {
     check_range(|| "replica_id".into(), req.replica_id, -2..=i32::MAX)?;
-    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
-    let mut partitions = 0usize;
-    for (t, topic) in req.topics.iter().enumerate() {
-        topic_name(|| format!("topics[{t}].topic"), &topic.topic)?;
-        partitions += topic.partitions.len();
-        check_count(
-            || format!("topics[{t}].partitions (over all topics)"),
-            partitions,
-            MAX_PARTITIONS_PER_REQUEST,
-        )?;
-    }
-    Ok(())
+    named_topics(
+        "topic",
+        req.topics
+            .iter()
+            .map(|t| (t.topic.as_str(), t.partitions.len())),
+    )
 }
 
 /// Bounds of a Metadata: at most [`MAX_TOPICS_PER_REQUEST`] names of at most
@@ -192,11 +180,26 @@ pub fn init_producer_id(req: &InitProducerIdRequest) -> Result<(), FieldError> {
 /// Bounds of a DescribeReplicas: at most [`MAX_TOPICS_PER_REQUEST`] topics (name at most
 /// [`MAX_TOPIC_NAME_LEN`]) and [`MAX_PARTITIONS_PER_REQUEST`] partitions over all of them.
 pub fn describe_replicas(req: &DescribeReplicasRequest) -> Result<(), FieldError> {
-    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
+    named_topics(
+        "name",
+        req.topics
+            .iter()
+            .map(|t| (t.name.as_str(), t.partitions.len())),
+    )
+}
+
+/// At most [`MAX_TOPICS_PER_REQUEST`] topics, each name (field `topics[i].<name_field>`) at
+/// most [`MAX_TOPIC_NAME_LEN`], and at most [`MAX_PARTITIONS_PER_REQUEST`] partitions over
+/// all of them: the shape shared by the requests naming (topic, partitions) lists.
+fn named_topics<'a>(
+    name_field: &str,
+    topics: impl ExactSizeIterator<Item = (&'a str, usize)>,
+) -> Result<(), FieldError> {
+    check_count(|| "topics".into(), topics.len(), MAX_TOPICS_PER_REQUEST)?;
     let mut partitions = 0usize;
-    for (t, topic) in req.topics.iter().enumerate() {
-        topic_name(|| format!("topics[{t}].name"), &topic.name)?;
-        partitions += topic.partitions.len();
+    for (t, (name, count)) in topics.enumerate() {
+        topic_name(|| format!("topics[{t}].{name_field}"), name)?;
+        partitions += count;
         check_count(
             || format!("topics[{t}].partitions (over all topics)"),
             partitions,
@@ -252,18 +255,12 @@ pub fn delete_groups(req: &DeleteGroupsRequest) -> Result<(), FieldError> {
 /// [`MAX_PARTITIONS_PER_REQUEST`] partitions.
 pub fn offset_fetch(req: &OffsetFetchRequest) -> Result<(), FieldError> {
     group_id(|| "group_id".into(), &req.group_id)?;
-    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
-    let mut partitions = 0usize;
-    for (t, topic) in req.topics.iter().enumerate() {
-        topic_name(|| format!("topics[{t}].name"), &topic.name)?;
-        partitions += topic.partitions.len();
-        check_count(
-            || format!("topics[{t}].partitions (over all topics)"),
-            partitions,
-            MAX_PARTITIONS_PER_REQUEST,
-        )?;
-    }
-    Ok(())
+    named_topics(
+        "name",
+        req.topics
+            .iter()
+            .map(|t| (t.name.as_str(), t.partitions.len())),
+    )
 }
 
 /// Bounds of an OffsetCommit: the group id, member and instance ids at most

@@ -236,6 +236,10 @@ impl BrokerConfig {
                     .clamp(1, i16::MAX.into())
                     as i16,
                 offsets_topic_segment_bytes: s.require("offsets_topic_segment_bytes"),
+                offsets_retention_ms: i64::from(s.require::<i32>("offsets_retention_minutes"))
+                    * 60_000,
+                offsets_retention_check_interval_ms: s
+                    .require("offsets_retention_check_interval_ms"),
                 offset_metadata_max_bytes: s.require::<i32>("offset_metadata_max_bytes").max(0)
                     as usize,
                 group: crate::group::state::GroupConfig {

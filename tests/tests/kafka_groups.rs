@@ -100,42 +100,33 @@ fn assert_read_once(reads: &[(String, i32, i64, String)], count: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kafka_confluent_group_members_split_take_over_and_resume() {
+    split_take_over_resume("confluent_group.py", &["a", "b", "c"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_group_members_split_take_over_and_resume() {
+    split_take_over_resume("kafka_python_group.py", &["1", "2", "3"]).await;
+}
+
+/// Runs a Python client's group scenario (`tests/kafka_clients/<script>`: two members
+/// split, one leaves, a third resumes; see the scripts) over 600 records and checks it.
+async fn split_take_over_resume(script_name: &str, members: &[&str]) {
     let topic = "grouped";
     let c = cluster_with_topic(topic).await;
     let records = 600;
     kcat_produce(&c.kafka_bootstrap(), topic, 0, records);
     let out = run_script(
         &[
-            script("confluent_group.py").to_str().unwrap(),
+            script(script_name).to_str().unwrap(),
             &c.kafka_bootstrap(),
             topic,
-            "g-confluent",
-            &PARTITIONS.to_string(),
-            &records.to_string(),
-        ],
-        Duration::from_secs(300),
-    );
-    assert_split_takeover_resume(&out, records, &["a", "b", "c"]);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kafka_python_group_members_split_take_over_and_resume() {
-    let topic = "grouped-py";
-    let c = cluster_with_topic(topic).await;
-    let records = 600;
-    kcat_produce(&c.kafka_bootstrap(), topic, 0, records);
-    let out = run_script(
-        &[
-            script("kafka_python_group.py").to_str().unwrap(),
-            &c.kafka_bootstrap(),
-            topic,
-            "g-python",
+            "g-python-client",
             &PARTITIONS.to_string(),
             &records.to_string(),
         ],
         Duration::from_secs(360),
     );
-    assert_split_takeover_resume(&out, records, &["1", "2", "3"]);
+    assert_split_takeover_resume(&out, records, members);
 }
 
 /// The checks shared by the Python clients' runs: a split over both first members, the

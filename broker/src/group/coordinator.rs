@@ -43,6 +43,20 @@ use crate::replica_manager::ReplicaManager;
 /// How often timers run and leadership of `__consumer_offsets` is checked.
 pub const SCAN_INTERVAL: Duration = Duration::from_millis(100);
 
+/// One group's expired offsets found by [`GroupCoordinator::expire_offsets`].
+#[derive(Debug)]
+struct Expiry {
+    partition: i32,
+    epoch: i32,
+    group: String,
+    expired: Vec<(String, i32)>,
+    /// Nothing of the group is left once they are gone: its metadata is deleted too.
+    emptied: bool,
+}
+
+/// Most groups whose expired offsets one check deletes (the rest wait for the next).
+const MAX_EXPIRY_GROUPS: usize = 1000;
+
 /// Gauges are sampled every this many scans (500 ms).
 const GAUGE_TICKS: u64 = 5;
 
@@ -71,6 +85,11 @@ pub struct CoordinatorConfig {
     /// protocols); more is INVALID_REQUEST. Kafka has no separate bound (the group's record
     /// must fit in the topic's `max.message.bytes`).
     pub max_member_metadata_bytes: usize,
+    /// `offsets.retention.minutes` as ms (7 days): see [`Group::expired_offsets`].
+    pub offsets_retention_ms: i64,
+    /// `offsets.retention.check.interval.ms` (600000): how often expired offsets are
+    /// looked for.
+    pub offsets_retention_check_interval_ms: u64,
     /// Group protocol timers and limits.
     pub group: GroupConfig,
 }
@@ -85,6 +104,8 @@ impl Default for CoordinatorConfig {
             offsets_commit_timeout_ms: 5000,
             max_groups: 100_000,
             max_member_metadata_bytes: 1 << 20,
+            offsets_retention_ms: 7 * 24 * 3_600_000,
+            offsets_retention_check_interval_ms: 600_000,
             group: GroupConfig::default(),
         }
     }
@@ -245,6 +266,7 @@ impl GroupCoordinator {
         let mut tick = tokio::time::interval(SCAN_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ticks = 0u64;
+        let mut next_expiry = self.now_ms() + self.inner.cfg.offsets_retention_check_interval_ms;
         loop {
             if *stop.borrow() {
                 break;
@@ -261,6 +283,11 @@ impl GroupCoordinator {
                     ticks += 1;
                     if ticks.is_multiple_of(GAUGE_TICKS) {
                         self.record_gauges();
+                    }
+                    let now = self.now_ms();
+                    if now >= next_expiry {
+                        next_expiry = now + self.inner.cfg.offsets_retention_check_interval_ms;
+                        self.expire_offsets().await;
                     }
                 }
             }
@@ -472,6 +499,69 @@ impl GroupCoordinator {
         }
         for (p, group, fx) in stores {
             self.finish(p, &group, fx).await;
+        }
+    }
+
+    /// Deletes expired offsets (Kafka `GroupMetadataManager.cleanupGroupMetadata`): per
+    /// group one batch of tombstones, plus the group's own tombstone when nothing is left of
+    /// it; applied in memory once written. At most [`MAX_EXPIRY_GROUPS`] groups per run.
+    async fn expire_offsets(&self) {
+        let wall = wall_ms();
+        let retention = self.inner.cfg.offsets_retention_ms;
+        let work: Vec<Expiry> = {
+            let st = self.lock();
+            st.shards
+                .iter()
+                .filter(|(_, s)| s.loaded)
+                .flat_map(|(p, s)| {
+                    s.groups.values().filter_map(move |g| {
+                        let expired = g.expired_offsets(wall, retention);
+                        (!expired.is_empty()).then(|| {
+                            let emptied = expired.len() == g.offsets.len() && g.members.is_empty();
+                            Expiry {
+                                partition: *p,
+                                epoch: s.epoch,
+                                group: g.id.clone(),
+                                expired,
+                                emptied,
+                            }
+                        })
+                    })
+                })
+                .take(MAX_EXPIRY_GROUPS)
+                .collect()
+        };
+        for Expiry {
+            partition: p,
+            epoch,
+            group,
+            expired,
+            emptied,
+        } in work
+        {
+            let mut tombstones: Vec<(Bytes, Option<Bytes>)> = expired
+                .iter()
+                .map(|(t, part)| (records::offset_key(&group, t, *part), None))
+                .collect();
+            if emptied {
+                tombstones.push((records::group_key(&group), None));
+            }
+            if let Err(code) = self.append(p, epoch, tombstones).await {
+                tracing::warn!(group = %group, "expiring offsets failed: {code}; retried at the next check");
+                continue;
+            }
+            tracing::info!(group = %group, offsets = expired.len(), "removed expired offsets (offsets_retention_minutes)");
+            let mut st = self.lock();
+            if let Some(shard) = st.shards.get_mut(&p).filter(|s| s.epoch == epoch) {
+                if let Some(g) = shard.groups.get_mut(&group) {
+                    for k in &expired {
+                        g.offsets.remove(k);
+                    }
+                }
+                if shard.groups.get(&group).is_some_and(Group::is_removable) {
+                    shard.groups.remove(&group);
+                }
+            }
         }
     }
 

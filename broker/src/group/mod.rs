@@ -10,9 +10,9 @@
 //!
 //! What is Kafka's and what is not yet: JoinGroup/SyncGroup/Heartbeat/LeaveGroup with
 //! generations, rebalance and session timeouts, KIP-394 member ids, KIP-345 static members;
-//! OffsetCommit/OffsetFetch; DescribeGroups/ListGroups/DeleteGroups. Not yet: offset expiry
-//! (`offsets.retention.minutes`), transactional offset commits, the KIP-848 consumer
-//! protocol.
+//! OffsetCommit/OffsetFetch; DescribeGroups/ListGroups/DeleteGroups; offset expiry of empty
+//! groups (`offsets.retention.minutes`, KIP-211). Not yet: transactional offset commits, the
+//! KIP-848 consumer protocol, JoinGroup and friends over Keel's gRPC API.
 
 pub mod admin;
 pub mod coordinator;

@@ -1137,6 +1137,32 @@ impl Group {
         ErrorCode::None
     }
 
+    /// The committed offsets that expired by `wall_ms` (Kafka's `offsets.retention.minutes`,
+    /// KIP-211): a consumer group's offsets only once it has been Empty for the retention
+    /// (counted from when it became empty); a group that only commits (no protocol type:
+    /// consumers by assignment, administrators) per offset, from its commit time. A group
+    /// with members keeps all its offsets (Kafka also expires those of topics it no longer
+    /// subscribes to; Keel does not read subscriptions).
+    pub fn expired_offsets(&self, wall_ms: i64, retention_ms: i64) -> Vec<(String, i32)> {
+        if self.state != GroupState::Empty {
+            return Vec::new();
+        }
+        let all_from = match &self.protocol_type {
+            Some(_) if self.state_timestamp_ms >= 0 => Some(self.state_timestamp_ms),
+            // Emptied before a timestamp was known: the newest commit stands for it.
+            Some(_) => self.offsets.values().map(|c| c.commit_timestamp_ms).max(),
+            None => None,
+        };
+        self.offsets
+            .iter()
+            .filter(|(_, c)| {
+                let since = all_from.unwrap_or(c.commit_timestamp_ms);
+                since.saturating_add(retention_ms) <= wall_ms
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
     /// Every waiting request, answered with `code` (the coordinator lost the partition).
     pub fn abandon(&mut self, code: ErrorCode) -> Effects {
         let mut fx = Effects::default();

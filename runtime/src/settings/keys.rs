@@ -256,6 +256,22 @@ pub const SETTINGS: &[Setting] = &[
         used_by: UsedBy::Broker,
     },
     Setting {
+        name: "offsets_retention_minutes",
+        kafka: "offsets.retention.minutes",
+        kind: int(IntType::I32, 1, i32::MAX as i128, "minutes"),
+        default: DefaultValue::Int(10_080),
+        doc: "committed offsets of a group without members are deleted this long after it \
+              became empty (7 days; a group that only commits: after each offset's commit)",
+        used_by: UsedBy::Broker,
+    },
+    ms(
+        "offsets_retention_check_interval_ms",
+        "offsets.retention.check.interval.ms",
+        600_000,
+        "how often expired committed offsets are looked for",
+        UsedBy::Broker,
+    ),
+    Setting {
         name: "group_initial_rebalance_delay_ms",
         kafka: "group.initial.rebalance.delay.ms",
         kind: int(IntType::I32, 0, i32::MAX as i128, "ms"),

@@ -1,4 +1,5 @@
 use super::*;
+use crate::group::records::CommittedOffset;
 
 fn cfg() -> GroupConfig {
     GroupConfig {
@@ -311,4 +312,32 @@ fn a_handed_out_member_id_keeps_the_group_until_it_expires() {
     assert!(!g.is_removable(), "the member comes back with its id");
     g.tick(10_001, 0, &cfg());
     assert!(g.is_removable(), "its id expired after the session timeout");
+}
+
+#[test]
+fn offsets_expire_only_from_empty_groups_after_the_retention() {
+    let commit = |ts| CommittedOffset {
+        offset: 1,
+        leader_epoch: -1,
+        metadata: String::new(),
+        commit_timestamp_ms: ts,
+    };
+    let (mut g, a, b) = stable_pair();
+    g.offsets.insert(("t".into(), 0), commit(0));
+    assert!(
+        g.expired_offsets(i64::MAX / 2, 10).is_empty(),
+        "a group with members keeps them"
+    );
+    g.leave(&a, None, 7_000, 1_000, &cfg());
+    g.leave(&b, None, 7_000, 1_000, &cfg());
+    assert_eq!(g.state, GroupState::Empty);
+    assert_eq!(g.state_timestamp_ms, 1_000, "became empty at wall 1000");
+    assert!(g.expired_offsets(1_009, 10).is_empty());
+    assert_eq!(g.expired_offsets(1_010, 10), vec![("t".to_string(), 0)]);
+    // A commit-only group: per offset, from its commit time.
+    let mut simple = Group::new("s");
+    simple.offsets.insert(("t".into(), 0), commit(100));
+    simple.offsets.insert(("t".into(), 1), commit(200));
+    assert_eq!(simple.expired_offsets(150, 50), vec![("t".to_string(), 0)]);
+    assert_eq!(simple.expired_offsets(250, 50).len(), 2);
 }
