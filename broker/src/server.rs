@@ -200,7 +200,7 @@ pub async fn serve(
             images: grpc.images.clone(),
             status: grpc.status.clone(),
             replicas: replicas.clone(),
-            controller: crate::kafka::admin::ControllerForwarder::new(
+            controller: crate::kafka::forwarder::ControllerForwarder::new(
                 channels.clone(),
                 timing.request_timeout,
             ),

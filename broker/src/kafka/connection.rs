@@ -16,17 +16,15 @@ use kafka_protocol::messages::{
     ResponseKind, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
-use keel_metadata_log::MetadataImage;
 use keel_proto::ErrorCode;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
 
+use super::context::KafkaContext;
 use super::{admin, convert, frame, groups, guard, versions};
 use crate::bounds;
-use crate::lifecycle::LifecycleStatus;
-use crate::replica_manager::ReplicaManager;
 
 /// Most connections served at once per Kafka listener; a connection beyond it is closed as
 /// soon as it is accepted (Kafka's `max.connections` is unbounded by default; Keel bounds
@@ -36,33 +34,6 @@ pub const MAX_CONNECTIONS: usize = 4096;
 /// A connection with no request for this long is closed (Kafka: `connections.max.idle.ms`,
 /// 10 minutes).
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
-
-/// What the listener answers from.
-#[derive(Debug, Clone)]
-pub struct KafkaContext {
-    /// This broker's id.
-    pub broker_id: i32,
-    /// The listener's name (`PLAINTEXT`): the endpoint name Metadata answers with.
-    pub listener: String,
-    /// The broker's current metadata image.
-    pub images: watch::Receiver<MetadataImage>,
-    /// The broker's lifecycle (its registered epoch, for InitProducerId).
-    pub status: watch::Receiver<LifecycleStatus>,
-    /// Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, InitProducerId.
-    pub replicas: ReplicaManager,
-    /// CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster: forwarded to the active
-    /// controller.
-    pub controller: admin::ControllerForwarder,
-    /// This broker's own config values DescribeConfigs reports as STATIC_BROKER_CONFIG
-    /// ([`admin::static_broker_configs`]).
-    pub static_configs: Vec<convert::admin::StaticBrokerConfig>,
-    /// `auto_create_topics_enable`: Metadata creates unknown topics the client asks for.
-    pub auto_create_topics: bool,
-    /// The group coordinator (FindCoordinator and the group APIs).
-    pub groups: crate::group::GroupCoordinator,
-    /// Throttle of this broker's requests to create `__consumer_offsets`.
-    pub offsets_topic_creation: Arc<groups::OffsetsTopicCreation>,
-}
 
 /// Serves Kafka clients on `listener` until `stop` turns true; then stops accepting and
 /// drops every open connection (a request in flight is abandoned; its client retries

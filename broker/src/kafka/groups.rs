@@ -13,7 +13,6 @@
 //! is COORDINATOR_NOT_AVAILABLE (retriable).
 
 use std::net::SocketAddr;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::create_topics_request::{
@@ -44,7 +43,7 @@ use kafka_protocol::protocol::StrBytes;
 use keel_proto::ErrorCode;
 
 use super::admin;
-use super::connection::KafkaContext;
+use super::context::KafkaContext;
 use super::convert::endpoint_on;
 use crate::group::records::OFFSETS_TOPIC;
 use crate::group::state::{JoinRequest, SyncRequest};
@@ -52,10 +51,6 @@ use crate::group::{CommitEntry, GroupCoordinator};
 
 /// At most one creation request for `__consumer_offsets` per this interval per broker.
 const CREATE_RETRY: Duration = Duration::from_secs(1);
-
-/// When this broker last asked the controller to create `__consumer_offsets`.
-#[derive(Debug, Default)]
-pub struct OffsetsTopicCreation(Mutex<Option<Instant>>);
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())

@@ -30,10 +30,13 @@
 
 pub mod admin;
 pub mod connection;
+pub mod context;
 pub mod convert;
+pub mod forwarder;
 pub mod frame;
 pub mod groups;
 pub mod guard;
 pub mod versions;
 
-pub use connection::{KafkaContext, serve};
+pub use connection::serve;
+pub use context::KafkaContext;

@@ -12,6 +12,11 @@ use std::path::{Path, PathBuf};
 
 use super::error::{LogError, LogResult, io_err};
 
+/// Per-partition cleaner checkpoint file (Kafka's per-log-dir `cleaner-offset-checkpoint`):
+/// written by the log cleaner, read by the log at open (it marks a log that may have offset
+/// gaps).
+pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
+
 /// Version written in the first line of every checkpoint file.
 pub const CHECKPOINT_VERSION: u32 = 0;
 

@@ -106,8 +106,7 @@ mod offset_map;
 use filter::{batch_has_tombstone, filter_batch};
 pub use offset_map::{OffsetMap, key_digest};
 
-/// Per-partition cleaner checkpoint file (Kafka's per-log-dir `cleaner-offset-checkpoint`).
-pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
+pub use super::checkpoint::CLEANER_CHECKPOINT;
 
 /// Bytes per offset map entry in Kafka's accounting (16-byte digest + 8-byte offset).
 pub const OFFSET_MAP_ENTRY_BYTES: u64 = 24;

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::cache_behind;
+use super::checkpoint::CLEANER_CHECKPOINT;
 use super::checkpoint::fsync_dir;
-use super::cleaner::CLEANER_CHECKPOINT;
 use super::config::{Clock, LogConfig};
 use super::epoch_cache::{LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
 use super::error::{LogError, LogResult, io_err};
