@@ -86,7 +86,8 @@ impl GroupAdmin {
     }
 
     /// Runs `op` against the coordinator of `group`, retrying as the module doc says.
-    async fn with_coordinator<T, F, Fut>(&self, group: &str, op: F) -> Result<T, GroupError>
+    /// Returns the answer and the id of the coordinator that gave it.
+    async fn with_coordinator<T, F, Fut>(&self, group: &str, op: F) -> Result<(T, i32), GroupError>
     where
         F: Fn(BrokerServiceClient<Channel>) -> Fut,
         Fut: std::future::Future<Output = Result<T, GroupError>>,
@@ -96,8 +97,8 @@ impl GroupAdmin {
         let mut last = GroupError::Unreachable("no broker was asked".into());
         for attempt in 0u32.. {
             let outcome = match self.coordinator(group).await {
-                Ok((_, addr)) => match self.client(&addr) {
-                    Ok(c) => op(c).await,
+                Ok((id, addr)) => match self.client(&addr) {
+                    Ok(c) => op(c).await.map(|v| (v, id)),
                     Err(e) => Err(e),
                 },
                 Err(e) => Err(e),
@@ -151,31 +152,51 @@ impl GroupAdmin {
         )))
     }
 
-    /// Every group of every broker, sorted by id (Kafka's `--list`), optionally only those
-    /// in `states`.
-    pub async fn list(&self, states: &[String]) -> Result<Vec<ListedGroup>, GroupError> {
+    /// Every group of every broker that answers, sorted by id (Kafka's `--list`),
+    /// optionally only those in `states`, and the brokers that did not answer (`addr:
+    /// error`; their groups are missing). Fails only if no broker answered.
+    pub async fn list(
+        &self,
+        states: &[String],
+    ) -> Result<(Vec<ListedGroup>, Vec<String>), GroupError> {
         let mut all = Vec::new();
+        let mut missing = Vec::new();
+        let mut answered = 0;
         for addr in &self.addresses {
-            let mut c = self.client(addr)?;
-            let reply = c
-                .list_groups(ListGroupsRequest {
-                    states_filter: states.to_vec(),
-                })
-                .await
-                .map_err(|s| GroupError::Unreachable(format!("{addr}: {}", s.message())))?
-                .into_inner();
-            if let Some(e) = &reply.error {
-                return Err(refused(e));
+            let reply = match self.client(addr) {
+                Ok(mut c) => c
+                    .list_groups(ListGroupsRequest {
+                        states_filter: states.to_vec(),
+                    })
+                    .await
+                    .map(|r| r.into_inner())
+                    .map_err(|s| format!("{addr}: {}", s.message())),
+                Err(e) => Err(e.to_string()),
+            };
+            match reply {
+                Ok(r) => match &r.error {
+                    Some(e) => missing.push(format!("{addr}: {}", refused(e))),
+                    None => {
+                        answered += 1;
+                        all.extend(r.groups);
+                    }
+                },
+                Err(e) => missing.push(e),
             }
-            all.extend(reply.groups);
+        }
+        if answered == 0 {
+            return Err(GroupError::Unreachable(format!(
+                "no broker listed its groups: {}",
+                missing.join("; ")
+            )));
         }
         all.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         all.dedup_by(|a, b| a.group_id == b.group_id);
-        Ok(all)
+        Ok((all, missing))
     }
 
-    /// State and members of `group`.
-    pub async fn describe(&self, group: &str) -> Result<DescribedGroup, GroupError> {
+    /// State and members of `group`, and the id of the coordinator that answered.
+    pub async fn describe(&self, group: &str) -> Result<(DescribedGroup, i32), GroupError> {
         self.with_coordinator(group, |mut c| async move {
             let reply = c
                 .describe_groups(DescribeGroupsRequest {
@@ -198,21 +219,23 @@ impl GroupAdmin {
 
     /// Every committed offset of `group`.
     pub async fn offsets(&self, group: &str) -> Result<Vec<GroupOffset>, GroupError> {
-        self.with_coordinator(group, |mut c| async move {
-            let reply = c
-                .offset_fetch(OffsetFetchRequest {
-                    group_id: group.to_string(),
-                    topics: Vec::new(),
-                })
-                .await
-                .map_err(|s| GroupError::Unreachable(s.message().to_string()))?
-                .into_inner();
-            match &reply.error {
-                Some(e) => Err(refused(e)),
-                None => Ok(reply.offsets),
-            }
-        })
-        .await
+        let (offsets, _) = self
+            .with_coordinator(group, |mut c| async move {
+                let reply = c
+                    .offset_fetch(OffsetFetchRequest {
+                        group_id: group.to_string(),
+                        topics: Vec::new(),
+                    })
+                    .await
+                    .map_err(|s| GroupError::Unreachable(s.message().to_string()))?
+                    .into_inner();
+                match &reply.error {
+                    Some(e) => Err(refused(e)),
+                    None => Ok(reply.offsets),
+                }
+            })
+            .await?;
+        Ok(offsets)
     }
 
     /// Commits `offsets` ((topic, partition, offset)) as an administrator: refused with
@@ -252,6 +275,7 @@ impl GroupAdmin {
             }
         })
         .await
+        .map(|_| ())
     }
 
     /// Deletes `group` (refused with NON_EMPTY_GROUP while it has members).
@@ -270,6 +294,7 @@ impl GroupAdmin {
             }
         })
         .await
+        .map(|_| ())
     }
 }
 

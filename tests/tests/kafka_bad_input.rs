@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
 use kafka_protocol::messages::leave_group_request::MemberIdentity;
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
@@ -32,12 +33,12 @@ use kafka_protocol::messages::offset_fetch_request::{
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, DeleteGroupsRequest, DeleteGroupsResponse, FindCoordinatorRequest,
-    FindCoordinatorResponse, GroupId, HeartbeatRequest, HeartbeatResponse, JoinGroupRequest,
-    JoinGroupResponse, LeaveGroupRequest, LeaveGroupResponse, MetadataRequest, MetadataResponse,
-    OffsetCommitRequest, OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse,
-    ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, SyncGroupRequest,
-    SyncGroupResponse, TopicName,
+    ApiKey, ApiVersionsRequest, DeleteGroupsRequest, DeleteGroupsResponse, DeleteTopicsRequest,
+    DeleteTopicsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, MetadataRequest, MetadataResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetFetchRequest, OffsetFetchResponse, ProduceRequest, ProduceResponse,
+    RequestHeader, ResponseHeader, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use keel_proto::ErrorCode;
@@ -715,13 +716,23 @@ fn join(
 }
 
 fn commit(group: &str, member: &str, generation: i32, offset: i64) -> OffsetCommitRequest {
+    commit_to(TOPIC, group, member, generation, offset)
+}
+
+fn commit_to(
+    topic: &str,
+    group: &str,
+    member: &str,
+    generation: i32,
+    offset: i64,
+) -> OffsetCommitRequest {
     OffsetCommitRequest::default()
         .with_group_id(GroupId(StrBytes::from_string(group.into())))
         .with_generation_id_or_member_epoch(generation)
         .with_member_id(StrBytes::from_string(member.into()))
         .with_topics(vec![
             OffsetCommitRequestTopic::default()
-                .with_name(topic_name(TOPIC))
+                .with_name(topic_name(topic))
                 .with_partitions(vec![
                     OffsetCommitRequestPartition::default()
                         .with_partition_index(0)
@@ -736,12 +747,17 @@ fn commit_code(r: &OffsetCommitResponse) -> i16 {
 
 /// The committed offset of `group` for `TOPIC`-0 (-1: none), by OffsetFetch v8.
 async fn committed(s: &mut TcpStream, cid: i32, group: &str) -> i64 {
+    committed_in(s, cid, TOPIC, group).await
+}
+
+/// The committed offset of `group` for `topic`-0 (-1: none).
+async fn committed_in(s: &mut TcpStream, cid: i32, topic: &str, group: &str) -> i64 {
     let req = OffsetFetchRequest::default().with_groups(vec![
         OffsetFetchRequestGroup::default()
             .with_group_id(GroupId(StrBytes::from_string(group.into())))
             .with_topics(Some(vec![
                 OffsetFetchRequestTopics::default()
-                    .with_name(topic_name(TOPIC))
+                    .with_name(topic_name(topic))
                     .with_partition_indexes(vec![0]),
             ])),
     ]);
@@ -751,21 +767,19 @@ async fn committed(s: &mut TcpStream, cid: i32, group: &str) -> i64 {
     g.topics[0].partitions[0].committed_offset
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kafka_group_bad_input_gets_kafka_codes_and_commits_nothing() {
-    let c = cluster().await;
-    let group = "g-bad";
-    let mut s = connect(&c).await;
-    // The first FindCoordinator creates __consumer_offsets; retried until it has a leader.
-    let find = FindCoordinatorRequest::default().with_key(StrBytes::from_static_str(group));
+/// Asks FindCoordinator for `group` until it is answered (the first one creates
+/// `__consumer_offsets`: COORDINATOR_NOT_AVAILABLE meanwhile); returns the next free
+/// correlation id.
+async fn await_coordinator(s: &mut TcpStream, group: &str) -> i32 {
+    let find = FindCoordinatorRequest::default().with_key(StrBytes::from_string(group.into()));
     let deadline = Instant::now() + WAIT;
     let mut cid = 1;
     loop {
         cid += 1;
-        let r: FindCoordinatorResponse = call(&mut s, ApiKey::FindCoordinator, 3, cid, &find).await;
+        let r: FindCoordinatorResponse = call(s, ApiKey::FindCoordinator, 3, cid, &find).await;
         if r.error_code == 0 {
             assert_eq!(r.node_id.0, 1);
-            break;
+            return cid + 1;
         }
         assert_eq!(
             r.error_code,
@@ -775,10 +789,76 @@ async fn kafka_group_bad_input_gets_kafka_codes_and_commits_nothing() {
         assert!(Instant::now() < deadline, "no coordinator: {r:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_offsets_of_a_deleted_topic_are_forgotten() {
+    let c = cluster().await;
+    c.create_topic(assigned_topic("gone", &[&[1]]), WAIT).await;
+    c.wait_leader_isr(1, "gone", &[1], WAIT).await;
+    let group = "g-gone";
+    let mut s = connect(&c).await;
+    let mut cid = await_coordinator(&mut s, group).await;
+    // An administrator's commit (the coordinator may still be loading its partition).
+    let deadline = Instant::now() + WAIT;
+    loop {
+        cid += 1;
+        let r: OffsetCommitResponse = call(
+            &mut s,
+            ApiKey::OffsetCommit,
+            8,
+            cid,
+            &commit_to("gone", group, "", -1, 5),
+        )
+        .await;
+        if commit_code(&r) == 0 {
+            break;
+        }
+        assert_eq!(
+            commit_code(&r),
+            ErrorCode::CoordinatorLoadInProgress.code(),
+            "{r:?}"
+        );
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cid += 1;
+    assert_eq!(committed_in(&mut s, cid, "gone", group).await, 5);
+    cid += 1;
+    let del = DeleteTopicsRequest::default()
+        .with_timeout_ms(10_000)
+        .with_topics(vec![
+            DeleteTopicState::default().with_name(Some(topic_name("gone"))),
+        ]);
+    let r: DeleteTopicsResponse = call(&mut s, ApiKey::DeleteTopics, 6, cid, &del).await;
+    assert_eq!(r.responses[0].error_code, 0, "{r:?}");
+    // Kafka's GroupCoordinator.onPartitionsDeleted: the offsets go with the topic, so a topic
+    // created again under the name starts without them.
+    let deadline = Instant::now() + WAIT;
+    loop {
+        cid += 1;
+        if committed_in(&mut s, cid, "gone", group).await == -1 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the deleted topic's offset stayed committed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_group_bad_input_gets_kafka_codes_and_commits_nothing() {
+    let c = cluster().await;
+    let group = "g-bad";
+    let mut s = connect(&c).await;
+    let mut cid = await_coordinator(&mut s, group).await;
     // A member joins (KIP-394 round trip) and syncs: a Stable generation 1. The
     // coordinator may still be loading its partition: COORDINATOR_LOAD_IN_PROGRESS is retried.
     let meta = Bytes::from_static(b"subscription");
     let mut r: JoinGroupResponse;
+    let deadline = Instant::now() + WAIT;
     loop {
         cid += 1;
         r = call(

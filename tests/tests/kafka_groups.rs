@@ -527,6 +527,11 @@ async fn keelctl_group_lists_describes_resets_and_deletes_groups() {
     let (ok, out, _) = keelctl(&c, &["--json", "group", "list"]);
     assert!(ok);
     assert!(out.contains(group), "{out}");
+    let (ok, _, err) = keelctl(&c, &["group", "list", "--state", "Bogus"]);
+    assert!(!ok && err.contains("valid: Empty"), "{err}");
+    // The internal topic is not deleted by the CLI (as Kafka's kafka-topics refuses).
+    let (ok, _, err) = keelctl(&c, &["topic", "delete", "__consumer_offsets"]);
+    assert!(!ok && err.contains("internal topic"), "{err}");
     // Refused while the group is active, with Kafka's message; nothing changes.
     let (ok, _, err) = keelctl(
         &c,

@@ -266,6 +266,8 @@ impl GroupCoordinator {
         let mut tick = tokio::time::interval(SCAN_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ticks = 0u64;
+        let mut topics = self.inner.images.clone();
+        let mut topic_count = topics.borrow_and_update().topics().by_name.len();
         let mut next_expiry = self.now_ms() + self.inner.cfg.offsets_retention_check_interval_ms;
         loop {
             if *stop.borrow() {
@@ -284,10 +286,23 @@ impl GroupCoordinator {
                     if ticks.is_multiple_of(GAUGE_TICKS) {
                         self.record_gauges();
                     }
+                    if topics.has_changed().unwrap_or(false) {
+                        let count = topics.borrow_and_update().topics().by_name.len();
+                        // Only a topic deletion lowers the count, and only a topic
+                        // deletion can leave offsets without their topic.
+                        if count < topic_count {
+                            self.forget_deleted_topics().await;
+                        }
+                        topic_count = count;
+                    }
                     let now = self.now_ms();
                     if now >= next_expiry {
                         next_expiry = now + self.inner.cfg.offsets_retention_check_interval_ms;
                         self.expire_offsets().await;
+                        // Also catches a deletion the count missed (a topic deleted and
+                        // another created between two looks) and offsets loaded from the
+                        // log for topics deleted while another broker coordinated.
+                        self.forget_deleted_topics().await;
                     }
                 }
             }
@@ -502,22 +517,52 @@ impl GroupCoordinator {
         }
     }
 
-    /// Deletes expired offsets (Kafka `GroupMetadataManager.cleanupGroupMetadata`): per
-    /// group one batch of tombstones, plus the group's own tombstone when nothing is left of
-    /// it; applied in memory once written. At most [`MAX_EXPIRY_GROUPS`] groups per run.
+    /// Deletes expired offsets (Kafka `GroupMetadataManager.cleanupGroupMetadata`).
     async fn expire_offsets(&self) {
         let wall = wall_ms();
         let retention = self.inner.cfg.offsets_retention_ms;
+        self.delete_offsets("expired (offsets_retention_minutes)", |g| {
+            g.expired_offsets(wall, retention)
+        })
+        .await;
+    }
+
+    /// Deletes the committed offsets of topics (or partitions) the image no longer has
+    /// (Kafka `GroupCoordinator.onPartitionsDeleted`), so a topic created again under the
+    /// same name starts without the old positions.
+    async fn forget_deleted_topics(&self) {
+        let image = self.inner.images.borrow().clone();
+        self.delete_offsets("of a deleted topic", |g| {
+            g.offsets
+                .keys()
+                .filter(|(t, p)| {
+                    image
+                        .topics()
+                        .get_by_name(t)
+                        .is_none_or(|topic| !topic.partitions.contains_key(p))
+                })
+                .cloned()
+                .collect()
+        })
+        .await;
+    }
+
+    /// Tombstones the offsets `select` picks, per group one batch, plus the group's own
+    /// tombstone when nothing is left of it; applied in memory once written. At most
+    /// [`MAX_EXPIRY_GROUPS`] groups per call (the rest wait for the next).
+    async fn delete_offsets(&self, why: &str, select: impl Fn(&Group) -> Vec<(String, i32)>) {
         let work: Vec<Expiry> = {
             let st = self.lock();
             st.shards
                 .iter()
                 .filter(|(_, s)| s.loaded)
                 .flat_map(|(p, s)| {
-                    s.groups.values().filter_map(move |g| {
-                        let expired = g.expired_offsets(wall, retention);
+                    s.groups.values().filter_map(|g| {
+                        let expired = select(g);
                         (!expired.is_empty()).then(|| {
-                            let emptied = expired.len() == g.offsets.len() && g.members.is_empty();
+                            let emptied = expired.len() == g.offsets.len()
+                                && g.members.is_empty()
+                                && g.state == GroupState::Empty;
                             Expiry {
                                 partition: *p,
                                 epoch: s.epoch,
@@ -547,10 +592,10 @@ impl GroupCoordinator {
                 tombstones.push((records::group_key(&group), None));
             }
             if let Err(code) = self.append(p, epoch, tombstones).await {
-                tracing::warn!(group = %group, "expiring offsets failed: {code}; retried at the next check");
+                tracing::warn!(group = %group, "deleting offsets {why} failed: {code}; retried later");
                 continue;
             }
-            tracing::info!(group = %group, offsets = expired.len(), "removed expired offsets (offsets_retention_minutes)");
+            tracing::info!(group = %group, offsets = expired.len(), "deleted committed offsets {why}");
             let mut st = self.lock();
             if let Some(shard) = st.shards.get_mut(&p).filter(|s| s.epoch == epoch) {
                 if let Some(g) = shard.groups.get_mut(&group) {

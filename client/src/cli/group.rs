@@ -12,6 +12,14 @@ use crate::consumer::{Consumer, ConsumerConfig, SeekTo};
 use crate::format::table_of;
 use crate::groups::{GroupAdmin, GroupError, decode_assignment};
 
+/// Kafka's classic group states (`--state` values, compared case-insensitively).
+const STATES: &[&str] = &[
+    "Empty",
+    "PreparingRebalance",
+    "CompletingRebalance",
+    "Stable",
+];
+
 /// `keelctl group ...`
 #[derive(Debug, Subcommand)]
 pub enum GroupCommand {
@@ -112,7 +120,19 @@ pub async fn run(command: GroupCommand, ctx: &Ctx) -> CliResult {
     let admin = GroupAdmin::new(addresses.clone(), ctx.request_timeout, ctx.api_timeout);
     match command {
         GroupCommand::List { state } => {
-            let groups = admin.list(&state).await.map_err(group_error)?;
+            if let Some(bad) = state
+                .iter()
+                .find(|s| !STATES.iter().any(|k| k.eq_ignore_ascii_case(s)))
+            {
+                return Err(CliError::usage(format!(
+                    "--state {bad:?} is not a group state; valid: {}",
+                    STATES.join(", ")
+                )));
+            }
+            let (groups, missing) = admin.list(&state).await.map_err(group_error)?;
+            for m in &missing {
+                eprintln!("keelctl: warning: groups of a broker are missing: {m}");
+            }
             if ctx.json {
                 let rows: Vec<_> = groups
                     .iter()
@@ -166,8 +186,7 @@ fn consumer(addresses: &[String], ctx: &Ctx) -> Result<Consumer, CliError> {
 }
 
 async fn describe(admin: &GroupAdmin, addresses: &[String], group: &str, ctx: &Ctx) -> CliResult {
-    let (coordinator, _) = admin.coordinator(group).await.map_err(group_error)?;
-    let d = admin.describe(group).await.map_err(group_error)?;
+    let (d, coordinator) = admin.describe(group).await.map_err(group_error)?;
     let committed = admin.offsets(group).await.map_err(group_error)?;
     // (topic, partition) -> (committed, member id, host, client id)
     let mut rows: BTreeMap<(String, i32), (i64, String, String, String)> = BTreeMap::new();
@@ -296,7 +315,7 @@ async fn reset(admin: &GroupAdmin, addresses: &[String], a: ResetArgs, ctx: &Ctx
             "one of --to-earliest, --to-latest, --to-offset, --to-datetime is required",
         ));
     };
-    let d = admin.describe(&a.group).await.map_err(group_error)?;
+    let (d, _) = admin.describe(&a.group).await.map_err(group_error)?;
     if !d.members.is_empty() {
         return Err(CliError::new(format!(
             "Assignments can only be reset if the group '{}' is inactive, but the current \
@@ -323,8 +342,17 @@ async fn reset(admin: &GroupAdmin, addresses: &[String], a: ResetArgs, ctx: &Ctx
         let target = match to {
             SeekTo::Offset(o) => {
                 let start = c.beginning_offset(&tp).await?;
-                let end = c.end_offset(&tp).await?;
-                o.clamp(start, end.max(start))
+                let end = c.end_offset(&tp).await?.max(start);
+                let target = o.clamp(start, end);
+                if target != o {
+                    // Kafka's tool warns the same way and uses the bound.
+                    eprintln!(
+                        "keelctl: warning: new offset ({o}) of {}-{p} is outside [{start}, \
+                         {end}] (log start, high watermark); it will be set to {target}",
+                        a.topic
+                    );
+                }
+                target
             }
             other => c.seek(&tp, other).await?,
         };

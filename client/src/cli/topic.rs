@@ -16,6 +16,9 @@ use crate::format::topics::{
     PartitionFilter, TopicDescription, describe_text, describe_topic, filter_topics, list_text,
 };
 
+/// The group coordinator's internal topic (Kafka `Topic.GROUP_METADATA_TOPIC_NAME`).
+const INTERNAL_OFFSETS_TOPIC: &str = "__consumer_offsets";
+
 /// `keelctl topic ...`
 #[derive(Debug, Subcommand)]
 pub enum TopicCommand {
@@ -148,6 +151,14 @@ pub(super) async fn run(c: TopicCommand, ctx: &Ctx) -> CliResult {
         TopicCommand::List => list(ctx, &admin).await,
         TopicCommand::Describe(a) => describe(a, ctx, &admin).await,
         TopicCommand::Delete { name } => {
+            if name == INTERNAL_OFFSETS_TOPIC {
+                // Kafka's TopicCommand refuses the same: the group coordinator's topic holds
+                // every consumer group's committed offsets.
+                return Err(CliError::usage(format!(
+                    "Topic {name} is an internal topic and is not allowed to be marked for \
+                     deletion (it holds every consumer group's committed offsets)"
+                )));
+            }
             admin.delete_topic(&name).await?;
             if ctx.json {
                 return ctx.print_json(&serde_json::json!({"deleted": name}));
