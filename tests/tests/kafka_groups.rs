@@ -153,6 +153,8 @@ fn assert_split_takeover_resume(out: &str, records: usize, members: &[&str]) {
 struct KcatMember {
     child: Child,
     lines: Arc<Mutex<Vec<(i32, i64, String)>>>,
+    /// Reads kcat's stdout into `lines`; ends when kcat exits.
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl KcatMember {
@@ -189,7 +191,7 @@ impl KcatMember {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
         let stdout = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
+        let reader = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 let f: Vec<&str> = line.splitn(3, ' ').collect();
@@ -202,24 +204,45 @@ impl KcatMember {
                 }
             }
         });
-        Self { child, lines }
+        Self {
+            child,
+            lines,
+            reader: Some(reader),
+        }
     }
 
     fn read(&self) -> Vec<(i32, i64, String)> {
         self.lines.lock().unwrap().clone()
     }
 
-    /// SIGTERM: kcat closes its consumer, which commits and leaves the group.
-    fn stop(mut self) -> Vec<(i32, i64, String)> {
+    /// SIGTERM: kcat closes its consumer, which commits and leaves the group. Returns
+    /// everything it printed.
+    fn stop(self) -> Vec<(i32, i64, String)> {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
+        self.finish("stop on SIGTERM")
+    }
+
+    /// Waits for kcat to exit by itself (`-e`: at the end of every assigned partition) and
+    /// returns everything it printed.
+    fn run_to_end(self) -> Vec<(i32, i64, String)> {
+        self.finish("finish (-e)")
+    }
+
+    fn finish(mut self, what: &str) -> Vec<(i32, i64, String)> {
         let start = Instant::now();
         while self.child.try_wait().unwrap().is_none() {
-            assert!(start.elapsed() < WAIT, "kcat did not stop on SIGTERM");
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "kcat did not {what}"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
-        std::thread::sleep(Duration::from_millis(200));
+        // Its stdout is closed: the reader has every line once it ends.
+        if let Some(r) = self.reader.take() {
+            r.join().unwrap();
+        }
         self.read()
     }
 }
@@ -284,18 +307,7 @@ async fn kafka_kcat_balanced_consumers_split_take_over_and_resume() {
     let a_read = a.stop();
     // A third member resumes from what A and B committed on close: exactly the new records.
     kcat_produce(&bootstrap, topic, 420, 60);
-    let c3 = KcatMember::start(&bootstrap, "g-kcat", topic, true);
-    let start = Instant::now();
-    let mut c3 = c3;
-    while c3.child.try_wait().unwrap().is_none() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "kcat -e did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    let c_read = c3.read();
+    let c_read = KcatMember::start(&bootstrap, "g-kcat", topic, true).run_to_end();
     let all: Vec<(String, i32, i64, String)> = a_read
         .iter()
         .map(|r| ("a".to_string(), r.0, r.1, r.2.clone()))
@@ -440,21 +452,8 @@ async fn kafka_group_survives_kill9_of_its_coordinator() {
         .filter(|b| **b != dead)
         .map(|b| c.kafka_addr(*b))
         .collect();
-    let mut after = KcatMember::start(&live.join(","), group, topic, true);
-    let waited = Instant::now();
-    while after.child.try_wait().unwrap().is_none() {
-        assert!(
-            waited.elapsed() < Duration::from_secs(60),
-            "kcat -e did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        after.read().is_empty(),
-        "read again after the commits: {:?}",
-        after.read()
-    );
+    let after = KcatMember::start(&live.join(","), group, topic, true).run_to_end();
+    assert!(after.is_empty(), "read again after the commits: {after:?}");
 }
 
 /// Runs `keelctl --json <args>` against `c`'s brokers; (exit success, stdout, stderr).
@@ -565,17 +564,8 @@ async fn keelctl_group_lists_describes_resets_and_deletes_groups() {
     );
     assert!(ok, "reset: {err}");
     assert!(out.contains("\"executed\": true"), "{out}");
-    let mut again = KcatMember::start(&bootstrap, group, topic, true);
-    let waited = Instant::now();
-    while again.child.try_wait().unwrap().is_none() {
-        assert!(
-            waited.elapsed() < Duration::from_secs(60),
-            "kcat -e did not finish"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(again.read().len(), 60, "read again from the reset offsets");
+    let again = KcatMember::start(&bootstrap, group, topic, true).run_to_end();
+    assert_eq!(again.len(), 60, "read again from the reset offsets");
     // Delete: gone from the list; describe reports it does not exist.
     let (ok, _, err) = keelctl(&c, &["group", "delete", group]);
     assert!(ok, "delete: {err}");
