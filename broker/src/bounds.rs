@@ -269,10 +269,7 @@ pub fn offset_fetch(req: &OffsetFetchRequest) -> Result<(), FieldError> {
 /// coordinator's rule (OFFSET_METADATA_TOO_LARGE per offset), bounded here at 1 MiB.
 pub fn offset_commit(req: &OffsetCommitRequest) -> Result<(), FieldError> {
     group_id(|| "group_id".into(), &req.group_id)?;
-    check_len(|| "member_id".into(), &req.member_id, MAX_GROUP_ID_LEN)?;
-    if let Some(i) = &req.group_instance_id {
-        check_len(|| "group_instance_id".into(), i, MAX_GROUP_ID_LEN)?;
-    }
+    member("", &req.member_id, req.group_instance_id.as_ref())?;
     check_count(
         || "offsets".into(),
         req.offsets.len(),
@@ -284,6 +281,123 @@ pub fn offset_commit(req: &OffsetCommitRequest) -> Result<(), FieldError> {
         if let Some(m) = &o.metadata {
             check_len(|| format!("offsets[{i}].metadata"), m, 1 << 20)?;
         }
+    }
+    Ok(())
+}
+
+/// Longest protocol type, protocol name or client id of a JoinGroup, bytes.
+pub const MAX_PROTOCOL_NAME_LEN: usize = 255;
+
+/// Most protocols (assignors) one JoinGroup may offer.
+pub const MAX_JOIN_PROTOCOLS: usize = 64;
+
+/// Most bytes of protocol metadata one JoinGroup may carry over all its protocols (the
+/// coordinator's `max_member_metadata_bytes` default); the coordinator applies its own bound
+/// too (INVALID_REQUEST).
+pub const MAX_JOIN_METADATA_BYTES: usize = 1 << 20;
+
+/// Most members named by one SyncGroup or LeaveGroup (Kafka has no bound; a group has at
+/// most `group_max_size` members).
+pub const MAX_MEMBERS_PER_REQUEST: usize = 10_000;
+
+/// A member id or static instance id: at most [`MAX_GROUP_ID_LEN`] bytes.
+fn member(field: &str, member_id: &str, instance_id: Option<&String>) -> Result<(), FieldError> {
+    check_len(|| format!("{field}member_id"), member_id, MAX_GROUP_ID_LEN)?;
+    if let Some(i) = instance_id {
+        check_len(|| format!("{field}group_instance_id"), i, MAX_GROUP_ID_LEN)?;
+    }
+    Ok(())
+}
+
+/// Bounds of a JoinGroup: group, member and instance ids at most [`MAX_GROUP_ID_LEN`] bytes;
+/// `protocol_type`, `client_id` and each protocol name 1 (protocol type and names) to
+/// [`MAX_PROTOCOL_NAME_LEN`] bytes; 1 to [`MAX_JOIN_PROTOCOLS`] protocols whose metadata
+/// totals at most [`MAX_JOIN_METADATA_BYTES`]; `rebalance_timeout_ms` >= 1. The session
+/// timeout's range is the coordinator's rule (INVALID_SESSION_TIMEOUT).
+pub fn join_group(req: &JoinGroupRequest) -> Result<(), FieldError> {
+    group_id(|| "group_id".into(), &req.group_id)?;
+    member("", &req.member_id, req.group_instance_id.as_ref())?;
+    check_len(|| "client_id".into(), &req.client_id, MAX_PROTOCOL_NAME_LEN)?;
+    non_empty_name("protocol_type", &req.protocol_type)?;
+    check_range(
+        || "protocols".into(),
+        req.protocols.len(),
+        1..=MAX_JOIN_PROTOCOLS,
+    )?;
+    let mut metadata = 0;
+    for (i, p) in req.protocols.iter().enumerate() {
+        non_empty_name(&format!("protocols[{i}].name"), &p.name)?;
+        metadata += p.metadata.len();
+        check_range(
+            || format!("protocols[{i}].metadata (bytes over all protocols)"),
+            metadata,
+            0..=MAX_JOIN_METADATA_BYTES,
+        )?;
+    }
+    check_range(
+        || "rebalance_timeout_ms".into(),
+        req.rebalance_timeout_ms,
+        1..=i32::MAX,
+    )
+}
+
+fn non_empty_name(field: &str, name: &str) -> Result<(), FieldError> {
+    check_range(
+        || format!("{field} (bytes)"),
+        name.len(),
+        1..=MAX_PROTOCOL_NAME_LEN,
+    )
+}
+
+/// Bounds of a SyncGroup: the ids as for JoinGroup, protocol type and name at most
+/// [`MAX_PROTOCOL_NAME_LEN`] bytes, at most [`MAX_MEMBERS_PER_REQUEST`] assignments.
+pub fn sync_group(req: &SyncGroupRequest) -> Result<(), FieldError> {
+    group_id(|| "group_id".into(), &req.group_id)?;
+    member("", &req.member_id, req.group_instance_id.as_ref())?;
+    for (field, v) in [
+        ("protocol_type", &req.protocol_type),
+        ("protocol_name", &req.protocol_name),
+    ] {
+        if let Some(v) = v {
+            check_len(|| field.into(), v, MAX_PROTOCOL_NAME_LEN)?;
+        }
+    }
+    check_count(
+        || "assignments".into(),
+        req.assignments.len(),
+        MAX_MEMBERS_PER_REQUEST,
+    )?;
+    for (i, a) in req.assignments.iter().enumerate() {
+        check_len(
+            || format!("assignments[{i}].member_id"),
+            &a.member_id,
+            MAX_GROUP_ID_LEN,
+        )?;
+    }
+    Ok(())
+}
+
+/// Bounds of a Heartbeat: the ids as for JoinGroup.
+pub fn heartbeat(req: &HeartbeatRequest) -> Result<(), FieldError> {
+    group_id(|| "group_id".into(), &req.group_id)?;
+    member("", &req.member_id, req.group_instance_id.as_ref())
+}
+
+/// Bounds of a LeaveGroup: the group id, 1 to [`MAX_MEMBERS_PER_REQUEST`] members with ids
+/// as for JoinGroup.
+pub fn leave_group(req: &LeaveGroupRequest) -> Result<(), FieldError> {
+    group_id(|| "group_id".into(), &req.group_id)?;
+    check_range(
+        || "members".into(),
+        req.members.len(),
+        1..=MAX_MEMBERS_PER_REQUEST,
+    )?;
+    for (i, m) in req.members.iter().enumerate() {
+        member(
+            &format!("members[{i}]."),
+            &m.member_id,
+            m.group_instance_id.as_ref(),
+        )?;
     }
     Ok(())
 }
@@ -505,5 +619,58 @@ mod tests {
         })
         .unwrap_err();
         assert_eq!(e.field, "replica_id");
+    }
+
+    #[test]
+    fn membership_requests_are_bounded_field_by_field() {
+        let join = || JoinGroupRequest {
+            group_id: "g".into(),
+            protocol_type: "consumer".into(),
+            protocols: vec![JoinGroupProtocol {
+                name: "range".into(),
+                metadata: vec![0; 16].into(),
+            }],
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 10_000,
+            ..Default::default()
+        };
+        assert!(join_group(&join()).is_ok());
+        let field = |r: Result<(), FieldError>| r.unwrap_err().to_string();
+        let mut r = join();
+        r.protocols.clear();
+        assert!(
+            field(join_group(&r)).starts_with("protocols:"),
+            "{}",
+            field(join_group(&r))
+        );
+        let mut r = join();
+        r.protocol_type.clear();
+        assert!(field(join_group(&r)).starts_with("protocol_type (bytes)"));
+        let mut r = join();
+        r.protocols[0].metadata = vec![0; MAX_JOIN_METADATA_BYTES + 1].into();
+        assert!(field(join_group(&r)).starts_with("protocols[0].metadata"));
+        let mut r = join();
+        r.rebalance_timeout_ms = 0;
+        assert!(field(join_group(&r)).starts_with("rebalance_timeout_ms"));
+        let mut r = join();
+        r.group_instance_id = Some("i".repeat(MAX_GROUP_ID_LEN + 1));
+        assert!(field(join_group(&r)).starts_with("group_instance_id"));
+
+        let leave = LeaveGroupRequest {
+            group_id: "g".into(),
+            members: Vec::new(),
+        };
+        assert!(field(leave_group(&leave)).starts_with("members"));
+        let sync = SyncGroupRequest {
+            group_id: "g".into(),
+            assignments: vec![SyncGroupAssignment::default(); MAX_MEMBERS_PER_REQUEST + 1],
+            ..Default::default()
+        };
+        assert!(field(sync_group(&sync)).starts_with("assignments"));
+        let beat = HeartbeatRequest {
+            group_id: "g".repeat(MAX_GROUP_ID_LEN + 1),
+            ..Default::default()
+        };
+        assert!(field(heartbeat(&beat)).starts_with("group_id"));
     }
 }

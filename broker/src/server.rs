@@ -182,6 +182,11 @@ pub async fn serve(
         replicas: replicas.clone(),
         digests: Default::default(),
         groups: groups.clone(),
+        controller: crate::kafka::forwarder::ControllerForwarder::new(
+            channels.clone(),
+            timing.request_timeout,
+        ),
+        offsets_topic_creation: Default::default(),
     };
     // Both listeners stop when the lifecycle ends (the controlled shutdown is over).
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -200,14 +205,11 @@ pub async fn serve(
             images: grpc.images.clone(),
             status: grpc.status.clone(),
             replicas: replicas.clone(),
-            controller: crate::kafka::forwarder::ControllerForwarder::new(
-                channels.clone(),
-                timing.request_timeout,
-            ),
+            controller: grpc.controller.clone(),
             static_configs: crate::kafka::admin::static_broker_configs(&config),
             auto_create_topics: config.auto_create_topics_enable,
             groups,
-            offsets_topic_creation: Default::default(),
+            offsets_topic_creation: grpc.offsets_topic_creation.clone(),
         };
         tokio::spawn(crate::kafka::serve(l, ctx, stop_rx.clone()))
     });
@@ -579,8 +581,12 @@ struct BrokerGrpc {
     /// DescribeReplicas' image digests, computed only on request
     /// ([`keel_metadata_log::DigestMemo`]).
     digests: std::sync::Arc<keel_metadata_log::DigestMemo>,
-    /// The group coordinator (the group administration calls).
+    /// The group coordinator (the group calls).
     groups: crate::group::GroupCoordinator,
+    /// FindCoordinator creates `__consumer_offsets` when it does not exist (both listeners
+    /// share the forwarder and the throttle).
+    controller: crate::kafka::forwarder::ControllerForwarder,
+    offsets_topic_creation: std::sync::Arc<crate::kafka::context::OffsetsTopicCreation>,
 }
 
 /// INVALID_REQUEST (42) carrying the bound violation (`field: problem`).
@@ -622,8 +628,26 @@ refused_reply!(
     DescribeReplicasReply,
     ListGroupsReply,
     OffsetFetchReply,
-    OffsetCommitReply
+    OffsetCommitReply,
+    SyncGroupReply,
+    LeaveGroupReply
 );
+
+impl RefusedReply for HeartbeatReply {
+    fn default_with(error: Option<keel_proto::common::Error>) -> Self {
+        Self { error }
+    }
+}
+
+impl RefusedReply for JoinGroupReply {
+    fn default_with(error: Option<keel_proto::common::Error>) -> Self {
+        Self {
+            error,
+            generation_id: -1,
+            ..Default::default()
+        }
+    }
+}
 
 impl RefusedReply for FindCoordinatorReply {
     fn default_with(error: Option<keel_proto::common::Error>) -> Self {
@@ -761,6 +785,19 @@ impl BrokerService for BrokerGrpc {
     ) -> Result<Response<FindCoordinatorReply>, Status> {
         check_bounds!(request, bounds::find_coordinator, FindCoordinatorReply);
         let image = self.images.borrow().clone();
+        if !request.get_ref().group_id.is_empty()
+            && image
+                .topics()
+                .get_by_name(crate::group::records::OFFSETS_TOPIC)
+                .is_none()
+        {
+            crate::kafka::groups::create_offsets_topic(
+                &self.controller,
+                &self.offsets_topic_creation,
+                self.groups.config(),
+            )
+            .await;
+        }
         Ok(Response::new(crate::group::admin::find_coordinator(
             &self.groups,
             &image,
@@ -834,6 +871,48 @@ impl BrokerService for BrokerGrpc {
         );
         Ok(Response::new(
             crate::group::admin::delete_groups(&self.groups, request.get_ref()).await,
+        ))
+    }
+
+    async fn join_group(
+        &self,
+        request: Request<JoinGroupRequest>,
+    ) -> Result<Response<JoinGroupReply>, Status> {
+        check_bounds!(request, bounds::join_group, JoinGroupReply);
+        let peer = request.remote_addr();
+        Ok(Response::new(
+            crate::group::member::join_group(&self.groups, request.into_inner(), peer).await,
+        ))
+    }
+
+    async fn sync_group(
+        &self,
+        request: Request<SyncGroupRequest>,
+    ) -> Result<Response<SyncGroupReply>, Status> {
+        check_bounds!(request, bounds::sync_group, SyncGroupReply);
+        Ok(Response::new(
+            crate::group::member::sync_group(&self.groups, request.into_inner()).await,
+        ))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatReply>, Status> {
+        check_bounds!(request, bounds::heartbeat, HeartbeatReply);
+        Ok(Response::new(crate::group::member::heartbeat(
+            &self.groups,
+            request.get_ref(),
+        )))
+    }
+
+    async fn leave_group(
+        &self,
+        request: Request<LeaveGroupRequest>,
+    ) -> Result<Response<LeaveGroupReply>, Status> {
+        check_bounds!(request, bounds::leave_group, LeaveGroupReply);
+        Ok(Response::new(
+            crate::group::member::leave_group(&self.groups, request.into_inner()).await,
         ))
     }
 }

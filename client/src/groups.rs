@@ -6,13 +6,9 @@
 //! Retries: NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE and
 //! transport errors make the call find the coordinator again and retry, with jittered
 //! backoff, until `api_timeout` has passed (Kafka's `default.api.timeout.ms`).
-//!
-//! Also here, pure: [`decode_assignment`] reads a consumer's assignment (Kafka's
-//! `ConsumerProtocolAssignment`, version 0 to 3) into (topic, partitions).
 
 use std::time::Duration;
 
-use bytes::Buf;
 use keel_proto::ErrorCode;
 use keel_proto::broker::broker_service_client::BrokerServiceClient;
 use keel_proto::broker::{
@@ -295,68 +291,5 @@ impl GroupAdmin {
         })
         .await
         .map(|_| ())
-    }
-}
-
-/// The partitions of a consumer's assignment (Kafka's `ConsumerProtocolAssignment`: int16
-/// version, int32 topic count, per topic an int16-length name and an int32 count of int32
-/// partitions; user data after, ignored). `None` if the bytes are not one (another protocol
-/// type, or damage).
-pub fn decode_assignment(mut b: &[u8]) -> Option<Vec<(String, Vec<i32>)>> {
-    fn need(b: &[u8], n: usize) -> Option<()> {
-        (b.remaining() >= n).then_some(())
-    }
-    need(b, 6)?;
-    let _version = b.get_i16();
-    let topics = b.get_i32();
-    if topics < 0 || topics as usize > b.remaining() / 6 {
-        return None;
-    }
-    let mut out = Vec::with_capacity(topics as usize);
-    for _ in 0..topics {
-        need(b, 2)?;
-        let len = b.get_i16();
-        let len = usize::try_from(len).ok()?;
-        need(b, len + 4)?;
-        let name = String::from_utf8(b[..len].to_vec()).ok()?;
-        b.advance(len);
-        let n = b.get_i32();
-        if n < 0 || n as usize > b.remaining() / 4 {
-            return None;
-        }
-        let parts = (0..n).map(|_| b.get_i32()).collect();
-        out.push((name, parts));
-    }
-    Some(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use bytes::BufMut;
-
-    use super::*;
-
-    #[test]
-    fn assignments_decode_and_damage_is_none() {
-        let mut b = Vec::new();
-        b.put_i16(0);
-        b.put_i32(2);
-        for (t, ps) in [("a", vec![0, 2]), ("bb", vec![1])] {
-            b.put_i16(t.len() as i16);
-            b.put_slice(t.as_bytes());
-            b.put_i32(ps.len() as i32);
-            for p in ps {
-                b.put_i32(p);
-            }
-        }
-        b.put_i32(-1); // null user data
-        assert_eq!(
-            decode_assignment(&b),
-            Some(vec![("a".into(), vec![0, 2]), ("bb".into(), vec![1])])
-        );
-        for cut in 0..b.len() - 4 {
-            assert_eq!(decode_assignment(&b[..cut]), None, "cut at {cut}");
-        }
-        assert_eq!(decode_assignment(&[0, 0, 0x7f, 0xff, 0xff, 0xff]), None);
     }
 }

@@ -572,3 +572,247 @@ async fn keelctl_group_lists_describes_resets_and_deletes_groups() {
     let (ok, out, _) = keelctl(&c, &["--json", "group", "list"]);
     assert!(ok && !out.contains(group), "{out}");
 }
+
+/// A member of a group through Keel's own client (`Consumer::subscribe` over gRPC), polling
+/// in a task and keeping `(partition, offset, value)` of what it read.
+struct KeelMember {
+    lines: Arc<Mutex<Vec<(i32, i64, String)>>>,
+    assignment: Arc<Mutex<BTreeSet<i32>>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl KeelMember {
+    /// Starts a member of `group` reading `topic` from `brokers` (gRPC addresses), with
+    /// kcat's timers of these tests (session 6 s, heartbeat 0.5 s, auto commit 0.2 s) and
+    /// `auto_offset_reset` earliest.
+    fn start(brokers: Vec<String>, group: &str, topic: &str) -> Self {
+        use keel_client::consumer::{Consumer, ConsumerConfig, OffsetReset};
+        let mut cfg = ConsumerConfig::new(brokers);
+        cfg.session_timeout_ms = 6000;
+        cfg.heartbeat_interval_ms = 500;
+        cfg.auto_commit_interval_ms = 200;
+        cfg.auto_offset_reset = Some(OffsetReset::Earliest);
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let assignment = Arc::new(Mutex::new(BTreeSet::new()));
+        let (sink, assigned) = (lines.clone(), assignment.clone());
+        let (group, topic) = (group.to_string(), topic.to_string());
+        let task = tokio::spawn(async move {
+            let mut consumer = Consumer::new(cfg).unwrap();
+            consumer.subscribe(&group, &[topic]).await.unwrap();
+            // Never cancel a poll (its positions would run ahead of what it returned):
+            // check the stop flag between polls.
+            while !*stopped.borrow_and_update() {
+                let records = consumer.poll(Duration::from_millis(200)).await.unwrap();
+                *assigned.lock().unwrap() = consumer.assignment().iter().map(|t| t.1).collect();
+                let mut out = sink.lock().unwrap();
+                for r in records {
+                    let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+                    out.push((r.partition, r.offset, value));
+                }
+            }
+            // Commits the positions and leaves the group.
+            consumer.close().await.unwrap();
+        });
+        Self {
+            lines,
+            assignment,
+            stop,
+            task,
+        }
+    }
+
+    fn read(&self) -> Vec<(i32, i64, String)> {
+        self.lines.lock().unwrap().clone()
+    }
+
+    fn assignment(&self) -> BTreeSet<i32> {
+        self.assignment.lock().unwrap().clone()
+    }
+
+    /// Closes the consumer (commit, LeaveGroup) and returns everything it read.
+    async fn stop(self) -> Vec<(i32, i64, String)> {
+        self.stop.send_replace(true);
+        tokio::time::timeout(Duration::from_secs(60), self.task)
+            .await
+            .expect("the Keel member did not close within 60 s")
+            .expect("the Keel member's task failed");
+        self.lines.lock().unwrap().clone()
+    }
+}
+
+/// Waits (without blocking the runtime) until `done`, at most 60 s.
+async fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "timed out: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn grpc_brokers(c: &Cluster) -> Vec<String> {
+    (1..=3).map(|b| c.broker_addr(b)).collect()
+}
+
+fn tagged(tag: &str, v: &[(i32, i64, String)]) -> Vec<(String, i32, i64, String)> {
+    v.iter()
+        .map(|r| (tag.to_string(), r.0, r.1, r.2.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keel_consumers_split_take_over_and_resume() {
+    let topic = "grouped-keel";
+    let group = "g-keel";
+    let c = cluster_with_topic(topic).await;
+    let bootstrap = c.kafka_bootstrap();
+    kcat_produce(&bootstrap, topic, 0, 300);
+    let a = KeelMember::start(grpc_brokers(&c), group, topic);
+    let b = KeelMember::start(grpc_brokers(&c), group, topic);
+    wait_for(
+        "A and B each hold 3 partitions and read the first 300",
+        || {
+            let (pa, pb) = (a.assignment(), b.assignment());
+            pa.len() == 3
+                && pb.len() == 3
+                && pa.is_disjoint(&pb)
+                && a.read().len() + b.read().len() >= 300
+        },
+    )
+    .await;
+    let pb = b.assignment();
+    // B leaves (commit, LeaveGroup); A takes all 6 and reads what is produced next.
+    let b_read = b.stop().await;
+    kcat_produce(&bootstrap, topic, 300, 120);
+    wait_for("A holds all 6 partitions and reads the next 120", || {
+        a.assignment().len() == 6 && a.read().len() + b_read.len() >= 420
+    })
+    .await;
+    let a_read = a.stop().await;
+    let a_new: BTreeSet<i32> = a_read
+        .iter()
+        .filter(|r| r.2.as_str() >= "v-300")
+        .map(|r| r.0)
+        .collect();
+    assert!(
+        pb.is_subset(&a_new),
+        "A read none of B's former partitions {pb:?} (it read {a_new:?})"
+    );
+    // A third member resumes exactly at the committed offsets.
+    kcat_produce(&bootstrap, topic, 420, 60);
+    let m = KeelMember::start(grpc_brokers(&c), group, topic);
+    wait_for("C reads the last 60", || m.read().len() >= 60).await;
+    // A moment more: nothing else may arrive.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let c_read = m.stop().await;
+    let mut all = tagged("a", &a_read);
+    all.extend(tagged("b", &b_read));
+    all.extend(tagged("c", &c_read));
+    assert_read_once(&all, 480);
+    let c_values: BTreeSet<String> = c_read.iter().map(|r| r.2.clone()).collect();
+    let want: BTreeSet<String> = (420..480).map(|i| format!("v-{i}")).collect();
+    assert_eq!(
+        c_values, want,
+        "C must start exactly at the committed offsets"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keel_and_kcat_consumers_share_one_group() {
+    // Keel's consumer (gRPC) and librdkafka (Kafka protocol) in one group: the same
+    // coordinator, Kafka's subscription and assignment bytes, either may lead.
+    let topic = "grouped-mixed";
+    let group = "g-mixed";
+    let c = cluster_with_topic(topic).await;
+    let bootstrap = c.kafka_bootstrap();
+    kcat_produce(&bootstrap, topic, 0, 300);
+    let keel = KeelMember::start(grpc_brokers(&c), group, topic);
+    let kcat = KcatMember::start(&bootstrap, group, topic, false);
+    wait_for("both members read and together read the first 300", || {
+        let pk: BTreeSet<i32> = kcat.read().iter().map(|r| r.0).collect();
+        keel.assignment().len() == 3
+            && !pk.is_empty()
+            && keel.read().len() + kcat.read().len() >= 300
+    })
+    .await;
+    let pk: BTreeSet<i32> = kcat.read().iter().map(|r| r.0).collect();
+    assert!(
+        pk.is_disjoint(&keel.assignment()),
+        "kcat read {pk:?}, Keel holds {:?}",
+        keel.assignment()
+    );
+    // kcat leaves; Keel's consumer takes its partitions.
+    let kcat_read = kcat.stop();
+    kcat_produce(&bootstrap, topic, 300, 60);
+    wait_for("Keel's member holds all 6 and reads the next 60", || {
+        keel.assignment().len() == 6 && keel.read().len() + kcat_read.len() >= 360
+    })
+    .await;
+    let keel_read = keel.stop().await;
+    let mut all = tagged("keel", &keel_read);
+    all.extend(tagged("kcat", &kcat_read));
+    assert_read_once(&all, 360);
+}
+
+/// `keelctl consume --group --json` against `c`; the values printed.
+fn keelctl_group_consume(c: &Cluster, topic: &str, group: &str, extra: &[&str]) -> Vec<String> {
+    let mut args = vec![
+        "--json",
+        "consume",
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--from-beginning",
+        "--session-timeout-ms",
+        "6000",
+    ];
+    args.extend_from_slice(extra);
+    let (ok, out, err) = keelctl(c, &args);
+    assert!(ok, "keelctl {args:?}: {err}");
+    out.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            v["value"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keelctl_consume_group_resumes_at_the_committed_offsets() {
+    let topic = "grouped-cli";
+    let group = "g-cli";
+    let c = cluster_with_topic(topic).await;
+    let bootstrap = c.kafka_bootstrap();
+    kcat_produce(&bootstrap, topic, 0, 100);
+    // --max-records stops in the middle of a fetched batch: only what was printed counts
+    // as consumed.
+    let first = keelctl_group_consume(&c, topic, group, &["--max-records", "30"]);
+    assert_eq!(first.len(), 30, "{first:?}");
+    let second = keelctl_group_consume(&c, topic, group, &[]);
+    kcat_produce(&bootstrap, topic, 100, 50);
+    let third = keelctl_group_consume(&c, topic, group, &[]);
+    assert_eq!(
+        third.iter().cloned().collect::<BTreeSet<_>>(),
+        (100..150)
+            .map(|i| format!("v-{i}"))
+            .collect::<BTreeSet<_>>(),
+        "the third run reads exactly the new records"
+    );
+    let all: Vec<(String, i32, i64, String)> = first
+        .iter()
+        .chain(&second)
+        .chain(&third)
+        .enumerate()
+        .map(|(i, v)| ("cli".to_string(), -1, i as i64, v.clone()))
+        .collect();
+    assert_read_once(&all, 150);
+    // The group is known to keelctl group describe, now without members.
+    let (ok, out, err) = keelctl(&c, &["group", "describe", group]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Empty"), "{out}");
+}

@@ -40,7 +40,7 @@ pub fn find_coordinator(
     let Some(topic) = image.topics().get_by_name(OFFSETS_TOPIC) else {
         return fail(
             ErrorCode::CoordinatorNotAvailable,
-            format!("{OFFSETS_TOPIC} does not exist yet (no consumer group has been used)"),
+            format!("{OFFSETS_TOPIC} is being created"),
         );
     };
     let p = groups.partition_for(&req.group_id);

@@ -11,11 +11,13 @@
 //! What is Kafka's and what is not yet: JoinGroup/SyncGroup/Heartbeat/LeaveGroup with
 //! generations, rebalance and session timeouts, KIP-394 member ids, KIP-345 static members;
 //! OffsetCommit/OffsetFetch; DescribeGroups/ListGroups/DeleteGroups; offset expiry of empty
-//! groups (`offsets.retention.minutes`, KIP-211). Not yet: transactional offset commits, the
-//! KIP-848 consumer protocol, JoinGroup and friends over Keel's gRPC API.
+//! groups (`offsets.retention.minutes`, KIP-211); all of them on both listeners (Kafka's
+//! wire protocol in `crate::kafka::groups`, Keel's gRPC in [`admin`] and [`member`]). Not
+//! yet: transactional offset commits, the KIP-848 consumer protocol.
 
 pub mod admin;
 pub mod coordinator;
+pub mod member;
 pub mod records;
 pub mod state;
 

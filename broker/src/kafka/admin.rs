@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use super::context::KafkaContext;
 use super::convert::admin::{self as conv, StaticBrokerConfig};
+use super::forwarder::ControllerForwarder;
 use crate::config::BrokerConfig;
 use kafka_protocol::messages::{
     CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
@@ -83,9 +84,17 @@ pub async fn create_topics(
     req: &CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
+    forward_create_topics(&ctx.controller, req, version).await
+}
+
+/// CreateTopics sent through `controller` (also how `__consumer_offsets` is created).
+pub async fn forward_create_topics(
+    controller: &ControllerForwarder,
+    req: &CreateTopicsRequest,
+    version: i16,
+) -> CreateTopicsResponse {
     let forward = conv::create_topics_request(req);
-    let reply = ctx
-        .controller
+    let reply = controller
         .call(forward, deadline(req.timeout_ms), |mut c, r| async move {
             c.create_topics(r).await
         })

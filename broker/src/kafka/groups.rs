@@ -43,11 +43,12 @@ use kafka_protocol::protocol::StrBytes;
 use keel_proto::ErrorCode;
 
 use super::admin;
-use super::context::KafkaContext;
+use super::context::{KafkaContext, OffsetsTopicCreation};
 use super::convert::endpoint_on;
+use super::forwarder::ControllerForwarder;
 use crate::group::records::OFFSETS_TOPIC;
 use crate::group::state::{JoinRequest, SyncRequest};
-use crate::group::{CommitEntry, GroupCoordinator};
+use crate::group::{CommitEntry, CoordinatorConfig, GroupCoordinator};
 
 /// At most one creation request for `__consumer_offsets` per this interval per broker.
 const CREATE_RETRY: Duration = Duration::from_secs(1);
@@ -146,7 +147,12 @@ async fn locate(
     }
     let image = ctx.images.borrow().clone();
     let Some(topic) = image.topics().get_by_name(OFFSETS_TOPIC) else {
-        create_offsets_topic(ctx).await;
+        create_offsets_topic(
+            &ctx.controller,
+            &ctx.offsets_topic_creation,
+            coordinator(ctx).config(),
+        )
+        .await;
         return fail(
             ErrorCode::CoordinatorNotAvailable,
             format!("{OFFSETS_TOPIC} is being created"),
@@ -174,21 +180,22 @@ async fn locate(
     }
 }
 
-/// Asks the active controller to create `__consumer_offsets` (at most once per
-/// [`CREATE_RETRY`]); the outcome shows in the image.
-async fn create_offsets_topic(ctx: &KafkaContext) {
+/// Asks the active controller through `controller` to create `__consumer_offsets` as `cfg`
+/// says (at most once per [`CREATE_RETRY`] per `throttle`); the outcome shows in the image.
+/// FindCoordinator calls it on both listeners when the topic does not exist, as Kafka's
+/// does.
+pub async fn create_offsets_topic(
+    controller: &ControllerForwarder,
+    throttle: &OffsetsTopicCreation,
+    cfg: &CoordinatorConfig,
+) {
     {
-        let mut last = ctx
-            .offsets_topic_creation
-            .0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut last = throttle.0.lock().unwrap_or_else(|e| e.into_inner());
         if last.is_some_and(|t| t.elapsed() < CREATE_RETRY) {
             return;
         }
         *last = Some(Instant::now());
     }
-    let cfg = coordinator(ctx).config();
     let rf = cfg.offsets_topic_replication_factor;
     let config = |k: &str, v: String| {
         CreatableTopicConfig::default()
@@ -208,7 +215,7 @@ async fn create_offsets_topic(ctx: &KafkaContext) {
                     config("segment.bytes", cfg.offsets_topic_segment_bytes.to_string()),
                 ]),
         ]);
-    let reply = admin::create_topics(ctx, &req, 7).await;
+    let reply = admin::forward_create_topics(controller, &req, 7).await;
     for t in reply.topics {
         match t.error_code {
             0 => tracing::info!(

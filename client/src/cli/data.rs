@@ -112,14 +112,30 @@ pub struct ConsumeArgs {
     #[arg(long)]
     pub topic: String,
     /// Only this partition (default: all).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "group")]
     pub partition: Option<i32>,
+    /// Read as a member of this consumer group (like kafka-console-consumer --group): the
+    /// topic's partitions are shared with the group's other members (Kafka clients
+    /// included), each starts at the group's committed offset, and positions are committed
+    /// every 5 s, at a rebalance and on exit (Ctrl-C included). Partitions without a
+    /// committed offset start as --from-beginning/--latest say (the default as below).
+    #[arg(long)]
+    pub group: Option<String>,
+    /// With --group: the group's `session.timeout.ms` (a member silent this long is
+    /// removed and its partitions reassigned), ms; the brokers accept 6000 to 1800000.
+    #[arg(long, requires = "group", default_value_t = 10_000)]
+    pub session_timeout_ms: i32,
     /// Start at the log start offset (the default without --follow).
     #[arg(long, group = "start")]
     pub from_beginning: bool,
     /// Start at this offset (in every partition read). One outside [log start offset, high
     /// watermark] is refused with OFFSET_OUT_OF_RANGE, a negative one included.
-    #[arg(long, group = "start", allow_negative_numbers = true)]
+    #[arg(
+        long,
+        group = "start",
+        allow_negative_numbers = true,
+        conflicts_with = "group"
+    )]
     pub offset: Option<i64>,
     /// Start at the high watermark: only records produced from now on (the default with
     /// --follow, like kafka-console-consumer).
@@ -140,6 +156,17 @@ pub struct ConsumeArgs {
     /// Print the record timestamp.
     #[arg(long)]
     pub print_timestamp: bool,
+}
+
+impl ConsumeArgs {
+    /// The record fields to print.
+    fn fields(&self) -> RecordFields {
+        RecordFields {
+            offset: self.print_offset,
+            timestamp: self.print_timestamp,
+            key: self.print_key,
+        }
+    }
 }
 
 /// Arguments of `verify`.
@@ -349,6 +376,9 @@ async fn consumer_for(
 
 /// `keelctl consume`.
 pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
+    if let Some(group) = a.group.clone() {
+        return consume_group(a, &group, ctx).await;
+    }
     let (mut consumer, tps) = consumer_for(ctx, &a.topic, a.partition, None).await?;
     let start = match (a.offset, a.latest, a.from_beginning, a.follow) {
         (Some(o), _, _, _) => SeekTo::Offset(o),
@@ -390,11 +420,7 @@ pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
             }
         }
     }
-    let fields = RecordFields {
-        offset: a.print_offset,
-        timestamp: a.print_timestamp,
-        key: a.print_key,
-    };
+    let fields = a.fields();
     let max = a.max_records.unwrap_or(u64::MAX);
     let mut count = 0u64;
     'outer: while count < max {
@@ -421,6 +447,106 @@ pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
         eprintln!("consumed {}", crate::format::count(count, "record"));
     }
     Ok(())
+}
+
+/// `keelctl consume --group`: a group member until --max-records, Ctrl-C/SIGTERM, or
+/// (without --follow) a poll that finds every assigned partition at its high watermark.
+/// On the way out the positions of the records printed are committed and the member leaves
+/// the group, so another member takes over at once from there.
+async fn consume_group(a: ConsumeArgs, group: &str, ctx: &Ctx) -> CliResult {
+    let mut cfg = ConsumerConfig::new(ctx.broker_addresses().await);
+    cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
+    cfg.default_api_timeout_ms = ctx.api_timeout.as_millis() as u64;
+    cfg.client_id = "keelctl".into();
+    cfg.session_timeout_ms = a.session_timeout_ms;
+    cfg.heartbeat_interval_ms = (a.session_timeout_ms.max(3) / 3) as u64;
+    cfg.auto_offset_reset = Some(if a.latest || (a.follow && !a.from_beginning) {
+        crate::consumer::OffsetReset::Latest
+    } else {
+        crate::consumer::OffsetReset::Earliest
+    });
+    let mut consumer = Consumer::new(cfg)?;
+    consumer
+        .subscribe(group, std::slice::from_ref(&a.topic))
+        .await?;
+    let fields = a.fields();
+    let max = a.max_records.unwrap_or(u64::MAX);
+    let mut count = 0u64;
+    let mut stop = std::pin::pin!(stop_signal());
+    let outcome: CliResult = async {
+        'outer: while count < max {
+            let records = tokio::select! {
+                r = consumer.poll(Duration::from_millis(500)) => r?,
+                _ = &mut stop => break,
+            };
+            if records.is_empty() && !a.follow && at_end(&consumer).await? {
+                break;
+            }
+            for (i, r) in records.iter().enumerate() {
+                print_record(r, fields, ctx.json);
+                count += 1;
+                if count >= max {
+                    // Commit only what was printed: every partition with records left in
+                    // this poll goes back to its first one, for the next reader.
+                    let mut unprinted: BTreeMap<TopicPartition, i64> = BTreeMap::new();
+                    for r in &records[i + 1..] {
+                        let first = unprinted
+                            .entry((r.topic.clone(), r.partition))
+                            .or_insert(r.offset);
+                        *first = (*first).min(r.offset);
+                    }
+                    for (tp, offset) in unprinted {
+                        consumer.seek(&tp, SeekTo::Offset(offset)).await?;
+                    }
+                    break 'outer;
+                }
+            }
+        }
+        Ok(())
+    }
+    .await;
+    // Commit and leave even after an error, so the group does not wait for the session
+    // timeout.
+    let closed = consumer.close().await;
+    outcome?;
+    closed?;
+    if !ctx.json {
+        eprintln!(
+            "consumed {} as a member of group {group}; positions committed",
+            crate::format::count(count, "record")
+        );
+    }
+    Ok(())
+}
+
+/// Whether every partition assigned to `consumer` is at its high watermark.
+async fn at_end(consumer: &Consumer) -> Result<bool, CliError> {
+    for tp in consumer.assignment() {
+        if consumer.position(&tp).unwrap_or(0) < consumer.end_offset(&tp).await? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Ctrl-C or SIGTERM.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }
 
 fn print_record(r: &ConsumerRecord, fields: RecordFields, json: bool) {

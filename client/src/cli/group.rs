@@ -8,9 +8,10 @@ use keel_proto::ErrorCode;
 use serde::Serialize;
 
 use super::{CliError, CliResult, Ctx};
+use crate::consumer::assignor::decode_assignment;
 use crate::consumer::{Consumer, ConsumerConfig, SeekTo};
 use crate::format::table_of;
-use crate::groups::{GroupAdmin, GroupError, decode_assignment};
+use crate::groups::{GroupAdmin, GroupError};
 
 /// Kafka's classic group states (`--state` values, compared case-insensitively).
 const STATES: &[&str] = &[

@@ -80,6 +80,27 @@ pub enum ConsumeError {
     /// A reply that breaks the API contract.
     #[error("unexpected reply from the broker: {0}")]
     Protocol(String),
+    /// The group refused this member with an error no retry can fix (Kafka's code):
+    /// FENCED_INSTANCE_ID (another member uses this `group_instance_id`),
+    /// INVALID_SESSION_TIMEOUT, GROUP_MAX_SIZE_REACHED, INCONSISTENT_GROUP_PROTOCOL (other
+    /// members use another protocol type or no common assignor), INVALID_GROUP_ID, ...
+    #[error("group {group}: {code} ({}): {message}", .code.code())]
+    Group {
+        /// The group.
+        group: String,
+        /// The Kafka error code.
+        code: ErrorCode,
+        /// What the coordinator said.
+        message: String,
+    },
+    /// A commit as a group member was refused because the group rebalanced (the member's
+    /// generation is over, its partitions may be another's); the next poll rejoins. Kafka:
+    /// `CommitFailedException`.
+    #[error("commit failed: {0}")]
+    CommitFailed(String),
+    /// A group call on a consumer without [`subscribe`](super::Consumer::subscribe).
+    #[error("the consumer is not subscribed to a group")]
+    NotSubscribed,
     /// The partition is not assigned to this consumer.
     #[error("{topic}-{partition} is not assigned")]
     NotAssigned {
@@ -95,7 +116,7 @@ impl ConsumeError {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             ConsumeError::OffsetOutOfRange { .. } => Some(ErrorCode::OffsetOutOfRange),
-            ConsumeError::Kafka { code, .. } => Some(*code),
+            ConsumeError::Kafka { code, .. } | ConsumeError::Group { code, .. } => Some(*code),
             ConsumeError::Metadata(MetadataError::Topic { code, .. }) => Some(*code),
             _ => None,
         }

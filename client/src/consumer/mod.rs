@@ -1,5 +1,14 @@
-//! [`Consumer`]: reads assigned partitions from their leaders (Kafka's `KafkaConsumer` with
-//! `assign`, without groups or committed offsets).
+//! [`Consumer`]: reads partitions from their leaders (Kafka's `KafkaConsumer`), either
+//! assigned by the application ([`Consumer::assign`]) or shared with the other members of a
+//! consumer group ([`Consumer::subscribe`], [`group`] and [`assignor`]).
+//!
+//! - With a group, the poll joins the group when needed (the first poll, a rebalance),
+//!   takes the partitions the group's leader assigned, starts each at the group's committed
+//!   offset (else as `auto_offset_reset` says), and commits the positions every
+//!   `auto_commit_interval_ms` and before each rebalance when `enable_auto_commit` is on
+//!   (the default, as Kafka's); [`Consumer::commit_sync`] commits now. Close with
+//!   [`Consumer::close`] to commit and leave the group at once (else the group waits
+//!   `session_timeout_ms` before giving the partitions to others).
 //!
 //! - Positions are set by [`Consumer::seek`] (an offset, EARLIEST, LATEST or a timestamp via
 //!   ListOffsets) or, when configured, by `auto_offset_reset`. Without either, polling a
@@ -43,7 +52,9 @@
 //! # }
 //! ```
 
+pub mod assignor;
 mod error;
+mod group;
 
 use keel_runtime::backoff::pause_within;
 use std::collections::{BTreeMap, HashMap};
@@ -61,6 +72,7 @@ use keel_record::BatchIter;
 use keel_record::TIMESTAMP_TYPE_BIT;
 use tokio::task::JoinSet;
 
+pub use assignor::Assignor;
 pub use error::ConsumeError;
 
 use crate::brokers::Brokers;
@@ -114,6 +126,29 @@ pub struct ConsumerConfig {
     /// Longest backoff between retries, ms; default 1000 (Kafka `retry.backoff.max.ms`);
     /// bounded like `retry_backoff_ms`.
     pub retry_backoff_max_ms: u64,
+    /// `client.id`, shown by `keelctl group describe`; default `keel-consumer`.
+    pub client_id: String,
+    /// Static membership id of a group member (Kafka `group.instance.id`, KIP-345): a member
+    /// that restarts with it within `session_timeout_ms` gets its partitions back without a
+    /// rebalance, and does not leave the group on close. Default none (dynamic member).
+    pub group_instance_id: Option<String>,
+    /// A group member that sends no heartbeat for this long is removed, ms; default 45000
+    /// (Kafka `session.timeout.ms`); the brokers accept 6000 to 1800000 by default.
+    pub session_timeout_ms: i32,
+    /// Between heartbeats, ms; default 3000 (Kafka `heartbeat.interval.ms`), below a third
+    /// of the session timeout.
+    pub heartbeat_interval_ms: u64,
+    /// The longest time between polls of a group member, ms, also its rebalance timeout:
+    /// past it the member leaves the group; default 300000 (Kafka `max.poll.interval.ms`).
+    pub max_poll_interval_ms: i32,
+    /// Commit the positions every `auto_commit_interval_ms` (during polls), before each
+    /// rebalance and on close; default true (Kafka `enable.auto.commit`).
+    pub enable_auto_commit: bool,
+    /// ms; default 5000 (Kafka `auto.commit.interval.ms`).
+    pub auto_commit_interval_ms: u64,
+    /// The assignors offered, in preference order; default range then roundrobin (Kafka
+    /// `partition.assignment.strategy`).
+    pub partition_assignment_strategy: Vec<Assignor>,
 }
 
 /// Largest effective `default_api_timeout_ms`: one day.
@@ -134,6 +169,14 @@ impl ConsumerConfig {
             default_api_timeout_ms: 60_000,
             retry_backoff_ms: 100,
             retry_backoff_max_ms: 1000,
+            client_id: "keel-consumer".into(),
+            group_instance_id: None,
+            session_timeout_ms: 45_000,
+            heartbeat_interval_ms: 3000,
+            max_poll_interval_ms: 300_000,
+            enable_auto_commit: true,
+            auto_commit_interval_ms: 5000,
+            partition_assignment_strategy: vec![Assignor::Range, Assignor::RoundRobin],
         }
     }
 }
@@ -178,6 +221,8 @@ pub struct Consumer {
     /// Consecutive polls that returned nothing because some partition needed a retry (the
     /// exponent of the next pause).
     failed_polls: u32,
+    /// The group membership after [`Consumer::subscribe`].
+    group: Option<group::Membership>,
 }
 
 /// The outcome of asking the new leader where an epoch ends (KIP-320), pure.
@@ -217,6 +262,7 @@ impl Consumer {
             config,
             partitions: BTreeMap::new(),
             failed_polls: 0,
+            group: None,
         })
     }
 
@@ -231,7 +277,201 @@ impl Consumer {
         .next(attempt)
     }
 
-    /// Replaces the assignment by `partitions`; partitions kept keep their positions.
+    /// Joins consumer group `group_id` as a member reading `topics` (Kafka's `subscribe`):
+    /// the partitions of those topics are shared among the group's members, Kafka clients
+    /// included. Nothing is sent yet: the next [`poll`](Self::poll) joins. A consumer in
+    /// another group leaves it first (committing with auto commit). A partition without a
+    /// committed offset starts where `auto_offset_reset` says, the latest offset when it is
+    /// unset (Kafka's default `auto.offset.reset=latest`). Errors: [`ConsumeError::Group`]
+    /// with INVALID_GROUP_ID for an empty group id, INVALID_REQUEST for no topic or an empty
+    /// topic name.
+    pub async fn subscribe(
+        &mut self,
+        group_id: &str,
+        topics: &[String],
+    ) -> Result<(), ConsumeError> {
+        let invalid = |code: ErrorCode, message: &str| ConsumeError::Group {
+            group: group_id.to_string(),
+            code,
+            message: message.to_string(),
+        };
+        if group_id.is_empty() {
+            return Err(invalid(ErrorCode::InvalidGroupId, "the group id is empty"));
+        }
+        if topics.is_empty() || topics.iter().any(|t| t.is_empty()) {
+            return Err(invalid(
+                ErrorCode::InvalidRequest,
+                "subscribe needs at least one topic, none empty",
+            ));
+        }
+        self.close().await?;
+        let c = &self.config;
+        let settings = group::GroupSettings {
+            group_id: group_id.to_string(),
+            instance_id: c.group_instance_id.clone(),
+            client_id: c.client_id.clone(),
+            session_timeout_ms: c.session_timeout_ms,
+            heartbeat_interval: Duration::from_millis(c.heartbeat_interval_ms.max(1)),
+            rebalance_timeout_ms: c.max_poll_interval_ms,
+            assignors: c.partition_assignment_strategy.clone(),
+            request_timeout: Duration::from_millis(c.request_timeout_ms.max(1)),
+            api_timeout: Duration::from_millis(c.default_api_timeout_ms.min(MAX_API_TIMEOUT_MS)),
+            backoff: keel_runtime::Backoff::from_millis(
+                c.retry_backoff_ms.clamp(1, MAX_RETRY_BACKOFF_MS),
+                c.retry_backoff_max_ms.clamp(1, MAX_RETRY_BACKOFF_MS),
+            ),
+            bootstrap: c.bootstrap_brokers.clone(),
+        };
+        let mut topics = topics.to_vec();
+        topics.sort();
+        topics.dedup();
+        self.group = Some(group::Membership::new(
+            settings,
+            topics,
+            self.brokers.clone(),
+        ));
+        Ok(())
+    }
+
+    /// The group and this member's (member id, generation), while it is in a generation.
+    pub fn group_member(&self) -> Option<(String, String, i32)> {
+        let g = self.group.as_ref()?;
+        let (member, generation) = g.generation()?;
+        Some((g.group_id().to_string(), member, generation))
+    }
+
+    /// The positions of the assigned partitions, as a commit carries them: (partition, next
+    /// offset, leader epoch of the last record read or -1).
+    fn positions(&self) -> Vec<(TopicPartition, i64, i32)> {
+        self.partitions
+            .iter()
+            .filter_map(|(tp, s)| Some((tp.clone(), s.position?, s.last_epoch.unwrap_or(-1))))
+            .collect()
+    }
+
+    /// Commits the positions of every assigned partition to the group now (Kafka's
+    /// `commitSync()`): after it, a member that takes these partitions starts where this one
+    /// is. Errors: [`ConsumeError::NotSubscribed`], [`ConsumeError::CommitFailed`] when the
+    /// group rebalanced, [`ConsumeError::Unreachable`] when no coordinator acknowledged it
+    /// within `default_api_timeout_ms`.
+    pub async fn commit_sync(&mut self) -> Result<(), ConsumeError> {
+        let g = self.group.as_ref().ok_or(ConsumeError::NotSubscribed)?;
+        g.commit(&self.positions()).await
+    }
+
+    /// Commits `offsets` ((partition, next offset to read)) to the group (Kafka's
+    /// `commitSync(Map)`), errors as [`commit_sync`](Self::commit_sync); a negative offset is
+    /// refused by the broker (INVALID_REQUEST) and nothing is committed.
+    pub async fn commit_offsets(
+        &mut self,
+        offsets: &[(TopicPartition, i64)],
+    ) -> Result<(), ConsumeError> {
+        let g = self.group.as_ref().ok_or(ConsumeError::NotSubscribed)?;
+        let with_epochs: Vec<_> = offsets
+            .iter()
+            .map(|(tp, o)| {
+                let epoch = self
+                    .partitions
+                    .get(tp)
+                    .filter(|s| s.position == Some(*o))
+                    .and_then(|s| s.last_epoch)
+                    .unwrap_or(-1);
+                (tp.clone(), *o, epoch)
+            })
+            .collect();
+        g.commit(&with_epochs).await
+    }
+
+    /// The group's committed offsets (next offset to read) of `tps`; partitions without one
+    /// are absent. Errors: [`ConsumeError::NotSubscribed`], [`ConsumeError::Unreachable`].
+    pub async fn committed(
+        &self,
+        tps: &[TopicPartition],
+    ) -> Result<BTreeMap<TopicPartition, i64>, ConsumeError> {
+        let g = self.group.as_ref().ok_or(ConsumeError::NotSubscribed)?;
+        Ok(g.committed(tps)
+            .await?
+            .into_iter()
+            .map(|(tp, (o, _))| (tp, o))
+            .collect())
+    }
+
+    /// Ends the group membership, if any: commits the positions (with auto commit), leaves
+    /// the group (a static member stays for `session_timeout_ms`, KIP-345) and unassigns
+    /// every partition. A failed commit is returned after the member has left.
+    pub async fn close(&mut self) -> Result<(), ConsumeError> {
+        let Some(g) = self.group.as_ref() else {
+            return Ok(());
+        };
+        let committed = if self.config.enable_auto_commit && g.generation().is_some() {
+            g.commit(&self.positions()).await
+        } else {
+            Ok(())
+        };
+        g.leave().await;
+        self.group = None;
+        self.partitions.clear();
+        committed
+    }
+
+    /// Before a poll of a group member: rejoins when due (committing first with auto
+    /// commit), then auto-commits when the interval has passed. Joining takes the new
+    /// assignment, positioned at the committed offsets.
+    async fn group_poll(&mut self) -> Result<(), ConsumeError> {
+        let Some(g) = self.group.as_ref() else {
+            return Ok(());
+        };
+        g.polled();
+        let auto = self.config.enable_auto_commit;
+        if g.needs_join() {
+            if auto && !self.partitions.is_empty() {
+                // Before giving the partitions up (eager protocol): commit what was read.
+                // The group may have moved on already (CommitFailed); then the next
+                // member re-reads from the last commit, as with Kafka.
+                if let Err(e) = g.commit(&self.positions()).await {
+                    tracing::warn!("group {}: commit before rejoining: {e}", g.group_id());
+                }
+            }
+            self.partitions.clear();
+            let parts = g.join().await?;
+            let committed = g.committed(&parts).await?;
+            let mut next = BTreeMap::new();
+            for tp in parts {
+                let state = match committed.get(&tp) {
+                    Some(&(offset, epoch)) => {
+                        if epoch >= 0 {
+                            self.brokers.observe_epoch(&tp.0, tp.1, epoch);
+                        }
+                        PartitionState {
+                            position: Some(offset),
+                            last_epoch: (epoch >= 0).then_some(epoch),
+                            validated_epoch: None,
+                        }
+                    }
+                    None => PartitionState::default(),
+                };
+                next.insert(tp, state);
+            }
+            self.partitions = next;
+            if let Some(g) = self.group.as_mut() {
+                g.last_commit = std::time::Instant::now();
+            }
+            return Ok(());
+        }
+        let interval = Duration::from_millis(self.config.auto_commit_interval_ms);
+        if auto && g.last_commit.elapsed() >= interval {
+            if let Err(e) = g.commit(&self.positions()).await {
+                tracing::warn!("group {}: auto commit: {e}", g.group_id());
+            }
+            if let Some(g) = self.group.as_mut() {
+                g.last_commit = std::time::Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces the assignment by `partitions`; partitions kept keep their positions. Not for
+    /// a group member: its assignment is the group's (the next rebalance replaces this).
     pub fn assign(&mut self, partitions: impl IntoIterator<Item = TopicPartition>) {
         let mut next = BTreeMap::new();
         for tp in partitions {
@@ -533,10 +773,20 @@ impl Consumer {
     /// data, and returns the records read (possibly none), in offset order per partition.
     /// Retriable errors (leader moved, broker down, position validation not possible yet)
     /// refresh the metadata and yield no records for that partition in this poll; call
-    /// `poll` again. Errors: [`ConsumeError::NoPosition`], [`ConsumeError::OffsetOutOfRange`],
-    /// [`ConsumeError::LogTruncation`], non-retriable Kafka codes, corrupt batches.
+    /// `poll` again. A group member first joins or rejoins when due and auto-commits (see the
+    /// [module documentation](self)). Errors: [`ConsumeError::NoPosition`],
+    /// [`ConsumeError::OffsetOutOfRange`], [`ConsumeError::LogTruncation`], non-retriable
+    /// Kafka codes, corrupt batches; for a group member [`ConsumeError::Group`] and
+    /// [`ConsumeError::Unreachable`] when joining failed (the next poll tries again).
     pub async fn poll(&mut self, max_wait: Duration) -> Result<Vec<ConsumerRecord>, ConsumeError> {
+        self.group_poll().await?;
         let tps = self.assignment();
+        if tps.is_empty() && self.group.is_some() {
+            // A member without partitions (more members than partitions) waits like a
+            // long poll with nothing to read, instead of spinning.
+            tokio::time::sleep(max_wait).await;
+            return Ok(Vec::new());
+        }
         // Positions first: reset policy or error.
         for tp in &tps {
             if self.position(tp).is_none() && !self.reset_position(tp).await? {
@@ -585,6 +835,8 @@ impl Consumer {
         let to = match self.config.auto_offset_reset {
             Some(OffsetReset::Earliest) => SeekTo::Earliest,
             Some(OffsetReset::Latest) => SeekTo::Latest,
+            // A group member resets like Kafka's consumer by default (latest).
+            None if self.group.is_some() => SeekTo::Latest,
             None => return Ok(false),
         };
         self.seek(tp, to).await?;
