@@ -209,6 +209,13 @@ pub const RESERVED: &[MetricDef] = &[
         "group-coordinator-metrics:offset-commit-count",
     ),
     MetricDef::new(
+        crate::group::lag::CONSUMER_LAG,
+        MetricKind::Gauge,
+        None,
+        "Per group coordinated here (label `group`, at most 1000 groups): the sum over its committed partitions of high watermark minus committed offset, sampled every 10 s; 0 once the group is coordinated elsewhere",
+        "kafka_exporter: kafka_consumergroup_lag_sum",
+    ),
+    MetricDef::new(
         "keel_broker_log_cleaner_runs_total",
         MetricKind::Counter,
         None,

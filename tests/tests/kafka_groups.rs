@@ -26,12 +26,19 @@ const PARTITIONS: i32 = 6;
 /// 3 controllers and 3 brokers, `__consumer_offsets` with 6 partitions (Kafka's default
 /// is 50; fewer keep the test's disk work small), and `topic` with 6 partitions, RF 3.
 async fn cluster_with_topic(topic: &str) -> Cluster {
+    cluster_with_topic_opts(topic, Options::default()).await
+}
+
+/// [`cluster_with_topic`] with more `options`.
+async fn cluster_with_topic_opts(topic: &str, options: Options) -> Cluster {
+    let mut broker_args = vec!["--offsets-topic-num-partitions".into(), "6".into()];
+    broker_args.extend(options.broker_args.iter().cloned());
     let c = Cluster::start_opts(
         3,
         3,
         Options {
-            broker_args: vec!["--offsets-topic-num-partitions".into(), "6".into()],
-            ..Options::default()
+            broker_args,
+            ..options
         },
     );
     c.wait_unfenced(&[1, 2, 3], WAIT).await;
@@ -815,4 +822,54 @@ async fn keelctl_consume_group_resumes_at_the_committed_offsets() {
     let (ok, out, err) = keelctl(&c, &["group", "describe", group]);
     assert!(ok, "{err}");
     assert!(out.contains("Empty"), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_lag_per_group_is_exported_by_the_coordinator() {
+    use keel_tests::http::{http_get, sample};
+    let topic = "lagging";
+    let group = "g-lag";
+    let c = cluster_with_topic_opts(
+        topic,
+        Options {
+            broker_metrics: true,
+            ..Options::default()
+        },
+    )
+    .await;
+    kcat_produce(&c.kafka_bootstrap(), topic, 0, 300);
+    let read = keelctl_group_consume(&c, topic, group, &["--max-records", "100"]);
+    assert_eq!(read.len(), 100);
+    // Summed over the brokers: only the coordinator exports the group (the others have no
+    // series or 0).
+    let series = format!("keel_broker_group_consumer_lag{{group=\"{group}\"}}");
+    let lag = || async {
+        let mut total = 0.0;
+        for port in &c.broker_metrics_ports {
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], *port));
+            let (_, body) = http_get(addr, "/metrics").await.unwrap_or_default();
+            total += sample(&body, &series).unwrap_or(0.0);
+        }
+        total
+    };
+    let start = Instant::now();
+    // Sampled every 10 s: wait up to 3 samples.
+    while lag().await != 200.0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(35),
+            "lag of {group} is {}, not 300 - 100",
+            lag().await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    kcat_produce(&c.kafka_bootstrap(), topic, 300, 50);
+    let start = Instant::now();
+    while lag().await != 250.0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(35),
+            "lag of {group} is {}, not 350 - 100",
+            lag().await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

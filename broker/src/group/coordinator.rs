@@ -33,6 +33,7 @@ use keel_proto::broker::{ProducePartitionData, ProduceRequest, ProduceTopicData}
 use keel_record::{BatchIter, RecordBatchBuilder};
 use tokio::sync::{oneshot, watch};
 
+use super::lag;
 use super::records::{self, CommittedOffset, OFFSETS_TOPIC, OffsetsRecord};
 use super::state::{
     Effects, Group, GroupConfig, GroupState, JoinRequest, JoinResult, Joined, SyncRequest,
@@ -263,6 +264,9 @@ impl GroupCoordinator {
     /// Runs timers and the leadership scan until `stop` turns true; then answers every
     /// waiting request NOT_COORDINATOR.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
+        // Consumer lag is sampled apart: its ListOffsets to other brokers must not delay
+        // the group timers.
+        tokio::spawn(self.clone().lag_loop(stop.clone()));
         let mut tick = tokio::time::interval(SCAN_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut ticks = 0u64;
@@ -311,6 +315,54 @@ impl GroupCoordinator {
         for p in dropped {
             self.drop_shard(p);
         }
+    }
+
+    /// Samples and exports consumer lag every [`lag::LAG_INTERVAL`] until `stop`.
+    async fn lag_loop(self, mut stop: watch::Receiver<bool>) {
+        let mut sampler = lag::LagSampler::default();
+        let mut tick = tokio::time::interval(lag::LAG_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if *stop.borrow() {
+                break;
+            }
+            tokio::select! {
+                changed = stop.changed() => {
+                    if changed.is_err() {
+                        break;
+                    }
+                }
+                _ = tick.tick() => {
+                    let committed = self.committed_snapshot(lag::MAX_LAG_GROUPS);
+                    let partitions = committed.iter().map(|(_, t, p, _)| (t.clone(), *p)).collect();
+                    let image = self.inner.images.borrow().clone();
+                    let hws = sampler.high_watermarks(&partitions, &image, &self.inner.rm).await;
+                    sampler.export(&lag::lag_by_group(&committed, &hws));
+                }
+            }
+        }
+    }
+
+    /// The committed offsets of the first `max_groups` groups (by id) held here.
+    fn committed_snapshot(&self, max_groups: usize) -> Vec<lag::Committed> {
+        let st = self.lock();
+        let mut groups: Vec<&Group> = st
+            .shards
+            .values()
+            .filter(|s| s.loaded)
+            .flat_map(|s| s.groups.values())
+            .filter(|g| !g.offsets.is_empty())
+            .collect();
+        groups.sort_by(|a, b| a.id.cmp(&b.id));
+        groups
+            .into_iter()
+            .take(max_groups)
+            .flat_map(|g| {
+                g.offsets
+                    .iter()
+                    .map(|((t, p), o)| (g.id.clone(), t.clone(), *p, o.offset))
+            })
+            .collect()
     }
 
     /// Samples the group gauges (see `crate::observe::RESERVED`).

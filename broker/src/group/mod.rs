@@ -17,6 +17,7 @@
 
 pub mod admin;
 pub mod coordinator;
+pub mod lag;
 pub mod member;
 pub mod records;
 pub mod state;
