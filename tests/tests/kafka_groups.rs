@@ -54,10 +54,16 @@ async fn cluster_with_topic_opts(topic: &str, options: Options) -> Cluster {
 /// Produces `count` records `v-<start + i>` keyed `k<start + i>` with kcat, acks=all. Keyed:
 /// librdkafka's sticky partitioner would put a burst of keyless records into one partition.
 fn kcat_produce(bootstrap: &str, topic: &str, start: usize, count: usize) {
+    kcat_produce_with(bootstrap, topic, start, count, &[]);
+}
+
+/// [`kcat_produce`] with `extra` kcat arguments.
+fn kcat_produce_with(bootstrap: &str, topic: &str, start: usize, count: usize, extra: &[&str]) {
     let mut child = Command::new("kcat")
         .args([
             "-P", "-b", bootstrap, "-t", topic, "-X", "acks=all", "-K", ":",
         ])
+        .args(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -872,4 +878,90 @@ async fn consumer_lag_per_group_is_exported_by_the_coordinator() {
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keel_group_member_survives_kill9_of_its_coordinator() {
+    use keel_client::consumer::{Consumer, ConsumerConfig, OffsetReset};
+    let topic = "committed-keel";
+    let group = "g-failover-keel";
+    let mut c = cluster_with_topic(topic).await;
+    let records = 1500;
+    // One record per batch and one batch per partition per fetch: many polls, each
+    // followed by a commit, so the kill lands in the middle of the loop.
+    kcat_produce_with(
+        &c.kafka_bootstrap(),
+        topic,
+        0,
+        records,
+        &["-X", "batch.num.messages=1"],
+    );
+    let mut cfg = ConsumerConfig::new(grpc_brokers(&c));
+    cfg.session_timeout_ms = 6000;
+    cfg.heartbeat_interval_ms = 500;
+    cfg.enable_auto_commit = false;
+    cfg.auto_offset_reset = Some(OffsetReset::Earliest);
+    cfg.max_partition_fetch_bytes = 1;
+    let mut consumer = Consumer::new(cfg).unwrap();
+    consumer
+        .subscribe(group, &[topic.to_string()])
+        .await
+        .unwrap();
+    let mut read: Vec<(String, i32, i64, String)> = Vec::new();
+    let mut last_record = Instant::now();
+    let mut longest_pause = Duration::ZERO;
+    let mut killed = None;
+    let start = Instant::now();
+    while read.len() < records {
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "only {} records read",
+            read.len()
+        );
+        let batch = consumer.poll(Duration::from_millis(200)).await.unwrap();
+        if batch.is_empty() {
+            continue;
+        }
+        if killed.is_some() {
+            longest_pause = longest_pause.max(last_record.elapsed());
+        }
+        last_record = Instant::now();
+        for r in batch {
+            let value = String::from_utf8(r.value.unwrap().to_vec()).unwrap();
+            read.push(("keel".into(), r.partition, r.offset, value));
+        }
+        // Commit after every poll (retried inside across the coordinator's failover).
+        consumer.commit_sync().await.unwrap();
+        if killed.is_none() && read.len() >= records / 3 {
+            let coordinator = coordinator_of(&c, 1, group).await;
+            c.kill_broker(coordinator);
+            eprintln!(
+                "killed the coordinator, broker {coordinator} (SIGKILL), after {} records",
+                read.len()
+            );
+            killed = Some(coordinator);
+            last_record = Instant::now();
+        }
+    }
+    consumer.close().await.unwrap();
+    assert_read_once(&read, records);
+    eprintln!(
+        "longest pause between two polls with records after the kill: {} ms (consumer session \
+         timeout 6000 ms, broker session timeout {} ms)",
+        longest_pause.as_millis(),
+        keel_tests::process::SESSION_TIMEOUT_MS
+    );
+    assert!(
+        longest_pause < Duration::from_millis(6_000 + 5_000),
+        "consumption paused {longest_pause:?}, more than the session timeout plus 5 s"
+    );
+    // Every commit survived: a new member finds nothing left to read.
+    let dead = killed.unwrap();
+    let live: Vec<String> = [1, 2, 3]
+        .iter()
+        .filter(|b| **b != dead)
+        .map(|b| c.kafka_addr(*b))
+        .collect();
+    let after = KcatMember::start(&live.join(","), group, topic, true).run_to_end();
+    assert!(after.is_empty(), "read again after the commits: {after:?}");
 }
