@@ -141,6 +141,11 @@ struct Inner {
     images: watch::Receiver<MetadataImage>,
     state: Mutex<State>,
     next_token: AtomicU64,
+    /// One write lock per `__consumer_offsets` partition, held from a write's snapshot of
+    /// the in-memory state to its apply after the append: the log's order of a partition's
+    /// records is then the order their changes reach memory, so a reload (another broker
+    /// taking over) rebuilds what this one held. Never removed (at most one per partition).
+    writers: Mutex<HashMap<i32, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// A group as DescribeGroups reports it.
@@ -226,6 +231,7 @@ impl GroupCoordinator {
                 images,
                 state: Mutex::new(State::default()),
                 next_token: AtomicU64::new(1),
+                writers: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -237,6 +243,19 @@ impl GroupCoordinator {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits for the write lock of partition `p` (see `Inner::writers`).
+    async fn writer(&self, p: i32) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = self
+            .inner
+            .writers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(p)
+            .or_default()
+            .clone();
+        lock.lock_owned().await
     }
 
     fn now_ms(&self) -> u64 {
@@ -643,6 +662,25 @@ impl GroupCoordinator {
             if emptied {
                 tombstones.push((records::group_key(&group), None));
             }
+            let _writer = self.writer(p).await;
+            // Picked without the write lock: if the group changed since (an offset committed
+            // again, a member joined), leave it to the next check.
+            let unchanged = {
+                let st = self.lock();
+                st.shards
+                    .get(&p)
+                    .filter(|s| s.epoch == epoch)
+                    .and_then(|s| s.groups.get(&group))
+                    .is_some_and(|g| {
+                        let now_emptied = expired.len() == g.offsets.len()
+                            && g.members.is_empty()
+                            && g.state == GroupState::Empty;
+                        select(g) == expired && now_emptied == emptied
+                    })
+            };
+            if !unchanged {
+                continue;
+            }
             if let Err(code) = self.append(p, epoch, tombstones).await {
                 tracing::warn!(group = %group, "deleting offsets {why} failed: {code}; retried later");
                 continue;
@@ -685,6 +723,7 @@ impl GroupCoordinator {
             return;
         }
         let Effects { joins, syncs, .. } = fx;
+        let _writer = self.writer(p).await;
         let stored = {
             let mut st = self.lock();
             Self::send_now(
@@ -809,10 +848,26 @@ impl GroupCoordinator {
     ) -> Result<(i32, &'a mut Shard), ErrorCode> {
         let p = self.partition_for(group);
         match st.shards.get_mut(&p) {
+            // Led here by the image but not yet picked up by the leadership scan (every
+            // 100 ms): the client found this broker through that image, so tell it to retry
+            // here rather than to look elsewhere. (No path holds the image while waiting for
+            // the state lock, so reading it under that lock cannot deadlock.)
+            None if self.leads_in_image(p) => Err(ErrorCode::CoordinatorLoadInProgress),
             None => Err(ErrorCode::NotCoordinator),
             Some(s) if !s.loaded => Err(ErrorCode::CoordinatorLoadInProgress),
             Some(s) => Ok((p, s)),
         }
+    }
+
+    /// Whether the image names this broker leader of `__consumer_offsets` partition `p`.
+    fn leads_in_image(&self, p: i32) -> bool {
+        self.inner
+            .images
+            .borrow()
+            .topics()
+            .get_by_name(OFFSETS_TOPIC)
+            .and_then(|t| t.partitions.get(&p))
+            .is_some_and(|r| r.leader == self.inner.rm.broker_id())
     }
 
     /// Whether this broker coordinates `group` now.
@@ -1068,6 +1123,7 @@ impl GroupCoordinator {
                 )
             })
             .collect();
+        let _writer = self.writer(p).await;
         match self.append(p, epoch, records).await {
             Err(code) => {
                 let code = append_error(code, true);
@@ -1213,6 +1269,7 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return ErrorCode::InvalidGroupId;
         }
+        let _writer = self.writer(self.partition_for(group_id)).await;
         let (p, epoch, tombstones) = {
             let mut st = self.lock();
             let (p, shard) = match self.shard_for(&mut st, group_id) {
