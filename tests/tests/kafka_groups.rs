@@ -965,3 +965,164 @@ async fn keel_group_member_survives_kill9_of_its_coordinator() {
     let after = KcatMember::start(&live.join(","), group, topic, true).run_to_end();
     assert!(after.is_empty(), "read again after the commits: {after:?}");
 }
+
+/// A `keelctl --json consume --group G --follow` process whose printed values are kept.
+struct CliMember {
+    child: Child,
+    values: Arc<Mutex<Vec<String>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl CliMember {
+    fn start(c: &Cluster, group: &str, topic: &str) -> Self {
+        let brokers: Vec<String> = (1..=3).map(|b| c.broker_addr(b)).collect();
+        let mut child = Command::new(keel_tests::process::binary("keelctl"))
+            .args([
+                "--bootstrap-brokers",
+                &brokers.join(","),
+                "--json",
+                "consume",
+            ])
+            .args([
+                "--topic",
+                topic,
+                "--group",
+                group,
+                "--follow",
+                "--from-beginning",
+            ])
+            .args(["--session-timeout-ms", "6000"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("run keelctl");
+        let values = Arc::new(Mutex::new(Vec::new()));
+        let sink = values.clone();
+        let stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+                sink.lock()
+                    .unwrap()
+                    .push(v["value"].as_str().unwrap().to_string());
+            }
+        });
+        Self {
+            child,
+            values,
+            reader: Some(reader),
+        }
+    }
+
+    /// SIGTERM, then everything it printed (it commits that and leaves).
+    fn stop(mut self) -> Vec<String> {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let start = Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "keelctl did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            self.child.wait().unwrap().success(),
+            "keelctl failed on SIGTERM"
+        );
+        self.reader.take().unwrap().join().unwrap();
+        self.values.lock().unwrap().clone()
+    }
+}
+
+impl Drop for CliMember {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keelctl_group_members_stopped_by_sigterm_skip_nothing() {
+    // While records keep coming, members join and are stopped with SIGTERM (each commits
+    // what it printed and leaves): across all of them every record is printed, none
+    // skipped (a shutdown in the middle of a poll once committed positions past records
+    // it never printed).
+    let topic = "grouped-sigterm";
+    let group = "g-sigterm";
+    let c = cluster_with_topic(topic).await;
+    let bootstrap = c.kafka_bootstrap();
+    // A steady trickle (one keyed record every 10 ms): the partitions' leaders answer the
+    // members' long-poll fetches at different moments, which is when a stop can land
+    // between two replies of one poll.
+    let total = 4000;
+    let producer = {
+        let bootstrap = bootstrap.clone();
+        std::thread::spawn(move || {
+            let mut kcat = Command::new("kcat")
+                .args(["-P", "-b", &bootstrap, "-t", topic, "-K", ":"])
+                .args(["-X", "acks=all", "-X", "linger.ms=0"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("kcat is not installed: apt-get install kcat");
+            let mut stdin = kcat.stdin.take().unwrap();
+            for i in 0..total {
+                writeln!(stdin, "k{i}:v-{i}").unwrap();
+                stdin.flush().unwrap();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            drop(stdin);
+            assert!(kcat.wait().unwrap().success(), "kcat -P failed");
+        })
+    };
+    let steady = CliMember::start(&c, group, topic);
+    wait_for("the first member reads", || {
+        !steady.values.lock().unwrap().is_empty()
+    })
+    .await;
+    let mut printed = Vec::new();
+    // Each joins (a rebalance: the steady member notices it at its next heartbeat), reads
+    // a while, and is stopped.
+    let mut stops_while_reading = 0;
+    for _ in 0..10 {
+        let m = CliMember::start(&c, group, topic);
+        tokio::time::sleep(Duration::from_millis(3000)).await;
+        let got = m.stop();
+        stops_while_reading += usize::from(!got.is_empty());
+        printed.extend(got);
+    }
+    eprintln!("{stops_while_reading} of 10 members were stopped while reading");
+    tokio::task::spawn_blocking(move || producer.join().unwrap())
+        .await
+        .unwrap();
+    // The steady member reads the rest, then stops too.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut seen: BTreeSet<String> = printed.iter().cloned().collect();
+        seen.extend(steady.values.lock().unwrap().iter().cloned());
+        if seen.len() >= total {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} of {total} records printed; missing: {:?}",
+            seen.len(),
+            (0..total)
+                .map(|i| format!("v-{i}"))
+                .filter(|v| !seen.contains(v))
+                .take(20)
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    printed.extend(steady.stop());
+    let seen: BTreeSet<String> = printed.iter().cloned().collect();
+    let want: BTreeSet<String> = (0..total).map(|i| format!("v-{i}")).collect();
+    assert_eq!(seen, want, "records skipped");
+    // A fresh member finds nothing left: every position was committed.
+    let rest = keelctl_group_consume(&c, topic, group, &[]);
+    assert!(rest.is_empty(), "read again after the commits: {rest:?}");
+}

@@ -466,22 +466,28 @@ async fn consume_group(a: ConsumeArgs, group: &str, ctx: &Ctx) -> CliResult {
         crate::consumer::OffsetReset::Earliest
     });
     let mut consumer = Consumer::new(cfg)?;
+    // An unknown topic is an error, as without --group (a member would wait for it).
+    consumer.partitions_of(&a.topic).await?;
     consumer
         .subscribe(group, std::slice::from_ref(&a.topic))
         .await?;
     let fields = a.fields();
     let max = a.max_records.unwrap_or(u64::MAX);
     let mut count = 0u64;
+    let mut joined = false;
+    // Without --follow: where each partition ended when this member first held it.
+    let mut ends: BTreeMap<TopicPartition, i64> = BTreeMap::new();
     let mut stop = std::pin::pin!(stop_signal());
     let outcome: CliResult = async {
         'outer: while count < max {
+            // `poll` is cancel safe: a shutdown in the middle skips nothing.
             let records = tokio::select! {
                 r = consumer.poll(Duration::from_millis(500)) => r?,
                 _ = &mut stop => break,
             };
-            if records.is_empty() && !a.follow && at_end(&consumer).await? {
-                break;
-            }
+            joined |= consumer.group_member().is_some();
+            // Judged after this poll's positions; its records are printed first.
+            let finished = !a.follow && at_end(&consumer, &mut ends).await?;
             for (i, r) in records.iter().enumerate() {
                 print_record(r, fields, ctx.json);
                 count += 1;
@@ -501,6 +507,9 @@ async fn consume_group(a: ConsumeArgs, group: &str, ctx: &Ctx) -> CliResult {
                     break 'outer;
                 }
             }
+            if finished {
+                break;
+            }
         }
         Ok(())
     }
@@ -511,22 +520,39 @@ async fn consume_group(a: ConsumeArgs, group: &str, ctx: &Ctx) -> CliResult {
     outcome?;
     closed?;
     if !ctx.json {
-        eprintln!(
-            "consumed {} as a member of group {group}; positions committed",
-            crate::format::count(count, "record")
-        );
+        if joined {
+            eprintln!(
+                "consumed {} as a member of group {group}; positions committed",
+                crate::format::count(count, "record")
+            );
+        } else {
+            eprintln!("stopped before joining group {group}: nothing consumed or committed");
+        }
     }
     Ok(())
 }
 
-/// Whether every partition assigned to `consumer` is at its high watermark.
-async fn at_end(consumer: &Consumer) -> Result<bool, CliError> {
+/// Whether every partition assigned to `consumer` reached the end it had when this member
+/// first held it (`ends` keeps those; looked up on first sight): the "until the end" of
+/// `consume` without --follow, which a topic being written to would otherwise never reach.
+/// A member holding nothing is at its end.
+async fn at_end(
+    consumer: &Consumer,
+    ends: &mut BTreeMap<TopicPartition, i64>,
+) -> Result<bool, CliError> {
+    let mut done = true;
     for tp in consumer.assignment() {
-        if consumer.position(&tp).unwrap_or(0) < consumer.end_offset(&tp).await? {
-            return Ok(false);
-        }
+        let end = match ends.get(&tp) {
+            Some(e) => *e,
+            None => {
+                let e = consumer.end_offset(&tp).await?;
+                ends.insert(tp.clone(), e);
+                e
+            }
+        };
+        done &= consumer.position(&tp).unwrap_or(0) >= end;
     }
-    Ok(true)
+    Ok(done)
 }
 
 /// Ctrl-C or SIGTERM.

@@ -192,12 +192,22 @@ impl Membership {
         self.settings.backoff.next(attempt)
     }
 
-    /// The coordinator, found again if unknown.
-    async fn coordinator(&self) -> Result<Client, String> {
+    /// The coordinator, found again if unknown. A refusal no retry can fix (the group id
+    /// out of bounds) is [`Step::Fatal`].
+    async fn coordinator(&self) -> Result<Client, Step> {
         if let Some(c) = self.lock().coordinator.clone() {
             return Ok(c.client);
         }
-        let c = find_coordinator(&self.settings, &self.brokers).await?;
+        let c = find_coordinator(&self.settings, &self.brokers)
+            .await
+            .map_err(|e| match e {
+                Found::Retry(why) => Step::Retry(why),
+                Found::Refused(code, message) => Step::Fatal(ConsumeError::Group {
+                    group: self.settings.group_id.clone(),
+                    code,
+                    message: format!("FindCoordinator: {message}"),
+                }),
+            })?;
         self.lock().coordinator = Some(c.clone());
         Ok(c.client)
     }
@@ -261,7 +271,7 @@ impl Membership {
 
     async fn try_join(&self, subscription: &bytes::Bytes) -> Result<Vec<TopicPartition>, Step> {
         let s = &self.settings;
-        let mut client = self.coordinator().await.map_err(Step::Retry)?;
+        let mut client = self.coordinator().await?;
         let member_id = self.lock().member_id.clone();
         let reply = client
             .join_group(JoinGroupRequest {
@@ -463,7 +473,7 @@ impl Membership {
         generation: i32,
     ) -> Result<(), Step> {
         let s = &self.settings;
-        let mut client = self.coordinator().await.map_err(Step::Retry)?;
+        let mut client = self.coordinator().await?;
         let reply = tokio::time::timeout(
             s.request_timeout,
             client.offset_commit(OffsetCommitRequest {
@@ -540,7 +550,7 @@ impl Membership {
                 .collect(),
         };
         self.retrying("committed offsets not read", s.api_timeout, || async {
-            let mut client = self.coordinator().await.map_err(Step::Retry)?;
+            let mut client = self.coordinator().await?;
             let reply =
                 tokio::time::timeout(s.request_timeout, client.offset_fetch(request.clone()))
                     .await
@@ -592,7 +602,7 @@ enum Step {
 /// FindCoordinator asked of the bootstrap brokers in turn; the answer's address gets its own
 /// connection whose deadline covers a JoinGroup (rebalance timeout + 5 s, as Kafka's
 /// consumer gives its JoinGroup request).
-async fn find_coordinator(s: &GroupSettings, brokers: &Brokers) -> Result<Coordinator, String> {
+async fn find_coordinator(s: &GroupSettings, brokers: &Brokers) -> Result<Coordinator, Found> {
     let mut errors = Vec::new();
     for addr in &s.bootstrap {
         let mut c = match brokers.client_for(addr) {
@@ -615,15 +625,20 @@ async fn find_coordinator(s: &GroupSettings, brokers: &Brokers) -> Result<Coordi
             }
         };
         if let Some(e) = reply.error.as_ref().filter(|e| e.code != 0) {
+            let code = code_of(Some(e));
             // COORDINATOR_NOT_AVAILABLE while `__consumer_offsets` is created or elects.
-            return Err(format!("FindCoordinator: {} ({})", e.message, e.code));
+            return Err(if handling(code) == Handling::Rediscover {
+                Found::Retry(format!("FindCoordinator: {} ({})", e.message, e.code))
+            } else {
+                Found::Refused(code, e.message.clone())
+            });
         }
         let target = format!("{}:{}", reply.host, reply.port);
         let join_deadline = s.request_timeout.max(
             Duration::from_millis(s.rebalance_timeout_ms.max(0) as u64) + Duration::from_secs(5),
         );
         let channel = Endpoint::from_shared(format!("http://{target}"))
-            .map_err(|e| format!("coordinator {target}: bad address: {e}"))?
+            .map_err(|e| Found::Retry(format!("coordinator {target}: bad address: {e}")))?
             .connect_timeout(s.request_timeout.min(Duration::from_secs(2)))
             .timeout(join_deadline)
             .tcp_nodelay(true)
@@ -635,10 +650,28 @@ async fn find_coordinator(s: &GroupSettings, brokers: &Brokers) -> Result<Coordi
                 .max_encoding_message_size(keel_proto::limits::MAX_BROKER_MESSAGE_BYTES),
         });
     }
-    Err(format!(
+    Err(Found::Retry(format!(
         "no broker answered FindCoordinator: {}",
         errors.join("; ")
-    ))
+    )))
+}
+
+/// Why no coordinator was found.
+#[derive(Debug)]
+enum Found {
+    /// Retry (no broker answered, the coordinator is being created or elected).
+    Retry(String),
+    /// Refused for good (e.g. INVALID_REQUEST for a group id over 32,767 bytes).
+    Refused(ErrorCode, String),
+}
+
+impl std::fmt::Display for Found {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Found::Retry(why) => f.write_str(why),
+            Found::Refused(code, message) => write!(f, "{code}: {message}"),
+        }
+    }
 }
 
 /// Sends LeaveGroup for a dynamic member (see [`Membership::leave`]) and takes it out of its

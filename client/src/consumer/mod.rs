@@ -778,6 +778,10 @@ impl Consumer {
     /// [`ConsumeError::OffsetOutOfRange`], [`ConsumeError::LogTruncation`], non-retriable
     /// Kafka codes, corrupt batches; for a group member [`ConsumeError::Group`] and
     /// [`ConsumeError::Unreachable`] when joining failed (the next poll tries again).
+    ///
+    /// Cancel safety: positions move only when `poll` returns the records, so a poll
+    /// dropped unfinished (e.g. in a `tokio::select!` with a shutdown signal) skips nothing;
+    /// the next poll reads those records again.
     pub async fn poll(&mut self, max_wait: Duration) -> Result<Vec<ConsumerRecord>, ConsumeError> {
         self.group_poll().await?;
         let tps = self.assignment();
@@ -807,6 +811,7 @@ impl Consumer {
             });
         }
         let mut out = Vec::new();
+        let mut advances = Vec::new();
         while let Some(joined) = tasks.join_next().await {
             let (addr, parts, reply) =
                 joined.map_err(|e| ConsumeError::Protocol(format!("fetch task: {e}")))?;
@@ -820,12 +825,28 @@ impl Consumer {
                 }
                 Ok(reply) => {
                     let reply = reply.into_inner();
-                    retry |= self.take_fetch(reply, &parts, &mut out).await?;
+                    retry |= self
+                        .take_fetch(reply, &parts, &mut out, &mut advances)
+                        .await?;
                 }
             }
         }
         self.pause_if_fruitless(out.is_empty() && retry, max_wait)
             .await;
+        // After the last await: a poll dropped before returning (a `select!` that took
+        // another branch) moves no position, so no record it read is skipped.
+        for (tp, position, epoch, next, last_epoch) in advances {
+            if let Some(s) = self.partitions.get_mut(&tp) {
+                // Only if nobody seeked meanwhile (positions are per poll).
+                if s.position == Some(position) {
+                    s.validated_epoch = Some(epoch);
+                    if let Some(next) = next {
+                        s.position = Some(next);
+                        s.last_epoch = last_epoch;
+                    }
+                }
+            }
+        }
         Ok(out)
     }
 
@@ -924,13 +945,15 @@ impl Consumer {
         }
     }
 
-    /// Applies one fetch reply: records into `out`, positions advanced, errors handled.
-    /// Returns true when some partition needs a retry.
+    /// Takes one fetch reply: records into `out`, the position moves into `advances` (applied
+    /// by the poll once it returns), errors handled. Returns true when some partition needs a
+    /// retry.
     async fn take_fetch(
         &mut self,
         reply: FetchReply,
         parts: &[Target],
         out: &mut Vec<ConsumerRecord>,
+        advances: &mut Vec<Advance>,
     ) -> Result<bool, ConsumeError> {
         let mut retry = false;
         for (tp, position, epoch) in parts {
@@ -985,16 +1008,7 @@ impl Consumer {
                 // a batch's epoch never exceeds the leader's, so counting it is safe.
                 self.brokers.observe_epoch(&tp.0, tp.1, e);
             }
-            if let Some(s) = self.partitions.get_mut(tp) {
-                // Only if nobody seeked meanwhile (positions are per poll).
-                if s.position == Some(*position) {
-                    s.validated_epoch = Some(*epoch);
-                    if let Some(next) = next {
-                        s.position = Some(next);
-                        s.last_epoch = last_epoch;
-                    }
-                }
-            }
+            advances.push((tp.clone(), *position, *epoch, next, last_epoch));
         }
         Ok(retry)
     }
@@ -1006,6 +1020,10 @@ type Clients =
 
 /// A partition in a fetch: its position and the leader epoch it is fetched under.
 type Target = (TopicPartition, i64, i32);
+
+/// A position move a fetch earned: (partition, position fetched from, leader epoch fetched
+/// under, next position if records were read, leader epoch of the last record read).
+type Advance = (TopicPartition, i64, i32, Option<i64>, Option<i32>);
 
 /// A failed lookup step.
 enum Lookup {
