@@ -11,6 +11,7 @@
 //! - [`verify`]: the lost/duplicated/reordered judgement of `keelctl verify`;
 //! - [`format`](mod@format): pure formatting of results as text tables and JSON rows;
 //! - [`local_cluster`]: the process and file layout of `keelctl cluster up|down|status`;
+//! - [`log_dump`]: partition segment files read offline (`keelctl log dump`);
 //! - [`cli`]: the `keelctl` command line (the binary only calls [`cli::main`]).
 //!
 //! Record batches are built and parsed with `keel_record` (Kafka v2 format), so client and
@@ -25,6 +26,7 @@ pub mod format;
 pub mod groups;
 pub mod leader_epochs;
 pub mod local_cluster;
+pub mod log_dump;
 pub mod producer;
 pub mod rpc_error;
 pub mod verify;

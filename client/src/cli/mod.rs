@@ -21,6 +21,7 @@ macro_rules! outln {
 mod cluster;
 mod data;
 mod group;
+mod log;
 mod metadata;
 mod partition;
 mod topic;
@@ -45,7 +46,7 @@ pub const DEFAULT_CONTROLLERS: &str = "127.0.0.1:9093,127.0.0.1:9094,127.0.0.1:9
 #[command(
     name = "keelctl",
     version,
-    about = "Keel CLI: local cluster, topics, partitions, brokers, consumer groups, quorum, metadata log, produce, consume, verify",
+    about = "Keel CLI: local cluster, topics, partitions, brokers, consumer groups, quorum, metadata log, segment dumps, produce, consume, verify",
     propagate_version = true
 )]
 pub struct Cli {
@@ -118,6 +119,9 @@ pub enum Command {
     /// The metadata log and the metadata image.
     #[command(subcommand)]
     Metadata(metadata::MetadataCommand),
+    /// Partition segment files read offline (like kafka-dump-log).
+    #[command(subcommand)]
+    Log(log::LogCommand),
     /// Write lines from stdin or a file to a topic (idempotent, acks=all by default).
     Produce(data::ProduceArgs),
     /// Print records of a topic (from the beginning to the current end, or --follow).
@@ -318,6 +322,7 @@ async fn run(command: Command, ctx: &Ctx) -> CliResult {
             }
         }
         Command::Metadata(c) => metadata::run(c, ctx).await,
+        Command::Log(c) => log::run(c, ctx),
         Command::Produce(a) => data::produce(a, ctx).await,
         Command::Consume(a) => data::consume(a, ctx).await,
         Command::Verify(a) => data::verify(a, ctx).await,
