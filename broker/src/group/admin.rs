@@ -13,6 +13,7 @@ use keel_proto::broker::{
     OffsetCommitRequest, OffsetCommitResult, OffsetFetchReply, OffsetFetchRequest,
 };
 use keel_proto::common::Error as WireError;
+use keel_proto::limits::clip;
 
 use super::records::OFFSETS_TOPIC;
 use super::{CommitEntry, GroupCoordinator};
@@ -95,7 +96,7 @@ pub fn describe_groups(
             .iter()
             .map(|id| match groups.describe(id) {
                 Err(code) => DescribedGroup {
-                    error: err(code, format!("group {id}")),
+                    error: err(code, format!("group {}", clip(id))),
                     group_id: id.clone(),
                     ..Default::default()
                 },
@@ -148,7 +149,7 @@ pub fn offset_fetch(groups: &GroupCoordinator, req: &OffsetFetchRequest) -> Offs
     });
     match groups.fetch_offsets(&req.group_id, wanted) {
         Err(code) => OffsetFetchReply {
-            error: err(code, format!("group {}", req.group_id)),
+            error: err(code, format!("group {}", clip(&req.group_id))),
             offsets: Vec::new(),
         },
         Ok(rows) => OffsetFetchReply {
@@ -208,7 +209,10 @@ pub async fn offset_commit(
         .await
     {
         Err(code) => OffsetCommitReply {
-            error: err(code, format!("group {}: nothing committed", req.group_id)),
+            error: err(
+                code,
+                format!("group {}: nothing committed", clip(&req.group_id)),
+            ),
             results: Vec::new(),
         },
         Ok(codes) => OffsetCommitReply {
@@ -236,7 +240,7 @@ pub async fn delete_groups(
         let code = groups.delete(id).await;
         results.push(DeletedGroup {
             group_id: id.clone(),
-            error: err(code, format!("group {id}")),
+            error: err(code, format!("group {}", clip(id))),
         });
     }
     DeleteGroupsReply { results }

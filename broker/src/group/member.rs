@@ -12,6 +12,7 @@ use keel_proto::broker::{
     LeaveGroupReply, LeaveGroupRequest, LeftMember, SyncGroupReply, SyncGroupRequest,
 };
 use keel_proto::common::Error as WireError;
+use keel_proto::limits::clip;
 
 use super::GroupCoordinator;
 use super::state::{JoinRequest, SyncRequest};
@@ -46,10 +47,23 @@ pub async fn join_group(
         client_host: peer.map_or_else(String::new, |p| format!("/{}", p.ip())),
         require_known_member_id: true,
     };
+    let session_timeout_ms = req.session_timeout_ms;
     let r = groups.join(&req.group_id, join).await;
     let code = code_of(r.error);
+    let message = if code == ErrorCode::InvalidSessionTimeout {
+        let g = &groups.config().group;
+        format!(
+            "group {}: session_timeout_ms {session_timeout_ms} is outside this broker's \
+             group_min_session_timeout_ms..=group_max_session_timeout_ms ({}..={})",
+            clip(&req.group_id),
+            g.min_session_timeout_ms,
+            g.max_session_timeout_ms
+        )
+    } else {
+        format!("group {}", clip(&req.group_id))
+    };
     JoinGroupReply {
-        error: err(code, format!("group {}", req.group_id)),
+        error: err(code, message),
         generation_id: r.generation,
         protocol_type: r.protocol_type.unwrap_or_default(),
         protocol_name: r.protocol_name.unwrap_or_default(),
@@ -83,7 +97,7 @@ pub async fn sync_group(groups: &GroupCoordinator, req: SyncGroupRequest) -> Syn
     };
     let r = groups.sync(&req.group_id, sync).await;
     SyncGroupReply {
-        error: err(code_of(r.error), format!("group {}", req.group_id)),
+        error: err(code_of(r.error), format!("group {}", clip(&req.group_id))),
         protocol_type: r.protocol_type.unwrap_or_default(),
         protocol_name: r.protocol_name.unwrap_or_default(),
         assignment: r.assignment,
@@ -99,7 +113,7 @@ pub fn heartbeat(groups: &GroupCoordinator, req: &HeartbeatRequest) -> Heartbeat
         req.generation_id,
     );
     HeartbeatReply {
-        error: err(code, format!("group {}", req.group_id)),
+        error: err(code, format!("group {}", clip(&req.group_id))),
     }
 }
 
@@ -112,7 +126,7 @@ pub async fn leave_group(groups: &GroupCoordinator, req: LeaveGroupRequest) -> L
         .collect();
     match groups.leave(&req.group_id, &members).await {
         Err(code) => LeaveGroupReply {
-            error: err(code, format!("group {}", req.group_id)),
+            error: err(code, format!("group {}", clip(&req.group_id))),
             members: Vec::new(),
         },
         Ok(codes) => LeaveGroupReply {
@@ -121,7 +135,7 @@ pub async fn leave_group(groups: &GroupCoordinator, req: LeaveGroupRequest) -> L
                 .into_iter()
                 .zip(codes)
                 .map(|((member_id, group_instance_id), code)| LeftMember {
-                    error: err(code, format!("member {member_id}")),
+                    error: err(code, format!("member {}", clip(&member_id))),
                     member_id,
                     group_instance_id,
                 })
