@@ -3,7 +3,9 @@
 //! - [`admin`]: [`admin::Admin`], the operator client of the controller API;
 //! - [`producer`]: [`producer::Producer`], batching idempotent producer (broker Produce API);
 //! - [`consumer`]: [`consumer::Consumer`], reads assigned partitions (Fetch, ListOffsets,
-//!   OffsetsForLeaderEpoch);
+//!   OffsetsForLeaderEpoch) or, with `subscribe`, those a consumer group gives it (the
+//!   classic group protocol, Kafka's assignor bytes);
+//! - [`groups`]: [`groups::GroupAdmin`], consumer-group administration (`keelctl group`);
 //! - [`brokers`]: broker connections and the partition leader cache both share;
 //! - [`leader_epochs`]: the highest leader epoch seen per partition and the reactions to
 //!   leader errors (pure);

@@ -55,15 +55,44 @@ pub fn broker_bin() -> PathBuf {
     binary("keel-broker")
 }
 
-/// Reserves `n` free loopback ports (bound then released).
+/// Where [`free_ports`] looks: below Linux's default ephemeral range (32768..=60999,
+/// `net.ipv4.ip_local_port_range`). A port from `bind(0)` is an ephemeral one, which any
+/// outgoing connection of any test may take between the check and the process's own bind:
+/// seen as a controller failing to start with "Address already in use".
+const FREE_PORT_RANGE: std::ops::Range<u32> = 20_000..32_000;
+
+/// Reserves `n` free loopback ports (bound then released) from [`FREE_PORT_RANGE`], walking
+/// it from a point that differs per process (nextest runs each test in its own) and moving
+/// on in this process, so concurrent tests rarely try the same ports.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<_> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().unwrap().port())
-        .collect()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static CURSOR: AtomicU32 = AtomicU32::new(u32::MAX);
+    let span = FREE_PORT_RANGE.end - FREE_PORT_RANGE.start;
+    if CURSOR.load(Ordering::Relaxed) == u32::MAX {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let seed = std::process::id().wrapping_mul(2_654_435_761) ^ nanos;
+        let _ =
+            CURSOR.compare_exchange(u32::MAX, seed % span, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    let mut held = Vec::with_capacity(n);
+    let mut ports = Vec::with_capacity(n);
+    let mut tries = 0;
+    while ports.len() < n {
+        tries += 1;
+        assert!(
+            tries < span,
+            "no {n} free loopback ports in {FREE_PORT_RANGE:?}"
+        );
+        let port = (FREE_PORT_RANGE.start + CURSOR.fetch_add(1, Ordering::Relaxed) % span) as u16;
+        // Held until all are found, so one call never returns a port twice.
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+            ports.push(port);
+        }
+    }
+    ports
 }
 
 /// Three (or n) controllers and m brokers.
