@@ -858,26 +858,24 @@ async fn consumer_lag_per_group_is_exported_by_the_coordinator() {
         }
         total
     };
-    let start = Instant::now();
-    // Sampled every 10 s: wait up to 3 samples.
-    while lag().await != 200.0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(35),
-            "lag of {group} is {}, not 300 - 100",
-            lag().await
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    // Sampled every 10 s: wait up to 3 samples for each value.
+    let wait_lag = |want: f64, what: &'static str| async move {
+        let start = Instant::now();
+        loop {
+            let now = lag().await;
+            if now == want {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(35),
+                "lag of {group} is {now}, not {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    wait_lag(200.0, "300 - 100").await;
     kcat_produce(&c.kafka_bootstrap(), topic, 300, 50);
-    let start = Instant::now();
-    while lag().await != 250.0 {
-        assert!(
-            start.elapsed() < Duration::from_secs(35),
-            "lag of {group} is {}, not 350 - 100",
-            lag().await
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_lag(250.0, "350 - 100").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
