@@ -29,6 +29,7 @@ pub mod groups;
 pub mod leader_epochs;
 pub mod local_cluster;
 pub mod log_dump;
+pub mod metadata_dump;
 pub mod producer;
 pub mod rpc_error;
 pub mod verify;

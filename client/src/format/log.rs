@@ -102,6 +102,15 @@ impl PartitionTracker {
         }
     }
 
+    /// A tracker that knows the topic names this one has seen but no partition state (for
+    /// records whose starting state is unknown: they are shown, not replayed).
+    pub fn names_only(&self) -> PartitionTracker {
+        PartitionTracker {
+            partitions: HashMap::new(),
+            names: self.names.clone(),
+        }
+    }
+
     /// The name of the topic `record` is about, from the TopicRecords seen (deleted topics
     /// included).
     pub fn topic_name(&self, record: &MetadataRecord) -> Option<&str> {

@@ -69,9 +69,9 @@ pub const MAX_ENTRY_BYTES: usize = 64 << 20;
 const SEGMENT_MAGIC: &[u8; 8] = b"KEELRLOG";
 const META_MAGIC: &[u8; 8] = b"KEELMETA";
 const FORMAT_VERSION: u32 = 1;
-const SEGMENT_HEADER_BYTES: u64 = 32;
+pub(super) const SEGMENT_HEADER_BYTES: u64 = 32;
 const RECORD_HEADER_BYTES: usize = 16;
-const META_FILE: &str = "meta";
+pub(super) const META_FILE: &str = "meta";
 const META_TMP_FILE: &str = "meta.tmp";
 const SEGMENT_SUFFIX: &str = ".log";
 
@@ -113,11 +113,11 @@ impl std::fmt::Debug for RaftDisk {
 
 /// The durable part of `meta`.
 #[derive(Debug, Default, Clone, serde::Serialize, serde::Deserialize)]
-struct Meta {
+pub(super) struct Meta {
     /// Entries with index <= this are gone (ignored when still found in a segment).
-    purged_through: Option<u64>,
+    pub(super) purged_through: Option<u64>,
     /// Named values of the caller (vote, committed, ...).
-    values: BTreeMap<String, Vec<u8>>,
+    pub(super) values: BTreeMap<String, Vec<u8>>,
 }
 
 /// Where an entry's record is.
@@ -785,7 +785,7 @@ impl Inner {
 }
 
 /// The base indexes of the segment files in `dir` (`<base>.log`), ascending.
-fn segment_bases(dir: &Path) -> io::Result<Vec<u64>> {
+pub(super) fn segment_bases(dir: &Path) -> io::Result<Vec<u64>> {
     let mut bases = Vec::new();
     for dirent in fs::read_dir(dir)? {
         let name = dirent?.file_name();
@@ -853,7 +853,7 @@ pub fn segment_file_bytes<'a>(
     (segment_name(base), bytes)
 }
 
-fn segment_name(base: u64) -> String {
+pub(super) fn segment_name(base: u64) -> String {
     format!("{base:020}{SEGMENT_SUFFIX}")
 }
 
@@ -869,7 +869,7 @@ fn segment_header(base: u64, prev_end: u64) -> [u8; SEGMENT_HEADER_BYTES as usiz
 }
 
 #[derive(Debug, thiserror::Error)]
-enum HeaderError {
+pub(super) enum HeaderError {
     #[error("segment header incomplete")]
     Short,
     #[error("not a Keel Raft log segment (bad magic)")]
@@ -883,7 +883,7 @@ enum HeaderError {
 }
 
 /// Checks a segment's header; returns its `prev_end`.
-fn check_segment_header(bytes: &[u8], base: u64) -> Result<u64, HeaderError> {
+pub(super) fn check_segment_header(bytes: &[u8], base: u64) -> Result<u64, HeaderError> {
     let Some(h) = bytes.get(..SEGMENT_HEADER_BYTES as usize) else {
         return Err(HeaderError::Short);
     };
@@ -928,18 +928,18 @@ fn encode_record(buf: &mut Vec<u8>, index: u64, payload: &[u8], first_in_batch: 
     buf.extend_from_slice(payload);
 }
 
-struct Record<'a> {
-    index: u64,
+pub(super) struct Record<'a> {
+    pub(super) index: u64,
     /// The first record of its batch.
     first_in_batch: bool,
-    payload: &'a [u8],
+    pub(super) payload: &'a [u8],
     /// Bytes of the whole record.
-    total: usize,
+    pub(super) total: usize,
 }
 
 /// Decodes the record at the start of `bytes`. Errors say why it is not a whole, intact
 /// record.
-fn decode_record(bytes: &[u8]) -> Result<Record<'_>, String> {
+pub(super) fn decode_record(bytes: &[u8]) -> Result<Record<'_>, String> {
     let Some(h) = bytes.get(..RECORD_HEADER_BYTES) else {
         return Err(format!("record header cut after {} bytes", bytes.len()));
     };
@@ -978,7 +978,7 @@ fn decode_record(bytes: &[u8]) -> Result<Record<'_>, String> {
 /// flushed before the next is written (`LogStore` does); so a later intact batch means the
 /// damage is to data that was on disk. Only runs when a segment is damaged; it tries every
 /// byte offset, but checks the crc only of a header that could follow `last`.
-fn later_batch(bytes: &[u8], bad: usize, last: Option<u64>) -> Option<usize> {
+pub(super) fn later_batch(bytes: &[u8], bad: usize, last: Option<u64>) -> Option<usize> {
     let after = last.map_or(0, |l| l + 1);
     (bad + 1..bytes.len().saturating_sub(RECORD_HEADER_BYTES - 1)).find(|&at| {
         let h = &bytes[at..at + RECORD_HEADER_BYTES];
@@ -1002,7 +1002,7 @@ fn encode_meta(meta: &Meta) -> io::Result<Vec<u8>> {
 }
 
 /// Reads `meta`; a missing file is an empty `Meta` (a new log).
-fn read_meta(path: &Path) -> io::Result<Meta> {
+pub(super) fn read_meta(path: &Path) -> io::Result<Meta> {
     let bytes = match fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Meta::default()),

@@ -21,10 +21,10 @@ use crate::raft_types::{Entry, LogId, StorageError, TypeConfig};
 use crate::store::DurableSnapshot;
 use crate::store::disk::RaftDisk;
 
-const KEY_VOTE: &str = "vote";
-const KEY_COMMITTED: &str = "committed";
-const KEY_LAST_PURGED: &str = "last_purged";
-const KEY_NODE_ID: &str = "node_id";
+pub(super) const KEY_VOTE: &str = "vote";
+pub(super) const KEY_COMMITTED: &str = "committed";
+pub(super) const KEY_LAST_PURGED: &str = "last_purged";
+pub(super) const KEY_NODE_ID: &str = "node_id";
 
 /// Upper bound on entries returned by one read (openraft asks for bounded ranges; this keeps
 /// a bad range from loading the whole log).

@@ -2,7 +2,8 @@
 //!
 //! - [`disk`]: the Raft log's segment files and the vote ([`RaftDisk`]);
 //! - [`log_store`]: the Raft log and vote ([`LogStore`]);
-//! - [`state_machine`]: the metadata image and snapshot files ([`StateMachineStore`]).
+//! - [`state_machine`]: the metadata image and snapshot files ([`StateMachineStore`]);
+//! - [`offline`]: read-only access to both for offline tools ([`offline::OfflineLog`]).
 //!
 //! Layout under the controller's `metadata_log_dir`: `raft/` (Raft log segments and `meta`) and
 //! `snapshots/` (snapshot files).
@@ -13,6 +14,7 @@
 
 pub mod disk;
 pub mod log_store;
+pub mod offline;
 pub mod state_machine;
 
 use std::path::{Path, PathBuf};

@@ -189,7 +189,7 @@ fn newest_snapshot(dir: &Path) -> Result<Option<PathBuf>, StorageError> {
 }
 
 /// Snapshot files in `dir` with the index their name carries.
-fn snapshot_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StorageError> {
+pub(super) fn snapshot_files(dir: &Path) -> Result<Vec<(u64, PathBuf)>, StorageError> {
     let mut out = Vec::new();
     let rd = std::fs::read_dir(dir).map_err(|e| StorageIOError::read_snapshot(None, &e))?;
     for ent in rd {
