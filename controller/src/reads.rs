@@ -112,6 +112,7 @@ pub async fn read_metadata_log(
     let mut reply = ReadMetadataLogReply {
         commit_index: applied_offset(node) as i64,
         log_start_offset: log_start_offset(node) as i64,
+        leader: Some(leader_hint(node)),
         ..Default::default()
     };
     let fail = |mut r: ReadMetadataLogReply, code: ErrorCode, msg: String| {
@@ -129,6 +130,7 @@ pub async fn read_metadata_log(
         let _ =
             tokio::time::timeout(wait, images.wait_for(|i| i.provenance().offset >= from)).await;
         reply.commit_index = applied_offset(node) as i64;
+        reply.leader = Some(leader_hint(node));
     }
     let committed = applied_offset(node);
     let to_inclusive = match req.to_offset {

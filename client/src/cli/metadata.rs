@@ -209,6 +209,7 @@ async fn log(a: LogArgs, ctx: &Ctx, admin: &Admin) -> CliResult {
     let mut seeded_through = -1;
     let mut first_page = true;
     let mut matched = 0usize;
+    let mut quorum_watch = QuorumWatch::default();
     loop {
         let reply = admin
             .read_metadata_log(ReadMetadataLogRequest {
@@ -229,6 +230,9 @@ async fn log(a: LogArgs, ctx: &Ctx, admin: &Admin) -> CliResult {
             }
         }
         first_page = false;
+        if a.follow {
+            quorum_watch.observe(reply.leader.as_ref().map_or(-1, |l| l.leader_id));
+        }
         matched += reply.records.len();
         let text = page_text(
             &reply.records,
@@ -256,6 +260,45 @@ async fn log(a: LogArgs, ctx: &Ctx, admin: &Admin) -> CliResult {
             };
         }
         offset = next;
+    }
+}
+
+/// Tells a `--follow` reader when the quorum has no active controller (nothing new can be
+/// committed, so nothing is printed) and when it has one again: one warning per change.
+#[derive(Debug, Default)]
+struct QuorumWatch {
+    /// Whether the last reply said the quorum had no leader.
+    leaderless: bool,
+}
+
+impl QuorumWatch {
+    /// Feeds the leader id of a reply (-1 = none known); warns on a change.
+    fn observe(&mut self, leader_id: i32) {
+        if let Some(text) = self.change(leader_id) {
+            tracing::warn!("{text}");
+        }
+    }
+
+    /// The warning for a reply with `leader_id`, if the state changed (pure).
+    fn change(&mut self, leader_id: i32) -> Option<String> {
+        match (self.leaderless, leader_id < 0) {
+            (false, true) => {
+                self.leaderless = true;
+                Some(
+                    "the controller quorum has no active controller (an election, or fewer \
+                     than a majority of controllers running): nothing new is committed until \
+                     one is elected; waiting"
+                        .to_string(),
+                )
+            }
+            (true, false) => {
+                self.leaderless = false;
+                Some(format!(
+                    "controller {leader_id} is the active controller again; following"
+                ))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -369,4 +412,23 @@ fn dump(a: DumpArgs, ctx: &Ctx) -> CliResult {
         )));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::QuorumWatch;
+
+    #[test]
+    fn a_follower_is_told_once_when_the_quorum_loses_and_regains_its_leader() {
+        let mut w = QuorumWatch::default();
+        assert_eq!(w.change(2), None, "a leader from the start: nothing to say");
+        let lost = w.change(-1).unwrap();
+        assert!(lost.contains("no active controller"), "{lost}");
+        assert_eq!(w.change(-1), None, "said once");
+        assert_eq!(
+            w.change(3).as_deref(),
+            Some("controller 3 is the active controller again; following")
+        );
+        assert_eq!(w.change(3), None);
+    }
 }
