@@ -174,11 +174,26 @@ async fn heartbeat_session(
             Ok(r) => r,
             Err(e) => {
                 failures += 1;
-                tracing::warn!(broker_id = id, failures, "heartbeat failed: {e}");
+                if heartbeat_failure_is_warning(failures) {
+                    tracing::warn!(
+                        broker_id = id,
+                        failures,
+                        "heartbeat failed {failures} time(s) in a row: {e}"
+                    );
+                } else {
+                    tracing::debug!(broker_id = id, failures, "heartbeat failed: {e}");
+                }
                 next_due = Instant::now() + retry_delay(cfg, failures);
                 continue;
             }
         };
+        if failures > 0 {
+            tracing::info!(
+                broker_id = id,
+                failures,
+                "heartbeat accepted again after {failures} failed attempt(s)"
+            );
+        }
         failures = 0;
         reported_offset = offset;
         match on_heartbeat_reply(&reply) {
@@ -361,6 +376,14 @@ async fn register(
     }
 }
 
+/// Whether the `failures`-th failed heartbeat in a row is logged at WARN: the first, then
+/// every 10th (about every 10 s while no controller answers: the quorum down or out of
+/// reach), so an outage is visible without a line per retry; the others are DEBUG, and the
+/// first accepted heartbeat after them says how many failed (INFO).
+pub fn heartbeat_failure_is_warning(failures: u32) -> bool {
+    failures == 1 || failures.is_multiple_of(10)
+}
+
 /// Whether the `failures`-th refused registration in a row is logged at WARN: the first
 /// [`QUIET_REGISTRATION_REFUSALS`] are expected (controllers still starting, the old session of
 /// a restarted broker not expired yet: DUPLICATE_BROKER_REGISTRATION until the session
@@ -450,5 +473,13 @@ mod tests {
             .collect();
         let q = QUIET_REGISTRATION_REFUSALS;
         assert_eq!(warned, [q + 1, q + 11, q + 21]);
+    }
+
+    #[test]
+    fn failed_heartbeats_warn_on_the_first_then_every_tenth() {
+        let warned: Vec<u32> = (1..=35)
+            .filter(|f| heartbeat_failure_is_warning(*f))
+            .collect();
+        assert_eq!(warned, [1, 10, 20, 30]);
     }
 }
