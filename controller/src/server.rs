@@ -14,6 +14,12 @@ use crate::raft_network::MAX_RAFT_MESSAGE_BYTES;
 use crate::service::{ControllerGrpc, QuorumState};
 use crate::write_path::{self, WritePathConfig};
 
+/// How long in-flight requests may take to finish after the shutdown signal, and then how
+/// long Raft may take to stop (so a SIGTERM ends the process within about 2x this, whatever
+/// the peers and brokers do; issue #24). Raft's log and vote are durable at every step, so
+/// cutting what is still in flight loses nothing.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis(400);
+
 /// Runs a controller until `shutdown` resolves: binds `config.listeners`, then [`serve`].
 /// Errors are start-up failures, or [`StartError::RaftStopped`] when openraft stops on a fatal
 /// error while serving (one line each); a clean shutdown returns `Ok`.
@@ -80,6 +86,14 @@ pub async fn serve(
     );
     let record_cluster_id =
         node::spawn_record_cluster_id(config.metadata_log_dir.clone(), raft_node.images.clone());
+    // The shutdown future fires `stopping`; in-flight requests then get SHUTDOWN_GRACE to
+    // finish (tonic's graceful shutdown alone waits for every open stream, and a broker's
+    // metadata stream stays open until the broker notices: 8.7 s seen).
+    let (stopping_tx, stopping) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stopping_tx.send(());
+    };
     let serve = tonic::transport::Server::builder()
         .add_service(node::raft_service(&raft_node))
         .add_service(
@@ -99,6 +113,13 @@ pub async fn serve(
     // A Raft node that stopped on a fatal error would keep answering reads from its last
     // image and NOT_CONTROLLER to writes forever: stop the process instead (exit non-zero)
     // so a supervisor restarts it or an operator looks.
+    let grace_over = async {
+        if stopping.await.is_err() {
+            // The server ended on its own: `serve` wins the select below.
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(SHUTDOWN_GRACE).await;
+    };
     let served = tokio::select! {
         served = serve => served,
         cause = node::raft_stopped(raft_node.raft.clone()) => {
@@ -106,9 +127,19 @@ pub async fn serve(
             record_cluster_id.abort();
             return Err(StartError::RaftStopped(cause));
         }
+        () = grace_over => {
+            tracing::info!(
+                grace_ms = SHUTDOWN_GRACE.as_millis() as u64,
+                "closing the connections still open after the shutdown grace (brokers' \
+                 metadata streams reconnect to another controller)"
+            );
+            Ok(())
+        }
     };
-    if let Err(e) = raft_node.raft.shutdown().await {
-        tracing::warn!(error = %e, "raft shutdown");
+    match tokio::time::timeout(SHUTDOWN_GRACE, raft_node.raft.shutdown()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "raft shutdown"),
+        Err(_) => tracing::warn!("raft shutdown did not finish within the grace; exiting anyway"),
     }
     write_task.abort();
     record_cluster_id.abort();

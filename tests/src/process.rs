@@ -357,7 +357,24 @@ impl Cluster {
     /// # Panics
     /// When it has not exited by then (it is then killed).
     pub async fn terminate_broker(&mut self, id: i32, deadline: Duration) -> ExitStatus {
-        let node = &mut self.brokers[id as usize - 1];
+        self.terminate(false, id as usize, deadline).await
+    }
+
+    /// SIGTERM of controller `id`; waits for its exit (at most `deadline`) and returns the
+    /// status.
+    ///
+    /// # Panics
+    /// When it has not exited by then (it is then killed).
+    pub async fn terminate_controller(&mut self, id: u64, deadline: Duration) -> ExitStatus {
+        self.terminate(true, id as usize, deadline).await
+    }
+
+    async fn terminate(&mut self, controller: bool, id: usize, deadline: Duration) -> ExitStatus {
+        let node = if controller {
+            &mut self.controllers[id - 1]
+        } else {
+            &mut self.brokers[id - 1]
+        };
         node.signal("TERM");
         let start = Instant::now();
         loop {
@@ -366,8 +383,9 @@ impl Cluster {
             }
             if start.elapsed() > deadline {
                 node.kill();
+                let name = if controller { "controller" } else { "broker" };
                 panic!(
-                    "broker {id} did not exit within {deadline:?} of SIGTERM\n{}",
+                    "{name} {id} did not exit within {deadline:?} of SIGTERM\n{}",
                     self.logs()
                 );
             }
