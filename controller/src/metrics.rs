@@ -274,7 +274,8 @@ pub fn spawn_sampler(
         let mut applied_timestamp: Option<(u64, i64)> = None;
         loop {
             ticker.tick().await;
-            let m = node.raft.metrics().borrow().clone();
+            let mut m = node.raft.metrics().borrow().clone();
+            m.current_leader = node.known_leader(&m);
             if m.running_state.is_err() {
                 tx.send_replace(readiness(&m, node.node_id, false));
                 break;

@@ -19,6 +19,7 @@ use tokio::sync::watch;
 use crate::config::ControllerConfig;
 use crate::meta_properties::{self, MetaProperties};
 use crate::peer_acks::{PeerAcks, quorum_in_contact};
+use crate::pre_vote::ElectionGate;
 use crate::raft_network::{Identity, MAX_RAFT_MESSAGE_BYTES, NetworkFactory, RaftServer};
 
 /// Why a controller could not start, or had to stop. `Display` is one line naming the cause.
@@ -83,9 +84,26 @@ pub struct RaftNode {
     pub peer_acks: PeerAcks,
     /// Node id and cluster id presented on and checked against Raft RPCs.
     pub identity: Identity,
+    /// openraft's election switch ([`crate::pre_vote`]).
+    pub gate: Arc<ElectionGate>,
+    /// The pre-vote task, aborted with the last clone.
+    _pre_vote: Arc<AbortOnDrop>,
 }
 
 impl RaftNode {
+    /// The leader this node may name, from its Raft metrics `m`: openraft's current leader,
+    /// unless that is another node not heard from for the maximum election timeout
+    /// ([`crate::pre_vote::leader_in_contact`]). Whether this node, as leader, still has a
+    /// quorum is [`Self::is_active`]'s business.
+    pub fn known_leader(&self, m: &openraft::RaftMetrics<u64, BasicNode>) -> Option<u64> {
+        crate::pre_vote::leader_in_contact(
+            m.current_leader,
+            self.node_id,
+            self.gate.since_leader_contact(),
+            std::time::Duration::from_millis(self.raft.config().election_timeout_max),
+        )
+    }
+
     /// True when this node is the active controller: the Raft leader with a confirmed quorum.
     pub fn is_active(&self) -> bool {
         let m = self.raft.metrics();
@@ -173,9 +191,26 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
     let peer_acks = PeerAcks::default();
     let identity = Identity::new(c.node_id, images.clone(), recorded_cluster_id);
     let network = NetworkFactory::new(voters.clone(), peer_acks.clone(), identity.clone());
-    let raft = Raft::new(c.node_id, Arc::new(config), network, log.clone(), sm)
-        .await
-        .map_err(|e| StartError::Raft(e.to_string()))?;
+    let raft = Raft::new(
+        c.node_id,
+        Arc::new(config),
+        network.clone(),
+        log.clone(),
+        sm,
+    )
+    .await
+    .map_err(|e| StartError::Raft(e.to_string()))?;
+    let gate = Arc::new(ElectionGate::new(raft.clone()));
+    let pre_vote = crate::pre_vote::spawn(
+        raft.clone(),
+        gate.clone(),
+        c.node_id,
+        voters.keys().copied().collect(),
+        network,
+        log.clone(),
+        std::time::Duration::from_millis((c.election_timeout_min_ms / 4).max(10)),
+        std::time::Duration::from_millis(c.election_timeout_min_ms),
+    );
     peer_acks.attach(raft.metrics());
     initialize_if_new(&raft, c).await?;
     let (quorum_confirmed, _check_quorum) = spawn_check_quorum(
@@ -195,7 +230,19 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
         quorum_confirmed,
         peer_acks,
         identity,
+        gate,
+        _pre_vote: Arc::new(AbortOnDrop(pre_vote)),
     })
+}
+
+/// Aborts a background task when the last clone of the owning [`RaftNode`] is dropped.
+#[derive(Debug)]
+pub struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Opens the metadata log directory after checking it belongs to this node and is whole:
@@ -323,6 +370,8 @@ pub fn raft_service(
     keel_proto::raft::raft_service_server::RaftServiceServer::new(RaftServer::new(
         node.raft.clone(),
         node.identity.clone(),
+        node.gate.clone(),
+        node.log.clone(),
     ))
     .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES)

@@ -36,7 +36,9 @@ use serde::de::DeserializeOwned;
 
 use crate::append_budget::AppendBudget;
 use crate::peer_acks::{AppendOutcome, PeerAcks};
+use crate::pre_vote::{self, ElectionGate, PreVoteReply, PreVoteRequest, VoterView};
 use keel_metadata_log::MetadataImage;
+use keel_metadata_log::store::LogStore;
 use tokio::sync::watch;
 use tonic::transport::{Channel, Endpoint};
 
@@ -279,6 +281,24 @@ fn concise(addr: &str, status: &tonic::Status) -> openraft::AnyError {
 }
 
 impl PeerClient {
+    /// Asks the peer for a pre-vote ([`crate::pre_vote`]); `None` when it did not answer
+    /// within `timeout` or refused the request. Not counted in the reachability log: a round
+    /// runs only while no leader is heard from, when the peers' state is logged already.
+    pub async fn pre_vote(&mut self, req: &PreVoteRequest, timeout: Duration) -> Option<bool> {
+        let mut client = self.client().ok()?;
+        let mut request =
+            tonic::Request::new(encode(req, self.target, self.identity.cluster_id()).ok()?);
+        request.set_timeout(timeout);
+        let reply = tokio::time::timeout(timeout, client.pre_vote(request))
+            .await
+            .ok()?
+            .ok()?
+            .into_inner();
+        postcard::from_bytes::<PreVoteReply>(&reply.payload)
+            .ok()
+            .map(|r| r.granted)
+    }
+
     fn client(&mut self) -> Result<RaftServiceClient<Channel>, Unreachable> {
         if let Some(c) = &self.client {
             return Ok(c.clone());
@@ -475,9 +495,10 @@ pub fn backoff_ms(i: u32) -> u64 {
 pub struct RaftServer {
     raft: Raft<TypeConfig>,
     identity: Identity,
-    /// Snapshot installs in progress or in their grace period; elections are off while
-    /// non-zero (`RaftServer::install_snapshot`).
-    installs: Arc<Mutex<usize>>,
+    /// openraft's `elect` switch: leader contact and snapshot installs are reported to it.
+    gate: Arc<ElectionGate>,
+    /// The node's Raft log (its last log id answers pre-votes).
+    log: LogStore,
 }
 
 impl std::fmt::Debug for RaftServer {
@@ -487,26 +508,25 @@ impl std::fmt::Debug for RaftServer {
 }
 
 impl RaftServer {
-    /// Serves `raft`, the node of `identity`.
-    pub fn new(raft: Raft<TypeConfig>, identity: Identity) -> Self {
+    /// Serves `raft`, the node of `identity`, whose Raft log is `log` and elections `gate`.
+    pub fn new(
+        raft: Raft<TypeConfig>,
+        identity: Identity,
+        gate: Arc<ElectionGate>,
+        log: LogStore,
+    ) -> Self {
         Self {
             raft,
             identity,
-            installs: Arc::default(),
+            gate,
+            log,
         }
     }
 
     /// Counts one snapshot install in (`true`) or out; elections are off while any is
-    /// counted. Under one lock, so an install ending cannot re-enable elections that a
-    /// concurrent one has just disabled.
+    /// counted ([`ElectionGate::count_install`]).
     fn count_install(&self, starting: bool) {
-        let mut n = self.installs.lock().unwrap_or_else(|e| e.into_inner());
-        *n = if starting {
-            n.saturating_add(1)
-        } else {
-            n.saturating_sub(1)
-        };
-        self.raft.runtime_config().elect(*n == 0);
+        self.gate.count_install(starting);
     }
 
     /// Refuses a request meant for another node or cluster (FAILED_PRECONDITION; the sender
@@ -562,7 +582,46 @@ impl RaftService for RaftServer {
         request: tonic::Request<RaftRequest>,
     ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
         let req: AppendEntriesRequest<TypeConfig> = self.accept(request.get_ref())?;
-        reply(self.raft.append_entries(req).await)
+        let result = self.raft.append_entries(req).await;
+        // Accepted from the leader of this node's term (a higher vote means the sender is not).
+        if matches!(
+            result,
+            Ok(AppendEntriesResponse::Success | AppendEntriesResponse::Conflict)
+                | Ok(AppendEntriesResponse::PartialSuccess(_))
+        ) {
+            self.gate.leader_contact();
+        }
+        reply(result)
+    }
+
+    async fn pre_vote(
+        &self,
+        request: tonic::Request<RaftRequest>,
+    ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
+        let req: PreVoteRequest = self.accept(request.get_ref())?;
+        let (term, is_leader) = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            (
+                m.current_term,
+                m.state.is_leader() && m.current_leader == Some(self.identity.node_id),
+            )
+        };
+        let mut log = self.log.clone();
+        let last_log_id = openraft::storage::RaftLogStorage::get_log_state(&mut log)
+            .await
+            .map_err(|e| tonic::Status::internal(format!("reading the log state: {e}")))?
+            .last_log_id;
+        let view = VoterView {
+            term,
+            last_log_id,
+            is_leader,
+            since_leader_contact: self.gate.since_leader_contact(),
+        };
+        let lease = Duration::from_millis(self.raft.config().election_timeout_min);
+        let granted = pre_vote::grants(&view, &req, lease);
+        tracing::debug!(candidate = req.candidate, granted, "pre-vote");
+        reply::<_, ()>(Ok(PreVoteReply { granted }))
     }
 
     async fn vote(
@@ -619,6 +678,9 @@ impl RaftService for RaftServer {
             server.count_install(false);
         });
         let result = self.raft.install_snapshot(req).await;
+        if result.is_ok() {
+            self.gate.leader_contact();
+        }
         let _ = answered.send(());
         reply(result)
     }

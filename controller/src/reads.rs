@@ -44,7 +44,7 @@ pub fn leader_hint(node: &RaftNode) -> ControllerLeader {
     let (current_leader, current_term) = {
         let m = node.raft.metrics();
         let m = m.borrow();
-        (m.current_leader, m.current_term)
+        (node.known_leader(&m), m.current_term)
     };
     // A leader that lost its quorum does not advertise itself (check-quorum).
     let leader = current_leader.filter(|id| *id != node.node_id || node.is_active());

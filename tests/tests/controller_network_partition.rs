@@ -3,6 +3,9 @@
 //! leader that accepts writes, and the old leader steps down (check-quorum). After healing all
 //! three converge on the same records. Run twice: links that reset ([`Fault::Cut`]) and links
 //! that silently lose every packet ([`Fault::Drop`]: peers see timeouts, not errors).
+//!
+//! A follower cut off from both peers keeps its term (pre-vote: it never campaigns without a
+//! majority that would vote for it) and rejoins without deposing the leader.
 
 use std::time::{Duration, Instant};
 
@@ -203,4 +206,70 @@ async fn delayed_links_slow_commits_and_lose_nothing() {
         },
     )
     .await;
+}
+
+/// The Raft term controller `id` reports (DescribeQuorum answers with it, leader or not).
+async fn term_of(q: &Quorum, id: u64) -> i64 {
+    q.client(id)
+        .await
+        .describe_quorum(keel_proto::controller::DescribeQuorumRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .term
+}
+
+/// A follower cut off from its peers for several election timeouts (each a campaign with a
+/// higher term without pre-vote) keeps its term, and after the heal the same leader goes on
+/// in the same term: without pre-vote the rejoining node's term deposed it (issue #24).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolated_follower_rejoins_without_deposing_the_leader() {
+    for fault in [Fault::Cut, Fault::Drop] {
+        let (q, links) = Quorum::start_proxied(3).await;
+        let leader = q.wait_leader(Duration::from_secs(5)).await;
+        let term = term_of(&q, leader).await;
+        let follower = q.ids().into_iter().find(|i| *i != leader).unwrap();
+        links.isolate(follower, fault);
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let isolated_term = term_of(&q, follower).await;
+        links.heal();
+        // Writes go on through the heal, and the follower catches up.
+        let mut c = q.client(leader).await;
+        for id in 1..=5 {
+            let r = c.register_broker(register(id)).await.unwrap().into_inner();
+            assert!(
+                ok(&r.error),
+                "{fault:?}: broker {id}: {:?}\n{}",
+                r.error,
+                q.logs()
+            );
+        }
+        keel_tests::wait::wait_for(
+            "the rejoined follower follows the leader",
+            Duration::from_secs(10),
+            || q.logs(),
+            || async { (q.leader_seen_by(follower).await == Some(leader)).then_some(()) },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        eprintln!(
+            "{fault:?}: leader {leader} term {term}; isolated follower {follower} term \
+             {isolated_term}; after the heal term {}",
+            term_of(&q, leader).await
+        );
+        assert_eq!(
+            isolated_term, term,
+            "{fault:?}: the isolated follower campaigned"
+        );
+        assert_eq!(
+            q.wait_leader(Duration::from_secs(5)).await,
+            leader,
+            "{fault:?}"
+        );
+        assert_eq!(
+            term_of(&q, leader).await,
+            term,
+            "{fault:?}: the leader was deposed"
+        );
+    }
 }
