@@ -389,6 +389,7 @@ async fn send_snapshot(
         Ok(FetchMetadataItem {
             item: Some(item),
             commit_index: commit,
+            leader: Some(leader_hint(node)),
         })
     };
     let header = SnapshotHeader {
@@ -482,6 +483,7 @@ async fn stream_committed(
                     }),
                 })),
                 commit_index: committed as i64,
+                leader: Some(leader_hint(node)),
             };
             if tx.send(Ok(item)).await.is_err() {
                 return Ok(());

@@ -537,6 +537,7 @@ impl ControllerService for ControllerGrpc {
         let image = self.node.images.borrow().clone();
         let mut reply = logic::describe_configs(&image, request.get_ref());
         reply.metadata_offset = image.provenance().offset as i64;
+        reply.leader = self.hint();
         Ok(Response::new(reply))
     }
 

@@ -273,3 +273,62 @@ async fn isolated_follower_rejoins_without_deposing_the_leader() {
         );
     }
 }
+
+/// A controller cut off from the quorum serves state that may be out of date: the admin
+/// client does not use its reads (it asks another controller, and with only that one it
+/// fails saying why) unless `allow_stale`, and then uses them (issue #24, fresh reads).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_reads_skip_a_controller_cut_off_from_the_quorum() {
+    use keel_client::admin::{Admin, AdminConfig};
+    let (q, links) = Quorum::start_proxied(3).await;
+    let leader = q.wait_leader(Duration::from_secs(5)).await;
+    let follower = q.ids().into_iter().find(|i| *i != leader).unwrap();
+    links.isolate(follower, Fault::Cut);
+    keel_tests::wait::wait_for(
+        "the cut-off follower names no leader",
+        Duration::from_secs(10),
+        || q.logs(),
+        || async { q.leader_seen_by(follower).await.is_none().then_some(()) },
+    )
+    .await;
+    let config = |addrs: Vec<String>, allow_stale: bool| AdminConfig {
+        api_timeout: Duration::from_secs(2),
+        allow_stale,
+        ..AdminConfig::new(addrs)
+    };
+    let only_follower = Admin::new(config(vec![q.addr(follower)], false)).unwrap();
+    let err = only_follower
+        .describe_cluster()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("in contact with no active controller") && err.contains("--allow-stale"),
+        "{err}"
+    );
+    let err = only_follower
+        .metadata_image()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("in contact with no active controller"),
+        "{err}"
+    );
+
+    let stale_ok = Admin::new(config(vec![q.addr(follower)], true)).unwrap();
+    let r = stale_ok.describe_cluster().await.unwrap();
+    assert_eq!(r.replying_node_id as u64, follower);
+    assert_eq!(r.controller_id, -1, "it knows no active controller");
+    stale_ok.metadata_image().await.unwrap();
+
+    // With every controller to choose from, reads come from the ones in contact.
+    let all = Admin::new(config(q.ids().iter().map(|i| q.addr(*i)).collect(), false)).unwrap();
+    for _ in 0..5 {
+        let r = all.describe_cluster().await.unwrap();
+        assert_ne!(r.replying_node_id as u64, follower);
+        assert_eq!(r.controller_id as u64, leader);
+        all.metadata_image().await.unwrap();
+    }
+    links.heal();
+}

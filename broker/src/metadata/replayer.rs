@@ -261,6 +261,7 @@ mod tests {
                 }),
             })),
             commit_index: commit,
+            leader: None,
         }
     }
 
@@ -321,10 +322,12 @@ mod tests {
                 record_count: count,
             })),
             commit_index: 20,
+            leader: None,
         };
         let chunk = |records, last| FetchMetadataItem {
             item: Some(Item::SnapshotChunk(SnapshotChunk { records, last })),
             commit_index: 20,
+            leader: None,
         };
         assert_eq!(r.apply(header(10, 2)).unwrap(), None);
         assert_eq!(r.apply(chunk(vec![topic("x", 7)], false)).unwrap(), None);

@@ -56,6 +56,12 @@ pub struct AdminConfig {
     pub backoff_initial: Duration,
     /// Longest backoff (Kafka: `retry.backoff.max.ms`).
     pub backoff_max: Duration,
+    /// Accept a read (DescribeCluster, DescribeConfigs, ReadMetadataLog, the metadata image)
+    /// from a controller in contact with no active controller. Such a controller (cut off,
+    /// or restarted and not yet caught up) may serve state that is out of date, so by default
+    /// its read is refused like a NOT_CONTROLLER and the next controller is asked; with this
+    /// set it is used, with a warning naming it (`tracing::warn`).
+    pub allow_stale: bool,
 }
 
 impl AdminConfig {
@@ -69,6 +75,7 @@ impl AdminConfig {
             max_attempts: u32::MAX,
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(1),
+            allow_stale: false,
         }
     }
 }
@@ -506,7 +513,12 @@ impl Admin {
                 async move {
                     match reply.await {
                         Err(status) => Step::from_status(&addr, &status),
-                        Ok(reply) => classify(reply.into_inner(), addr, need_active),
+                        Ok(reply) => classify(
+                            reply.into_inner(),
+                            addr,
+                            need_active,
+                            self.config.allow_stale,
+                        ),
                     }
                 }
             })
@@ -888,7 +900,12 @@ impl Admin {
         let answered = self
             .attempt_each(|addr, mut client| async move {
                 match fetch_image(&mut client, &addr).await {
-                    Ok(image) => Step::Done(image),
+                    Ok((image, leader)) => {
+                        match stale_read(leader.as_ref(), &addr, self.config.allow_stale) {
+                            Some(step) => step,
+                            None => Step::Done(image),
+                        }
+                    }
                     Err(FetchError::Status(status)) => Step::from_fetch_status(&addr, &status),
                     Err(FetchError::Ended(detail)) => Step::Retry {
                         detail,
@@ -905,7 +922,12 @@ impl Admin {
 /// What one attempt with a controller reply makes: NOT_CONTROLLER (or, for a request only
 /// the active controller serves, a reply naming another controller as active) sends the
 /// request on; anything else is the caller's answer.
-fn classify<R: ControllerReply>(reply: R, addr: String, need_active: bool) -> Step<R> {
+fn classify<R: ControllerReply>(
+    reply: R,
+    addr: String,
+    need_active: bool,
+    allow_stale: bool,
+) -> Step<R> {
     let hint = hint_address(&reply);
     if ErrorCode::from_proto(reply.error()) == Ok(ErrorCode::NotController) {
         let message = reply
@@ -934,7 +956,44 @@ fn classify<R: ControllerReply>(reply: R, addr: String, need_active: bool) -> St
             maybe_applied: false,
         };
     }
+    if reply.error().is_none()
+        && reply.refuse_when_stale()
+        && let Some(step) = stale_read(reply.leader(), &addr, allow_stale)
+    {
+        return step;
+    }
     Step::Done(reply)
+}
+
+/// For a read answered by `addr` with the leader hint `leader`: when the hint says the
+/// controller knows no active controller (cut off from the quorum, restarted and not caught
+/// up, or an election), the step that sends the read on to another controller, unless
+/// `allow_stale` (then a warning, and `None`: the read is used). `None` for a fresh read or a
+/// reply without a hint.
+fn stale_read<T>(
+    leader: Option<&ControllerLeader>,
+    addr: &str,
+    allow_stale: bool,
+) -> Option<Step<T>> {
+    let stale = leader.is_some_and(|l| l.leader_id < 0);
+    if !stale {
+        return None;
+    }
+    if allow_stale {
+        tracing::warn!(
+            "reading from {addr}, which is in contact with no active controller: its state may \
+             be out of date (--allow-stale)"
+        );
+        return None;
+    }
+    Some(Step::NotActive {
+        hint: None,
+        detail: format!(
+            "{addr}: in contact with no active controller, so its state may be out of date \
+             (--allow-stale reads it anyway)"
+        ),
+        maybe_applied: false,
+    })
 }
 
 /// The active controller's address, when the reply names one.
@@ -998,10 +1057,12 @@ enum FetchError {
     Fatal(AdminError),
 }
 
+/// Reads the whole image from the stream of `addr`; returns it with the leader hint of the
+/// stream's last item (whether the controller was in contact with an active one).
 async fn fetch_image(
     client: &mut ControllerServiceClient<Channel>,
     addr: &str,
-) -> std::result::Result<MetadataImage, FetchError> {
+) -> std::result::Result<(MetadataImage, Option<ControllerLeader>), FetchError> {
     let replay_failed =
         |e: keel_metadata_log::ReplayError| FetchError::Fatal(AdminError::Protocol(e.to_string()));
     let mut stream = client
@@ -1019,12 +1080,13 @@ async fn fetch_image(
     let mut applied: i64 = 0;
     // Offset of a snapshot whose chunks are still arriving.
     let mut snapshot_at: Option<i64> = None;
+    let mut leader: Option<ControllerLeader> = None;
     loop {
         if let Some(t) = target
             && snapshot_at.is_none()
             && applied >= t
         {
-            return Ok(delta.apply());
+            return Ok((delta.apply(), leader));
         }
         let Some(item) = stream.message().await.map_err(FetchError::Status)? else {
             return Err(FetchError::Ended(format!(
@@ -1032,6 +1094,7 @@ async fn fetch_image(
             )));
         };
         target.get_or_insert(item.commit_index);
+        leader = item.leader;
         match item.item {
             Some(Item::SnapshotHeader(h)) => {
                 delta = MetadataDelta::new(MetadataImage::empty());

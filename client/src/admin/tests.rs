@@ -229,6 +229,7 @@ impl ControllerService for Fake {
                 }),
             })),
             commit_index: 1,
+            leader: None,
         };
         Ok(Response::new(Box::pin(tokio_stream::iter([Ok(item)]))))
     }

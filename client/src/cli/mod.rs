@@ -91,6 +91,16 @@ pub struct Cli {
         default_value_t = 60_000
     )]
     pub api_timeout_ms: u64,
+    /// Accept reads from a controller in contact with no active controller (cut off from the
+    /// quorum, or restarted and not caught up): its answer may be out of date, and a warning
+    /// names it. Without it such a controller's read is refused and the others are asked.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "KEEL_ALLOW_STALE"
+    )]
+    pub allow_stale: bool,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -213,6 +223,8 @@ pub struct Ctx {
     pub request_timeout: Duration,
     /// Budget of one admin operation, retries included.
     pub api_timeout: Duration,
+    /// Reads from a controller out of contact with the quorum are accepted (`--allow-stale`).
+    pub allow_stale: bool,
 }
 
 impl Ctx {
@@ -235,6 +247,7 @@ impl Ctx {
         let mut cfg = AdminConfig::new(addresses);
         cfg.request_timeout = self.request_timeout;
         cfg.api_timeout = budget;
+        cfg.allow_stale = self.allow_stale;
         Ok(Admin::new(cfg)?)
     }
 
@@ -264,6 +277,7 @@ pub fn main() -> ExitCode {
         brokers: cli.bootstrap_brokers.clone(),
         request_timeout: Duration::from_millis(cli.request_timeout_ms.max(1)),
         api_timeout: Duration::from_millis(cli.api_timeout_ms.max(1)),
+        allow_stale: cli.allow_stale,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
