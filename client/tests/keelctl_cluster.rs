@@ -312,6 +312,8 @@ fn keelctl_drives_a_local_cluster() {
     ]);
     assert_eq!(err, "keelctl: --isr \"1,x\": \"x\" is not a broker id\n");
 
+    dynamic_configs_apply_without_a_restart(&f);
+
     // cluster status, then down: every process stops on SIGTERM.
     let status = f.cluster("status", &[]);
     assert_eq!(
@@ -1030,4 +1032,124 @@ fn up_waits_for_a_killed_process_to_release_its_ports() {
     let q = f.json(&["--json", "quorum", "replication"]);
     assert!(q.to_string().contains("\"node_id\":2"), "{q}");
     f.cluster("down", &[]);
+}
+
+/// `config alter|describe` on the cluster default, one broker and a topic, and the brokers
+/// applying them without a restart with Kafka's precedence (topic > broker > default > static,
+/// KIP-226): the largest batch a one-replica topic on broker 1 accepts follows each change.
+fn dynamic_configs_apply_without_a_restart(f: &Fixture) {
+    f.json(&[
+        "--json",
+        "topic",
+        "create",
+        "sized",
+        "--replica-assignment",
+        "1",
+    ]);
+    let big = "x".repeat(2000) + "\n";
+    // Waits until producing 2000 bytes to `sized` succeeds (`accepted`) or is refused as too
+    // large: brokers apply a change once its record reaches them.
+    let expect = |accepted: bool, what: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+        loop {
+            let out = f.run_with_stdin(
+                &[
+                    "produce",
+                    "--topic",
+                    "sized",
+                    "--delivery-timeout-ms",
+                    "5000",
+                ],
+                &big,
+            );
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            let ok = out.status.success();
+            if ok == accepted && (ok || err.contains("MESSAGE_TOO_LARGE")) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: produce of 2000 bytes {} ({err})",
+                if ok { "accepted" } else { "refused" }
+            );
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+    };
+    expect(true, "static default (1 MiB)");
+    // `config alter ARGS --json`: the resource's dynamic configs afterwards.
+    let alter = |args: &[&str]| {
+        let mut cmd = vec!["--json", "config", "alter"];
+        cmd.extend_from_slice(args);
+        f.json(&cmd)
+    };
+    let set = alter(&[
+        "--entity-type",
+        "brokers",
+        "--entity-default",
+        "--add-config",
+        "message.max.bytes=1000",
+    ]);
+    assert_eq!(
+        set,
+        serde_json::json!([{"name": "message.max.bytes", "value": "1000", "source": "DYNAMIC_DEFAULT_BROKER_CONFIG"}])
+    );
+    expect(false, "cluster default 1000");
+    alter(&["--broker", "1", "--add-config", "message.max.bytes=3000"]);
+    expect(true, "broker 1's 3000 over the default 1000");
+    alter(&[
+        "--topic",
+        "sized",
+        "--add-config",
+        "max.message.bytes=1500,retention.ms=3600000",
+    ]);
+    expect(false, "the topic's 1500 over broker 1's 3000");
+    // Describe: only the dynamic values of the resource, or --all with sources.
+    let out = f.run(&["config", "describe", "--broker", "1"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Dynamic configs for broker 1 are:\nCONFIG             VALUE  SOURCE\n\
+         message.max.bytes  3000   DYNAMIC_BROKER_CONFIG\n"
+    );
+    let all = f.json(&["--json", "config", "describe", "--topic", "sized", "--all"]);
+    let find = |name: &str| {
+        all.as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in {all}"))
+            .clone()
+    };
+    assert_eq!(find("max.message.bytes")["source"], "TOPIC_CONFIG");
+    assert_eq!(find("segment.bytes")["source"], "DEFAULT_CONFIG");
+    // Deleting falls back: without the topic's value, broker 1's 3000 applies again.
+    alter(&["--topic", "sized", "--delete-config", "max.message.bytes"]);
+    expect(true, "broker 1's 3000 once the topic's value is deleted");
+    for (args, flag) in [
+        (vec!["--broker", "1"], "message.max.bytes"),
+        (vec!["--broker-defaults"], "message.max.bytes"),
+    ] {
+        let mut cmd = args;
+        cmd.extend(["--delete-config", flag]);
+        alter(&cmd);
+    }
+    let defaults = f.json(&["--json", "config", "describe", "--broker-defaults"]);
+    assert_eq!(defaults, serde_json::json!([]));
+    // Errors: an unknown key names the known ones (exit 1); no resource is a usage error.
+    let out = f.run(&[
+        "config",
+        "alter",
+        "--broker-defaults",
+        "--add-config",
+        "foo.bar=1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("foo.bar") && err.contains("log.retention.ms"),
+        "{err}"
+    );
+    let out = f.run(&["config", "describe"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = f.run(&["config", "alter", "--topic", "sized"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }

@@ -13,6 +13,7 @@
 //! Data flows one way: committed records -> `MetadataDelta::replay` -> `apply` -> a new
 //! `MetadataImage`, on controllers (state machine) and brokers (metadata tailer) alike.
 
+pub mod configs;
 pub mod data_dir;
 pub mod delta;
 pub mod digest_memo;

@@ -1,9 +1,7 @@
 //! Replies built from the broker's local image (pure): `Metadata` (Kafka: MetadataResponse
 //! v12 from `KRaftMetadataCache`) and the metadata part of `DescribeReplicas`.
 
-use keel_metadata_log::{
-    ConfigResource, MetadataImage, NO_LEADER, PartitionRegistration, TopicImage,
-};
+use keel_metadata_log::{MetadataImage, NO_LEADER, PartitionRegistration, TopicImage};
 use keel_proto::ErrorCode;
 use keel_proto::broker::{
     DescribeReplicasReply, DescribeReplicasRequest, MetadataPartition, MetadataReply,
@@ -120,16 +118,18 @@ fn topic_metadata(image: &MetadataImage, t: &TopicImage) -> MetadataTopic {
     }
 }
 
-/// The effective `min.insync.replicas` of `topic`: the topic config, else the cluster config,
-/// else `default`.
-pub fn min_insync_replicas(image: &MetadataImage, topic: &str, default: u32) -> i32 {
-    [
-        ConfigResource::Topic(topic.to_string()),
-        ConfigResource::Cluster,
-    ]
-    .iter()
-    .find_map(|r| image.config(r, "min.insync.replicas")?.parse().ok())
-    .unwrap_or(default as i32)
+/// The effective `min.insync.replicas` of `topic` on broker `broker_id`: the topic config,
+/// else the broker's or the cluster-wide dynamic value
+/// ([`keel_metadata_log::configs::dynamic_topic_value`]), else `default` (the static config).
+pub fn min_insync_replicas(
+    image: &MetadataImage,
+    topic: &str,
+    broker_id: i32,
+    default: u32,
+) -> i32 {
+    keel_metadata_log::configs::dynamic_topic_value(image, topic, broker_id, "min.insync.replicas")
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default as i32)
 }
 
 /// The metadata-only `DescribeReplicas` reply: one entry per partition this broker is
@@ -162,7 +162,7 @@ pub fn describe_replicas_reply(
         isr: reg.isr.clone(),
         maximal_isr: reg.isr.clone(),
         pending_isr_change: false,
-        min_insync_replicas: min_insync_replicas(image, &t.name, default_min_insync),
+        min_insync_replicas: min_insync_replicas(image, &t.name, broker_id, default_min_insync),
         leader_epoch_cache: Vec::new(),
         followers: Vec::new(),
         size_bytes: -1,

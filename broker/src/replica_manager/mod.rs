@@ -38,7 +38,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use keel_metadata_log::{ConfigResource, MetadataImage, PartitionRegistration};
+use keel_metadata_log::{MetadataImage, PartitionRegistration};
 use keel_proto::ErrorCode;
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 use uuid::Uuid;
@@ -384,6 +384,7 @@ impl ReplicaManager {
             min_insync_replicas: crate::metadata::describe::min_insync_replicas(
                 image,
                 topic,
+                c.broker_id,
                 c.min_insync_replicas,
             )
             .max(1) as usize,
@@ -392,11 +393,13 @@ impl ReplicaManager {
         }
     }
 
-    /// Log settings of `topic` ([`topic_config::log_config`] over the image's topic configs).
+    /// Log settings of `topic` ([`topic_config::log_config`] over the dynamic configs: the
+    /// topic's, else this broker's, else the cluster-wide ones, KIP-226). Re-applied to every
+    /// hosted partition on each image, so a change takes effect without a restart.
     fn log_config(&self, image: &MetadataImage, topic: &str) -> LogConfig {
-        let res = ConfigResource::Topic(topic.to_string());
+        let broker_id = self.shared.config.broker_id;
         topic_config::log_config(&self.shared.config.log_defaults, topic, |key| {
-            image.config(&res, key)
+            keel_metadata_log::configs::dynamic_topic_value(image, topic, broker_id, key)
         })
     }
 

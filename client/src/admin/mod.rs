@@ -91,6 +91,10 @@ pub struct NewTopic {
     pub replication_factor: Option<i32>,
     /// Topic config overrides (Kafka names).
     pub configs: Vec<(String, String)>,
+    /// Explicit replicas of partitions 0, 1, ... (the preferred leader first); empty =
+    /// placed by the controller. With it, `partitions` and `replication_factor` must be
+    /// `None` (Kafka: `kafka-topics --create --replica-assignment`).
+    pub assignments: Vec<Vec<i32>>,
 }
 
 /// The resource a config change applies to.
@@ -537,7 +541,15 @@ impl Admin {
                 name: topic.name.clone(),
                 num_partitions: topic.partitions.unwrap_or(-1),
                 replication_factor: topic.replication_factor.unwrap_or(-1),
-                assignments: vec![],
+                assignments: topic
+                    .assignments
+                    .iter()
+                    .enumerate()
+                    .map(|(p, brokers)| CreatableReplicaAssignment {
+                        partition_index: p as i32,
+                        broker_ids: brokers.clone(),
+                    })
+                    .collect(),
                 configs: topic
                     .configs
                     .iter()

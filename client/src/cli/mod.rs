@@ -19,6 +19,7 @@ macro_rules! outln {
 }
 
 mod cluster;
+mod config;
 mod data;
 mod group;
 mod log;
@@ -114,6 +115,10 @@ pub enum Command {
     /// Create, list, describe, delete topics and change their configs.
     #[command(subcommand)]
     Topic(topic::TopicCommand),
+    /// Dynamic configs of topics, brokers and the cluster-wide broker default (like
+    /// kafka-configs): describe, alter.
+    #[command(subcommand)]
+    Config(config::ConfigCommand),
     /// Operator ISR changes and leader elections.
     #[command(subcommand)]
     Partition(partition::PartitionCommand),
@@ -307,6 +312,7 @@ async fn run(command: Command, ctx: &Ctx) -> CliResult {
     match command {
         Command::Cluster(c) => cluster::run(c, ctx).await,
         Command::Topic(c) => topic::run(c, ctx).await,
+        Command::Config(c) => config::run(c, ctx).await,
         Command::Partition(c) => partition::run(c, ctx).await,
         Command::Group(c) => group::run(c, ctx).await,
         Command::Broker(BrokerCommand::List) => {

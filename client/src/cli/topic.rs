@@ -7,11 +7,9 @@ use clap::Subcommand;
 use keel_proto::ErrorCode;
 use keel_proto::broker::broker_service_client::BrokerServiceClient;
 use keel_proto::broker::{DescribeReplicasRequest, ReplicaRole};
-use serde::Serialize;
 
 use super::{CliError, CliResult, Ctx, parse_key_value};
 use crate::admin::{AdminError, ConfigTarget, NewTopic};
-use crate::format::table_of;
 use crate::format::topics::{
     PartitionFilter, TopicDescription, describe_text, describe_topic, filter_topics, list_text,
 };
@@ -102,6 +100,11 @@ pub struct CreateArgs {
     /// Topic config override `key=value` (repeatable), e.g. `min.insync.replicas=2`.
     #[arg(long = "config", value_parser = parse_key_value)]
     pub configs: Vec<(String, String)>,
+    /// Replicas of every partition, Kafka's format: partitions separated by `,`, the brokers
+    /// of one by `:`, the preferred leader first (`101:102,102:103` = 2 partitions, 2
+    /// replicas each). Instead of --partitions and --replication-factor.
+    #[arg(long, value_parser = parse_replica_assignment, conflicts_with_all = ["partitions", "replication_factor"])]
+    pub replica_assignment: Option<ReplicaAssignment>,
 }
 
 /// Arguments of `topic describe`.
@@ -136,14 +139,6 @@ pub struct AlterConfigArgs {
     pub validate_only: bool,
 }
 
-/// One effective config entry.
-#[derive(Debug, Serialize)]
-struct ConfigRow {
-    name: String,
-    value: Option<String>,
-    source: String,
-}
-
 pub(super) async fn run(c: TopicCommand, ctx: &Ctx) -> CliResult {
     let admin = ctx.admin()?;
     match c {
@@ -167,7 +162,7 @@ pub(super) async fn run(c: TopicCommand, ctx: &Ctx) -> CliResult {
             Ok(())
         }
         TopicCommand::Alter(a) => alter(a, ctx, &admin).await,
-        TopicCommand::AlterConfig(a) => alter_config(a, ctx, &admin).await,
+        TopicCommand::AlterConfig(a) => alter_config(a, ctx).await,
     }
 }
 
@@ -243,6 +238,7 @@ async fn create(a: CreateArgs, ctx: &Ctx, admin: &crate::admin::Admin) -> CliRes
             partitions: a.partitions,
             replication_factor: a.replication_factor,
             configs: a.configs.clone(),
+            assignments: a.replica_assignment.map(|r| r.0).unwrap_or_default(),
         })
         .await?;
     let id = keel_metadata_log::image::uuid_from_bytes(&r.topic_id)
@@ -303,64 +299,11 @@ async fn list(ctx: &Ctx, admin: &crate::admin::Admin) -> CliResult {
 }
 
 /// `topic alter-config`: sets and deletes overrides (or only validates them), then prints the
-/// topic's effective configs. Fails when there is nothing to change.
-async fn alter_config(a: AlterConfigArgs, ctx: &Ctx, admin: &crate::admin::Admin) -> CliResult {
-    if a.set.is_empty() && a.delete.is_empty() {
-        return Err(CliError::usage(
-            "nothing to change: give --set key=value or --delete key",
-        ));
-    }
+/// topic's effective configs (`config alter --topic` with every key). Fails when there is
+/// nothing to change.
+async fn alter_config(a: AlterConfigArgs, ctx: &Ctx) -> CliResult {
     let target = ConfigTarget::Topic(a.name.clone());
-    admin
-        .alter_configs(&target, &a.set, &a.delete, a.validate_only)
-        .await?;
-    let results = admin.describe_configs(&[target], &[]).await?;
-    let rows: Vec<ConfigRow> = results
-        .iter()
-        .flat_map(|r| &r.configs)
-        .map(|e| ConfigRow {
-            name: e.name.clone(),
-            value: e.value.clone(),
-            source: config_source_name(e.config_source),
-        })
-        .collect();
-    if ctx.json {
-        return ctx.print_json(&rows);
-    }
-    if a.validate_only {
-        outln!(
-            "Validated (nothing changed). Current configs of {}:",
-            a.name
-        );
-    } else {
-        outln!("Updated configs of {}:", a.name);
-    }
-    out!("{}", configs_text(&rows));
-    Ok(())
-}
-
-/// The table of effective configs (pure): name, value (`null` when unset) and source.
-fn configs_text(rows: &[ConfigRow]) -> String {
-    table_of(&["CONFIG", "VALUE", "SOURCE"], rows, |r| {
-        vec![
-            r.name.clone(),
-            r.value.clone().unwrap_or_else(|| "null".into()),
-            r.source.clone(),
-        ]
-    })
-}
-
-fn config_source_name(v: i32) -> String {
-    use keel_proto::controller::ConfigSource;
-    match ConfigSource::try_from(v) {
-        Ok(ConfigSource::TopicConfig) => "TOPIC_CONFIG",
-        Ok(ConfigSource::DynamicBrokerConfig) => "DYNAMIC_BROKER_CONFIG",
-        Ok(ConfigSource::DynamicDefaultBrokerConfig) => "DYNAMIC_DEFAULT_BROKER_CONFIG",
-        Ok(ConfigSource::StaticBrokerConfig) => "STATIC_BROKER_CONFIG",
-        Ok(ConfigSource::DefaultConfig) => "DEFAULT_CONFIG",
-        _ => "UNKNOWN",
-    }
-    .into()
+    super::config::alter(ctx, &target, &a.set, &a.delete, a.validate_only, true).await
 }
 
 async fn describe(a: DescribeArgs, ctx: &Ctx, admin: &crate::admin::Admin) -> CliResult {

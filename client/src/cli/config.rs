@@ -1,0 +1,418 @@
+//! `keelctl config describe|alter`: dynamic configs of topics, brokers and the cluster-wide
+//! broker default, like Kafka's `kafka-configs --describe|--alter --entity-type
+//! topics|brokers (--entity-name N | --entity-default)` (or `--topic T`, `--broker N`,
+//! `--broker-defaults`).
+//!
+//! Topic keys use Kafka's topic names (`retention.ms`); broker and default keys the broker
+//! names (`log.retention.ms`). Brokers apply a broker or default value to every topic without
+//! an override of its own, without a restart (KIP-226): the topic's value, else the broker's,
+//! else the default, else the broker's static config file.
+
+use serde::Serialize;
+
+use super::{CliError, CliResult, Ctx, parse_key_value};
+use crate::admin::{Admin, ConfigTarget};
+use crate::format::table_of;
+
+/// `keelctl config ...`
+#[derive(Debug, clap::Subcommand)]
+pub enum ConfigCommand {
+    /// The dynamic configs of a topic, a broker or the cluster-wide broker default
+    /// (kafka-configs --describe); with --all every key with its effective value and source.
+    Describe(DescribeArgs),
+    /// Set or delete dynamic configs (kafka-configs --alter --add-config/--delete-config),
+    /// then print the resulting ones. A deleted key falls back to the next source (broker ->
+    /// default -> static config -> Kafka's default).
+    Alter(AlterArgs),
+}
+
+/// Which resource: Kafka's `--entity-type`/`--entity-name`/`--entity-default`, or the
+/// shortcuts `--topic`, `--broker`, `--broker-defaults`.
+#[derive(Debug, clap::Args)]
+pub struct Entity {
+    /// `topics` or `brokers`.
+    #[arg(long, value_parser = ["topics", "brokers"])]
+    pub entity_type: Option<String>,
+    /// The topic name or broker id.
+    #[arg(long)]
+    pub entity_name: Option<String>,
+    /// The cluster-wide default of every broker (with --entity-type brokers).
+    #[arg(long)]
+    pub entity_default: bool,
+    /// Shortcut for --entity-type topics --entity-name T.
+    #[arg(long, value_name = "T")]
+    pub topic: Option<String>,
+    /// Shortcut for --entity-type brokers --entity-name N.
+    #[arg(long, value_name = "N")]
+    pub broker: Option<String>,
+    /// Shortcut for --entity-type brokers --entity-default.
+    #[arg(long)]
+    pub broker_defaults: bool,
+}
+
+/// Arguments of `config describe`.
+#[derive(Debug, clap::Args)]
+pub struct DescribeArgs {
+    #[command(flatten)]
+    pub entity: Entity,
+    /// Every known key with its effective value and where it comes from, not only the
+    /// dynamic values set on this resource.
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// Arguments of `config alter`.
+#[derive(Debug, clap::Args)]
+pub struct AlterArgs {
+    #[command(flatten)]
+    pub entity: Entity,
+    /// `k1=v1,k2=v2` to set (repeatable). A value holding a comma goes in its own
+    /// --add-config.
+    #[arg(long, value_name = "K=V,...")]
+    pub add_config: Vec<String>,
+    /// `k1,k2` to delete (repeatable).
+    #[arg(long, value_name = "K,...")]
+    pub delete_config: Vec<String>,
+    /// Only validate, change nothing.
+    #[arg(long)]
+    pub validate_only: bool,
+}
+
+/// One config entry as printed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+struct ConfigRow {
+    name: String,
+    value: Option<String>,
+    source: String,
+}
+
+impl Entity {
+    /// The resource named (pure). Usage errors: none or two given, a name with
+    /// --entity-default, a broker id that is not a non-negative integer.
+    fn target(&self) -> Result<ConfigTarget, CliError> {
+        let by_type = match (
+            self.entity_type.as_deref(),
+            &self.entity_name,
+            self.entity_default,
+        ) {
+            (None, None, false) => None,
+            (Some("topics"), Some(n), false) => Some(ConfigTarget::Topic(n.clone())),
+            (Some("brokers"), Some(n), false) => Some(ConfigTarget::Broker(broker_id(n)?)),
+            (Some("brokers"), None, true) => Some(ConfigTarget::Cluster),
+            (Some("topics"), _, true) => {
+                return Err(CliError::usage(
+                    "--entity-default goes with --entity-type brokers (topics have no default \
+                     entity: the broker default applies to them)",
+                ));
+            }
+            (Some(_), Some(_), true) => {
+                return Err(CliError::usage(
+                    "give --entity-name or --entity-default, not both",
+                ));
+            }
+            (Some(t), None, false) => {
+                return Err(CliError::usage(format!(
+                    "--entity-type {t} needs --entity-name (or, for brokers, --entity-default)"
+                )));
+            }
+            (None, _, _) => {
+                return Err(CliError::usage(
+                    "--entity-name and --entity-default need --entity-type topics|brokers",
+                ));
+            }
+            (Some(t), _, _) => {
+                return Err(CliError::usage(format!(
+                    "--entity-type {t}: Keel has topics and brokers"
+                )));
+            }
+        };
+        let shortcuts: Vec<ConfigTarget> = [
+            self.topic.clone().map(ConfigTarget::Topic),
+            self.broker
+                .as_deref()
+                .map(broker_id)
+                .transpose()?
+                .map(ConfigTarget::Broker),
+            self.broker_defaults.then_some(ConfigTarget::Cluster),
+        ]
+        .into_iter()
+        .flatten()
+        .chain(by_type)
+        .collect();
+        match shortcuts.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => Err(CliError::usage(
+                "name what to configure: --topic T, --broker N or --broker-defaults (or \
+                 --entity-type topics|brokers with --entity-name / --entity-default)",
+            )),
+            _ => Err(CliError::usage(
+                "name one resource: give only one of --topic, --broker, --broker-defaults, \
+                 --entity-type",
+            )),
+        }
+    }
+}
+
+fn broker_id(s: &str) -> Result<i32, CliError> {
+    s.trim()
+        .parse::<i32>()
+        .ok()
+        .filter(|id| *id >= 0)
+        .ok_or_else(|| CliError::usage(format!("broker {s:?}: not a broker id (an integer >= 0)")))
+}
+
+/// The source a resource's own dynamic values have (what `describe` without `--all` shows).
+fn own_source(target: &ConfigTarget) -> &'static str {
+    match target {
+        ConfigTarget::Topic(_) => "TOPIC_CONFIG",
+        ConfigTarget::Broker(_) => "DYNAMIC_BROKER_CONFIG",
+        ConfigTarget::Cluster => "DYNAMIC_DEFAULT_BROKER_CONFIG",
+    }
+}
+
+/// The heading of a describe (Kafka's wording).
+fn heading(target: &ConfigTarget, all: bool) -> String {
+    let what = match target {
+        ConfigTarget::Topic(t) => format!("topic {t}"),
+        ConfigTarget::Broker(b) => format!("broker {b}"),
+        ConfigTarget::Cluster => "the default broker".to_string(),
+    };
+    if all {
+        format!("All configs for {what} are:")
+    } else {
+        format!("Dynamic configs for {what} are:")
+    }
+}
+
+/// Parses `--add-config` values (`k=v,k2=v2`, repeatable) (pure). Usage errors name the item.
+fn parse_add(items: &[String]) -> Result<Vec<(String, String)>, CliError> {
+    let mut out = Vec::new();
+    for item in items {
+        for kv in item.split(',').filter(|s| !s.trim().is_empty()) {
+            let (k, v) = parse_key_value(kv.trim())
+                .map_err(|e| CliError::usage(format!("--add-config {item:?}: {e}")))?;
+            out.push((k, v));
+        }
+    }
+    Ok(out)
+}
+
+/// Parses `--delete-config` values (`k1,k2`, repeatable) (pure).
+fn parse_delete(items: &[String]) -> Vec<String> {
+    items
+        .iter()
+        .flat_map(|i| i.split(','))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The effective configs of `target`, as rows (all keys).
+async fn rows(admin: &Admin, target: &ConfigTarget) -> Result<Vec<ConfigRow>, CliError> {
+    let results = admin
+        .describe_configs(std::slice::from_ref(target), &[])
+        .await?;
+    Ok(results
+        .iter()
+        .flat_map(|r| &r.configs)
+        .map(|e| ConfigRow {
+            name: e.name.clone(),
+            value: e.value.clone(),
+            source: source_name(e.config_source),
+        })
+        .collect())
+}
+
+/// The table of configs (pure): name, value (`null` when unset) and source.
+fn configs_text(rows: &[ConfigRow]) -> String {
+    table_of(&["CONFIG", "VALUE", "SOURCE"], rows, |r| {
+        vec![
+            r.name.clone(),
+            r.value.clone().unwrap_or_else(|| "null".into()),
+            r.source.clone(),
+        ]
+    })
+}
+
+/// Kafka's name of a DescribeConfigs source.
+fn source_name(v: i32) -> String {
+    use keel_proto::controller::ConfigSource;
+    match ConfigSource::try_from(v) {
+        Ok(ConfigSource::TopicConfig) => "TOPIC_CONFIG",
+        Ok(ConfigSource::DynamicBrokerConfig) => "DYNAMIC_BROKER_CONFIG",
+        Ok(ConfigSource::DynamicDefaultBrokerConfig) => "DYNAMIC_DEFAULT_BROKER_CONFIG",
+        Ok(ConfigSource::StaticBrokerConfig) => "STATIC_BROKER_CONFIG",
+        Ok(ConfigSource::DefaultConfig) => "DEFAULT_CONFIG",
+        _ => "UNKNOWN",
+    }
+    .into()
+}
+
+/// Runs `keelctl config ...`.
+pub(super) async fn run(c: ConfigCommand, ctx: &Ctx) -> CliResult {
+    match c {
+        ConfigCommand::Describe(a) => {
+            let target = a.entity.target()?;
+            let admin = ctx.admin()?;
+            let mut rows = rows(&admin, &target).await?;
+            if !a.all {
+                let own = own_source(&target);
+                rows.retain(|r| r.source == own);
+            }
+            print(ctx, &heading(&target, a.all), &rows)
+        }
+        ConfigCommand::Alter(a) => {
+            let target = a.entity.target()?;
+            let set = parse_add(&a.add_config)?;
+            let delete = parse_delete(&a.delete_config);
+            alter(ctx, &target, &set, &delete, a.validate_only, false).await
+        }
+    }
+}
+
+/// Sets and deletes keys of `target` (or only validates), then prints its dynamic configs.
+/// Fails with a usage error when there is nothing to change.
+/// `all`: print every key with its source (as `topic alter-config` does), not only the
+/// dynamic values of `target`.
+pub(super) async fn alter(
+    ctx: &Ctx,
+    target: &ConfigTarget,
+    set: &[(String, String)],
+    delete: &[String],
+    validate_only: bool,
+    all: bool,
+) -> CliResult {
+    if set.is_empty() && delete.is_empty() {
+        return Err(CliError::usage(
+            "nothing to change: give --add-config k=v or --delete-config k",
+        ));
+    }
+    let admin = ctx.admin()?;
+    admin
+        .alter_configs(target, set, delete, validate_only)
+        .await?;
+    let mut rows = rows(&admin, target).await?;
+    if !all {
+        let own = own_source(target);
+        rows.retain(|r| r.source == own);
+    }
+    let head = if validate_only {
+        format!("Validated (nothing changed). {}", heading(target, all))
+    } else {
+        format!("Updated. {}", heading(target, all))
+    };
+    print(ctx, &head, &rows)
+}
+
+fn print(ctx: &Ctx, heading: &str, rows: &[ConfigRow]) -> CliResult {
+    if ctx.json {
+        return ctx.print_json(&rows);
+    }
+    outln!("{heading}");
+    if !rows.is_empty() {
+        out!("{}", configs_text(rows));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entity() -> Entity {
+        Entity {
+            entity_type: None,
+            entity_name: None,
+            entity_default: false,
+            topic: None,
+            broker: None,
+            broker_defaults: false,
+        }
+    }
+
+    #[test]
+    fn the_resource_comes_from_kafkas_flags_or_the_shortcuts() {
+        let t = |e: Entity| e.target().map_err(|e| (e.usage, e.message));
+        assert_eq!(
+            t(Entity {
+                entity_type: Some("topics".into()),
+                entity_name: Some("orders".into()),
+                ..entity()
+            }),
+            Ok(ConfigTarget::Topic("orders".into()))
+        );
+        assert_eq!(
+            t(Entity {
+                entity_type: Some("brokers".into()),
+                entity_default: true,
+                ..entity()
+            }),
+            Ok(ConfigTarget::Cluster)
+        );
+        assert_eq!(
+            t(Entity {
+                broker: Some("2".into()),
+                ..entity()
+            }),
+            Ok(ConfigTarget::Broker(2))
+        );
+        assert_eq!(
+            t(Entity {
+                broker_defaults: true,
+                ..entity()
+            }),
+            Ok(ConfigTarget::Cluster)
+        );
+        for bad in [
+            entity(),
+            Entity {
+                topic: Some("a".into()),
+                broker: Some("1".into()),
+                ..entity()
+            },
+            Entity {
+                broker: Some("x".into()),
+                ..entity()
+            },
+            Entity {
+                entity_type: Some("topics".into()),
+                entity_default: true,
+                ..entity()
+            },
+            Entity {
+                entity_type: Some("brokers".into()),
+                ..entity()
+            },
+            Entity {
+                entity_name: Some("1".into()),
+                ..entity()
+            },
+        ] {
+            let r = t(bad);
+            assert!(matches!(r, Err((true, _))), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn add_and_delete_lists_split_on_commas() {
+        assert_eq!(
+            parse_add(&["a=1,b=2".into(), "c=x=y".into()]).unwrap(),
+            vec![
+                ("a".into(), "1".into()),
+                ("b".into(), "2".into()),
+                ("c".into(), "x=y".into())
+            ]
+        );
+        let e = parse_add(&["a".into()]).unwrap_err();
+        assert!(
+            e.usage && e.message.starts_with("--add-config \"a\": "),
+            "{}",
+            e.message
+        );
+        assert_eq!(
+            parse_delete(&["a, b".into(), "c".into()]),
+            vec!["a", "b", "c"]
+        );
+    }
+}
