@@ -201,7 +201,7 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
     .await
     .map_err(|e| StartError::Raft(e.to_string()))?;
     let gate = Arc::new(ElectionGate::new(raft.clone()));
-    let pre_vote = crate::pre_vote::spawn(
+    let pre_vote = spawn_pre_vote(
         raft.clone(),
         gate.clone(),
         c.node_id,
@@ -232,6 +232,77 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
         identity,
         gate,
         _pre_vote: Arc::new(AbortOnDrop(pre_vote)),
+    })
+}
+
+/// Runs pre-vote rounds ([`crate::pre_vote`]) for `node_id` until the task is aborted: every `interval`, a node
+/// that is not the leader and has heard from no leader for `lease` asks every other voter
+/// (concurrently, each bounded by `interval`) and records the outcome in `gate`.
+#[allow(clippy::too_many_arguments)]
+pub fn spawn_pre_vote(
+    raft: Raft<TypeConfig>,
+    gate: Arc<ElectionGate>,
+    node_id: u64,
+    voters: Vec<u64>,
+    mut network: NetworkFactory,
+    log: LogStore,
+    interval: std::time::Duration,
+    lease: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
+    use openraft::network::RaftNetworkFactory;
+    tokio::spawn(async move {
+        let others: Vec<u64> = voters.iter().copied().filter(|id| *id != node_id).collect();
+        let mut peers = Vec::with_capacity(others.len());
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            let (term, leader) = {
+                let m = raft.metrics();
+                let m = m.borrow();
+                (m.current_term, m.state.is_leader())
+            };
+            if leader || gate.since_leader_contact().is_some_and(|d| d < lease) {
+                continue;
+            }
+            let mut log = log.clone();
+            let Ok(state) = openraft::storage::RaftLogStorage::get_log_state(&mut log).await else {
+                continue;
+            };
+            let req = crate::pre_vote::PreVoteRequest {
+                candidate: node_id,
+                next_term: term + 1,
+                last_log_id: state.last_log_id,
+            };
+            if peers.len() != others.len() {
+                // First round, or a client lost to a panicked task: (re)connect all.
+                peers.clear();
+                for id in &others {
+                    let node = openraft::BasicNode::default();
+                    peers.push(network.new_client(*id, &node).await);
+                }
+            }
+            let mut asks = tokio::task::JoinSet::new();
+            for mut p in peers.drain(..) {
+                let req = req.clone();
+                asks.spawn(async move {
+                    let answer = p.pre_vote(&req, interval).await;
+                    (p, answer)
+                });
+            }
+            let mut granted = 0;
+            while let Some(done) = asks.join_next().await {
+                if let Ok((p, answer)) = done {
+                    peers.push(p);
+                    granted += usize::from(answer == Some(true));
+                }
+            }
+            let won = crate::pre_vote::won(granted, voters.len());
+            if won != gate.elections_enabled() {
+                tracing::debug!(granted, voters = voters.len(), won, "pre-vote round");
+            }
+            gate.pre_vote_result(won);
+        }
     })
 }
 
