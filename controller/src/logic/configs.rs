@@ -94,7 +94,7 @@ pub(crate) fn validate_new_topic_configs(
                 ),
             )
         })?;
-        check_topic_value(def, value, Some(replication_factor))?;
+        check_topic_value(def, &e.name, value, Some(replication_factor))?;
         if out.insert(e.name.clone(), value.to_string()).is_some() {
             return Err((
                 ErrorCode::InvalidRequest,
@@ -116,9 +116,11 @@ pub(crate) fn validate_new_topic_configs(
     Ok(out)
 }
 
-/// Value check for a topic key, including `min.insync.replicas <= replication factor`.
+/// Value check for a key (`name`, as the request gave it: the topic or the broker-level
+/// name), including `min.insync.replicas <= replication factor`.
 fn check_topic_value(
     def: &ConfigDef,
+    name: &str,
     value: &str,
     replication_factor: Option<usize>,
 ) -> Result<(), (ErrorCode, String)> {
@@ -128,7 +130,7 @@ fn check_topic_value(
             format!(
                 "invalid value {:?} for config {}: {why}",
                 keel_proto::limits::clip(value),
-                def.name
+                keel_proto::limits::clip(name)
             ),
         )
     };
@@ -213,6 +215,15 @@ fn resolve_resource(
 
 /// The known keys, comma separated, for an error that names a wrong one: the topic-level
 /// names, or (`broker_level`) the broker/cluster-level ones.
+/// A resource as the operator names it (`topic "t"`, `broker 1`, `the broker default`).
+fn resource_text(res: &ConfigResource) -> String {
+    match res {
+        ConfigResource::Topic(t) => format!("topic {:?}", keel_proto::limits::clip(t)),
+        ConfigResource::Broker(id) => format!("broker {id}"),
+        ConfigResource::Cluster => "the broker default (cluster)".to_string(),
+    }
+}
+
 fn known_names(broker_level: bool) -> String {
     CONFIG_DEFS
         .iter()
@@ -339,12 +350,26 @@ fn alter_one(
             ));
         }
         let def = def_for(res, &c.name).ok_or_else(|| {
+            let broker_level = !matches!(res, ConfigResource::Topic(_));
+            // The other level's name given: say which one this resource takes.
+            let hint = match (
+                broker_level,
+                topic_config_def(&c.name),
+                broker_config_def(&c.name),
+            ) {
+                (true, Some(d), _) => {
+                    format!(" (brokers take the broker-level name {})", d.broker_name)
+                }
+                (false, _, Some(d)) => format!(" (topics take the topic-level name {})", d.name),
+                _ => String::new(),
+            };
             (
                 ErrorCode::InvalidConfig,
                 format!(
-                    "unknown config {:?} for {res:?}; known: {}",
+                    "unknown config {:?} for {}{hint}; known: {}",
                     keel_proto::limits::clip(&c.name),
-                    known_names(!matches!(res, ConfigResource::Topic(_)))
+                    resource_text(res),
+                    known_names(broker_level)
                 ),
             )
         })?;
@@ -360,7 +385,7 @@ fn alter_one(
                         ),
                     )
                 })?;
-                check_topic_value(def, v, rf)?;
+                check_topic_value(def, &c.name, v, rf)?;
                 Some(v.to_string())
             }
             Ok(AlterConfigOp::Delete) => None,

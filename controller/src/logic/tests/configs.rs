@@ -287,7 +287,32 @@ fn alter_configs_validation_table() {
             "",
             vec![set("retention.ms", Some("1"))],
             ErrorCode::InvalidConfig,
-            "retention.ms",
+            "for the broker default (cluster) (brokers take the broker-level name \
+             log.retention.ms)",
+        ),
+        (
+            "topic name on a broker",
+            Broker,
+            "1",
+            vec![set("max.message.bytes", Some("1"))],
+            ErrorCode::InvalidConfig,
+            "for broker 1 (brokers take the broker-level name message.max.bytes)",
+        ),
+        (
+            "broker name on a topic",
+            Topic,
+            "t",
+            vec![set("log.retention.ms", Some("1"))],
+            ErrorCode::InvalidConfig,
+            "for topic \"t\" (topics take the topic-level name retention.ms)",
+        ),
+        (
+            "a bad value names the key as given",
+            Cluster,
+            "",
+            vec![set("log.retention.ms", Some("abc"))],
+            ErrorCode::InvalidConfig,
+            "invalid value \"abc\" for config log.retention.ms: ",
         ),
     ];
     for (name, ty, res, configs, want, mention) in cases {
