@@ -532,8 +532,7 @@ fn raft_meta(dir: &Path, m: &RaftMeta, json: bool, sink: &mut dyn Sink) {
         )
     });
     sink.line(format!(
-        "Raft log {}: node_id={} vote={vote} committed={} (saved lazily, may lag) \
-         last_purged={}",
+        "Raft log {}: node_id={} vote={vote} committed={} last_purged={}",
         dir.display(),
         opt(m.node_id),
         id(m.committed),

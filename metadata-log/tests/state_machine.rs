@@ -199,7 +199,6 @@ fn a_log_cut_below_its_recorded_commit_index_is_refused() {
         log.save_committed(Some(LogId::new(CommittedLeaderId::new(2, 1), 8)))
             .await
             .unwrap();
-        // The committed index is written lazily: the vote's flush carries it.
         log.save_vote(&openraft::Vote::new(2, 1)).await.unwrap();
     });
     let raft = dir.path().join("raft");

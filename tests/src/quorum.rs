@@ -537,7 +537,19 @@ impl Quorum {
     /// node `b` at `links.port(a, b)` ([`Links`]; delay jitter from a seeded [`TestRng`]).
     /// Clients still reach every node directly.
     pub async fn start_proxied(n: usize) -> (Quorum, Links) {
+        Self::start_proxied_with(n, &[], Default::default()).await
+    }
+
+    /// Like [`Self::start_proxied`], with extra flags for every controller and for single
+    /// nodes (`node_args[id]`).
+    pub async fn start_proxied_with(
+        n: usize,
+        extra: &[&str],
+        node_args: std::collections::BTreeMap<u64, Vec<String>>,
+    ) -> (Quorum, Links) {
         let mut q = Self::stopped(n);
+        q.extra_args = extra.iter().map(|s| s.to_string()).collect();
+        q.node_args = node_args;
         let mut rng = TestRng::from_env("controller link proxies");
         let links = Links::start(n as u64, |b| q.addr(b), &mut rng).await;
         for a in 1..=n as u64 {

@@ -332,3 +332,106 @@ async fn admin_reads_skip_a_controller_cut_off_from_the_quorum() {
     }
     links.heal();
 }
+
+/// A controller killed with SIGKILL and restarted while cut off from its peers reports and
+/// serves at least the offset it had applied before (issue #24, restart state): its committed
+/// index is durable before it applies up to it, and at start it re-applies its own log up to
+/// that index. With the committed index saved lazily it restarted at its newest snapshot's
+/// offset (352 -> 299 in the report) and served that image until it could reach a leader.
+/// `last_applied_record_offset` is polled every 100 ms across the kill and the restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_while_cut_off_never_lowers_the_applied_offset() {
+    use std::collections::BTreeMap;
+    use std::net::SocketAddr;
+    use std::sync::{Arc, Mutex};
+
+    use keel_tests::http::{http_get, sample};
+
+    let metrics: BTreeMap<u64, SocketAddr> = (1..=3u64)
+        .zip(free_ports(3))
+        .map(|(id, port)| (id, SocketAddr::from(([127, 0, 0, 1], port))))
+        .collect();
+    let node_args = metrics
+        .iter()
+        .map(|(id, a)| (*id, vec!["--metrics-listener".to_string(), a.to_string()]))
+        .collect();
+    // Snapshots every 16 entries, so the newest one lies below the applied offset.
+    let (mut q, links) =
+        Quorum::start_proxied_with(3, &["--metadata-snapshot-max-entries", "16"], node_args).await;
+    let leader = q.wait_leader(Duration::from_secs(5)).await;
+    let follower = q.ids().into_iter().find(|i| *i != leader).unwrap();
+    let mut c = q.client(leader).await;
+    // 40 registrations: one entry each, so the log ends between two snapshots.
+    for id in 1..=40 {
+        let r = c.register_broker(register(id)).await.unwrap().into_inner();
+        assert!(ok(&r.error), "broker {id}: {:?}", r.error);
+    }
+    let leader_offset = fetch_image(&q, leader).await.unwrap().provenance().offset;
+
+    // Poll the follower's metric every 100 ms from now on: (time, offset) samples.
+    let samples: Arc<Mutex<Vec<(Instant, u64)>>> = Arc::default();
+    let poller = {
+        let samples = samples.clone();
+        let addr = metrics[&follower];
+        tokio::spawn(async move {
+            loop {
+                if let Some((200, text)) = http_get(addr, "/metrics").await
+                    && let Some(v) = sample(&text, "keel_controller_last_applied_record_offset")
+                {
+                    samples.lock().unwrap().push((Instant::now(), v as u64));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
+    keel_tests::wait::wait_for(
+        "the follower applied everything the leader did",
+        Duration::from_secs(10),
+        || q.logs(),
+        || async {
+            let s = samples.lock().unwrap();
+            s.last()
+                .is_some_and(|(_, o)| *o >= leader_offset)
+                .then_some(())
+        },
+    )
+    .await;
+
+    links.isolate(follower, Fault::Cut);
+    q.kill(follower);
+    let restarted_at = Instant::now();
+    q.start_node(follower);
+    // Cut off for 5 s after the restart: it can learn nothing newer from a leader.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let image = fetch_image(&q, follower).await.unwrap();
+    poller.abort();
+    links.heal();
+
+    let samples = samples.lock().unwrap().clone();
+    let after: Vec<u64> = samples
+        .iter()
+        .filter(|(t, _)| *t > restarted_at)
+        .map(|(_, o)| *o)
+        .collect();
+    assert!(
+        after.len() >= 10,
+        "the restarted follower's metrics answered {} times in 5 s\n{}",
+        after.len(),
+        q.log_of(follower)
+    );
+    let lowered: Vec<u64> = after
+        .iter()
+        .copied()
+        .filter(|o| *o < leader_offset)
+        .collect();
+    assert!(
+        lowered.is_empty(),
+        "before the kill the follower had applied offset {leader_offset}; after the restart \
+         it reported {lowered:?} (all samples after: {after:?})"
+    );
+    assert!(
+        image.provenance().offset >= leader_offset,
+        "the restarted follower served the image at offset {} (it had applied {leader_offset})",
+        image.provenance().offset
+    );
+}

@@ -316,15 +316,6 @@ impl RaftDisk {
         Ok(())
     }
 
-    /// Stores a named value that may be lost in a crash: it reaches the disk only with the
-    /// next durable `meta` change (a `put_meta` or `remove_through` and its flush). For
-    /// values that are safe to read back older, like Raft's committed log id.
-    pub fn put_meta_lazily(&self, key: &str, value: &[u8]) -> io::Result<()> {
-        let mut g = self.lock()?;
-        g.meta.values.insert(key.to_owned(), value.to_vec());
-        Ok(())
-    }
-
     /// Reads a named value.
     pub fn get_meta(&self, key: &str) -> io::Result<Option<Vec<u8>>> {
         Ok(self.lock()?.meta.values.get(key).cloned())

@@ -1,7 +1,7 @@
 //! `LogStore`: openraft's `RaftLogStorage` on [`RaftDisk`].
 //!
-//! Durability (DESIGN §1): `save_vote`, `append` (before the `LogFlushed` callback fires),
-//! `truncate` and `purge` flush to disk before they return. A vote or an entry whose append
+//! Durability (DESIGN §1): `save_vote`, `save_committed`, `append` (before the `LogFlushed`
+//! callback fires), `truncate` and `purge` flush to disk before they return. A vote or an entry whose append
 //! callback fired survives a crash (kill -9) of the process.
 //!
 //! A purge waits until a durable snapshot covers what it removes ([`DurableSnapshot`]), so
@@ -84,11 +84,6 @@ impl LogStore {
         let bytes = postcard::to_stdvec(value).map_err(io::Error::other)?;
         self.disk.put_meta(key, &bytes)
     }
-
-    fn put_lazily<T: serde::Serialize>(&self, key: &str, value: &T) -> io::Result<()> {
-        let bytes = postcard::to_stdvec(value).map_err(io::Error::other)?;
-        self.disk.put_meta_lazily(key, &bytes)
-    }
 }
 
 /// What the Raft log directory holds, for start-up consistency checks
@@ -103,8 +98,8 @@ pub struct StoredState {
     pub last_entry_term: u64,
     /// Index of the last entry in the log, `None` when it holds none.
     pub last_entry_index: Option<u64>,
-    /// The committed index recorded on disk (written lazily, so it may trail the real one,
-    /// never lead what was flushed).
+    /// The committed index recorded on disk (durable before openraft applies up to it, never
+    /// leading what was flushed).
     pub committed_index: Option<u64>,
 }
 
@@ -218,9 +213,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
-        // Lazily durable: an older committed log id read back after a crash only means
-        // re-learning the commit index from the leader (a committed entry stays committed).
-        self.put_lazily(KEY_COMMITTED, &committed)
+        // Durable before it returns: openraft applies (and the controller then reports and
+        // serves) entries only after this call, and at start re-applies the log up to the
+        // committed log id read back. Saved lazily (as before #24), a node restarted while
+        // cut off from its peers served its older snapshot state until a leader told it the
+        // commit index again: its applied offset went backwards. The flush writes the log's
+        // segments before `meta`, so the stored committed index never leads the log.
+        self.put(KEY_COMMITTED, &committed)
+            .map_err(|e| StorageIOError::write(&e))?;
+        self.disk
+            .flush()
+            .await
             .map_err(|e| StorageIOError::write(&e))?;
         Ok(())
     }

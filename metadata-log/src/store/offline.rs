@@ -33,7 +33,8 @@ pub struct RaftMeta {
     /// The saved vote: `(term, voted-for node id, committed)`; committed means the vote was
     /// granted by a quorum (the node was leader in that term).
     pub vote: Option<(u64, u64, bool)>,
-    /// The last log id the node knew committed when it saved it (saved lazily: may lag).
+    /// The last log id the node knew committed (saved before the node applied up to it; logs
+    /// written by earlier builds saved it lazily, so there it may lag).
     pub committed: Option<(u64, u64)>,
     /// The last purged log id `(term, index)`.
     pub last_purged: Option<(u64, u64)>,
