@@ -16,7 +16,7 @@ use keel_proto::ErrorCode;
 use keel_proto::controller::{
     CommittedBatch, ControllerLeader, DescribeQuorumReply, FetchMetadataItem, FetchMetadataRequest,
     MetadataLogRecord, QuorumReplicaState, ReadMetadataLogReply, ReadMetadataLogRequest,
-    SnapshotChunk, SnapshotHeader, fetch_metadata_item::Item,
+    ReadSource, ReadSourceRole, SnapshotChunk, SnapshotHeader, fetch_metadata_item::Item,
 };
 use keel_proto::metadata::metadata_record::Record;
 use openraft::EntryPayload;
@@ -59,6 +59,25 @@ pub fn leader_hint(node: &RaftNode) -> ControllerLeader {
             leader_address: String::new(),
             term: current_term as i64,
         },
+    }
+}
+
+/// Where a read reply's state comes from (issue #24, fresh reads): node `node_id`, at
+/// `applied_offset` (the offset of the image or log position the reply was built from), in the
+/// standing `hint` (this node's [`leader_hint`]) implies: the active controller names itself,
+/// a follower in contact names another, a node out of contact names none.
+pub fn read_source(node_id: u64, hint: &ControllerLeader, applied_offset: u64) -> ReadSource {
+    let role = if hint.leader_id < 0 {
+        ReadSourceRole::OutOfContact
+    } else if hint.leader_id as u64 == node_id {
+        ReadSourceRole::Active
+    } else {
+        ReadSourceRole::Follower
+    };
+    ReadSource {
+        node_id: node_id as i32,
+        applied_offset: applied_offset as i64,
+        role: role as i32,
     }
 }
 
@@ -109,10 +128,12 @@ pub async fn read_metadata_log(
     node: &RaftNode,
     req: ReadMetadataLogRequest,
 ) -> ReadMetadataLogReply {
+    let hint = leader_hint(node);
     let mut reply = ReadMetadataLogReply {
         commit_index: applied_offset(node) as i64,
         log_start_offset: log_start_offset(node) as i64,
-        leader: Some(leader_hint(node)),
+        source: Some(read_source(node.node_id, &hint, applied_offset(node))),
+        leader: Some(hint),
         ..Default::default()
     };
     let fail = |mut r: ReadMetadataLogReply, code: ErrorCode, msg: String| {
@@ -130,7 +151,9 @@ pub async fn read_metadata_log(
         let _ =
             tokio::time::timeout(wait, images.wait_for(|i| i.provenance().offset >= from)).await;
         reply.commit_index = applied_offset(node) as i64;
-        reply.leader = Some(leader_hint(node));
+        let hint = leader_hint(node);
+        reply.source = Some(read_source(node.node_id, &hint, applied_offset(node)));
+        reply.leader = Some(hint);
     }
     let committed = applied_offset(node);
     let to_inclusive = match req.to_offset {
@@ -386,10 +409,12 @@ async fn send_snapshot(
     let h = &snap.header;
     let commit = applied_offset(node) as i64;
     let item = |item: Item| {
+        let hint = leader_hint(node);
         Ok(FetchMetadataItem {
             item: Some(item),
             commit_index: commit,
-            leader: Some(leader_hint(node)),
+            source: Some(read_source(node.node_id, &hint, commit as u64)),
+            leader: Some(hint),
         })
     };
     let header = SnapshotHeader {
@@ -472,6 +497,7 @@ async fn stream_committed(
                 EntryPayload::Normal(b) => (b.records, b.append_timestamp_ms),
                 _ => (Vec::new(), 0),
             };
+            let hint = leader_hint(node);
             let item = FetchMetadataItem {
                 item: Some(Item::Batch(CommittedBatch {
                     offset: e.log_id.index as i64,
@@ -483,7 +509,8 @@ async fn stream_committed(
                     }),
                 })),
                 commit_index: committed as i64,
-                leader: Some(leader_hint(node)),
+                source: Some(read_source(node.node_id, &hint, committed)),
+                leader: Some(hint),
             };
             if tx.send(Ok(item)).await.is_err() {
                 return Ok(());
@@ -509,6 +536,11 @@ pub fn describe_quorum(
         commit_index: m.last_applied.map_or(0, |l| l.index) as i64,
         high_watermark: m.last_applied.map_or(0, |l| l.index) as i64 + 1,
         log_start_offset: log_start_offset(node) as i64,
+        source: Some(read_source(
+            node.node_id,
+            &hint,
+            m.last_applied.map_or(0, |l| l.index),
+        )),
         leader: Some(hint.clone()),
         ..Default::default()
     };
@@ -610,6 +642,21 @@ mod tests {
         MetadataRecord {
             record: Some(Record::NoOp(NoOpRecord {})),
         }
+    }
+
+    #[test]
+    fn a_read_source_names_the_standing_its_leader_hint_implies() {
+        let hint = |leader_id| ControllerLeader {
+            leader_id,
+            leader_address: String::new(),
+            term: 3,
+        };
+        let role = |leader_id| read_source(2, &hint(leader_id), 40).role();
+        assert_eq!(role(2), ReadSourceRole::Active);
+        assert_eq!(role(1), ReadSourceRole::Follower);
+        assert_eq!(role(-1), ReadSourceRole::OutOfContact);
+        let s = read_source(2, &hint(1), 40);
+        assert_eq!((s.node_id, s.applied_offset), (2, 40));
     }
 
     #[test]

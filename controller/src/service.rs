@@ -536,8 +536,14 @@ impl ControllerService for ControllerGrpc {
         }
         let image = self.node.images.borrow().clone();
         let mut reply = logic::describe_configs(&image, request.get_ref());
+        let hint = reads::leader_hint(&self.node);
         reply.metadata_offset = image.provenance().offset as i64;
-        reply.leader = self.hint();
+        reply.source = Some(reads::read_source(
+            self.node.node_id,
+            &hint,
+            image.provenance().offset,
+        ));
+        reply.leader = Some(hint);
         Ok(Response::new(reply))
     }
 
@@ -594,6 +600,11 @@ impl ControllerService for ControllerGrpc {
             replying_node_id: self.node.node_id as i32,
             metadata_offset: image.provenance().offset as i64,
             commit_index: reads::applied_offset(&self.node) as i64,
+            source: Some(reads::read_source(
+                self.node.node_id,
+                &hint,
+                image.provenance().offset,
+            )),
             leader: Some(hint),
             image_digest: if request.get_ref().include_image_digest {
                 self.digests.digest(&image).await.to_string()

@@ -9,7 +9,7 @@
 
 use std::time::{Duration, Instant};
 
-use keel_proto::controller::RegisterBrokerRequest;
+use keel_proto::controller::{ReadSourceRole, RegisterBrokerRequest};
 use keel_proto::metadata::BrokerEndpoint;
 use keel_tests::fault::Fault;
 use keel_tests::quorum::*;
@@ -320,6 +320,10 @@ async fn admin_reads_skip_a_controller_cut_off_from_the_quorum() {
     let r = stale_ok.describe_cluster().await.unwrap();
     assert_eq!(r.replying_node_id as u64, follower);
     assert_eq!(r.controller_id, -1, "it knows no active controller");
+    let source = r.source.unwrap();
+    assert_eq!(source.node_id as u64, follower);
+    assert_eq!(source.role(), ReadSourceRole::OutOfContact);
+    assert_eq!(source.applied_offset, r.metadata_offset);
     stale_ok.metadata_image().await.unwrap();
 
     // With every controller to choose from, reads come from the ones in contact.
@@ -328,6 +332,16 @@ async fn admin_reads_skip_a_controller_cut_off_from_the_quorum() {
         let r = all.describe_cluster().await.unwrap();
         assert_ne!(r.replying_node_id as u64, follower);
         assert_eq!(r.controller_id as u64, leader);
+        let source = r.source.unwrap();
+        assert_eq!(source.node_id, r.replying_node_id);
+        assert_eq!(
+            source.role(),
+            if source.node_id as u64 == leader {
+                ReadSourceRole::Active
+            } else {
+                ReadSourceRole::Follower
+            }
+        );
         all.metadata_image().await.unwrap();
     }
     links.heal();

@@ -262,6 +262,7 @@ mod tests {
             })),
             commit_index: commit,
             leader: None,
+            source: None,
         }
     }
 
@@ -323,11 +324,13 @@ mod tests {
             })),
             commit_index: 20,
             leader: None,
+            source: None,
         };
         let chunk = |records, last| FetchMetadataItem {
             item: Some(Item::SnapshotChunk(SnapshotChunk { records, last })),
             commit_index: 20,
             leader: None,
+            source: None,
         };
         assert_eq!(r.apply(header(10, 2)).unwrap(), None);
         assert_eq!(r.apply(chunk(vec![topic("x", 7)], false)).unwrap(), None);

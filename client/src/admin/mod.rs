@@ -31,7 +31,7 @@ use tonic::transport::{Channel, Endpoint};
 use crate::rpc_error::{self, Api};
 
 pub use error::{AdminError, Result};
-pub use reply::ControllerReply;
+pub use reply::{ControllerReply, out_of_contact};
 
 /// Largest reply the admin client accepts (metadata log pages and image streams).
 const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
@@ -912,12 +912,10 @@ impl Admin {
         let answered = self
             .attempt_each(|addr, mut client| async move {
                 match fetch_image(&mut client, &addr).await {
-                    Ok((image, leader)) => {
-                        match stale_read(leader.as_ref(), &addr, self.config.allow_stale) {
-                            Some(step) => step,
-                            None => Step::Done(image),
-                        }
-                    }
+                    Ok((image, stale)) => match stale_read(stale, &addr, self.config.allow_stale) {
+                        Some(step) => step,
+                        None => Step::Done(image),
+                    },
                     Err(FetchError::Status(status)) => Step::from_fetch_status(&addr, &status),
                     Err(FetchError::Ended(detail)) => Step::Retry {
                         detail,
@@ -970,24 +968,22 @@ fn classify<R: ControllerReply>(
     }
     if reply.error().is_none()
         && reply.refuse_when_stale()
-        && let Some(step) = stale_read(reply.leader(), &addr, allow_stale)
+        && let Some(step) = stale_read(
+            out_of_contact(reply.source(), reply.leader()),
+            &addr,
+            allow_stale,
+        )
     {
         return step;
     }
     Step::Done(reply)
 }
 
-/// For a read answered by `addr` with the leader hint `leader`: when the hint says the
-/// controller knows no active controller (cut off from the quorum, restarted and not caught
-/// up, or an election), the step that sends the read on to another controller, unless
-/// `allow_stale` (then a warning, and `None`: the read is used). `None` for a fresh read or a
-/// reply without a hint.
-fn stale_read<T>(
-    leader: Option<&ControllerLeader>,
-    addr: &str,
-    allow_stale: bool,
-) -> Option<Step<T>> {
-    let stale = leader.is_some_and(|l| l.leader_id < 0);
+/// For a read answered by `addr`: when the controller knows no active controller (`stale`,
+/// from [`out_of_contact`]: cut off from the quorum, restarted and not caught up, or an
+/// election), the step that sends the read on to another controller, unless `allow_stale`
+/// (then a warning, and `None`: the read is used). `None` for a fresh read.
+fn stale_read<T>(stale: bool, addr: &str, allow_stale: bool) -> Option<Step<T>> {
     if !stale {
         return None;
     }
@@ -1069,12 +1065,13 @@ enum FetchError {
     Fatal(AdminError),
 }
 
-/// Reads the whole image from the stream of `addr`; returns it with the leader hint of the
-/// stream's last item (whether the controller was in contact with an active one).
+/// Reads the whole image from the stream of `addr`; returns it with whether the controller
+/// was out of contact with the quorum when it sent the stream's last item
+/// ([`out_of_contact`]).
 async fn fetch_image(
     client: &mut ControllerServiceClient<Channel>,
     addr: &str,
-) -> std::result::Result<(MetadataImage, Option<ControllerLeader>), FetchError> {
+) -> std::result::Result<(MetadataImage, bool), FetchError> {
     let replay_failed =
         |e: keel_metadata_log::ReplayError| FetchError::Fatal(AdminError::Protocol(e.to_string()));
     let mut stream = client
@@ -1092,13 +1089,13 @@ async fn fetch_image(
     let mut applied: i64 = 0;
     // Offset of a snapshot whose chunks are still arriving.
     let mut snapshot_at: Option<i64> = None;
-    let mut leader: Option<ControllerLeader> = None;
+    let mut stale = false;
     loop {
         if let Some(t) = target
             && snapshot_at.is_none()
             && applied >= t
         {
-            return Ok((delta.apply(), leader));
+            return Ok((delta.apply(), stale));
         }
         let Some(item) = stream.message().await.map_err(FetchError::Status)? else {
             return Err(FetchError::Ended(format!(
@@ -1106,7 +1103,7 @@ async fn fetch_image(
             )));
         };
         target.get_or_insert(item.commit_index);
-        leader = item.leader;
+        stale = out_of_contact(item.source.as_ref(), item.leader.as_ref());
         match item.item {
             Some(Item::SnapshotHeader(h)) => {
                 delta = MetadataDelta::new(MetadataImage::empty());

@@ -1,4 +1,5 @@
-//! The two fields every controller reply shares: the request-level error and the leader hint.
+//! The fields every controller reply shares: the request-level error and the leader hint,
+//! and for reads where the answer came from ([`ReadSource`]).
 
 use keel_proto::common::Error;
 use keel_proto::controller::*;
@@ -12,6 +13,20 @@ pub trait ControllerReply {
     /// Whether a successful reply from a controller in contact with no active controller is
     /// refused (unless `allow_stale`): a read of state that may be out of date.
     fn refuse_when_stale(&self) -> bool;
+    /// Where a read's answer came from; `None` for writes (and from older controllers).
+    fn source(&self) -> Option<&ReadSource> {
+        None
+    }
+}
+
+/// Whether a reply came from a controller in contact with no active controller: its
+/// [`ReadSource`] says so, or (from a controller that sends none) its leader hint names no
+/// leader.
+pub fn out_of_contact(source: Option<&ReadSource>, leader: Option<&ControllerLeader>) -> bool {
+    match source.map(|s| s.role()) {
+        Some(ReadSourceRole::Unspecified) | None => leader.is_some_and(|l| l.leader_id < 0),
+        Some(role) => role == ReadSourceRole::OutOfContact,
+    }
 }
 
 macro_rules! controller_reply {
@@ -25,6 +40,22 @@ macro_rules! controller_reply {
             }
             fn refuse_when_stale(&self) -> bool {
                 $refuse
+            }
+        }
+    )*};
+    (read $refuse:expr; $($ty:ty),* $(,)?) => {$(
+        impl ControllerReply for $ty {
+            fn error(&self) -> Option<&Error> {
+                self.error.as_ref()
+            }
+            fn leader(&self) -> Option<&ControllerLeader> {
+                self.leader.as_ref()
+            }
+            fn refuse_when_stale(&self) -> bool {
+                $refuse
+            }
+            fn source(&self) -> Option<&ReadSource> {
+                self.source.as_ref()
             }
         }
     )*};
@@ -43,21 +74,9 @@ controller_reply!(
 );
 
 // Reads of the metadata image: out of date on a controller out of contact.
-controller_reply!(true; DescribeConfigsReply, DescribeClusterReply);
+controller_reply!(read true; DescribeConfigsReply, DescribeClusterReply);
 
 // Quorum state is diagnostic: a leader without a quorum reports that itself (leader -1).
-controller_reply!(false; DescribeQuorumReply);
-
-impl ControllerReply for ReadMetadataLogReply {
-    fn error(&self) -> Option<&Error> {
-        self.error.as_ref()
-    }
-    fn leader(&self) -> Option<&ControllerLeader> {
-        self.leader.as_ref()
-    }
-    /// Committed records are never wrong, only possibly not the newest: a `--follow` reader
-    /// is told when the quorum has no leader instead.
-    fn refuse_when_stale(&self) -> bool {
-        false
-    }
-}
+// Committed records are never wrong, only possibly not the newest: a `metadata log --follow`
+// reader is told when the quorum has no leader instead.
+controller_reply!(read false; DescribeQuorumReply, ReadMetadataLogReply);

@@ -230,6 +230,7 @@ impl ControllerService for Fake {
             })),
             commit_index: 1,
             leader: None,
+            source: None,
         };
         Ok(Response::new(Box::pin(tokio_stream::iter([Ok(item)]))))
     }

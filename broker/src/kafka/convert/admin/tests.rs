@@ -345,6 +345,7 @@ fn describe_configs_reply() -> ctl::DescribeConfigsReply {
         ],
         metadata_offset: 3,
         leader: None,
+        source: None,
     }
 }
 
@@ -506,6 +507,7 @@ fn cluster_reply() -> ctl::DescribeClusterReply {
         commit_index: 8,
         leader: None,
         image_digest: "d".into(),
+        source: None,
     }
 }
 
