@@ -1,11 +1,16 @@
 # shellcheck shell=bash
 # Sourced by the deploy scripts: `compose ARGS...` runs Docker Compose (v2 plugin or the
 # v1 docker-compose binary) on deploy/docker-compose.yml with project name "keel".
-_keel_compose_file="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/docker-compose.yml"
+# With KEEL_TLS=1 docker-compose.tls.yml is layered on top (TLS on every gRPC connection).
+_keel_deploy_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+_keel_compose_files=(-f "$_keel_deploy_dir/docker-compose.yml")
+if [ "${KEEL_TLS:-0}" = 1 ]; then
+    _keel_compose_files+=(-f "$_keel_deploy_dir/docker-compose.tls.yml")
+fi
 if docker compose version >/dev/null 2>&1; then
-    compose() { docker compose -p keel -f "$_keel_compose_file" "$@"; }
+    compose() { docker compose -p keel "${_keel_compose_files[@]}" "$@"; }
 elif command -v docker-compose >/dev/null; then
-    compose() { docker-compose -p keel -f "$_keel_compose_file" "$@"; }
+    compose() { docker-compose -p keel "${_keel_compose_files[@]}" "$@"; }
 else
     echo "neither 'docker compose' nor 'docker-compose' is installed" >&2
     exit 1

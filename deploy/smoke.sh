@@ -60,14 +60,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# With KEEL_TLS=1 (docker-compose.tls.yml) keelctl connects with its own certificate.
+KEELCTL_ENV=(-e KEEL_BOOTSTRAP_CONTROLLERS="$BOOTSTRAP")
+if [ "${KEEL_TLS:-0}" = 1 ]; then
+    KEELCTL_ENV+=(-e KEEL_TLS_CA_FILE=/etc/keel/tls/ca.pem
+        -e KEEL_TLS_CERT_FILE=/etc/keel/tls/keelctl.pem
+        -e KEEL_TLS_KEY_FILE=/etc/keel/tls/keelctl-key.pem)
+fi
 # keelctl ARGS...: keelctl in the controller-1 container, stdin closed.
 keelctl() {
-    docker exec -e KEEL_BOOTSTRAP_CONTROLLERS="$BOOTSTRAP" "$CTL_CONTAINER" \
+    docker exec "${KEELCTL_ENV[@]}" "$CTL_CONTAINER" \
         timeout "$KEELCTL_TIMEOUT_S" keelctl "$@" </dev/null
 }
 # keelctl_stdin ARGS...: the same, with the script's stdin passed through.
 keelctl_stdin() {
-    docker exec -i -e KEEL_BOOTSTRAP_CONTROLLERS="$BOOTSTRAP" "$CTL_CONTAINER" \
+    docker exec -i "${KEELCTL_ENV[@]}" "$CTL_CONTAINER" \
         timeout "$KEELCTL_TIMEOUT_S" keelctl "$@"
 }
 metric() { # container name -> value of the unlabelled sample

@@ -8,7 +8,8 @@
 # Environment: CARGO_TARGET_DIR (where cargo puts target/), KEEL_IMAGE, KEEL_BASE_IMAGE (see
 # base-image.sh), KEEL_UP_TIMEOUT_S, KEEL_SKIP_BUILD=1 (reuse the binaries already built),
 # KEEL_CARGO_PROFILE (release, the default, or dev: the unoptimized binaries `cargo build`
-# makes, for checks of the deployment itself such as CI's smoke test).
+# makes, for checks of the deployment itself such as CI's smoke test), KEEL_TLS=1 (TLS on
+# every gRPC connection: certificates from deploy/dev-certs.sh, docker-compose.tls.yml).
 # Ends with one `up.sh: timing: ...` line (seconds per step).
 set -euo pipefail
 
@@ -55,6 +56,9 @@ docker build -q -t "$KEEL_IMAGE" -f "$ROOT/deploy/Dockerfile" \
 t_image=$((SECONDS - t))
 
 t=$SECONDS
+if [ "${KEEL_TLS:-0}" = 1 ]; then
+    "$ROOT/deploy/dev-certs.sh" "$TARGET/keelctl"
+fi
 echo "up.sh: starting the cluster"
 compose up -d
 

@@ -100,6 +100,9 @@ pub struct BrokerConfig {
     pub metrics_listener: Option<SocketAddr>,
     /// Log line format (`text` or `json`).
     pub log_format: LogFormat,
+    /// TLS on the gRPC listener and on every connection this node opens (`tls_cert_file`,
+    /// `tls_key_file`, `tls_ca_file`, `ssl_client_auth`); `None` = plaintext.
+    pub tls: Option<keel_runtime::tls::NodeTls>,
 }
 
 /// The Kafka wire-protocol listener ([`crate::kafka`]).
@@ -272,6 +275,7 @@ impl BrokerConfig {
             replica_fetch_wait_max_ms: s.require("replica_fetch_wait_max_ms"),
             metrics_listener: s.get("metrics_listener"),
             log_format: s.require("log_format"),
+            tls: keel_runtime::tls::NodeTls::of(s)?,
         };
         cfg.validate()?;
         Ok(cfg)

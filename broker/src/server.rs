@@ -20,9 +20,9 @@ use keel_proto::limits::{
     BROKER_CONNECTION_WINDOW_BYTES, BROKER_STREAM_WINDOW_BYTES, MAX_BROKER_MESSAGE_BYTES,
 };
 use keel_proto::metadata::BrokerEndpoint;
+use keel_runtime::tls::Dialer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
 use crate::bounds;
@@ -59,6 +59,9 @@ pub enum StartError {
     /// `controller_quorum_voters` names an address gRPC cannot use.
     #[error("invalid value for controller_quorum_voters: {0}")]
     Voters(String),
+    /// A TLS file could not be read or rustls refused it (the message names the key and file).
+    #[error("{0}")]
+    Tls(#[from] keel_runtime::tls::TlsError),
     /// The controller refused this broker for good (e.g. another cluster's id).
     #[error("{0}")]
     Lifecycle(#[from] manager::LifecycleError),
@@ -125,9 +128,11 @@ pub async fn serve(
     // Before anything reads or writes a partition file: the lock, and meta.properties must
     // name this node (Kafka: `LogManager` locks every log dir; `MetaProperties` check).
     let mut log_dir = LogDir::open(&config.log_dir, config.node_id)?;
+    let tls = keel_runtime::tls::start(config.tls.as_ref())?;
+    let dialer = Dialer::new(tls.clone());
     let mut shutdown_rx = shutdown_flag(shutdown);
-    let channels =
-        ControllerChannels::new(&config.controller_quorum_voters).map_err(StartError::Voters)?;
+    let channels = ControllerChannels::new(&config.controller_quorum_voters, &dialer)
+        .map_err(StartError::Voters)?;
     let timing = Timing::of(&config);
     let snapshot_path = local_snapshot::path_in(&config.metadata_dir());
     let initial = load_local_snapshot(&snapshot_path);
@@ -149,7 +154,7 @@ pub async fn serve(
     let (status_tx, status_rx) = watch::channel(LifecycleStatus::default());
     let (sink, events) = LocalChangesSink::channel(crate::metadata::sink::DEFAULT_CAPACITY);
     let (replicas, replica_tasks) = ReplicaManager::start(
-        replica_manager_config(&config),
+        replica_manager_config(&config, dialer.clone()),
         channels.clone(),
         status_rx.clone(),
         events,
@@ -163,6 +168,7 @@ pub async fn serve(
     crate::observe::publish(tailer.images(), status_rx.clone());
     let (lifecycle, lifecycle_done) = start_lifecycle(
         &config,
+        &dialer,
         cluster_id,
         timing,
         tailer.images(),
@@ -213,7 +219,7 @@ pub async fn serve(
         };
         tokio::spawn(crate::kafka::serve(l, ctx, stop_rx.clone()))
     });
-    let served = serve_grpc(listeners.grpc, grpc, stop_rx).await;
+    let served = serve_grpc(listeners.grpc, tls, grpc, stop_rx).await;
     if let Some(k) = kafka {
         let _ = k.await;
     }
@@ -254,6 +260,7 @@ fn record_cluster_id(
 /// ([`spawn_lifecycle`]); its thread failing to start is [`StartError::Serve`].
 fn start_lifecycle(
     config: &BrokerConfig,
+    dialer: &Dialer,
     cluster_id: String,
     timing: Timing,
     images: watch::Receiver<MetadataImage>,
@@ -279,6 +286,7 @@ fn start_lifecycle(
     spawn_lifecycle(
         lifecycle_cfg,
         config.controller_quorum_voters.clone(),
+        dialer.clone(),
         timing.request_timeout,
         images,
         status,
@@ -344,8 +352,9 @@ impl Timing {
 }
 
 /// The replica manager's settings from the broker config.
-fn replica_manager_config(config: &BrokerConfig) -> ReplicaManagerConfig {
+fn replica_manager_config(config: &BrokerConfig, dialer: Dialer) -> ReplicaManagerConfig {
     ReplicaManagerConfig {
+        dialer,
         broker_id: config.node_id,
         data_dir: config.log_dir.clone(),
         replica_lag_time_max_ms: config.replica_lag_time_max_ms,
@@ -416,6 +425,7 @@ fn lifecycle_config(config: &BrokerConfig, cluster_id: String, timing: Timing) -
 /// Serves `grpc` on `listener` until `stop` turns true (the lifecycle ended).
 async fn serve_grpc(
     listener: TcpListener,
+    tls: Option<std::sync::Arc<keel_runtime::tls::TlsContext>>,
     grpc: BrokerGrpc,
     mut stop: watch::Receiver<bool>,
 ) -> Result<(), tonic::transport::Error> {
@@ -428,15 +438,12 @@ async fn serve_grpc(
                 .max_encoding_message_size(MAX_BROKER_MESSAGE_BYTES),
         )
         // Own listener (bound early so a taken port fails start-up): TCP_NODELAY must be set
-        // on each accepted connection here; the builder's `tcp_nodelay` only applies to
-        // listeners tonic binds itself. Without it small replies wait for delayed ACKs
-        // (~40 ms).
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            async move {
-                let _ = stop.wait_for(|s| *s).await;
-            },
-        )
+        // on each accepted connection (`incoming` does); the builder's `tcp_nodelay` only
+        // applies to listeners tonic binds itself. Without it small replies wait for delayed
+        // ACKs (~40 ms). TLS when configured.
+        .serve_with_incoming_shutdown(keel_runtime::tls::incoming(listener, tls), async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
         .await
 }
 
@@ -515,6 +522,7 @@ type LifecycleOutcome = Result<Result<ShutdownOutcome, manager::LifecycleError>,
 fn spawn_lifecycle(
     cfg: LifecycleConfig,
     voters: std::collections::BTreeMap<u64, String>,
+    dialer: Dialer,
     request_timeout: Duration,
     images: watch::Receiver<MetadataImage>,
     status: watch::Sender<LifecycleStatus>,
@@ -531,7 +539,8 @@ fn spawn_lifecycle(
         .name("keel-lifecycle".into())
         .spawn(move || {
             let outcome = rt.block_on(async move {
-                let channels = ControllerChannels::new(&voters).map_err(manager::LifecycleError)?;
+                let channels =
+                    ControllerChannels::new(&voters, &dialer).map_err(manager::LifecycleError)?;
                 let client = ActiveControllerClient::new(channels, request_timeout);
                 manager::run(cfg, client, images, status, shutdown).await
             });
@@ -879,7 +888,7 @@ impl BrokerService for BrokerGrpc {
         request: Request<JoinGroupRequest>,
     ) -> Result<Response<JoinGroupReply>, Status> {
         check_bounds!(request, bounds::join_group, JoinGroupReply);
-        let peer = request.remote_addr();
+        let peer = keel_runtime::tls::peer_info(&request).and_then(|p| p.remote_addr);
         Ok(Response::new(
             crate::group::member::join_group(&self.groups, request.into_inner(), peer).await,
         ))

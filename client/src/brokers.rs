@@ -14,8 +14,9 @@ use std::time::Duration;
 use keel_proto::ErrorCode;
 use keel_proto::broker::broker_service_client::BrokerServiceClient;
 use keel_proto::broker::{MetadataReply, MetadataRequest};
+use keel_runtime::tls::Dialer;
 use tonic::Code;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::leader_epochs::{
     Choice, LeaderEpochs, METADATA_GRACE, choose, enough_answers, merge_answers,
@@ -111,6 +112,8 @@ pub struct Brokers {
     /// Cached topic metadata older than this is refreshed on next use (Kafka:
     /// `metadata.max.age.ms`).
     max_age: Duration,
+    /// Opens the channels: plaintext, or TLS with a context.
+    dialer: Dialer,
     state: Mutex<State>,
 }
 
@@ -129,8 +132,21 @@ impl Brokers {
             bootstrap,
             request_timeout,
             max_age: DEFAULT_METADATA_MAX_AGE,
+            dialer: Dialer::default(),
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// The same, opening channels with `dialer` (TLS when it has a context; plaintext by
+    /// default).
+    pub fn with_dialer(mut self, dialer: Dialer) -> Self {
+        self.dialer = dialer;
+        self
+    }
+
+    /// How channels are opened.
+    pub fn dialer(&self) -> &Dialer {
+        &self.dialer
     }
 
     /// The same, refreshing a topic's cached metadata once it is older than `max_age` (Kafka:
@@ -147,12 +163,12 @@ impl Brokers {
         let channel = match cached {
             Some(c) => c,
             None => {
-                let c = Endpoint::from_shared(format!("http://{addr}"))
+                let endpoint = Dialer::endpoint(addr)
                     .map_err(|e| format!("{addr}: bad address: {e}"))?
                     .connect_timeout(self.request_timeout.min(Duration::from_secs(2)))
                     .timeout(self.request_timeout)
-                    .tcp_nodelay(true)
-                    .connect_lazy();
+                    .tcp_nodelay(true);
+                let c = self.dialer.connect_lazy(&endpoint);
                 self.state
                     .lock()
                     .unwrap()

@@ -75,6 +75,12 @@ impl GroupAdmin {
         }
     }
 
+    /// The same, opening channels with `dialer` (TLS when it has a context).
+    pub fn with_dialer(mut self, dialer: keel_runtime::tls::Dialer) -> Self {
+        self.brokers = self.brokers.with_dialer(dialer);
+        self
+    }
+
     fn client(&self, addr: &str) -> Result<BrokerServiceClient<Channel>, GroupError> {
         self.brokers
             .client_for(addr)

@@ -24,6 +24,7 @@ pub mod admin;
 pub mod brokers;
 pub mod cli;
 pub mod consumer;
+pub mod dev_certs;
 pub mod format;
 pub mod groups;
 pub mod leader_epochs;

@@ -14,6 +14,11 @@
 //! records, under `[settings]`, the `KEEL_*` environment variables the controller and broker
 //! binaries read ([`setting_names`]) that were set at that first `up` (e.g. `KEEL_NUM_PARTITIONS`); every process
 //! a later `up` (re)starts gets them, so a restarted process keeps the cluster's settings.
+//!
+//! TLS (`cluster up --tls`, issue #23): `<data dir>/tls/` holds a development CA and a
+//! certificate per process and one for keelctl (`keelctl`), made by [`crate::dev_certs`];
+//! while `tls/ca.pem` exists every process is started with its certificate and
+//! `ssl_client_auth = required`, and `cluster up|status` connect with keelctl's certificate.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
@@ -33,6 +38,16 @@ pub const DEFAULT_BASE_PORT: u16 = 9092;
 pub const NODES: u16 = 3;
 /// File in the data dir recording the layout chosen by the first `cluster up`.
 pub const LAYOUT_FILE: &str = "cluster.toml";
+/// Name of keelctl's certificate in a TLS cluster's `tls/` directory.
+pub const KEELCTL_CERT: &str = "keelctl";
+/// The environment variables of the TLS settings, which a local cluster never takes from the
+/// environment (its TLS is `cluster up --tls`).
+pub const TLS_ENV: [&str; 4] = [
+    "KEEL_TLS_CERT_FILE",
+    "KEEL_TLS_KEY_FILE",
+    "KEEL_TLS_CA_FILE",
+    "KEEL_SSL_CLIENT_AUTH",
+];
 
 /// Controller or broker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -202,6 +217,56 @@ impl Layout {
         Ok(keel_runtime::fs::write_atomic(&file, text.as_bytes())?)
     }
 
+    /// Directory of the cluster's TLS certificates (`<data dir>/tls`).
+    pub fn tls_dir(&self) -> PathBuf {
+        self.data_dir.join("tls")
+    }
+
+    /// Whether the cluster runs with TLS: its CA exists ([`Self::enable_tls`] made it).
+    pub fn tls_on(&self) -> bool {
+        self.tls_dir().join(crate::dev_certs::CA_FILE).exists()
+    }
+
+    /// Makes the development CA and the certificates of every process and of keelctl in
+    /// [`Self::tls_dir`] (valid for 127.0.0.1 and localhost), turning TLS on for the
+    /// processes started from now on.
+    ///
+    /// Errors: a file that cannot be written (named).
+    pub fn enable_tls(&self) -> Result<(), String> {
+        let hosts = vec!["127.0.0.1".to_string(), "localhost".to_string()];
+        let dir = self.tls_dir();
+        for name in self
+            .processes()
+            .iter()
+            .map(ProcessSpec::name)
+            .chain([KEELCTL_CERT.to_string()])
+        {
+            crate::dev_certs::issue(&dir, &name, &hosts)?;
+        }
+        Ok(())
+    }
+
+    /// The dialer keelctl uses for this cluster: TLS with keelctl's certificate when
+    /// [`Self::tls_on`], else plaintext.
+    ///
+    /// Errors: a certificate file cannot be read (named).
+    pub fn dialer(&self) -> Result<keel_runtime::tls::Dialer, String> {
+        use keel_runtime::tls::{ClientAuth, Dialer, TlsContext, TlsFiles};
+        if !self.tls_on() {
+            return Ok(Dialer::default());
+        }
+        let dir = self.tls_dir();
+        let files = TlsFiles {
+            ca: dir.join(crate::dev_certs::CA_FILE),
+            identity: Some((
+                crate::dev_certs::cert_path(&dir, KEELCTL_CERT),
+                crate::dev_certs::key_path(&dir, KEELCTL_CERT),
+            )),
+        };
+        let ctx = TlsContext::load(files, ClientAuth::None).map_err(|e| e.to_string())?;
+        Ok(Dialer::new(Some(ctx)))
+    }
+
     /// `host:port` of controller `id`.
     pub fn controller_address(&self, id: u16) -> String {
         format!("127.0.0.1:{}", self.base_port + id)
@@ -283,7 +348,7 @@ impl Layout {
             Some(kafka) => format!("GRPC://{},PLAINTEXT://{kafka}", p.address),
             None => p.address.clone(),
         };
-        vec![
+        let mut args = vec![
             "--node-id".into(),
             p.id.to_string(),
             "--controller-quorum-voters".into(),
@@ -294,7 +359,22 @@ impl Layout {
             p.data_dir.display().to_string(),
             "--metrics-listener".into(),
             p.metrics_address.clone(),
-        ]
+        ];
+        if self.tls_on() {
+            let dir = self.tls_dir();
+            let path = |f: PathBuf| f.display().to_string();
+            args.extend([
+                "--tls-cert-file".into(),
+                path(crate::dev_certs::cert_path(&dir, &p.name())),
+                "--tls-key-file".into(),
+                path(crate::dev_certs::key_path(&dir, &p.name())),
+                "--tls-ca-file".into(),
+                path(dir.join(crate::dev_certs::CA_FILE)),
+                "--ssl-client-auth".into(),
+                "required".into(),
+            ]);
+        }
+        args
     }
 }
 
@@ -514,7 +594,13 @@ pub fn spawn(layout: &Layout, p: &ProcessSpec, binary: &Path) -> io::Result<Chil
         .create(true)
         .append(true)
         .open(&p.log_file)?;
-    let child = Command::new(binary)
+    let mut cmd = Command::new(binary);
+    // The TLS of a local cluster is `--tls` only: keelctl's own KEEL_TLS_* (its client
+    // certificate) would otherwise reach every process as its settings.
+    for key in TLS_ENV {
+        cmd.env_remove(key);
+    }
+    let child = cmd
         .args(layout.args(p))
         .envs(&layout.settings)
         .stdin(Stdio::null())

@@ -57,7 +57,64 @@ pub fn error_line(addr: &str, err: &(dyn Error + 'static)) -> String {
 
 /// What went wrong with an RPC, without the address: `connection refused`, `dns error:
 /// failed to lookup address information: ...`, `no answer within the request timeout`, ...
+/// TLS failures get what to do appended ([`explain_tls`]).
 pub fn status_detail(status: &Status) -> String {
+    explain_tls(status_text(status))
+}
+
+/// The causes of TLS failures users meet, as rustls and h2 word them, and what each means:
+/// a plaintext client on a TLS listener reads the TLS alert as an HTTP/2 frame; a TLS
+/// client on a plaintext listener reads HTTP/2 bytes as a TLS record.
+const TLS_HINTS: &[(&str, &str)] = &[
+    (
+        "frame with invalid size",
+        "the server speaks TLS and this client does not: give the CA with --tls-ca-file \
+         (KEEL_TLS_CA_FILE)",
+    ),
+    (
+        "InvalidContentType",
+        "the server does not speak TLS: drop --tls-ca-file, or enable TLS on the server",
+    ),
+    (
+        "UnknownIssuer",
+        "the server's certificate is not signed by the CA of --tls-ca-file",
+    ),
+    (
+        "BadSignature",
+        "the server's certificate is not signed by the CA of --tls-ca-file",
+    ),
+    (
+        "alert: DecryptError",
+        "the server does not trust the client certificate's CA",
+    ),
+    (
+        "NotValidForName",
+        "the server's certificate does not name the host dialed (its DNS or IP SANs)",
+    ),
+    (
+        "CertificateRequired",
+        "the server requires a client certificate: give --tls-cert-file and --tls-key-file",
+    ),
+    (
+        "alert: UnknownCA",
+        "the server does not trust the client certificate's CA",
+    ),
+    (
+        "alert: BadCertificate",
+        "the server refused the client certificate",
+    ),
+    ("Expired", "a certificate has expired"),
+];
+
+/// `text` with the meaning of a TLS failure it names appended, if any ([`TLS_HINTS`]).
+pub fn explain_tls(text: String) -> String {
+    match TLS_HINTS.iter().find(|(needle, _)| text.contains(needle)) {
+        Some((_, hint)) => format!("{text} ({hint})"),
+        None => text,
+    }
+}
+
+fn status_text(status: &Status) -> String {
     if let Some(io) = innermost_io(status) {
         return io_detail(status.message(), io);
     }
@@ -85,6 +142,10 @@ pub fn status_detail(status: &Status) -> String {
 
 /// What went wrong, for any error whose chain may hold a `Status` or an `io::Error`.
 pub fn error_detail(err: &(dyn Error + 'static)) -> String {
+    explain_tls(error_text(err))
+}
+
+fn error_text(err: &(dyn Error + 'static)) -> String {
     if let Some(status) = err.downcast_ref::<Status>() {
         return status_detail(status);
     }

@@ -75,6 +75,9 @@ pub struct ControllerConfig {
     pub metrics_listener: Option<SocketAddr>,
     /// Log line format (`text` or `json`).
     pub log_format: LogFormat,
+    /// TLS on the gRPC listener and on every connection this node opens (`tls_cert_file`,
+    /// `tls_key_file`, `tls_ca_file`, `ssl_client_auth`); `None` = plaintext.
+    pub tls: Option<keel_runtime::tls::NodeTls>,
 }
 
 impl ControllerConfig {
@@ -137,6 +140,7 @@ impl ControllerConfig {
             default_replication_factor: s.require("default_replication_factor"),
             metrics_listener: s.get("metrics_listener"),
             log_format: s.require("log_format"),
+            tls: keel_runtime::tls::NodeTls::of(s)?,
         };
         cfg.validate()?;
         Ok(cfg)

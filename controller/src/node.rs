@@ -21,6 +21,7 @@ use crate::meta_properties::{self, MetaProperties};
 use crate::peer_acks::{PeerAcks, quorum_in_contact};
 use crate::pre_vote::ElectionGate;
 use crate::raft_network::{Identity, MAX_RAFT_MESSAGE_BYTES, NetworkFactory, RaftServer};
+use keel_runtime::tls::Dialer;
 
 /// Why a controller could not start, or had to stop. `Display` is one line naming the cause.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +52,9 @@ pub enum StartError {
     /// openraft refused the configuration or failed to start.
     #[error("raft: {0}")]
     Raft(String),
+    /// A TLS file could not be read or rustls refused it (the message names the key and file).
+    #[error("{0}")]
+    Tls(#[from] keel_runtime::tls::TlsError),
     /// The `metrics_listener` could not be bound or the recorder installed.
     #[error("{0}")]
     Metrics(#[from] keel_runtime::EndpointError),
@@ -181,7 +185,9 @@ async fn never_resume_leadership(
 /// (`raft/` lost while `snapshots/` or `meta.properties` remain, and the other cases of
 /// [`store::open_checked`]). Starting on such a directory would re-initialize the quorum on
 /// top of old state or forget this node's vote.
-pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
+///
+/// `dialer` opens the channels to the peers (TLS when the controller has it).
+pub async fn start_raft(c: &ControllerConfig, dialer: Dialer) -> Result<RaftNode, StartError> {
     let (log, sm, recorded_cluster_id) = open_metadata_log_dir(c).await?;
     let images = sm.subscribe();
     let config = raft_config(c)
@@ -190,7 +196,7 @@ pub async fn start_raft(c: &ControllerConfig) -> Result<RaftNode, StartError> {
     let voters = Arc::new(c.controller_quorum_voters.clone());
     let peer_acks = PeerAcks::default();
     let identity = Identity::new(c.node_id, images.clone(), recorded_cluster_id);
-    let network = NetworkFactory::new(voters.clone(), peer_acks.clone(), identity.clone());
+    let network = NetworkFactory::new(voters.clone(), peer_acks.clone(), identity.clone(), dialer);
     let raft = Raft::new(
         c.node_id,
         Arc::new(config),

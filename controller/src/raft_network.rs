@@ -39,8 +39,9 @@ use crate::peer_acks::{AppendOutcome, PeerAcks};
 use crate::pre_vote::{self, ElectionGate, PreVoteReply, PreVoteRequest, VoterView};
 use keel_metadata_log::MetadataImage;
 use keel_metadata_log::store::LogStore;
+use keel_runtime::tls::Dialer;
 use tokio::sync::watch;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// Payload format version carried in `RaftRequest.version`.
 const PAYLOAD_VERSION: u32 = 1;
@@ -69,21 +70,24 @@ pub struct NetworkFactory {
     acks: PeerAcks,
     identity: Identity,
     reach: Reachability,
+    dialer: Dialer,
 }
 
 impl NetworkFactory {
-    /// A factory dialing the voters at the given addresses, presenting `identity`'s cluster
-    /// id, and recording every AppendEntries reply in `acks`.
+    /// A factory dialing the voters at the given addresses with `dialer` (TLS or not),
+    /// presenting `identity`'s cluster id, and recording every AppendEntries reply in `acks`.
     pub fn new(
         voters: Arc<std::collections::BTreeMap<u64, String>>,
         acks: PeerAcks,
         identity: Identity,
+        dialer: Dialer,
     ) -> Self {
         Self {
             voters,
             acks,
             identity,
             reach: Reachability::default(),
+            dialer,
         }
     }
 }
@@ -200,6 +204,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             acks: self.acks.clone(),
             identity: self.identity.clone(),
             reach: self.reach.clone(),
+            dialer: self.dialer.clone(),
             budget: Arc::new(Mutex::new(AppendBudget::new(MAX_APPEND_ENTRIES_BYTES))),
         }
     }
@@ -215,6 +220,7 @@ pub struct PeerClient {
     acks: PeerAcks,
     identity: Identity,
     reach: Reachability,
+    dialer: Dialer,
     /// Bytes the next AppendEntries may carry ([`AppendBudget`]); shared with the
     /// [`InFlightAppend`] guard, which outlives a request openraft dropped at its deadline.
     budget: Arc<Mutex<AppendBudget>>,
@@ -303,11 +309,11 @@ impl PeerClient {
         if let Some(c) = &self.client {
             return Ok(c.clone());
         }
-        let endpoint = Endpoint::from_shared(format!("http://{}", self.addr))
+        let endpoint = Dialer::endpoint(&self.addr)
             .map_err(|e| Unreachable::new(&e))?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true);
-        let c = RaftServiceClient::new(endpoint.connect_lazy())
+        let c = RaftServiceClient::new(self.dialer.connect_lazy(&endpoint))
             .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES);
         self.client = Some(c.clone());

@@ -5,8 +5,8 @@ use std::future::Future;
 
 use keel_proto::controller::controller_service_server::ControllerServiceServer;
 use keel_runtime::MetricsServer;
+use keel_runtime::tls::Dialer;
 use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 
 use crate::config::ControllerConfig;
 use crate::node::{self, StartError};
@@ -45,7 +45,8 @@ pub async fn serve(
         Some(addr) => Some(MetricsServer::bind(addr).await?),
         None => None,
     };
-    let raft_node = node::start_raft(&config).await?;
+    let tls = keel_runtime::tls::start(config.tls.as_ref())?;
+    let raft_node = node::start_raft(&config, Dialer::new(tls.clone())).await?;
     let metrics_guard = match metrics_server {
         Some(server) => Some(start_metrics(server, &raft_node)?),
         None => None,
@@ -103,13 +104,10 @@ pub async fn serve(
                 .max_decoding_message_size(keel_proto::limits::MAX_CONTROLLER_REQUEST_BYTES)
                 .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES),
         )
-        // TCP_NODELAY on every accepted connection (tonic's builder option only applies to
-        // listeners it binds): without it small replies (AppendEntries acks, write answers)
-        // wait for delayed ACKs of up to ~40 ms.
-        .serve_with_incoming_shutdown(
-            TcpIncoming::from(listener).with_nodelay(Some(true)),
-            shutdown,
-        );
+        // TCP_NODELAY on every accepted connection (`incoming`; tonic's builder option only
+        // applies to listeners it binds): without it small replies (AppendEntries acks, write
+        // answers) wait for delayed ACKs of up to ~40 ms. TLS when configured.
+        .serve_with_incoming_shutdown(keel_runtime::tls::incoming(listener, tls), shutdown);
     // A Raft node that stopped on a fatal error would keep answering reads from its last
     // image and NOT_CONTROLLER to writes forever: stop the process instead (exit non-zero)
     // so a supervisor restarts it or an operator looks.

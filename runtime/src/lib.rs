@@ -13,6 +13,7 @@
 //!   `metrics_listener`, serving `/metrics`, `/health/live` and `/health/ready`;
 //! - [`fs`]: durable replacement of a small file (temp file, fsync, rename, directory fsync);
 //! - [`clock`]: the monotonic clock decisions are timed by and the wall clock shown to people;
+//! - [`tls`]: TLS on gRPC listeners and channels (rustls), reloadable certificates;
 //! - [`describe`]: metric definitions (name, kind, unit, help, Kafka counterpart) that each
 //!   process registers at start-up.
 //!
@@ -30,6 +31,7 @@ pub mod logging;
 pub mod metrics_endpoint;
 pub mod process;
 pub mod settings;
+pub mod tls;
 
 pub use backoff::Backoff;
 pub use describe::{MetricDef, MetricKind, describe_all, zero_counters};

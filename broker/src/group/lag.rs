@@ -24,7 +24,7 @@ use keel_proto::broker::broker_service_client::BrokerServiceClient;
 use keel_proto::broker::{
     ListOffsetsPartition, ListOffsetsReply, ListOffsetsRequest, ListOffsetsTopic,
 };
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::replica_manager::ReplicaManager;
 
@@ -128,7 +128,7 @@ impl LagSampler {
                 hws_of(rm.list_offsets(request), &mut hws);
                 continue;
             }
-            let Some(mut client) = self.client(leader, image) else {
+            let Some(mut client) = self.client(leader, image, rm.dialer()) else {
                 tracing::debug!("consumer lag: no endpoint for broker {leader}");
                 continue;
             };
@@ -144,7 +144,12 @@ impl LagSampler {
         hws
     }
 
-    fn client(&mut self, id: i32, image: &MetadataImage) -> Option<BrokerServiceClient<Channel>> {
+    fn client(
+        &mut self,
+        id: i32,
+        image: &MetadataImage,
+        dialer: &keel_runtime::tls::Dialer,
+    ) -> Option<BrokerServiceClient<Channel>> {
         let ep = image.broker(id)?.endpoints.first()?;
         let addr = format!("{}:{}", ep.host, ep.port);
         if let Some((known, c)) = self.clients.get(&id)
@@ -152,12 +157,12 @@ impl LagSampler {
         {
             return Some(c.clone());
         }
-        let channel = Endpoint::from_shared(format!("http://{addr}"))
+        let endpoint = keel_runtime::tls::Dialer::endpoint(&addr)
             .ok()?
             .connect_timeout(LAG_REQUEST_TIMEOUT)
             .timeout(LAG_REQUEST_TIMEOUT)
-            .tcp_nodelay(true)
-            .connect_lazy();
+            .tcp_nodelay(true);
+        let channel = dialer.connect_lazy(&endpoint);
         let c = BrokerServiceClient::new(channel);
         self.clients.insert(id, (addr, c.clone()));
         Some(c)

@@ -17,7 +17,8 @@ use keel_proto::controller::{
     CreateTopicsReply, DeleteTopicsReply, DescribeClusterReply, DescribeConfigsReply,
     RegisterBrokerReply,
 };
-use tonic::transport::{Channel, Endpoint};
+use keel_runtime::tls::Dialer;
+use tonic::transport::Channel;
 
 /// Connect timeout of a controller channel.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
@@ -31,16 +32,17 @@ pub struct ControllerChannels {
 }
 
 impl ControllerChannels {
-    /// Lazily connecting channels to every voter (`id -> host:port`). Fails on an address
-    /// that is not a valid URI authority (the config has checked `host:port` already).
-    pub fn new(voters: &BTreeMap<u64, String>) -> Result<Self, String> {
+    /// Lazily connecting channels to every voter (`id -> host:port`), opened by `dialer`
+    /// (TLS or not). Fails on an address that is not a valid URI authority (the config has
+    /// checked `host:port` already).
+    pub fn new(voters: &BTreeMap<u64, String>, dialer: &Dialer) -> Result<Self, String> {
         let mut out = Vec::with_capacity(voters.len());
         for (id, addr) in voters {
-            let endpoint = Endpoint::from_shared(format!("http://{addr}"))
-                .map_err(|e| format!("controller {id} at {addr:?}: {e}"))?
+            let endpoint = Dialer::endpoint(addr)
+                .map_err(|e| format!("controller {id}: {e}"))?
                 .connect_timeout(CONNECT_TIMEOUT)
                 .tcp_nodelay(true);
-            let client = ControllerServiceClient::new(endpoint.connect_lazy())
+            let client = ControllerServiceClient::new(dialer.connect_lazy(&endpoint))
                 .max_decoding_message_size(MAX_CONTROLLER_MESSAGE_BYTES);
             out.push((*id, addr.clone(), client));
         }

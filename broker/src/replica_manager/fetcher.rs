@@ -153,16 +153,16 @@ async fn run(
             continue;
         };
         if client.as_ref().is_none_or(|(a, _)| *a != addr) {
-            match tonic::transport::Endpoint::from_shared(addr.clone()) {
+            match keel_runtime::tls::Dialer::endpoint(&addr) {
                 Ok(ep) => {
-                    let ch = ep
+                    let ep = ep
                         .connect_timeout(Duration::from_secs(2))
                         .tcp_nodelay(true)
                         .initial_stream_window_size(keel_proto::limits::BROKER_STREAM_WINDOW_BYTES)
                         .initial_connection_window_size(
                             keel_proto::limits::BROKER_CONNECTION_WINDOW_BYTES,
-                        )
-                        .connect_lazy();
+                        );
+                    let ch = rm.dialer().connect_lazy(&ep);
                     let c = BrokerServiceClient::new(ch)
                         .max_decoding_message_size(FETCH_MAX_BYTES + (1 << 20));
                     client = Some((addr.clone(), c));
@@ -224,11 +224,11 @@ async fn sleep_or_stop(stop: &mut watch::Receiver<bool>, ms: u64) {
     }
 }
 
-/// `http://host:port` of `broker` from the latest image.
+/// `host:port` of `broker` from the latest image.
 fn broker_address(rm: &ReplicaManager, broker: i32) -> Option<String> {
     let image = rm.image();
     let ep = image.broker(broker)?.endpoints.first()?.clone();
-    Some(format!("http://{}:{}", ep.host, ep.port))
+    Some(format!("{}:{}", ep.host, ep.port))
 }
 
 fn build_request(

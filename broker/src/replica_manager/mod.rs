@@ -92,6 +92,9 @@ impl Default for MonotonicClock {
 /// `min.insync.replicas`).
 #[derive(Debug, Clone)]
 pub struct ReplicaManagerConfig {
+    /// How channels to other brokers are opened (follower fetches, lag sampling): TLS when
+    /// the broker has it.
+    pub dialer: keel_runtime::tls::Dialer,
     /// This broker.
     pub broker_id: i32,
     /// Data directory holding the partitions.
@@ -391,6 +394,11 @@ impl ReplicaManager {
             replica_lag_max_messages: c.replica_lag_max_messages,
             ..ReplicaConfig::default()
         }
+    }
+
+    /// How channels to other brokers are opened.
+    pub fn dialer(&self) -> &keel_runtime::tls::Dialer {
+        &self.shared.config.dialer
     }
 
     /// Log settings of `topic` ([`topic_config::log_config`] over the dynamic configs: the

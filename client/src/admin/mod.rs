@@ -26,7 +26,8 @@ use keel_proto::controller::controller_service_client::ControllerServiceClient;
 use keel_proto::controller::fetch_metadata_item::Item;
 use keel_proto::controller::*;
 use keel_proto::metadata::ConfigResourceType;
-use tonic::transport::{Channel, Endpoint};
+use keel_runtime::tls::Dialer;
+use tonic::transport::Channel;
 
 use crate::rpc_error::{self, Api};
 
@@ -62,6 +63,9 @@ pub struct AdminConfig {
     /// its read is refused like a NOT_CONTROLLER and the next controller is asked; with this
     /// set it is used, with a warning naming it (`tracing::warn`).
     pub allow_stale: bool,
+    /// Opens the channels to the controllers: plaintext (the default) or TLS
+    /// (`Dialer::new(Some(context))`).
+    pub dialer: Dialer,
 }
 
 impl AdminConfig {
@@ -76,6 +80,7 @@ impl AdminConfig {
             backoff_initial: Duration::from_millis(100),
             backoff_max: Duration::from_secs(1),
             allow_stale: false,
+            dialer: Dialer::default(),
         }
     }
 }
@@ -307,14 +312,16 @@ impl Admin {
         let channel = match cached {
             Some(c) => c,
             None => {
-                let endpoint = Endpoint::from_shared(format!("http://{addr}"))
+                let endpoint = Dialer::endpoint(addr)
                     .map_err(|e| format!("{addr}: bad address: {e}"))?
                     .connect_timeout(budget.min(Duration::from_secs(2)));
                 // No per-request timeout on the channel: every attempt is bounded by one
                 // `tokio::time::timeout(budget)` below, the only timer, so a silent
                 // controller is always reported as "no answer within <budget>" (two timers of
                 // the same length raced, and the report depended on which fired first).
-                let c = match tokio::time::timeout(budget, endpoint.connect()).await {
+                let c = match tokio::time::timeout(budget, self.config.dialer.connect(&endpoint))
+                    .await
+                {
                     Ok(Ok(c)) => c,
                     Ok(Err(e)) => return Err(rpc_error::error_line(addr, &e)),
                     Err(_) => {

@@ -52,6 +52,12 @@ pub struct UpArgs {
     /// How long to wait for the cluster to become healthy, seconds.
     #[arg(long, default_value_t = 60)]
     pub timeout_secs: u64,
+    /// Run with TLS on every gRPC connection: makes a development CA and certificates in
+    /// `<data dir>/tls/` (once; a data dir with them always runs with TLS) and starts every
+    /// process with its certificate and `ssl_client_auth = required`. Other keelctl
+    /// commands then need the KEEL_TLS_* variables `up` prints.
+    #[arg(long)]
+    pub tls: bool,
 }
 
 /// Arguments of `cluster down`.
@@ -81,6 +87,8 @@ pub(super) async fn run(c: ClusterCommand, ctx: &Ctx) -> CliResult {
 /// Output of `cluster up`.
 #[derive(Debug, Serialize)]
 struct UpReport {
+    /// The certificates' directory when the cluster runs with TLS.
+    tls_dir: Option<String>,
     already_running: bool,
     base_port: u16,
     started: Vec<String>,
@@ -183,6 +191,16 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     // answers would pass the health check while our processes die. Checked before the layout
     // is recorded, so a refused directory keeps no port choice.
     refuse_taken_ports(&missing).await?;
+    if a.tls && !layout.tls_on() {
+        if missing.len() != procs.len() {
+            return Err(CliError::new(format!(
+                "the cluster in {} runs without TLS: stop it (`keelctl cluster down`) before \
+                 `cluster up --tls`",
+                layout.data_dir.display()
+            )));
+        }
+        layout.enable_tls().map_err(CliError::new)?;
+    }
     let binaries = Binaries::find()?;
     settle_settings(&mut layout, source, &procs)?;
     if !already_running {
@@ -200,6 +218,9 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
         }
     }
     let report = UpReport {
+        tls_dir: layout
+            .tls_on()
+            .then(|| layout.tls_dir().display().to_string()),
         already_running,
         base_port: layout.base_port,
         started: children.iter().map(|(p, _)| p.name()).collect(),
@@ -313,6 +334,11 @@ fn settle_settings(layout: &mut Layout, source: LayoutSource, procs: &[ProcessSp
 /// listeners, data dir, ...), on which a variable would have no effect.
 fn recordable_settings(layout: &Layout, procs: &[ProcessSpec]) -> BTreeSet<String> {
     let mut names = setting_names();
+    // A local cluster's TLS is `--tls` (per-process certificates), never the environment:
+    // keelctl's own KEEL_TLS_* variables must not reach the processes.
+    for key in crate::local_cluster::TLS_ENV {
+        names.remove(key);
+    }
     for p in procs {
         for flag in layout.args(p).iter().filter_map(|a| a.strip_prefix("--")) {
             names.remove(&format!("KEEL_{}", flag.to_uppercase().replace('-', "_")));
@@ -406,9 +432,19 @@ fn up_text(report: &UpReport, data_dir: &Path) -> String {
             report.started.join(", ")
         )
     };
+    let tls = match &report.tls_dir {
+        Some(dir) => format!(
+            "# TLS on every gRPC connection (certificates in {dir}):\n\
+             export KEEL_TLS_CA_FILE={dir}/ca.pem\n\
+             export KEEL_TLS_CERT_FILE={dir}/{cert}.pem\n\
+             export KEEL_TLS_KEY_FILE={dir}/{cert}-key.pem\n",
+            cert = crate::local_cluster::KEELCTL_CERT
+        ),
+        None => String::new(),
+    };
     format!(
         "{headline}\n{}\nexport KEEL_BOOTSTRAP_CONTROLLERS={}\nexport KEEL_BOOTSTRAP_BROKERS={}\n\
-         # Kafka clients (kcat, librdkafka, the Java and Python clients): bootstrap.servers={}\n",
+         {tls}# Kafka clients (kcat, librdkafka, the Java and Python clients): bootstrap.servers={}\n",
         processes_text(&report.processes),
         report.bootstrap_controllers,
         report.bootstrap_brokers,
@@ -448,6 +484,10 @@ async fn wait_healthy(
     let mut cfg = crate::admin::AdminConfig::new(layout.controller_addresses());
     cfg.request_timeout = Duration::from_secs(2).min(ctx.request_timeout);
     cfg.max_attempts = 3;
+    cfg.dialer = layout.dialer().map_err(|summary| StartFailure {
+        summary,
+        detail: None,
+    })?;
     let admin = crate::admin::Admin::new(cfg).map_err(|e| StartFailure {
         summary: e.to_string(),
         detail: None,
@@ -646,6 +686,7 @@ async fn status(a: LayoutArgs, ctx: &Ctx) -> CliResult {
         let mut cfg = crate::admin::AdminConfig::new(layout.controller_addresses());
         cfg.request_timeout = Duration::from_secs(2).min(ctx.request_timeout);
         cfg.max_attempts = 4;
+        cfg.dialer = layout.dialer().map_err(CliError::new)?;
         let admin = crate::admin::Admin::new(cfg)?;
         let q = admin.describe_quorum().await;
         let c = admin.describe_cluster().await;

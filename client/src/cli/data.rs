@@ -11,7 +11,7 @@ use keel_record::CompressionType;
 
 use super::{CliError, CliResult, Ctx};
 use crate::brokers::Brokers;
-use crate::consumer::{Consumer, ConsumerConfig, ConsumerRecord, SeekTo, TopicPartition};
+use crate::consumer::{Consumer, ConsumerRecord, SeekTo, TopicPartition};
 use crate::format::data::{
     ProduceSummary, RecordFields, produce_summary_text, record_json, record_text, verify_text,
 };
@@ -223,12 +223,12 @@ impl Ctx {
 /// `keelctl produce`.
 pub(super) async fn produce(a: ProduceArgs, ctx: &Ctx) -> CliResult {
     let addresses = ctx.broker_addresses().await;
-    let mut cfg = ProducerConfig::new(addresses.clone());
+    let mut cfg = ctx.producer_config(addresses.clone());
     // A record may wait for its topic's metadata up to max_block_ms (Kafka's max.block.ms),
     // but not past the delivery timeout the user gave. Waiting here, before reading the input,
     // gives an unknown topic one clear error (with what to do) instead of one per record.
     cfg.max_block_ms = cfg.max_block_ms.min(a.delivery_timeout_ms);
-    let brokers = Brokers::new(addresses, ctx.request_timeout);
+    let brokers = ctx.brokers(addresses);
     wait_for_topic(&brokers, &a.topic, Duration::from_millis(cfg.max_block_ms)).await?;
     cfg.acks = match a.acks {
         AcksArg::All => Acks::All,
@@ -349,7 +349,7 @@ async fn consumer_for(
     partition: Option<i32>,
     brokers: Option<Arc<Brokers>>,
 ) -> Result<(Consumer, Vec<TopicPartition>), CliError> {
-    let mut cfg = ConsumerConfig::new(ctx.broker_addresses().await);
+    let mut cfg = ctx.consumer_config(ctx.broker_addresses().await);
     cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
     cfg.default_api_timeout_ms = ctx.api_timeout.as_millis() as u64;
     let mut consumer = match brokers {
@@ -454,7 +454,7 @@ pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
 /// On the way out the positions of the records printed are committed and the member leaves
 /// the group, so another member takes over at once from there.
 async fn consume_group(a: ConsumeArgs, group: &str, ctx: &Ctx) -> CliResult {
-    let mut cfg = ConsumerConfig::new(ctx.broker_addresses().await);
+    let mut cfg = ctx.consumer_config(ctx.broker_addresses().await);
     cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
     cfg.default_api_timeout_ms = ctx.api_timeout.as_millis() as u64;
     cfg.client_id = "keelctl".into();
@@ -597,7 +597,7 @@ fn print_record(r: &ConsumerRecord, fields: RecordFields, json: bool) {
 /// `--read-timeout-secs` passes: only then are missing records reported lost.
 pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
     let addresses = ctx.broker_addresses().await;
-    let brokers = Arc::new(Brokers::new(addresses.clone(), ctx.request_timeout));
+    let brokers = Arc::new(ctx.brokers(addresses.clone()));
     // As `produce` does (the producer's max_block_ms): a topic just created reaches the
     // brokers' metadata a moment after the controllers'.
     let budget = Duration::from_millis(ProducerConfig::new(Vec::new()).max_block_ms);
@@ -607,7 +607,7 @@ pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
     for tp in &tps {
         starts.insert(tp.clone(), consumer.end_offset(tp).await?);
     }
-    let mut cfg = ProducerConfig::new(addresses);
+    let mut cfg = ctx.producer_config(addresses);
     cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
     let producer = Producer::with_brokers(cfg, brokers)?;
     let run = format!("{:x}", crate::brokers::now_ms());

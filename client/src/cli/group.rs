@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::{CliError, CliResult, Ctx};
 use crate::consumer::assignor::decode_assignment;
-use crate::consumer::{Consumer, ConsumerConfig, SeekTo};
+use crate::consumer::{Consumer, SeekTo};
 use crate::format::table_of;
 use crate::groups::{GroupAdmin, GroupError};
 
@@ -118,7 +118,8 @@ pub async fn run(command: GroupCommand, ctx: &Ctx) -> CliResult {
             "no broker address: give --bootstrap-brokers or reach a controller",
         ));
     }
-    let admin = GroupAdmin::new(addresses.clone(), ctx.request_timeout, ctx.api_timeout);
+    let admin = GroupAdmin::new(addresses.clone(), ctx.request_timeout, ctx.api_timeout)
+        .with_dialer(ctx.dialer.clone());
     match command {
         GroupCommand::List { state } => {
             if let Some(bad) = state
@@ -180,7 +181,7 @@ pub async fn run(command: GroupCommand, ctx: &Ctx) -> CliResult {
 }
 
 fn consumer(addresses: &[String], ctx: &Ctx) -> Result<Consumer, CliError> {
-    let mut cfg = ConsumerConfig::new(addresses.to_vec());
+    let mut cfg = ctx.consumer_config(addresses.to_vec());
     cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
     cfg.default_api_timeout_ms = ctx.api_timeout.as_millis() as u64;
     Ok(Consumer::new(cfg)?)
@@ -330,9 +331,7 @@ async fn reset(admin: &GroupAdmin, addresses: &[String], a: ResetArgs, ctx: &Ctx
     let partitions: Vec<i32> = match a.partition {
         Some(p) => vec![p],
         None => {
-            let meta = crate::brokers::Brokers::new(addresses.to_vec(), ctx.request_timeout)
-                .topic(&a.topic)
-                .await?;
+            let meta = ctx.brokers(addresses.to_vec()).topic(&a.topic).await?;
             (0..meta.partitions.len() as i32).collect()
         }
     };

@@ -25,6 +25,7 @@ mod group;
 mod log;
 mod metadata;
 mod partition;
+mod tls;
 mod topic;
 
 use std::process::ExitCode;
@@ -102,8 +103,64 @@ pub struct Cli {
         env = "KEEL_ALLOW_STALE"
     )]
     pub allow_stale: bool,
+    /// PEM CA certificates the controllers' and brokers' certificates must chain to: with
+    /// it every connection uses TLS (Kafka: ssl.truststore.certificates). The certificates
+    /// must name the host given in the addresses (DNS or IP SAN).
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "KEEL_TLS_CA_FILE",
+        value_name = "PEM"
+    )]
+    pub tls_ca_file: Option<std::path::PathBuf>,
+    /// PEM certificate chain presented to servers that ask for one (`ssl_client_auth`),
+    /// with --tls-key-file (Kafka: ssl.keystore.certificate.chain).
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "KEEL_TLS_CERT_FILE",
+        value_name = "PEM"
+    )]
+    pub tls_cert_file: Option<std::path::PathBuf>,
+    /// PEM private key of --tls-cert-file (Kafka: ssl.keystore.key).
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "KEEL_TLS_KEY_FILE",
+        value_name = "PEM"
+    )]
+    pub tls_key_file: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
+}
+
+impl Cli {
+    /// The dialer of the TLS flags: plaintext without --tls-ca-file.
+    ///
+    /// Errors: a usage error (exit 2) for a certificate without its key (or the reverse) or
+    /// either without --tls-ca-file; an error naming the file when one cannot be read.
+    pub fn dialer(&self) -> Result<keel_runtime::tls::Dialer, CliError> {
+        use keel_runtime::tls::{ClientAuth, Dialer, TlsContext, TlsFiles};
+        let identity = match (&self.tls_cert_file, &self.tls_key_file) {
+            (Some(c), Some(k)) => Some((c.clone(), k.clone())),
+            (None, None) => None,
+            (Some(_), None) => return Err(CliError::usage("--tls-cert-file needs --tls-key-file")),
+            (None, Some(_)) => return Err(CliError::usage("--tls-key-file needs --tls-cert-file")),
+        };
+        let Some(ca) = self.tls_ca_file.clone() else {
+            return match identity {
+                Some(_) => Err(CliError::usage(
+                    "--tls-cert-file needs --tls-ca-file (the CA the servers' certificates chain to)",
+                )),
+                None => Ok(Dialer::default()),
+            };
+        };
+        let ctx = TlsContext::load(TlsFiles { ca, identity }, ClientAuth::None)?;
+        Ok(Dialer::new(Some(ctx)))
+    }
 }
 
 /// Top-level commands.
@@ -144,6 +201,9 @@ pub enum Command {
     /// Health check: produce numbered records (acks=all, idempotent), read them back and
     /// report lost / duplicated / reordered ones; exits 1 if any.
     Verify(data::VerifyArgs),
+    /// Development TLS certificates (a CA and one certificate per node or client).
+    #[command(subcommand)]
+    Tls(tls::TlsCommand),
 }
 
 /// `keelctl broker ...`
@@ -230,6 +290,8 @@ pub struct Ctx {
     pub api_timeout: Duration,
     /// Reads from a controller out of contact with the quorum are accepted (`--allow-stale`).
     pub allow_stale: bool,
+    /// Opens every channel (TLS with `--tls-ca-file`).
+    pub dialer: keel_runtime::tls::Dialer,
 }
 
 impl Ctx {
@@ -253,7 +315,30 @@ impl Ctx {
         cfg.request_timeout = self.request_timeout;
         cfg.api_timeout = budget;
         cfg.allow_stale = self.allow_stale;
+        cfg.dialer = self.dialer.clone();
         Ok(Admin::new(cfg)?)
+    }
+
+    /// Broker connections to `addresses` with this invocation's timeout and TLS.
+    pub fn brokers(&self, addresses: Vec<String>) -> crate::brokers::Brokers {
+        crate::brokers::Brokers::new(addresses, self.request_timeout)
+            .with_dialer(self.dialer.clone())
+    }
+
+    /// Producer defaults for `addresses` with this invocation's TLS.
+    pub fn producer_config(&self, addresses: Vec<String>) -> crate::producer::ProducerConfig {
+        crate::producer::ProducerConfig {
+            dialer: self.dialer.clone(),
+            ..crate::producer::ProducerConfig::new(addresses)
+        }
+    }
+
+    /// Consumer defaults for `addresses` with this invocation's TLS.
+    pub fn consumer_config(&self, addresses: Vec<String>) -> crate::consumer::ConsumerConfig {
+        crate::consumer::ConsumerConfig {
+            dialer: self.dialer.clone(),
+            ..crate::consumer::ConsumerConfig::new(addresses)
+        }
     }
 
     /// Prints `value` as pretty JSON.
@@ -271,7 +356,23 @@ pub fn main() -> ExitCode {
         eprintln!("keelctl: {e}");
         return ExitCode::from(2);
     }
+    // `tls dev-certs` makes the files the TLS flags name: it needs none of them.
+    let dialer = match cli.dialer().or_else(|e| match cli.command {
+        Command::Tls(_) => Ok(Default::default()),
+        _ => Err(e),
+    }) {
+        Ok(d) => d,
+        Err(CliError { message, usage }) => {
+            eprintln!("keelctl: {message}");
+            return if usage {
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            };
+        }
+    };
     let ctx = Ctx {
+        dialer,
         json: cli.json,
         controllers: cli
             .bootstrap_controllers
@@ -346,6 +447,7 @@ async fn run(command: Command, ctx: &Ctx) -> CliResult {
         Command::Produce(a) => data::produce(a, ctx).await,
         Command::Consume(a) => data::consume(a, ctx).await,
         Command::Verify(a) => data::verify(a, ctx).await,
+        Command::Tls(c) => tls::run(c, ctx),
     }
 }
 

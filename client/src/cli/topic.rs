@@ -389,14 +389,13 @@ async fn add_high_watermarks(
     let tasks: Vec<_> = addresses
         .into_iter()
         .map(|addr| {
+            let dialer = ctx.dialer.clone();
             tokio::spawn(async move {
                 let fut = async {
-                    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+                    let ep = keel_runtime::tls::Dialer::endpoint(&addr)
                         .ok()?
-                        .connect_timeout(timeout)
-                        .connect()
-                        .await
-                        .ok()?;
+                        .connect_timeout(timeout);
+                    let ch = dialer.connect(&ep).await.ok()?;
                     BrokerServiceClient::new(ch)
                         .describe_replicas(DescribeReplicasRequest::default())
                         .await

@@ -41,7 +41,7 @@ use keel_proto::broker::{
     LeaveGroupRequest, LeavingMember, OffsetCommitEntry, OffsetCommitRequest, OffsetFetchRequest,
     OffsetFetchTopic, SyncGroupAssignment, SyncGroupRequest,
 };
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use super::assignor::{
     Assignor, CONSUMER_PROTOCOL_TYPE, decode_assignment, decode_subscription, encode_assignment,
@@ -637,12 +637,12 @@ async fn find_coordinator(s: &GroupSettings, brokers: &Brokers) -> Result<Coordi
         let join_deadline = s.request_timeout.max(
             Duration::from_millis(s.rebalance_timeout_ms.max(0) as u64) + Duration::from_secs(5),
         );
-        let channel = Endpoint::from_shared(format!("http://{target}"))
+        let endpoint = keel_runtime::tls::Dialer::endpoint(&target)
             .map_err(|e| Found::Retry(format!("coordinator {target}: bad address: {e}")))?
             .connect_timeout(s.request_timeout.min(Duration::from_secs(2)))
             .timeout(join_deadline)
-            .tcp_nodelay(true)
-            .connect_lazy();
+            .tcp_nodelay(true);
+        let channel = brokers.dialer().connect_lazy(&endpoint);
         return Ok(Coordinator {
             id: reply.node_id,
             client: BrokerServiceClient::new(channel)

@@ -149,6 +149,9 @@ pub struct ConsumerConfig {
     /// The assignors offered, in preference order; default range then roundrobin (Kafka
     /// `partition.assignment.strategy`).
     pub partition_assignment_strategy: Vec<Assignor>,
+    /// Opens the channels to the brokers: plaintext (the default) or TLS
+    /// (`Dialer::new(Some(context))`).
+    pub dialer: keel_runtime::tls::Dialer,
 }
 
 /// Largest effective `default_api_timeout_ms`: one day.
@@ -177,6 +180,7 @@ impl ConsumerConfig {
             enable_auto_commit: true,
             auto_commit_interval_ms: 5000,
             partition_assignment_strategy: vec![Assignor::Range, Assignor::RoundRobin],
+            dialer: Default::default(),
         }
     }
 }
@@ -239,7 +243,10 @@ impl Consumer {
     /// A consumer for `config` with nothing assigned. Connects lazily.
     pub fn new(config: ConsumerConfig) -> Result<Consumer, ConsumeError> {
         let timeout = Duration::from_millis(config.request_timeout_ms.max(1));
-        let brokers = Arc::new(Brokers::new(config.bootstrap_brokers.clone(), timeout));
+        let brokers = Arc::new(
+            Brokers::new(config.bootstrap_brokers.clone(), timeout)
+                .with_dialer(config.dialer.clone()),
+        );
         Consumer::with_brokers(config, brokers)
     }
 

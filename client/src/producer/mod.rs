@@ -125,6 +125,9 @@ pub struct ProducerConfig {
     /// on: keyed records go to `murmur2(key) % partitions`, so a key's partition changes with
     /// the count, as in Kafka.
     pub metadata_max_age_ms: u64,
+    /// Opens the channels to the brokers: plaintext (the default) or TLS
+    /// (`Dialer::new(Some(context))`).
+    pub dialer: keel_runtime::tls::Dialer,
 }
 
 impl ProducerConfig {
@@ -144,6 +147,7 @@ impl ProducerConfig {
             buffer_memory_bytes: 32 * 1024 * 1024,
             max_block_ms: 10_000,
             metadata_max_age_ms: 300_000,
+            dialer: Default::default(),
         }
     }
 }
@@ -229,7 +233,8 @@ impl Producer {
                 config.bootstrap_brokers.clone(),
                 Duration::from_millis(config.request_timeout_ms.max(1)),
             )
-            .with_max_age(Duration::from_millis(config.metadata_max_age_ms)),
+            .with_max_age(Duration::from_millis(config.metadata_max_age_ms))
+            .with_dialer(config.dialer.clone()),
         );
         Producer::with_brokers(config, brokers)
     }

@@ -410,6 +410,45 @@ pub const SETTINGS: &[Setting] = &[
         used_by: UsedBy::Both,
     },
     Setting {
+        name: "tls_cert_file",
+        kafka: "ssl.keystore.certificate.chain",
+        kind: Kind::Text,
+        default: DefaultValue::Unset("off: plaintext"),
+        doc: "PEM certificate chain (leaf first) of this node. With `tls_key_file` and \
+              `tls_ca_file` (all three or none) the gRPC listener serves TLS only and every \
+              connection this node opens (Raft, broker to controller, replication) uses TLS \
+              with this certificate as its client certificate; re-read on SIGHUP or when a \
+              file changes, for new connections",
+        used_by: UsedBy::Both,
+    },
+    Setting {
+        name: "tls_key_file",
+        kafka: "ssl.keystore.key",
+        kind: Kind::Text,
+        default: DefaultValue::Unset("off"),
+        doc: "PEM private key (PKCS#8, PKCS#1 or SEC1) of `tls_cert_file`",
+        used_by: UsedBy::Both,
+    },
+    Setting {
+        name: "tls_ca_file",
+        kafka: "ssl.truststore.certificates",
+        kind: Kind::Text,
+        default: DefaultValue::Unset("off"),
+        doc: "PEM CA certificates that peers' and clients' certificates must chain to; a \
+              server's certificate must also name the host it is reached by (DNS or IP SAN)",
+        used_by: UsedBy::Both,
+    },
+    Setting {
+        name: "ssl_client_auth",
+        kafka: "ssl.client.auth",
+        kind: Kind::Choice(&["none", "requested", "required"]),
+        default: DefaultValue::Text("none"),
+        doc: "whether the TLS listener asks clients for a certificate chaining to \
+              `tls_ca_file`: `required` refuses a client without one, `requested` accepts it, \
+              `none` does not ask (Kafka's default). Nodes always present theirs",
+        used_by: UsedBy::Both,
+    },
+    Setting {
         name: "log_format",
         kafka: "",
         kind: Kind::Choice(&["text", "json"]),
