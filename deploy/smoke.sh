@@ -136,6 +136,19 @@ for i in 1 2 3; do
 done
 ok "brokers 101-103 registered and unfenced"
 
+if [ "${KEEL_TLS:-0}" = 1 ]; then
+    # The nodes serve TLS only: a plaintext client is refused with a line naming the cause.
+    if out="$(docker exec -e KEEL_BOOTSTRAP_CONTROLLERS="$BOOTSTRAP" "$CTL_CONTAINER" \
+        env -u KEEL_TLS_CA_FILE -u KEEL_TLS_CERT_FILE -u KEEL_TLS_KEY_FILE \
+        timeout "$KEELCTL_TIMEOUT_S" keelctl --api-timeout-ms 3000 quorum status 2>&1 </dev/null)"; then
+        fail "a plaintext keelctl was served by a TLS cluster: $out"
+    fi
+    case "$out" in
+        *"the server speaks TLS"*) ok "TLS: a plaintext client is refused ($(printf '%s\n' "$out" | tail -n 1 | cut -c1-120)...)" ;;
+        *) fail "a plaintext client was refused without naming TLS: $out" ;;
+    esac
+fi
+
 # ---------------------------------------------------------------- 2. produce and consume
 # Records of phase $1: KEY:VALUE lines. Keys spread the records over the partitions and sort
 # (byte order) in production order; values carry non-ASCII bytes to check they survive.
