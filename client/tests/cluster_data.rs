@@ -93,6 +93,8 @@ fn keelctl_produce_consume_verify_round_trip() {
             "no-such-topic",
             "--delivery-timeout-ms",
             "1500",
+            "--request-timeout-ms",
+            "1000",
         ],
         "a\nb\n",
     );

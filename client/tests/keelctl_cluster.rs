@@ -1059,6 +1059,8 @@ fn dynamic_configs_apply_without_a_restart(f: &Fixture) {
                     "sized",
                     "--delivery-timeout-ms",
                     "5000",
+                    "--request-timeout-ms",
+                    "4000",
                 ],
                 &big,
             );

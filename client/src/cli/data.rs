@@ -64,7 +64,8 @@ pub struct ProduceArgs {
     pub compression: CompressionType,
     /// How long a record may wait for its acknowledgement, retries included, before it fails
     /// (Kafka `delivery.timeout.ms`), ms. With the ISR below min.insync.replicas, acks=all
-    /// records retry NOT_ENOUGH_REPLICAS until then.
+    /// records retry NOT_ENOUGH_REPLICAS until then. Must be at least --linger-ms +
+    /// --request-timeout-ms (as Kafka's producer requires).
     #[arg(long, default_value_t = 120_000)]
     pub delivery_timeout_ms: u64,
 }
@@ -220,8 +221,28 @@ impl Ctx {
     }
 }
 
+/// Kafka's producer rule (`KafkaProducer.configureDeliveryTimeout`, a ConfigException at
+/// construction): `delivery.timeout.ms` must be at least `linger.ms + request.timeout.ms`, or
+/// a batch could wait out its whole delivery budget and then get a request with no time
+/// left. A usage error naming the three values (pure). Kafka raises an unset
+/// `delivery.timeout.ms` to the sum with a warning; keelctl refuses either way, before
+/// anything is sent, so the value in effect is always the one shown in `--help` or given.
+fn check_delivery_timeout(delivery_ms: u64, linger_ms: u64, request_ms: u64) -> CliResult {
+    if delivery_ms >= linger_ms.saturating_add(request_ms) {
+        return Ok(());
+    }
+    Err(CliError::usage(format!(
+        "--delivery-timeout-ms {delivery_ms} must be at least --linger-ms {linger_ms} + \
+         --request-timeout-ms {request_ms} = {} (Kafka: delivery.timeout.ms >= linger.ms + \
+         request.timeout.ms): raise --delivery-timeout-ms or lower the others",
+        linger_ms.saturating_add(request_ms)
+    )))
+}
+
 /// `keelctl produce`.
 pub(super) async fn produce(a: ProduceArgs, ctx: &Ctx) -> CliResult {
+    let request_timeout_ms = ctx.request_timeout.as_millis() as u64;
+    check_delivery_timeout(a.delivery_timeout_ms, a.linger_ms, request_timeout_ms)?;
     let addresses = ctx.broker_addresses().await;
     let mut cfg = ctx.producer_config(addresses.clone());
     // A record may wait for its topic's metadata up to max_block_ms (Kafka's max.block.ms),
@@ -240,11 +261,8 @@ pub(super) async fn produce(a: ProduceArgs, ctx: &Ctx) -> CliResult {
     cfg.delivery_timeout_ms = a.delivery_timeout_ms;
     cfg.batch_size_bytes = a.batch_size;
     cfg.compression = a.compression;
-    // One request may not outlive the delivery timeout (Kafka requires delivery.timeout.ms
-    // >= linger.ms + request.timeout.ms; a shorter --delivery-timeout-ms shortens requests).
-    cfg.request_timeout_ms = (ctx.request_timeout.as_millis() as u64)
-        .min(a.delivery_timeout_ms.saturating_sub(a.linger_ms))
-        .max(1);
+    // Checked above: delivery.timeout.ms >= linger.ms + request.timeout.ms.
+    cfg.request_timeout_ms = request_timeout_ms;
     let producer = Producer::new(cfg)?;
     let (mut reader, bar): (Box<dyn BufRead>, Option<indicatif::ProgressBar>) = match &a.file {
         Some(path) => {
@@ -609,6 +627,11 @@ pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
     }
     let mut cfg = ctx.producer_config(addresses);
     cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
+    // `verify` has no --delivery-timeout-ms: as Kafka does with an unset
+    // delivery.timeout.ms, raise it to linger.ms + request.timeout.ms when that is longer.
+    cfg.delivery_timeout_ms = cfg
+        .delivery_timeout_ms
+        .max(cfg.linger_ms.saturating_add(cfg.request_timeout_ms));
     let producer = Producer::with_brokers(cfg, brokers)?;
     let run = format!("{:x}", crate::brokers::now_ms());
     let acked = produce_numbered(&producer, &a.topic, &run, a.records).await?;
@@ -882,6 +905,32 @@ mod tests {
         assert_eq!(
             a.first_error.as_deref(),
             Some("the producer was closed before the record was sent")
+        );
+    }
+
+    #[test]
+    fn delivery_timeout_must_cover_linger_and_request() {
+        assert!(check_delivery_timeout(120_000, 5, 10_000).is_ok());
+        assert!(
+            check_delivery_timeout(10_005, 5, 10_000).is_ok(),
+            "equal is enough"
+        );
+        let e = check_delivery_timeout(120_000, 120_000, 10_000).unwrap_err();
+        assert!(e.usage);
+        assert_eq!(
+            e.message,
+            "--delivery-timeout-ms 120000 must be at least --linger-ms 120000 + \
+             --request-timeout-ms 10000 = 130000 (Kafka: delivery.timeout.ms >= linger.ms + \
+             request.timeout.ms): raise --delivery-timeout-ms or lower the others"
+        );
+        assert!(check_delivery_timeout(1500, 5, 10_000).unwrap_err().usage);
+        assert!(
+            check_delivery_timeout(u64::MAX - 1, u64::MAX, 1).is_err(),
+            "no overflow"
+        );
+        assert!(
+            check_delivery_timeout(u64::MAX, u64::MAX, 1).is_ok(),
+            "saturates"
         );
     }
 

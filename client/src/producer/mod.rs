@@ -227,6 +227,10 @@ pub struct Producer {
 impl Producer {
     /// A producer for `config`; starts its sender task, so it must be called inside a Tokio
     /// runtime. Connects lazily.
+    ///
+    /// Errors ([`ProduceError::InvalidArgument`], nothing started): no bootstrap address,
+    /// idempotence without acks=all, or `delivery_timeout_ms` below `linger_ms +
+    /// request_timeout_ms` (Kafka's ConfigException for the same).
     pub fn new(config: ProducerConfig) -> Result<Producer, ProduceError> {
         let brokers = Arc::new(
             Brokers::new(
@@ -251,6 +255,17 @@ impl Producer {
             return Err(ProduceError::InvalidArgument(
                 "no bootstrap broker addresses given".into(),
             ));
+        }
+        // KafkaProducer.configureDeliveryTimeout: a ConfigException when delivery.timeout.ms
+        // < linger.ms + request.timeout.ms (a batch could use up its budget lingering and
+        // then have a request with no time left).
+        let floor_ms = config.linger_ms.saturating_add(config.request_timeout_ms);
+        if config.delivery_timeout_ms < floor_ms {
+            return Err(ProduceError::InvalidArgument(format!(
+                "delivery_timeout_ms {} must be at least linger_ms {} + request_timeout_ms {} \
+                 (Kafka: delivery.timeout.ms >= linger.ms + request.timeout.ms)",
+                config.delivery_timeout_ms, config.linger_ms, config.request_timeout_ms
+            )));
         }
         if config.enable_idempotence && config.acks != Acks::All {
             return Err(ProduceError::InvalidArgument(
@@ -790,4 +805,31 @@ async fn attempt(inner: &Inner, tp: &TopicPartition, records: Bytes) -> Attempt 
 /// with ±20% jitter (Kafka's producer, KIP-580).
 fn retry_backoff(cfg: &ProducerConfig) -> keel_runtime::Backoff {
     keel_runtime::Backoff::from_millis(cfg.retry_backoff_ms.max(1), cfg.retry_backoff_max_ms.max(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn delivery_timeout_below_linger_plus_request_is_refused() {
+        let mut cfg = ProducerConfig::new(vec!["127.0.0.1:1".into()]);
+        cfg.linger_ms = 120_000;
+        cfg.request_timeout_ms = 10_000;
+        cfg.delivery_timeout_ms = 120_000;
+        let e = Producer::new(cfg.clone()).unwrap_err();
+        assert_eq!(
+            e,
+            ProduceError::InvalidArgument(
+                "delivery_timeout_ms 120000 must be at least linger_ms 120000 + \
+                 request_timeout_ms 10000 (Kafka: delivery.timeout.ms >= linger.ms + \
+                 request.timeout.ms)"
+                    .into()
+            )
+        );
+        cfg.delivery_timeout_ms = 130_000;
+        let p = Producer::new(cfg).expect("exactly linger + request is accepted");
+        drop(p);
+        assert!(Producer::new(ProducerConfig::new(vec!["127.0.0.1:1".into()])).is_ok());
+    }
 }
