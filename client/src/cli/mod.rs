@@ -371,16 +371,27 @@ pub fn main() -> ExitCode {
             };
         }
     };
+    let addresses = bootstrap_addresses("--bootstrap-controllers", &cli.bootstrap_controllers)
+        .and_then(|controllers| {
+            let brokers = cli
+                .bootstrap_brokers
+                .as_deref()
+                .map(|b| bootstrap_addresses("--bootstrap-brokers", b))
+                .transpose()?;
+            Ok((controllers, brokers))
+        });
+    let (controllers, brokers) = match addresses {
+        Ok(a) => a,
+        Err(CliError { message, .. }) => {
+            eprintln!("keelctl: {message}");
+            return ExitCode::from(2);
+        }
+    };
     let ctx = Ctx {
         dialer,
         json: cli.json,
-        controllers: cli
-            .bootstrap_controllers
-            .iter()
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect(),
-        brokers: cli.bootstrap_brokers.clone(),
+        controllers,
+        brokers,
         request_timeout: Duration::from_millis(cli.request_timeout_ms.max(1)),
         api_timeout: Duration::from_millis(cli.api_timeout_ms.max(1)),
         allow_stale: cli.allow_stale,
@@ -489,6 +500,69 @@ pub fn parse_broker_ids(flag: &str, s: &str) -> Result<Vec<i32>, CliError> {
     Ok(out)
 }
 
+/// Checks one bootstrap address (pure): `host:port` with a non-empty host (a name or an IPv4
+/// address, or an IPv6 address in brackets, `[::1]:9093`) and a port in 1..=65535, without
+/// a scheme or a path. The error says what is wrong with it. Kafka's clients refuse the same
+/// at construction (`ClientUtils.parseAndValidateAddresses`: "Invalid url in
+/// bootstrap.servers"), instead of retrying an address that can never connect.
+pub fn check_address(addr: &str) -> Result<(), String> {
+    if addr.contains("://") {
+        return Err("give host:port without a scheme".into());
+    }
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return Err("no port: give host:port".into());
+    };
+    if port.is_empty() {
+        return Err("no port after ':'".into());
+    }
+    match port.parse::<u32>() {
+        Ok(p) if (1..=65_535).contains(&p) => {}
+        Ok(_) => return Err(format!("port {port} is not in 1..=65535")),
+        Err(_) => return Err(format!("port {port:?} is not a number")),
+    }
+    if host.is_empty() {
+        return Err("no host before ':'".into());
+    }
+    if let Some(inner) = host.strip_prefix('[') {
+        let ip = inner
+            .strip_suffix(']')
+            .ok_or_else(|| "an IPv6 address needs its closing ']'".to_string())?;
+        return ip
+            .parse::<std::net::Ipv6Addr>()
+            .map(|_| ())
+            .map_err(|_| format!("{ip:?} is not an IPv6 address"));
+    }
+    if host.contains(':') {
+        return Err("an IPv6 address goes in brackets, e.g. [::1]:9093".into());
+    }
+    if let Some(c) = host
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')))
+    {
+        return Err(format!("{c:?} cannot be part of a host name"));
+    }
+    Ok(())
+}
+
+/// The addresses of a bootstrap flag (`--bootstrap-controllers`, `--bootstrap-brokers` or
+/// their environment variables), trimmed and without empty items (as Kafka skips them).
+/// Usage errors: an entry that is not `host:port` ([`check_address`]), naming it, or no
+/// address at all.
+pub fn bootstrap_addresses(flag: &str, given: &[String]) -> Result<Vec<String>, CliError> {
+    let mut out = Vec::new();
+    for addr in given.iter().map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        check_address(addr)
+            .map_err(|why| CliError::usage(format!("{flag}: {addr:?} is not host:port ({why})")))?;
+        out.push(addr.to_string());
+    }
+    if out.is_empty() {
+        return Err(CliError::usage(format!(
+            "{flag}: no address given (host:port, comma separated)"
+        )));
+    }
+    Ok(out)
+}
+
 /// Parses `key=value` (a clap value parser: a malformed value is a usage error, exit 2).
 pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
     match s.split_once('=') {
@@ -514,6 +588,61 @@ mod tests {
             let e = parse_broker_ids("--isr", bad).unwrap_err();
             assert_eq!(e.message, msg);
             assert!(e.usage, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn bootstrap_addresses_are_host_port() {
+        let ok = |v: &[&str]| {
+            let given: Vec<String> = v.iter().map(|s| s.to_string()).collect();
+            bootstrap_addresses("--bootstrap-controllers", &given)
+        };
+        assert_eq!(
+            ok(&[
+                " 127.0.0.1:9093",
+                "",
+                "[::1]:9093",
+                "ctl-1.example:1",
+                "h_2:65535"
+            ])
+            .unwrap(),
+            vec![
+                "127.0.0.1:9093",
+                "[::1]:9093",
+                "ctl-1.example:1",
+                "h_2:65535"
+            ]
+        );
+        for (bad, why) in [
+            ("127.0.0.1:99999", "port 99999 is not in 1..=65535"),
+            ("127.0.0.1:0", "port 0 is not in 1..=65535"),
+            ("127.0.0.1:abc", "port \"abc\" is not a number"),
+            ("127.0.0.1:", "no port after ':'"),
+            ("bogus", "no port: give host:port"),
+            (":9093", "no host before ':'"),
+            ("http://127.0.0.1:41093", "give host:port without a scheme"),
+            (
+                "::1:9093",
+                "an IPv6 address goes in brackets, e.g. [::1]:9093",
+            ),
+            ("[::1:9093", "an IPv6 address needs its closing ']'"),
+            ("[zz]:9093", "\"zz\" is not an IPv6 address"),
+            ("host/path:1", "'/' cannot be part of a host name"),
+        ] {
+            let e = ok(&["127.0.0.1:9093", bad]).unwrap_err();
+            assert!(e.usage, "{bad}");
+            assert_eq!(
+                e.message,
+                format!("--bootstrap-controllers: {bad:?} is not host:port ({why})")
+            );
+        }
+        for empty in [&[""][..], &[" ", ""][..], &[][..]] {
+            let e = ok(empty).unwrap_err();
+            assert!(e.usage);
+            assert_eq!(
+                e.message,
+                "--bootstrap-controllers: no address given (host:port, comma separated)"
+            );
         }
     }
 
