@@ -66,8 +66,8 @@ pub struct DescribeArgs {
 pub struct AlterArgs {
     #[command(flatten)]
     pub entity: Entity,
-    /// `k1=v1,k2=v2` to set (repeatable). A value holding a comma goes in its own
-    /// --add-config.
+    /// `k1=v1,k2=v2` to set (repeatable). A value holding commas goes in square brackets,
+    /// as in kafka-configs: `cleanup.policy=[compact,delete]`.
     #[arg(long, value_name = "K=V,...")]
     pub add_config: Vec<String>,
     /// `k1,k2` to delete (repeatable).
@@ -184,13 +184,52 @@ fn heading(target: &ConfigTarget, all: bool) -> String {
     }
 }
 
-/// Parses `--add-config` values (`k=v,k2=v2`, repeatable) (pure). Usage errors name the item.
-fn parse_add(items: &[String]) -> Result<Vec<(String, String)>, CliError> {
+/// Splits `s` at the commas outside square brackets (pure): `a=[x,y],b=1` ->
+/// `["a=[x,y]", "b=1"]`. Errors: a `]` without its `[`, or a `[` never closed.
+fn split_outside_brackets(s: &str) -> Result<Vec<&str>, String> {
+    let mut parts = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (i, c) in s.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => {
+                depth = depth
+                    .checked_sub(1)
+                    .ok_or_else(|| format!("']' at byte {i} closes no '['"))?;
+            }
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    if depth > 0 {
+        return Err("a '[' is not closed by ']'".into());
+    }
+    parts.push(&s[start..]);
+    Ok(parts)
+}
+
+/// Parses `--add-config` values (`k=v,k2=v2`, repeatable) (pure). As in kafka-configs, a
+/// value that holds commas goes in square brackets: `cleanup.policy=[compact,delete]` sets
+/// `compact,delete` (Kafka's `ConfigCommand.parseConfigsToBeAdded`). Usage errors name the
+/// item.
+pub(super) fn parse_add(items: &[String]) -> Result<Vec<(String, String)>, CliError> {
     let mut out = Vec::new();
     for item in items {
-        for kv in item.split(',').filter(|s| !s.trim().is_empty()) {
-            let (k, v) = parse_key_value(kv.trim())
-                .map_err(|e| CliError::usage(format!("--add-config {item:?}: {e}")))?;
+        let bad = |e: String| CliError::usage(format!("--add-config {item:?}: {e}"));
+        for kv in split_outside_brackets(item)
+            .map_err(bad)?
+            .into_iter()
+            .filter(|s| !s.trim().is_empty())
+        {
+            let (k, v) = parse_key_value(kv.trim()).map_err(bad)?;
+            let v = match v.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
+                Some(inner) => inner.to_string(),
+                None => v,
+            };
             out.push((k, v));
         }
     }
@@ -404,6 +443,32 @@ mod tests {
                 ("c".into(), "x=y".into())
             ]
         );
+        assert_eq!(
+            parse_add(&["cleanup.policy=[compact,delete],retention.ms=1".into()]).unwrap(),
+            vec![
+                ("cleanup.policy".into(), "compact,delete".into()),
+                ("retention.ms".into(), "1".into())
+            ]
+        );
+        assert_eq!(
+            parse_add(&["a=[x],b=[],c=[y,z]".into()]).unwrap(),
+            vec![
+                ("a".into(), "x".into()),
+                ("b".into(), "".into()),
+                ("c".into(), "y,z".into())
+            ]
+        );
+        for (bad, why) in [
+            (
+                "cleanup.policy=[compact,delete",
+                "a '[' is not closed by ']'",
+            ),
+            ("a=x],b=1", "']' at byte 3 closes no '['"),
+        ] {
+            let e = parse_add(&[bad.into()]).unwrap_err();
+            assert!(e.usage);
+            assert_eq!(e.message, format!("--add-config {bad:?}: {why}"));
+        }
         let e = parse_add(&["a".into()]).unwrap_err();
         assert!(
             e.usage && e.message.starts_with("--add-config \"a\": "),
