@@ -171,8 +171,14 @@ pub(crate) fn effective_configs_for_new_topic(
 }
 
 /// Resolves a request's (type, name) into a resource. Errors: unknown type, a broker name
-/// that is not a broker id, a CLUSTER name that is not empty -> INVALID_REQUEST; unknown
-/// topic -> UNKNOWN_TOPIC_OR_PARTITION.
+/// that is not a broker id, a broker id that is not registered, a CLUSTER name that is not
+/// empty -> INVALID_REQUEST; unknown topic -> UNKNOWN_TOPIC_OR_PARTITION.
+///
+/// An unregistered broker: Kafka's admin client sends a broker's DescribeConfigs and
+/// AlterConfigs to that broker, so an unknown id never reaches a config change; a broker asked
+/// about another id answers INVALID_REQUEST (`ConfigHelper.describeConfigs`,
+/// `ConfigAdminManager.preprocess`: "Unexpected broker id"). The cluster-wide default (empty
+/// name) needs no broker.
 fn resolve_resource(
     image: &MetadataImage,
     resource_type: i32,
@@ -192,7 +198,14 @@ fn resolve_resource(
         // Kafka: a BROKER resource with an empty name is the cluster-wide default.
         Ok(ConfigResourceType::Broker) if name.is_empty() => Ok(ConfigResource::Cluster),
         Ok(ConfigResourceType::Broker) => match name.parse::<i32>() {
-            Ok(id) if id >= 0 => Ok(ConfigResource::Broker(id)),
+            Ok(id) if id >= 0 && image.broker(id).is_some() => Ok(ConfigResource::Broker(id)),
+            Ok(id) if id >= 0 => Err((
+                ErrorCode::InvalidRequest,
+                format!(
+                    "broker {id} is not registered (the registered brokers take broker \
+                     configs; the cluster-wide default has an empty name)"
+                ),
+            )),
             _ => Err((
                 ErrorCode::InvalidRequest,
                 format!("{:?} is not a broker id", keel_proto::limits::clip(name)),
@@ -265,7 +278,8 @@ fn topic_replication_factor(image: &MetadataImage, topic: &str) -> usize {
 /// IncrementalAlterConfigs (Kafka v1): SET or DELETE keys of TOPIC, BROKER or CLUSTER
 /// resources. Each resource is all-or-nothing and answered in its own
 /// `AlterConfigsResourceResult`:
-/// - unknown topic -> UNKNOWN_TOPIC_OR_PARTITION; unknown resource type, bad broker id, a
+/// - unknown topic -> UNKNOWN_TOPIC_OR_PARTITION; unknown resource type, bad or
+///   unregistered broker id, a
 ///   resource named twice in the request, a key named twice, an unknown op, or SET without a
 ///   value -> INVALID_REQUEST;
 /// - unknown key, invalid value (e.g. `min.insync.replicas` < 1 or above the topic's smallest
@@ -460,7 +474,7 @@ fn check_compaction_lags(min: &str, max: &str) -> Result<(), (ErrorCode, String)
 /// TOPIC_CONFIG / DYNAMIC_BROKER_CONFIG / DYNAMIC_DEFAULT_BROKER_CONFIG / DEFAULT_CONFIG
 /// (Kafka's defaults). `synonyms` (with `include_synonyms`) lists the lower-precedence values,
 /// highest first. Per-resource errors: unknown topic -> UNKNOWN_TOPIC_OR_PARTITION; unknown
-/// type or bad broker id -> INVALID_REQUEST. `metadata_offset` is the image's offset.
+/// type, bad or unregistered broker id -> INVALID_REQUEST. `metadata_offset` is the image's offset.
 pub fn describe_configs(
     image: &MetadataImage,
     req: &DescribeConfigsRequest,

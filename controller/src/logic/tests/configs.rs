@@ -599,3 +599,68 @@ fn new_topic_compaction_configs_are_checked_together() {
     assert_eq!(err.0, ErrorCode::InvalidConfig);
     assert!(err.1.contains("min.compaction.lag.ms"), "{}", err.1);
 }
+
+/// Broker configs name a registered broker (Kafka sends them to that broker): an unknown id
+/// is refused with INVALID_REQUEST naming it, and nothing is written; the cluster default
+/// (a BROKER resource with an empty name) needs no broker.
+#[test]
+fn broker_configs_need_a_registered_broker() {
+    let c = setup();
+    let r = alter(
+        &c,
+        ConfigResourceType::Broker,
+        "999",
+        vec![set("log.retention.ms", Some("1"))],
+        false,
+    );
+    assert!(r.records.is_empty());
+    let err = r.response.results[0].error.clone().unwrap();
+    assert_eq!(code(&Some(err.clone())), ErrorCode::InvalidRequest);
+    assert!(
+        err.message.starts_with("broker 999 is not registered"),
+        "{}",
+        err.message
+    );
+    let d = describe_configs(
+        &c.image,
+        &DescribeConfigsRequest {
+            resources: vec![
+                DescribeConfigsResource {
+                    resource_type: ConfigResourceType::Broker as i32,
+                    resource_name: "999".into(),
+                    configuration_keys: vec![],
+                },
+                DescribeConfigsResource {
+                    resource_type: ConfigResourceType::Broker as i32,
+                    resource_name: "3".into(),
+                    configuration_keys: vec![],
+                },
+            ],
+            include_synonyms: false,
+            include_documentation: false,
+        },
+    );
+    assert_eq!(code(&d.results[0].error), ErrorCode::InvalidRequest);
+    assert!(d.results[0].configs.is_empty());
+    assert_eq!(code(&d.results[1].error), ErrorCode::None);
+    assert!(!d.results[1].configs.is_empty());
+    for (ty, name) in [
+        (ConfigResourceType::Broker, "3"),
+        (ConfigResourceType::Broker, ""),
+        (ConfigResourceType::Cluster, ""),
+    ] {
+        let r = alter(
+            &c,
+            ty,
+            name,
+            vec![set("log.retention.ms", Some("1"))],
+            false,
+        );
+        assert_eq!(
+            code(&r.response.results[0].error),
+            ErrorCode::None,
+            "{ty:?} {name:?}"
+        );
+        assert_eq!(r.records.len(), 1, "{ty:?} {name:?}");
+    }
+}
