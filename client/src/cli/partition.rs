@@ -38,15 +38,15 @@ pub struct AlterIsrArgs {
 
 /// Arguments of `partition elect`.
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("kind").required(true).args(["preferred", "unclean"])))]
+#[command(group(clap::ArgGroup::new("kind").required(true).args(["preferred", "unclean", "election_type"])))]
 #[command(group(clap::ArgGroup::new("target").required(true).args(["topic", "all_topic_partitions"])))]
 pub struct ElectArgs {
     /// Topic name.
     #[arg(long)]
     pub topic: Option<String>,
-    /// Every partition of every topic (Kafka's `kafka-leader-election --all-topic-partitions`);
-    /// partitions that need no election are not listed.
-    #[arg(long)]
+    /// Every partition of every topic (Kafka's `kafka-leader-election --all-topic-partitions`;
+    /// `--all` for short); partitions that need no election are not listed.
+    #[arg(long, visible_alias = "all")]
     pub all_topic_partitions: bool,
     /// Partition id (repeatable); default: every partition of the topic.
     #[arg(long, requires = "topic")]
@@ -58,6 +58,31 @@ pub struct ElectArgs {
     /// acknowledged data).
     #[arg(long)]
     pub unclean: bool,
+    /// `preferred` or `unclean`, as kafka-leader-election takes it: the same as --preferred
+    /// or --unclean.
+    #[arg(long, value_enum, ignore_case = true)]
+    pub election_type: Option<ElectionTypeArg>,
+}
+
+/// `--election-type` values (kafka-leader-election's `--election-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ElectionTypeArg {
+    /// As --preferred.
+    Preferred,
+    /// As --unclean.
+    Unclean,
+}
+
+impl ElectArgs {
+    /// The election asked for, by flag or by `--election-type` (pure; clap makes exactly
+    /// one of them present).
+    fn kind(&self) -> ElectionType {
+        if self.unclean || self.election_type == Some(ElectionTypeArg::Unclean) {
+            ElectionType::Unclean
+        } else {
+            ElectionType::Preferred
+        }
+    }
 }
 
 /// Result of `alter-isr`.
@@ -134,11 +159,7 @@ fn alter_isr_text(out: &AlterIsrOutput) -> String {
 /// `partition elect`: runs the election, prints one row per partition, and fails when the
 /// topic was refused, nothing was elected or some partition failed.
 async fn elect(a: ElectArgs, ctx: &Ctx) -> CliResult {
-    let kind = if a.unclean {
-        ElectionType::Unclean
-    } else {
-        ElectionType::Preferred
-    };
+    let kind = a.kind();
     let results = ctx
         .admin()?
         .elect_leaders(kind, a.topic.as_deref(), &a.partition)
@@ -246,5 +267,46 @@ fn elect_outcome(topic: Option<&str>, results: &[(String, ElectPartitionResult)]
             "election failed for {}",
             failed.join("; ")
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn elect_args(args: &[&str]) -> Result<ElectArgs, clap::Error> {
+        let mut argv = vec!["keelctl", "partition", "elect"];
+        argv.extend(args);
+        match crate::cli::Cli::try_parse_from(argv)?.command {
+            crate::cli::Command::Partition(PartitionCommand::Elect(a)) => Ok(a),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn elect_takes_kafka_leader_elections_flags() {
+        let a = elect_args(&["--all", "--election-type", "preferred"]).unwrap();
+        assert!(a.all_topic_partitions);
+        assert_eq!(a.kind(), ElectionType::Preferred);
+        let a = elect_args(&["--topic", "t", "--election-type", "UNCLEAN"]).unwrap();
+        assert_eq!(
+            (a.topic.as_deref(), a.kind()),
+            (Some("t"), ElectionType::Unclean)
+        );
+        let a = elect_args(&["--all-topic-partitions", "--unclean"]).unwrap();
+        assert_eq!(a.kind(), ElectionType::Unclean);
+        assert_eq!(
+            elect_args(&["--all", "--preferred"]).unwrap().kind(),
+            ElectionType::Preferred
+        );
+        for bad in [
+            &["--all"][..],
+            &["--all", "--preferred", "--election-type", "unclean"][..],
+            &["--all", "--election-type", "bogus"][..],
+            &["--election-type", "preferred"][..],
+        ] {
+            assert!(elect_args(bad).is_err(), "{bad:?}");
+        }
     }
 }
