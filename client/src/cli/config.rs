@@ -237,7 +237,7 @@ pub(super) fn parse_add(items: &[String]) -> Result<Vec<(String, String)>, CliEr
 }
 
 /// Parses `--delete-config` values (`k1,k2`, repeatable) (pure).
-fn parse_delete(items: &[String]) -> Vec<String> {
+pub(super) fn parse_delete(items: &[String]) -> Vec<String> {
     items
         .iter()
         .flat_map(|i| i.split(','))

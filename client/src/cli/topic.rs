@@ -112,6 +112,9 @@ pub struct CreateArgs {
 pub struct DescribeArgs {
     /// Topics to describe; none = all.
     pub names: Vec<String>,
+    /// A topic to describe (repeatable), as kafka-topics takes it; adds to the names given.
+    #[arg(long = "topic", value_name = "NAME")]
+    pub topics: Vec<String>,
     /// Only partitions whose ISR is smaller than the replica set.
     #[arg(long)]
     pub under_replicated: bool,
@@ -128,12 +131,19 @@ pub struct DescribeArgs {
 pub struct AlterConfigArgs {
     /// Topic name.
     pub name: String,
-    /// Set `key=value` (repeatable).
+    /// Set `key=value` (repeatable; the value is taken whole, commas included).
     #[arg(long = "set", value_parser = parse_key_value)]
     pub set: Vec<(String, String)>,
     /// Delete a key, falling back to the default (repeatable).
     #[arg(long = "delete")]
     pub delete: Vec<String>,
+    /// `k1=v1,k2=v2` to set (repeatable), as kafka-configs and `config alter` take it: a
+    /// value holding commas goes in square brackets, `cleanup.policy=[compact,delete]`.
+    #[arg(long, value_name = "K=V,...")]
+    pub add_config: Vec<String>,
+    /// `k1,k2` to delete (repeatable), as kafka-configs and `config alter` take it.
+    #[arg(long, value_name = "K,...")]
+    pub delete_config: Vec<String>,
     /// Only validate, change nothing.
     #[arg(long)]
     pub validate_only: bool,
@@ -302,14 +312,33 @@ async fn list(ctx: &Ctx, admin: &crate::admin::Admin) -> CliResult {
 /// topic's effective configs (`config alter --topic` with every key). Fails when there is
 /// nothing to change.
 async fn alter_config(a: AlterConfigArgs, ctx: &Ctx) -> CliResult {
+    let (set, delete) = alter_config_changes(&a)?;
     let target = ConfigTarget::Topic(a.name.clone());
-    super::config::alter(ctx, &target, &a.set, &a.delete, a.validate_only, true).await
+    super::config::alter(ctx, &target, &set, &delete, a.validate_only, true).await
+}
+
+/// Keys to set (with their values) and keys to delete.
+type ConfigChanges = (Vec<(String, String)>, Vec<String>);
+
+/// The keys `topic alter-config` sets and deletes: `--set`/`--delete` and Kafka's
+/// `--add-config`/`--delete-config` together (pure). Usage errors: a malformed
+/// `--add-config`.
+fn alter_config_changes(a: &AlterConfigArgs) -> Result<ConfigChanges, CliError> {
+    let mut set = a.set.clone();
+    set.extend(super::config::parse_add(&a.add_config)?);
+    let mut delete = a.delete.clone();
+    delete.extend(super::config::parse_delete(&a.delete_config));
+    Ok((set, delete))
 }
 
 async fn describe(a: DescribeArgs, ctx: &Ctx, admin: &crate::admin::Admin) -> CliResult {
+    let names: Vec<&String> = a.names.iter().chain(&a.topics).collect();
+    if names.iter().any(|n| n.is_empty()) {
+        return Err(CliError::usage("topic describe: empty topic name"));
+    }
     let image = admin.metadata_image().await?;
     let mut topics = Vec::new();
-    if a.names.is_empty() {
+    if names.is_empty() {
         for id in image.topics().by_name.values() {
             if let Some(t) = image.topics().by_id.get(id) {
                 topics.push(describe_topic(&image, t));
@@ -317,7 +346,7 @@ async fn describe(a: DescribeArgs, ctx: &Ctx, admin: &crate::admin::Admin) -> Cl
         }
     } else {
         let mut seen = std::collections::HashSet::new();
-        for name in a.names.iter().filter(|n| seen.insert(n.as_str())) {
+        for name in names.into_iter().filter(|n| seen.insert(n.as_str())) {
             let t = image.topics().get_by_name(name).ok_or_else(|| {
                 CliError::new(
                     AdminError::Kafka {
@@ -435,5 +464,80 @@ async fn add_high_watermarks(
         {
             t.min_insync_replicas = Some(first);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn topic_command(args: &[&str]) -> Result<TopicCommand, clap::Error> {
+        let mut argv = vec!["keelctl", "topic"];
+        argv.extend(args);
+        match crate::cli::Cli::try_parse_from(argv)?.command {
+            crate::cli::Command::Topic(c) => Ok(c),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn describe_takes_kafkas_topic_flag_besides_names() {
+        let TopicCommand::Describe(a) =
+            topic_command(&["describe", "a", "--topic", "b", "--topic", "c"]).unwrap()
+        else {
+            panic!("not describe")
+        };
+        assert_eq!(
+            (a.names, a.topics),
+            (vec!["a".into()], vec!["b".into(), "c".into()])
+        );
+    }
+
+    #[test]
+    fn alter_config_takes_kafkas_add_and_delete_config() {
+        let TopicCommand::AlterConfig(a) = topic_command(&[
+            "alter-config",
+            "t",
+            "--set",
+            "retention.ms=1",
+            "--add-config",
+            "cleanup.policy=[compact,delete],segment.bytes=1048576",
+            "--delete-config",
+            "min.insync.replicas,retention.bytes",
+            "--delete",
+            "max.message.bytes",
+        ])
+        .unwrap() else {
+            panic!("not alter-config")
+        };
+        let (set, delete) = alter_config_changes(&a).unwrap();
+        assert_eq!(
+            set,
+            vec![
+                ("retention.ms".into(), "1".into()),
+                ("cleanup.policy".into(), "compact,delete".into()),
+                ("segment.bytes".into(), "1048576".into()),
+            ]
+        );
+        assert_eq!(
+            delete,
+            vec![
+                "max.message.bytes",
+                "min.insync.replicas",
+                "retention.bytes"
+            ]
+        );
+        let TopicCommand::AlterConfig(bad) =
+            topic_command(&["alter-config", "t", "--add-config", "nokey"]).unwrap()
+        else {
+            panic!("not alter-config")
+        };
+        let e = alter_config_changes(&bad).unwrap_err();
+        assert!(e.usage, "{}", e.message);
+        assert_eq!(
+            e.message,
+            "--add-config \"nokey\": \"nokey\" is not key=value"
+        );
     }
 }
