@@ -86,10 +86,55 @@ struct ConfigRow {
     source: String,
 }
 
+/// What `config describe` shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Selection {
+    /// One resource.
+    One(ConfigTarget),
+    /// `--entity-type topics` without a name: every topic, internal ones included (Kafka's
+    /// `ConfigCommand.describeResourceConfig` lists them with `listInternal(true)`).
+    EveryTopic,
+    /// `--entity-type brokers` without a name: every registered broker, then the cluster-wide
+    /// default (as `ConfigCommand.describeResourceConfig` appends the default entity).
+    EveryBroker,
+}
+
 impl Entity {
-    /// The resource named (pure). Usage errors: none or two given, a name with
-    /// --entity-default, a broker id that is not a non-negative integer.
+    /// The one resource named (pure), for `config alter`. Usage errors: as
+    /// [`Entity::selection`], and an `--entity-type` without `--entity-name` or
+    /// `--entity-default` (kafka-configs --alter needs one too).
     fn target(&self) -> Result<ConfigTarget, CliError> {
+        match self.selection()? {
+            Selection::One(t) => Ok(t),
+            Selection::EveryTopic | Selection::EveryBroker => Err(CliError::usage(format!(
+                "--entity-type {} needs --entity-name (or, for brokers, --entity-default)",
+                self.entity_type.as_deref().unwrap_or_default()
+            ))),
+        }
+    }
+
+    /// What the flags name (pure): one resource, or with `--entity-type` alone every resource
+    /// of that type (kafka-configs --describe does so). Usage errors: none or two given, a
+    /// name with --entity-default, a broker id that is not a non-negative integer.
+    fn selection(&self) -> Result<Selection, CliError> {
+        let every = match (
+            self.entity_type.as_deref(),
+            &self.entity_name,
+            self.entity_default,
+        ) {
+            (Some("topics"), None, false) => Some(Selection::EveryTopic),
+            (Some("brokers"), None, false) => Some(Selection::EveryBroker),
+            _ => None,
+        };
+        if let Some(every) = every {
+            if self.topic.is_some() || self.broker.is_some() || self.broker_defaults {
+                return Err(CliError::usage(
+                    "name one resource: give only one of --topic, --broker, --broker-defaults, \
+                     --entity-type",
+                ));
+            }
+            return Ok(every);
+        }
         let by_type = match (
             self.entity_type.as_deref(),
             &self.entity_name,
@@ -109,11 +154,6 @@ impl Entity {
                 return Err(CliError::usage(
                     "give --entity-name or --entity-default, not both",
                 ));
-            }
-            (Some(t), None, false) => {
-                return Err(CliError::usage(format!(
-                    "--entity-type {t} needs --entity-name (or, for brokers, --entity-default)"
-                )));
             }
             (None, _, _) => {
                 return Err(CliError::usage(
@@ -140,7 +180,7 @@ impl Entity {
         .chain(by_type)
         .collect();
         match shortcuts.as_slice() {
-            [one] => Ok(one.clone()),
+            [one] => Ok(Selection::One(one.clone())),
             [] => Err(CliError::usage(
                 "name what to configure: --topic T, --broker N or --broker-defaults (or \
                  --entity-type topics|brokers with --entity-name / --entity-default)",
@@ -292,8 +332,12 @@ fn source_name(v: i32) -> String {
 pub(super) async fn run(c: ConfigCommand, ctx: &Ctx) -> CliResult {
     match c {
         ConfigCommand::Describe(a) => {
-            let target = a.entity.target()?;
+            let selection = a.entity.selection()?;
             let admin = ctx.admin()?;
+            let target = match selection {
+                Selection::One(target) => target,
+                every => return describe_every(ctx, &admin, &every, a.all).await,
+            };
             let mut rows = rows(&admin, &target).await?;
             if !a.all {
                 let own = own_source(&target);
@@ -342,6 +386,89 @@ pub(super) async fn alter(
         format!("Updated. {}", heading(target, all))
     };
     print(ctx, &head, &rows)
+}
+
+/// The resources of `every` (pure): the topics by name, or the brokers by id then the
+/// cluster-wide default.
+fn every_target(image: &keel_metadata_log::MetadataImage, every: &Selection) -> Vec<ConfigTarget> {
+    match every {
+        Selection::One(t) => vec![t.clone()],
+        Selection::EveryTopic => image
+            .topics()
+            .by_name
+            .keys()
+            .map(|t| ConfigTarget::Topic(t.clone()))
+            .collect(),
+        Selection::EveryBroker => {
+            // Registered brokers, fenced ones included, in id order.
+            image
+                .brokers()
+                .keys()
+                .copied()
+                .map(ConfigTarget::Broker)
+                .chain([ConfigTarget::Cluster])
+                .collect()
+        }
+    }
+}
+
+/// One resource of a describe of several, as JSON.
+#[derive(Debug, Serialize)]
+struct ResourceConfigs {
+    /// `topic`, `broker` or `broker-default`.
+    resource: &'static str,
+    /// The topic name or broker id (none for the default).
+    name: Option<String>,
+    configs: Vec<ConfigRow>,
+}
+
+/// `config describe --entity-type topics|brokers` without a name: every resource of the
+/// type, each under its heading (Kafka's `kafka-configs --describe` does the same; the
+/// broker default's heading is Kafka's "Default configs for brokers in the cluster are:").
+/// JSON: a list of [`ResourceConfigs`].
+async fn describe_every(ctx: &Ctx, admin: &Admin, every: &Selection, all: bool) -> CliResult {
+    let image = admin.metadata_image().await?;
+    let targets = every_target(&image, every);
+    let results = if targets.is_empty() {
+        Vec::new()
+    } else {
+        admin.describe_configs(&targets, &[]).await?
+    };
+    let mut out = Vec::with_capacity(targets.len());
+    for (target, result) in targets.iter().zip(&results) {
+        let own = own_source(target);
+        let configs: Vec<ConfigRow> = result
+            .configs
+            .iter()
+            .map(|e| ConfigRow {
+                name: e.name.clone(),
+                value: e.value.clone(),
+                source: source_name(e.config_source),
+            })
+            .filter(|r| all || r.source == own)
+            .collect();
+        let (resource, name) = match target {
+            ConfigTarget::Topic(t) => ("topic", Some(t.clone())),
+            ConfigTarget::Broker(b) => ("broker", Some(b.to_string())),
+            ConfigTarget::Cluster => ("broker-default", None),
+        };
+        out.push(ResourceConfigs {
+            resource,
+            name,
+            configs,
+        });
+    }
+    if ctx.json {
+        return ctx.print_json(&out);
+    }
+    for (target, r) in targets.iter().zip(&out) {
+        let head = match target {
+            ConfigTarget::Cluster => "Default configs for brokers in the cluster are:".to_string(),
+            t => heading(t, all),
+        };
+        print(ctx, &head, &r.configs)?;
+    }
+    Ok(())
 }
 
 fn print(ctx: &Ctx, heading: &str, rows: &[ConfigRow]) -> CliResult {
@@ -431,6 +558,101 @@ mod tests {
             let r = t(bad);
             assert!(matches!(r, Err((true, _))), "{r:?}");
         }
+    }
+
+    #[test]
+    fn an_entity_type_alone_describes_every_resource_of_it() {
+        let sel = |e: Entity| e.selection().map_err(|e| (e.usage, e.message));
+        assert_eq!(
+            sel(Entity {
+                entity_type: Some("topics".into()),
+                ..entity()
+            }),
+            Ok(Selection::EveryTopic)
+        );
+        assert_eq!(
+            sel(Entity {
+                entity_type: Some("brokers".into()),
+                ..entity()
+            }),
+            Ok(Selection::EveryBroker)
+        );
+        assert_eq!(
+            sel(Entity {
+                topic: Some("t".into()),
+                ..entity()
+            }),
+            Ok(Selection::One(ConfigTarget::Topic("t".into())))
+        );
+        let both = Entity {
+            entity_type: Some("topics".into()),
+            topic: Some("t".into()),
+            ..entity()
+        };
+        assert!(matches!(sel(both), Err((true, _))));
+        // alter changes one resource: the type alone is refused.
+        let e = Entity {
+            entity_type: Some("topics".into()),
+            ..entity()
+        }
+        .target()
+        .unwrap_err();
+        assert_eq!(
+            (e.usage, e.message.as_str()),
+            (
+                true,
+                "--entity-type topics needs --entity-name (or, for brokers, --entity-default)"
+            )
+        );
+    }
+
+    #[test]
+    fn every_broker_is_each_registered_one_then_the_default() {
+        use keel_metadata_log::{MetadataImage, Provenance};
+        use keel_proto::metadata::metadata_record::Record;
+        use keel_proto::metadata::{MetadataRecord, RegisterBrokerRecord, TopicRecord};
+        let mut recs = Vec::new();
+        for (name, id) in [("zeta", 1u8), ("__consumer_offsets", 2), ("alpha", 3)] {
+            recs.push(Record::Topic(TopicRecord {
+                name: name.into(),
+                topic_id: vec![id; 16].into(),
+            }));
+        }
+        for id in [3, 1] {
+            recs.push(Record::RegisterBroker(RegisterBrokerRecord {
+                broker_id: id,
+                incarnation_id: vec![id as u8; 16].into(),
+                broker_epoch: 10 + id as i64,
+                ..Default::default()
+            }));
+        }
+        let recs: Vec<_> = recs
+            .into_iter()
+            .map(|r| MetadataRecord { record: Some(r) })
+            .collect();
+        let image = MetadataImage::empty()
+            .with_records(Provenance { offset: 5, term: 1 }, recs.iter())
+            .unwrap();
+        assert_eq!(
+            every_target(&image, &Selection::EveryBroker),
+            vec![
+                ConfigTarget::Broker(1),
+                ConfigTarget::Broker(3),
+                ConfigTarget::Cluster
+            ]
+        );
+        assert_eq!(
+            every_target(&image, &Selection::EveryTopic),
+            vec![
+                ConfigTarget::Topic("__consumer_offsets".into()),
+                ConfigTarget::Topic("alpha".into()),
+                ConfigTarget::Topic("zeta".into()),
+            ]
+        );
+        assert_eq!(
+            every_target(&MetadataImage::empty(), &Selection::EveryBroker),
+            vec![ConfigTarget::Cluster]
+        );
     }
 
     #[test]
