@@ -67,10 +67,10 @@ pub struct ImageArgs {
 #[derive(Debug, clap::Args)]
 pub struct LogArgs {
     /// First offset (inclusive); default: the log start.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     pub from: i64,
     /// End offset (exclusive); default: the commit index (or forever with --follow).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub to: Option<i64>,
     /// Record type to keep, e.g. PartitionChangeRecord (repeatable). With
     /// PartitionChangeRecord the log is scanned from its start so every change shows the
@@ -201,6 +201,7 @@ impl LogPlan {
 /// record names.
 async fn log(a: LogArgs, ctx: &Ctx, admin: &Admin) -> CliResult {
     check_range(a.from, a.to)?;
+    check_topic_filter(a.topic.as_deref())?;
     let plan = LogPlan::new(&a);
     let mut tracker = PartitionTracker::default();
     let mut offset = if plan.from_start { 0 } else { a.from };
@@ -317,6 +318,17 @@ fn check_range(from: i64, to: Option<i64>) -> CliResult {
     Ok(())
 }
 
+/// Checks `--topic` (pure): an empty name would match nothing, or, sent as the request's
+/// empty topic filter, everything.
+fn check_topic_filter(topic: Option<&str>) -> CliResult {
+    match topic {
+        Some(t) if t.trim().is_empty() => Err(CliError::usage(
+            "--topic: empty topic name (omit --topic for every record)",
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The lines `plan` shows of one page of records (text or JSON, each ending in `\n`),
 /// feeding every record after `seeded_through` to `tracker`. Errors: JSON serialization.
 fn page_text(
@@ -391,6 +403,7 @@ fn dump(a: DumpArgs, ctx: &Ctx) -> CliResult {
             a.from
         )));
     }
+    check_topic_filter(a.topic.as_deref())?;
     let target = metadata_dump::resolve(&a.dir).map_err(CliError::usage)?;
     let filter = metadata_dump::Filter {
         from: a.from,
@@ -416,7 +429,47 @@ fn dump(a: DumpArgs, ctx: &Ctx) -> CliResult {
 
 #[cfg(test)]
 mod tests {
-    use super::QuorumWatch;
+    use super::*;
+    use clap::Parser;
+
+    fn log_args(args: &[&str]) -> Result<LogArgs, clap::Error> {
+        let mut argv = vec!["keelctl", "metadata", "log"];
+        argv.extend(args);
+        match crate::cli::Cli::try_parse_from(argv)?.command {
+            crate::cli::Command::Metadata(MetadataCommand::Log(a)) => Ok(a),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn negative_offsets_reach_the_range_check() {
+        let a = log_args(&["--from", "-1"]).unwrap();
+        let e = check_range(a.from, a.to).unwrap_err();
+        assert_eq!(
+            (e.usage, e.message.as_str()),
+            (true, "--from -1 must be >= 0")
+        );
+        let a = log_args(&["--from", "5", "--to", "-3"]).unwrap();
+        let e = check_range(a.from, a.to).unwrap_err();
+        assert_eq!(
+            (e.usage, e.message.as_str()),
+            (true, "--to -3 (exclusive) must be greater than --from 5")
+        );
+        assert!(check_range(0, Some(1)).is_ok());
+    }
+
+    #[test]
+    fn an_empty_topic_filter_is_refused() {
+        let a = log_args(&["--topic", ""]).unwrap();
+        let e = check_topic_filter(a.topic.as_deref()).unwrap_err();
+        assert!(e.usage);
+        assert_eq!(
+            e.message,
+            "--topic: empty topic name (omit --topic for every record)"
+        );
+        assert!(check_topic_filter(Some("t")).is_ok());
+        assert!(check_topic_filter(None).is_ok());
+    }
 
     #[test]
     fn a_follower_is_told_once_when_the_quorum_loses_and_regains_its_leader() {
