@@ -176,8 +176,9 @@ pub struct VerifyArgs {
     /// Topic to write the test records to (it must exist).
     #[arg(long)]
     pub topic: String,
-    /// Number of records to produce and read back.
-    #[arg(long, default_value_t = 1000)]
+    /// Number of records to produce and read back, at least 1 (with none there is nothing
+    /// to check).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
     pub records: u64,
     /// Deadline for reading the records back once they are acknowledged, seconds, 1 to
     /// 86400 (a partition that stays unavailable fails the check instead of hanging; records
@@ -872,6 +873,21 @@ mod tests {
             let e = parse(bad).unwrap_err().to_string();
             assert!(e.contains("--read-timeout-secs"), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn verify_needs_at_least_one_record() {
+        let parse = |v: &str| {
+            crate::cli::Cli::try_parse_from(["keelctl", "verify", "--topic", "t", "--records", v])
+                .map(|c| match c.command {
+                    crate::cli::Command::Verify(a) => a.records,
+                    other => panic!("{other:?}"),
+                })
+        };
+        assert_eq!(parse("1").unwrap(), 1);
+        let e = parse("0").unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+        assert!(e.to_string().contains("--records"), "{e}");
     }
 
     #[test]
