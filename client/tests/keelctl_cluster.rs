@@ -777,10 +777,23 @@ fn status_fails_when_there_is_no_cluster() {
             "keelctl: cluster status: no local cluster in {empty} (no cluster.toml in it and no process running from it)"
         ),
     );
-    // down has nothing to do there, succeeds and creates nothing.
+    // down says the same (as `cluster status`), with nothing to stop, and creates nothing.
     let out = keelctl(&["cluster", "down", "--data-dir", &missing]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        stderr(&out),
+        format!(
+            "keelctl: cluster down: no local cluster in {missing} (no such directory); nothing to stop\n"
+        )
+    );
     assert!(!std::path::Path::new(&missing).exists());
+    refused_with(
+        &keelctl(&["cluster", "down", "--data-dir", &empty]),
+        &format!(
+            "keelctl: cluster down: no local cluster in {empty} (no cluster.toml in it and no process running from it); nothing to stop"
+        ),
+    );
 }
 
 /// Two stand-ins for controllers 1 and 2 (their pid files point at processes named

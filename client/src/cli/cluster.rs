@@ -610,7 +610,17 @@ fn down(a: DownArgs, ctx: &Ctx) -> CliResult {
             eprintln!("keelctl: warning: {e}; stopping the processes by their pid files");
             Layout::new(a.layout.data_dir.clone(), DEFAULT_BASE_PORT).map_err(CliError::new)?
         }
-        Ok(_) => layout(&a.layout)?.0,
+        Ok(_) => {
+            let (layout, source) = layout(&a.layout)?;
+            if source == LayoutSource::Given {
+                return Err(no_cluster_in(
+                    "cluster down",
+                    &a.layout.data_dir,
+                    "nothing to stop",
+                ));
+            }
+            layout
+        }
     };
     let timeout = Duration::from_secs(a.timeout_secs);
     // Brokers first: their controlled shutdown needs the controllers.
@@ -641,6 +651,20 @@ fn down(a: DownArgs, ctx: &Ctx) -> CliResult {
     Ok(())
 }
 
+/// The error of `command` on a data dir that holds no cluster (no layout file, no process
+/// running from it), saying why and `then` what to do (exit 1).
+fn no_cluster_in(command: &str, data_dir: &std::path::Path, then: &str) -> CliError {
+    let why = if data_dir.is_dir() {
+        format!("no {LAYOUT_FILE} in it and no process running from it")
+    } else {
+        "no such directory".into()
+    };
+    CliError::new(format!(
+        "{command}: no local cluster in {} ({why}); {then}",
+        data_dir.display()
+    ))
+}
+
 /// Output of `cluster status`.
 #[derive(Debug, Serialize)]
 struct StatusReport {
@@ -657,14 +681,11 @@ async fn status(a: LayoutArgs, ctx: &Ctx) -> CliResult {
     let (layout, source) = layout(&a)?;
     if source == LayoutSource::Given {
         let dir = a.data_dir.display();
-        let why = if a.data_dir.is_dir() {
-            format!("no {LAYOUT_FILE} in it and no process running from it")
-        } else {
-            "no such directory".into()
-        };
-        return Err(CliError::new(format!(
-            "cluster status: no local cluster in {dir} ({why}); start one with `keelctl cluster up --data-dir {dir}`"
-        )));
+        return Err(no_cluster_in(
+            "cluster status",
+            &a.data_dir,
+            &format!("start one with `keelctl cluster up --data-dir {dir}`"),
+        ));
     }
     let processes: Vec<ProcessRow> = layout.processes().iter().map(process_row).collect();
     let mut problems: Vec<String> = Vec::new();
