@@ -23,8 +23,9 @@ use crate::brokers::Brokers;
 /// Why a group call failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GroupError {
-    /// The coordinator (or every broker) answered this error.
-    #[error("{code}: {message}")]
+    /// The coordinator (or every broker) answered this error; shown as keelctl shows every
+    /// Kafka error, `NAME (code): message` (`GROUP_ID_NOT_FOUND (69): group g`).
+    #[error("{code} ({}){}", .code.code(), if .message.is_empty() { String::new() } else { format!(": {}", .message) })]
     Refused {
         /// Kafka's code.
         code: ErrorCode,
@@ -297,5 +298,24 @@ impl GroupAdmin {
         })
         .await
         .map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_print_the_name_and_the_numeric_code() {
+        let e = GroupError::Refused {
+            code: ErrorCode::GroupIdNotFound,
+            message: "group nosuch".into(),
+        };
+        assert_eq!(e.to_string(), "GROUP_ID_NOT_FOUND (69): group nosuch");
+        let e = GroupError::Refused {
+            code: ErrorCode::NonEmptyGroup,
+            message: String::new(),
+        };
+        assert_eq!(e.to_string(), "NON_EMPTY_GROUP (68)");
     }
 }
