@@ -1149,6 +1149,83 @@ fn dynamic_configs_apply_without_a_restart(f: &Fixture) {
     }
     let defaults = f.json(&["--json", "config", "describe", "--broker-defaults"]);
     assert_eq!(defaults, serde_json::json!([]));
+    // Kafka's list syntax: brackets keep a value's commas; the controller gets compact,delete.
+    let set = alter(&[
+        "--topic",
+        "sized",
+        "--add-config",
+        "cleanup.policy=[compact,delete],retention.ms=7200000",
+    ]);
+    let value = |rows: &Value, name: &str| {
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .map(|c| c["value"].clone())
+    };
+    assert_eq!(
+        value(&set, "cleanup.policy"),
+        Some(serde_json::json!("compact,delete")),
+        "{set}"
+    );
+    // A broker id that is not registered: refused by the controller, nothing written.
+    for args in [
+        &[
+            "alter",
+            "--broker",
+            "999",
+            "--add-config",
+            "log.retention.ms=1",
+        ][..],
+        &["describe", "--broker", "999"][..],
+    ] {
+        let mut cmd = vec!["config"];
+        cmd.extend(args);
+        let out = f.run(&cmd);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("INVALID_REQUEST (42): broker 999 is not registered"),
+            "{err}"
+        );
+    }
+    // --entity-type alone (kafka-configs): every broker then the default; every topic.
+    let every = f.json(&["--json", "config", "describe", "--entity-type", "brokers"]);
+    let names: Vec<String> = every
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| format!("{}:{}", r["resource"], r["name"]))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            r#""broker":"1""#,
+            r#""broker":"2""#,
+            r#""broker":"3""#,
+            r#""broker-default":null"#
+        ],
+        "{every}"
+    );
+    let every = f.json(&["--json", "config", "describe", "--entity-type", "topics"]);
+    let sized = every
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resource"] == "topic" && r["name"] == "sized")
+        .unwrap_or_else(|| panic!("no topic sized in {every}"));
+    assert_eq!(
+        value(&sized["configs"], "cleanup.policy"),
+        Some(serde_json::json!("compact,delete")),
+        "{every}"
+    );
+    let text = f.run(&["config", "describe", "--entity-type", "brokers"]);
+    assert!(
+        String::from_utf8_lossy(&text.stdout)
+            .ends_with("Default configs for brokers in the cluster are:\n"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
     // Errors: an unknown key names the known ones (exit 1); no resource is a usage error.
     let out = f.run(&[
         "config",
