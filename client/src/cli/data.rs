@@ -82,6 +82,16 @@ fn parse_key_separator(s: &str) -> Result<String, String> {
     }
 }
 
+/// `verify --records`: a count of at least 1 (with none, verify would check nothing and
+/// report OK).
+fn parse_record_count(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(0) => Err("at least 1 record is needed (0 would check nothing)".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Splits `line` at the first occurrence of `sep` into key and value.
 fn split_key<'a>(line: &'a [u8], sep: &[u8]) -> Option<(&'a [u8], &'a [u8])> {
     if sep.is_empty() || sep.len() > line.len() {
@@ -178,7 +188,7 @@ pub struct VerifyArgs {
     pub topic: String,
     /// Number of records to produce and read back, at least 1 (with none there is nothing
     /// to check).
-    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1000, value_parser = parse_record_count)]
     pub records: u64,
     /// Deadline for reading the records back once they are acknowledged, seconds, 1 to
     /// 86400 (a partition that stays unavailable fails the check instead of hanging; records
@@ -887,7 +897,12 @@ mod tests {
         assert_eq!(parse("1").unwrap(), 1);
         let e = parse("0").unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
-        assert!(e.to_string().contains("--records"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("'0' for '--records <RECORDS>': at least 1 record is needed"),
+            "{e}"
+        );
+        assert!(parse("x").is_err());
     }
 
     #[test]
