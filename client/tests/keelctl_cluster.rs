@@ -1300,3 +1300,26 @@ fn metadata_log_after_compaction_keeps_states_and_names() {
         stderr(&out)
     );
 }
+
+/// `config describe --broker N --all` asks broker N itself (as kafka-configs
+/// --bootstrap-server does): a key its own settings set shows that value as
+/// STATIC_BROKER_CONFIG. A fresh user read `min.insync.replicas 1 DEFAULT_CONFIG` from the
+/// controllers for a broker whose file set 2 (and which enforced 2).
+#[test]
+fn config_describe_of_a_broker_shows_its_own_settings() {
+    let f = Fixture::fresh();
+    f.cluster_up_env(&[("KEEL_MIN_INSYNC_REPLICAS", "2")]);
+    let rows = f.json(&["--json", "config", "describe", "--broker", "1", "--all"]);
+    let min_isr = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "min.insync.replicas")
+        .unwrap_or_else(|| panic!("{rows}"))
+        .clone();
+    assert_eq!(min_isr["value"], "2", "{min_isr}");
+    assert_eq!(min_isr["source"], "STATIC_BROKER_CONFIG", "{min_isr}");
+    // An unregistered broker is refused, naming it.
+    let err = f.fails(&["config", "describe", "--broker", "999"]);
+    assert!(err.contains("broker 999"), "{err}");
+}
