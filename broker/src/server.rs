@@ -193,6 +193,7 @@ pub async fn serve(
             timing.request_timeout,
         ),
         offsets_topic_creation: Default::default(),
+        static_configs: std::sync::Arc::new(crate::kafka::admin::static_broker_configs(&config)),
     };
     // Both listeners stop when the lifecycle ends (the controlled shutdown is over).
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -212,7 +213,7 @@ pub async fn serve(
             status: grpc.status.clone(),
             replicas: replicas.clone(),
             controller: grpc.controller.clone(),
-            static_configs: crate::kafka::admin::static_broker_configs(&config),
+            static_configs: grpc.static_configs.as_ref().clone(),
             auto_create_topics: config.auto_create_topics_enable,
             groups,
             offsets_topic_creation: grpc.offsets_topic_creation.clone(),
@@ -596,6 +597,8 @@ struct BrokerGrpc {
     /// share the forwarder and the throttle).
     controller: crate::kafka::forwarder::ControllerForwarder,
     offsets_topic_creation: std::sync::Arc<crate::kafka::context::OffsetsTopicCreation>,
+    /// This broker's file values that stand in for Kafka's defaults (DescribeConfigs).
+    static_configs: std::sync::Arc<Vec<crate::kafka::convert::admin::StaticBrokerConfig>>,
 }
 
 /// INVALID_REQUEST (42) carrying the bound violation (`field: problem`).
@@ -765,6 +768,40 @@ impl BrokerService for BrokerGrpc {
                 .init_producer_id(request.get_ref(), epoch)
                 .await,
         ))
+    }
+
+    async fn describe_configs(
+        &self,
+        request: Request<keel_proto::controller::DescribeConfigsRequest>,
+    ) -> Result<Response<keel_proto::controller::DescribeConfigsReply>, Status> {
+        // The controller checks the request's bounds and answers its errors; this broker
+        // only puts its own file values in.
+        let req = request.into_inner();
+        let reply = self
+            .controller
+            .call(req.clone(), None, |mut c, r| async move {
+                c.describe_configs(r).await
+            })
+            .await;
+        Ok(Response::new(match reply {
+            Ok(mut reply) => {
+                crate::kafka::convert::admin::overlay_static_configs(
+                    &req,
+                    &mut reply,
+                    self.broker_id,
+                    &self.static_configs,
+                );
+                reply
+            }
+            Err(f) => keel_proto::controller::DescribeConfigsReply {
+                error: Some(
+                    ErrorCode::try_from(f.code)
+                        .unwrap_or(ErrorCode::UnknownServerError)
+                        .to_proto(f.message),
+                ),
+                ..Default::default()
+            },
+        }))
     }
 
     async fn describe_replicas(

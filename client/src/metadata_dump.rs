@@ -91,6 +91,13 @@ pub fn resolve(path: &Path) -> Result<Target, String> {
             snapshots: Some(path.to_path_buf()),
             ..Target::default()
         }
+    } else if path.file_name().is_some_and(|n| n == "snapshots") {
+        // A controller's snapshots/ before its first snapshot: nothing to show, and that is
+        // what to say (not "not a metadata log").
+        return Err(format!(
+            "{}: holds no snapshot yet (a controller writes its first after              metadata_snapshot_max_entries entries); dump its raft/ directory or the              metadata_log_dir for the log",
+            path.display()
+        ));
     } else {
         return Err(format!(
             "{}: not a controller's metadata log: give its metadata_log_dir (holding raft/ and \
@@ -200,10 +207,12 @@ pub fn dump(
     }
     // The newest snapshot seeds the partition states when the log does not start at 1.
     let mut newest: Option<(u64, Vec<MetadataRecord>)> = None;
+    let mut newest_index: Option<u64> = None;
     if let Some(dir) = &target.snapshots {
         for (_, path) in snapshot_files(dir)? {
             let snap = read_snapshot(&path)?;
             snapshot_header(&path, &snap.header, json, sink);
+            newest_index = Some(snap.header.provenance.offset);
             newest = Some((snap.header.provenance.offset, snap.records));
         }
     }
@@ -225,7 +234,9 @@ pub fn dump(
         seed: newest,
         seeded_through: None,
         started: false,
+        last: None,
     };
+    let mut whole = target.segment.is_none() && filter.to.is_none();
     for (base, path) in log.segments() {
         if target.segment.as_ref().is_some_and(|s| s != path) {
             continue;
@@ -251,7 +262,26 @@ pub fn dump(
             !stop
         })?;
         if stop {
+            whole = false;
             break;
+        }
+    }
+    // What the controller checks at start (keel_metadata_log::store::open_checked) on the
+    // whole directory: a log that ends below its committed offset lost flushed entries.
+    if whole && target.snapshots.is_some() {
+        let state = keel_metadata_log::store::log_store::StoredState {
+            has_vote: meta.vote.is_some(),
+            last_purged_index: meta.last_purged.map(|(_, i)| i),
+            last_entry_term: replay.last.map_or(0, |(_, t)| t),
+            last_entry_index: replay.last.map(|(i, _)| i),
+            committed_index: meta.committed.map(|(_, i)| i),
+        };
+        if let Some(problem) = keel_metadata_log::store::inconsistency(&state, newest_index) {
+            summary.damaged += 1;
+            sink.warn(format!(
+                "{}: {problem} (the controller refuses to start on this)",
+                raft.display()
+            ));
         }
     }
     Ok(summary)
@@ -268,6 +298,8 @@ struct Replay {
     seeded_through: Option<u64>,
     /// Whether an entry was seen.
     started: bool,
+    /// Index and term of the last whole entry read.
+    last: Option<(u64, u64)>,
 }
 
 impl Replay {
@@ -330,6 +362,7 @@ fn entry_item(
                 return;
             }
             summary.saw(index);
+            replay.last = Some((index, term));
             let mut tracker = replay.tracker_for(index);
             let tracker = tracker.get();
             match kind {

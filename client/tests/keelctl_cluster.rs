@@ -442,6 +442,42 @@ fn metadata_dump_reads_a_stopped_controller(f: &Fixture) {
         )) && err.contains("a later write (byte "),
         "{err}"
     );
+    // The whole directory copied with the second half of the newest segment cut: the
+    // entries left read (the cut one is a torn tail), but the log now ends below the
+    // committed offset the node saved, which the controller refuses at start: so does the
+    // dump (exit 1), naming the cause (it reported a torn tail and exit 0 before).
+    let whole = tempfile::tempdir().unwrap();
+    for sub in ["raft", "snapshots"] {
+        let to = whole.path().join(sub);
+        std::fs::create_dir_all(&to).unwrap();
+        for e in std::fs::read_dir(format!("{dir}/{sub}")).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_file() {
+                std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+            }
+        }
+    }
+    let newest = std::fs::read_dir(whole.path().join("raft"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .max()
+        .unwrap();
+    let len = std::fs::metadata(&newest).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&newest)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let out = keelctl(&["metadata", "dump", "--dir", whole.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("was committed, but the log ends at"),
+        "{}",
+        stderr(&out)
+    );
+
     // A path that is no metadata log is a usage error naming what to give.
     let out = keelctl(&["metadata", "dump", "--dir", &f.data_dir()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
@@ -1244,4 +1280,138 @@ fn dynamic_configs_apply_without_a_restart(f: &Fixture) {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let out = f.run(&["config", "alter", "--topic", "sized"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}
+
+/// `metadata log` after the controllers compacted their log into snapshots (one every 20
+/// entries here; the active controller's NoOpRecords alone make one every ~10 s): every
+/// partition record still in the log shows its resulting state (the log starts right after
+/// the newest snapshot, which seeds the states), a topic deleted after its TopicRecord was
+/// compacted into the snapshot keeps its name and can be asked for by name, and a range below the log start
+/// is warned about. Found by a fresh user: records between the log start and a newer
+/// snapshot printed no state, and the deleted topic showed only its id.
+#[test]
+fn metadata_log_after_compaction_keeps_states_and_names() {
+    let f = Fixture::fresh();
+    f.cluster_up_env(&[("KEEL_METADATA_SNAPSHOT_MAX_ENTRIES", "20")]);
+    let ok = |args: &[&str]| {
+        let out = f.run(args);
+        assert!(
+            out.status.success(),
+            "keelctl {args:?}: {}\n{}",
+            stderr(&out),
+            f.logs()
+        );
+        out
+    };
+    ok(&["topic", "create", "gone", "--replication-factor", "3"]);
+    ok(&[
+        "topic",
+        "create",
+        "hist",
+        "--replica-assignment",
+        "1:2:3",
+        "--config",
+        "min.insync.replicas=1",
+    ]);
+    // Shrink the ISR (an operator AlterPartition); the leader adds broker 3 back once it
+    // is caught up: PartitionChangeRecords.
+    ok(&[
+        "partition",
+        "alter-isr",
+        "--topic",
+        "hist",
+        "--partition",
+        "0",
+        "--isr",
+        "1,2",
+    ]);
+    // `metadata log --json` prints one object per line.
+    let records = |args: &[&str]| -> Vec<Value> {
+        let out = ok(args);
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let gone_created = records(&["--json", "metadata", "log", "--topic", "gone"])[0]["offset"]
+        .as_i64()
+        .unwrap();
+    // Wait until the log starts past every record of both topics' creation.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let q = f.json(&["--json", "quorum", "status"]);
+        let start = q["log_start_offset"].as_i64().unwrap();
+        if start > gone_created + 10 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no compaction past offset {gone_created}: {q}\n{}",
+            f.logs()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    // Deleted once its TopicRecord is only in the snapshot.
+    ok(&["topic", "delete", "gone"]);
+    // More partition changes after the compaction (the leader re-adds broker 3).
+    ok(&[
+        "partition",
+        "alter-isr",
+        "--topic",
+        "hist",
+        "--partition",
+        "0",
+        "--isr",
+        "1,3",
+    ]);
+    let changes = records(&[
+        "--json",
+        "metadata",
+        "log",
+        "--type",
+        "PartitionChangeRecord",
+    ]);
+    assert!(!changes.is_empty());
+    assert!(
+        changes
+            .iter()
+            .all(|r| r["partition_state"]["leader_epoch"].is_i64()),
+        "a change without its state: {changes:?}"
+    );
+    let gone = records(&["--json", "metadata", "log", "--topic", "gone"]);
+    assert!(
+        gone.iter()
+            .any(|r| r["record_type"] == "RemoveTopicRecord" && r["topic"] == "gone"),
+        "{gone:?}"
+    );
+    let out = f.run(&["metadata", "log", "--from", "1", "--to", "3"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("were compacted into the snapshot ending at offset"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// `config describe --broker N --all` asks broker N itself (as kafka-configs
+/// --bootstrap-server does): a key its own settings set shows that value as
+/// STATIC_BROKER_CONFIG. A fresh user read `min.insync.replicas 1 DEFAULT_CONFIG` from the
+/// controllers for a broker whose file set 2 (and which enforced 2).
+#[test]
+fn config_describe_of_a_broker_shows_its_own_settings() {
+    let f = Fixture::fresh();
+    f.cluster_up_env(&[("KEEL_MIN_INSYNC_REPLICAS", "2")]);
+    let rows = f.json(&["--json", "config", "describe", "--broker", "1", "--all"]);
+    let min_isr = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "min.insync.replicas")
+        .unwrap_or_else(|| panic!("{rows}"))
+        .clone();
+    assert_eq!(min_isr["value"], "2", "{min_isr}");
+    assert_eq!(min_isr["source"], "STATIC_BROKER_CONFIG", "{min_isr}");
+    // An unregistered broker is refused, naming it.
+    let err = f.fails(&["config", "describe", "--broker", "999"]);
+    assert!(err.contains("broker 999"), "{err}");
 }

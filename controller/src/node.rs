@@ -136,9 +136,16 @@ pub fn raft_config(c: &ControllerConfig) -> openraft::Config {
         // Heartbeats keep a follower's lease; a vote during it is refused (no disruption by
         // a partitioned node rejoining).
         snapshot_policy: SnapshotPolicy::LogsSinceLast(c.metadata_snapshot_max_entries),
-        // Keep half a snapshot interval of log after each snapshot: a follower that is a
-        // little behind catches up from the log; one further behind gets the snapshot.
-        max_in_snapshot_log_to_keep: c.metadata_snapshot_max_entries / 2,
+        // The log starts right after the newest snapshot once it is durable, as Kafka's
+        // KRaft log does (KafkaMetadataLog.deleteBeforeSnapshot moves the log start offset to
+        // the latest snapshot's end): every record still in the log then follows the
+        // snapshot, so a reader (`keelctl metadata log`) seeds its state from that snapshot
+        // and derives the exact state after each record. With half an interval kept (as
+        // before), records between the log start and the snapshot had no state to start
+        // from. A follower that is behind still catches up from the log while a replication
+        // stream reads it (openraft keeps logs in use by replication); one further behind gets
+        // the snapshot, as a Kafka follower fetches one (FetchSnapshot).
+        max_in_snapshot_log_to_keep: 0,
         snapshot_max_chunk_size: 4 * 1024 * 1024,
         max_payload_entries: 256,
         install_snapshot_timeout: 2000,

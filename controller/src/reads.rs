@@ -124,8 +124,13 @@ async fn read_entries(
 }
 
 /// `ReadMetadataLog`: decoded committed records in `[from, to)` with filters.
+///
+/// Topic names: from the current image, else (a deleted topic) from its TopicRecord in the
+/// scanned range or in the newest snapshot in `snapshot_dir` (which holds every topic that
+/// existed at the log start: the log starts right after it).
 pub async fn read_metadata_log(
     node: &RaftNode,
+    snapshot_dir: &std::path::Path,
     req: ReadMetadataLogRequest,
 ) -> ReadMetadataLogReply {
     let hint = leader_hint(node);
@@ -165,7 +170,17 @@ pub async fn read_metadata_log(
         n => n.min(DEFAULT_MAX_RECORDS),
     };
     let image = node.images.borrow().clone();
-    let mut filter = RecordFilter::new(&req, &image);
+    // Names of topics deleted since the newest snapshot, read from it only when needed: a
+    // topic filter naming no current topic, or a record about a topic the image lacks.
+    let compacted = log_start_offset(node) > 1;
+    let mut snapshot_names: Option<std::collections::HashMap<uuid::Uuid, String>> = None;
+    if compacted
+        && !req.topic_name.is_empty()
+        && image.topics().get_by_name(&req.topic_name).is_none()
+    {
+        snapshot_names = Some(snapshot_topic_names(snapshot_dir).await);
+    }
+    let mut filter = RecordFilter::new(&req, &image, snapshot_names.as_ref());
     let mut offset = from;
     'scan: while offset <= to_inclusive {
         let end = (offset + ENTRIES_PER_READ - 1).min(to_inclusive);
@@ -207,7 +222,67 @@ pub async fn read_metadata_log(
     if reply.next_offset == 0 {
         reply.next_offset = offset as i64;
     }
+    let unnamed = |r: &MetadataLogRecord| {
+        r.topic_name.is_empty() && r.record.as_ref().and_then(record_topic_id).is_some()
+    };
+    if compacted && reply.records.iter().any(unnamed) {
+        let names = match snapshot_names {
+            Some(n) => n,
+            None => snapshot_topic_names(snapshot_dir).await,
+        };
+        // TopicRecords in the range name their ids too (a topic created and deleted after
+        // the snapshot).
+        let mut names = names;
+        for r in &reply.records {
+            if let Some(Record::Topic(t)) = r.record.as_ref().and_then(|m| m.record.as_ref())
+                && let Some(id) = r.record.as_ref().and_then(record_topic_id)
+            {
+                names.insert(id, t.name.clone());
+            }
+        }
+        for r in reply.records.iter_mut().filter(|r| unnamed(r)) {
+            if let Some(name) = r
+                .record
+                .as_ref()
+                .and_then(record_topic_id)
+                .and_then(|id| names.get(&id))
+            {
+                r.topic_name = name.clone();
+            }
+        }
+    }
     reply
+}
+
+/// Topic id -> name of the newest snapshot in `dir`; empty when there is none or it cannot be
+/// read (logged: names then stay unknown, the records are still served).
+async fn snapshot_topic_names(
+    dir: &std::path::Path,
+) -> std::collections::HashMap<uuid::Uuid, String> {
+    let dir = dir.to_path_buf();
+    let read =
+        tokio::task::spawn_blocking(move || read_newest_snapshot(&dir).map_err(|e| e.to_string()))
+            .await;
+    let snapshot = match read {
+        Ok(Ok(Some(s))) => s,
+        Ok(Ok(None)) => return Default::default(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "reading the newest snapshot for topic names");
+            return Default::default();
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the newest snapshot for topic names");
+            return Default::default();
+        }
+    };
+    snapshot
+        .records
+        .iter()
+        .filter_map(|r| match &r.record {
+            Some(Record::Topic(t)) => record_topic_id(r).map(|id| (id, t.name.clone())),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Checks a ReadMetadataLog request against the log's bounds (`log_start`: first offset
@@ -279,12 +354,27 @@ struct RecordFilter<'a> {
 }
 
 impl<'a> RecordFilter<'a> {
-    fn new(req: &'a ReadMetadataLogRequest, image: &MetadataImage) -> Self {
+    /// `snapshot_names`: id -> name of the newest snapshot's topics, when read (a deleted
+    /// topic's id is known only there once its TopicRecord was compacted).
+    fn new(
+        req: &'a ReadMetadataLogRequest,
+        image: &MetadataImage,
+        snapshot_names: Option<&std::collections::HashMap<uuid::Uuid, String>>,
+    ) -> Self {
         let mut topic_ids = HashSet::new();
         if !req.topic_name.is_empty()
             && let Some(t) = image.topics().get_by_name(&req.topic_name)
         {
             topic_ids.insert(t.id);
+        }
+        if !req.topic_name.is_empty() {
+            topic_ids.extend(
+                snapshot_names
+                    .into_iter()
+                    .flatten()
+                    .filter(|(_, n)| **n == req.topic_name)
+                    .map(|(id, _)| *id),
+            );
         }
         RecordFilter {
             types: req.record_types.iter().map(String::as_str).collect(),

@@ -653,7 +653,7 @@ impl ControllerService for ControllerGrpc {
             }));
         }
         Ok(Response::new(
-            reads::read_metadata_log(&self.node, request.into_inner()).await,
+            reads::read_metadata_log(&self.node, &self.snapshot_dir, request.into_inner()).await,
         ))
     }
 }

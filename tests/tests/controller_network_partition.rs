@@ -219,18 +219,20 @@ async fn term_of(q: &Quorum, id: u64) -> i64 {
         .term
 }
 
-/// A follower cut off from its peers for several election timeouts (each a campaign with a
-/// higher term without pre-vote) keeps its term, and after the heal the same leader goes on
+/// A follower cut off from its peers for 20 s (dozens of election timeouts, each a campaign
+/// with a higher term without pre-vote) keeps its term, and after the heal the same leader goes on
 /// in the same term: without pre-vote the rejoining node's term deposed it (issue #24).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn isolated_follower_rejoins_without_deposing_the_leader() {
-    for fault in [Fault::Cut, Fault::Drop] {
+    // Issue #24 asks for a 20 s partition: that long for links that reset, 4 s (several
+    // election timeouts) for links that drop silently.
+    for (fault, cut_for) in [(Fault::Cut, 20), (Fault::Drop, 4)] {
         let (q, links) = Quorum::start_proxied(3).await;
         let leader = q.wait_leader(Duration::from_secs(5)).await;
         let term = term_of(&q, leader).await;
         let follower = q.ids().into_iter().find(|i| *i != leader).unwrap();
         links.isolate(follower, fault);
-        tokio::time::sleep(Duration::from_secs(4)).await;
+        tokio::time::sleep(Duration::from_secs(cut_for)).await;
         let isolated_term = term_of(&q, follower).await;
         links.heal();
         // Writes go on through the heal, and the follower catches up.

@@ -85,6 +85,29 @@ impl AdminConfig {
     }
 }
 
+/// The DescribeConfigs request for `targets` and `keys` (empty: every key), as the
+/// controllers and (`BrokerService.DescribeConfigs`) the brokers take it.
+pub fn describe_configs_request(
+    targets: &[ConfigTarget],
+    keys: &[String],
+) -> DescribeConfigsRequest {
+    DescribeConfigsRequest {
+        resources: targets
+            .iter()
+            .map(|t| {
+                let (ty, name) = t.wire();
+                DescribeConfigsResource {
+                    resource_type: ty as i32,
+                    resource_name: name,
+                    configuration_keys: keys.to_vec(),
+                }
+            })
+            .collect(),
+        include_synonyms: false,
+        include_documentation: false,
+    }
+}
+
 /// A topic to create.
 #[derive(Debug, Clone, Default)]
 pub struct NewTopic {
@@ -122,7 +145,8 @@ impl ConfigTarget {
         }
     }
 
-    fn describe(&self) -> String {
+    /// `topic "t"`, `broker 1`, `cluster`.
+    pub fn describe(&self) -> String {
         match self {
             ConfigTarget::Topic(t) => format!("topic {t:?}"),
             ConfigTarget::Broker(b) => format!("broker {b}"),
@@ -715,21 +739,7 @@ impl Admin {
         targets: &[ConfigTarget],
         keys: &[String],
     ) -> Result<Vec<DescribeConfigsResult>> {
-        let req = DescribeConfigsRequest {
-            resources: targets
-                .iter()
-                .map(|t| {
-                    let (ty, name) = t.wire();
-                    DescribeConfigsResource {
-                        resource_type: ty as i32,
-                        resource_name: name,
-                        configuration_keys: keys.to_vec(),
-                    }
-                })
-                .collect(),
-            include_synonyms: false,
-            include_documentation: false,
-        };
+        let req = describe_configs_request(targets, keys);
         let reply = self
             .call(false, |mut c| {
                 let req = req.clone();

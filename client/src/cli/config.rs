@@ -287,11 +287,33 @@ pub(super) fn parse_delete(items: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// The effective configs of `target`, as rows (all keys).
-async fn rows(admin: &Admin, target: &ConfigTarget) -> Result<Vec<ConfigRow>, CliError> {
-    let results = admin
-        .describe_configs(std::slice::from_ref(target), &[])
-        .await?;
+/// The effective configs of `target`, as rows (all keys). With `ask_broker` a broker is
+/// asked itself (as `kafka-configs --bootstrap-server` does), so the values of its own file
+/// show (STATIC_BROKER_CONFIG); when it does not answer, the controllers' view is shown with
+/// a warning. Without it (right after an alter, which the broker may not have applied yet)
+/// the controllers answer.
+async fn rows(
+    ctx: &Ctx,
+    admin: &Admin,
+    target: &ConfigTarget,
+    ask_broker: bool,
+) -> Result<Vec<ConfigRow>, CliError> {
+    let results = match target {
+        ConfigTarget::Broker(id) if ask_broker => match from_broker(ctx, admin, *id, target).await?
+        {
+            Some(results) => results,
+            None => {
+                admin
+                    .describe_configs(std::slice::from_ref(target), &[])
+                    .await?
+            }
+        },
+        _ => {
+            admin
+                .describe_configs(std::slice::from_ref(target), &[])
+                .await?
+        }
+    };
     Ok(results
         .iter()
         .flat_map(|r| &r.configs)
@@ -301,6 +323,55 @@ async fn rows(admin: &Admin, target: &ConfigTarget) -> Result<Vec<ConfigRow>, Cl
             source: source_name(e.config_source),
         })
         .collect())
+}
+
+/// DescribeConfigs of broker `id`'s own resource asked of that broker; `None` (with a
+/// warning) when it does not answer. Errors: the broker is not registered, or it answered
+/// with an error.
+async fn from_broker(
+    ctx: &Ctx,
+    admin: &Admin,
+    id: i32,
+    target: &ConfigTarget,
+) -> Result<Option<Vec<keel_proto::controller::DescribeConfigsResult>>, CliError> {
+    let cluster = admin.describe_cluster().await?;
+    let Some(addr) = cluster
+        .brokers
+        .iter()
+        .find(|b| b.broker_id == id)
+        .and_then(|b| b.endpoints.first())
+        .map(|e| format!("{}:{}", e.host, e.port))
+    else {
+        return Err(CliError::new(format!(
+            "broker {id} is not registered (see `keelctl broker list`)"
+        )));
+    };
+    let req = crate::admin::describe_configs_request(std::slice::from_ref(target), &[]);
+    let reply = match ctx.brokers(vec![addr.clone()]).client_for(&addr) {
+        Ok(mut c) => c.describe_configs(req).await.map(|r| r.into_inner()),
+        Err(e) => {
+            tracing::warn!("{e}");
+            return Ok(None);
+        }
+    };
+    let reply = match reply {
+        Ok(r) => r,
+        Err(status) => {
+            tracing::warn!(
+                "broker {id} does not answer ({}): showing the controllers' view, without the \
+                 values of the broker's own file",
+                crate::rpc_error::status_line(&addr, crate::rpc_error::Api::Broker, &status)
+            );
+            return Ok(None);
+        }
+    };
+    crate::admin::AdminError::check(reply.error.as_ref(), || {
+        format!("describe configs of broker {id}")
+    })?;
+    for r in &reply.results {
+        crate::admin::AdminError::check(r.error.as_ref(), || target.describe())?;
+    }
+    Ok(Some(reply.results))
 }
 
 /// The table of configs (pure): name, value (`null` when unset) and source.
@@ -338,7 +409,7 @@ pub(super) async fn run(c: ConfigCommand, ctx: &Ctx) -> CliResult {
                 Selection::One(target) => target,
                 every => return describe_every(ctx, &admin, &every, a.all).await,
             };
-            let mut rows = rows(&admin, &target).await?;
+            let mut rows = rows(ctx, &admin, &target, true).await?;
             if !a.all {
                 let own = own_source(&target);
                 rows.retain(|r| r.source == own);
@@ -375,7 +446,7 @@ pub(super) async fn alter(
     admin
         .alter_configs(target, set, delete, validate_only)
         .await?;
-    let mut rows = rows(&admin, target).await?;
+    let mut rows = rows(ctx, &admin, target, false).await?;
     if !all {
         let own = own_source(target);
         rows.retain(|r| r.source == own);
@@ -429,11 +500,20 @@ struct ResourceConfigs {
 async fn describe_every(ctx: &Ctx, admin: &Admin, every: &Selection, all: bool) -> CliResult {
     let image = admin.metadata_image().await?;
     let targets = every_target(&image, every);
-    let results = if targets.is_empty() {
+    let mut results = if targets.is_empty() {
         Vec::new()
     } else {
         admin.describe_configs(&targets, &[]).await?
     };
+    // Each broker as it applies its configs (its own file's values), as `describe --broker`.
+    for (target, result) in targets.iter().zip(results.iter_mut()) {
+        if let ConfigTarget::Broker(id) = target
+            && let Some(mut own) = from_broker(ctx, admin, *id, target).await?
+            && !own.is_empty()
+        {
+            *result = own.swap_remove(0);
+        }
+    }
     let mut out = Vec::with_capacity(targets.len());
     for (target, result) in targets.iter().zip(&results) {
         let own = own_source(target);

@@ -222,6 +222,11 @@ async fn log(a: LogArgs, ctx: &Ctx, admin: &Admin) -> CliResult {
                 max_wait_ms: if a.follow { 5_000 } else { 0 },
             })
             .await?;
+        if first_page
+            && let Some(text) = compacted_range_warning(a.from, a.to, reply.log_start_offset)
+        {
+            tracing::warn!("{text}");
+        }
         if first_page && plan.from_start && reply.log_start_offset > 1 {
             // The log was compacted: the topic's PartitionRecords may only be in the
             // snapshot, so start the partition states from it.
@@ -262,6 +267,26 @@ async fn log(a: LogArgs, ctx: &Ctx, admin: &Admin) -> CliResult {
         }
         offset = next;
     }
+}
+
+/// The warning for a `--from`/`--to` range that reaches below `log_start` (those records
+/// were compacted into the snapshot ending at `log_start - 1`), `None` when it does not
+/// (pure). `from` 0 means "from the log start" and is never warned about.
+fn compacted_range_warning(from: i64, to: Option<i64>, log_start: i64) -> Option<String> {
+    let asked_below = (from > 0 && from < log_start) || to.is_some_and(|t| t <= log_start);
+    (log_start > 1 && asked_below).then(|| {
+        format!(
+            "offsets below {log_start} were compacted into the snapshot ending at offset {} \
+             and are not in the log{}: `keelctl metadata image` shows the state there, \
+             `keelctl metadata dump --dir` reads a stopped controller's snapshot",
+            log_start - 1,
+            if to.is_some_and(|t| t <= log_start) {
+                " (nothing of the range is left to show)"
+            } else {
+                ""
+            }
+        )
+    })
 }
 
 /// Tells a `--follow` reader when the quorum has no active controller (nothing new can be
@@ -417,10 +442,17 @@ fn dump(a: DumpArgs, ctx: &Ctx) -> CliResult {
     if !ctx.json {
         outln!("{}", metadata_dump::summary_line(&summary));
     }
+    if let Some(topic) = &filter.topic
+        && summary.shown == 0
+    {
+        tracing::warn!(
+            "no record in these files is about topic {topic:?} (a topic only in a snapshot has \
+             no log records: `--dir` on the snapshot file prints its records)"
+        );
+    }
     if summary.damaged > 0 {
         return Err(CliError::new(format!(
-            "{} damaged segment(s), see above: a controller would refuse to start on this \
-             directory",
+            "{} problem(s), see above: a controller would refuse to start on this directory",
             summary.damaged
         )));
     }
@@ -469,6 +501,21 @@ mod tests {
         );
         assert!(check_topic_filter(Some("t")).is_ok());
         assert!(check_topic_filter(None).is_ok());
+    }
+
+    #[test]
+    fn a_range_below_the_log_start_is_warned_about() {
+        assert_eq!(compacted_range_warning(0, None, 100), None);
+        assert_eq!(compacted_range_warning(100, None, 100), None);
+        assert_eq!(compacted_range_warning(5, None, 1), None);
+        let w = compacted_range_warning(5, None, 100).unwrap();
+        assert!(
+            w.starts_with("offsets below 100 were compacted into the snapshot ending at offset 99"),
+            "{w}"
+        );
+        assert!(!w.contains("nothing of the range"), "{w}");
+        let w = compacted_range_warning(5, Some(30), 100).unwrap();
+        assert!(w.contains("nothing of the range is left to show"), "{w}");
     }
 
     #[test]

@@ -207,6 +207,22 @@ pub fn inconsistency(raft: &log_store::StoredState, snapshot_index: Option<u64>)
             ));
         }
     }
+    // A purge point without the snapshot that covers it first: the more specific cause
+    // (snapshots/ deleted) when the log also ends below its committed offset.
+    let purge_problem = match (raft.last_purged_index, snapshot_index) {
+        (Some(purged), None) => Some(format!(
+            "the log was purged through offset {purged} but snapshots/ holds no snapshot \
+             (was snapshots/ deleted?)"
+        )),
+        (Some(purged), Some(index)) if index < purged => Some(format!(
+            "the log was purged through offset {purged} but the newest snapshot in snapshots/ \
+             ends at offset {index}"
+        )),
+        _ => None,
+    };
+    if purge_problem.is_some() {
+        return purge_problem;
+    }
     // The committed index reaches disk only after the entries up to it were flushed, so a
     // log (and snapshot) ending below it lost flushed entries: a deleted or cut segment.
     if let Some(committed) = raft.committed_index {
@@ -220,17 +236,7 @@ pub fn inconsistency(raft: &log_store::StoredState, snapshot_index: Option<u64>)
             ));
         }
     }
-    match (raft.last_purged_index, snapshot_index) {
-        (Some(purged), None) => Some(format!(
-            "the log was purged through offset {purged} but snapshots/ holds no snapshot \
-             (was snapshots/ deleted?)"
-        )),
-        (Some(purged), Some(index)) if index < purged => Some(format!(
-            "the log was purged through offset {purged} but the newest snapshot in snapshots/ \
-             ends at offset {index}"
-        )),
-        _ => None,
-    }
+    None
 }
 
 #[cfg(test)]

@@ -602,6 +602,60 @@ pub fn describe_configs_response(
     DescribeConfigsResponse::default().with_results(results)
 }
 
+/// The controller's DescribeConfigs `reply` to `req` as broker `self_id` applies it (the
+/// gRPC `BrokerService.DescribeConfigs`; [`describe_configs_response`] does the same on
+/// Kafka's types for the Kafka listener): for TOPIC resources and this broker's own BROKER
+/// resource, a key whose value is Kafka's default but which the broker's file sets
+/// (`statics`) gets that value with source STATIC_BROKER_CONFIG, and with
+/// `include_synonyms` the replaced default becomes its first lower-precedence synonym.
+/// Results with an error, other brokers and the cluster default are left as they are.
+pub fn overlay_static_configs(
+    req: &ctl::DescribeConfigsRequest,
+    reply: &mut ctl::DescribeConfigsReply,
+    self_id: i32,
+    statics: &[StaticBrokerConfig],
+) {
+    for (asked, result) in req.resources.iter().zip(reply.results.iter_mut()) {
+        if result.error.as_ref().is_some_and(|e| e.code != 0) {
+            continue;
+        }
+        let by_topic = asked.resource_type == i32::from(RESOURCE_TOPIC);
+        let own = asked.resource_type == i32::from(RESOURCE_BROKER)
+            && asked.resource_name == self_id.to_string();
+        if !by_topic && !own {
+            continue;
+        }
+        for c in &mut result.configs {
+            let stat = statics.iter().find(|s| {
+                c.name
+                    == if by_topic {
+                        s.topic_name
+                    } else {
+                        s.broker_name
+                    }
+            });
+            let Some(s) = stat else { continue };
+            if c.config_source != i32::from(CONFIG_SOURCE_DEFAULT)
+                || c.value.as_ref() == Some(&s.value)
+            {
+                continue;
+            }
+            let default = c.value.replace(s.value.clone());
+            c.config_source = i32::from(CONFIG_SOURCE_STATIC_BROKER);
+            if req.include_synonyms {
+                c.synonyms.insert(
+                    0,
+                    ctl::DescribeConfigsSynonym {
+                        name: s.broker_name.to_string(),
+                        value: default,
+                        source: i32::from(CONFIG_SOURCE_DEFAULT),
+                    },
+                );
+            }
+        }
+    }
+}
+
 /// One described key (see [`describe_configs_response`]).
 fn config_entry(
     c: ctl::DescribeConfigsEntry,

@@ -670,3 +670,66 @@ fn every_admin_response_encodes_at_every_served_version() {
         }
     }
 }
+
+#[test]
+fn grpc_describe_configs_puts_in_the_broker_file_values_for_topics_and_itself_only() {
+    let statics = vec![StaticBrokerConfig {
+        topic_name: "retention.ms",
+        broker_name: "log.retention.ms",
+        value: "1000".into(),
+    }];
+    let resource = |ty: i32, name: &str| ctl::DescribeConfigsResource {
+        resource_type: ty,
+        resource_name: name.into(),
+        configuration_keys: vec![],
+    };
+    let mut req = ctl::DescribeConfigsRequest {
+        resources: vec![resource(2, "t"), resource(4, "1"), resource(2, "t")],
+        include_synonyms: true,
+        include_documentation: false,
+    };
+    let mut reply = describe_configs_reply();
+    reply.results[2].error = Some(ErrorCode::UnknownTopicOrPartition.to_proto("gone"));
+    overlay_static_configs(&req, &mut reply, 1, &statics);
+    // The topic: the default retention.ms becomes the file's value, the default a synonym;
+    // a topic override (segment.bytes) and keys the file does not set are untouched.
+    let t = &reply.results[0].configs;
+    assert_eq!(t[0].value.as_deref(), Some("1000"));
+    assert_eq!(
+        t[0].config_source,
+        ctl::ConfigSource::StaticBrokerConfig as i32
+    );
+    assert_eq!(t[0].synonyms[0].value.as_deref(), Some("604800000"));
+    assert_eq!(
+        t[0].synonyms[0].source,
+        ctl::ConfigSource::DefaultConfig as i32
+    );
+    assert_eq!(t[1].value.as_deref(), Some("1000"));
+    assert_eq!(t[1].config_source, ctl::ConfigSource::TopicConfig as i32);
+    assert_eq!(t[2].config_source, ctl::ConfigSource::DefaultConfig as i32);
+    // This broker's own resource, by its broker-level key.
+    let b = &reply.results[1].configs[0];
+    assert_eq!(b.value.as_deref(), Some("1000"));
+    assert_eq!(
+        b.config_source,
+        ctl::ConfigSource::StaticBrokerConfig as i32
+    );
+    // A result with an error is left alone.
+    assert_eq!(
+        reply.results[2].configs[0].config_source,
+        ctl::ConfigSource::DefaultConfig as i32
+    );
+    // Another broker's resource: the controller's answer as it is.
+    req.resources[1].resource_name = "2".into();
+    let mut reply = describe_configs_reply();
+    overlay_static_configs(&req, &mut reply, 1, &statics);
+    assert_eq!(
+        reply.results[1].configs[0].value.as_deref(),
+        Some("604800000")
+    );
+    // Without include_synonyms no synonym is added.
+    req.include_synonyms = false;
+    let mut reply = describe_configs_reply();
+    overlay_static_configs(&req, &mut reply, 1, &statics);
+    assert_eq!(reply.results[0].configs[0].synonyms.len(), 1);
+}
