@@ -95,7 +95,9 @@ pub fn resolve(path: &Path) -> Result<Target, String> {
         // A controller's snapshots/ before its first snapshot: nothing to show, and that is
         // what to say (not "not a metadata log").
         return Err(format!(
-            "{}: holds no snapshot yet (a controller writes its first after              metadata_snapshot_max_entries entries); dump its raft/ directory or the              metadata_log_dir for the log",
+            "{}: holds no snapshot yet (a controller writes its first after \
+             metadata_snapshot_max_entries entries); dump its raft/ directory or the \
+             metadata_log_dir for the log",
             path.display()
         ));
     } else {

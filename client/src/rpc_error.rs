@@ -106,6 +106,12 @@ const TLS_HINTS: &[(&str, &str)] = &[
     ("Expired", "a certificate has expired"),
 ];
 
+/// Whether `text` (an error line) names a TLS failure of [`TLS_HINTS`]: a configuration
+/// mismatch that retrying cannot fix.
+pub fn is_tls_failure(text: &str) -> bool {
+    TLS_HINTS.iter().any(|(needle, _)| text.contains(needle))
+}
+
 /// `text` with the meaning of a TLS failure it names appended, if any ([`TLS_HINTS`]).
 pub fn explain_tls(text: String) -> String {
     match TLS_HINTS.iter().find(|(needle, _)| text.contains(needle)) {

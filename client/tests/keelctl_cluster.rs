@@ -1415,6 +1415,22 @@ fn config_describe_of_a_broker_shows_its_own_settings() {
         .clone();
     assert_eq!(min_isr["value"], "2", "{min_isr}");
     assert_eq!(min_isr["source"], "STATIC_BROKER_CONFIG", "{min_isr}");
+    // A topic as the brokers apply it (a broker is asked, as Kafka's admin client does).
+    let out = f.run(&["topic", "create", "one", "--replication-factor", "1"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rows = f.json(&["--json", "config", "describe", "--topic", "one", "--all"]);
+    let min_isr = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "min.insync.replicas")
+        .unwrap_or_else(|| panic!("{rows}"))
+        .clone();
+    assert_eq!(
+        (min_isr["value"].as_str(), min_isr["source"].as_str()),
+        (Some("2"), Some("STATIC_BROKER_CONFIG")),
+        "{min_isr}"
+    );
     // An unregistered broker is refused, naming it.
     let err = f.fails(&["config", "describe", "--broker", "999"]);
     assert!(err.contains("broker 999"), "{err}");

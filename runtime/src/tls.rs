@@ -74,10 +74,18 @@ impl HandshakeLog {
         let others = std::mem::take(&mut g.1);
         g.0 = Some(now);
         drop(g);
+        // A non-TLS first record is a plaintext client; anything else is a TLS client whose
+        // certificate or CA does not match.
+        let plaintext = cause.contains("InvalidContentType") || cause.contains("corrupt message");
         tracing::info!(
             %peer,
             others_since_last_line = others,
-            "TLS handshake failed, connection closed: {cause} (this listener serves TLS only)"
+            "TLS handshake failed, connection closed: {cause}{}",
+            if plaintext {
+                " (a plaintext client: this listener serves TLS only)"
+            } else {
+                ""
+            }
         );
     }
 }
@@ -330,6 +338,16 @@ impl TlsContext {
             None => None,
         };
         let config_err = |e: rustls::Error| TlsError::Config(e.to_string());
+        // A key that does not belong to its certificate names both files.
+        let identity_err = |e: rustls::Error| match &files.identity {
+            Some((cert, key)) => TlsError::Config(format!(
+                "tls_cert_file {} and tls_key_file {}: {e} (the key does not belong to the \
+                 certificate?)",
+                cert.display(),
+                key.display()
+            )),
+            None => TlsError::Config(e.to_string()),
+        };
         let client_builder = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(config_err)?
@@ -337,7 +355,7 @@ impl TlsContext {
         let mut client = match &identity {
             Some((chain, key)) => client_builder
                 .with_client_auth_cert(chain.clone(), key.clone_key())
-                .map_err(config_err)?,
+                .map_err(identity_err)?,
             None => client_builder.with_no_client_auth(),
         };
         client.alpn_protocols = vec![b"h2".to_vec()];
@@ -364,9 +382,7 @@ impl TlsContext {
                         )
                     }
                 };
-                let mut server = builder
-                    .with_single_cert(chain, key)
-                    .map_err(|e| TlsError::Config(format!("tls_cert_file/tls_key_file: {e}")))?;
+                let mut server = builder.with_single_cert(chain, key).map_err(identity_err)?;
                 server.alpn_protocols = vec![b"h2".to_vec()];
                 Some(Arc::new(server))
             }

@@ -49,6 +49,11 @@ pub enum AdminError {
     /// An RPC failed in a way retrying cannot fix (e.g. a reply above the size limit).
     #[error("controller RPC failed: {0}")]
     Rpc(String),
+    /// The TLS handshake failed for a reason retrying cannot fix (a CA or certificate that
+    /// does not match, TLS on one side only): reported at once, as Kafka's clients stop on an
+    /// `SslAuthenticationException`. The text names the address, the cause and what to do.
+    #[error("TLS handshake failed: {0}")]
+    Tls(String),
     /// A reply that breaks the API contract (unknown error code, missing item, ...).
     #[error("unexpected reply from the controller: {0}")]
     Protocol(String),

@@ -194,6 +194,8 @@ impl<T> Step<T> {
         let detail = rpc_error::status_line(addr, Api::Controller, status);
         if status.code() == tonic::Code::Unimplemented {
             Step::Unusable(detail)
+        } else if rpc_error::is_tls_failure(&detail) {
+            Step::Fatal(AdminError::Tls(detail))
         } else if rpc_error::retriable(status) {
             Step::Retry {
                 detail,
@@ -475,6 +477,9 @@ impl Admin {
             let budget = self.config.request_timeout.min(deadline - now);
             let mut cut_short_timeout = false;
             let step = match self.client(&addr, budget).await {
+                Err(detail) if rpc_error::is_tls_failure(&detail) => {
+                    Step::Fatal(AdminError::Tls(detail))
+                }
                 Err(detail) => Step::Retry {
                     detail,
                     maybe_applied: false,

@@ -298,17 +298,21 @@ async fn rows(
     target: &ConfigTarget,
     ask_broker: bool,
 ) -> Result<Vec<ConfigRow>, CliError> {
-    let results = match target {
-        ConfigTarget::Broker(id) if ask_broker => match from_broker(ctx, admin, *id, target).await?
-        {
-            Some(results) => results,
-            None => {
-                admin
-                    .describe_configs(std::slice::from_ref(target), &[])
-                    .await?
-            }
-        },
-        _ => {
+    let asked = match target {
+        ConfigTarget::Cluster => None,
+        _ if !ask_broker => None,
+        ConfigTarget::Broker(id) => Some(*id),
+        // A topic as a broker applies it (Kafka's admin client asks any broker): its file's
+        // values stand in for Kafka's defaults there.
+        ConfigTarget::Topic(_) => any_broker(admin).await?,
+    };
+    let from = match asked {
+        Some(id) => from_broker(ctx, admin, id, std::slice::from_ref(target)).await?,
+        None => None,
+    };
+    let results = match from {
+        Some(results) => results,
+        None => {
             admin
                 .describe_configs(std::slice::from_ref(target), &[])
                 .await?
@@ -325,14 +329,26 @@ async fn rows(
         .collect())
 }
 
-/// DescribeConfigs of broker `id`'s own resource asked of that broker; `None` (with a
-/// warning) when it does not answer. Errors: the broker is not registered, or it answered
-/// with an error.
+/// An unfenced registered broker to ask topic configs of (the lowest id); `None` when there
+/// is none.
+async fn any_broker(admin: &Admin) -> Result<Option<i32>, CliError> {
+    let cluster = admin.describe_cluster().await?;
+    Ok(cluster
+        .brokers
+        .iter()
+        .filter(|b| !b.fenced)
+        .map(|b| b.broker_id)
+        .min())
+}
+
+/// DescribeConfigs of `targets` asked of broker `id` (which puts in its own file's values);
+/// `None` (with a warning) when it does not answer. Errors: the broker is not registered, or
+/// it answered with an error.
 async fn from_broker(
     ctx: &Ctx,
     admin: &Admin,
     id: i32,
-    target: &ConfigTarget,
+    targets: &[ConfigTarget],
 ) -> Result<Option<Vec<keel_proto::controller::DescribeConfigsResult>>, CliError> {
     let cluster = admin.describe_cluster().await?;
     let Some(addr) = cluster
@@ -346,7 +362,7 @@ async fn from_broker(
             "broker {id} is not registered (see `keelctl broker list`)"
         )));
     };
-    let req = crate::admin::describe_configs_request(std::slice::from_ref(target), &[]);
+    let req = crate::admin::describe_configs_request(targets, &[]);
     let reply = match ctx.brokers(vec![addr.clone()]).client_for(&addr) {
         Ok(mut c) => c.describe_configs(req).await.map(|r| r.into_inner()),
         Err(e) => {
@@ -368,7 +384,7 @@ async fn from_broker(
     crate::admin::AdminError::check(reply.error.as_ref(), || {
         format!("describe configs of broker {id}")
     })?;
-    for r in &reply.results {
+    for (r, target) in reply.results.iter().zip(targets) {
         crate::admin::AdminError::check(r.error.as_ref(), || target.describe())?;
     }
     Ok(Some(reply.results))
@@ -505,13 +521,31 @@ async fn describe_every(ctx: &Ctx, admin: &Admin, every: &Selection, all: bool) 
     } else {
         admin.describe_configs(&targets, &[]).await?
     };
-    // Each broker as it applies its configs (its own file's values), as `describe --broker`.
+    // Each broker as it applies its configs (its own file's values), as `describe --broker`;
+    // the topics as one broker applies them, as `describe --topic`.
     for (target, result) in targets.iter().zip(results.iter_mut()) {
         if let ConfigTarget::Broker(id) = target
-            && let Some(mut own) = from_broker(ctx, admin, *id, target).await?
+            && let Some(mut own) =
+                from_broker(ctx, admin, *id, std::slice::from_ref(target)).await?
             && !own.is_empty()
         {
             *result = own.swap_remove(0);
+        }
+    }
+    let topics: Vec<(usize, ConfigTarget)> = targets
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| matches!(t, ConfigTarget::Topic(_)))
+        .map(|(i, t)| (i, t.clone()))
+        .collect();
+    if !topics.is_empty()
+        && let Some(id) = any_broker(admin).await?
+    {
+        let asked: Vec<ConfigTarget> = topics.iter().map(|(_, t)| t.clone()).collect();
+        if let Some(answers) = from_broker(ctx, admin, id, &asked).await? {
+            for ((i, _), answer) in topics.iter().zip(answers) {
+                results[*i] = answer;
+            }
         }
     }
     let mut out = Vec::with_capacity(targets.len());
