@@ -14,6 +14,7 @@
 //! - [`fs`]: durable replacement of a small file (temp file, fsync, rename, directory fsync);
 //! - [`clock`]: the monotonic clock decisions are timed by and the wall clock shown to people;
 //! - [`tls`]: TLS on gRPC listeners and channels (rustls), reloadable certificates;
+//! - [`principal`]: principals of client certificates (Kafka's mapping rules) and node identity;
 //! - [`describe`]: metric definitions (name, kind, unit, help, Kafka counterpart) that each
 //!   process registers at start-up.
 //!
@@ -29,6 +30,7 @@ pub mod describe;
 pub mod fs;
 pub mod logging;
 pub mod metrics_endpoint;
+pub mod principal;
 pub mod process;
 pub mod settings;
 pub mod tls;
