@@ -154,6 +154,12 @@ pub enum ReplayError {
         /// Id in the record.
         record: String,
     },
+    /// An ACL record is invalid, reuses an id, or removes an unknown id.
+    #[error("ACL record: {reason}")]
+    InvalidAcl {
+        /// What was wrong.
+        reason: String,
+    },
     /// An enum field holds a value this build does not know.
     #[error("{field} has unknown value {value}")]
     UnknownEnumValue {
@@ -195,6 +201,8 @@ pub struct MetadataDelta {
     configs: BTreeMap<ConfigResource, Option<BTreeMap<String, String>>>,
     next_producer_id: Option<i64>,
     cluster_id: Option<std::sync::Arc<str>>,
+    /// Changed ACLs; `None` = removed.
+    acls: BTreeMap<Uuid, Option<Arc<crate::acl::AclBinding>>>,
 }
 
 impl MetadataDelta {
@@ -210,6 +218,7 @@ impl MetadataDelta {
             configs: BTreeMap::new(),
             next_producer_id: None,
             cluster_id: None,
+            acls: BTreeMap::new(),
         }
     }
 
@@ -326,6 +335,36 @@ impl MetadataDelta {
                     }
                 }
             }
+            Record::AccessControlEntry(r) => {
+                let bad = |reason: String| ReplayError::InvalidAcl { reason };
+                let id = crate::acl::acl_id(&r.id)
+                    .ok_or_else(|| bad(format!("id is {} bytes, not 16", r.id.len())))?;
+                let binding =
+                    crate::acl::AclBinding::from_record(r).map_err(|e| bad(e.to_string()))?;
+                if self.acl(id).is_some() {
+                    return Err(bad(format!("id {id} is in use")));
+                }
+                self.acls.insert(id, Some(Arc::new(binding)));
+                Ok(())
+            }
+            Record::RemoveAccessControlEntry(r) => {
+                let bad = |reason: String| ReplayError::InvalidAcl { reason };
+                let id = crate::acl::acl_id(&r.id)
+                    .ok_or_else(|| bad(format!("id is {} bytes, not 16", r.id.len())))?;
+                if self.acl(id).is_none() {
+                    return Err(bad(format!("no ACL has id {id}")));
+                }
+                self.acls.insert(id, None);
+                Ok(())
+            }
+        }
+    }
+
+    /// The ACL with `id` as of the records replayed so far.
+    fn acl(&self, id: Uuid) -> Option<&crate::acl::AclBinding> {
+        match self.acls.get(&id) {
+            Some(changed) => changed.as_deref(),
+            None => self.base.acls.by_id().get(&id).map(|b| b.as_ref()),
         }
     }
 
@@ -649,6 +688,18 @@ impl MetadataDelta {
             configs,
             next_producer_id: self.next_producer_id.unwrap_or(base.next_producer_id),
             cluster_id: self.cluster_id.or(base.cluster_id),
+            acls: if self.acls.is_empty() {
+                base.acls
+            } else {
+                let mut m = base.acls.by_id().clone();
+                for (id, acl) in self.acls {
+                    match acl {
+                        Some(b) => m.insert(id, b),
+                        None => m.remove(&id),
+                    };
+                }
+                Arc::new(crate::acl::AclsImage::from_map(m))
+            },
         }
     }
 }

@@ -344,6 +344,8 @@ pub struct MetadataImage {
     pub(crate) next_producer_id: i64,
     /// The cluster id, once the bootstrap record is committed.
     pub(crate) cluster_id: Option<Arc<str>>,
+    /// The ACLs (#23).
+    pub(crate) acls: Arc<crate::acl::AclsImage>,
 }
 
 impl MetadataImage {
@@ -402,6 +404,11 @@ impl MetadataImage {
         self.cluster_id.as_deref()
     }
 
+    /// The ACLs ([`crate::acl`]).
+    pub fn acls(&self) -> &crate::acl::AclsImage {
+        &self.acls
+    }
+
     /// Next producer id to allocate (exclusive end of the last block handed out).
     pub fn next_producer_id(&self) -> i64 {
         self.next_producer_id
@@ -415,12 +422,14 @@ impl MetadataImage {
             && self.configs.is_empty()
             && self.next_producer_id == 0
             && self.cluster_id.is_none()
+            && self.acls.is_empty()
     }
 
     /// Writes the image as the records that rebuild it from the empty image: the cluster id,
     /// feature levels,
     /// broker registrations, then per topic its `TopicRecord`, `ConfigRecord`s and
-    /// `PartitionRecord`s, then cluster and broker configs, then the producer-id block.
+    /// `PartitionRecord`s, then cluster and broker configs, then the producer-id block, then
+    /// the ACLs by id.
     /// Provenance is not a record: snapshots carry it in their header.
     pub fn to_records(&self) -> Vec<MetadataRecord> {
         let mut out = Vec::with_capacity(
@@ -475,6 +484,9 @@ impl MetadataImage {
                 broker_epoch: -1,
                 next_producer_id: self.next_producer_id,
             }));
+        }
+        for (id, acl) in self.acls.by_id() {
+            push(Record::AccessControlEntry(acl.to_record(*id)));
         }
         out
     }
@@ -579,6 +591,8 @@ pub fn record_type_name(record: &MetadataRecord) -> &'static str {
         Some(Record::FeatureLevel(_)) => "FeatureLevelRecord",
         Some(Record::NoOp(_)) => "NoOpRecord",
         Some(Record::ClusterId(_)) => "ClusterIdRecord",
+        Some(Record::AccessControlEntry(_)) => "AccessControlEntryRecord",
+        Some(Record::RemoveAccessControlEntry(_)) => "RemoveAccessControlEntryRecord",
         None => "UnknownRecord",
     }
 }
@@ -597,6 +611,8 @@ pub const RECORD_TYPE_NAMES: &[&str] = &[
     "FeatureLevelRecord",
     "NoOpRecord",
     "ClusterIdRecord",
+    "AccessControlEntryRecord",
+    "RemoveAccessControlEntryRecord",
 ];
 
 /// The topic id a record is about, if any (topic, partition and removal records).

@@ -1,5 +1,7 @@
 //! `keel-metadata-log`: the `__cluster_metadata` log (DESIGN §3).
 //!
+//! - [`acl`]: ACL bindings, filters and the authorizer (Kafka's StandardAuthorizer);
+//! - [`authz`]: a node's request authorization (caller principal, ACL and node-identity checks);
 //! - [`image`]: [`MetadataImage`], the immutable cluster state at one offset, and its parts;
 //! - [`delta`]: [`MetadataDelta`], replay of records on an image, with epoch derivation;
 //! - [`data_dir`]: the directory lock and the `meta.properties` syntax shared by controllers
@@ -13,6 +15,8 @@
 //! Data flows one way: committed records -> `MetadataDelta::replay` -> `apply` -> a new
 //! `MetadataImage`, on controllers (state machine) and brokers (metadata tailer) alike.
 
+pub mod acl;
+pub mod authz;
 pub mod configs;
 pub mod data_dir;
 pub mod delta;

@@ -99,6 +99,11 @@ fn scripted() -> Vec<Vec<MetadataRecord>> {
         ], // 15
         vec![topic_config("orders", "min.insync.replicas", None)], // 16
         vec![rec(Record::NoOp(Default::default()))], // 17
+        vec![
+            acl(1, "orders", "User:alice", true),
+            acl(2, "orders", "User:bob", false),
+        ], // 18
+        vec![remove_acl(2), acl(3, "*", "User:*", true)], // 19
     ]
 }
 
@@ -146,10 +151,13 @@ fn scripted_history_derives_epochs_and_applies_like_one_delta() {
     );
     assert_eq!(last.next_producer_id(), 1000);
     assert_eq!(last.cluster_id(), Some("k7IYI4cNQRCwBqsbjTzOQw"));
+    let acl_ids: Vec<u128> = last.acls().by_id().keys().map(|id| id.as_u128()).collect();
+    assert_eq!(acl_ids, vec![1, 3]);
+    assert_eq!(imgs[18].acls().len(), 2);
     assert_eq!(
         last.provenance(),
         Provenance {
-            offset: 17,
+            offset: 19,
             term: 1
         }
     );
@@ -171,6 +179,9 @@ fn scripted_history_derives_epochs_and_applies_like_one_delta() {
 fn replay_errors_are_typed_and_leave_the_delta_unchanged() {
     let batches = scripted();
     let base = images(&batches[..6]).pop().unwrap();
+    let base = base
+        .with_records(base.provenance(), &[acl(1, "orders", "User:alice", true)])
+        .unwrap();
     let orders = topic_id(1);
     let unknown = topic_id(99);
     type Expect = fn(&ReplayError) -> bool;
@@ -257,6 +268,29 @@ fn replay_errors_are_typed_and_leave_the_delta_unchanged() {
                 ..Default::default()
             })),
             |e| matches!(e, ReplayError::InvalidPartition { .. }),
+        ),
+        (
+            acl(1, "orders", "User:carol", true),
+            |e| matches!(e, ReplayError::InvalidAcl { reason } if reason.contains("in use")),
+        ),
+        (
+            remove_acl(99),
+            |e| matches!(e, ReplayError::InvalidAcl { reason } if reason.contains("no ACL")),
+        ),
+        (
+            rec(Record::AccessControlEntry(
+                keel_metadata_log::records::AccessControlEntryRecord {
+                    id: uuid::Uuid::from_u128(50).as_bytes().to_vec().into(),
+                    resource_type: 2,
+                    resource_name: "t".into(),
+                    pattern_type: 3,
+                    principal: "alice".into(),
+                    host: "*".into(),
+                    operation: 3,
+                    permission_type: 3,
+                },
+            )),
+            |e| matches!(e, ReplayError::InvalidAcl { reason } if reason.contains("User:<name>")),
         ),
         (cluster_id("other"), |e| {
             matches!(e, ReplayError::ClusterIdChange { .. })
@@ -348,7 +382,7 @@ fn unclean_recovery_state_round_trips() {
     let img = base
         .with_records(
             Provenance {
-                offset: 18,
+                offset: 20,
                 term: 2,
             },
             [&unclean],

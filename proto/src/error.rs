@@ -158,6 +158,15 @@ error_codes! {
     RebalanceInProgress = (27, "REBALANCE_IN_PROGRESS", false);
     /// OffsetCommit: the commit is too large to be written.
     InvalidCommitOffsetSize = (28, "INVALID_COMMIT_OFFSET_SIZE", false);
+    /// The principal may not perform the operation on the topic (no ALLOW ACL, or a DENY
+    /// ACL; Kafka's StandardAuthorizer). Nothing was changed for that topic.
+    TopicAuthorizationFailed = (29, "TOPIC_AUTHORIZATION_FAILED", false);
+    /// The principal may not perform the operation on the consumer group.
+    GroupAuthorizationFailed = (30, "GROUP_AUTHORIZATION_FAILED", false);
+    /// The principal may not perform the operation on the cluster (e.g. ClusterAction for a
+    /// broker RPC, Alter for an operator ISR change or election, or a node principal that does
+    /// not match the node id the request claims).
+    ClusterAuthorizationFailed = (31, "CLUSTER_AUTHORIZATION_FAILED", false);
     /// Produce: a record timestamp is outside the accepted range.
     InvalidTimestamp = (32, "INVALID_TIMESTAMP", false);
     /// A request or format version this node does not support (e.g. an unknown snapshot or
@@ -192,6 +201,9 @@ error_codes! {
     /// Idempotent produce / InitProducerId: the producer epoch is older than the one the
     /// partition has seen for this producer id.
     InvalidProducerEpoch = (47, "INVALID_PRODUCER_EPOCH", false);
+    /// An ACL request reached a node without an authorizer configured
+    /// (`authorizer = "standard"`).
+    SecurityDisabled = (54, "SECURITY_DISABLED", false);
     /// An I/O error in a partition's log directory.
     KafkaStorageError = (56, "KAFKA_STORAGE_ERROR", true);
     /// Idempotent produce: the partition has no state for the producer id (e.g. it expired

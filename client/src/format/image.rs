@@ -138,8 +138,40 @@ impl ImageFilter {
     }
 }
 
+/// The ACLs of the image (#23), in their natural order, shown only with no filter (an ACL
+/// belongs to no one broker; a topic filter would have to apply the pattern rules).
+fn acls_kept<'a>(
+    image: &'a MetadataImage,
+    filter: &ImageFilter,
+) -> Vec<(String, &'a keel_metadata_log::acl::AclBinding)> {
+    if !filter.is_empty() {
+        return vec![];
+    }
+    let mut v: Vec<_> = image
+        .acls()
+        .by_id()
+        .iter()
+        .map(|(id, b)| (id.to_string(), b.as_ref()))
+        .collect();
+    v.sort_by(|a, b| a.1.cmp(b.1));
+    v
+}
+
+fn acl_label(b: &keel_metadata_log::acl::AclBinding) -> String {
+    format!(
+        "{} {}:{}:{} {} {} from {}",
+        b.permission.name(),
+        b.resource_type.name(),
+        b.pattern_type.name(),
+        b.resource_name,
+        b.principal,
+        b.operation.name(),
+        b.host
+    )
+}
+
 /// The image as a tree: cluster id, features, brokers, topics with partitions, configs,
-/// producer ids.
+/// ACLs, producer ids.
 pub fn image_tree(image: &MetadataImage, filter: &ImageFilter) -> Node {
     let p = image.provenance();
     let features = image
@@ -209,6 +241,13 @@ pub fn image_tree(image: &MetadataImage, filter: &ImageFilter) -> Node {
             Node::branch("brokers", brokers),
             Node::branch("topics", topics),
             Node::branch("configs", configs),
+            Node::branch(
+                "acls",
+                acls_kept(image, filter)
+                    .into_iter()
+                    .map(|(id, b)| Node::leaf(format!("{}: {id}", acl_label(b))))
+                    .collect(),
+            ),
             Node::leaf(format!("next_producer_id: {}", image.next_producer_id())),
         ],
     )
@@ -274,6 +313,16 @@ pub fn image_json(image: &MetadataImage, filter: &ImageFilter) -> Value {
         "brokers": brokers,
         "topics": topics,
         "configs": configs,
+        "acls": acls_kept(image, filter).into_iter().map(|(id, b)| json!({
+            "id": id,
+            "resource_type": b.resource_type.name(),
+            "resource_name": b.resource_name,
+            "pattern_type": b.pattern_type.name(),
+            "principal": b.principal,
+            "host": b.host,
+            "operation": b.operation.name(),
+            "permission_type": b.permission.name(),
+        })).collect::<Vec<_>>(),
         "next_producer_id": image.next_producer_id(),
     })
 }
@@ -323,6 +372,21 @@ mod tests {
                 leader: 1,
                 ..Default::default()
             }),
+            Record::AccessControlEntry({
+                let mut r = keel_metadata_log::acl::AclBinding::new(
+                    keel_metadata_log::acl::ResourceType::Topic,
+                    "orders",
+                    keel_metadata_log::acl::PatternType::Prefixed,
+                    "User:alice",
+                    "*",
+                    keel_metadata_log::acl::Operation::Read,
+                    keel_metadata_log::acl::Permission::Allow,
+                )
+                .unwrap()
+                .to_record(Default::default());
+                r.id = vec![2u8; 16].into();
+                r
+            }),
         ]
         .map(|r| MetadataRecord { record: Some(r) });
         let image = MetadataImage::empty()
@@ -337,8 +401,19 @@ mod tests {
             text.contains("│   └── orders (id 01010101-0101-0101-0101-010101010101)\n│       └── 0: leader=1 leader_epoch=0 partition_epoch=0 replicas=[1] isr=[1]\n"),
             "{text}"
         );
+        assert!(
+            text.contains("├── acls\n│   └── ALLOW TOPIC:PREFIXED:orders User:alice READ from *: 02020202-0202-0202-0202-020202020202\n"),
+            "{text}"
+        );
         let j = image_json(&image, &ImageFilter::default());
         assert_eq!(j["topics"][0]["partitions"][0]["isr"], json!([1]));
+        assert_eq!(j["acls"][0]["principal"], json!("User:alice"));
+        assert_eq!(j["acls"][0]["pattern_type"], json!("PREFIXED"));
+        let only_topic = ImageFilter {
+            topics: vec!["orders".into()],
+            broker: None,
+        };
+        assert_eq!(image_json(&image, &only_topic)["acls"], json!([]));
         assert_eq!(j["offset"], json!(9));
     }
 

@@ -200,8 +200,50 @@ pub fn record_fields(record: &MetadataRecord) -> Fields {
             ("feature_level", json!(r.feature_level)),
         ],
         Some(Record::ClusterId(r)) => vec![("cluster_id", json!(r.cluster_id))],
+        Some(Record::AccessControlEntry(r)) => acl_fields(r),
+        Some(Record::RemoveAccessControlEntry(r)) => vec![("id", uuid(&r.id))],
         Some(Record::NoOp(_)) | None => Vec::new(),
     })
+}
+
+/// Fields of an AccessControlEntryRecord: id, then the binding with Kafka's names.
+fn acl_fields(r: &keel_proto::metadata::AccessControlEntryRecord) -> Vec<(&'static str, Value)> {
+    use keel_metadata_log::acl::{Operation, PatternType, Permission, ResourceType};
+    let name = |v: Option<&'static str>, raw: i32| v.map_or_else(|| json!(raw), |n| json!(n));
+    vec![
+        ("id", uuid(&r.id)),
+        (
+            "resource_type",
+            name(
+                ResourceType::from_proto(r.resource_type).map(ResourceType::name),
+                r.resource_type,
+            ),
+        ),
+        ("resource_name", json!(r.resource_name)),
+        (
+            "pattern_type",
+            name(
+                PatternType::from_proto(r.pattern_type).map(PatternType::name),
+                r.pattern_type,
+            ),
+        ),
+        ("principal", json!(r.principal)),
+        ("host", json!(r.host)),
+        (
+            "operation",
+            name(
+                Operation::from_proto(r.operation).map(Operation::name),
+                r.operation,
+            ),
+        ),
+        (
+            "permission_type",
+            name(
+                Permission::from_proto(r.permission_type).map(Permission::name),
+                r.permission_type,
+            ),
+        ),
+    ]
 }
 
 /// Fields of a RegisterBrokerRecord: id, epoch, incarnation, endpoints as

@@ -138,6 +138,34 @@ pub fn cluster_id(id: &str) -> MetadataRecord {
     ))
 }
 
+/// An ALLOW (or DENY) ACL for `principal` on topic `name` with id `id`.
+pub fn acl(id: u128, name: &str, principal: &str, allow: bool) -> MetadataRecord {
+    use keel_metadata_log::acl::{AclBinding, Operation, PatternType, Permission, ResourceType};
+    let b = AclBinding::new(
+        ResourceType::Topic,
+        name,
+        PatternType::Literal,
+        principal,
+        "*",
+        Operation::Read,
+        if allow {
+            Permission::Allow
+        } else {
+            Permission::Deny
+        },
+    )
+    .unwrap();
+    rec(Record::AccessControlEntry(b.to_record(Uuid::from_u128(id))))
+}
+
+pub fn remove_acl(id: u128) -> MetadataRecord {
+    rec(Record::RemoveAccessControlEntry(
+        keel_metadata_log::records::RemoveAccessControlEntryRecord {
+            id: Uuid::from_u128(id).as_bytes().to_vec().into(),
+        },
+    ))
+}
+
 pub fn feature(name: &str, level: i32) -> MetadataRecord {
     rec(Record::FeatureLevel(FeatureLevelRecord {
         name: name.into(),

@@ -449,6 +449,58 @@ pub const SETTINGS: &[Setting] = &[
         used_by: UsedBy::Both,
     },
     Setting {
+        name: "ssl_principal_mapping_rules",
+        kafka: "ssl.principal.mapping.rules",
+        kind: Kind::Text,
+        default: DefaultValue::Text("DEFAULT"),
+        doc: "how a client certificate's subject DN (RFC 2253, `CN=broker-1,O=Keel`) becomes \
+              the principal `User:<name>`: comma-separated rules tried in order, \
+              `RULE:pattern/replacement/[LU]` (the regex must match the whole DN; `$1` is its \
+              first group; `L`/`U` lower- or upper-case) or `DEFAULT` (the DN itself). A \
+              client without a certificate is `User:ANONYMOUS`",
+        used_by: UsedBy::Both,
+    },
+    Setting {
+        name: "authorizer",
+        kafka: "authorizer.class.name",
+        kind: Kind::Choice(&["none", "standard"]),
+        default: DefaultValue::Text("none"),
+        doc: "`standard` checks every request against the ACLs of the metadata log (Kafka's \
+              StandardAuthorizer; `keelctl acl`), `super_users` and \
+              `allow_everyone_if_no_acl_found`, and checks that a node's principal is the one \
+              `node_principal_format` gives for the id it claims; `none` allows everything",
+        used_by: UsedBy::Both,
+    },
+    Setting {
+        name: "super_users",
+        kafka: "super.users",
+        kind: Kind::Text,
+        default: DefaultValue::Unset("none"),
+        doc: "principals allowed every operation, separated by `;` \
+              (`User:admin;User:broker-1`); nodes need ClusterAction, so list them here or \
+              grant it with an ACL",
+        used_by: UsedBy::Both,
+    },
+    Setting {
+        name: "allow_everyone_if_no_acl_found",
+        kafka: "allow.everyone.if.no.acl.found",
+        kind: Kind::Bool,
+        default: DefaultValue::Bool(false),
+        doc: "with `authorizer = \"standard\"`: allow an operation on a resource that no ACL \
+              names (off: only ACLs and super users allow)",
+        used_by: UsedBy::Both,
+    },
+    Setting {
+        name: "node_principal_format",
+        kafka: "",
+        kind: Kind::Text,
+        default: DefaultValue::Text("User:{role}-{id}"),
+        doc: "with `authorizer = \"standard\"`: the principal a node must authenticate as to \
+              act as broker or controller `{id}` (`{role}` is `broker` or `controller`), so a \
+              broker's certificate cannot register, heartbeat or replicate as another broker",
+        used_by: UsedBy::Both,
+    },
+    Setting {
         name: "log_format",
         kafka: "",
         kind: Kind::Choice(&["text", "json"]),
