@@ -962,6 +962,31 @@ impl Consumer {
         out: &mut Vec<ConsumerRecord>,
         advances: &mut Vec<Advance>,
     ) -> Result<bool, ConsumeError> {
+        // A whole-request error (e.g. TOPIC_AUTHORIZATION_FAILED, #23) answers every
+        // partition of the request: fatal ones end the poll, naming the first partition;
+        // retriable ones retry them all. Without this check they would read as partitions
+        // missing from the reply and be retried forever.
+        match ErrorCode::from_proto(reply.error.as_ref()) {
+            Ok(ErrorCode::None) => {}
+            Ok(code) => match react(Failure::Kafka(code)) {
+                Reaction::Fatal => {
+                    let (tp, _, _) = parts.first().expect("a fetch names some partition");
+                    return Err(ConsumeError::Kafka {
+                        topic: tp.0.clone(),
+                        partition: tp.1,
+                        code,
+                    });
+                }
+                Reaction::RefreshAndRetry => {
+                    for (tp, _, _) in parts {
+                        self.brokers.invalidate(&tp.0);
+                    }
+                    return Ok(true);
+                }
+                Reaction::Retry => return Ok(true),
+            },
+            Err(e) => return Err(ConsumeError::Protocol(e.to_string())),
+        }
         let mut retry = false;
         for (tp, position, epoch) in parts {
             let Some(p) = reply
