@@ -103,6 +103,9 @@ pub struct BrokerConfig {
     /// TLS on the gRPC listener and on every connection this node opens (`tls_cert_file`,
     /// `tls_key_file`, `tls_ca_file`, `ssl_client_auth`); `None` = plaintext.
     pub tls: Option<keel_runtime::tls::NodeTls>,
+    /// Request authorization (`authorizer`, `super_users`, `allow_everyone_if_no_acl_found`,
+    /// `ssl_principal_mapping_rules`, `node_principal_format`; [`crate::access`]).
+    pub authz: keel_metadata_log::authz::Authz,
 }
 
 /// The Kafka wire-protocol listener ([`crate::kafka`]).
@@ -276,6 +279,7 @@ impl BrokerConfig {
             metrics_listener: s.get("metrics_listener"),
             log_format: s.require("log_format"),
             tls: keel_runtime::tls::NodeTls::of(s)?,
+            authz: keel_metadata_log::authz::Authz::from_settings(s)?,
         };
         cfg.validate()?;
         Ok(cfg)

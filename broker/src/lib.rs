@@ -13,6 +13,7 @@
 //! - [`bounds`]: field bounds of every BrokerService request, checked before anything else;
 //! - [`observe`]: Prometheus metrics and readiness (served on `metrics_listener`).
 
+pub mod access;
 pub mod bounds;
 pub mod config;
 pub mod group;

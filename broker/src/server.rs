@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 
+use crate::access;
 use crate::bounds;
 use crate::config::BrokerConfig;
 use crate::lifecycle::{
@@ -34,6 +35,7 @@ use crate::lifecycle::{
 use crate::log_dir::LogDir;
 use crate::metadata::{LocalChangesSink, TailerConfig, describe, local_snapshot, tailer};
 use crate::replica_manager::{ReplicaManager, ReplicaManagerConfig};
+use keel_metadata_log::acl::Operation;
 use keel_runtime::Backoff;
 use keel_runtime::settings::listeners;
 
@@ -194,6 +196,7 @@ pub async fn serve(
         ),
         offsets_topic_creation: Default::default(),
         static_configs: std::sync::Arc::new(crate::kafka::admin::static_broker_configs(&config)),
+        authz: config.authz.clone(),
     };
     // Both listeners stop when the lifecycle ends (the controlled shutdown is over).
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -217,6 +220,8 @@ pub async fn serve(
             auto_create_topics: config.auto_create_topics_enable,
             groups,
             offsets_topic_creation: grpc.offsets_topic_creation.clone(),
+            authz: config.authz.clone(),
+            caller: config.authz.caller(None),
         };
         tokio::spawn(crate::kafka::serve(l, ctx, stop_rx.clone()))
     });
@@ -599,6 +604,47 @@ struct BrokerGrpc {
     offsets_topic_creation: std::sync::Arc<crate::kafka::context::OffsetsTopicCreation>,
     /// This broker's file values that stand in for Kafka's defaults (DescribeConfigs).
     static_configs: std::sync::Arc<Vec<crate::kafka::convert::admin::StaticBrokerConfig>>,
+    /// Request authorization ([`crate::access`]).
+    authz: keel_metadata_log::authz::Authz,
+}
+
+impl BrokerGrpc {
+    /// The GROUP_AUTHORIZATION_FAILED of a request naming groups, when `op` is refused on one
+    /// of them (DescribeGroups, DeleteGroups: every group then carries it).
+    fn group_denied<T: GroupIds>(
+        &self,
+        request: &Request<T>,
+        op: Operation,
+    ) -> Option<keel_proto::common::Error> {
+        if !self.authz.enabled() {
+            return None;
+        }
+        let caller = self.authz.caller_of(request);
+        let image = self.images.borrow().clone();
+        request
+            .get_ref()
+            .group_ids()
+            .iter()
+            .find_map(|g| access::group(&self.authz, &caller, &image, op, g).err())
+            .map(|d| d.to_proto())
+    }
+}
+
+/// Requests naming groups.
+trait GroupIds {
+    fn group_ids(&self) -> &[String];
+}
+
+impl GroupIds for DescribeGroupsRequest {
+    fn group_ids(&self) -> &[String] {
+        &self.group_ids
+    }
+}
+
+impl GroupIds for DeleteGroupsRequest {
+    fn group_ids(&self) -> &[String] {
+        &self.group_ids
+    }
 }
 
 /// INVALID_REQUEST (42) carrying the bound violation (`field: problem`).
@@ -612,6 +658,20 @@ macro_rules! check_bounds {
     ($req:expr, $check:path, $reply:ty) => {
         if let Err(e) = $check($req.get_ref()) {
             return Ok(Response::new(<$reply>::default_with(invalid_request(&e))));
+        }
+    };
+}
+
+/// Checks `$req` with `access::$check` (with an authorizer); a refusal answers `$reply` with
+/// only the top-level *_AUTHORIZATION_FAILED error.
+macro_rules! check_access {
+    ($self:ident, $req:expr, $check:path, $reply:ty) => {
+        if $self.authz.enabled() {
+            let caller = $self.authz.caller_of(&$req);
+            let image = $self.images.borrow().clone();
+            if let Err(d) = $check(&$self.authz, &caller, &image, $req.get_ref()) {
+                return Ok(Response::new(<$reply>::default_with(Some(d.to_proto()))));
+            }
         }
     };
 }
@@ -706,6 +766,7 @@ impl BrokerService for BrokerGrpc {
         &self,
         request: Request<ProduceRequest>,
     ) -> Result<Response<ProduceReply>, Status> {
+        check_access!(self, request, access::produce, ProduceReply);
         check_bounds!(request, bounds::produce, ProduceReply);
         Ok(Response::new(
             self.replicas.produce(request.into_inner()).await,
@@ -713,6 +774,7 @@ impl BrokerService for BrokerGrpc {
     }
 
     async fn fetch(&self, request: Request<FetchRequest>) -> Result<Response<FetchReply>, Status> {
+        check_access!(self, request, access::fetch, FetchReply);
         check_bounds!(request, bounds::fetch, FetchReply);
         Ok(Response::new(
             self.replicas.fetch(request.into_inner()).await,
@@ -723,6 +785,7 @@ impl BrokerService for BrokerGrpc {
         &self,
         request: Request<ListOffsetsRequest>,
     ) -> Result<Response<ListOffsetsReply>, Status> {
+        check_access!(self, request, access::list_offsets, ListOffsetsReply);
         check_bounds!(request, bounds::list_offsets, ListOffsetsReply);
         Ok(Response::new(
             self.replicas.list_offsets(request.into_inner()),
@@ -733,6 +796,12 @@ impl BrokerService for BrokerGrpc {
         &self,
         request: Request<OffsetsForLeaderEpochRequest>,
     ) -> Result<Response<OffsetsForLeaderEpochReply>, Status> {
+        check_access!(
+            self,
+            request,
+            access::offsets_for_leader_epoch,
+            OffsetsForLeaderEpochReply
+        );
         check_bounds!(
             request,
             bounds::offsets_for_leader_epoch,
@@ -750,17 +819,18 @@ impl BrokerService for BrokerGrpc {
         check_bounds!(request, bounds::metadata, MetadataReply);
         let image = self.images.borrow().clone();
         let controller_id = self.status.borrow().controller_id;
-        Ok(Response::new(describe::metadata_reply(
-            &image,
-            request.get_ref(),
-            controller_id,
-        )))
+        let mut reply = describe::metadata_reply(&image, request.get_ref(), controller_id);
+        let caller = self.authz.caller_of(&request);
+        let named = !request.get_ref().topics.is_empty();
+        access::authorize_metadata(&self.authz, &caller, &image, named, &mut reply);
+        Ok(Response::new(reply))
     }
 
     async fn init_producer_id(
         &self,
         request: Request<InitProducerIdRequest>,
     ) -> Result<Response<InitProducerIdReply>, Status> {
+        check_access!(self, request, access::init_producer_id, InitProducerIdReply);
         check_bounds!(request, bounds::init_producer_id, InitProducerIdReply);
         let epoch = self.status.borrow().broker_epoch;
         Ok(Response::new(
@@ -774,6 +844,20 @@ impl BrokerService for BrokerGrpc {
         &self,
         request: Request<keel_proto::controller::DescribeConfigsRequest>,
     ) -> Result<Response<keel_proto::controller::DescribeConfigsReply>, Status> {
+        if self.authz.enabled() {
+            let caller = self.authz.caller_of(&request);
+            let image = self.images.borrow().clone();
+            if let Err(d) =
+                access::describe_configs(&self.authz, &caller, &image, request.get_ref())
+            {
+                return Ok(Response::new(
+                    keel_proto::controller::DescribeConfigsReply {
+                        error: Some(d.to_proto()),
+                        ..Default::default()
+                    },
+                ));
+            }
+        }
         // The controller checks the request's bounds and answers its errors; this broker
         // only puts its own file values in.
         let req = request.into_inner();
@@ -808,6 +892,12 @@ impl BrokerService for BrokerGrpc {
         &self,
         request: Request<DescribeReplicasRequest>,
     ) -> Result<Response<DescribeReplicasReply>, Status> {
+        check_access!(
+            self,
+            request,
+            access::describe_replicas,
+            DescribeReplicasReply
+        );
         check_bounds!(request, bounds::describe_replicas, DescribeReplicasReply);
         let image = self.images.borrow().clone();
         let epoch = self.status.borrow().broker_epoch;
@@ -830,6 +920,17 @@ impl BrokerService for BrokerGrpc {
         request: Request<FindCoordinatorRequest>,
     ) -> Result<Response<FindCoordinatorReply>, Status> {
         check_bounds!(request, bounds::find_coordinator, FindCoordinatorReply);
+        if self.authz.enabled() {
+            let caller = self.authz.caller_of(&request);
+            let image = self.images.borrow().clone();
+            let group = &request.get_ref().group_id;
+            if let Err(d) = access::group(&self.authz, &caller, &image, Operation::Describe, group)
+            {
+                return Ok(Response::new(FindCoordinatorReply::default_with(Some(
+                    d.to_proto(),
+                ))));
+            }
+        }
         let image = self.images.borrow().clone();
         if !request.get_ref().group_id.is_empty()
             && image
@@ -856,10 +957,11 @@ impl BrokerService for BrokerGrpc {
         request: Request<ListGroupsRequest>,
     ) -> Result<Response<ListGroupsReply>, Status> {
         check_bounds!(request, bounds::list_groups, ListGroupsReply);
-        Ok(Response::new(crate::group::admin::list_groups(
-            &self.groups,
-            request.get_ref(),
-        )))
+        let mut reply = crate::group::admin::list_groups(&self.groups, request.get_ref());
+        let caller = self.authz.caller_of(&request);
+        let image = self.images.borrow().clone();
+        access::filter_groups(&self.authz, &caller, &image, &mut reply);
+        Ok(Response::new(reply))
     }
 
     async fn describe_groups(
@@ -877,6 +979,19 @@ impl BrokerService for BrokerGrpc {
                 ..Default::default()
             }
         );
+        if let Some(error) = self.group_denied(&request, Operation::Describe) {
+            let groups = request
+                .get_ref()
+                .group_ids
+                .iter()
+                .map(|id| DescribedGroup {
+                    error: Some(error.clone()),
+                    group_id: keel_proto::limits::clip(id).to_string(),
+                    ..Default::default()
+                })
+                .collect();
+            return Ok(Response::new(DescribeGroupsReply { groups }));
+        }
         Ok(Response::new(crate::group::admin::describe_groups(
             &self.groups,
             request.get_ref(),
@@ -887,6 +1002,7 @@ impl BrokerService for BrokerGrpc {
         &self,
         request: Request<OffsetFetchRequest>,
     ) -> Result<Response<OffsetFetchReply>, Status> {
+        check_access!(self, request, access::offset_fetch, OffsetFetchReply);
         check_bounds!(request, bounds::offset_fetch, OffsetFetchReply);
         Ok(Response::new(crate::group::admin::offset_fetch(
             &self.groups,
@@ -898,6 +1014,7 @@ impl BrokerService for BrokerGrpc {
         &self,
         request: Request<OffsetCommitRequest>,
     ) -> Result<Response<OffsetCommitReply>, Status> {
+        check_access!(self, request, access::offset_commit, OffsetCommitReply);
         check_bounds!(request, bounds::offset_commit, OffsetCommitReply);
         Ok(Response::new(
             crate::group::admin::offset_commit(&self.groups, request.into_inner()).await,
@@ -915,6 +1032,18 @@ impl BrokerService for BrokerGrpc {
             results,
             |group_id, error| DeletedGroup { group_id, error }
         );
+        if let Some(error) = self.group_denied(&request, Operation::Delete) {
+            let results = request
+                .get_ref()
+                .group_ids
+                .iter()
+                .map(|id| DeletedGroup {
+                    group_id: keel_proto::limits::clip(id).to_string(),
+                    error: Some(error.clone()),
+                })
+                .collect();
+            return Ok(Response::new(DeleteGroupsReply { results }));
+        }
         Ok(Response::new(
             crate::group::admin::delete_groups(&self.groups, request.get_ref()).await,
         ))
@@ -925,6 +1054,16 @@ impl BrokerService for BrokerGrpc {
         request: Request<JoinGroupRequest>,
     ) -> Result<Response<JoinGroupReply>, Status> {
         check_bounds!(request, bounds::join_group, JoinGroupReply);
+        if self.authz.enabled() {
+            let caller = self.authz.caller_of(&request);
+            let image = self.images.borrow().clone();
+            let group = &request.get_ref().group_id;
+            if let Err(d) = access::group(&self.authz, &caller, &image, Operation::Read, group) {
+                return Ok(Response::new(JoinGroupReply::default_with(Some(
+                    d.to_proto(),
+                ))));
+            }
+        }
         let peer = keel_runtime::tls::peer_info(&request).and_then(|p| p.remote_addr);
         Ok(Response::new(
             crate::group::member::join_group(&self.groups, request.into_inner(), peer).await,
@@ -936,6 +1075,16 @@ impl BrokerService for BrokerGrpc {
         request: Request<SyncGroupRequest>,
     ) -> Result<Response<SyncGroupReply>, Status> {
         check_bounds!(request, bounds::sync_group, SyncGroupReply);
+        if self.authz.enabled() {
+            let caller = self.authz.caller_of(&request);
+            let image = self.images.borrow().clone();
+            let group = &request.get_ref().group_id;
+            if let Err(d) = access::group(&self.authz, &caller, &image, Operation::Read, group) {
+                return Ok(Response::new(SyncGroupReply::default_with(Some(
+                    d.to_proto(),
+                ))));
+            }
+        }
         Ok(Response::new(
             crate::group::member::sync_group(&self.groups, request.into_inner()).await,
         ))
@@ -946,6 +1095,16 @@ impl BrokerService for BrokerGrpc {
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatReply>, Status> {
         check_bounds!(request, bounds::heartbeat, HeartbeatReply);
+        if self.authz.enabled() {
+            let caller = self.authz.caller_of(&request);
+            let image = self.images.borrow().clone();
+            let group = &request.get_ref().group_id;
+            if let Err(d) = access::group(&self.authz, &caller, &image, Operation::Read, group) {
+                return Ok(Response::new(HeartbeatReply::default_with(Some(
+                    d.to_proto(),
+                ))));
+            }
+        }
         Ok(Response::new(crate::group::member::heartbeat(
             &self.groups,
             request.get_ref(),
@@ -957,6 +1116,16 @@ impl BrokerService for BrokerGrpc {
         request: Request<LeaveGroupRequest>,
     ) -> Result<Response<LeaveGroupReply>, Status> {
         check_bounds!(request, bounds::leave_group, LeaveGroupReply);
+        if self.authz.enabled() {
+            let caller = self.authz.caller_of(&request);
+            let image = self.images.borrow().clone();
+            let group = &request.get_ref().group_id;
+            if let Err(d) = access::group(&self.authz, &caller, &image, Operation::Read, group) {
+                return Ok(Response::new(LeaveGroupReply::default_with(Some(
+                    d.to_proto(),
+                ))));
+            }
+        }
         Ok(Response::new(
             crate::group::member::leave_group(&self.groups, request.into_inner()).await,
         ))

@@ -19,6 +19,10 @@
 //! certificate per process and one for keelctl (`keelctl`), made by [`crate::dev_certs`];
 //! while `tls/ca.pem` exists every process is started with its certificate and
 //! `ssl_client_auth = required`, and `cluster up|status` connect with keelctl's certificate.
+//! With `--authorizer` as well (`tls/authorizer` exists, [`AUTHORIZER_MARKER`]) every process
+//! runs Kafka's StandardAuthorizer: principals are the certificates' CNs
+//! (`ssl_principal_mapping_rules = RULE:^CN=([^,]+)$/$1/,DEFAULT`), the processes and keelctl
+//! are the super users, every other principal needs ACLs (`keelctl acl`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
@@ -38,6 +42,11 @@ pub const DEFAULT_BASE_PORT: u16 = 9092;
 pub const NODES: u16 = 3;
 /// File in the data dir recording the layout chosen by the first `cluster up`.
 pub const LAYOUT_FILE: &str = "cluster.toml";
+/// File in a TLS cluster's `tls/` directory whose presence turns the authorizer on.
+pub const AUTHORIZER_MARKER: &str = "authorizer";
+/// The principal mapping of a local cluster with an authorizer: a certificate whose subject
+/// is just `CN=<name>` (as [`crate::dev_certs`] makes them) is `User:<name>`.
+pub const LOCAL_PRINCIPAL_RULES: &str = "RULE:^CN=([^,]+)$/$1/,DEFAULT";
 /// Name of keelctl's certificate in a TLS cluster's `tls/` directory.
 pub const KEELCTL_CERT: &str = "keelctl";
 /// The environment variables of the TLS settings, which a local cluster never takes from the
@@ -246,6 +255,36 @@ impl Layout {
         Ok(())
     }
 
+    /// Whether the cluster runs with the authorizer ([`Self::enable_authorizer`] made its
+    /// marker).
+    pub fn authorizer_on(&self) -> bool {
+        self.tls_on() && self.tls_dir().join(AUTHORIZER_MARKER).exists()
+    }
+
+    /// Turns the authorizer on for the processes started from now on (needs TLS: principals
+    /// come from certificates).
+    ///
+    /// Errors: the marker cannot be written.
+    pub fn enable_authorizer(&self) -> Result<(), String> {
+        let path = self.tls_dir().join(AUTHORIZER_MARKER);
+        fs::write(
+            &path,
+            "processes of this cluster run with authorizer = \"standard\"\n",
+        )
+        .map_err(|e| format!("writing {}: {e}", path.display()))
+    }
+
+    /// The super users of a local cluster with an authorizer: every process and keelctl.
+    pub fn super_users(&self) -> String {
+        self.processes()
+            .iter()
+            .map(ProcessSpec::name)
+            .chain([KEELCTL_CERT.to_string()])
+            .map(|n| format!("User:{n}"))
+            .collect::<Vec<_>>()
+            .join(";")
+    }
+
     /// The dialer keelctl uses for this cluster: TLS with keelctl's certificate when
     /// [`Self::tls_on`], else plaintext.
     ///
@@ -372,6 +411,16 @@ impl Layout {
                 path(dir.join(crate::dev_certs::CA_FILE)),
                 "--ssl-client-auth".into(),
                 "required".into(),
+            ]);
+        }
+        if self.authorizer_on() {
+            args.extend([
+                "--authorizer".into(),
+                "standard".into(),
+                "--super-users".into(),
+                self.super_users(),
+                "--ssl-principal-mapping-rules".into(),
+                LOCAL_PRINCIPAL_RULES.into(),
             ]);
         }
         args

@@ -373,6 +373,26 @@ fn config_entries<'a>(
     Ok(())
 }
 
+/// Bounds of a CreateAcls: 1..=[`MAX_ACLS_PER_REQUEST`](crate::logic::acls::MAX_ACLS_PER_REQUEST)
+/// creations; each binding is judged by logic (INVALID_REQUEST per creation).
+pub fn create_acls(req: &CreateAclsRequest) -> Result<(), FieldError> {
+    check_range(
+        || "creations (count)".into(),
+        req.creations.len(),
+        1..=crate::logic::acls::MAX_ACLS_PER_REQUEST,
+    )
+}
+
+/// Bounds of a DeleteAcls: 1..=[`MAX_ACLS_PER_REQUEST`](crate::logic::acls::MAX_ACLS_PER_REQUEST)
+/// filters.
+pub fn delete_acls(req: &DeleteAclsRequest) -> Result<(), FieldError> {
+    check_range(
+        || "filters (count)".into(),
+        req.filters.len(),
+        1..=crate::logic::acls::MAX_ACLS_PER_REQUEST,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -78,6 +78,9 @@ pub struct ControllerConfig {
     /// TLS on the gRPC listener and on every connection this node opens (`tls_cert_file`,
     /// `tls_key_file`, `tls_ca_file`, `ssl_client_auth`); `None` = plaintext.
     pub tls: Option<keel_runtime::tls::NodeTls>,
+    /// Request authorization (`authorizer`, `super_users`, `allow_everyone_if_no_acl_found`,
+    /// `ssl_principal_mapping_rules`, `node_principal_format`).
+    pub authz: keel_metadata_log::authz::Authz,
 }
 
 impl ControllerConfig {
@@ -141,6 +144,7 @@ impl ControllerConfig {
             metrics_listener: s.get("metrics_listener"),
             log_format: s.require("log_format"),
             tls: keel_runtime::tls::NodeTls::of(s)?,
+            authz: keel_metadata_log::authz::Authz::from_settings(s)?,
         };
         cfg.validate()?;
         Ok(cfg)

@@ -17,6 +17,7 @@
 //! - [`peer_acks`]: when each peer last answered replication (DescribeQuorum);
 //! - [`metrics`]: Prometheus metrics and readiness (served on `metrics_listener`).
 
+pub mod access;
 pub mod append_budget;
 pub mod bounds;
 pub mod config;

@@ -450,13 +450,17 @@ pub async fn bind(c: &ControllerConfig) -> Result<TcpListener, StartError> {
 /// The tonic server builder limits shared by both services.
 pub fn raft_service(
     node: &RaftNode,
+    authz: keel_metadata_log::authz::Authz,
 ) -> keel_proto::raft::raft_service_server::RaftServiceServer<RaftServer> {
-    keel_proto::raft::raft_service_server::RaftServiceServer::new(RaftServer::new(
-        node.raft.clone(),
-        node.identity.clone(),
-        node.gate.clone(),
-        node.log.clone(),
-    ))
+    keel_proto::raft::raft_service_server::RaftServiceServer::new(
+        RaftServer::new(
+            node.raft.clone(),
+            node.identity.clone(),
+            node.gate.clone(),
+            node.log.clone(),
+        )
+        .with_authz(authz, node.images.clone()),
+    )
     .max_decoding_message_size(MAX_RAFT_MESSAGE_BYTES)
     .max_encoding_message_size(MAX_RAFT_MESSAGE_BYTES)
 }

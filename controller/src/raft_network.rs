@@ -505,6 +505,11 @@ pub struct RaftServer {
     gate: Arc<ElectionGate>,
     /// The node's Raft log (its last log id answers pre-votes).
     log: LogStore,
+    /// With an authorizer, only controllers talk Raft: the sender must be the principal of the
+    /// controller id it claims (leader or candidate) and hold CLUSTER_ACTION.
+    authz: keel_metadata_log::authz::Authz,
+    /// The applied image (its ACLs) for `authz`.
+    images: Option<tokio::sync::watch::Receiver<keel_metadata_log::MetadataImage>>,
 }
 
 impl std::fmt::Debug for RaftServer {
@@ -526,7 +531,40 @@ impl RaftServer {
             identity,
             gate,
             log,
+            authz: Default::default(),
+            images: None,
         }
+    }
+
+    /// Checks every RPC's sender with `authz` against the ACLs of `images`.
+    pub fn with_authz(
+        mut self,
+        authz: keel_metadata_log::authz::Authz,
+        images: tokio::sync::watch::Receiver<keel_metadata_log::MetadataImage>,
+    ) -> Self {
+        self.authz = authz;
+        self.images = Some(images);
+        self
+    }
+
+    /// PERMISSION_DENIED unless the caller of `request` may act as controller `sender`.
+    fn authorize<T>(&self, request: &tonic::Request<T>, sender: u64) -> Result<(), tonic::Status> {
+        if !self.authz.enabled() {
+            return Ok(());
+        }
+        let image = match &self.images {
+            Some(i) => i.borrow().clone(),
+            None => keel_metadata_log::MetadataImage::empty(),
+        };
+        let caller = self.authz.caller_of(request);
+        self.authz
+            .check_node(
+                image.acls(),
+                &caller,
+                keel_runtime::principal::NodeRole::Controller,
+                sender as i64,
+            )
+            .map_err(|d| tonic::Status::permission_denied(format!("{}: {}", d.code, d.message)))
     }
 
     /// Counts one snapshot install in (`true`) or out; elections are off while any is
@@ -588,6 +626,7 @@ impl RaftService for RaftServer {
         request: tonic::Request<RaftRequest>,
     ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
         let req: AppendEntriesRequest<TypeConfig> = self.accept(request.get_ref())?;
+        self.authorize(&request, req.vote.leader_id().node_id)?;
         let result = self.raft.append_entries(req).await;
         // Accepted from the leader of this node's term (a higher vote means the sender is not).
         if matches!(
@@ -605,6 +644,7 @@ impl RaftService for RaftServer {
         request: tonic::Request<RaftRequest>,
     ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
         let req: PreVoteRequest = self.accept(request.get_ref())?;
+        self.authorize(&request, req.candidate)?;
         let (term, is_leader) = {
             let m = self.raft.metrics();
             let m = m.borrow();
@@ -635,6 +675,7 @@ impl RaftService for RaftServer {
         request: tonic::Request<RaftRequest>,
     ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
         let req: VoteRequest<u64> = self.accept(request.get_ref())?;
+        self.authorize(&request, req.vote.leader_id().node_id)?;
         reply(self.raft.vote(req).await)
     }
 
@@ -643,6 +684,7 @@ impl RaftService for RaftServer {
         request: tonic::Request<RaftRequest>,
     ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
         let req: InstallSnapshotRequest<TypeConfig> = self.accept(request.get_ref())?;
+        self.authorize(&request, req.vote.leader_id().node_id)?;
         if !req.done {
             return reply(self.raft.install_snapshot(req).await);
         }

@@ -78,7 +78,8 @@ pub async fn serve(
         session_views,
         heartbeat_tracker,
         config.metadata_log_dir.join("snapshots"),
-    );
+    )
+    .with_authz(config.authz.clone());
     tracing::info!(
         node_id = config.node_id,
         listeners = %config.listeners,
@@ -96,7 +97,7 @@ pub async fn serve(
         let _ = stopping_tx.send(());
     };
     let serve = tonic::transport::Server::builder()
-        .add_service(node::raft_service(&raft_node))
+        .add_service(node::raft_service(&raft_node, config.authz.clone()))
         .add_service(
             ControllerServiceServer::new(grpc)
                 // Requests are small (bounds.rs); replies (snapshot chunks, metadata log

@@ -14,11 +14,14 @@ use keel_proto::controller::controller_service_server::ControllerService;
 use keel_proto::controller::*;
 use tonic::{Request, Response, Status};
 
+use crate::access;
 use crate::bounds;
 use crate::logic::{self, BrokerHeartbeatManager, HeartbeatTracker, TopicDefaults};
 use crate::node::RaftNode;
 use crate::reads;
 use crate::write_path::{ControllerState, WriteContext, WriteHandle};
+use keel_metadata_log::acl::Operation;
+use keel_metadata_log::authz::{Authz, Caller, Denied};
 
 /// In-memory state of the active controller, owned by the write task.
 #[derive(Debug)]
@@ -188,6 +191,8 @@ pub struct ControllerGrpc {
     snapshot_dir: std::path::PathBuf,
     /// DescribeCluster's image digests, computed only on request ([`DigestMemo`]).
     digests: std::sync::Arc<DigestMemo>,
+    /// Request authorization (`authorizer`; [`access`]).
+    authz: Authz,
 }
 
 impl ControllerGrpc {
@@ -207,7 +212,48 @@ impl ControllerGrpc {
             writer,
             snapshot_dir,
             digests: Default::default(),
+            authz: Authz::disabled(),
         }
+    }
+
+    /// Checks every request with `authz` (default: everything allowed).
+    pub fn with_authz(mut self, authz: Authz) -> Self {
+        self.authz = authz;
+        self
+    }
+
+    /// `operation` on the cluster for `request`'s caller.
+    fn authorize_cluster<T>(
+        &self,
+        request: &Request<T>,
+        operation: Operation,
+    ) -> Result<(), Denied> {
+        let caller = self.authz.caller_of(request);
+        self.authorize(&caller, |a, c, img| access::cluster(a, c, img, operation))
+    }
+
+    /// SECURITY_DISABLED for the ACL RPCs of a controller without an authorizer (Kafka's
+    /// `SecurityDisabledException`).
+    fn security_disabled(&self) -> Option<keel_proto::common::Error> {
+        (!self.authz.enabled()).then(|| {
+            ErrorCode::SecurityDisabled.to_proto(
+                "no authorizer is configured on this controller (authorizer = \"none\"); ACLs need authorizer = \"standard\" on every node",
+            )
+        })
+    }
+
+    /// Runs an [`access`] check against the ACLs of the applied image; always `Ok` without
+    /// an authorizer.
+    fn authorize(
+        &self,
+        caller: &Caller,
+        check: impl FnOnce(&Authz, &Caller, &MetadataImage) -> Result<(), Denied>,
+    ) -> Result<(), Denied> {
+        if !self.authz.enabled() {
+            return Ok(());
+        }
+        let image = self.node.images.borrow().clone();
+        check(&self.authz, caller, &image)
     }
 
     fn cluster_id(&self) -> String {
@@ -260,13 +306,20 @@ fn invalid_request(e: &keel_proto::limits::FieldError) -> keel_proto::common::Er
     ErrorCode::InvalidRequest.to_proto(e.to_string())
 }
 
-/// Checks the request's field bounds ([`bounds`]; a violation is answered with the default
-/// reply carrying INVALID_REQUEST), then runs a logic function on the write task and turns
+/// Checks the caller's authorization ([`access`]; a refusal is the default reply carrying the
+/// *_AUTHORIZATION_FAILED error), the request's field bounds ([`bounds`]; a violation is
+/// answered with the default reply carrying INVALID_REQUEST), then runs a logic function on the write task and turns
 /// its outcome into a reply: the reply after commit (with `fill` applied), or the default
 /// reply carrying the write-path error.
 macro_rules! write_rpc {
-    ($self:ident, $req:ident, $reply:ty, $bounds:path, |$ctx:ident, $r:ident| $decide:expr, |$rep:ident, $committed:ident| $fill:expr) => {{
+    ($self:ident, $req:ident, $reply:ty, $access:expr, $bounds:path, |$ctx:ident, $r:ident| $decide:expr, |$rep:ident, $committed:ident| $fill:expr) => {{
+        let caller = $self.authz.caller_of(&$req);
         let $r = $req.into_inner();
+        if let Err(denied) = $self.authorize(&caller, |a, c, img| $access(a, c, img, &$r)) {
+            let mut reply = <$reply>::default_with_error(Some(denied.to_proto()));
+            reply.leader = $self.hint();
+            return Ok(Response::new(reply));
+        }
         if let Err(e) = $bounds(&$r) {
             let mut reply = <$reply>::default_with_error(Some(invalid_request(&e)));
             reply.leader = $self.hint();
@@ -326,7 +379,9 @@ with_error!(
     AlterPartitionReply,
     ElectLeadersReply,
     AlterConfigsReply,
-    AllocateProducerIdsReply
+    AllocateProducerIdsReply,
+    CreateAclsReply,
+    DeleteAclsReply
 );
 
 #[tonic::async_trait]
@@ -339,6 +394,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             RegisterBrokerReply,
+            |a, c, img, r: &RegisterBrokerRequest| access::broker(a, c, img, r.broker_id),
             bounds::register_broker,
             |ctx, req| {
                 let now = ctx.now_ms;
@@ -365,6 +421,15 @@ impl ControllerService for ControllerGrpc {
         // Record the arrival first, so that a busy write task cannot let the session expire
         // while this heartbeat waits in its queue (Kafka: `trackBrokerHeartbeat`).
         let (id, epoch) = (request.get_ref().broker_id, request.get_ref().broker_epoch);
+        // Only the broker itself keeps its session alive.
+        let caller = self.authz.caller_of(&request);
+        if let Err(denied) = self.authorize(&caller, |a, c, img| access::broker(a, c, img, id)) {
+            return Ok(Response::new(BrokerHeartbeatReply {
+                error: Some(denied.to_proto()),
+                leader: self.hint(),
+                ..Default::default()
+            }));
+        }
         self.tracker.update_contact(
             &self.node.images.borrow(),
             id,
@@ -376,6 +441,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             BrokerHeartbeatReply,
+            |a, c, img, r: &BrokerHeartbeatRequest| access::broker(a, c, img, r.broker_id),
             bounds::broker_heartbeat,
             |ctx, req| {
                 // Every offset the broker can have applied was committed before it sent this,
@@ -414,6 +480,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             UnregisterBrokerReply,
+            |a, c, img, _: &UnregisterBrokerRequest| access::cluster(a, c, img, Operation::Alter),
             bounds::unregister_broker,
             |ctx, req| logic::unregister_broker(ctx.image, &req),
             |_reply, _committed| ()
@@ -429,6 +496,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             CreateTopicsReply,
+            access::create_topics,
             bounds::create_topics,
             |ctx, req| {
                 let start = ctx.state.placement_start;
@@ -452,6 +520,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             DeleteTopicsReply,
+            access::delete_topics,
             bounds::delete_topics,
             |ctx, req| logic::delete_topics(ctx.image, &req),
             |_reply, _committed| ()
@@ -467,6 +536,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             CreatePartitionsReply,
+            access::create_partitions,
             bounds::create_partitions,
             |ctx, req| {
                 let start = ctx.state.placement_start;
@@ -489,6 +559,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             AlterPartitionReply,
+            access::alter_partition,
             bounds::alter_partition,
             |ctx, req| logic::alter_partition(ctx.image, &req),
             |_reply, _committed| ()
@@ -503,6 +574,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             ElectLeadersReply,
+            |a, c, img, _: &ElectLeadersRequest| access::cluster(a, c, img, Operation::Alter),
             bounds::elect_leaders,
             |ctx, req| logic::elect_leaders(ctx.image, &req),
             |_reply, _committed| ()
@@ -517,6 +589,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             AlterConfigsReply,
+            access::alter_configs,
             bounds::alter_configs,
             |ctx, req| logic::alter_configs(ctx.image, &req),
             |_reply, _committed| ()
@@ -527,6 +600,16 @@ impl ControllerService for ControllerGrpc {
         &self,
         request: Request<DescribeConfigsRequest>,
     ) -> Result<Response<DescribeConfigsReply>, Status> {
+        let caller = self.authz.caller_of(&request);
+        if let Err(d) = self.authorize(&caller, |a, c, img| {
+            access::describe_configs(a, c, img, request.get_ref())
+        }) {
+            return Ok(Response::new(DescribeConfigsReply {
+                error: Some(d.to_proto()),
+                leader: self.hint(),
+                ..Default::default()
+            }));
+        }
         if let Err(e) = bounds::describe_configs(request.get_ref()) {
             return Ok(Response::new(DescribeConfigsReply {
                 error: Some(invalid_request(&e)),
@@ -555,6 +638,7 @@ impl ControllerService for ControllerGrpc {
             self,
             request,
             AllocateProducerIdsReply,
+            |a, c, img, r: &AllocateProducerIdsRequest| access::broker(a, c, img, r.broker_id),
             bounds::allocate_producer_ids,
             |ctx, req| logic::allocate_producer_ids(ctx.image, &req),
             |_reply, _committed| ()
@@ -565,6 +649,13 @@ impl ControllerService for ControllerGrpc {
         &self,
         request: Request<DescribeClusterRequest>,
     ) -> Result<Response<DescribeClusterReply>, Status> {
+        if let Err(d) = self.authorize_cluster(&request, Operation::Describe) {
+            return Ok(Response::new(DescribeClusterReply {
+                error: Some(d.to_proto()),
+                leader: self.hint(),
+                ..Default::default()
+            }));
+        }
         let image = self.node.images.borrow().clone();
         let hint = reads::leader_hint(&self.node);
         let include_fenced = request.get_ref().include_fenced_brokers;
@@ -616,8 +707,14 @@ impl ControllerService for ControllerGrpc {
 
     async fn describe_quorum(
         &self,
-        _request: Request<DescribeQuorumRequest>,
+        request: Request<DescribeQuorumRequest>,
     ) -> Result<Response<DescribeQuorumReply>, Status> {
+        if let Err(d) = self.authorize_cluster(&request, Operation::Describe) {
+            return Ok(Response::new(DescribeQuorumReply {
+                error: Some(d.to_proto()),
+                ..Default::default()
+            }));
+        }
         let sessions = self.sessions.borrow().clone();
         Ok(Response::new(reads::describe_quorum(
             &self.node,
@@ -632,6 +729,18 @@ impl ControllerService for ControllerGrpc {
         &self,
         request: Request<FetchMetadataRequest>,
     ) -> Result<Response<Self::FetchMetadataStream>, Status> {
+        // A broker following the log is that broker (CLUSTER_ACTION); a tool needs DESCRIBE.
+        let caller = self.authz.caller_of(&request);
+        let check = |a: &Authz, c: &Caller, img: &MetadataImage| match request.get_ref().broker_id {
+            Some(id) => access::broker(a, c, img, id),
+            None => access::cluster(a, c, img, Operation::Describe),
+        };
+        if let Err(d) = self.authorize(&caller, check) {
+            return Err(Status::permission_denied(format!(
+                "{}: {}",
+                d.code, d.message
+            )));
+        }
         if let Err(e) = bounds::fetch_metadata(request.get_ref()) {
             return Err(Status::invalid_argument(format!("INVALID_REQUEST: {e}")));
         }
@@ -646,6 +755,12 @@ impl ControllerService for ControllerGrpc {
         &self,
         request: Request<ReadMetadataLogRequest>,
     ) -> Result<Response<ReadMetadataLogReply>, Status> {
+        if let Err(d) = self.authorize_cluster(&request, Operation::Describe) {
+            return Ok(Response::new(ReadMetadataLogReply {
+                error: Some(d.to_proto()),
+                ..Default::default()
+            }));
+        }
         if let Err(e) = bounds::read_metadata_log(request.get_ref()) {
             return Ok(Response::new(ReadMetadataLogReply {
                 error: Some(invalid_request(&e)),
@@ -655,5 +770,84 @@ impl ControllerService for ControllerGrpc {
         Ok(Response::new(
             reads::read_metadata_log(&self.node, &self.snapshot_dir, request.into_inner()).await,
         ))
+    }
+
+    async fn create_acls(
+        &self,
+        request: Request<CreateAclsRequest>,
+    ) -> Result<Response<CreateAclsReply>, Status> {
+        if let Some(e) = self.security_disabled() {
+            return Ok(Response::new(CreateAclsReply {
+                error: Some(e),
+                leader: self.hint(),
+                ..Default::default()
+            }));
+        }
+        write_rpc!(
+            self,
+            request,
+            CreateAclsReply,
+            |a, c, img, _: &CreateAclsRequest| access::cluster(a, c, img, Operation::Alter),
+            bounds::create_acls,
+            |ctx, req| logic::acls::create_acls(ctx.image, &req, &mut uuid::Uuid::new_v4),
+            |_reply, _committed| ()
+        )
+    }
+
+    async fn describe_acls(
+        &self,
+        request: Request<DescribeAclsRequest>,
+    ) -> Result<Response<DescribeAclsReply>, Status> {
+        let refused = |e| {
+            Ok(Response::new(DescribeAclsReply {
+                error: Some(e),
+                leader: self.hint(),
+                ..Default::default()
+            }))
+        };
+        if let Some(e) = self.security_disabled() {
+            return refused(e);
+        }
+        if let Err(d) = self.authorize_cluster(&request, Operation::Describe) {
+            return refused(d.to_proto());
+        }
+        let image = self.node.images.borrow().clone();
+        let acls = match logic::acls::describe_acls(&image, request.get_ref().filter.as_ref()) {
+            Ok(acls) => acls,
+            Err(e) => return refused(ErrorCode::InvalidRequest.to_proto(e.to_string())),
+        };
+        let hint = reads::leader_hint(&self.node);
+        Ok(Response::new(DescribeAclsReply {
+            error: None,
+            acls,
+            source: Some(reads::read_source(
+                self.node.node_id,
+                &hint,
+                image.provenance().offset,
+            )),
+            leader: Some(hint),
+        }))
+    }
+
+    async fn delete_acls(
+        &self,
+        request: Request<DeleteAclsRequest>,
+    ) -> Result<Response<DeleteAclsReply>, Status> {
+        if let Some(e) = self.security_disabled() {
+            return Ok(Response::new(DeleteAclsReply {
+                error: Some(e),
+                leader: self.hint(),
+                ..Default::default()
+            }));
+        }
+        write_rpc!(
+            self,
+            request,
+            DeleteAclsReply,
+            |a, c, img, _: &DeleteAclsRequest| access::cluster(a, c, img, Operation::Alter),
+            bounds::delete_acls,
+            |ctx, req| logic::acls::delete_acls(ctx.image, &req),
+            |_reply, _committed| ()
+        )
     }
 }

@@ -84,7 +84,24 @@ pub async fn create_topics(
     req: &CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
+    // The controller sees this broker, not the client: the client is authorized here.
+    let forward = conv::create_topics_request(req);
+    if let Err(d) = ctx.check(|a, c, img| {
+        keel_metadata_log::authz::check_create_topics(
+            a,
+            c,
+            img.acls(),
+            forward.topics.iter().map(|t| t.name.as_str()),
+        )
+    }) {
+        return conv::create_topics_response(Err(denied(d)), req, version);
+    }
     forward_create_topics(&ctx.controller, req, version).await
+}
+
+/// A refusal as the forwarder's failure, which the conversions answer per topic.
+fn denied(d: keel_metadata_log::authz::Denied) -> conv::Failure {
+    conv::Failure::new(d.code, d.message)
 }
 
 /// CreateTopics sent through `controller` (also how `__consumer_offsets` is created).
@@ -109,7 +126,24 @@ pub async fn delete_topics(
     version: i16,
 ) -> DeleteTopicsResponse {
     let plan = conv::delete_topics_plan(req, version);
-    let reply = if plan.forward.topics.is_empty() {
+    let allowed = ctx.check(|a, c, img| {
+        plan.forward.topics.iter().try_for_each(|t| {
+            let name = keel_metadata_log::image::uuid_from_bytes(&t.topic_id)
+                .and_then(|id| img.topics().by_id.get(&id).map(|t| t.name.clone()))
+                .unwrap_or_else(|| t.name.clone());
+            a.check(
+                img.acls(),
+                c,
+                keel_metadata_log::acl::Action::topic(
+                    keel_metadata_log::acl::Operation::Delete,
+                    &name,
+                ),
+            )
+        })
+    });
+    let reply = if let Err(d) = allowed {
+        Err(denied(d))
+    } else if plan.forward.topics.is_empty() {
         Ok(Default::default())
     } else {
         ctx.controller
@@ -130,7 +164,10 @@ pub async fn describe_configs(
     version: i16,
 ) -> DescribeConfigsResponse {
     let plan = conv::describe_configs_plan(req, version, ctx.broker_id);
-    let reply = if plan.forward.resources.is_empty() {
+    let allowed = ctx.check(|a, c, img| crate::access::describe_configs(a, c, img, &plan.forward));
+    let reply = if let Err(d) = allowed {
+        Err(denied(d))
+    } else if plan.forward.resources.is_empty() {
         Ok(Default::default())
     } else {
         ctx.controller

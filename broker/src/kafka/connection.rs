@@ -24,7 +24,7 @@ use tokio::task::JoinSet;
 
 use super::context::KafkaContext;
 use super::{admin, convert, frame, groups, guard, versions};
-use crate::bounds;
+use crate::{access, bounds};
 
 /// Most connections served at once per Kafka listener; a connection beyond it is closed as
 /// soon as it is accepted (Kafka's `max.connections` is unbounded by default; Keel bounds
@@ -63,7 +63,7 @@ pub async fn serve(listener: TcpListener, ctx: KafkaContext, mut stop: watch::Re
                     tracing::warn!(%peer, "kafka listener: {MAX_CONNECTIONS} connections open; closing a new one");
                     continue;
                 };
-                let ctx = ctx.clone();
+                let ctx = ctx.for_peer(peer);
                 connections.spawn(async move {
                     if let Err(why) = connection(stream, peer, &ctx).await {
                         tracing::debug!(%peer, "kafka connection closed: {why}");
@@ -191,7 +191,12 @@ async fn handle(
         ApiKey::ListOffsets => {
             let req = decode::<ListOffsetsRequest>(&mut body, key, version)?;
             let keel_req = convert::list_offsets_request(req.clone());
+            let allowed = ctx.check(|a, c, img| access::list_offsets(a, c, img, &keel_req));
             let reply = match bounds::list_offsets(&keel_req) {
+                Ok(()) if allowed.is_err() => keel_proto::broker::ListOffsetsReply {
+                    error: allowed.err().map(|d| d.to_proto()),
+                    topics: Vec::new(),
+                },
                 Ok(()) => ctx.replicas.list_offsets(keel_req),
                 Err(e) => keel_proto::broker::ListOffsetsReply {
                     error: Some(invalid_request(&e)),
@@ -203,7 +208,13 @@ async fn handle(
         ApiKey::OffsetForLeaderEpoch => {
             let req = decode::<OffsetForLeaderEpochRequest>(&mut body, key, version)?;
             let keel_req = convert::offsets_for_leader_epoch_request(req.clone());
+            let allowed =
+                ctx.check(|a, c, img| access::offsets_for_leader_epoch(a, c, img, &keel_req));
             let reply = match bounds::offsets_for_leader_epoch(&keel_req) {
+                Ok(()) if allowed.is_err() => keel_proto::broker::OffsetsForLeaderEpochReply {
+                    error: allowed.err().map(|d| d.to_proto()),
+                    topics: Vec::new(),
+                },
                 Ok(()) => ctx.replicas.offsets_for_leader_epoch(keel_req),
                 Err(e) => keel_proto::broker::OffsetsForLeaderEpochReply {
                     error: Some(invalid_request(&e)),
@@ -217,7 +228,13 @@ async fn handle(
         ApiKey::InitProducerId => {
             let req = decode::<InitProducerIdRequest>(&mut body, key, version)?;
             let keel_req = convert::init_producer_id_request(req);
+            let allowed = ctx.check(|a, c, img| access::init_producer_id(a, c, img, &keel_req));
             let reply = match bounds::init_producer_id(&keel_req) {
+                Ok(()) if allowed.is_err() => keel_proto::broker::InitProducerIdReply {
+                    error: allowed.err().map(|d| d.to_proto()),
+                    producer_id: -1,
+                    producer_epoch: -1,
+                },
                 Ok(()) => {
                     let epoch = ctx.status.borrow().broker_epoch;
                     ctx.replicas.init_producer_id(&keel_req, epoch).await
@@ -341,7 +358,12 @@ async fn metadata(
         keel_req = None;
     }
     let reply = keel_req.map(|r| match bounds::metadata(&r) {
-        Ok(()) => crate::metadata::describe::metadata_reply(&image, &r, -1),
+        Ok(()) => {
+            let mut reply = crate::metadata::describe::metadata_reply(&image, &r, -1);
+            let named = !r.topics.is_empty();
+            access::authorize_metadata(&ctx.authz, &ctx.caller, &image, named, &mut reply);
+            reply
+        }
         Err(e) => keel_proto::broker::MetadataReply {
             topics: r
                 .topics
@@ -425,6 +447,9 @@ async fn produce(
         let error = invalid_request(&e);
         return convert::produce_error_response(&shape, error.code as i16, Some(&error.message));
     }
+    if let Err(d) = ctx.check(|a, c, img| access::produce(a, c, img, &keel_req)) {
+        return convert::produce_error_response(&shape, d.code.code(), Some(&d.message));
+    }
     let reply = ctx.replicas.produce(keel_req).await;
     let image = ctx.images.borrow().clone();
     convert::produce_response(reply, &shape, &image, &ctx.listener)
@@ -437,6 +462,9 @@ async fn fetch(ctx: &KafkaContext, req: FetchRequest) -> kafka_protocol::message
     };
     if bounds::fetch(&keel_req).is_err() {
         return convert::fetch_error_response(&req, ErrorCode::InvalidRequest.code());
+    }
+    if let Err(d) = ctx.check(|a, c, img| access::fetch(a, c, img, &keel_req)) {
+        return convert::fetch_error_response(&req, d.code.code());
     }
     let reply = ctx.replicas.fetch(keel_req).await;
     convert::fetch_response(reply, &req)

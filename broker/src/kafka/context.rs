@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use keel_metadata_log::MetadataImage;
+use keel_metadata_log::acl::Operation;
+use keel_metadata_log::authz::{Authz, Caller, Denied};
 use tokio::sync::watch;
 
 use super::convert;
@@ -38,6 +40,44 @@ pub struct KafkaContext {
     pub groups: crate::group::GroupCoordinator,
     /// Throttle of this broker's requests to create `__consumer_offsets`.
     pub offsets_topic_creation: Arc<OffsetsTopicCreation>,
+    /// Request authorization ([`crate::access`]); the listener's clients are
+    /// `User:ANONYMOUS` until it speaks TLS or SASL.
+    pub authz: Authz,
+    /// The connection's caller (set per connection by [`KafkaContext::for_peer`]).
+    pub caller: Caller,
+}
+
+impl KafkaContext {
+    /// This context for one connection from `peer` (a plaintext listener: `User:ANONYMOUS`).
+    pub fn for_peer(&self, peer: std::net::SocketAddr) -> KafkaContext {
+        let info = keel_runtime::tls::PeerInfo {
+            remote_addr: Some(peer),
+            peer_certs: None,
+        };
+        KafkaContext {
+            caller: self.authz.caller(Some(&info)),
+            ..self.clone()
+        }
+    }
+
+    /// Runs an [`crate::access`] check for this connection's caller against the image's ACLs;
+    /// `Ok` without an authorizer.
+    pub fn check(
+        &self,
+        f: impl FnOnce(&Authz, &Caller, &MetadataImage) -> Result<(), Denied>,
+    ) -> Result<(), Denied> {
+        if !self.authz.enabled() {
+            return Ok(());
+        }
+        let image = self.images.borrow().clone();
+        f(&self.authz, &self.caller, &image)
+    }
+
+    /// `op` on group `id` for this connection's caller (GROUP_AUTHORIZATION_FAILED).
+    pub fn check_group(&self, op: Operation, id: &str) -> Result<(), keel_proto::ErrorCode> {
+        self.check(|a, c, img| crate::access::group(a, c, img, op, id))
+            .map_err(|d| d.code)
+    }
 }
 
 /// When this broker last asked the controller to create `__consumer_offsets`.

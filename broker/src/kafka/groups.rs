@@ -15,6 +15,9 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use keel_metadata_log::acl::Operation;
+use keel_proto::limits::clip;
+
 use kafka_protocol::messages::create_topics_request::{
     CreatableTopic, CreatableTopicConfig, CreateTopicsRequest,
 };
@@ -145,6 +148,12 @@ async fn locate(
     if key.is_empty() {
         return fail(ErrorCode::InvalidRequest, "the group id is empty".into());
     }
+    if let Err(code) = ctx.check_group(Operation::Describe, key) {
+        return fail(
+            code,
+            format!("not authorized to DESCRIBE group {:?}", clip(key)),
+        );
+    }
     let image = ctx.images.borrow().clone();
     let Some(topic) = image.topics().get_by_name(OFFSETS_TOPIC) else {
         create_offsets_topic(
@@ -239,6 +248,12 @@ pub async fn join_group(
     client_id: &str,
     peer: SocketAddr,
 ) -> JoinGroupResponse {
+    if let Err(code) = ctx.check_group(Operation::Read, req.group_id.as_str()) {
+        return JoinGroupResponse::default()
+            .with_error_code(code.code())
+            .with_generation_id(-1)
+            .with_protocol_name((version < 7).then(|| s("")));
+    }
     let rebalance_timeout_ms = if version >= 1 {
         req.rebalance_timeout_ms
     } else {
@@ -316,6 +331,9 @@ pub async fn sync_group(
             .map(|a| (a.member_id.as_str().to_string(), a.assignment.clone()))
             .collect(),
     };
+    if let Err(code) = ctx.check_group(Operation::Read, req.group_id.as_str()) {
+        return SyncGroupResponse::default().with_error_code(code.code());
+    }
     let r = coordinator(ctx).sync(req.group_id.as_str(), sync).await;
     let out = SyncGroupResponse::default()
         .with_error_code(r.error)
@@ -330,6 +348,9 @@ pub async fn sync_group(
 
 /// Heartbeat v0-4.
 pub fn heartbeat(ctx: &KafkaContext, req: &HeartbeatRequest) -> HeartbeatResponse {
+    if let Err(code) = ctx.check_group(Operation::Read, req.group_id.as_str()) {
+        return HeartbeatResponse::default().with_error_code(code.code());
+    }
     let code = coordinator(ctx).heartbeat(
         req.group_id.as_str(),
         req.member_id.as_str(),
@@ -358,10 +379,15 @@ pub async fn leave_group(
     } else {
         vec![(req.member_id.as_str().to_string(), None)]
     };
-    match coordinator(ctx)
-        .leave(req.group_id.as_str(), &members)
-        .await
-    {
+    let left = match ctx.check_group(Operation::Read, req.group_id.as_str()) {
+        Err(code) => Err(code),
+        Ok(()) => {
+            coordinator(ctx)
+                .leave(req.group_id.as_str(), &members)
+                .await
+        }
+    };
+    match left {
         Err(code) => LeaveGroupResponse::default().with_error_code(code.code()),
         Ok(codes) if version >= 3 => LeaveGroupResponse::default().with_members(
             members
@@ -407,15 +433,36 @@ pub async fn offset_commit(
     } else {
         None
     };
-    let codes = coordinator(ctx)
-        .commit(
-            req.group_id.as_str(),
-            req.member_id.as_str(),
-            instance,
-            req.generation_id_or_member_epoch,
-            entries,
-        )
-        .await;
+    let allowed = ctx
+        .check(|a, c, img| {
+            let keel = keel_proto::broker::OffsetCommitRequest {
+                group_id: req.group_id.as_str().to_string(),
+                offsets: entries
+                    .iter()
+                    .map(|e| keel_proto::broker::OffsetCommitEntry {
+                        topic: e.topic.clone(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            };
+            crate::access::offset_commit(a, c, img, &keel)
+        })
+        .map_err(|d| d.code);
+    let codes = match allowed {
+        Err(code) => Err(code),
+        Ok(()) => {
+            coordinator(ctx)
+                .commit(
+                    req.group_id.as_str(),
+                    req.member_id.as_str(),
+                    instance,
+                    req.generation_id_or_member_epoch,
+                    entries,
+                )
+                .await
+        }
+    };
     let mut codes = match codes {
         Ok(c) => c.into_iter(),
         Err(code) => vec![code; req.topics.iter().map(|t| t.partitions.len()).sum()].into_iter(),
@@ -458,6 +505,7 @@ fn fetch_group(
             .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
             .collect::<Vec<_>>()
     });
+    ctx.check_group(Operation::Describe, group)?;
     let found = coordinator(ctx).fetch_offsets(group, wanted)?;
     let mut out: Vec<(String, Vec<FetchedPartition>)> = Vec::new();
     for (t, p, c) in found {
@@ -597,7 +645,10 @@ pub fn describe_groups(
             } else {
                 out
             };
-            match coordinator(ctx).describe(g.as_str()) {
+            let described = ctx
+                .check_group(Operation::Describe, g.as_str())
+                .and_then(|()| coordinator(ctx).describe(g.as_str()));
+            match described {
                 Err(code) => out.with_error_code(code.code()).with_group_state(s("")),
                 Ok(d) => out
                     .with_group_state(s(d.state))
@@ -652,7 +703,9 @@ pub fn list_groups(
         Ok(groups) => ListGroupsResponse::default().with_groups(
             groups
                 .into_iter()
-                .filter(|_| wants_classic)
+                .filter(|g| {
+                    wants_classic && ctx.check_group(Operation::Describe, &g.group_id).is_ok()
+                })
                 .map(|g| {
                     let mut out = KListedGroup::default()
                         .with_group_id(GroupId(s(g.group_id)))
@@ -674,7 +727,10 @@ pub fn list_groups(
 pub async fn delete_groups(ctx: &KafkaContext, req: &DeleteGroupsRequest) -> DeleteGroupsResponse {
     let mut results = Vec::with_capacity(req.groups_names.len());
     for g in &req.groups_names {
-        let code = coordinator(ctx).delete(g.as_str()).await;
+        let code = match ctx.check_group(Operation::Delete, g.as_str()) {
+            Err(code) => code,
+            Ok(()) => coordinator(ctx).delete(g.as_str()).await,
+        };
         results.push(
             DeletableGroupResult::default()
                 .with_group_id(g.clone())

@@ -867,6 +867,66 @@ impl Admin {
             .collect())
     }
 
+    /// Adds ACLs (CreateAcls). Returns one result per binding, in order: `None` when added (or
+    /// already present), or the controller's refusal of that binding (INVALID_REQUEST).
+    /// Errors: the whole request refused (SECURITY_DISABLED without an authorizer,
+    /// CLUSTER_AUTHORIZATION_FAILED without ALTER on the cluster, ...).
+    pub async fn create_acls(
+        &self,
+        bindings: Vec<AclBinding>,
+    ) -> Result<Vec<Option<keel_proto::common::Error>>> {
+        let req = CreateAclsRequest {
+            creations: bindings,
+        };
+        let Answered {
+            value: reply,
+            uncertain,
+        } = self
+            .call(true, |mut c| {
+                let req = req.clone();
+                async move { c.create_acls(req).await }
+            })
+            .await?;
+        check_write(&uncertain, reply.error.as_ref(), || "create ACLs".into())?;
+        Ok(reply.results.into_iter().map(|r| r.error).collect())
+    }
+
+    /// The ACLs matching `filter` (DescribeAcls; `None` = all), sorted.
+    pub async fn describe_acls(&self, filter: Option<AclBinding>) -> Result<Vec<AclBinding>> {
+        let req = DescribeAclsRequest { filter };
+        let reply = self
+            .call(true, |mut c| {
+                let req = req.clone();
+                async move { c.describe_acls(req).await }
+            })
+            .await?
+            .value;
+        AdminError::check(reply.error.as_ref(), || "describe ACLs".into())?;
+        Ok(reply.acls)
+    }
+
+    /// Removes the ACLs matching each filter (DeleteAcls); returns per filter the ACLs it
+    /// removed. Errors: the whole request refused, or a filter refused (INVALID_REQUEST).
+    pub async fn delete_acls(&self, filters: Vec<AclBinding>) -> Result<Vec<Vec<AclBinding>>> {
+        let req = DeleteAclsRequest { filters };
+        let Answered {
+            value: reply,
+            uncertain,
+        } = self
+            .call(true, |mut c| {
+                let req = req.clone();
+                async move { c.delete_acls(req).await }
+            })
+            .await?;
+        check_write(&uncertain, reply.error.as_ref(), || "delete ACLs".into())?;
+        let mut out = Vec::with_capacity(reply.results.len());
+        for r in reply.results {
+            check_write(&uncertain, r.error.as_ref(), || "delete ACLs".into())?;
+            out.push(r.matching_acls);
+        }
+        Ok(out)
+    }
+
     /// Brokers and their state, from the active controller (heartbeat-derived fields such as
     /// the metadata lag are known only there).
     pub async fn describe_cluster(&self) -> Result<DescribeClusterReply> {

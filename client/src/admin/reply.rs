@@ -71,10 +71,12 @@ controller_reply!(
     AlterPartitionReply,
     ElectLeadersReply,
     AlterConfigsReply,
+    CreateAclsReply,
+    DeleteAclsReply,
 );
 
 // Reads of the metadata image: out of date on a controller out of contact.
-controller_reply!(read true; DescribeConfigsReply, DescribeClusterReply);
+controller_reply!(read true; DescribeConfigsReply, DescribeClusterReply, DescribeAclsReply);
 
 // Quorum state is diagnostic: a leader without a quorum reports that itself (leader -1).
 // Committed records are never wrong, only possibly not the newest: a `metadata log --follow`

@@ -241,6 +241,27 @@ impl ControllerService for Fake {
     ) -> Result<Response<ReadMetadataLogReply>, Status> {
         Err(Status::unimplemented(""))
     }
+
+    async fn create_acls(
+        &self,
+        _: Request<CreateAclsRequest>,
+    ) -> Result<Response<CreateAclsReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+
+    async fn describe_acls(
+        &self,
+        _: Request<DescribeAclsRequest>,
+    ) -> Result<Response<DescribeAclsReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+
+    async fn delete_acls(
+        &self,
+        _: Request<DeleteAclsRequest>,
+    ) -> Result<Response<DeleteAclsReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
 }
 
 /// A listener on a free loopback port; its address.

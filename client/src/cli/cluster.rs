@@ -58,6 +58,12 @@ pub struct UpArgs {
     /// commands then need the KEEL_TLS_* variables `up` prints.
     #[arg(long)]
     pub tls: bool,
+    /// With --tls: run Kafka's StandardAuthorizer on every process (once; a data dir with it
+    /// always runs with it). Principals are the certificates' CNs; the processes and keelctl
+    /// are super users; any other certificate (`keelctl tls dev-certs --dir <data dir>/tls
+    /// NAME`) needs ACLs (`keelctl acl add`).
+    #[arg(long, requires = "tls")]
+    pub authorizer: bool,
 }
 
 /// Arguments of `cluster down`.
@@ -89,6 +95,8 @@ pub(super) async fn run(c: ClusterCommand, ctx: &Ctx) -> CliResult {
 struct UpReport {
     /// The certificates' directory when the cluster runs with TLS.
     tls_dir: Option<String>,
+    /// Whether the processes run the standard authorizer (`--authorizer`).
+    authorizer: bool,
     already_running: bool,
     base_port: u16,
     started: Vec<String>,
@@ -201,6 +209,16 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
         }
         layout.enable_tls().map_err(CliError::new)?;
     }
+    if a.authorizer && !layout.authorizer_on() {
+        if missing.len() != procs.len() {
+            return Err(CliError::new(format!(
+                "the cluster in {} runs without the authorizer: stop it (`keelctl cluster \
+                 down`) before `cluster up --tls --authorizer`",
+                layout.data_dir.display()
+            )));
+        }
+        layout.enable_authorizer().map_err(CliError::new)?;
+    }
     let binaries = Binaries::find()?;
     settle_settings(&mut layout, source, &procs)?;
     if !already_running {
@@ -221,6 +239,7 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
         tls_dir: layout
             .tls_on()
             .then(|| layout.tls_dir().display().to_string()),
+        authorizer: layout.authorizer_on(),
         already_running,
         base_port: layout.base_port,
         started: children.iter().map(|(p, _)| p.name()).collect(),
@@ -433,13 +452,21 @@ fn up_text(report: &UpReport, data_dir: &Path) -> String {
         )
     };
     let tls = match &report.tls_dir {
-        Some(dir) => format!(
-            "# TLS on every gRPC connection (certificates in {dir}):\n\
+        Some(dir) => {
+            format!(
+                "# TLS on every gRPC connection (certificates in {dir}):\n\
              export KEEL_TLS_CA_FILE={dir}/ca.pem\n\
              export KEEL_TLS_CERT_FILE={dir}/{cert}.pem\n\
              export KEEL_TLS_KEY_FILE={dir}/{cert}-key.pem\n",
-            cert = crate::local_cluster::KEELCTL_CERT
-        ),
+                cert = crate::local_cluster::KEELCTL_CERT
+            ) + if report.authorizer {
+                "# Authorizer on: keelctl's certificate is a super user; certificates for others \
+             (keelctl tls dev-certs --dir <that dir> NAME) are User:NAME and need ACLs \
+             (keelctl acl add)\n"
+            } else {
+                ""
+            }
+        }
         None => String::new(),
     };
     format!(

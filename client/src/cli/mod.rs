@@ -18,6 +18,7 @@ macro_rules! outln {
     };
 }
 
+mod acl;
 mod cluster;
 mod config;
 mod data;
@@ -179,6 +180,10 @@ pub enum Command {
     /// Operator ISR changes and leader elections.
     #[command(subcommand)]
     Partition(partition::PartitionCommand),
+    /// ACLs (like kafka-acls): add, list, remove. Needs `authorizer = "standard"` on the
+    /// nodes.
+    #[command(subcommand)]
+    Acl(acl::AclCommand),
     /// Registered brokers.
     #[command(subcommand)]
     Broker(BrokerCommand),
@@ -426,6 +431,7 @@ async fn run(command: Command, ctx: &Ctx) -> CliResult {
         Command::Topic(c) => topic::run(c, ctx).await,
         Command::Config(c) => config::run(c, ctx).await,
         Command::Partition(c) => partition::run(c, ctx).await,
+        Command::Acl(c) => acl::run(c, ctx).await,
         Command::Group(c) => group::run(c, ctx).await,
         Command::Broker(BrokerCommand::List) => {
             let reply = ctx.admin()?.describe_cluster().await?;

@@ -33,6 +33,7 @@
 //!   effective values;
 //! - [`producer_ids`] — AllocateProducerIds (KIP-730).
 
+pub mod acls;
 pub mod alter_partition;
 pub mod brokers;
 pub mod change_log;

@@ -1,0 +1,429 @@
+//! Authorization (issue #23, "Acceptance"), on a real local cluster with TLS and the standard
+//! authorizer (`keelctl cluster up --tls --authorizer`): a principal without ACLs gets the
+//! exact *_AUTHORIZATION_FAILED code for produce, consume, create, alter-isr, elect and ACL
+//! changes, and nothing changes; after `keelctl acl add` the same calls succeed; a broker's
+//! certificate cannot register, heartbeat or fetch as another broker; a Kafka client on the
+//! plaintext Kafka listener is `User:ANONYMOUS` and needs ACLs too (kcat, which must be
+//! installed: `scripts/test` does it).
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{Fixture, KEELCTL};
+use keel_proto::ErrorCode;
+
+/// keelctl as the certificate `name` of the cluster's `tls/` directory.
+fn run_as(f: &Fixture, tls: &Path, name: &str, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new(KEELCTL);
+    cmd.args(["--api-timeout-ms", "10000"])
+        .args(args)
+        .env("KEEL_BOOTSTRAP_CONTROLLERS", f.controllers())
+        .env("KEEL_BOOTSTRAP_BROKERS", f.brokers().join(","))
+        .env("KEEL_TLS_CA_FILE", tls.join("ca.pem"))
+        .env("KEEL_TLS_CERT_FILE", tls.join(format!("{name}.pem")))
+        .env("KEEL_TLS_KEY_FILE", tls.join(format!("{name}-key.pem")))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("run keelctl");
+    let mut input = child.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        input.write_all(s.as_bytes()).unwrap();
+    }
+    drop(input);
+    // keelctl's own budget is 10 s per call; a run past 60 s is a hang, and this test's
+    // failure (not the suite's).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("keelctl {args:?} as {name} hung past 60 s\n{}", f.logs());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+fn ok(o: &Output, f: &Fixture) -> String {
+    assert!(
+        o.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        f.logs()
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The failure line of a refused run; it must name `code`.
+fn refused(o: &Output, code: ErrorCode) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        !o.status.success(),
+        "succeeded: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    let wanted = format!("{} ({})", code.name(), code.code());
+    assert!(err.contains(&wanted), "wanted {wanted}: {err}");
+    err
+}
+
+/// kcat with a deadline; (success, stdout, stderr).
+fn kcat(args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut child = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect(
+            "kcat is not installed, and this acceptance test needs it (#23): `apt-get install \
+             kcat` (scripts/test installs it)",
+        );
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).unwrap();
+    drop(input);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "kcat {args:?} hung");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// A gRPC channel with the certificate `name` of `tls`.
+async fn channel(tls: &Path, name: &str, addr: &str) -> tonic::transport::Channel {
+    use keel_runtime::tls::{ClientAuth, Dialer, TlsContext, TlsFiles};
+    let files = TlsFiles {
+        ca: tls.join("ca.pem"),
+        identity: Some((
+            tls.join(format!("{name}.pem")),
+            tls.join(format!("{name}-key.pem")),
+        )),
+    };
+    let dialer = Dialer::new(Some(TlsContext::load(files, ClientAuth::None).unwrap()));
+    dialer
+        .connect(&Dialer::endpoint(addr).unwrap())
+        .await
+        .expect("TLS channel")
+}
+
+fn code(e: Option<&keel_proto::common::Error>) -> ErrorCode {
+    ErrorCode::from_proto(e).unwrap_or(ErrorCode::UnknownServerError)
+}
+
+#[test]
+fn without_acls_nothing_is_allowed_and_acl_add_opens_exactly_what_it_names() {
+    let f = Fixture::fresh();
+    let up = f.cluster("up", &["--tls", "--authorizer", "--timeout-secs", "120"]);
+    assert_eq!(up["authorizer"], true, "{up}");
+    let tls = PathBuf::from(up["tls_dir"].as_str().expect("tls_dir in the report"));
+    let admin = |args: &[&str]| run_as(&f, &tls, "keelctl", args, None);
+    ok(
+        &admin(&[
+            "topic",
+            "create",
+            "orders",
+            "--partitions",
+            "2",
+            "--replication-factor",
+            "3",
+        ]),
+        &f,
+    );
+    let o = Command::new(KEELCTL)
+        .args(["tls", "dev-certs", "--dir"])
+        .arg(&tls)
+        .arg("alice")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let alice = |args: &[&str], stdin: Option<&str>| run_as(&f, &tls, "alice", args, stdin);
+
+    // No ACLs: every call refused with its exact code.
+    refused(
+        &alice(&["topic", "create", "fresh", "--partitions", "1"], None),
+        ErrorCode::TopicAuthorizationFailed,
+    );
+    refused(
+        &alice(&["produce", "--topic", "orders"], Some("a\nb\n")),
+        ErrorCode::TopicAuthorizationFailed,
+    );
+    refused(
+        &alice(&["consume", "--topic", "orders"], None),
+        ErrorCode::TopicAuthorizationFailed,
+    );
+    let describe = |p: i32| {
+        let v: serde_json::Value =
+            serde_json::from_str(&ok(&admin(&["--json", "topic", "describe", "orders"]), &f))
+                .unwrap();
+        let t = if v.is_array() { v[0].clone() } else { v };
+        t["partitions"][p as usize].clone()
+    };
+    let before = describe(0);
+    let line = refused(
+        &alice(
+            &[
+                "partition",
+                "alter-isr",
+                "--topic",
+                "orders",
+                "--partition",
+                "0",
+                "--isr",
+                &before["leader"].to_string(),
+            ],
+            None,
+        ),
+        ErrorCode::ClusterAuthorizationFailed,
+    );
+    assert!(line.contains("User:alice may not ALTER CLUSTER"), "{line}");
+    refused(
+        &alice(
+            &["partition", "elect", "--preferred", "--topic", "orders"],
+            None,
+        ),
+        ErrorCode::ClusterAuthorizationFailed,
+    );
+    refused(
+        &alice(
+            &[
+                "acl",
+                "add",
+                "--allow-principal",
+                "User:alice",
+                "--cluster",
+                "--operation",
+                "All",
+            ],
+            None,
+        ),
+        ErrorCode::ClusterAuthorizationFailed,
+    );
+    // Nothing changed: no topic, no records, the same ISR and epochs, no ACL.
+    refused(
+        &admin(&["topic", "describe", "fresh"]),
+        ErrorCode::UnknownTopicOrPartition,
+    );
+    let records = ok(&admin(&["consume", "--topic", "orders"]), &f);
+    assert_eq!(records, "", "records were written");
+    assert_eq!(describe(0), before);
+    assert_eq!(ok(&admin(&["--json", "acl", "list"]), &f).trim(), "[]");
+
+    // The ACLs Kafka's tools would add, then the same calls succeed.
+    for args in [
+        &["--producer", "--topic", "orders"][..],
+        &["--consumer", "--topic", "orders", "--group", "g1"][..],
+        &["--operation", "Create", "--topic", "fresh"][..],
+        &["--operation", "Alter", "--cluster"][..],
+    ] {
+        let mut full = vec!["acl", "add", "--allow-principal", "User:alice"];
+        full.extend(args);
+        ok(&admin(&full), &f);
+    }
+    let listed = ok(&admin(&["acl", "list", "--principal", "User:alice"]), &f);
+    assert!(
+        listed.contains(
+            "Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name=orders, patternType=LITERAL)`"
+        ) && listed.contains("(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW)"),
+        "{listed}"
+    );
+    ok(
+        &alice(&["topic", "create", "fresh", "--partitions", "1"], None),
+        &f,
+    );
+    ok(
+        &alice(&["produce", "--topic", "orders"], Some("a\nb\n")),
+        &f,
+    );
+    let read = ok(&alice(&["consume", "--topic", "orders"], None), &f);
+    assert_eq!(read.lines().count(), 2, "{read}");
+    ok(
+        &alice(
+            &[
+                "partition",
+                "alter-isr",
+                "--topic",
+                "orders",
+                "--partition",
+                "0",
+                "--isr",
+                &before["isr"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+            ],
+            None,
+        ),
+        &f,
+    );
+    // Group ACL: a group she has no READ on is refused, g1 works.
+    refused(
+        &alice(&["consume", "--topic", "orders", "--group", "other"], None),
+        ErrorCode::GroupAuthorizationFailed,
+    );
+    let read = ok(
+        &alice(&["consume", "--topic", "orders", "--group", "g1"], None),
+        &f,
+    );
+    assert_eq!(read.lines().count(), 2, "{read}");
+    // Removing an ACL takes the right away again.
+    ok(
+        &admin(&[
+            "acl",
+            "remove",
+            "--allow-principal",
+            "User:alice",
+            "--operation",
+            "Read",
+            "--topic",
+            "orders",
+        ]),
+        &f,
+    );
+    refused(
+        &alice(&["consume", "--topic", "orders"], None),
+        ErrorCode::TopicAuthorizationFailed,
+    );
+
+    // Kafka listener (plaintext): kcat is User:ANONYMOUS.
+    let kafka = up["kafka_bootstrap_servers"].as_str().unwrap().to_string();
+    let (done, _, err) = kcat(&["-P", "-b", &kafka, "-t", "orders"], "k1\n");
+    assert!(!done && err.contains("authorization failed"), "{err}");
+    ok(
+        &admin(&[
+            "acl",
+            "add",
+            "--allow-principal",
+            "User:ANONYMOUS",
+            "--producer",
+            "--topic",
+            "orders",
+        ]),
+        &f,
+    );
+    let (done, _, err) = kcat(&["-P", "-b", &kafka, "-t", "orders"], "k1\n");
+    assert!(done, "{err}");
+}
+
+#[test]
+fn a_broker_certificate_cannot_act_as_another_broker() {
+    let f = Fixture::fresh();
+    let up = f.cluster("up", &["--tls", "--authorizer", "--timeout-secs", "120"]);
+    let tls = PathBuf::from(up["tls_dir"].as_str().unwrap());
+    let controllers: Vec<String> = f.controllers().split(',').map(String::from).collect();
+    let brokers = f.brokers();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use keel_proto::broker::broker_service_client::BrokerServiceClient;
+        use keel_proto::controller::controller_service_client::ControllerServiceClient;
+        use keel_proto::controller::*;
+        // Any controller checks before it forwards or answers NOT_CONTROLLER.
+        let mut c = ControllerServiceClient::new(channel(&tls, "broker-2", &controllers[0]).await);
+        let r = c
+            .register_broker(RegisterBrokerRequest {
+                broker_id: 1,
+                incarnation_id: vec![7u8; 16].into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            code(r.error.as_ref()),
+            ErrorCode::ClusterAuthorizationFailed,
+            "{r:?}"
+        );
+        assert!(
+            r.error
+                .as_ref()
+                .unwrap()
+                .message
+                .contains("User:broker-2 may not act as broker 1"),
+            "{r:?}"
+        );
+        let r = c
+            .broker_heartbeat(BrokerHeartbeatRequest {
+                broker_id: 1,
+                broker_epoch: 1,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            code(r.error.as_ref()),
+            ErrorCode::ClusterAuthorizationFailed,
+            "{r:?}"
+        );
+        // As itself, the same heartbeat is judged on its merits (a wrong epoch), not refused.
+        let r = c
+            .broker_heartbeat(BrokerHeartbeatRequest {
+                broker_id: 2,
+                broker_epoch: 1,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_ne!(
+            code(r.error.as_ref()),
+            ErrorCode::ClusterAuthorizationFailed,
+            "{r:?}"
+        );
+        // A follower fetch as broker 1 from broker 3.
+        let mut b = BrokerServiceClient::new(channel(&tls, "broker-2", &brokers[2]).await);
+        let r = b
+            .fetch(keel_proto::broker::FetchRequest {
+                replica_id: 1,
+                broker_epoch: 1,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            code(r.error.as_ref()),
+            ErrorCode::ClusterAuthorizationFailed,
+            "{r:?}"
+        );
+        // keelctl's certificate (a super user) is not a broker either.
+        let mut c = ControllerServiceClient::new(channel(&tls, "keelctl", &controllers[1]).await);
+        let r = c
+            .register_broker(RegisterBrokerRequest {
+                broker_id: 3,
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            code(r.error.as_ref()),
+            ErrorCode::ClusterAuthorizationFailed,
+            "{r:?}"
+        );
+    });
+    // The real brokers kept their sessions: all three registered and unfenced.
+    let list = ok(
+        &run_as(&f, &tls, "keelctl", &["--json", "broker", "list"], None),
+        &f,
+    );
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let rows = list.as_array().expect("a list of brokers");
+    assert_eq!(rows.len(), 3, "{list}");
+    assert!(rows.iter().all(|b| b["fenced"] == false), "{list}");
+}
