@@ -9,7 +9,9 @@
 #      `keelctl consume`: same bytes, no loss, no duplicate, producer order per partition;
 #      then a Kafka client on the host (kcat, librdkafka) lists the 3 brokers on their Kafka
 #      listeners and writes 1,000 zstd-compressed records with an idempotent acks=all
-#      producer that it reads back exactly, in order;
+#      producer that it reads back exactly, in order (with KEEL_AUTHORIZER=1 kcat, which
+#      is User:ANONYMOUS, is first refused with Kafka's authorization error, then allowed
+#      by `keelctl acl add`);
 #   3. disconnects the container of partition 0's leader (broker X) from the compose network;
 #   4. waits until another ISR member leads partition 0 and X is out of every ISR, and finds
 #      in the metadata log: X fenced, partition 0's leader change (leader epoch bump) and the
@@ -234,6 +236,21 @@ kbrokers="$(timeout 30 kcat -L -J -b "$KAFKA_BOOTSTRAP" | jq '.brokers | length'
 keelctl topic create "$TOPIC-kafka" --partitions 1 --replication-factor 3 \
     --config min.insync.replicas=2 >/dev/null || fail "topic create $TOPIC-kafka failed"
 seq -f "kafka record %04g" 1 1000 >"$WORK/kafka-sent.txt"
+if [ "${KEEL_AUTHORIZER:-0}" = 1 ]; then
+    # The plaintext Kafka listener's client is User:ANONYMOUS: refused without ACLs, with
+    # Kafka's error, and nothing written; `keelctl acl add` opens the topic.
+    if timeout 60 kcat -P -b "$KAFKA_BOOTSTRAP" -t "$TOPIC-kafka" -p 0 \
+        <"$WORK/kafka-sent.txt" 2>"$WORK/kcat.err"; then
+        fail "kcat produced without an ACL: $(head -n 3 "$WORK/kcat.err")"
+    fi
+    grep -qi "authorization failed" "$WORK/kcat.err" \
+        || fail "kcat was refused without naming authorization: $(head -n 3 "$WORK/kcat.err")"
+    keelctl acl add --allow-principal User:ANONYMOUS --producer --topic "$TOPIC-kafka" >/dev/null \
+        || fail "acl add --producer failed"
+    keelctl acl add --allow-principal User:ANONYMOUS --operation Read --topic "$TOPIC-kafka" >/dev/null \
+        || fail "acl add --operation Read failed"
+    ok "authorizer: kcat (User:ANONYMOUS) refused without ACLs ($(grep -im1 "authorization failed" "$WORK/kcat.err" | cut -c1-100)), allowed after keelctl acl add"
+fi
 timeout 60 kcat -P -b "$KAFKA_BOOTSTRAP" -t "$TOPIC-kafka" -p 0 -z zstd \
     -X enable.idempotence=true -X acks=all <"$WORK/kafka-sent.txt" 2>"$WORK/kcat.err" \
     || fail "kcat produce failed: $(cat "$WORK/kcat.err")"

@@ -9,7 +9,8 @@
 # base-image.sh), KEEL_UP_TIMEOUT_S, KEEL_SKIP_BUILD=1 (reuse the binaries already built),
 # KEEL_CARGO_PROFILE (release, the default, or dev: the unoptimized binaries `cargo build`
 # makes, for checks of the deployment itself such as CI's smoke test), KEEL_TLS=1 (TLS on
-# every gRPC connection: certificates from deploy/dev-certs.sh, docker-compose.tls.yml).
+# every gRPC connection: certificates from deploy/dev-certs.sh, docker-compose.tls.yml),
+# KEEL_AUTHORIZER=1 with KEEL_TLS=1 (the standard authorizer: docker-compose.authz.yml).
 # Ends with one `up.sh: timing: ...` line (seconds per step).
 set -euo pipefail
 
