@@ -30,7 +30,8 @@ pub struct BrokerConfig {
     /// `advertised.listeners`), `host:port`. Defaults to the bind address unless that binds
     /// every interface (then it is required).
     pub advertised_listeners: String,
-    /// The Kafka-protocol listener (the `PLAINTEXT` entry of `listeners`), if configured.
+    /// The Kafka-protocol listener (the `PLAINTEXT` or `SSL` entry of `listeners`), if
+    /// configured.
     pub kafka_listener: Option<KafkaListener>,
     /// Metadata requests on the Kafka listener create unknown topics (Kafka:
     /// `auto.create.topics.enable`, default true there; false here, so a typo in a topic
@@ -120,6 +121,9 @@ pub struct KafkaListener {
     pub advertised_host: String,
     /// Port clients connect to (advertised), 1..=65535.
     pub advertised_port: u16,
+    /// An `SSL` listener (Kafka's wire protocol over TLS with the node's certificate and
+    /// `ssl_client_auth`); `PLAINTEXT` otherwise.
+    pub tls: bool,
 }
 
 /// The listeners (bind list, advertised list) as the broker uses them: the gRPC bind address,
@@ -177,7 +181,17 @@ fn resolve_listeners(
         port,
     }
     .host_port();
-    let kafka = match listeners::find(&binds, listeners::PLAINTEXT) {
+    let plaintext = listeners::find(&binds, listeners::PLAINTEXT);
+    let ssl = listeners::find(&binds, listeners::SSL);
+    if plaintext.is_some() && ssl.is_some() {
+        return Err(ConfigError::Invalid {
+            key: "listeners",
+            reason: "one Kafka listener per broker, PLAINTEXT or SSL (both at once are not \
+                     supported yet)"
+                .into(),
+        });
+    }
+    let kafka = match plaintext.or(ssl) {
         Some(l) => {
             let (bind, advertised_host, advertised_port) = advertised_of(l)?;
             Some(KafkaListener {
@@ -185,6 +199,7 @@ fn resolve_listeners(
                 bind,
                 advertised_host,
                 advertised_port,
+                tls: l.name == listeners::SSL,
             })
         }
         None => None,
@@ -281,6 +296,12 @@ impl BrokerConfig {
             tls: keel_runtime::tls::NodeTls::of(s)?,
             authz: keel_metadata_log::authz::Authz::from_settings(s)?,
         };
+        if cfg.kafka_listener.as_ref().is_some_and(|k| k.tls) && cfg.tls.is_none() {
+            return Err(ConfigError::Invalid {
+                key: "listeners",
+                reason: "the SSL listener needs tls_cert_file, tls_key_file and tls_ca_file".into(),
+            });
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -469,8 +490,16 @@ mod tests {
                 "invalid value for advertised_listeners: PLAINTEXT://h:2 names a listener",
             ),
             (
+                "listeners = \"GRPC://127.0.0.1:1,SASL_SSL://127.0.0.1:2\"",
+                "invalid value for listeners: unknown listener name \"SASL_SSL\"",
+            ),
+            (
                 "listeners = \"GRPC://127.0.0.1:1,SSL://127.0.0.1:2\"",
-                "invalid value for listeners: unknown listener name \"SSL\"",
+                "invalid value for listeners: the SSL listener needs tls_cert_file",
+            ),
+            (
+                "listeners = \"GRPC://127.0.0.1:1,SSL://127.0.0.1:2,PLAINTEXT://127.0.0.1:3\"",
+                "invalid value for listeners: one Kafka listener per broker",
             ),
         ] {
             let e = raw(&format!("{BASE}{toml}\n"))

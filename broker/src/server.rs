@@ -223,7 +223,10 @@ pub async fn serve(
             authz: config.authz.clone(),
             caller: config.authz.caller(None),
         };
-        tokio::spawn(crate::kafka::serve(l, ctx, stop_rx.clone()))
+        let kafka_tls = tls
+            .clone()
+            .filter(|_| config.kafka_listener.as_ref().is_some_and(|k| k.tls));
+        tokio::spawn(crate::kafka::serve(l, kafka_tls, ctx, stop_rx.clone()))
     });
     let served = serve_grpc(listeners.grpc, tls, grpc, stop_rx).await;
     if let Some(k) = kafka {
@@ -408,7 +411,7 @@ fn advertised_endpoints(config: &BrokerConfig) -> Vec<BrokerEndpoint> {
             name: k.name.clone(),
             host: k.advertised_host.clone(),
             port: u32::from(k.advertised_port),
-            security_protocol: "PLAINTEXT".into(),
+            security_protocol: if k.tls { "SSL" } else { "PLAINTEXT" }.into(),
         });
     }
     endpoints

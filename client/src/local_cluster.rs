@@ -384,7 +384,12 @@ impl Layout {
             Role::Broker => "--log-dirs",
         };
         let listeners = match &p.kafka_address {
-            Some(kafka) => format!("GRPC://{},PLAINTEXT://{kafka}", p.address),
+            // A TLS cluster is TLS on every listener: Kafka clients use SSL (#23).
+            Some(kafka) => format!(
+                "GRPC://{},{}://{kafka}",
+                p.address,
+                if self.tls_on() { "SSL" } else { "PLAINTEXT" }
+            ),
             None => p.address.clone(),
         };
         let mut args = vec![
@@ -570,7 +575,9 @@ pub fn running_base_port(data_dir: &Path) -> Option<u16> {
             .iter()
             .position(|a| a == "--listeners")
             .and_then(|i| args.get(i + 1))?;
-        let port: u16 = listener.rsplit_once(':')?.1.parse().ok()?;
+        // A broker's first entry is its gRPC listener (`GRPC://ip:port,PLAINTEXT://...`).
+        let grpc = listener.split(',').next()?;
+        let port: u16 = grpc.rsplit_once(':')?.1.parse().ok()?;
         match p.role {
             Role::Controller => port.checked_sub(p.id),
             Role::Broker => port.checked_sub(99 + p.id),

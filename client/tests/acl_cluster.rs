@@ -3,8 +3,8 @@
 //! exact *_AUTHORIZATION_FAILED code for produce, consume, create, alter-isr, elect and ACL
 //! changes, and nothing changes; after `keelctl acl add` the same calls succeed; a broker's
 //! certificate cannot register, heartbeat or fetch as another broker; a Kafka client on the
-//! plaintext Kafka listener is `User:ANONYMOUS` and needs ACLs too (kcat, which must be
-//! installed: `scripts/test` does it).
+//! SSL Kafka listener is the principal of its certificate and needs ACLs too (kcat, which
+//! must be installed: `scripts/test` does it), and a plaintext one is not served.
 
 mod common;
 
@@ -297,25 +297,168 @@ fn without_acls_nothing_is_allowed_and_acl_add_opens_exactly_what_it_names() {
         ErrorCode::TopicAuthorizationFailed,
     );
 
-    // Kafka listener (plaintext): kcat is User:ANONYMOUS.
+    // The Kafka listener of a TLS cluster is SSL: kcat with a certificate is its principal.
+    assert_eq!(up["kafka_security_protocol"], "SSL", "{up}");
     let kafka = up["kafka_bootstrap_servers"].as_str().unwrap().to_string();
-    let (done, _, err) = kcat(&["-P", "-b", &kafka, "-t", "orders"], "k1\n");
+    let ssl = |name: &str| -> Vec<String> {
+        [
+            "security.protocol=SSL".to_string(),
+            format!("ssl.ca.location={}", tls.join("ca.pem").display()),
+            format!(
+                "ssl.certificate.location={}",
+                tls.join(format!("{name}.pem")).display()
+            ),
+            format!(
+                "ssl.key.location={}",
+                tls.join(format!("{name}-key.pem")).display()
+            ),
+        ]
+        .into_iter()
+        .flat_map(|p| ["-X".to_string(), p])
+        .collect()
+    };
+    let kcat_as = |name: &str, args: &[&str], stdin: &str| {
+        let mut all: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        all.extend(ssl(name));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        kcat(&all, stdin)
+    };
+    // Alice may write (--producer) but no longer read.
+    let (done, _, err) = kcat_as(
+        "alice",
+        &["-P", "-b", &kafka, "-t", "orders", "-p", "0"],
+        "k1\n",
+    );
+    assert!(done && !err.contains("failed"), "{err}");
+    let (done, _, err) = kcat_as(
+        "alice",
+        &[
+            "-C",
+            "-b",
+            &kafka,
+            "-t",
+            "orders",
+            "-p",
+            "0",
+            "-o",
+            "beginning",
+            "-e",
+        ],
+        "",
+    );
+    assert!(!done && err.contains("Topic authorization failed"), "{err}");
+    // Bob has no ACL at all; `acl add --producer` lets him write.
+    let o = Command::new(KEELCTL)
+        .args(["tls", "dev-certs", "--dir"])
+        .arg(&tls)
+        .arg("bob")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let (done, _, err) = kcat_as(
+        "bob",
+        &["-P", "-b", &kafka, "-t", "orders", "-p", "1"],
+        "b1\n",
+    );
     assert!(!done && err.contains("authorization failed"), "{err}");
     ok(
         &admin(&[
             "acl",
             "add",
             "--allow-principal",
-            "User:ANONYMOUS",
+            "User:bob",
             "--producer",
             "--topic",
             "orders",
         ]),
         &f,
     );
-    let (done, _, err) = kcat(&["-P", "-b", &kafka, "-t", "orders"], "k1\n");
+    let (done, _, err) = kcat_as(
+        "bob",
+        &["-P", "-b", &kafka, "-t", "orders", "-p", "1"],
+        "b1\n",
+    );
+    assert!(done && !err.contains("failed"), "{err}");
+    // confluent-kafka (librdkafka in its wheel) over SSL as bob: an idempotent producer
+    // (KIP-679: WRITE on a topic is enough for InitProducerId).
+    let python = std::env::var_os("KEEL_KAFKA_PYTHON").map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/kafka-clients-venv/bin/python")
+        },
+        PathBuf::from,
+    );
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/kafka-clients-venv (scripts/test does)",
+        python.display()
+    );
+    let o = Command::new(&python)
+        .args(["-c", CONFLUENT_SSL_PRODUCE, &kafka])
+        .arg(tls.join("ca.pem"))
+        .arg(tls.join("bob.pem"))
+        .arg(tls.join("bob-key.pem"))
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "confluent-kafka over SSL: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    // What they wrote is there, read by the super user over SSL.
+    let (done, out, err) = kcat_as(
+        "keelctl",
+        &[
+            "-C",
+            "-b",
+            &kafka,
+            "-t",
+            "orders",
+            "-o",
+            "beginning",
+            "-e",
+            "-q",
+            "-f",
+            "%s\n",
+        ],
+        "",
+    );
     assert!(done, "{err}");
+    let mut got: Vec<&str> = out.lines().collect();
+    got.sort_unstable();
+    let mut want = vec!["a", "b", "b1", "k1"];
+    let py: Vec<String> = (0..10).map(|i| format!("py{i}")).collect();
+    want.extend(py.iter().map(String::as_str));
+    want.sort_unstable();
+    assert_eq!(got, want, "{out}");
+    // A plaintext Kafka client gets no answer from an SSL listener.
+    let (done, _, err) = kcat(&["-L", "-b", &kafka, "-m", "5"], "");
+    assert!(
+        !done,
+        "a plaintext kcat read the metadata of an SSL listener: {err}"
+    );
 }
+
+/// confluent-kafka: 10 records to `orders` partition 1 with an idempotent acks=all producer
+/// over SSL; argv: bootstrap, CA, certificate, key. Exits non-zero on any delivery error.
+const CONFLUENT_SSL_PRODUCE: &str = r#"
+import sys
+from confluent_kafka import Producer
+bootstrap, ca, cert, key = sys.argv[1:5]
+p = Producer({
+    "bootstrap.servers": bootstrap, "security.protocol": "SSL",
+    "ssl.ca.location": ca, "ssl.certificate.location": cert, "ssl.key.location": key,
+    "enable.idempotence": True, "acks": "all",
+})
+errors = []
+for i in range(10):
+    p.produce("orders", value=b"py%d" % i, partition=1,
+              on_delivery=lambda err, msg: errors.append(str(err)) if err else None)
+left = p.flush(30)
+if errors or left:
+    sys.exit("delivery failed: %s, %d not delivered" % (errors, left))
+"#;
 
 #[test]
 fn a_broker_certificate_cannot_act_as_another_broker() {

@@ -17,10 +17,13 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use keel_proto::ErrorCode;
+use keel_runtime::tls::ServerIo;
 use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, watch};
 use tokio::task::JoinSet;
+use tokio_stream::StreamExt;
+use tonic::transport::server::Connected;
 
 use super::context::KafkaContext;
 use super::{admin, convert, frame, groups, guard, versions};
@@ -37,11 +40,21 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Serves Kafka clients on `listener` until `stop` turns true; then stops accepting and
 /// drops every open connection (a request in flight is abandoned; its client retries
-/// elsewhere, as after Kafka's `SocketServer` shutdown).
-pub async fn serve(listener: TcpListener, ctx: KafkaContext, mut stop: watch::Receiver<bool>) {
+/// elsewhere, as after Kafka's `SocketServer` shutdown). With `tls` (an `SSL` listener, #23)
+/// every connection completes a TLS handshake first ([`keel_runtime::tls::incoming`]: bounded,
+/// timed out and logged there); its client certificate, if any, is the caller's principal
+/// (`ssl_principal_mapping_rules`); without one, or on a `PLAINTEXT` listener, the caller is
+/// `User:ANONYMOUS`.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<Arc<keel_runtime::tls::TlsContext>>,
+    ctx: KafkaContext,
+    mut stop: watch::Receiver<bool>,
+) {
     let ctx = Arc::new(ctx);
     let permits = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut connections = JoinSet::new();
+    let mut incoming = keel_runtime::tls::incoming(listener, tls);
     let stopped = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
@@ -49,21 +62,16 @@ pub async fn serve(listener: TcpListener, ctx: KafkaContext, mut stop: watch::Re
     loop {
         tokio::select! {
             () = &mut stopped => break,
-            accepted = listener.accept() => {
-                let (stream, peer) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // EMFILE and the like: back off briefly instead of spinning.
-                        tracing::warn!("kafka listener: accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
+            accepted = incoming.next() => {
+                // `incoming` never yields an error and ends only when its task does.
+                let Some(Ok(stream)) = accepted else { break };
+                let info = stream.connect_info();
+                let Some(peer) = info.remote_addr else { continue };
                 let Ok(permit) = permits.clone().try_acquire_owned() else {
                     tracing::warn!(%peer, "kafka listener: {MAX_CONNECTIONS} connections open; closing a new one");
                     continue;
                 };
-                let ctx = ctx.for_peer(peer);
+                let ctx = ctx.for_peer(&info);
                 connections.spawn(async move {
                     if let Err(why) = connection(stream, peer, &ctx).await {
                         tracing::debug!(%peer, "kafka connection closed: {why}");
@@ -93,12 +101,12 @@ enum Close {
 
 /// Serves one connection until the peer closes it or a request cannot be parsed.
 async fn connection(
-    stream: TcpStream,
+    stream: ServerIo,
     peer: std::net::SocketAddr,
     ctx: &KafkaContext,
 ) -> Result<(), Close> {
-    let _ = stream.set_nodelay(true);
-    let (read, mut write) = stream.into_split();
+    // TCP_NODELAY is set by `incoming`.
+    let (read, mut write) = tokio::io::split(stream);
     let mut read = BufReader::new(read);
     loop {
         let request = match tokio::time::timeout(IDLE_TIMEOUT, frame::read_request(&mut read)).await

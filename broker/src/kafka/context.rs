@@ -41,21 +41,18 @@ pub struct KafkaContext {
     /// Throttle of this broker's requests to create `__consumer_offsets`.
     pub offsets_topic_creation: Arc<OffsetsTopicCreation>,
     /// Request authorization ([`crate::access`]); the listener's clients are
-    /// `User:ANONYMOUS` until it speaks TLS or SASL.
+    /// `User:ANONYMOUS` on a `PLAINTEXT` listener, the client certificate's principal on `SSL`.
     pub authz: Authz,
     /// The connection's caller (set per connection by [`KafkaContext::for_peer`]).
     pub caller: Caller,
 }
 
 impl KafkaContext {
-    /// This context for one connection from `peer` (a plaintext listener: `User:ANONYMOUS`).
-    pub fn for_peer(&self, peer: std::net::SocketAddr) -> KafkaContext {
-        let info = keel_runtime::tls::PeerInfo {
-            remote_addr: Some(peer),
-            peer_certs: None,
-        };
+    /// This context for one connection: its caller is the principal of `peer`'s client
+    /// certificate (an `SSL` listener), else `User:ANONYMOUS`, from `peer`'s address.
+    pub fn for_peer(&self, peer: &keel_runtime::tls::PeerInfo) -> KafkaContext {
         KafkaContext {
-            caller: self.authz.caller(Some(&info)),
+            caller: self.authz.caller(Some(peer)),
             ..self.clone()
         }
     }

@@ -104,6 +104,9 @@ struct UpReport {
     bootstrap_brokers: String,
     /// The brokers' Kafka-protocol listeners: `bootstrap.servers` of a Kafka client.
     kafka_bootstrap_servers: String,
+    /// `SSL` in a TLS cluster (client certificates of `tls_dir`), else `PLAINTEXT`: Kafka's
+    /// `security.protocol` of those listeners.
+    kafka_security_protocol: &'static str,
     processes: Vec<ProcessRow>,
 }
 
@@ -246,6 +249,7 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
         bootstrap_controllers: layout.controller_addresses().join(","),
         bootstrap_brokers: layout.broker_addresses().join(","),
         kafka_bootstrap_servers: layout.kafka_addresses().join(","),
+        kafka_security_protocol: if layout.tls_on() { "SSL" } else { "PLAINTEXT" },
         processes: procs.iter().map(process_row).collect(),
     };
     if ctx.json {
@@ -469,9 +473,19 @@ fn up_text(report: &UpReport, data_dir: &Path) -> String {
         }
         None => String::new(),
     };
+    // A TLS cluster's Kafka listeners are SSL (librdkafka's property names; the Java client
+    // takes PEM files as ssl.truststore.type/ssl.keystore.type=PEM).
+    let kafka_tls = match &report.tls_dir {
+        Some(dir) => format!(
+            " security.protocol=SSL ssl.ca.location={dir}/ca.pem \
+             ssl.certificate.location={dir}/{cert}.pem ssl.key.location={dir}/{cert}-key.pem",
+            cert = crate::local_cluster::KEELCTL_CERT
+        ),
+        None => String::new(),
+    };
     format!(
         "{headline}\n{}\nexport KEEL_BOOTSTRAP_CONTROLLERS={}\nexport KEEL_BOOTSTRAP_BROKERS={}\n\
-         {tls}# Kafka clients (kcat, librdkafka, the Java and Python clients): bootstrap.servers={}\n",
+         {tls}# Kafka clients (kcat, librdkafka, the Java and Python clients): bootstrap.servers={}{kafka_tls}\n",
         processes_text(&report.processes),
         report.bootstrap_controllers,
         report.bootstrap_brokers,

@@ -4,10 +4,11 @@
 //! listeners).
 //!
 //! Names Keel serves: [`GRPC`] (Keel's own protocol: the client library, `keelctl`, the
-//! replication between brokers and the controller API) and [`PLAINTEXT`] (Kafka's wire
-//! protocol without TLS or SASL, brokers only). Kafka maps custom names to security protocols
-//! with `listener.security.protocol.map`; Keel has no TLS or SASL yet (#23), so a name is its
-//! protocol and any other name is refused at start.
+//! replication between brokers and the controller API), [`PLAINTEXT`] (Kafka's wire
+//! protocol without TLS or SASL, brokers only) and [`SSL`] (Kafka's wire protocol over TLS,
+//! brokers only, #23). Kafka maps custom names to security protocols with
+//! `listener.security.protocol.map`; in Keel a name is its protocol and any other name is
+//! refused at start (no SASL yet).
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -18,16 +19,19 @@ use super::parse_host_port;
 pub const GRPC: &str = "GRPC";
 /// Listener name of Kafka's wire protocol without TLS or SASL (Kafka's `PLAINTEXT`).
 pub const PLAINTEXT: &str = "PLAINTEXT";
+/// Listener name of Kafka's wire protocol over TLS (Kafka's `SSL`): the node's
+/// `tls_cert_file`/`tls_key_file`/`tls_ca_file` and `ssl_client_auth`.
+pub const SSL: &str = "SSL";
 /// The listener names Keel knows, in the order a broker registers them ([`GRPC`] first: Keel's
 /// own clients use a broker's first registered endpoint).
-pub const KNOWN: [&str; 2] = [GRPC, PLAINTEXT];
+pub const KNOWN: [&str; 3] = [GRPC, PLAINTEXT, SSL];
 /// Most listeners in one list (one per known name).
 pub const MAX_LISTENERS: usize = KNOWN.len();
 
 /// One entry of a listener list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listener {
-    /// [`GRPC`] or [`PLAINTEXT`].
+    /// [`GRPC`], [`PLAINTEXT`] or [`SSL`].
     pub name: String,
     /// Host without brackets; empty in a bind list means every interface (Kafka's
     /// `PLAINTEXT://:9092`).
@@ -93,10 +97,10 @@ pub fn parse_listeners(s: &str, bind: bool) -> Result<Vec<Listener>, String> {
         };
         if !KNOWN.contains(&name) {
             return Err(format!(
-                "unknown listener name {:?} in {entry:?}: Keel serves {} (TLS and SASL \
-                 listeners are not supported yet)",
+                "unknown listener name {:?} in {entry:?}: Keel serves {} (SASL listeners \
+                 are not supported yet)",
                 keel_proto::limits::clip(name),
-                KNOWN.join(" and ")
+                KNOWN.join(", ")
             ));
         }
         if !seen.insert(name) {
@@ -183,9 +187,9 @@ mod tests {
 
     #[test]
     fn bad_lists_are_refused_with_what_is_wrong() {
-        let e = parse_listeners("SSL://:9093", true).unwrap_err();
+        let e = parse_listeners("SASL_SSL://:9093", true).unwrap_err();
         assert!(
-            e.contains("unknown listener name \"SSL\"") && e.contains("GRPC"),
+            e.contains("unknown listener name \"SASL_SSL\"") && e.contains("GRPC"),
             "{e}"
         );
         let e = parse_listeners("GRPC://:1,GRPC://:2", true).unwrap_err();
