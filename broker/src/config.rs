@@ -30,7 +30,8 @@ pub struct BrokerConfig {
     /// `advertised.listeners`), `host:port`. Defaults to the bind address unless that binds
     /// every interface (then it is required).
     pub advertised_listeners: String,
-    /// The Kafka-protocol listener (the `PLAINTEXT` or `SSL` entry of `listeners`), if
+    /// The Kafka-protocol listener (the `PLAINTEXT`, `SSL`, `SASL_PLAINTEXT` or `SASL_SSL`
+    /// entry of `listeners`), if
     /// configured.
     pub kafka_listener: Option<KafkaListener>,
     /// Metadata requests on the Kafka listener create unknown topics (Kafka:
@@ -121,9 +122,12 @@ pub struct KafkaListener {
     pub advertised_host: String,
     /// Port clients connect to (advertised), 1..=65535.
     pub advertised_port: u16,
-    /// An `SSL` listener (Kafka's wire protocol over TLS with the node's certificate and
-    /// `ssl_client_auth`); `PLAINTEXT` otherwise.
+    /// An `SSL` or `SASL_SSL` listener (Kafka's wire protocol over TLS with the node's
+    /// certificate and `ssl_client_auth`).
     pub tls: bool,
+    /// A `SASL_PLAINTEXT` or `SASL_SSL` listener: every connection authenticates with
+    /// SASL/SCRAM first ([`crate::kafka::sasl`]).
+    pub sasl: bool,
 }
 
 /// The listeners (bind list, advertised list) as the broker uses them: the gRPC bind address,
@@ -181,17 +185,22 @@ fn resolve_listeners(
         port,
     }
     .host_port();
-    let plaintext = listeners::find(&binds, listeners::PLAINTEXT);
-    let ssl = listeners::find(&binds, listeners::SSL);
-    if plaintext.is_some() && ssl.is_some() {
+    let kafka_binds: Vec<&Listener> = listeners::KAFKA
+        .iter()
+        .filter_map(|n| listeners::find(&binds, n))
+        .collect();
+    if kafka_binds.len() > 1 {
+        let names: Vec<&str> = kafka_binds.iter().map(|l| l.name.as_str()).collect();
         return Err(ConfigError::Invalid {
             key: "listeners",
-            reason: "one Kafka listener per broker, PLAINTEXT or SSL (both at once are not \
-                     supported yet)"
-                .into(),
+            reason: format!(
+                "one Kafka listener per broker, PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL \
+                 (several at once, here {}, are not supported yet)",
+                names.join(" and ")
+            ),
         });
     }
-    let kafka = match plaintext.or(ssl) {
+    let kafka = match kafka_binds.first() {
         Some(l) => {
             let (bind, advertised_host, advertised_port) = advertised_of(l)?;
             Some(KafkaListener {
@@ -199,7 +208,8 @@ fn resolve_listeners(
                 bind,
                 advertised_host,
                 advertised_port,
-                tls: l.name == listeners::SSL,
+                tls: l.name == listeners::SSL || l.name == listeners::SASL_SSL,
+                sasl: l.name == listeners::SASL_PLAINTEXT || l.name == listeners::SASL_SSL,
             })
         }
         None => None,
@@ -296,10 +306,15 @@ impl BrokerConfig {
             tls: keel_runtime::tls::NodeTls::of(s)?,
             authz: keel_metadata_log::authz::Authz::from_settings(s)?,
         };
-        if cfg.kafka_listener.as_ref().is_some_and(|k| k.tls) && cfg.tls.is_none() {
+        if let Some(k) = cfg.kafka_listener.as_ref().filter(|k| k.tls)
+            && cfg.tls.is_none()
+        {
             return Err(ConfigError::Invalid {
                 key: "listeners",
-                reason: "the SSL listener needs tls_cert_file, tls_key_file and tls_ca_file".into(),
+                reason: format!(
+                    "the {} listener needs tls_cert_file, tls_key_file and tls_ca_file",
+                    k.name
+                ),
             });
         }
         cfg.validate()?;
@@ -490,8 +505,16 @@ mod tests {
                 "invalid value for advertised_listeners: PLAINTEXT://h:2 names a listener",
             ),
             (
+                "listeners = \"GRPC://127.0.0.1:1,SASL_GSSAPI://127.0.0.1:2\"",
+                "invalid value for listeners: unknown listener name \"SASL_GSSAPI\"",
+            ),
+            (
                 "listeners = \"GRPC://127.0.0.1:1,SASL_SSL://127.0.0.1:2\"",
-                "invalid value for listeners: unknown listener name \"SASL_SSL\"",
+                "invalid value for listeners: the SASL_SSL listener needs tls_cert_file",
+            ),
+            (
+                "listeners = \"GRPC://127.0.0.1:1,SASL_PLAINTEXT://127.0.0.1:2,SSL://127.0.0.1:3\"",
+                "invalid value for listeners: one Kafka listener per broker",
             ),
             (
                 "listeners = \"GRPC://127.0.0.1:1,SSL://127.0.0.1:2\"",

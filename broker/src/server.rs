@@ -131,6 +131,23 @@ pub async fn serve(
     // name this node (Kafka: `LogManager` locks every log dir; `MetaProperties` check).
     let mut log_dir = LogDir::open(&config.log_dir, config.node_id)?;
     let tls = keel_runtime::tls::start(config.tls.as_ref())?;
+    // The Kafka listener's TLS: the node's, except that a SASL_SSL listener asks for no
+    // client certificate (KIP-684: `ssl.client.auth` applies to SASL_SSL listeners only when
+    // set with the listener prefix; SASL authenticates the client there).
+    let kafka_tls = match &config.kafka_listener {
+        Some(k) if k.tls && k.sasl => keel_runtime::tls::start(
+            config
+                .tls
+                .as_ref()
+                .map(|t| keel_runtime::tls::NodeTls {
+                    client_auth: keel_runtime::tls::ClientAuth::None,
+                    ..t.clone()
+                })
+                .as_ref(),
+        )?,
+        Some(k) if k.tls => tls.clone(),
+        _ => None,
+    };
     let dialer = Dialer::new(tls.clone());
     let mut shutdown_rx = shutdown_flag(shutdown);
     let channels = ControllerChannels::new(&config.controller_quorum_voters, &dialer)
@@ -223,10 +240,14 @@ pub async fn serve(
             authz: config.authz.clone(),
             caller: config.authz.caller(None),
         };
-        let kafka_tls = tls
-            .clone()
-            .filter(|_| config.kafka_listener.as_ref().is_some_and(|k| k.tls));
-        tokio::spawn(crate::kafka::serve(l, kafka_tls, ctx, stop_rx.clone()))
+        let sasl = config.kafka_listener.as_ref().is_some_and(|k| k.sasl);
+        tokio::spawn(crate::kafka::serve(
+            l,
+            kafka_tls,
+            sasl,
+            ctx,
+            stop_rx.clone(),
+        ))
     });
     let served = serve_grpc(listeners.grpc, tls, grpc, stop_rx).await;
     if let Some(k) = kafka {
@@ -411,7 +432,8 @@ fn advertised_endpoints(config: &BrokerConfig) -> Vec<BrokerEndpoint> {
             name: k.name.clone(),
             host: k.advertised_host.clone(),
             port: u32::from(k.advertised_port),
-            security_protocol: if k.tls { "SSL" } else { "PLAINTEXT" }.into(),
+            // A Kafka listener's name is its security protocol.
+            security_protocol: k.name.clone(),
         });
     }
     endpoints

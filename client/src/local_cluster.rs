@@ -44,6 +44,9 @@ pub const NODES: u16 = 3;
 pub const LAYOUT_FILE: &str = "cluster.toml";
 /// File in a TLS cluster's `tls/` directory whose presence turns the authorizer on.
 pub const AUTHORIZER_MARKER: &str = "authorizer";
+/// File in the data dir whose presence makes the brokers' Kafka listeners SASL ones
+/// (`cluster up --sasl`): `SASL_SSL` in a TLS cluster, `SASL_PLAINTEXT` otherwise.
+pub const SASL_MARKER: &str = "sasl";
 /// The principal mapping of a local cluster with an authorizer: a certificate whose subject
 /// is just `CN=<name>` (as [`crate::dev_certs`] makes them) is `User:<name>`.
 pub const LOCAL_PRINCIPAL_RULES: &str = "RULE:^CN=([^,]+)$/$1/,DEFAULT";
@@ -274,6 +277,36 @@ impl Layout {
         .map_err(|e| format!("writing {}: {e}", path.display()))
     }
 
+    /// Whether the brokers' Kafka listeners use SASL/SCRAM ([`Self::enable_sasl`] made its
+    /// marker).
+    pub fn sasl_on(&self) -> bool {
+        self.data_dir.join(SASL_MARKER).exists()
+    }
+
+    /// Makes the brokers started from now on serve Kafka clients with SASL/SCRAM.
+    ///
+    /// Errors: the marker cannot be written.
+    pub fn enable_sasl(&self) -> Result<(), String> {
+        let path = self.data_dir.join(SASL_MARKER);
+        fs::write(
+            &path,
+            "the brokers' Kafka listeners of this cluster authenticate with SASL/SCRAM\n",
+        )
+        .map_err(|e| format!("writing {}: {e}", path.display()))
+    }
+
+    /// The security protocol (and listener name) of the brokers' Kafka listeners:
+    /// `PLAINTEXT`, `SSL` (a TLS cluster), `SASL_PLAINTEXT` or `SASL_SSL` (with SASL).
+    pub fn kafka_security_protocol(&self) -> &'static str {
+        use keel_runtime::settings::listeners::{PLAINTEXT, SASL_PLAINTEXT, SASL_SSL, SSL};
+        match (self.tls_on(), self.sasl_on()) {
+            (false, false) => PLAINTEXT,
+            (true, false) => SSL,
+            (false, true) => SASL_PLAINTEXT,
+            (true, true) => SASL_SSL,
+        }
+    }
+
     /// The super users of a local cluster with an authorizer: every process and keelctl.
     pub fn super_users(&self) -> String {
         self.processes()
@@ -384,11 +417,11 @@ impl Layout {
             Role::Broker => "--log-dirs",
         };
         let listeners = match &p.kafka_address {
-            // A TLS cluster is TLS on every listener: Kafka clients use SSL (#23).
+            // A TLS cluster is TLS on every listener: Kafka clients use SSL or SASL_SSL (#23).
             Some(kafka) => format!(
                 "GRPC://{},{}://{kafka}",
                 p.address,
-                if self.tls_on() { "SSL" } else { "PLAINTEXT" }
+                self.kafka_security_protocol()
             ),
             None => p.address.clone(),
         };

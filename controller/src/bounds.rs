@@ -393,6 +393,69 @@ pub fn delete_acls(req: &DeleteAclsRequest) -> Result<(), FieldError> {
     )
 }
 
+/// Longest user name AlterUserScramCredentials and DescribeUserScramCredentials take before
+/// logic judges it (a longer one is refused whole instead of echoed back in a result).
+pub const MAX_SCRAM_USER_FIELD_BYTES: usize = 1024;
+/// Longest salt or salted password taken before logic checks its exact length, bytes.
+pub const MAX_SCRAM_BYTES_FIELD: usize = 1024;
+
+/// Bounds of an AlterUserScramCredentials: 1..=[`MAX_SCRAM_CHANGES_PER_REQUEST`] deletions
+/// plus upsertions; names at most [`MAX_SCRAM_USER_FIELD_BYTES`], salts and salted passwords
+/// at most [`MAX_SCRAM_BYTES_FIELD`] bytes. Credential rules are logic's (per user).
+///
+/// [`MAX_SCRAM_CHANGES_PER_REQUEST`]: crate::logic::scram::MAX_SCRAM_CHANGES_PER_REQUEST
+pub fn alter_user_scram_credentials(
+    req: &AlterUserScramCredentialsRequest,
+) -> Result<(), FieldError> {
+    check_range(
+        || "deletions + upsertions (count)".into(),
+        req.deletions.len() + req.upsertions.len(),
+        1..=crate::logic::scram::MAX_SCRAM_CHANGES_PER_REQUEST,
+    )?;
+    for (i, d) in req.deletions.iter().enumerate() {
+        check_len(
+            || format!("deletions[{i}].name"),
+            &d.name,
+            MAX_SCRAM_USER_FIELD_BYTES,
+        )?;
+    }
+    for (i, u) in req.upsertions.iter().enumerate() {
+        check_len(
+            || format!("upsertions[{i}].name"),
+            &u.name,
+            MAX_SCRAM_USER_FIELD_BYTES,
+        )?;
+        check_range(
+            || format!("upsertions[{i}].salt (bytes)"),
+            u.salt.len(),
+            0..=MAX_SCRAM_BYTES_FIELD,
+        )?;
+        check_range(
+            || format!("upsertions[{i}].salted_password (bytes)"),
+            u.salted_password.len(),
+            0..=MAX_SCRAM_BYTES_FIELD,
+        )?;
+    }
+    Ok(())
+}
+
+/// Bounds of a DescribeUserScramCredentials: at most
+/// [`MAX_SCRAM_CHANGES_PER_REQUEST`](crate::logic::scram::MAX_SCRAM_CHANGES_PER_REQUEST)
+/// users of at most [`MAX_SCRAM_USER_FIELD_BYTES`] each.
+pub fn describe_user_scram_credentials(
+    req: &DescribeUserScramCredentialsRequest,
+) -> Result<(), FieldError> {
+    check_range(
+        || "users (count)".into(),
+        req.users.len(),
+        0..=crate::logic::scram::MAX_SCRAM_CHANGES_PER_REQUEST,
+    )?;
+    for (i, u) in req.users.iter().enumerate() {
+        check_len(|| format!("users[{i}]"), u, MAX_SCRAM_USER_FIELD_BYTES)?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

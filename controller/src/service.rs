@@ -381,7 +381,8 @@ with_error!(
     AlterConfigsReply,
     AllocateProducerIdsReply,
     CreateAclsReply,
-    DeleteAclsReply
+    DeleteAclsReply,
+    AlterUserScramCredentialsReply
 );
 
 #[tonic::async_trait]
@@ -849,5 +850,56 @@ impl ControllerService for ControllerGrpc {
             |ctx, req| logic::acls::delete_acls(ctx.image, &req),
             |_reply, _committed| ()
         )
+    }
+
+    async fn alter_user_scram_credentials(
+        &self,
+        request: Request<AlterUserScramCredentialsRequest>,
+    ) -> Result<Response<AlterUserScramCredentialsReply>, Status> {
+        write_rpc!(
+            self,
+            request,
+            AlterUserScramCredentialsReply,
+            |a, c, img, _: &AlterUserScramCredentialsRequest| access::cluster(
+                a,
+                c,
+                img,
+                Operation::Alter
+            ),
+            bounds::alter_user_scram_credentials,
+            |ctx, req| logic::scram::alter_user_scram_credentials(ctx.image, &req),
+            |_reply, _committed| ()
+        )
+    }
+
+    async fn describe_user_scram_credentials(
+        &self,
+        request: Request<DescribeUserScramCredentialsRequest>,
+    ) -> Result<Response<DescribeUserScramCredentialsReply>, Status> {
+        let refused = |e| {
+            Ok(Response::new(DescribeUserScramCredentialsReply {
+                error: Some(e),
+                leader: self.hint(),
+                ..Default::default()
+            }))
+        };
+        if let Err(d) = self.authorize_cluster(&request, Operation::Describe) {
+            return refused(d.to_proto());
+        }
+        if let Err(e) = bounds::describe_user_scram_credentials(request.get_ref()) {
+            return refused(invalid_request(&e));
+        }
+        let image = self.node.images.borrow().clone();
+        let reply = logic::scram::describe_user_scram_credentials(&image, request.get_ref());
+        let hint = reads::leader_hint(&self.node);
+        Ok(Response::new(DescribeUserScramCredentialsReply {
+            source: Some(reads::read_source(
+                self.node.node_id,
+                &hint,
+                image.provenance().offset,
+            )),
+            leader: Some(hint),
+            ..reply
+        }))
     }
 }

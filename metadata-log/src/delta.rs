@@ -160,6 +160,12 @@ pub enum ReplayError {
         /// What was wrong.
         reason: String,
     },
+    /// A SCRAM credential record is invalid, or removes a credential that does not exist.
+    #[error("SCRAM credential record: {reason}")]
+    InvalidScramCredential {
+        /// What was wrong.
+        reason: String,
+    },
     /// An enum field holds a value this build does not know.
     #[error("{field} has unknown value {value}")]
     UnknownEnumValue {
@@ -203,6 +209,8 @@ pub struct MetadataDelta {
     cluster_id: Option<std::sync::Arc<str>>,
     /// Changed ACLs; `None` = removed.
     acls: BTreeMap<Uuid, Option<Arc<crate::acl::AclBinding>>>,
+    /// Changed SCRAM credentials; `None` = removed.
+    scram: BTreeMap<(String, crate::scram::Mechanism), Option<Arc<crate::scram::ScramCredential>>>,
 }
 
 impl MetadataDelta {
@@ -219,6 +227,7 @@ impl MetadataDelta {
             next_producer_id: None,
             cluster_id: None,
             acls: BTreeMap::new(),
+            scram: BTreeMap::new(),
         }
     }
 
@@ -355,6 +364,31 @@ impl MetadataDelta {
                     return Err(bad(format!("no ACL has id {id}")));
                 }
                 self.acls.insert(id, None);
+                Ok(())
+            }
+            Record::UserScramCredential(r) => {
+                let c = crate::scram::ScramCredential::from_record(r).map_err(|e| {
+                    ReplayError::InvalidScramCredential {
+                        reason: e.to_string(),
+                    }
+                })?;
+                self.scram
+                    .insert((r.name.clone(), c.mechanism), Some(Arc::new(c)));
+                Ok(())
+            }
+            Record::RemoveUserScramCredential(r) => {
+                let bad = |reason: String| ReplayError::InvalidScramCredential { reason };
+                let m = crate::scram::Mechanism::from_proto(r.mechanism)
+                    .ok_or_else(|| bad(format!("mechanism {} is unknown", r.mechanism)))?;
+                let key = (r.name.clone(), m);
+                let exists = match self.scram.get(&key) {
+                    Some(c) => c.is_some(),
+                    None => self.base.scram.contains_key(&key),
+                };
+                if !exists {
+                    return Err(bad(format!("user {:?} has no {m} credential", r.name)));
+                }
+                self.scram.insert(key, None);
                 Ok(())
             }
         }
@@ -699,6 +733,18 @@ impl MetadataDelta {
                     };
                 }
                 Arc::new(crate::acl::AclsImage::from_map(m))
+            },
+            scram: if self.scram.is_empty() {
+                base.scram
+            } else {
+                let mut m = (*base.scram).clone();
+                for (key, c) in self.scram {
+                    match c {
+                        Some(c) => m.insert(key, c),
+                        None => m.remove(&key),
+                    };
+                }
+                Arc::new(m)
             },
         }
     }

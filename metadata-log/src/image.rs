@@ -346,6 +346,8 @@ pub struct MetadataImage {
     pub(crate) cluster_id: Option<Arc<str>>,
     /// The ACLs (#23).
     pub(crate) acls: Arc<crate::acl::AclsImage>,
+    /// The SASL/SCRAM credentials (#23), by user and mechanism.
+    pub(crate) scram: Arc<crate::scram::ScramCredentialsImage>,
 }
 
 impl MetadataImage {
@@ -409,6 +411,20 @@ impl MetadataImage {
         &self.acls
     }
 
+    /// The SASL/SCRAM credentials ([`crate::scram`]).
+    pub fn scram_credentials(&self) -> &crate::scram::ScramCredentialsImage {
+        &self.scram
+    }
+
+    /// `user`'s credential for `mechanism`, if any.
+    pub fn scram_credential(
+        &self,
+        user: &str,
+        mechanism: crate::scram::Mechanism,
+    ) -> Option<Arc<crate::scram::ScramCredential>> {
+        self.scram.get(&(user.to_owned(), mechanism)).cloned()
+    }
+
     /// Next producer id to allocate (exclusive end of the last block handed out).
     pub fn next_producer_id(&self) -> i64 {
         self.next_producer_id
@@ -423,13 +439,14 @@ impl MetadataImage {
             && self.next_producer_id == 0
             && self.cluster_id.is_none()
             && self.acls.is_empty()
+            && self.scram.is_empty()
     }
 
     /// Writes the image as the records that rebuild it from the empty image: the cluster id,
     /// feature levels,
     /// broker registrations, then per topic its `TopicRecord`, `ConfigRecord`s and
     /// `PartitionRecord`s, then cluster and broker configs, then the producer-id block, then
-    /// the ACLs by id.
+    /// the ACLs by id, then the SCRAM credentials by user and mechanism.
     /// Provenance is not a record: snapshots carry it in their header.
     pub fn to_records(&self) -> Vec<MetadataRecord> {
         let mut out = Vec::with_capacity(
@@ -487,6 +504,9 @@ impl MetadataImage {
         }
         for (id, acl) in self.acls.by_id() {
             push(Record::AccessControlEntry(acl.to_record(*id)));
+        }
+        for ((user, _), c) in self.scram.iter() {
+            push(Record::UserScramCredential(c.to_record(user)));
         }
         out
     }
@@ -593,6 +613,8 @@ pub fn record_type_name(record: &MetadataRecord) -> &'static str {
         Some(Record::ClusterId(_)) => "ClusterIdRecord",
         Some(Record::AccessControlEntry(_)) => "AccessControlEntryRecord",
         Some(Record::RemoveAccessControlEntry(_)) => "RemoveAccessControlEntryRecord",
+        Some(Record::UserScramCredential(_)) => "UserScramCredentialRecord",
+        Some(Record::RemoveUserScramCredential(_)) => "RemoveUserScramCredentialRecord",
         None => "UnknownRecord",
     }
 }
@@ -613,6 +635,8 @@ pub const RECORD_TYPE_NAMES: &[&str] = &[
     "ClusterIdRecord",
     "AccessControlEntryRecord",
     "RemoveAccessControlEntryRecord",
+    "UserScramCredentialRecord",
+    "RemoveUserScramCredentialRecord",
 ];
 
 /// The topic id a record is about, if any (topic, partition and removal records).

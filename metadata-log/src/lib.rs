@@ -25,6 +25,7 @@ pub mod fuzz;
 pub mod image;
 pub mod limits;
 pub mod raft_types;
+pub mod scram;
 pub mod snapshot;
 pub mod store;
 

@@ -104,6 +104,12 @@ fn scripted() -> Vec<Vec<MetadataRecord>> {
             acl(2, "orders", "User:bob", false),
         ], // 18
         vec![remove_acl(2), acl(3, "*", "User:*", true)], // 19
+        vec![
+            scram("alice", false),
+            scram("bob", true),
+            scram("bob", false),
+        ], // 20
+        vec![scram("alice", false), remove_scram("bob", true)], // 21: replace, remove
     ]
 }
 
@@ -154,10 +160,21 @@ fn scripted_history_derives_epochs_and_applies_like_one_delta() {
     let acl_ids: Vec<u128> = last.acls().by_id().keys().map(|id| id.as_u128()).collect();
     assert_eq!(acl_ids, vec![1, 3]);
     assert_eq!(imgs[18].acls().len(), 2);
+    let users = |img: &MetadataImage| {
+        keel_metadata_log::scram::users(img.scram_credentials())
+            .into_iter()
+            .map(|(u, ms)| (u.to_owned(), ms.len()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        users(&imgs[20]),
+        vec![("alice".into(), 1), ("bob".into(), 2)]
+    );
+    assert_eq!(users(last), vec![("alice".into(), 1), ("bob".into(), 1)]);
     assert_eq!(
         last.provenance(),
         Provenance {
-            offset: 19,
+            offset: 21,
             term: 1
         }
     );
@@ -278,6 +295,23 @@ fn replay_errors_are_typed_and_leave_the_delta_unchanged() {
             |e| matches!(e, ReplayError::InvalidAcl { reason } if reason.contains("no ACL")),
         ),
         (
+            remove_scram("nobody", false),
+            |e| matches!(e, ReplayError::InvalidScramCredential { reason } if reason.contains("no SCRAM-SHA-256")),
+        ),
+        (
+            rec(Record::UserScramCredential(
+                keel_metadata_log::records::UserScramCredentialRecord {
+                    name: "eve".into(),
+                    mechanism: 1,
+                    salt: vec![1].into(),
+                    stored_key: vec![0; 32].into(),
+                    server_key: vec![0; 32].into(),
+                    iterations: 100,
+                },
+            )),
+            |e| matches!(e, ReplayError::InvalidScramCredential { reason } if reason.contains("iterations 100")),
+        ),
+        (
             rec(Record::AccessControlEntry(
                 keel_metadata_log::records::AccessControlEntryRecord {
                     id: uuid::Uuid::from_u128(50).as_bytes().to_vec().into(),
@@ -382,7 +416,7 @@ fn unclean_recovery_state_round_trips() {
     let img = base
         .with_records(
             Provenance {
-                offset: 20,
+                offset: 22,
                 term: 2,
             },
             [&unclean],

@@ -169,6 +169,12 @@ error_codes! {
     ClusterAuthorizationFailed = (31, "CLUSTER_AUTHORIZATION_FAILED", false);
     /// Produce: a record timestamp is outside the accepted range.
     InvalidTimestamp = (32, "INVALID_TIMESTAMP", false);
+    /// SaslHandshake: the client asked for a SASL mechanism the listener does not enable
+    /// (`sasl_enabled_mechanisms`); the response lists the enabled ones (KIP-43).
+    UnsupportedSaslMechanism = (33, "UNSUPPORTED_SASL_MECHANISM", false);
+    /// A SASL request out of order on a `SASL_*` listener (SaslAuthenticate before
+    /// SaslHandshake, a second handshake, another request before authentication).
+    IllegalSaslState = (34, "ILLEGAL_SASL_STATE", false);
     /// A request or format version this node does not support (e.g. an unknown snapshot or
     /// Raft payload version).
     UnsupportedVersion = (35, "UNSUPPORTED_VERSION", false);
@@ -206,6 +212,9 @@ error_codes! {
     SecurityDisabled = (54, "SECURITY_DISABLED", false);
     /// An I/O error in a partition's log directory.
     KafkaStorageError = (56, "KAFKA_STORAGE_ERROR", true);
+    /// SaslAuthenticate: the credentials were refused (unknown user, wrong password, or a
+    /// malformed SCRAM message); the connection is closed after the response (KIP-152).
+    SaslAuthenticationFailed = (58, "SASL_AUTHENTICATION_FAILED", false);
     /// Idempotent produce: the partition has no state for the producer id (e.g. it expired
     /// or was removed by retention) and the batch does not start a new sequence.
     UnknownProducerId = (59, "UNKNOWN_PRODUCER_ID", false);
@@ -244,6 +253,15 @@ error_codes! {
     ElectionNotNeeded = (84, "ELECTION_NOT_NEEDED", true);
     /// Produce: a record inside an otherwise well-formed batch is invalid.
     InvalidRecord = (87, "INVALID_RECORD", false);
+    /// DescribeUserScramCredentials / AlterUserScramCredentials: the user has no credential
+    /// (for that mechanism, on a deletion) (KIP-554).
+    ResourceNotFound = (91, "RESOURCE_NOT_FOUND", false);
+    /// AlterUserScramCredentials: the same user and mechanism appear more than once in one
+    /// request; DescribeUserScramCredentials: a user named twice (KIP-554).
+    DuplicateResource = (92, "DUPLICATE_RESOURCE", false);
+    /// AlterUserScramCredentials: an empty user name, iterations outside 4096..=16384, or a
+    /// salt or salted password of the wrong size (KIP-554).
+    UnacceptableCredential = (93, "UNACCEPTABLE_CREDENTIAL", false);
     /// AlterPartition: the request's partition epoch (or operator's
     /// `expected_partition_epoch`) is older than the partition's (KIP-497).
     InvalidUpdateVersion = (95, "INVALID_UPDATE_VERSION", false);

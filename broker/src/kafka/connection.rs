@@ -13,7 +13,7 @@ use kafka_protocol::messages::{
     FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest,
     LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
     OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
-    ResponseKind, SyncGroupRequest,
+    ResponseKind, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use keel_proto::ErrorCode;
@@ -26,6 +26,7 @@ use tokio_stream::StreamExt;
 use tonic::transport::server::Connected;
 
 use super::context::KafkaContext;
+use super::sasl::SaslState;
 use super::{admin, convert, frame, groups, guard, versions};
 use crate::{access, bounds};
 
@@ -44,10 +45,13 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 /// every connection completes a TLS handshake first ([`keel_runtime::tls::incoming`]: bounded,
 /// timed out and logged there); its client certificate, if any, is the caller's principal
 /// (`ssl_principal_mapping_rules`); without one, or on a `PLAINTEXT` listener, the caller is
-/// `User:ANONYMOUS`.
+/// `User:ANONYMOUS`. With `sasl` (a `SASL_PLAINTEXT` or `SASL_SSL` listener) every connection
+/// authenticates with SASL/SCRAM before anything else is served ([`super::sasl`]) and its
+/// caller is `User:<name>`.
 pub async fn serve(
     listener: TcpListener,
     tls: Option<Arc<keel_runtime::tls::TlsContext>>,
+    sasl: bool,
     ctx: KafkaContext,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -73,7 +77,7 @@ pub async fn serve(
                 };
                 let ctx = ctx.for_peer(&info);
                 connections.spawn(async move {
-                    if let Err(why) = connection(stream, peer, &ctx).await {
+                    if let Err(why) = connection(stream, peer, ctx, sasl).await {
                         tracing::debug!(%peer, "kafka connection closed: {why}");
                     }
                     drop(permit);
@@ -97,14 +101,18 @@ enum Close {
     Protocol(String),
     #[error("writing the response: {0}")]
     Write(std::io::Error),
+    #[error("SASL authentication failed or out of order")]
+    Sasl,
 }
 
 /// Serves one connection until the peer closes it or a request cannot be parsed.
 async fn connection(
     stream: ServerIo,
     peer: std::net::SocketAddr,
-    ctx: &KafkaContext,
+    mut ctx: KafkaContext,
+    sasl: bool,
 ) -> Result<(), Close> {
+    let mut sasl = SaslState::new(sasl);
     // TCP_NODELAY is set by `incoming`.
     let (read, mut write) = tokio::io::split(stream);
     let mut read = BufReader::new(read);
@@ -116,8 +124,14 @@ async fn connection(
             Ok(Ok(None)) => return Ok(()),
             Ok(Err(e)) => return Err(e.into()),
         };
-        if let Some(response) = handle(ctx, peer, request).await.map_err(Close::Protocol)? {
+        if let Some(response) = handle(&mut ctx, &mut sasl, peer, request)
+            .await
+            .map_err(Close::Protocol)?
+        {
             write.write_all(&response).await.map_err(Close::Write)?;
+        }
+        if sasl.failed() {
+            return Err(Close::Sasl);
         }
     }
 }
@@ -125,7 +139,8 @@ async fn connection(
 /// One request to its framed response (`None`: no response, an `acks=0` Produce), or why the
 /// connection must be closed.
 async fn handle(
-    ctx: &KafkaContext,
+    ctx: &mut KafkaContext,
+    sasl: &mut SaslState,
     peer: std::net::SocketAddr,
     mut body: Bytes,
 ) -> Result<Option<Bytes>, String> {
@@ -135,6 +150,14 @@ async fn handle(
     let key = ApiKey::try_from(raw_key).map_err(|_| format!("unknown api key {raw_key}"))?;
     let served =
         versions::served(key).ok_or_else(|| format!("{key:?} is not served on this listener"))?;
+    if !sasl.allows(key) {
+        // Kafka's SaslServerAuthenticator: a request other than the SASL ones before
+        // authentication is an InvalidRequestException; the connection is closed.
+        return Err(format!(
+            "{key:?} before SASL authentication completed (ApiVersions, SaslHandshake and \
+             SaslAuthenticate come first on this listener)"
+        ));
+    }
     if key != ApiKey::Produce && body.len() > frame::MAX_NON_PRODUCE_REQUEST_BYTES {
         return Err(format!(
             "{key:?} request of {} bytes is over the {} bytes allowed for it",
@@ -165,6 +188,34 @@ async fn handle(
         ApiKey::ApiVersions => {
             decode::<ApiVersionsRequest>(&mut body, key, version)?;
             ResponseKind::ApiVersions(versions::api_versions_response(0))
+        }
+        ApiKey::SaslHandshake => {
+            let req = decode::<SaslHandshakeRequest>(&mut body, key, version)?;
+            let response = sasl.handshake(&req, version);
+            if response.error_code != 0 {
+                tracing::info!(%peer, mechanism = %req.mechanism.as_str(), code = response.error_code, "kafka listener: SASL handshake refused");
+            }
+            ResponseKind::SaslHandshake(response)
+        }
+        ApiKey::SaslAuthenticate => {
+            let req = decode::<SaslAuthenticateRequest>(&mut body, key, version)?;
+            let image = ctx.images.borrow().clone();
+            let nonce = server_nonce()?;
+            let (response, user) =
+                sasl.authenticate(&req, |u, m| image.scram_credential(u, m), &nonce);
+            if let Some(user) = user {
+                ctx.caller.principal = Ok(format!("User:{user}"));
+                tracing::debug!(%peer, %user, "kafka listener: SASL/SCRAM authenticated");
+            } else if response.error_code != 0 {
+                // Kafka logs failed authentications at INFO (`Selector`); connections are
+                // bounded by MAX_CONNECTIONS and each gets one try.
+                tracing::info!(
+                    %peer,
+                    "kafka listener: failed authentication: {}",
+                    response.error_message.as_deref().unwrap_or("")
+                );
+            }
+            ResponseKind::SaslAuthenticate(response)
         }
         ApiKey::Metadata => {
             let req = decode::<MetadataRequest>(&mut body, key, version)?;
@@ -315,6 +366,16 @@ async fn handle(
         other => return Err(format!("{other:?} has no handler")),
     };
     encode(key, version, correlation_id, response).map(Some)
+}
+
+/// A fresh SCRAM server nonce: 16 random bytes as 32 hex digits (RFC 5802 wants printable
+/// characters without `,`). Errors when the OS has no randomness to give (the connection is
+/// then closed rather than served with a guessable nonce).
+fn server_nonce() -> Result<String, String> {
+    let mut b = [0u8; 16];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b)
+        .map_err(|_| "no randomness for a SCRAM nonce".to_owned())?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
 }
 
 /// INVALID_REQUEST (42) carrying the bound violation.

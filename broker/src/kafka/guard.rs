@@ -609,6 +609,13 @@ const LIST_GROUPS: &[Field] = &[
 // DeleteGroupsRequest.json.
 const DELETE_GROUPS: &[Field] = &[f("groups_names", STRINGS, ALL)];
 
+// SaslHandshakeRequest.json (KIP-43; v1 is KIP-152's): never flexible; v0 and v1 have the
+// same fields.
+const SASL_HANDSHAKE: &[Field] = &[f("mechanism", Str, ALL)];
+
+// SaslAuthenticateRequest.json (KIP-152): v2 is the first flexible version.
+const SASL_AUTHENTICATE: &[Field] = &[f("auth_bytes", Bytes, ALL)];
+
 /// Every request schema the guard covers: the api keys and version ranges Keel's Kafka
 /// listener serves (issue #21, [`super::versions::SERVED`]) and those of the consumer-group
 /// APIs, which the guard covers ahead of the listener serving them (it may serve a subset:
@@ -666,6 +673,14 @@ pub static APIS: &[Api] = &[
     api(15, "DescribeGroupsRequest", range(0, 5), 5, DESCRIBE_GROUPS),
     api(16, "ListGroupsRequest", range(0, 5), 3, LIST_GROUPS),
     api(42, "DeleteGroupsRequest", range(0, 2), 2, DELETE_GROUPS),
+    api(17, "SaslHandshakeRequest", range(0, 1), 2, SASL_HANDSHAKE),
+    api(
+        36,
+        "SaslAuthenticateRequest",
+        range(0, 2),
+        2,
+        SASL_AUTHENTICATE,
+    ),
 ];
 
 const fn api(
@@ -1014,7 +1029,8 @@ mod tests {
         FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest, InitProducerIdRequest,
         JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest,
         MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
-        ProduceRequest, ProducerId, SyncGroupRequest, TopicName, TransactionalId,
+        ProduceRequest, ProducerId, SaslAuthenticateRequest, SaslHandshakeRequest,
+        SyncGroupRequest, TopicName, TransactionalId,
     };
     use kafka_protocol::protocol::{
         Decodable, Encodable, HeaderVersion, Message, StrBytes, VersionRange,
@@ -1591,6 +1607,26 @@ mod tests {
         req
     }
 
+    fn sasl_handshake(rich: bool) -> SaslHandshakeRequest {
+        SaslHandshakeRequest::default().with_mechanism(if rich {
+            StrBytes::from_static_str("SCRAM-SHA-512")
+        } else {
+            StrBytes::default()
+        })
+    }
+
+    fn sasl_authenticate(v: i16, rich: bool) -> SaslAuthenticateRequest {
+        let mut req = SaslAuthenticateRequest::default().with_auth_bytes(if rich {
+            Blob::from_static(b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL")
+        } else {
+            Blob::new()
+        });
+        if v >= 2 && rich {
+            req = req.with_unknown_tagged_field(7, blob());
+        }
+        req
+    }
+
     /// The encoded body of a sample request.
     fn sample(key: i16, v: i16, rich: bool) -> Vec<u8> {
         match key {
@@ -1615,6 +1651,8 @@ mod tests {
             15 => encode(&describe_groups(v, rich), v),
             16 => encode(&list_groups(v, rich), v),
             42 => encode(&delete_groups(v, rich), v),
+            17 => encode(&sasl_handshake(rich), v),
+            36 => encode(&sasl_authenticate(v, rich), v),
             _ => unreachable!("no sample for api key {key}"),
         }
     }
@@ -1657,6 +1695,8 @@ mod tests {
             15 => decode_as::<DescribeGroupsRequest>(v, body),
             16 => decode_as::<ListGroupsRequest>(v, body),
             42 => decode_as::<DeleteGroupsRequest>(v, body),
+            17 => decode_as::<SaslHandshakeRequest>(v, body),
+            36 => decode_as::<SaslAuthenticateRequest>(v, body),
             _ => unreachable!("no decoder for api key {key}"),
         }
     }
@@ -1688,6 +1728,8 @@ mod tests {
             15 => m::<DescribeGroupsRequest>(),
             16 => m::<ListGroupsRequest>(),
             42 => m::<DeleteGroupsRequest>(),
+            17 => m::<SaslHandshakeRequest>(),
+            36 => m::<SaslAuthenticateRequest>(),
             _ => unreachable!("no struct for api key {key}"),
         }
     }
@@ -1763,6 +1805,8 @@ mod tests {
             (15, 0, 5),
             (16, 0, 5),
             (42, 0, 2),
+            (17, 0, 1),
+            (36, 0, 2),
         ];
         let table: Vec<_> = APIS
             .iter()
@@ -1807,8 +1851,8 @@ mod tests {
             assert_eq!(again.as_ref(), Ok(&s.body), "{what}: re-encoding differs");
             count += 1;
         }
-        // 136 api versions (75 + 61 of the consumer-group APIs), rich and sparse.
-        assert_eq!(count, 2 * 136);
+        // 141 api versions (75 + 61 of the consumer-group APIs + 5 of SASL), rich and sparse.
+        assert_eq!(count, 2 * 141);
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub mod forwarder;
 pub mod frame;
 pub mod groups;
 pub mod guard;
+pub mod sasl;
 pub mod versions;
 
 pub use connection::serve;

@@ -927,6 +927,57 @@ impl Admin {
         Ok(out)
     }
 
+    /// Sets and deletes SASL/SCRAM credentials (AlterUserScramCredentials, KIP-554). Returns
+    /// one result per user named, in order of first appearance: `None` when all its changes
+    /// were written, or the controller's refusal of that user (then none of its changes
+    /// were). Errors: the whole request refused (CLUSTER_AUTHORIZATION_FAILED, bounds, ...).
+    pub async fn alter_user_scram_credentials(
+        &self,
+        deletions: Vec<ScramCredentialDeletion>,
+        upsertions: Vec<ScramCredentialUpsertion>,
+    ) -> Result<Vec<(String, Option<keel_proto::common::Error>)>> {
+        let req = AlterUserScramCredentialsRequest {
+            deletions,
+            upsertions,
+        };
+        let Answered {
+            value: reply,
+            uncertain,
+        } = self
+            .call(true, |mut c| {
+                let req = req.clone();
+                async move { c.alter_user_scram_credentials(req).await }
+            })
+            .await?;
+        check_write(&uncertain, reply.error.as_ref(), || {
+            "alter SCRAM credentials".into()
+        })?;
+        Ok(reply
+            .results
+            .into_iter()
+            .map(|r| (r.user, r.error))
+            .collect())
+    }
+
+    /// Users' SASL/SCRAM mechanisms and iterations (DescribeUserScramCredentials; `users`
+    /// empty = every user with a credential). Per user: its credentials or its error
+    /// (RESOURCE_NOT_FOUND without one).
+    pub async fn describe_user_scram_credentials(
+        &self,
+        users: Vec<String>,
+    ) -> Result<Vec<DescribeUserScramCredentialsResult>> {
+        let req = DescribeUserScramCredentialsRequest { users };
+        let reply = self
+            .call(true, |mut c| {
+                let req = req.clone();
+                async move { c.describe_user_scram_credentials(req).await }
+            })
+            .await?
+            .value;
+        AdminError::check(reply.error.as_ref(), || "describe SCRAM credentials".into())?;
+        Ok(reply.results)
+    }
+
     /// Brokers and their state, from the active controller (heartbeat-derived fields such as
     /// the metadata lag are known only there).
     pub async fn describe_cluster(&self) -> Result<DescribeClusterReply> {

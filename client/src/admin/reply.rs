@@ -73,10 +73,17 @@ controller_reply!(
     AlterConfigsReply,
     CreateAclsReply,
     DeleteAclsReply,
+    AlterUserScramCredentialsReply,
 );
 
 // Reads of the metadata image: out of date on a controller out of contact.
-controller_reply!(read true; DescribeConfigsReply, DescribeClusterReply, DescribeAclsReply);
+controller_reply!(
+    read true;
+    DescribeConfigsReply,
+    DescribeClusterReply,
+    DescribeAclsReply,
+    DescribeUserScramCredentialsReply
+);
 
 // Quorum state is diagnostic: a leader without a quorum reports that itself (leader -1).
 // Committed records are never wrong, only possibly not the newest: a `metadata log --follow`

@@ -262,6 +262,20 @@ impl ControllerService for Fake {
     ) -> Result<Response<DeleteAclsReply>, Status> {
         Err(Status::unimplemented(""))
     }
+
+    async fn alter_user_scram_credentials(
+        &self,
+        _: Request<AlterUserScramCredentialsRequest>,
+    ) -> Result<Response<AlterUserScramCredentialsReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+
+    async fn describe_user_scram_credentials(
+        &self,
+        _: Request<DescribeUserScramCredentialsRequest>,
+    ) -> Result<Response<DescribeUserScramCredentialsReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
 }
 
 /// A listener on a free loopback port; its address.

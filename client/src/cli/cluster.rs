@@ -64,6 +64,12 @@ pub struct UpArgs {
     /// NAME`) needs ACLs (`keelctl acl add`).
     #[arg(long, requires = "tls")]
     pub authorizer: bool,
+    /// Kafka clients authenticate with SASL/SCRAM (SCRAM-SHA-256 or -512): the brokers'
+    /// Kafka listeners are SASL_SSL with --tls, else SASL_PLAINTEXT (once; a data dir with it
+    /// always runs with it). Users come from `keelctl user scram set`; with --authorizer
+    /// they are User:NAME and need ACLs.
+    #[arg(long)]
+    pub sasl: bool,
 }
 
 /// Arguments of `cluster down`.
@@ -104,8 +110,9 @@ struct UpReport {
     bootstrap_brokers: String,
     /// The brokers' Kafka-protocol listeners: `bootstrap.servers` of a Kafka client.
     kafka_bootstrap_servers: String,
-    /// `SSL` in a TLS cluster (client certificates of `tls_dir`), else `PLAINTEXT`: Kafka's
-    /// `security.protocol` of those listeners.
+    /// Kafka's `security.protocol` of those listeners: `SSL` in a TLS cluster (client
+    /// certificates of `tls_dir`), `SASL_SSL` / `SASL_PLAINTEXT` with `--sasl`, else
+    /// `PLAINTEXT`.
     kafka_security_protocol: &'static str,
     processes: Vec<ProcessRow>,
 }
@@ -222,6 +229,16 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
         }
         layout.enable_authorizer().map_err(CliError::new)?;
     }
+    if a.sasl && !layout.sasl_on() {
+        if missing.len() != procs.len() {
+            return Err(CliError::new(format!(
+                "the cluster in {} runs without SASL: stop it (`keelctl cluster down`) before \
+                 `cluster up --sasl`",
+                layout.data_dir.display()
+            )));
+        }
+        layout.enable_sasl().map_err(CliError::new)?;
+    }
     let binaries = Binaries::find()?;
     settle_settings(&mut layout, source, &procs)?;
     if !already_running {
@@ -249,7 +266,7 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
         bootstrap_controllers: layout.controller_addresses().join(","),
         bootstrap_brokers: layout.broker_addresses().join(","),
         kafka_bootstrap_servers: layout.kafka_addresses().join(","),
-        kafka_security_protocol: if layout.tls_on() { "SSL" } else { "PLAINTEXT" },
+        kafka_security_protocol: layout.kafka_security_protocol(),
         processes: procs.iter().map(process_row).collect(),
     };
     if ctx.json {
@@ -475,13 +492,26 @@ fn up_text(report: &UpReport, data_dir: &Path) -> String {
     };
     // A TLS cluster's Kafka listeners are SSL (librdkafka's property names; the Java client
     // takes PEM files as ssl.truststore.type/ssl.keystore.type=PEM).
+    let sasl = report.kafka_security_protocol.starts_with("SASL_");
     let kafka_tls = match &report.tls_dir {
+        // SASL_SSL asks for no client certificate (KIP-684): SASL says who the client is.
+        Some(dir) if sasl => format!(
+            " security.protocol=SASL_SSL ssl.ca.location={dir}/ca.pem \
+             sasl.mechanism=SCRAM-SHA-256 sasl.username=NAME sasl.password=PASSWORD"
+        ),
         Some(dir) => format!(
             " security.protocol=SSL ssl.ca.location={dir}/ca.pem \
              ssl.certificate.location={dir}/{cert}.pem ssl.key.location={dir}/{cert}-key.pem",
             cert = crate::local_cluster::KEELCTL_CERT
         ),
+        None if sasl => " security.protocol=SASL_PLAINTEXT sasl.mechanism=SCRAM-SHA-256 \
+                         sasl.username=NAME sasl.password=PASSWORD"
+            .to_string(),
         None => String::new(),
+    } + if sasl {
+        "\n# SASL/SCRAM users: keelctl user scram set --user NAME --password PASSWORD"
+    } else {
+        ""
     };
     format!(
         "{headline}\n{}\nexport KEEL_BOOTSTRAP_CONTROLLERS={}\nexport KEEL_BOOTSTRAP_BROKERS={}\n\

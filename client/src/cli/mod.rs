@@ -28,6 +28,7 @@ mod metadata;
 mod partition;
 mod tls;
 mod topic;
+mod user;
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -184,6 +185,10 @@ pub enum Command {
     /// nodes.
     #[command(subcommand)]
     Acl(acl::AclCommand),
+    /// Users' SASL/SCRAM credentials (like kafka-configs --entity-type users): set, delete,
+    /// list.
+    #[command(subcommand)]
+    User(user::UserCommand),
     /// Registered brokers.
     #[command(subcommand)]
     Broker(BrokerCommand),
@@ -432,6 +437,7 @@ async fn run(command: Command, ctx: &Ctx) -> CliResult {
         Command::Config(c) => config::run(c, ctx).await,
         Command::Partition(c) => partition::run(c, ctx).await,
         Command::Acl(c) => acl::run(c, ctx).await,
+        Command::User(c) => user::run(c, ctx).await,
         Command::Group(c) => group::run(c, ctx).await,
         Command::Broker(BrokerCommand::List) => {
             let reply = ctx.admin()?.describe_cluster().await?;

@@ -241,16 +241,45 @@ pub fn image_tree(image: &MetadataImage, filter: &ImageFilter) -> Node {
             Node::branch("brokers", brokers),
             Node::branch("topics", topics),
             Node::branch("configs", configs),
+        ]
+        .into_iter()
+        .chain(filter.is_empty().then(|| {
             Node::branch(
                 "acls",
                 acls_kept(image, filter)
                     .into_iter()
                     .map(|(id, b)| Node::leaf(format!("{}: {id}", acl_label(b))))
                     .collect(),
-            ),
-            Node::leaf(format!("next_producer_id: {}", image.next_producer_id())),
-        ],
+            )
+        }))
+        .chain(filter.is_empty().then(|| {
+            Node::branch(
+                "scram_users",
+                scram_users(image)
+                    .into_iter()
+                    .map(|(user, creds)| {
+                        let ms: Vec<String> = creds
+                            .iter()
+                            .map(|(m, i)| format!("{m} ({i} iterations)"))
+                            .collect();
+                        Node::leaf(format!("{user}: {}", ms.join(", ")))
+                    })
+                    .collect(),
+            )
+        }))
+        .chain([Node::leaf(format!(
+            "next_producer_id: {}",
+            image.next_producer_id()
+        ))])
+        .collect(),
     )
+}
+
+/// Users with SCRAM credentials (#23): mechanisms and iterations, never keys or salts.
+fn scram_users(
+    image: &MetadataImage,
+) -> std::collections::BTreeMap<&str, Vec<(keel_metadata_log::scram::Mechanism, u32)>> {
+    keel_metadata_log::scram::users(image.scram_credentials())
 }
 
 /// The image as one JSON document.
@@ -323,6 +352,15 @@ pub fn image_json(image: &MetadataImage, filter: &ImageFilter) -> Value {
             "operation": b.operation.name(),
             "permission_type": b.permission.name(),
         })).collect::<Vec<_>>(),
+        "scram_users": if filter.is_empty() { scram_users(image) } else { Default::default() }
+            .into_iter()
+            .map(|(user, creds)| json!({
+                "user": user,
+                "mechanisms": creds.iter().map(|(m, i)| json!({
+                    "mechanism": m.name(), "iterations": i,
+                })).collect::<Vec<_>>(),
+            }))
+            .collect::<Vec<_>>(),
         "next_producer_id": image.next_producer_id(),
     })
 }

@@ -202,8 +202,23 @@ pub fn record_fields(record: &MetadataRecord) -> Fields {
         Some(Record::ClusterId(r)) => vec![("cluster_id", json!(r.cluster_id))],
         Some(Record::AccessControlEntry(r)) => acl_fields(r),
         Some(Record::RemoveAccessControlEntry(r)) => vec![("id", uuid(&r.id))],
+        // Never the keys or the salt: they are what a password guess is checked against.
+        Some(Record::UserScramCredential(r)) => vec![
+            ("name", json!(r.name)),
+            ("mechanism", scram_mechanism(r.mechanism)),
+            ("iterations", json!(r.iterations)),
+        ],
+        Some(Record::RemoveUserScramCredential(r)) => vec![
+            ("name", json!(r.name)),
+            ("mechanism", scram_mechanism(r.mechanism)),
+        ],
         Some(Record::NoOp(_)) | None => Vec::new(),
     })
+}
+
+/// A SCRAM mechanism's name, or the raw value when unknown.
+fn scram_mechanism(v: i32) -> Value {
+    keel_metadata_log::scram::Mechanism::from_proto(v).map_or_else(|| json!(v), |m| json!(m.name()))
 }
 
 /// Fields of an AccessControlEntryRecord: id, then the binding with Kafka's names.

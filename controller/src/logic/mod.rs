@@ -43,6 +43,7 @@ pub mod election;
 pub mod partition_change;
 pub mod producer_ids;
 pub mod result;
+pub mod scram;
 pub mod topics;
 
 pub use alter_partition::alter_partition;

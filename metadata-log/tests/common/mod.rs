@@ -166,6 +166,33 @@ pub fn remove_acl(id: u128) -> MetadataRecord {
     ))
 }
 
+/// A SCRAM credential record of `user` (password `pw`, 4096 iterations).
+pub fn scram(user: &str, sha512: bool) -> MetadataRecord {
+    use keel_metadata_log::scram::{Mechanism, ScramCredential, salted_password};
+    let m = if sha512 {
+        Mechanism::Sha512
+    } else {
+        Mechanism::Sha256
+    };
+    let it = std::num::NonZeroU32::new(4096).unwrap();
+    let sp = salted_password(m, b"pw", user.as_bytes(), it);
+    let c = ScramCredential::from_salted_password(m, &sp, user.as_bytes(), 4096).unwrap();
+    rec(Record::UserScramCredential(c.to_record(user)))
+}
+
+/// The removal of `user`'s SCRAM credential.
+pub fn remove_scram(user: &str, sha512: bool) -> MetadataRecord {
+    use keel_metadata_log::scram::Mechanism;
+    let m = if sha512 {
+        Mechanism::Sha512
+    } else {
+        Mechanism::Sha256
+    };
+    rec(Record::RemoveUserScramCredential(
+        keel_metadata_log::scram::removal_record(user, m),
+    ))
+}
+
 pub fn feature(name: &str, level: i32) -> MetadataRecord {
     rec(Record::FeatureLevel(FeatureLevelRecord {
         name: name.into(),

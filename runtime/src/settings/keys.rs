@@ -54,8 +54,9 @@ pub const SETTINGS: &[Setting] = &[
         },
         doc: "Addresses to bind: one `ip:port` (the gRPC listener), or Kafka's form \
               `GRPC://ip:port,PLAINTEXT://ip:port` (brokers: `PLAINTEXT` is the Kafka-protocol \
-              listener, `SSL` instead the same over TLS with the `tls_*` files; an empty host \
-              binds every interface). The controller serves gRPC only",
+              listener, `SSL` instead the same over TLS with the `tls_*` files, \
+              `SASL_PLAINTEXT` / `SASL_SSL` the same with SASL/SCRAM first; one Kafka listener \
+              per broker; an empty host binds every interface). The controller serves gRPC only",
         used_by: UsedBy::Both,
     },
     Setting {

@@ -5,10 +5,11 @@
 //!
 //! Names Keel serves: [`GRPC`] (Keel's own protocol: the client library, `keelctl`, the
 //! replication between brokers and the controller API), [`PLAINTEXT`] (Kafka's wire
-//! protocol without TLS or SASL, brokers only) and [`SSL`] (Kafka's wire protocol over TLS,
-//! brokers only, #23). Kafka maps custom names to security protocols with
+//! protocol without TLS or SASL, brokers only), [`SSL`] (Kafka's wire protocol over TLS,
+//! brokers only, #23), [`SASL_PLAINTEXT`] and [`SASL_SSL`] (the same with SASL/SCRAM
+//! authentication first, #23). Kafka maps custom names to security protocols with
 //! `listener.security.protocol.map`; in Keel a name is its protocol and any other name is
-//! refused at start (no SASL yet).
+//! refused at start.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -22,16 +23,24 @@ pub const PLAINTEXT: &str = "PLAINTEXT";
 /// Listener name of Kafka's wire protocol over TLS (Kafka's `SSL`): the node's
 /// `tls_cert_file`/`tls_key_file`/`tls_ca_file` and `ssl_client_auth`.
 pub const SSL: &str = "SSL";
+/// Listener name of Kafka's wire protocol with SASL/SCRAM authentication and no TLS (Kafka's
+/// `SASL_PLAINTEXT`): credentials from `keelctl user scram set`.
+pub const SASL_PLAINTEXT: &str = "SASL_PLAINTEXT";
+/// Listener name of Kafka's wire protocol over TLS with SASL/SCRAM authentication (Kafka's
+/// `SASL_SSL`): the TLS of [`SSL`], then SASL; the principal is the SASL user's.
+pub const SASL_SSL: &str = "SASL_SSL";
 /// The listener names Keel knows, in the order a broker registers them ([`GRPC`] first: Keel's
 /// own clients use a broker's first registered endpoint).
-pub const KNOWN: [&str; 3] = [GRPC, PLAINTEXT, SSL];
+pub const KNOWN: [&str; 5] = [GRPC, PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL];
+/// The names of Kafka-protocol listeners (a broker has at most one of them).
+pub const KAFKA: [&str; 4] = [PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL];
 /// Most listeners in one list (one per known name).
 pub const MAX_LISTENERS: usize = KNOWN.len();
 
 /// One entry of a listener list.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listener {
-    /// [`GRPC`], [`PLAINTEXT`] or [`SSL`].
+    /// One of [`KNOWN`].
     pub name: String,
     /// Host without brackets; empty in a bind list means every interface (Kafka's
     /// `PLAINTEXT://:9092`).
@@ -187,9 +196,9 @@ mod tests {
 
     #[test]
     fn bad_lists_are_refused_with_what_is_wrong() {
-        let e = parse_listeners("SASL_SSL://:9093", true).unwrap_err();
+        let e = parse_listeners("SASL_GSSAPI://:9093", true).unwrap_err();
         assert!(
-            e.contains("unknown listener name \"SASL_SSL\"") && e.contains("GRPC"),
+            e.contains("unknown listener name \"SASL_GSSAPI\"") && e.contains("GRPC"),
             "{e}"
         );
         let e = parse_listeners("GRPC://:1,GRPC://:2", true).unwrap_err();

@@ -1,0 +1,340 @@
+//! SASL/SCRAM (issue #23, "Acceptance": kcat and confluent-kafka over `SASL_SSL://` with
+//! SCRAM), on a real local cluster with TLS, the standard authorizer and SASL_SSL Kafka
+//! listeners (`keelctl cluster up --tls --authorizer --sasl`): users set with
+//! `keelctl user scram set` authenticate with SCRAM-SHA-256 and SCRAM-SHA-512, are
+//! `User:<name>` to the authorizer, and need ACLs; a wrong password, an unknown user and a
+//! client that skips SASL are refused with the cause; `user scram delete` locks a user out;
+//! the metadata log never shows a key.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{Fixture, KEELCTL};
+
+/// keelctl as the cluster's keelctl certificate (a super user).
+fn admin(f: &Fixture, tls: &Path, args: &[&str]) -> Output {
+    Command::new(KEELCTL)
+        .args(["--api-timeout-ms", "10000"])
+        .args(args)
+        .env("KEEL_BOOTSTRAP_CONTROLLERS", f.controllers())
+        .env("KEEL_BOOTSTRAP_BROKERS", f.brokers().join(","))
+        .env("KEEL_TLS_CA_FILE", tls.join("ca.pem"))
+        .env("KEEL_TLS_CERT_FILE", tls.join("keelctl.pem"))
+        .env("KEEL_TLS_KEY_FILE", tls.join("keelctl-key.pem"))
+        .output()
+        .expect("run keelctl")
+}
+
+fn ok(o: &Output, f: &Fixture) -> String {
+    assert!(
+        o.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        f.logs()
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// kcat over SASL_SSL as `user` with `password` and `mechanism`; (success, stdout, stderr).
+fn kcat(
+    tls: &Path,
+    bootstrap: &str,
+    (user, password, mechanism): (&str, &str, &str),
+    args: &[&str],
+    stdin: &str,
+) -> (bool, String, String) {
+    let mut child = Command::new("kcat")
+        .args(["-b", bootstrap])
+        .args(args)
+        .args(["-X", "security.protocol=SASL_SSL"])
+        .arg("-X")
+        .arg(format!("ssl.ca.location={}", tls.join("ca.pem").display()))
+        .args(["-X", &format!("sasl.mechanism={mechanism}")])
+        .args(["-X", &format!("sasl.username={user}")])
+        .args(["-X", &format!("sasl.password={password}")])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect(
+            "kcat is not installed, and this acceptance test needs it (#23): `apt-get install \
+             kcat` (scripts/test installs it)",
+        );
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).unwrap();
+    drop(input);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("kcat {args:?} as {user} hung");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn scram_users_produce_and_consume_over_sasl_ssl_with_acls() {
+    let f = Fixture::fresh();
+    let up = f.cluster(
+        "up",
+        &["--tls", "--authorizer", "--sasl", "--timeout-secs", "120"],
+    );
+    assert_eq!(up["kafka_security_protocol"], "SASL_SSL", "{up}");
+    let tls = PathBuf::from(up["tls_dir"].as_str().expect("tls_dir in the report"));
+    let kafka = up["kafka_bootstrap_servers"].as_str().unwrap().to_string();
+    let admin = |args: &[&str]| admin(&f, &tls, args);
+    ok(
+        &admin(&[
+            "topic",
+            "create",
+            "orders",
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+        ]),
+        &f,
+    );
+
+    // Two users, one per mechanism; the password of one from the environment variable.
+    let set = ok(
+        &admin(&[
+            "user",
+            "scram",
+            "set",
+            "--user",
+            "alice",
+            "--password",
+            "alice-secret",
+        ]),
+        &f,
+    );
+    assert!(
+        set.contains("Set SCRAM-SHA-256 credential of user alice (4096 iterations)"),
+        "{set}"
+    );
+    let o = Command::new(KEELCTL)
+        .args([
+            "user",
+            "scram",
+            "set",
+            "--user",
+            "bob",
+            "--mechanism",
+            "SCRAM-SHA-512",
+            "--iterations",
+            "8192",
+        ])
+        .env("KEEL_BOOTSTRAP_CONTROLLERS", f.controllers())
+        .env("KEEL_TLS_CA_FILE", tls.join("ca.pem"))
+        .env("KEEL_TLS_CERT_FILE", tls.join("keelctl.pem"))
+        .env("KEEL_TLS_KEY_FILE", tls.join("keelctl-key.pem"))
+        .env("KEEL_SCRAM_PASSWORD", "bob-secret")
+        .output()
+        .unwrap();
+    ok(&o, &f);
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(&admin(&["--json", "user", "scram", "list"]), &f)).unwrap();
+    assert_eq!(
+        listed,
+        serde_json::json!([
+            {"user": "alice", "mechanisms": [{"mechanism": "SCRAM-SHA-256", "iterations": 4096}]},
+            {"user": "bob", "mechanisms": [{"mechanism": "SCRAM-SHA-512", "iterations": 8192}]},
+        ])
+    );
+    // Bad input is refused before anything is sent, naming the flag.
+    let o = admin(&[
+        "user",
+        "scram",
+        "set",
+        "--user",
+        "carol",
+        "--password",
+        "x",
+        "--iterations",
+        "100",
+    ]);
+    assert!(
+        !o.status.success()
+            && String::from_utf8_lossy(&o.stderr)
+                .contains("--iterations: iterations 100 is outside 4096..=16384"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    let alice = ("alice", "alice-secret", "SCRAM-SHA-256");
+    let bob = ("bob", "bob-secret", "SCRAM-SHA-512");
+    let produce = |who, line: &str| {
+        kcat(
+            &tls,
+            &kafka,
+            who,
+            &["-P", "-t", "orders", "-p", "0"],
+            &format!("{line}\n"),
+        )
+    };
+    // Authenticated, but no ACL yet: Kafka's authorization error.
+    let (done, _, err) = produce(alice, "a0");
+    assert!(!done && err.contains("authorization failed"), "{err}");
+    ok(
+        &admin(&[
+            "acl",
+            "add",
+            "--allow-principal",
+            "User:alice",
+            "--producer",
+            "--topic",
+            "orders",
+        ]),
+        &f,
+    );
+    for i in 1..=3 {
+        let (done, _, err) = produce(alice, &format!("a{i}"));
+        assert!(done && !err.contains("failed"), "{err}\n{}", f.logs());
+    }
+    // A wrong password and an unknown user: SASL's error with Kafka's words, nothing written.
+    let refused = "Authentication failed during authentication due to invalid credentials \
+                   with SASL mechanism SCRAM-SHA-256";
+    let (done, _, err) = produce(("alice", "guess", "SCRAM-SHA-256"), "x");
+    assert!(!done && err.contains(refused), "{err}");
+    let (done, _, err) = produce(("mallory", "alice-secret", "SCRAM-SHA-256"), "x");
+    assert!(!done && err.contains(refused), "{err}");
+    // Alice's credential is SHA-256 only.
+    let (done, _, err) = produce(("alice", "alice-secret", "SCRAM-SHA-512"), "x");
+    assert!(!done && err.contains("SCRAM-SHA-512"), "{err}");
+
+    // Bob reads in a consumer group with confluent-kafka over SCRAM-SHA-512.
+    ok(
+        &admin(&[
+            "acl",
+            "add",
+            "--allow-principal",
+            "User:bob",
+            "--consumer",
+            "--topic",
+            "orders",
+            "--group",
+            "g1",
+        ]),
+        &f,
+    );
+    let python = std::env::var_os("KEEL_KAFKA_PYTHON").map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/kafka-clients-venv/bin/python")
+        },
+        PathBuf::from,
+    );
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/kafka-clients-venv (scripts/test does)",
+        python.display()
+    );
+    let o = Command::new(&python)
+        .args(["-c", CONFLUENT_SCRAM_CONSUME, &kafka])
+        .arg(tls.join("ca.pem"))
+        .args([bob.0, bob.1, bob.2])
+        .output()
+        .unwrap();
+    let got = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "confluent-kafka over SASL_SSL: {got}{}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        f.logs()
+    );
+    assert_eq!(got.lines().collect::<Vec<_>>(), ["a1", "a2", "a3"], "{got}");
+    // Bob may read, not write.
+    let (done, _, err) = produce(bob, "b0");
+    assert!(!done && err.contains("authorization failed"), "{err}");
+
+    // A client that does not do SASL gets nothing from the SASL_SSL listener.
+    let mut plain_ssl = Command::new("kcat")
+        .args(["-L", "-b", &kafka, "-m", "5", "-X", "security.protocol=SSL"])
+        .arg("-X")
+        .arg(format!("ssl.ca.location={}", tls.join("ca.pem").display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while plain_ssl.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "kcat -L hung");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = plain_ssl.wait_with_output().unwrap();
+    assert!(
+        !o.status.success(),
+        "kcat without SASL read the metadata: {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+
+    // The metadata log has the credential records, never their keys or salts.
+    let log = ok(&admin(&["--json", "metadata", "log"]), &f);
+    assert!(log.contains("UserScramCredentialRecord"), "{log}");
+    for secret in ["stored_key", "server_key", "salt"] {
+        assert!(!log.contains(secret), "{secret} in the metadata log output");
+    }
+
+    // Deleting alice's credential locks her out; bob is untouched.
+    let deleted = ok(&admin(&["user", "scram", "delete", "--user", "alice"]), &f);
+    assert!(
+        deleted.contains("Deleted SCRAM-SHA-256 credential of user alice"),
+        "{deleted}"
+    );
+    let mut locked_out = false;
+    for _ in 0..50 {
+        // Brokers apply the removal from the metadata log within moments.
+        let (done, _, err) = produce(alice, "late");
+        if !done && err.contains(refused) {
+            locked_out = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(locked_out, "alice could still authenticate after delete");
+    let o = admin(&["user", "scram", "delete", "--user", "alice"]);
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("RESOURCE_NOT_FOUND"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// confluent-kafka: reads `orders` from the beginning in group g1 over SASL_SSL until three
+/// records came, printing each value; argv: bootstrap, CA, user, password, mechanism.
+const CONFLUENT_SCRAM_CONSUME: &str = r#"
+import sys, time
+from confluent_kafka import Consumer
+bootstrap, ca, user, password, mechanism = sys.argv[1:6]
+c = Consumer({
+    "bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": ca,
+    "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password,
+    "group.id": "g1", "auto.offset.reset": "earliest",
+})
+c.subscribe(["orders"])
+got, deadline = [], time.time() + 60
+while len(got) < 3 and time.time() < deadline:
+    m = c.poll(1.0)
+    if m is None:
+        continue
+    if m.error():
+        sys.exit("consume error: %s" % m.error())
+    got.append(m.value().decode())
+c.commit(asynchronous=False)
+c.close()
+print("\n".join(got))
+if len(got) < 3:
+    sys.exit("only %d records" % len(got))
+"#;
