@@ -27,6 +27,11 @@
 //!   request alike, so a row's produce p99 cannot be read without its hiccups (measured on a
 //!   noisy 2-vCPU VM: 10-23 ms wake-up delays at idle).
 //!
+//! - TLS (#23): after those rows, the 64 KiB max-rate row and the 50 MiB/s row again on a
+//!   second cluster with TLS on every connection (certificates from the harness,
+//!   `ssl_client_auth = required`), and a line with the cost: throughput and p99 against the
+//!   plaintext rows of the same run.
+//!
 //! Run: `cargo bench -p keel-broker --bench replication`. `KEEL_BENCH_SECONDS` sets the
 //! length of each run (default 5). `KEEL_BENCH_TRACE=DIR` writes each open-loop row's
 //! requests to `DIR/rate-<MiB/s>.csv` (`scheduled_ms,partition,latency_ms`) to see when
@@ -570,21 +575,10 @@ async fn fetch(
     (p.records.clone(), p.high_watermark)
 }
 
-fn main() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(run());
-}
-
-async fn run() {
-    let secs = seconds();
-    let idle = HiccupMeter::start();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let idle = idle.finish();
-    let loopback = loopback_bandwidth().await;
+/// Starts the 3 + 3 cluster (with TLS on every connection when `tls`, #23), creates the
+/// topic with partition p led by broker p + 1 and waits for full ISRs; returns the cluster
+/// and a client of each leader.
+async fn start_cluster(tls: bool) -> (Cluster, Clients) {
     // The product's default broker session (9 s, Kafka's broker.session.timeout.ms), not the
     // tests' 1.5 s: minutes of saturating load may delay a heartbeat past 1.5 s, and a fenced
     // leader would turn the rest of the run into NOT_LEADER_OR_FOLLOWER errors.
@@ -593,15 +587,10 @@ async fn run() {
         3,
         Options {
             session_timeout_ms: 9_000,
+            tls,
             ..Options::default()
         },
     );
-    // As the brokers write (drop-behind at the broker default) and into a page cache that
-    // only grows (Kafka's way), which on a VM whose host reclaims free guest memory pays a
-    // host fault per new page (see keel_broker::log::cache_behind).
-    let drop_behind = keel_broker::log::LogConfig::default().drop_cache_behind_bytes;
-    let disk = disk_write_rate(c.dir.path(), drop_behind);
-    let disk_growing = disk_write_rate(c.dir.path(), None);
     c.wait_unfenced(&[1, 2, 3], Duration::from_secs(30)).await;
     let config = |k: &str, v: &str| ConfigEntry {
         name: k.into(),
@@ -641,7 +630,31 @@ async fn run() {
         .await;
     }
     let leaders = (1..=3).map(|id| c.broker_client(id)).collect();
-    let clients = Clients { leaders };
+    (c, Clients { leaders })
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run());
+}
+
+async fn run() {
+    let secs = seconds();
+    let idle = HiccupMeter::start();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle = idle.finish();
+    let loopback = loopback_bandwidth().await;
+    let (c, clients) = start_cluster(false).await;
+    // As the brokers write (drop-behind at the broker default) and into a page cache that
+    // only grows (Kafka's way), which on a VM whose host reclaims free guest memory pays a
+    // host fault per new page (see keel_broker::log::cache_behind).
+    let drop_behind = keel_broker::log::LogConfig::default().drop_cache_behind_bytes;
+    let disk = disk_write_rate(c.dir.path(), drop_behind);
+    let disk_growing = disk_write_rate(c.dir.path(), None);
     let base = Instant::now();
 
     println!(
@@ -712,6 +725,27 @@ async fn run() {
             p99_at_50 = Some(percentile(&r.latencies, 0.99));
         }
     }
+    // TLS (#23): the 64 KiB max-rate row and the 50 MiB/s row again, on a second cluster with
+    // TLS on every connection (clients, replication, controllers; client certificates
+    // required), started after the plaintext one is stopped so both have the machine alone.
+    drop(clients);
+    drop(c);
+    let (tls_cluster, tls_clients) = start_cluster(true).await;
+    settle_page_cache();
+    let r = max_rate(&tls_clients, 64 * 1024, secs).await;
+    let tls_max64 = r.bytes as f64 / MIB / r.elapsed.as_secs_f64();
+    print("max rate, 64 KiB batches, TLS", &r, None);
+    settle_page_cache();
+    let (r, e2e) = at_rate(&tls_clients, base, 50.0, secs).await;
+    print(
+        "50 MiB/s (64 KiB), TLS: 50 MiB/s target",
+        &r,
+        Some(percentile(&e2e, 0.99)),
+    );
+    let tls_p99_at_50 = percentile(&r.latencies, 0.99);
+    drop(tls_clients);
+    drop(tls_cluster);
+
     println!("\ntargets:");
     println!(
         "  sustained acks=all throughput >= 150 MiB/s: {best:.0} MiB/s -> {}",
@@ -725,6 +759,14 @@ async fn run() {
         );
     }
     let p = p99_at_50.unwrap();
+    println!(
+        "  cost of TLS (report): max rate (64 KiB) {tls_max64:.0} MiB/s vs {max64:.0} MiB/s \
+         plaintext ({:+.0}%); p99 at 50 MiB/s {:.2} ms vs {:.2} ms ({:+.2} ms)",
+        (tls_max64 / max64 - 1.0) * 100.0,
+        ms(tls_p99_at_50),
+        ms(p),
+        ms(tls_p99_at_50) - ms(p),
+    );
     println!(
         "  p99 produce latency < 10 ms at 50 MiB/s: {:.2} ms -> {}",
         ms(p),

@@ -23,6 +23,7 @@
 pub mod admin;
 pub mod brokers;
 pub mod cli;
+pub mod client_properties;
 pub mod consumer;
 pub mod dev_certs;
 pub mod format;

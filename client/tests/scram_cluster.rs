@@ -4,7 +4,8 @@
 //! `keelctl user scram set` authenticate with SCRAM-SHA-256 and SCRAM-SHA-512, are
 //! `User:<name>` to the authorizer, and need ACLs; a wrong password, an unknown user and a
 //! client that skips SASL are refused with the cause; `user scram delete` locks a user out;
-//! the metadata log never shows a key.
+//! the metadata log never shows a key; keelctl takes its TLS settings from a Kafka client
+//! properties file (`--command-config`).
 
 mod common;
 
@@ -307,6 +308,54 @@ fn scram_users_produce_and_consume_over_sasl_ssl_with_acls() {
     let o = admin(&["user", "scram", "delete", "--user", "alice"]);
     assert!(
         !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("RESOURCE_NOT_FOUND"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+
+    // keelctl's TLS settings from a Kafka client properties file (--command-config), no
+    // KEEL_TLS_* variables: librdkafka's names; a SASL key is refused naming its line.
+    let props = f.dir.path().join("client.properties");
+    std::fs::write(
+        &props,
+        format!(
+            "# as for kcat\nsecurity.protocol=SSL\nssl.ca.location={}\n\
+             ssl.certificate.location={}\nssl.key.location={}\nclient.id=ops\n",
+            tls.join("ca.pem").display(),
+            tls.join("keelctl.pem").display(),
+            tls.join("keelctl-key.pem").display()
+        ),
+    )
+    .unwrap();
+    let via_file = |file: &Path| {
+        Command::new(KEELCTL)
+            .args(["--api-timeout-ms", "10000", "--command-config"])
+            .arg(file)
+            .args(["--json", "user", "scram", "list"])
+            .env("KEEL_BOOTSTRAP_CONTROLLERS", f.controllers())
+            .env_remove("KEEL_TLS_CA_FILE")
+            .env_remove("KEEL_TLS_CERT_FILE")
+            .env_remove("KEEL_TLS_KEY_FILE")
+            .output()
+            .unwrap()
+    };
+    let o = via_file(&props);
+    let listed: serde_json::Value = serde_json::from_str(&ok(&o, &f)).unwrap();
+    assert_eq!(listed[0]["user"], "bob", "{listed}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("ignoring client.id"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let sasl = f.dir.path().join("sasl.properties");
+    std::fs::write(
+        &sasl,
+        "security.protocol=SSL\nssl.ca.location=/x\nsasl.mechanism=SCRAM-SHA-256\n",
+    )
+    .unwrap();
+    let o = via_file(&sasl);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("line 3: sasl.mechanism"),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );

@@ -32,12 +32,17 @@ const REQUEST_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// A lazily connecting channel to `addr` (`host:port`) with the broker's HTTP/2 windows.
 pub fn channel(addr: &str) -> Channel {
-    Channel::from_shared(format!("http://{addr}"))
+    dial(&keel_runtime::tls::Dialer::default(), addr)
+}
+
+/// [`channel`] through `dialer` (TLS when it has a context).
+pub fn dial(dialer: &keel_runtime::tls::Dialer, addr: &str) -> Channel {
+    let endpoint = keel_runtime::tls::Dialer::endpoint(addr)
         .expect("a host:port address")
         .tcp_nodelay(true)
         .initial_stream_window_size(keel_proto::limits::BROKER_STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(keel_proto::limits::BROKER_CONNECTION_WINDOW_BYTES)
-        .connect_lazy()
+        .initial_connection_window_size(keel_proto::limits::BROKER_CONNECTION_WINDOW_BYTES);
+    dialer.connect_lazy(&endpoint)
 }
 
 /// A cluster reachable over gRPC. Tests call the default methods on the test's own task, so
@@ -55,9 +60,14 @@ pub trait Endpoints {
         String::new()
     }
 
+    /// A channel to `addr` as this cluster's clients connect (plaintext unless overridden).
+    fn channel(&self, addr: &str) -> Channel {
+        channel(addr)
+    }
+
     /// A client of broker `id`.
     fn broker_client(&self, id: i32) -> BrokerServiceClient<Channel> {
-        BrokerServiceClient::new(channel(&self.broker_addr(id)))
+        BrokerServiceClient::new(self.channel(&self.broker_addr(id)))
     }
 
     /// Polls `f` until it returns `Some` ([`wait_for`] with this cluster's diagnostics).
@@ -71,7 +81,7 @@ pub trait Endpoints {
     /// DescribeCluster (fenced brokers included) from the active controller, if one answers.
     async fn try_describe_cluster(&self) -> Option<DescribeClusterReply> {
         for (_, addr) in self.live_controllers() {
-            let mut c = ControllerServiceClient::new(channel(&addr));
+            let mut c = ControllerServiceClient::new(self.channel(&addr));
             let r = tokio::time::timeout(
                 REQUEST_TIMEOUT,
                 c.describe_cluster(DescribeClusterRequest {
@@ -117,7 +127,7 @@ pub trait Endpoints {
         let reply_lost = std::cell::Cell::new(false);
         self.wait_for(&format!("topic {name} created"), deadline, || async {
             for (_, addr) in self.live_controllers() {
-                let mut c = ControllerServiceClient::new(channel(&addr));
+                let mut c = ControllerServiceClient::new(self.channel(&addr));
                 let req = CreateTopicsRequest {
                     topics: vec![topic.clone()],
                     validate_only: false,
@@ -156,7 +166,7 @@ pub trait Endpoints {
             deadline,
             || async {
                 for (_, addr) in self.live_controllers() {
-                    let mut c = ControllerServiceClient::new(channel(&addr));
+                    let mut c = ControllerServiceClient::new(self.channel(&addr));
                     let req = CreatePartitionsRequest {
                         topics: vec![CreatePartitionsTopic {
                             name: topic.into(),
@@ -191,7 +201,7 @@ pub trait Endpoints {
             deadline,
             || async {
                 for (_, addr) in self.live_controllers() {
-                    let mut c = ControllerServiceClient::new(channel(&addr));
+                    let mut c = ControllerServiceClient::new(self.channel(&addr));
                     let req = AlterConfigsRequest {
                         resources: vec![AlterConfigsResource {
                             resource_type: ConfigResourceType::Topic as i32,

@@ -108,9 +108,13 @@ pub struct Cluster {
     session_timeout_ms: u64,
     /// Per broker: the port of its `--metrics-listener`, when [`Options::broker_metrics`].
     pub broker_metrics_ports: Vec<u16>,
-    /// Per broker: the port of its Kafka-protocol (`PLAINTEXT`) listener.
+    /// Per broker: the port of its Kafka-protocol (`PLAINTEXT`, or `SSL` with TLS) listener.
     pub broker_kafka_ports: Vec<u16>,
     snapshot_interval_ms: u64,
+    /// How the harness connects: TLS with the `client` certificate when [`Options::tls`].
+    dialer: keel_runtime::tls::Dialer,
+    /// Whether the processes run with TLS ([`Options::tls`]).
+    tls: bool,
 }
 
 /// Settings of a test cluster beyond the process counts.
@@ -126,6 +130,10 @@ pub struct Options {
     pub broker_metrics: bool,
     /// `metadata_snapshot_interval_ms` of the brokers; 0 = [`SNAPSHOT_INTERVAL_MS`].
     pub snapshot_interval_ms: u64,
+    /// TLS on every connection (#23): a development CA and a certificate in `<dir>/tls/`
+    /// (`node` for every process, `client` for the harness), `ssl_client_auth = required`,
+    /// and SSL Kafka listeners.
+    pub tls: bool,
 }
 
 impl Drop for Cluster {
@@ -179,6 +187,15 @@ impl Cluster {
                 dir.path().join(format!("{kind}-{id}.log")),
             )
         };
+        let (mut controller_args, mut broker_args) = (opts.controller_args, opts.broker_args);
+        let dialer = if opts.tls {
+            let (args, dialer) = tls_files(dir.path());
+            controller_args.extend(args.iter().cloned());
+            broker_args.extend(args);
+            dialer
+        } else {
+            keel_runtime::tls::Dialer::default()
+        };
         let controller_nodes = (1..=controllers).map(|id| node("controller", id)).collect();
         let broker_nodes = (1..=brokers).map(|id| node("broker", id)).collect();
         let mut c = Cluster {
@@ -187,8 +204,10 @@ impl Cluster {
             broker_ports,
             controllers: controller_nodes,
             brokers: broker_nodes,
-            controller_args: opts.controller_args,
-            broker_args: opts.broker_args,
+            controller_args,
+            broker_args,
+            dialer,
+            tls: opts.tls,
             session_timeout_ms: if opts.session_timeout_ms == 0 {
                 SESSION_TIMEOUT_MS
             } else {
@@ -277,8 +296,9 @@ impl Cluster {
             .arg(self.voters())
             .arg("--listeners")
             .arg(format!(
-                "GRPC://{},PLAINTEXT://{}",
+                "GRPC://{},{}://{}",
                 self.broker_addr(id),
+                if self.tls { "SSL" } else { "PLAINTEXT" },
                 self.kafka_addr(id)
             ))
             .arg("--log-dirs")
@@ -394,7 +414,7 @@ impl Cluster {
     }
 
     pub fn controller_client(&self, id: u64) -> ControllerServiceClient<Channel> {
-        ControllerServiceClient::new(crate::api::channel(&self.controller_addr(id)))
+        ControllerServiceClient::new(self.channel(&self.controller_addr(id)))
     }
 
     /// Polls `f` (over the active controller's DescribeCluster) until it is true.
@@ -506,6 +526,42 @@ impl crate::Endpoints for Cluster {
     fn diagnostics(&self) -> String {
         self.logs()
     }
+
+    fn channel(&self, addr: &str) -> Channel {
+        crate::api::dial(&self.dialer, addr)
+    }
+}
+
+/// Makes `<dir>/tls/`: a development CA, the `node` certificate every process uses and the
+/// harness's `client` certificate (both for 127.0.0.1); returns the processes' TLS flags and
+/// the harness's dialer.
+fn tls_files(dir: &Path) -> (Vec<String>, keel_runtime::tls::Dialer) {
+    use keel_runtime::tls::{ClientAuth, Dialer, TlsContext, TlsFiles};
+    let tls = dir.join("tls");
+    let hosts = ["127.0.0.1".to_string(), "localhost".to_string()];
+    let node = keel_client::dev_certs::issue(&tls, "node", &hosts).expect("node certificate");
+    let client = keel_client::dev_certs::issue(&tls, "client", &hosts).expect("client certificate");
+    let ca = tls.join(keel_client::dev_certs::CA_FILE);
+    let path = |p: &Path| p.display().to_string();
+    let args = vec![
+        "--tls-cert-file".into(),
+        path(&node.cert),
+        "--tls-key-file".into(),
+        path(&node.key),
+        "--tls-ca-file".into(),
+        path(&ca),
+        "--ssl-client-auth".into(),
+        "required".into(),
+    ];
+    let ctx = TlsContext::load(
+        TlsFiles {
+            ca,
+            identity: Some((client.cert, client.key)),
+        },
+        ClientAuth::None,
+    )
+    .expect("the harness's TLS context");
+    (args, Dialer::new(Some(ctx)))
 }
 
 impl Cluster {

@@ -117,13 +117,18 @@ async fn connection(
     let (read, mut write) = tokio::io::split(stream);
     let mut read = BufReader::new(read);
     loop {
-        let request = match tokio::time::timeout(IDLE_TIMEOUT, frame::read_request(&mut read)).await
-        {
-            Err(_) => return Err(Close::Idle(IDLE_TIMEOUT)),
-            Ok(Ok(Some(r))) => r,
-            Ok(Ok(None)) => return Ok(()),
-            Ok(Err(e)) => return Err(e.into()),
+        let max = if sasl.authenticated() {
+            frame::MAX_REQUEST_BYTES
+        } else {
+            frame::MAX_UNAUTHENTICATED_REQUEST_BYTES
         };
+        let request =
+            match tokio::time::timeout(IDLE_TIMEOUT, frame::read_request(&mut read, max)).await {
+                Err(_) => return Err(Close::Idle(IDLE_TIMEOUT)),
+                Ok(Ok(Some(r))) => r,
+                Ok(Ok(None)) => return Ok(()),
+                Ok(Err(e)) => return Err(e.into()),
+            };
         if let Some(response) = handle(&mut ctx, &mut sasl, peer, request)
             .await
             .map_err(Close::Protocol)?

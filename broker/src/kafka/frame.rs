@@ -16,6 +16,11 @@ pub const MAX_REQUEST_BYTES: usize = 100 * 1024 * 1024;
 /// 100,000 partitions.
 pub const MAX_NON_PRODUCE_REQUEST_BYTES: usize = 8 * 1024 * 1024;
 
+/// Largest request accepted before a connection of a SASL listener authenticated, bytes
+/// (Kafka: `sasl.server.max.receive.size`, 512 KiB): an unauthenticated client may send only
+/// ApiVersions, SaslHandshake and SaslAuthenticate, all small.
+pub const MAX_UNAUTHENTICATED_REQUEST_BYTES: usize = 512 * 1024;
+
 /// Smallest request that can hold a request header's fixed part: api key (2), api version
 /// (2), correlation id (4) and the client id's length (2).
 pub const MIN_REQUEST_BYTES: usize = 10;
@@ -27,9 +32,14 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Why a frame could not be read; each closes the connection.
 #[derive(Debug, thiserror::Error)]
 pub enum FrameError {
-    /// The size prefix is outside `MIN_REQUEST_BYTES..=MAX_REQUEST_BYTES`.
-    #[error("request size {0} is not in {MIN_REQUEST_BYTES}..={MAX_REQUEST_BYTES} bytes")]
-    Size(i64),
+    /// The size prefix is outside `MIN_REQUEST_BYTES..=max`.
+    #[error("request size {size} is not in {MIN_REQUEST_BYTES}..={max} bytes")]
+    Size {
+        /// The declared size.
+        size: i64,
+        /// The largest allowed on this connection now.
+        max: usize,
+    },
     /// The peer closed the connection in the middle of a frame.
     #[error("connection closed after {read} of {size} bytes of a request")]
     Truncated {
@@ -43,17 +53,26 @@ pub enum FrameError {
     Io(#[from] std::io::Error),
 }
 
-/// Checks a size prefix (pure): the body length to read.
-pub fn body_len(prefix: [u8; 4]) -> Result<usize, FrameError> {
+/// Checks a size prefix against `MIN_REQUEST_BYTES..=max` (pure): the body length to read.
+pub fn body_len(prefix: [u8; 4], max: usize) -> Result<usize, FrameError> {
+    debug_assert!(max <= MAX_REQUEST_BYTES);
     let size = i32::from_be_bytes(prefix);
     match usize::try_from(size) {
-        Ok(n) if (MIN_REQUEST_BYTES..=MAX_REQUEST_BYTES).contains(&n) => Ok(n),
-        _ => Err(FrameError::Size(i64::from(size))),
+        Ok(n) if (MIN_REQUEST_BYTES..=max).contains(&n) => Ok(n),
+        _ => Err(FrameError::Size {
+            size: i64::from(size),
+            max,
+        }),
     }
 }
 
-/// Reads one request frame. `Ok(None)`: the peer closed the connection between requests.
-pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Bytes>, FrameError> {
+/// Reads one request frame of at most `max` bytes ([`MAX_REQUEST_BYTES`], or
+/// [`MAX_UNAUTHENTICATED_REQUEST_BYTES`] before SASL authentication). `Ok(None)`: the peer
+/// closed the connection between requests.
+pub async fn read_request<R: AsyncRead + Unpin>(
+    r: &mut R,
+    max: usize,
+) -> Result<Option<Bytes>, FrameError> {
     let mut prefix = [0u8; 4];
     let mut got = 0;
     while got < prefix.len() {
@@ -67,7 +86,7 @@ pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Byte
         }
         got += n;
     }
-    let size = body_len(prefix)?;
+    let size = body_len(prefix, max)?;
     let mut body = BytesMut::with_capacity(size.min(READ_CHUNK_BYTES));
     while body.len() < size {
         body.reserve((size - body.len()).min(READ_CHUNK_BYTES));
@@ -89,14 +108,19 @@ mod tests {
 
     #[test]
     fn sizes_outside_the_bounds_are_refused() {
-        assert_eq!(body_len(10i32.to_be_bytes()).unwrap(), 10);
-        assert_eq!(
-            body_len((MAX_REQUEST_BYTES as i32).to_be_bytes()).unwrap(),
-            MAX_REQUEST_BYTES
-        );
-        for bad in [-1i32, 0, 9, MAX_REQUEST_BYTES as i32 + 1, i32::MAX] {
-            assert!(body_len(bad.to_be_bytes()).is_err(), "{bad}");
+        let max = MAX_REQUEST_BYTES;
+        assert_eq!(body_len(10i32.to_be_bytes(), max).unwrap(), 10);
+        assert_eq!(body_len((max as i32).to_be_bytes(), max).unwrap(), max);
+        for bad in [-1i32, 0, 9, max as i32 + 1, i32::MAX] {
+            assert!(body_len(bad.to_be_bytes(), max).is_err(), "{bad}");
         }
+        let small = MAX_UNAUTHENTICATED_REQUEST_BYTES;
+        assert!(body_len((small as i32).to_be_bytes(), small).is_ok());
+        let e = body_len((small as i32 + 1).to_be_bytes(), small).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("request size {} is not in 10..={small} bytes", small + 1)
+        );
     }
 
     #[tokio::test]
@@ -107,17 +131,28 @@ mod tests {
         data.extend_from_slice(&200_000i32.to_be_bytes());
         data.extend_from_slice(&[1u8; 150_000]);
         let mut r = data.as_slice();
-        assert_eq!(read_request(&mut r).await.unwrap().unwrap(), vec![7u8; 12]);
-        match read_request(&mut r).await {
+        assert_eq!(
+            read_request(&mut r, MAX_REQUEST_BYTES)
+                .await
+                .unwrap()
+                .unwrap(),
+            vec![7u8; 12]
+        );
+        match read_request(&mut r, MAX_REQUEST_BYTES).await {
             Err(FrameError::Truncated { read, size }) => {
                 assert_eq!((read, size), (150_000, 200_000));
             }
             other => panic!("{other:?}"),
         }
-        assert!(read_request(&mut r).await.unwrap().is_none());
+        assert!(
+            read_request(&mut r, MAX_REQUEST_BYTES)
+                .await
+                .unwrap()
+                .is_none()
+        );
         let mut half: &[u8] = &[0, 0];
         assert!(matches!(
-            read_request(&mut half).await,
+            read_request(&mut half, MAX_REQUEST_BYTES).await,
             Err(FrameError::Truncated { read: 2, size: 4 })
         ));
     }

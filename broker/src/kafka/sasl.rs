@@ -63,6 +63,11 @@ impl SaslState {
         }
     }
 
+    /// Whether every API may be served: no SASL on this listener, or authenticated.
+    pub fn authenticated(&self) -> bool {
+        matches!(self, SaslState::Off | SaslState::Done)
+    }
+
     /// Whether the connection must be closed once the last response is written.
     pub fn failed(&self) -> bool {
         matches!(self, SaslState::Failed)

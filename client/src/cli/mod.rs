@@ -135,6 +135,18 @@ pub struct Cli {
         value_name = "PEM"
     )]
     pub tls_key_file: Option<std::path::PathBuf>,
+    /// A Kafka client properties file (as Kafka's tools take): `security.protocol`,
+    /// `ssl.ca.location` / `ssl.truststore.location`, `ssl.certificate.location`,
+    /// `ssl.key.location`, `ssl.keystore.location` (PEM). Flags and KEEL_TLS_* variables win
+    /// over it; other keys are ignored with a note on stderr.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "KEEL_COMMAND_CONFIG",
+        value_name = "FILE"
+    )]
+    pub command_config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -146,13 +158,28 @@ impl Cli {
     /// either without --tls-ca-file; an error naming the file when one cannot be read.
     pub fn dialer(&self) -> Result<keel_runtime::tls::Dialer, CliError> {
         use keel_runtime::tls::{ClientAuth, Dialer, TlsContext, TlsFiles};
-        let identity = match (&self.tls_cert_file, &self.tls_key_file) {
+        let file = self.properties()?;
+        let (tls_cert_file, tls_key_file, tls_ca_file) =
+            if self.tls_cert_file.is_some() || self.tls_key_file.is_some() {
+                (
+                    self.tls_cert_file.clone(),
+                    self.tls_key_file.clone(),
+                    self.tls_ca_file.clone().or(file.tls_ca_file),
+                )
+            } else {
+                (
+                    file.tls_cert_file,
+                    file.tls_key_file,
+                    self.tls_ca_file.clone().or(file.tls_ca_file),
+                )
+            };
+        let identity = match (&tls_cert_file, &tls_key_file) {
             (Some(c), Some(k)) => Some((c.clone(), k.clone())),
             (None, None) => None,
             (Some(_), None) => return Err(CliError::usage("--tls-cert-file needs --tls-key-file")),
             (None, Some(_)) => return Err(CliError::usage("--tls-key-file needs --tls-cert-file")),
         };
-        let Some(ca) = self.tls_ca_file.clone() else {
+        let Some(ca) = tls_ca_file else {
             return match identity {
                 Some(_) => Err(CliError::usage(
                     "--tls-cert-file needs --tls-ca-file (the CA the servers' certificates chain to)",
@@ -162,6 +189,26 @@ impl Cli {
         };
         let ctx = TlsContext::load(TlsFiles { ca, identity }, ClientAuth::None)?;
         Ok(Dialer::new(Some(ctx)))
+    }
+
+    /// The settings of --command-config (empty without it). Errors: the file cannot be read,
+    /// or a line is refused (usage error naming the file, line and key).
+    fn properties(&self) -> Result<crate::client_properties::ClientProperties, CliError> {
+        let Some(path) = &self.command_config else {
+            return Ok(Default::default());
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| CliError::usage(format!("--command-config {}: {e}", path.display())))?;
+        let props = crate::client_properties::parse(&text)
+            .map_err(|e| CliError::usage(format!("--command-config {}: {e}", path.display())))?;
+        if !props.ignored.is_empty() {
+            eprintln!(
+                "keelctl: --command-config {}: ignoring {} (not used by keelctl's gRPC connections)",
+                path.display(),
+                props.ignored.join(", ")
+            );
+        }
+        Ok(props)
     }
 }
 
