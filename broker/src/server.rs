@@ -215,6 +215,9 @@ pub async fn serve(
         static_configs: std::sync::Arc::new(crate::kafka::admin::static_broker_configs(&config)),
         authz: config.authz.clone(),
     };
+    // Session tokens (#23) are checked against this broker's SCRAM credentials; every clone
+    // of the authorizer shares them.
+    config.authz.attach_images(grpc.images.clone());
     // Both listeners stop when the lifecycle ends (the controlled shutdown is over).
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {

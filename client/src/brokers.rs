@@ -12,7 +12,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use keel_proto::ErrorCode;
-use keel_proto::broker::broker_service_client::BrokerServiceClient;
 use keel_proto::broker::{MetadataReply, MetadataRequest};
 use keel_runtime::tls::Dialer;
 use tonic::Code;
@@ -158,7 +157,7 @@ impl Brokers {
     }
 
     /// A client for `addr`, connecting lazily (tonic reconnects a broken channel).
-    pub fn client_for(&self, addr: &str) -> Result<BrokerServiceClient<Channel>, String> {
+    pub fn client_for(&self, addr: &str) -> Result<crate::grpc::BrokerClient, String> {
         let cached = self.state.lock().unwrap().channels.get(addr).cloned();
         let channel = match cached {
             Some(c) => c,
@@ -177,13 +176,11 @@ impl Brokers {
                 c
             }
         };
-        Ok(BrokerServiceClient::new(channel)
-            .max_decoding_message_size(keel_proto::limits::MAX_BROKER_MESSAGE_BYTES)
-            .max_encoding_message_size(keel_proto::limits::MAX_BROKER_MESSAGE_BYTES))
+        Ok(crate::grpc::broker(&self.dialer, channel))
     }
 
     /// A client for broker `id`, if its address is known.
-    pub fn client(&self, id: i32) -> Option<(String, BrokerServiceClient<Channel>)> {
+    pub fn client(&self, id: i32) -> Option<(String, crate::grpc::BrokerClient)> {
         let addr = self.state.lock().unwrap().addresses.get(&id).cloned()?;
         let c = self.client_for(&addr).ok()?;
         Some((addr, c))

@@ -12,11 +12,14 @@
 //! | `ssl.key.location` | its private key (PEM, unencrypted) |
 //! | `ssl.keystore.location` (`ssl.keystore.type=PEM`) | one PEM file with the key and the chain |
 //! | `ssl.endpoint.identification.algorithm` | `https` (the default); hostname checks cannot be turned off |
+//! | `security.protocol` `SASL_SSL` / `SASL_PLAINTEXT` | TLS or not, and SASL/SCRAM: the client gets a session token from the controllers' `ScramAuthenticate` and sends it on every RPC |
+//! | `sasl.mechanism` | `SCRAM-SHA-256` (default) or `SCRAM-SHA-512` |
+//! | `sasl.username`, `sasl.password` (librdkafka) or `sasl.jaas.config` (Java: `ScramLoginModule required username="..." password="...";`) | the SCRAM user |
 //!
 //! Refused with an error naming the key and line: a malformed line, a key given twice,
-//! `security.protocol` `SASL_SSL`/`SASL_PLAINTEXT` and `sasl.*` (Keel's own gRPC clients
-//! authenticate with certificates; SASL/SCRAM is for the Kafka listeners), encrypted keys
-//! (`ssl.key.password`, `ssl.keystore.password`), JKS/PKCS12 stores, `SSL` without a CA.
+//! another SASL mechanism (PLAIN, GSSAPI, OAUTHBEARER), SASL settings without a `SASL_*`
+//! protocol or the reverse, a user without a password, encrypted keys (`ssl.key.password`,
+//! `ssl.keystore.password`), JKS/PKCS12 stores, `SSL` / `SASL_SSL` without a CA.
 //! Any other key (`client.id`, `bootstrap.servers`, ...) is ignored and returned in
 //! [`ClientProperties::ignored`] so the caller can say so. Pure: parsing does not open the
 //! files it names.
@@ -37,8 +40,48 @@ pub struct ClientProperties {
     pub tls_cert_file: Option<PathBuf>,
     /// Its private key (PEM).
     pub tls_key_file: Option<PathBuf>,
+    /// SASL/SCRAM credentials (`SASL_SSL` / `SASL_PLAINTEXT`).
+    pub sasl: Option<SaslSettings>,
     /// Keys this library does not use, in file order.
     pub ignored: Vec<String>,
+}
+
+/// A SASL/SCRAM user for Keel's gRPC connections.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SaslSettings {
+    /// The mechanism.
+    pub mechanism: keel_metadata_log::scram::Mechanism,
+    /// The user name.
+    pub username: String,
+    /// The password.
+    pub password: String,
+}
+
+impl std::fmt::Debug for SaslSettings {
+    /// The password is not printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SaslSettings")
+            .field("mechanism", &self.mechanism)
+            .field("username", &self.username)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `username="..."` and `password="..."` of a Java `sasl.jaas.config` for the SCRAM login
+/// module.
+fn jaas_credentials(jaas: &str) -> Result<(String, String), String> {
+    if !jaas.contains("ScramLoginModule") {
+        return Err("only org.apache.kafka.common.security.scram.ScramLoginModule is read".into());
+    }
+    let field = |name: &str| {
+        let start = jaas.find(&format!("{name}=\""))? + name.len() + 2;
+        let len = jaas[start..].find('"')?;
+        Some(jaas[start..start + len].to_owned())
+    };
+    match (field("username"), field("password")) {
+        (Some(u), Some(p)) => Ok((u, p)),
+        _ => Err("needs username=\"...\" and password=\"...\"".into()),
+    }
 }
 
 /// Parses a properties file's text (module doc). Errors name the line and the key.
@@ -77,16 +120,6 @@ pub fn parse(text: &str) -> Result<ClientProperties, String> {
         format!("line {line}: {k}: {why}")
     };
     let mut out = ClientProperties::default();
-    for key in &order {
-        if key.starts_with("sasl.") {
-            return Err(bad(
-                key,
-                "SASL is for the Kafka listeners; Keel's gRPC clients authenticate with a TLS \
-                 client certificate (ssl.certificate.location, ssl.key.location)"
-                    .into(),
-            ));
-        }
-    }
     for k in ["ssl.key.password", "ssl.keystore.password"] {
         if get(k).is_some() {
             return Err(bad(
@@ -160,17 +193,76 @@ pub fn parse(text: &str) -> Result<ClientProperties, String> {
         }
         (None, None, None) => (None, None),
     };
-    match get("security.protocol")
-        .map(str::to_ascii_uppercase)
-        .as_deref()
+    let protocol = get("security.protocol").map(str::to_ascii_uppercase);
+    let sasl_protocol = matches!(protocol.as_deref(), Some("SASL_SSL" | "SASL_PLAINTEXT"));
+    let sasl_key = [
+        "sasl.mechanism",
+        "sasl.username",
+        "sasl.password",
+        "sasl.jaas.config",
+    ]
+    .into_iter()
+    .find(|k| get(k).is_some());
+    if let Some(k) = sasl_key
+        && !sasl_protocol
     {
-        None | Some("SSL") if ca.is_some() => {}
-        Some("SSL") => {
+        return Err(bad(
+            k,
+            "SASL settings need security.protocol=SASL_SSL (or SASL_PLAINTEXT)".into(),
+        ));
+    }
+    if sasl_protocol {
+        let mechanism = match get("sasl.mechanism") {
+            None => keel_metadata_log::scram::Mechanism::Sha256,
+            Some(m) => keel_metadata_log::scram::Mechanism::from_name(&m.to_ascii_uppercase())
+                .ok_or_else(|| {
+                    bad(
+                        "sasl.mechanism",
+                        format!("{m:?}: Keel supports SCRAM-SHA-256 and SCRAM-SHA-512"),
+                    )
+                })?,
+        };
+        let (username, password) = match (
+            get("sasl.username"),
+            get("sasl.password"),
+            get("sasl.jaas.config"),
+        ) {
+            (Some(u), Some(p), None) => (u.to_owned(), p.to_owned()),
+            (None, None, Some(j)) => jaas_credentials(j).map_err(|e| bad("sasl.jaas.config", e))?,
+            (Some(_), None, None) => {
+                return Err(bad("sasl.username", "needs sasl.password".into()));
+            }
+            (None, Some(_), None) => {
+                return Err(bad("sasl.password", "needs sasl.username".into()));
+            }
+            (None, None, None) => {
+                return Err(bad(
+                    "security.protocol",
+                    "SASL needs sasl.username and sasl.password (or sasl.jaas.config)".into(),
+                ));
+            }
+            _ => {
+                return Err(bad(
+                    "sasl.jaas.config",
+                    "give sasl.jaas.config or sasl.username with sasl.password, not both".into(),
+                ));
+            }
+        };
+        out.sasl = Some(SaslSettings {
+            mechanism,
+            username,
+            password,
+        });
+    }
+    match protocol.as_deref() {
+        None | Some("SSL" | "SASL_SSL") if ca.is_some() => {}
+        Some(p @ ("SSL" | "SASL_SSL")) => {
             return Err(bad(
                 "security.protocol",
-                "SSL needs ssl.ca.location (or ssl.truststore.location)".into(),
+                format!("{p} needs ssl.ca.location (or ssl.truststore.location)"),
             ));
         }
+        Some("SASL_PLAINTEXT") if cert.is_none() && ca.is_none() => {}
         None | Some("PLAINTEXT") if cert.is_none() && ca.is_none() => {}
         Some("PLAINTEXT") | None => {
             return Err(bad(
@@ -180,23 +272,24 @@ pub fn parse(text: &str) -> Result<ClientProperties, String> {
                     .into(),
             ));
         }
-        Some(p @ ("SASL_SSL" | "SASL_PLAINTEXT")) => {
+        Some("SASL_PLAINTEXT") => {
             return Err(bad(
                 "security.protocol",
-                format!(
-                    "{p}: Keel's gRPC clients authenticate with TLS client certificates; SASL is \
-                     for the Kafka listeners"
-                ),
+                "TLS settings are given with SASL_PLAINTEXT: set security.protocol=SASL_SSL".into(),
             ));
         }
         Some(other) => {
             return Err(bad(
                 "security.protocol",
-                format!("{other:?} is not PLAINTEXT or SSL"),
+                format!("{other:?} is not PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL"),
             ));
         }
     }
-    const USED: [&str; 9] = [
+    const USED: [&str; 13] = [
+        "sasl.mechanism",
+        "sasl.username",
+        "sasl.password",
+        "sasl.jaas.config",
         "security.protocol",
         "ssl.ca.location",
         "ssl.truststore.location",
@@ -248,6 +341,33 @@ mod tests {
     }
 
     #[test]
+    fn sasl_users_from_librdkafka_or_java_names() {
+        use keel_metadata_log::scram::Mechanism;
+        let a = parse(
+            "security.protocol=SASL_SSL\nssl.ca.location=/t/ca.pem\nsasl.mechanism=SCRAM-SHA-512\n\
+             sasl.username=alice\nsasl.password=s3cret\n",
+        )
+        .unwrap();
+        let s = a.sasl.unwrap();
+        assert_eq!(
+            (s.mechanism, s.username.as_str(), s.password.as_str()),
+            (Mechanism::Sha512, "alice", "s3cret")
+        );
+        let j = parse(
+            "security.protocol=SASL_PLAINTEXT\nsasl.jaas.config=org.apache.kafka.common.security.\
+             scram.ScramLoginModule required username=\"bob\" password=\"pw\";\n",
+        )
+        .unwrap();
+        let s = j.sasl.unwrap();
+        assert_eq!(
+            (s.mechanism, s.username.as_str(), s.password.as_str()),
+            (Mechanism::Sha256, "bob", "pw")
+        );
+        assert_eq!(j.tls_ca_file, None);
+        assert!(!format!("{s:?}").contains("pw"));
+    }
+
+    #[test]
     fn what_cannot_work_is_refused_naming_line_and_key() {
         for (text, needle) in [
             (
@@ -256,11 +376,27 @@ mod tests {
             ),
             (
                 "security.protocol=SASL_SSL\nssl.ca.location=x\n",
-                "line 1: security.protocol: SASL_SSL",
+                "line 1: security.protocol: SASL needs sasl.username",
             ),
             (
                 "ssl.ca.location=x\nsasl.mechanism=SCRAM-SHA-256\n",
-                "line 2: sasl.mechanism: SASL is for the Kafka listeners",
+                "line 2: sasl.mechanism: SASL settings need security.protocol=SASL_SSL",
+            ),
+            (
+                "security.protocol=SASL_SSL\nssl.ca.location=x\nsasl.mechanism=PLAIN\nsasl.username=a\nsasl.password=b\n",
+                "line 3: sasl.mechanism: \"PLAIN\": Keel supports SCRAM-SHA-256",
+            ),
+            (
+                "security.protocol=SASL_PLAINTEXT\nsasl.username=a\n",
+                "line 2: sasl.username: needs sasl.password",
+            ),
+            (
+                "security.protocol=SASL_SSL\nsasl.username=a\nsasl.password=b\n",
+                "SASL_SSL needs ssl.ca.location",
+            ),
+            (
+                "security.protocol=SASL_PLAINTEXT\nsasl.jaas.config=PlainLoginModule required;\n",
+                "line 2: sasl.jaas.config: only org.apache.kafka.common.security.scram.ScramLoginModule",
             ),
             (
                 "ssl.ca.location=x\nssl.ca.location=y\n",
@@ -293,7 +429,7 @@ mod tests {
             ),
             (
                 "security.protocol=TLS\nssl.ca.location=x\n",
-                "\"TLS\" is not PLAINTEXT or SSL",
+                "\"TLS\" is not PLAINTEXT, SSL",
             ),
         ] {
             let e = parse(text).unwrap_err();

@@ -10,13 +10,11 @@
 use std::time::Duration;
 
 use keel_proto::ErrorCode;
-use keel_proto::broker::broker_service_client::BrokerServiceClient;
 use keel_proto::broker::{
     DeleteGroupsRequest, DescribeGroupsRequest, DescribedGroup, FindCoordinatorRequest,
     GroupOffset, ListGroupsRequest, ListedGroup, OffsetCommitEntry, OffsetCommitRequest,
     OffsetFetchRequest,
 };
-use tonic::transport::Channel;
 
 use crate::brokers::Brokers;
 
@@ -82,7 +80,7 @@ impl GroupAdmin {
         self
     }
 
-    fn client(&self, addr: &str) -> Result<BrokerServiceClient<Channel>, GroupError> {
+    fn client(&self, addr: &str) -> Result<crate::grpc::BrokerClient, GroupError> {
         self.brokers
             .client_for(addr)
             .map_err(|e| GroupError::Unreachable(format!("{addr}: {e}")))
@@ -92,7 +90,7 @@ impl GroupAdmin {
     /// Returns the answer and the id of the coordinator that gave it.
     async fn with_coordinator<T, F, Fut>(&self, group: &str, op: F) -> Result<(T, i32), GroupError>
     where
-        F: Fn(BrokerServiceClient<Channel>) -> Fut,
+        F: Fn(crate::grpc::BrokerClient) -> Fut,
         Fut: std::future::Future<Output = Result<T, GroupError>>,
     {
         let deadline = tokio::time::Instant::now() + self.api_timeout;

@@ -28,6 +28,7 @@ pub mod consumer;
 pub mod dev_certs;
 pub mod format;
 pub mod groups;
+pub mod grpc;
 pub mod leader_epochs;
 pub mod local_cluster;
 pub mod log_dump;

@@ -4,8 +4,9 @@
 //! `keelctl user scram set` authenticate with SCRAM-SHA-256 and SCRAM-SHA-512, are
 //! `User:<name>` to the authorizer, and need ACLs; a wrong password, an unknown user and a
 //! client that skips SASL are refused with the cause; `user scram delete` locks a user out;
-//! the metadata log never shows a key; keelctl takes its TLS settings from a Kafka client
-//! properties file (`--command-config`).
+//! the metadata log never shows a key; keelctl takes its TLS and SASL settings from a Kafka
+//! client properties file (`--command-config`); keelctl's own gRPC requests authenticate as a
+//! SCRAM user with a session token (`--sasl-username`).
 
 mod common;
 
@@ -346,19 +347,98 @@ fn scram_users_produce_and_consume_over_sasl_ssl_with_acls() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let sasl = f.dir.path().join("sasl.properties");
+    let plain = f.dir.path().join("plain.properties");
     std::fs::write(
-        &sasl,
-        "security.protocol=SSL\nssl.ca.location=/x\nsasl.mechanism=SCRAM-SHA-256\n",
+        &plain,
+        "security.protocol=SASL_SSL\nssl.ca.location=/x\nsasl.mechanism=PLAIN\n\
+         sasl.username=bob\nsasl.password=bob-secret\n",
     )
     .unwrap();
-    let o = via_file(&sasl);
+    let o = via_file(&plain);
     assert_eq!(o.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("line 3: sasl.mechanism"),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+
+    // SASL/SCRAM for keelctl's own gRPC connections: a session token from the controllers,
+    // sent on every request, makes the caller User:bob (the TLS client certificate still
+    // opens the connection: the cluster requires one), on controllers and brokers alike.
+    let as_bob = |args: &[&str], password: &str| {
+        Command::new(KEELCTL)
+            .args(["--api-timeout-ms", "10000"])
+            .args([
+                "--sasl-username",
+                "bob",
+                "--sasl-mechanism",
+                "SCRAM-SHA-512",
+            ])
+            .args(args)
+            .env("KEEL_BOOTSTRAP_CONTROLLERS", f.controllers())
+            .env("KEEL_BOOTSTRAP_BROKERS", f.brokers().join(","))
+            .env("KEEL_TLS_CA_FILE", tls.join("ca.pem"))
+            .env("KEEL_TLS_CERT_FILE", tls.join("keelctl.pem"))
+            .env("KEEL_TLS_KEY_FILE", tls.join("keelctl-key.pem"))
+            .env("KEEL_SASL_PASSWORD", password)
+            .output()
+            .unwrap()
+    };
+    let o = as_bob(
+        &["topic", "create", "bobs", "--partitions", "1"],
+        "bob-secret",
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("TOPIC_AUTHORIZATION_FAILED")
+            && err.contains("User:bob"),
+        "{err}"
+    );
+    let o = as_bob(
+        &["consume", "--topic", "orders", "--group", "other"],
+        "bob-secret",
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("GROUP_AUTHORIZATION_FAILED"),
+        "bob may read in group g1 only: {err}"
+    );
+    let read = ok(&as_bob(&["consume", "--topic", "orders"], "bob-secret"), &f);
+    assert_eq!(
+        read.lines().collect::<Vec<_>>(),
+        ["a1", "a2", "a3"],
+        "{read}"
+    );
+    let o = as_bob(&["topic", "list"], "wrong");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("SASL_AUTHENTICATION_FAILED (58)"),
+        "{err}"
+    );
+    // The same user from a properties file (librdkafka's names).
+    let sasl_props = f.dir.path().join("sasl.properties");
+    std::fs::write(
+        &sasl_props,
+        format!(
+            "security.protocol=SASL_SSL\nssl.ca.location={}\nssl.certificate.location={}\n\
+             ssl.key.location={}\nsasl.mechanism=SCRAM-SHA-512\nsasl.username=bob\n\
+             sasl.password=bob-secret\n",
+            tls.join("ca.pem").display(),
+            tls.join("keelctl.pem").display(),
+            tls.join("keelctl-key.pem").display()
+        ),
+    )
+    .unwrap();
+    let o = Command::new(KEELCTL)
+        .args(["--api-timeout-ms", "10000", "--command-config"])
+        .arg(&sasl_props)
+        .args(["topic", "create", "bobs", "--partitions", "1"])
+        .env("KEEL_BOOTSTRAP_CONTROLLERS", f.controllers())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("User:bob"), "{err}");
 }
 
 /// confluent-kafka: reads `orders` from the beginning in group g1 over SASL_SSL until three

@@ -456,6 +456,29 @@ pub fn describe_user_scram_credentials(
     Ok(())
 }
 
+/// Bounds of a ScramAuthenticate: each SCRAM message at most
+/// [`MAX_CLIENT_MESSAGE_BYTES`](keel_metadata_log::scram::MAX_CLIENT_MESSAGE_BYTES), the
+/// server nonce at most 256 bytes and the MAC at most 64.
+pub fn scram_authenticate(req: &ScramAuthenticateRequest) -> Result<(), FieldError> {
+    let max = keel_metadata_log::scram::MAX_CLIENT_MESSAGE_BYTES;
+    check_range(
+        || "client_first (bytes)".into(),
+        req.client_first.len(),
+        0..=max,
+    )?;
+    check_range(
+        || "client_final (bytes)".into(),
+        req.client_final.len(),
+        0..=max,
+    )?;
+    check_len(|| "server_nonce".into(), &req.server_nonce, 256)?;
+    check_range(
+        || "exchange_mac (bytes)".into(),
+        req.exchange_mac.len(),
+        0..=64,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -452,6 +452,9 @@ pub fn raft_service(
     node: &RaftNode,
     authz: keel_metadata_log::authz::Authz,
 ) -> keel_proto::raft::raft_service_server::RaftServiceServer<RaftServer> {
+    // Session tokens (#23) are checked against this node's SCRAM credentials; every clone of
+    // `authz` (the controller service's too) shares it.
+    authz.attach_images(node.images.clone());
     keel_proto::raft::raft_service_server::RaftServiceServer::new(
         RaftServer::new(
             node.raft.clone(),

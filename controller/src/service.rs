@@ -872,6 +872,75 @@ impl ControllerService for ControllerGrpc {
         )
     }
 
+    async fn scram_authenticate(
+        &self,
+        request: Request<ScramAuthenticateRequest>,
+    ) -> Result<Response<ScramAuthenticateReply>, Status> {
+        use keel_metadata_log::scram::{self, Mechanism, ScramError};
+        let peer = keel_runtime::tls::peer_info(&request).and_then(|p| p.remote_addr);
+        let req = request.into_inner();
+        let refused = |code: ErrorCode, message: String| {
+            Ok(Response::new(ScramAuthenticateReply {
+                error: Some(code.to_proto(message)),
+                ..Default::default()
+            }))
+        };
+        if let Err(e) = bounds::scram_authenticate(&req) {
+            return refused(ErrorCode::InvalidRequest, e.to_string());
+        }
+        let Some(m) = Mechanism::from_proto(req.mechanism) else {
+            return refused(
+                ErrorCode::UnsupportedSaslMechanism,
+                format!(
+                    "mechanism {} is not SCRAM-SHA-256 (1) or SCRAM-SHA-512 (2)",
+                    req.mechanism
+                ),
+            );
+        };
+        let image = self.node.images.borrow().clone();
+        let lookup = |u: &str| image.scram_credential(u, m);
+        let now = u64::try_from(keel_runtime::clock::wall_clock_ms()).unwrap_or(0);
+        let failed = |e: ScramError| {
+            let message = match e {
+                ScramError::BadCredentials(_) => e.to_string(),
+                other => format!("Authentication failed: {other}"),
+            };
+            tracing::info!(?peer, "gRPC SCRAM authentication failed: {message}");
+            refused(ErrorCode::SaslAuthenticationFailed, message)
+        };
+        if req.client_final.is_empty() {
+            let random = uuid::Uuid::new_v4().simple().to_string();
+            match scram::grpc_step1(m, &req.client_first, lookup, &random, now) {
+                Ok(s1) => Ok(Response::new(ScramAuthenticateReply {
+                    server_first: s1.server_first.into(),
+                    server_nonce: s1.server_nonce,
+                    exchange_mac: s1.exchange_mac.into(),
+                    ..Default::default()
+                })),
+                Err(e) => failed(e),
+            }
+        } else {
+            match scram::grpc_step2(
+                m,
+                &req.client_first,
+                &req.server_nonce,
+                &req.exchange_mac,
+                &req.client_final,
+                lookup,
+                now,
+            ) {
+                Ok((_user, server_final, token)) => Ok(Response::new(ScramAuthenticateReply {
+                    server_final: server_final.into(),
+                    token,
+                    token_expires_ms: i64::try_from(now + scram::TOKEN_LIFETIME_MS)
+                        .unwrap_or(i64::MAX),
+                    ..Default::default()
+                })),
+                Err(e) => failed(e),
+            }
+        }
+    }
+
     async fn describe_user_scram_credentials(
         &self,
         request: Request<DescribeUserScramCredentialsRequest>,

@@ -18,6 +18,25 @@ use keel_runtime::tls::PeerInfo;
 
 use crate::acl::{self, AclsImage, Action, AuthorizerConfig, Operation, ResourceType};
 
+/// The gRPC metadata key of a session token (`Bearer <token>`).
+pub const AUTHORIZATION: &str = "authorization";
+
+/// `User:<name>` of a `Bearer` session token, or why it is refused.
+fn token_principal(inner: &Inner, value: &str) -> Result<String, String> {
+    let token = value
+        .strip_prefix("Bearer ")
+        .ok_or_else(|| "the authorization metadata is not `Bearer <session token>`".to_string())?;
+    let images = inner
+        .images
+        .get()
+        .ok_or_else(|| "this node cannot check session tokens yet".to_string())?;
+    let image = images.borrow().clone();
+    let now = u64::try_from(keel_runtime::clock::wall_clock_ms()).unwrap_or(0);
+    crate::scram::verify_token(token, |u, m| image.scram_credential(u, m), now)
+        .map(|user| format!("User:{user}"))
+        .map_err(|e| e.to_string())
+}
+
 /// Who sent a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
@@ -50,6 +69,9 @@ struct Inner {
     /// Denial log: second of the last line, denials since.
     last_log_s: AtomicU64,
     suppressed: AtomicU64,
+    /// The node's images, for the SCRAM credentials session tokens are checked against
+    /// ([`Authz::attach_images`]); unset until the node has one.
+    images: std::sync::OnceLock<tokio::sync::watch::Receiver<crate::MetadataImage>>,
 }
 
 impl PartialEq for Inner {
@@ -87,6 +109,7 @@ impl Authz {
                 node_format: node_format.to_string(),
                 last_log_s: AtomicU64::new(0),
                 suppressed: AtomicU64::new(0),
+                images: std::sync::OnceLock::new(),
             })),
             mapper,
         })
@@ -141,9 +164,26 @@ impl Authz {
         }
     }
 
-    /// The caller of a gRPC request.
+    /// Gives the authorizer the node's images, whose SCRAM credentials session tokens are
+    /// checked against (the first call wins; every clone shares it). Without it a token is
+    /// refused.
+    pub fn attach_images(&self, images: tokio::sync::watch::Receiver<crate::MetadataImage>) {
+        if let Some(inner) = &self.inner {
+            let _ = inner.images.set(images);
+        }
+    }
+
+    /// The caller of a gRPC request: with the metadata `authorization: Bearer <token>` (a
+    /// session token of `ScramAuthenticate`, #23) `User:<its user>`, or why the token is
+    /// refused; else the principal of the client certificate.
     pub fn caller_of<T>(&self, request: &tonic::Request<T>) -> Caller {
-        self.caller(keel_runtime::tls::peer_info(request))
+        let mut caller = self.caller(keel_runtime::tls::peer_info(request));
+        if let Some(v) = request.metadata().get(AUTHORIZATION)
+            && let Some(inner) = &self.inner
+        {
+            caller.principal = token_principal(inner, v.to_str().unwrap_or(""));
+        }
+        caller
     }
 
     /// Whether `caller` may perform `action` under `acls`.

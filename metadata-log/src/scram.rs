@@ -667,6 +667,180 @@ impl ClientExchange {
     }
 }
 
+/// How long a session token of [`mint_token`] is valid, ms (24 h, Kafka's default
+/// `delegation.token.expiry.time.ms`).
+pub const TOKEN_LIFETIME_MS: u64 = 24 * 3600 * 1000;
+/// How long the second step of a [`grpc_step1`] exchange may come after the first, ms.
+pub const EXCHANGE_LIFETIME_MS: u64 = 60_000;
+/// Prefix of a session token.
+const TOKEN_PREFIX: &str = "keel1";
+
+fn token_payload(user: &str, m: Mechanism, expires_ms: u64) -> String {
+    format!("keel-token|{user}|{}|{expires_ms}", m.name())
+}
+
+/// A session token for `user` (#23, the gRPC path of SASL/SCRAM): `keel1.<user, base64url>.
+/// <mechanism>.<expiry ms>.<HMAC(ServerKey, payload), base64url>`. Any node holding the
+/// user's credential can check it without shared state; changing or deleting the credential
+/// revokes it (its ServerKey is gone). Like Kafka's delegation tokens (KIP-48), HMACs keyed
+/// by a secret only the cluster holds.
+pub fn mint_token(user: &str, credential: &ScramCredential, expires_ms: u64) -> String {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+    let m = credential.mechanism;
+    let mac = m.hmac(
+        &credential.server_key,
+        token_payload(user, m, expires_ms).as_bytes(),
+    );
+    format!(
+        "{TOKEN_PREFIX}.{}.{}.{expires_ms}.{}",
+        B64URL.encode(user),
+        m.to_proto() as i32,
+        B64URL.encode(mac)
+    )
+}
+
+/// Checks a session token at `now_ms`: the user it names, or why it is refused (malformed,
+/// expired, unknown user or a credential changed since: one error for the last two).
+pub fn verify_token(
+    token: &str,
+    lookup: impl FnOnce(&str, Mechanism) -> Option<Arc<ScramCredential>>,
+    now_ms: u64,
+) -> Result<String, ScramError> {
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
+    let bad = |why: &str| ScramError::Protocol(format!("session token refused: {why}"));
+    if token.len() > MAX_CLIENT_MESSAGE_BYTES {
+        return Err(bad("too long"));
+    }
+    let parts: Vec<&str> = token.split('.').collect();
+    let [prefix, user, mech, expires, mac] = parts[..] else {
+        return Err(bad("not a Keel session token"));
+    };
+    if prefix != TOKEN_PREFIX {
+        return Err(bad("not a Keel session token"));
+    }
+    let user = B64URL
+        .decode(user)
+        .ok()
+        .and_then(|u| String::from_utf8(u).ok())
+        .ok_or_else(|| bad("bad user field"))?;
+    let m = mech
+        .parse::<i32>()
+        .ok()
+        .and_then(Mechanism::from_proto)
+        .ok_or_else(|| bad("bad mechanism field"))?;
+    let expires_ms: u64 = expires.parse().map_err(|_| bad("bad expiry field"))?;
+    let mac = B64URL.decode(mac).map_err(|_| bad("bad signature field"))?;
+    if now_ms >= expires_ms {
+        return Err(bad("expired; authenticate again"));
+    }
+    let credential = lookup(&user, m).ok_or(ScramError::BadCredentials(m))?;
+    let expected = m.hmac(
+        &credential.server_key,
+        token_payload(&user, m, expires_ms).as_bytes(),
+    );
+    if !constant_time_eq(&mac, &expected) {
+        return Err(ScramError::BadCredentials(m));
+    }
+    Ok(user)
+}
+
+/// The MAC binding a stateless exchange's first step to its second: HMAC(ServerKey,
+/// client-first | server nonce).
+fn exchange_mac(credential: &ScramCredential, client_first: &[u8], server_nonce: &str) -> Vec<u8> {
+    let mut data = b"keel-scram|".to_vec();
+    data.extend_from_slice(client_first);
+    data.push(b'|');
+    data.extend_from_slice(server_nonce.as_bytes());
+    credential.mechanism.hmac(&credential.server_key, &data)
+}
+
+/// The first answer of a stateless SCRAM exchange over unary RPCs (#23): the server-first
+/// message, the server nonce (`random` then the exchange's expiry) and the MAC the second step
+/// must bring back. `random` is fresh, printable and without `,` or `.`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcStep1 {
+    /// The server-first message.
+    pub server_first: Vec<u8>,
+    /// The server's part of the nonce, to send back.
+    pub server_nonce: String,
+    /// To send back.
+    pub exchange_mac: Vec<u8>,
+}
+
+/// Step 1 of the gRPC exchange (see [`GrpcStep1`]).
+pub fn grpc_step1(
+    mechanism: Mechanism,
+    client_first: &[u8],
+    lookup: impl Fn(&str) -> Option<Arc<ScramCredential>>,
+    random: &str,
+    now_ms: u64,
+) -> Result<GrpcStep1, ScramError> {
+    debug_assert!(valid_nonce(random) && !random.contains('.'));
+    let server_nonce = format!("{random}.{}", now_ms + EXCHANGE_LIFETIME_MS);
+    let mut found = None;
+    let server_first = ServerExchange::new(mechanism).client_first(
+        client_first,
+        |u| {
+            let c = lookup(u);
+            found.clone_from(&c);
+            c
+        },
+        &server_nonce,
+    )?;
+    let credential = found.ok_or(ScramError::BadCredentials(mechanism))?;
+    Ok(GrpcStep1 {
+        server_first,
+        exchange_mac: exchange_mac(&credential, client_first, &server_nonce),
+        server_nonce,
+    })
+}
+
+/// Step 2 of the gRPC exchange: replays step 1 from what the client brought back (checking
+/// the MAC and the expiry), then checks the client-final message. Returns the user, the
+/// server-final message and a session token valid until `now_ms +` [`TOKEN_LIFETIME_MS`].
+pub fn grpc_step2(
+    mechanism: Mechanism,
+    client_first: &[u8],
+    server_nonce: &str,
+    mac: &[u8],
+    client_final: &[u8],
+    lookup: impl Fn(&str) -> Option<Arc<ScramCredential>>,
+    now_ms: u64,
+) -> Result<(String, Vec<u8>, String), ScramError> {
+    let expires: u64 = server_nonce
+        .rsplit_once('.')
+        .and_then(|(_, e)| e.parse().ok())
+        .ok_or_else(|| ScramError::Protocol("bad server nonce".into()))?;
+    if now_ms >= expires {
+        return Err(ScramError::Protocol(
+            "the exchange expired; start again".into(),
+        ));
+    }
+    if !valid_nonce(server_nonce) {
+        return Err(ScramError::Protocol("bad server nonce".into()));
+    }
+    let mut found = None;
+    let mut exchange = ServerExchange::new(mechanism);
+    exchange.client_first(
+        client_first,
+        |u| {
+            let c = lookup(u);
+            found.clone_from(&c);
+            c
+        },
+        server_nonce,
+    )?;
+    let credential = found.ok_or(ScramError::BadCredentials(mechanism))?;
+    if !constant_time_eq(mac, &exchange_mac(&credential, client_first, server_nonce)) {
+        return Err(ScramError::Protocol(
+            "the exchange was not started by this cluster".into(),
+        ));
+    }
+    let (user, server_final) = exchange.client_final(client_final)?;
+    let token = mint_token(&user, &credential, now_ms + TOKEN_LIFETIME_MS);
+    Ok((user, server_final, token))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -788,6 +962,47 @@ mod tests {
         let mut s = ServerExchange::new(m);
         let long = vec![b'a'; MAX_CLIENT_MESSAGE_BYTES + 1];
         assert!(s.client_first(&long, lookup, "srvnonce0123456789").is_err());
+    }
+
+    #[test]
+    fn stateless_grpc_exchange_mints_a_token_any_node_can_check() {
+        let m = Mechanism::Sha256;
+        let c = cred(m, "pw");
+        let lookup = |u: &str| (u == "al,i=ce").then(|| c.clone());
+        let (mut client, first) = ClientExchange::start(m, "al,i=ce", "pw", "cnonce");
+        let s1 = grpc_step1(m, &first, lookup, "r4nd0m", 1_000).unwrap();
+        let fin = client.server_first(&s1.server_first).unwrap();
+        let step2 =
+            |mac: &[u8], now| grpc_step2(m, &first, &s1.server_nonce, mac, &fin, lookup, now);
+        // A forged MAC, or too late.
+        assert!(step2(b"forged", 2_000).is_err());
+        assert!(step2(&s1.exchange_mac, 1_000 + EXCHANGE_LIFETIME_MS).is_err());
+        let (user, server_final, token) = step2(&s1.exchange_mac, 2_000).unwrap();
+        assert_eq!(user, "al,i=ce");
+        client.server_final(&server_final).unwrap();
+        let check = |t: &str, now| verify_token(t, |u, mm| lookup(u).filter(|_| mm == m), now);
+        assert_eq!(check(&token, 3_000).unwrap(), "al,i=ce");
+        assert!(check(&token, 2_000 + TOKEN_LIFETIME_MS).is_err());
+        // Tampered, or the credential changed (another ServerKey).
+        assert!(check(&token.replace("keel1", "keel2"), 3_000).is_err());
+        let forged = mint_token("al,i=ce", &cred(m, "other"), 2_000 + TOKEN_LIFETIME_MS);
+        assert_eq!(check(&forged, 3_000), Err(ScramError::BadCredentials(m)));
+        // A wrong password fails at step 2.
+        let (mut bad, first) = ClientExchange::start(m, "al,i=ce", "nope", "cnonce");
+        let s1 = grpc_step1(m, &first, lookup, "r4nd0m", 1_000).unwrap();
+        let fin = bad.server_first(&s1.server_first).unwrap();
+        assert_eq!(
+            grpc_step2(
+                m,
+                &first,
+                &s1.server_nonce,
+                &s1.exchange_mac,
+                &fin,
+                lookup,
+                2_000
+            ),
+            Err(ScramError::BadCredentials(m))
+        );
     }
 
     #[test]

@@ -648,10 +648,12 @@ pub fn incoming(
     ReceiverStream::new(rx)
 }
 
-/// How channels are opened: plaintext, or TLS with a context's client configuration.
+/// How channels are opened: plaintext, or TLS with a context's client configuration; and
+/// the session token (#23, SASL/SCRAM for gRPC) clients built on its channels send.
 #[derive(Debug, Clone, Default)]
 pub struct Dialer {
     tls: Option<Arc<TlsContext>>,
+    bearer: Option<Arc<str>>,
 }
 
 /// Why [`Dialer::endpoint`] refused an address.
@@ -667,7 +669,19 @@ pub struct BadAddress {
 impl Dialer {
     /// A dialer over plaintext (`tls` None) or TLS.
     pub fn new(tls: Option<Arc<TlsContext>>) -> Dialer {
-        Dialer { tls }
+        Dialer { tls, bearer: None }
+    }
+
+    /// This dialer with a session token that clients send as `authorization: Bearer
+    /// <token>` on every RPC (the controller's `ScramAuthenticate` gives it).
+    pub fn with_bearer(mut self, token: impl Into<Arc<str>>) -> Dialer {
+        self.bearer = Some(token.into());
+        self
+    }
+
+    /// The session token, if any.
+    pub fn bearer(&self) -> Option<&str> {
+        self.bearer.as_deref()
     }
 
     /// Whether channels use TLS.

@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 
 use keel_metadata_log::{MetadataDelta, MetadataImage, Provenance};
 use keel_proto::ErrorCode;
-use keel_proto::controller::controller_service_client::ControllerServiceClient;
 use keel_proto::controller::fetch_metadata_item::Item;
 use keel_proto::controller::*;
 use keel_proto::metadata::ConfigResourceType;
@@ -333,7 +332,7 @@ impl Admin {
         &self,
         addr: &str,
         budget: Duration,
-    ) -> Result<ControllerServiceClient<Channel>, String> {
+    ) -> Result<crate::grpc::ControllerClient, String> {
         let cached = self.state.lock().unwrap().channels.get(addr).cloned();
         let channel = match cached {
             Some(c) => c,
@@ -362,7 +361,7 @@ impl Admin {
                 c
             }
         };
-        Ok(ControllerServiceClient::new(channel)
+        Ok(crate::grpc::controller(&self.config.dialer, channel)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
@@ -375,7 +374,7 @@ impl Admin {
     /// names the last failure of each controller.
     async fn attempt_each<T, F, Fut>(&self, mut attempt: F) -> Result<Answered<T>>
     where
-        F: FnMut(String, ControllerServiceClient<Channel>) -> Fut,
+        F: FnMut(String, crate::grpc::ControllerClient) -> Fut,
         Fut: Future<Output = Step<T>>,
     {
         let started = Instant::now();
@@ -544,7 +543,7 @@ impl Admin {
     async fn call<R, F, Fut>(&self, need_active: bool, mut rpc: F) -> Result<Answered<R>>
     where
         R: ControllerReply,
-        F: FnMut(ControllerServiceClient<Channel>) -> Fut,
+        F: FnMut(crate::grpc::ControllerClient) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<R>, tonic::Status>>,
     {
         let answered = self
@@ -959,6 +958,63 @@ impl Admin {
             .collect())
     }
 
+    /// Authenticates `user` with SASL/SCRAM over gRPC (#23, the controller's
+    /// ScramAuthenticate): the two-step exchange of RFC 5802 (the password never leaves this
+    /// process; the server's final signature is checked, so a controller that does not hold
+    /// the credential cannot pose as one). Returns the session token and its expiry (ms since
+    /// the Unix epoch); [`keel_runtime::tls::Dialer::with_bearer`] makes every client of a
+    /// dialer send it. Errors: SASL_AUTHENTICATION_FAILED (unknown user or wrong password),
+    /// UNSUPPORTED_SASL_MECHANISM, unreachable controllers.
+    pub async fn scram_authenticate(
+        &self,
+        mechanism: keel_metadata_log::scram::Mechanism,
+        user: &str,
+        password: &str,
+    ) -> Result<(String, i64)> {
+        use keel_metadata_log::scram::ClientExchange;
+        let context = || format!("SASL/SCRAM authentication of user {user:?} ({mechanism})");
+        let mut nonce = [0u8; 18];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut nonce)
+            .map_err(|_| AdminError::Rpc("no randomness for a SCRAM nonce".into()))?;
+        let nonce: String = nonce.iter().map(|b| format!("{b:02x}")).collect();
+        let (mut exchange, first) = ClientExchange::start(mechanism, user, password, &nonce);
+        let step1 = ScramAuthenticateRequest {
+            mechanism: mechanism.to_proto() as i32,
+            client_first: first.into(),
+            ..Default::default()
+        };
+        let r1 = self
+            .call(false, |mut c| {
+                let req = step1.clone();
+                async move { c.scram_authenticate(req).await }
+            })
+            .await?
+            .value;
+        AdminError::check(r1.error.as_ref(), context)?;
+        let protocol = |e: keel_metadata_log::scram::ScramError| AdminError::Kafka {
+            code: ErrorCode::SaslAuthenticationFailed,
+            message: e.to_string(),
+            context: context(),
+        };
+        let last = exchange.server_first(&r1.server_first).map_err(protocol)?;
+        let step2 = ScramAuthenticateRequest {
+            server_nonce: r1.server_nonce,
+            exchange_mac: r1.exchange_mac,
+            client_final: last.into(),
+            ..step1
+        };
+        let r2 = self
+            .call(false, |mut c| {
+                let req = step2.clone();
+                async move { c.scram_authenticate(req).await }
+            })
+            .await?
+            .value;
+        AdminError::check(r2.error.as_ref(), context)?;
+        exchange.server_final(&r2.server_final).map_err(protocol)?;
+        Ok((r2.token, r2.token_expires_ms))
+    }
+
     /// Users' SASL/SCRAM mechanisms and iterations (DescribeUserScramCredentials; `users`
     /// empty = every user with a credential). Per user: its credentials or its error
     /// (RESOURCE_NOT_FOUND without one).
@@ -1157,7 +1213,7 @@ fn secs(d: Duration) -> String {
 /// Reads the metadata stream from offset 0 up to the end of its snapshot, if it starts with
 /// one.
 async fn read_latest_snapshot(
-    client: &mut ControllerServiceClient<Channel>,
+    client: &mut crate::grpc::ControllerClient,
 ) -> std::result::Result<Option<(i64, Vec<keel_proto::metadata::MetadataRecord>)>, tonic::Status> {
     let mut stream = client
         .fetch_metadata(FetchMetadataRequest {
@@ -1202,7 +1258,7 @@ enum FetchError {
 /// was out of contact with the quorum when it sent the stream's last item
 /// ([`out_of_contact`]).
 async fn fetch_image(
-    client: &mut ControllerServiceClient<Channel>,
+    client: &mut crate::grpc::ControllerClient,
     addr: &str,
 ) -> std::result::Result<(MetadataImage, bool), FetchError> {
     let replay_failed =

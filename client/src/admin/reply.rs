@@ -89,3 +89,17 @@ controller_reply!(
 // Committed records are never wrong, only possibly not the newest: a `metadata log --follow`
 // reader is told when the quorum has no leader instead.
 controller_reply!(read false; DescribeQuorumReply, ReadMetadataLogReply);
+
+// The authentication exchange is served by any controller from its image; it carries no
+// leader hint.
+impl ControllerReply for ScramAuthenticateReply {
+    fn error(&self) -> Option<&Error> {
+        self.error.as_ref()
+    }
+    fn leader(&self) -> Option<&ControllerLeader> {
+        None
+    }
+    fn refuse_when_stale(&self) -> bool {
+        false
+    }
+}

@@ -276,6 +276,13 @@ impl ControllerService for Fake {
     ) -> Result<Response<DescribeUserScramCredentialsReply>, Status> {
         Err(Status::unimplemented(""))
     }
+
+    async fn scram_authenticate(
+        &self,
+        _: Request<ScramAuthenticateRequest>,
+    ) -> Result<Response<ScramAuthenticateReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
 }
 
 /// A listener on a free loopback port; its address.

@@ -147,6 +147,34 @@ pub struct Cli {
         value_name = "FILE"
     )]
     pub command_config: Option<std::path::PathBuf>,
+    /// SASL/SCRAM user for keelctl's own connections (#23): keelctl first gets a session
+    /// token from the controllers (ScramAuthenticate) and sends it on every request, so the
+    /// authorizer sees `User:<name>` (Kafka: sasl.username).
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "KEEL_SASL_USERNAME"
+    )]
+    pub sasl_username: Option<String>,
+    /// Password of --sasl-username (Kafka: sasl.password). Visible in the process list:
+    /// prefer the variable or --command-config.
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "KEEL_SASL_PASSWORD",
+        hide_env_values = true
+    )]
+    pub sasl_password: Option<String>,
+    /// SCRAM-SHA-256 (default) or SCRAM-SHA-512 (Kafka: sasl.mechanism).
+    #[arg(
+        long,
+        global = true,
+        help_heading = "Global options",
+        env = "KEEL_SASL_MECHANISM"
+    )]
+    pub sasl_mechanism: Option<String>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -189,6 +217,38 @@ impl Cli {
         };
         let ctx = TlsContext::load(TlsFiles { ca, identity }, ClientAuth::None)?;
         Ok(Dialer::new(Some(ctx)))
+    }
+
+    /// The SASL/SCRAM user to authenticate as: the flags (or KEEL_SASL_*), else
+    /// --command-config's. Errors (usage): a user without a password or the reverse, a
+    /// mechanism other than SCRAM-SHA-256/512.
+    pub fn sasl(&self) -> Result<Option<crate::client_properties::SaslSettings>, CliError> {
+        use keel_metadata_log::scram::Mechanism;
+        let mechanism = match &self.sasl_mechanism {
+            None => None,
+            Some(m) => Some(
+                Mechanism::from_name(&m.to_ascii_uppercase()).ok_or_else(|| {
+                    CliError::usage(format!(
+                        "--sasl-mechanism {m:?}: Keel supports SCRAM-SHA-256 and SCRAM-SHA-512"
+                    ))
+                })?,
+            ),
+        };
+        match (&self.sasl_username, &self.sasl_password) {
+            (Some(u), Some(p)) => Ok(Some(crate::client_properties::SaslSettings {
+                mechanism: mechanism.unwrap_or(Mechanism::Sha256),
+                username: u.clone(),
+                password: p.clone(),
+            })),
+            (Some(_), None) => Err(CliError::usage("--sasl-username needs --sasl-password")),
+            (None, Some(_)) => Err(CliError::usage("--sasl-password needs --sasl-username")),
+            (None, None) => Ok(self.properties()?.sasl.map(|mut s| {
+                if let Some(m) = mechanism {
+                    s.mechanism = m;
+                }
+                s
+            })),
+        }
     }
 
     /// The settings of --command-config (empty without it). Errors: the file cannot be read,
@@ -444,14 +504,18 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let ctx = Ctx {
-        dialer,
-        json: cli.json,
-        controllers,
-        brokers,
-        request_timeout: Duration::from_millis(cli.request_timeout_ms.max(1)),
-        api_timeout: Duration::from_millis(cli.api_timeout_ms.max(1)),
-        allow_stale: cli.allow_stale,
+    // SASL/SCRAM (#23): a session token from the controllers before anything else; not for
+    // the local cluster's own commands (they use its certificates) nor `tls dev-certs`.
+    let sasl = match &cli.command {
+        Command::Cluster(_) | Command::Tls(_) => Ok(None),
+        _ => cli.sasl(),
+    };
+    let sasl = match sasl {
+        Ok(s) => s,
+        Err(CliError { message, .. }) => {
+            eprintln!("keelctl: {message}");
+            return ExitCode::from(2);
+        }
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -464,6 +528,30 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let mut ctx = Ctx {
+        dialer,
+        json: cli.json,
+        controllers,
+        brokers,
+        request_timeout: Duration::from_millis(cli.request_timeout_ms.max(1)),
+        api_timeout: Duration::from_millis(cli.api_timeout_ms.max(1)),
+        allow_stale: cli.allow_stale,
+    };
+    if let Some(s) = sasl {
+        let token = runtime.block_on(async {
+            ctx.admin()?
+                .scram_authenticate(s.mechanism, &s.username, &s.password)
+                .await
+                .map_err(CliError::from)
+        });
+        match token {
+            Ok((token, _expires)) => ctx.dialer = ctx.dialer.clone().with_bearer(token),
+            Err(CliError { message, .. }) => {
+                eprintln!("keelctl: {message}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
     match runtime.block_on(run(cli.command, &ctx)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(CliError { message, usage }) => {

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use clap::Subcommand;
 use keel_proto::ErrorCode;
-use keel_proto::broker::broker_service_client::BrokerServiceClient;
 use keel_proto::broker::{DescribeReplicasRequest, ReplicaRole};
 
 use super::{CliError, CliResult, Ctx, parse_key_value};
@@ -425,7 +424,7 @@ async fn add_high_watermarks(
                         .ok()?
                         .connect_timeout(timeout);
                     let ch = dialer.connect(&ep).await.ok()?;
-                    BrokerServiceClient::new(ch)
+                    crate::grpc::broker(&dialer, ch)
                         .describe_replicas(DescribeReplicasRequest::default())
                         .await
                         .ok()

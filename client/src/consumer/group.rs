@@ -35,13 +35,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use keel_proto::ErrorCode;
-use keel_proto::broker::broker_service_client::BrokerServiceClient;
 use keel_proto::broker::{
     FindCoordinatorRequest, HeartbeatRequest, JoinGroupProtocol, JoinGroupRequest,
     LeaveGroupRequest, LeavingMember, OffsetCommitEntry, OffsetCommitRequest, OffsetFetchRequest,
     OffsetFetchTopic, SyncGroupAssignment, SyncGroupRequest,
 };
-use tonic::transport::Channel;
 
 use super::assignor::{
     Assignor, CONSUMER_PROTOCOL_TYPE, decode_assignment, decode_subscription, encode_assignment,
@@ -66,7 +64,7 @@ pub(super) struct GroupSettings {
     pub bootstrap: Vec<String>,
 }
 
-type Client = BrokerServiceClient<Channel>;
+type Client = crate::grpc::BrokerClient;
 
 /// The coordinator as last found.
 #[derive(Debug, Clone)]
@@ -645,9 +643,7 @@ async fn find_coordinator(s: &GroupSettings, brokers: &Brokers) -> Result<Coordi
         let channel = brokers.dialer().connect_lazy(&endpoint);
         return Ok(Coordinator {
             id: reply.node_id,
-            client: BrokerServiceClient::new(channel)
-                .max_decoding_message_size(keel_proto::limits::MAX_BROKER_MESSAGE_BYTES)
-                .max_encoding_message_size(keel_proto::limits::MAX_BROKER_MESSAGE_BYTES),
+            client: crate::grpc::broker(brokers.dialer(), channel),
         });
     }
     Err(Found::Retry(format!(

@@ -1047,8 +1047,7 @@ impl Consumer {
 }
 
 /// Tonic client type.
-type Clients =
-    keel_proto::broker::broker_service_client::BrokerServiceClient<tonic::transport::Channel>;
+type Clients = crate::grpc::BrokerClient;
 
 /// A partition in a fetch: its position and the leader epoch it is fetched under.
 type Target = (TopicPartition, i64, i32);
