@@ -296,6 +296,45 @@ fn without_acls_nothing_is_allowed_and_acl_add_opens_exactly_what_it_names() {
         &alice(&["consume", "--topic", "orders"], None),
         ErrorCode::TopicAuthorizationFailed,
     );
+    // A topic's configs need DESCRIBE_CONFIGS on the topic only (Kafka), not DESCRIBE on the
+    // cluster: keelctl then asks the controllers instead of a broker, with a warning. Carol
+    // has no other ACL (alice's Alter on the cluster implies Describe).
+    let o = Command::new(KEELCTL)
+        .args(["tls", "dev-certs", "--dir"])
+        .arg(&tls)
+        .arg("carol")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let carol = |args: &[&str]| run_as(&f, &tls, "carol", args, None);
+    refused(
+        &carol(&["config", "describe", "--topic", "orders"]),
+        ErrorCode::TopicAuthorizationFailed,
+    );
+    ok(
+        &admin(&[
+            "acl",
+            "add",
+            "--allow-principal",
+            "User:carol",
+            "--operation",
+            "DescribeConfigs",
+            "--topic",
+            "orders",
+        ]),
+        &f,
+    );
+    let o = carol(&["config", "describe", "--topic", "orders", "--all"]);
+    assert!(
+        ok(&o, &f).contains("min.insync.replicas"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("not allowed to list the brokers"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 
     // The Kafka listener of a TLS cluster is SSL: kcat with a certificate is its principal.
     assert_eq!(up["kafka_security_protocol"], "SSL", "{up}");

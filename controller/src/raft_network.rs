@@ -564,7 +564,14 @@ impl RaftServer {
                 keel_runtime::principal::NodeRole::Controller,
                 sender as i64,
             )
-            .map_err(|d| tonic::Status::permission_denied(format!("{}: {}", d.code, d.message)))
+            .map_err(|d| {
+                tonic::Status::permission_denied(format!(
+                    "{} ({}): {}",
+                    d.code,
+                    d.code.code(),
+                    d.message
+                ))
+            })
     }
 
     /// Counts one snapshot install in (`true`) or out; elections are off while any is

@@ -737,9 +737,13 @@ impl ControllerService for ControllerGrpc {
             None => access::cluster(a, c, img, Operation::Describe),
         };
         if let Err(d) = self.authorize(&caller, check) {
+            // A stream has no reply envelope: Kafka's code goes in the status text, as
+            // keelctl prints it for every other refusal (`NAME (code): message`).
             return Err(Status::permission_denied(format!(
-                "{}: {}",
-                d.code, d.message
+                "{} ({}): {}",
+                d.code,
+                d.code.code(),
+                d.message
             )));
         }
         if let Err(e) = bounds::fetch_metadata(request.get_ref()) {

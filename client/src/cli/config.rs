@@ -330,9 +330,23 @@ async fn rows(
 }
 
 /// An unfenced registered broker to ask topic configs of (the lowest id); `None` when there
-/// is none.
+/// is none, or when the caller may not list the brokers (DESCRIBE on the cluster, #23): a
+/// topic's configs need only DESCRIBE_CONFIGS on the topic, as in Kafka, so the controllers
+/// are asked instead, with a warning.
 async fn any_broker(admin: &Admin) -> Result<Option<i32>, CliError> {
-    let cluster = admin.describe_cluster().await?;
+    let cluster = match admin.describe_cluster().await {
+        Err(crate::admin::AdminError::Kafka {
+            code: keel_proto::ErrorCode::ClusterAuthorizationFailed,
+            ..
+        }) => {
+            tracing::warn!(
+                "not allowed to list the brokers (DESCRIBE on the cluster): showing the \
+                 controllers' view, without the values of a broker's own file"
+            );
+            return Ok(None);
+        }
+        other => other?,
+    };
     Ok(cluster
         .brokers
         .iter()
