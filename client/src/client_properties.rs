@@ -84,6 +84,25 @@ fn jaas_credentials(jaas: &str) -> Result<(String, String), String> {
     }
 }
 
+impl ClientProperties {
+    /// The dialer of these settings: TLS with the CA (and the client certificate, if given),
+    /// else plaintext. For SASL, authenticate with
+    /// [`Admin::scram_authenticate`](crate::admin::Admin::scram_authenticate) over it and
+    /// make clients send the token with
+    /// [`Dialer::with_bearer`](keel_runtime::tls::Dialer::with_bearer), as keelctl does.
+    ///
+    /// Errors: a file that cannot be read or parsed (named).
+    pub fn dialer(&self) -> Result<keel_runtime::tls::Dialer, keel_runtime::tls::TlsError> {
+        use keel_runtime::tls::{ClientAuth, Dialer, TlsContext, TlsFiles};
+        let Some(ca) = self.tls_ca_file.clone() else {
+            return Ok(Dialer::default());
+        };
+        let identity = self.tls_cert_file.clone().zip(self.tls_key_file.clone());
+        let ctx = TlsContext::load(TlsFiles { ca, identity }, ClientAuth::None)?;
+        Ok(Dialer::new(Some(ctx)))
+    }
+}
+
 /// Parses a properties file's text (module doc). Errors name the line and the key.
 pub fn parse(text: &str) -> Result<ClientProperties, String> {
     if text.len() > MAX_PROPERTIES_BYTES {
@@ -338,6 +357,17 @@ mod tests {
             parse("security.protocol=PLAINTEXT\n").unwrap(),
             ClientProperties::default()
         );
+    }
+
+    #[test]
+    fn the_dialer_uses_tls_exactly_when_a_ca_is_given() {
+        assert!(!ClientProperties::default().dialer().unwrap().is_tls());
+        let missing = parse("security.protocol=SSL\nssl.ca.location=/nonexistent/ca.pem\n")
+            .unwrap()
+            .dialer()
+            .unwrap_err()
+            .to_string();
+        assert!(missing.contains("/nonexistent/ca.pem"), "{missing}");
     }
 
     #[test]
