@@ -71,32 +71,10 @@ fn refused(o: &Output, code: ErrorCode) -> String {
     err
 }
 
-/// kcat with a deadline; (success, stdout, stderr).
+/// kcat with a deadline ([`common::kcat`]); (success, stdout, stderr).
 fn kcat(args: &[&str], stdin: &str) -> (bool, String, String) {
-    let mut child = Command::new("kcat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect(
-            "kcat is not installed, and this acceptance test needs it (#23): `apt-get install \
-             kcat` (scripts/test installs it)",
-        );
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.as_bytes()).unwrap();
-    drop(input);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        assert!(std::time::Instant::now() < deadline, "kcat {args:?} hung");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let o = child.wait_with_output().unwrap();
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    common::kcat(&args, stdin)
 }
 
 /// A gRPC channel with the certificate `name` of `tls`.
@@ -420,18 +398,7 @@ fn without_acls_nothing_is_allowed_and_acl_add_opens_exactly_what_it_names() {
     assert!(done && !err.contains("failed"), "{err}");
     // confluent-kafka (librdkafka in its wheel) over SSL as bob: an idempotent producer
     // (KIP-679: WRITE on a topic is enough for InitProducerId).
-    let python = std::env::var_os("KEEL_KAFKA_PYTHON").map_or_else(
-        || {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/kafka-clients-venv/bin/python")
-        },
-        PathBuf::from,
-    );
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/kafka-clients-venv (scripts/test does)",
-        python.display()
-    );
+    let python = common::kafka_python();
     let o = Command::new(&python)
         .args(["-c", CONFLUENT_SSL_PRODUCE, &kafka])
         .arg(tls.join("ca.pem"))

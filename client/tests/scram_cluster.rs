@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
@@ -49,40 +48,18 @@ fn kcat(
     args: &[&str],
     stdin: &str,
 ) -> (bool, String, String) {
-    let mut child = Command::new("kcat")
-        .args(["-b", bootstrap])
-        .args(args)
-        .args(["-X", "security.protocol=SASL_SSL"])
-        .arg("-X")
-        .arg(format!("ssl.ca.location={}", tls.join("ca.pem").display()))
-        .args(["-X", &format!("sasl.mechanism={mechanism}")])
-        .args(["-X", &format!("sasl.username={user}")])
-        .args(["-X", &format!("sasl.password={password}")])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect(
-            "kcat is not installed, and this acceptance test needs it (#23): `apt-get install \
-             kcat` (scripts/test installs it)",
-        );
-    let mut input = child.stdin.take().unwrap();
-    input.write_all(stdin.as_bytes()).unwrap();
-    drop(input);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while child.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("kcat {args:?} as {user} hung");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let mut all: Vec<String> = vec!["-b".into(), bootstrap.into()];
+    all.extend(args.iter().map(|a| a.to_string()));
+    for p in [
+        "security.protocol=SASL_SSL".to_string(),
+        format!("ssl.ca.location={}", tls.join("ca.pem").display()),
+        format!("sasl.mechanism={mechanism}"),
+        format!("sasl.username={user}"),
+        format!("sasl.password={password}"),
+    ] {
+        all.extend(["-X".to_string(), p]);
     }
-    let o = child.wait_with_output().unwrap();
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
+    common::kcat(&all, stdin)
 }
 
 #[test]
@@ -231,18 +208,7 @@ fn scram_users_produce_and_consume_over_sasl_ssl_with_acls() {
         ]),
         &f,
     );
-    let python = std::env::var_os("KEEL_KAFKA_PYTHON").map_or_else(
-        || {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../target/kafka-clients-venv/bin/python")
-        },
-        PathBuf::from,
-    );
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/kafka-clients-venv (scripts/test does)",
-        python.display()
-    );
+    let python = common::kafka_python();
     let o = Command::new(&python)
         .args(["-c", CONFLUENT_SCRAM_CONSUME, &kafka])
         .arg(tls.join("ca.pem"))

@@ -10,6 +10,58 @@ use serde_json::Value;
 
 pub const KEELCTL: &str = env!("CARGO_BIN_EXE_keelctl");
 
+/// kcat with `args` and `stdin`, killed past 30 s (a hang is the calling test's failure);
+/// (success, stdout, stderr). kcat must be installed (`scripts/test` does it).
+pub fn kcat(args: &[String], stdin: &str) -> (bool, String, String) {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new("kcat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect(
+            "kcat is not installed, and the Kafka-client tests need it (#23): `apt-get install \
+             kcat` (scripts/test installs it)",
+        );
+    let mut input = child.stdin.take().unwrap();
+    input.write_all(stdin.as_bytes()).unwrap();
+    drop(input);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("kcat {args:?} hung past 30 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The Python of `scripts/kafka-clients-venv` (or `KEEL_KAFKA_PYTHON`); panics naming the
+/// script when it is missing.
+pub fn kafka_python() -> PathBuf {
+    let python = std::env::var_os("KEEL_KAFKA_PYTHON").map_or_else(
+        || {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../target/kafka-clients-venv/bin/python")
+        },
+        PathBuf::from,
+    );
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/kafka-clients-venv (scripts/test does)",
+        python.display()
+    );
+    python
+}
+
 /// `target/<profile>/<name>` next to keelctl, where `cargo build` puts the workspace
 /// binaries. Tests never build: `./scripts/test` builds every binary first
 /// (`cargo build --workspace --bins`); a missing one fails here with that command.
