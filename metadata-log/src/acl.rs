@@ -253,9 +253,11 @@ pub fn validate_principal(p: &str) -> Result<(), AclError> {
     match p.split_once(':') {
         Some(("User", name)) if !name.is_empty() => Ok(()),
         Some((ty, _)) if ty != "User" => err(format!(
-            "principal {p:?} has type {ty:?}; only User principals exist (User:<name>)"
+            "principal {:?} has type {:?}; only User principals exist (User:<name>)",
+            clip(p),
+            clip(ty)
         )),
-        _ => err(format!("principal {p:?} is not User:<name>")),
+        _ => err(format!("principal {:?} is not User:<name>", clip(p))),
     }
 }
 

@@ -32,10 +32,12 @@ pub struct AclArgs {
     /// Principal to deny (repeatable).
     #[arg(long)]
     pub deny_principal: Vec<String>,
-    /// Client IP address the allow ACLs apply to (repeatable; default `*`, every host).
+    /// Client IP address the allow ACLs apply to (repeatable; add: default `*`, every host;
+    /// list and remove: default any host). Needs --allow-principal.
     #[arg(long)]
     pub allow_host: Vec<String>,
-    /// Client IP address the deny ACLs apply to (repeatable; default `*`).
+    /// Client IP address the deny ACLs apply to (repeatable; add: default `*`; list and
+    /// remove: any host). Needs --deny-principal.
     #[arg(long)]
     pub deny_host: Vec<String>,
     /// Operation (repeatable): All, Read, Write, Create, Delete, Alter, Describe,
@@ -72,7 +74,8 @@ pub struct AclArgs {
     /// list: only the ACLs of this principal (repeatable).
     #[arg(long)]
     pub principal: Vec<String>,
-    /// Accepted for kafka-acls compatibility (keelctl never asks for confirmation).
+    /// Accepted for kafka-acls compatibility: keelctl never asks for confirmation (remove
+    /// removes every ACL its filters match at once).
     #[arg(long)]
     pub force: bool,
 }
@@ -131,6 +134,37 @@ impl AclArgs {
             .collect()
     }
 
+    /// Usage errors every subcommand shares (before anything is sent): a principal that is
+    /// not `User:<name>` (also for list's --principal), a host flag without its principal
+    /// flag (kafka-acls ignores it silently; here it would match nothing the user meant).
+    fn check_common(&self) -> Result<(), CliError> {
+        for (flag, list) in [
+            ("--allow-principal", &self.allow_principal),
+            ("--deny-principal", &self.deny_principal),
+            ("--principal", &self.principal),
+        ] {
+            for p in list {
+                keel_metadata_log::acl::validate_principal(p)
+                    .map_err(|e| CliError::usage(format!("{flag}: {e}")))?;
+                // `User: alice` is a principal nobody authenticates as (Kafka keeps the
+                // space, and it never matches): a typo, refused here.
+                if p.split_once(':').is_some_and(|(_, n)| n.trim() != n) {
+                    return Err(CliError::usage(format!(
+                        "{flag}: principal {:?} has white space around its name (User:<name>)",
+                        clip(p)
+                    )));
+                }
+            }
+        }
+        if !self.allow_host.is_empty() && self.allow_principal.is_empty() {
+            return Err(CliError::usage("--allow-host needs --allow-principal"));
+        }
+        if !self.deny_host.is_empty() && self.deny_principal.is_empty() {
+            return Err(CliError::usage("--deny-host needs --deny-principal"));
+        }
+        Ok(())
+    }
+
     /// (principal, host, permission) triples of add/remove.
     fn principals(&self, default_host: &str) -> Vec<(String, String, Permission)> {
         let hosts = |h: &[String]| {
@@ -177,6 +211,7 @@ fn wire(
 
 /// The bindings `acl add` creates (pure).
 pub fn bindings_to_add(a: &AclArgs) -> Result<Vec<AclBinding>, CliError> {
+    a.check_common()?;
     let pattern = a.pattern(false)?;
     let principals = a.principals("*");
     if principals.is_empty() {
@@ -192,6 +227,13 @@ pub fn bindings_to_add(a: &AclArgs) -> Result<Vec<AclBinding>, CliError> {
     }
     // (resource, operations) pairs: explicit, or from --producer / --consumer.
     let mut plan: Vec<(Resource, Vec<Operation>)> = Vec::new();
+    // kafka-acls: "With --producer you must specify a --topic"; --consumer needs both.
+    if a.producer && a.topic.is_empty() {
+        return Err(CliError::usage("--producer needs --topic"));
+    }
+    if a.consumer && (a.topic.is_empty() || a.group.is_empty()) {
+        return Err(CliError::usage("--consumer needs --topic and --group"));
+    }
     if a.producer || a.consumer {
         if !a.operation.is_empty() {
             return Err(CliError::usage(
@@ -237,7 +279,7 @@ pub fn bindings_to_add(a: &AclArgs) -> Result<Vec<AclBinding>, CliError> {
             plan.push((r, ops.clone()));
         }
     }
-    let mut out = Vec::new();
+    let mut out: Vec<AclBinding> = Vec::new();
     for ((ty, name), ops) in plan {
         let pattern = if ty == ResourceType::Cluster {
             AclPatternType::Literal
@@ -246,7 +288,14 @@ pub fn bindings_to_add(a: &AclArgs) -> Result<Vec<AclBinding>, CliError> {
         };
         for (principal, host, perm) in &principals {
             for op in &ops {
-                out.push(wire(
+                // Every binding is checked as the controller will, before anything is sent:
+                // one bad binding refuses the command and nothing is added.
+                let typed = PatternType::from_proto(pattern as i32).unwrap_or(PatternType::Literal);
+                keel_metadata_log::acl::AclBinding::new(
+                    ty, &name, typed, principal, host, *op, *perm,
+                )
+                .map_err(|e| CliError::usage(format!("{ty} {}: {e}", clip(&name))))?;
+                let b = wire(
                     ty,
                     &name,
                     pattern,
@@ -254,15 +303,32 @@ pub fn bindings_to_add(a: &AclArgs) -> Result<Vec<AclBinding>, CliError> {
                     host,
                     op.to_proto(),
                     perm.to_proto(),
-                ));
+                );
+                // --producer --consumer both name DESCRIBE on a topic: once.
+                if !out.contains(&b) {
+                    out.push(b);
+                }
             }
         }
     }
     Ok(out)
 }
 
+/// A user-given name clipped for an error line: at most 200 bytes, then its length.
+fn clip(s: &str) -> String {
+    if s.len() <= 200 {
+        return s.to_string();
+    }
+    let mut end = 200;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &s[..end], s.len())
+}
+
 /// The filters of `acl list` / `acl remove` (pure). `remove` needs a resource.
 pub fn filters(a: &AclArgs, remove: bool) -> Result<Vec<AclBinding>, CliError> {
+    a.check_common()?;
     let resources = a.resources();
     if remove && resources.is_empty() {
         return Err(CliError::usage(
@@ -270,7 +336,14 @@ pub fn filters(a: &AclArgs, remove: bool) -> Result<Vec<AclBinding>, CliError> {
         ));
     }
     let pattern = a.pattern(true)?;
-    let ops: Vec<AclOperation> = match a.operations()? {
+    let typed_ops = a.operations()?;
+    // An operation a resource type does not take matches nothing: say so, as add does.
+    for (ty, _) in &resources {
+        if let Some(op) = typed_ops.iter().find(|o| !ty.operations().contains(o)) {
+            return Err(CliError::usage(format!("{op} does not apply to a {ty}")));
+        }
+    }
+    let ops: Vec<AclOperation> = match typed_ops {
         o if o.is_empty() => vec![AclOperation::Any],
         o => o.into_iter().map(Operation::to_proto).collect(),
     };
@@ -465,6 +538,98 @@ mod tests {
 
     fn args() -> AclArgs {
         AclArgs::default()
+    }
+
+    /// From a fresh-user trial: each of these was sent (and partly saved), matched nothing
+    /// silently, or leaked an internal error; now each is a usage error before anything is
+    /// sent.
+    #[test]
+    fn bad_flags_are_refused_before_anything_is_sent() {
+        let msg = |r: Result<Vec<AclBinding>, CliError>| {
+            let e = r.unwrap_err();
+            assert!(e.usage, "{}", e.message);
+            e.message
+        };
+        // One bad host among good bindings: nothing is sent.
+        let mixed = AclArgs {
+            allow_principal: vec!["User:alice".into()],
+            allow_host: vec!["10.0.0.1".into(), "not-an-ip".into()],
+            topic: vec!["t".into()],
+            ..args()
+        };
+        assert!(msg(bindings_to_add(&mixed)).contains("\"not-an-ip\" is not an IP address"));
+        // A principal without User: (or with spaces) for add, list and remove alike.
+        for principal in ["alice", "User: alice"] {
+            let add = AclArgs {
+                allow_principal: vec![principal.into()],
+                topic: vec!["t".into()],
+                ..args()
+            };
+            assert!(msg(bindings_to_add(&add)).contains("--allow-principal"));
+            let list = AclArgs {
+                principal: vec![principal.into()],
+                ..args()
+            };
+            assert!(msg(filters(&list, false)).contains("--principal"));
+            assert!(msg(filters(&add, true)).contains("--allow-principal"));
+        }
+        // An operation the resource type does not take.
+        let read_cluster = AclArgs {
+            operation: vec!["Read".into()],
+            cluster: true,
+            ..args()
+        };
+        assert_eq!(
+            msg(filters(&read_cluster, true)),
+            "READ does not apply to a CLUSTER"
+        );
+        // --producer / --consumer without their resources.
+        let producer = AclArgs {
+            allow_principal: vec!["User:p".into()],
+            group: vec!["g1".into()],
+            producer: true,
+            ..args()
+        };
+        assert_eq!(msg(bindings_to_add(&producer)), "--producer needs --topic");
+        // A host flag without its principal flag.
+        let host = AclArgs {
+            allow_principal: vec!["User:p".into()],
+            deny_host: vec!["10.0.0.1".into()],
+            topic: vec!["t".into()],
+            ..args()
+        };
+        assert_eq!(
+            msg(bindings_to_add(&host)),
+            "--deny-host needs --deny-principal"
+        );
+        // A huge name is clipped in the error.
+        let huge = AclArgs {
+            allow_principal: vec!["User:p".into()],
+            topic: vec!["x".repeat(100_000)],
+            ..args()
+        };
+        let m = msg(bindings_to_add(&huge));
+        assert!(m.len() < 600 && m.contains("(100000 bytes)"), "{}", m.len());
+    }
+
+    #[test]
+    fn producer_and_consumer_together_name_each_binding_once() {
+        let a = AclArgs {
+            allow_principal: vec!["User:pc".into()],
+            topic: vec!["t".into()],
+            group: vec!["g".into()],
+            producer: true,
+            consumer: true,
+            ..args()
+        };
+        let b = bindings_to_add(&a).unwrap();
+        let describes = b
+            .iter()
+            .filter(|x| x.operation == AclOperation::Describe as i32)
+            .count();
+        assert_eq!(describes, 1);
+        // Write, Describe, Create, Read on the topic; Read on the group.
+        assert_eq!(b.len(), 5);
     }
 
     #[test]
