@@ -179,7 +179,7 @@ pub(super) async fn run(c: UserCommand, ctx: &Ctx) -> CliResult {
                     "user": a.user, "mechanisms": names, "iterations": a.iterations
                 }))
             } else {
-                out!(
+                outln!(
                     "Set {} credential{} of user {} ({} iterations).",
                     names.join(" and "),
                     if names.len() > 1 { "s" } else { "" },
@@ -225,7 +225,7 @@ pub(super) async fn run(c: UserCommand, ctx: &Ctx) -> CliResult {
             if ctx.json {
                 ctx.print_json(&serde_json::json!({"user": a.user, "deleted": names}))
             } else {
-                out!(
+                outln!(
                     "Deleted {} credential{} of user {}.",
                     names.join(" and "),
                     if names.len() > 1 { "s" } else { "" },
@@ -266,7 +266,7 @@ pub(super) async fn run(c: UserCommand, ctx: &Ctx) -> CliResult {
                         .map(|m| format!("{}=[iterations={}]", m.mechanism, m.iterations))
                         .collect();
                     // kafka-configs --describe --entity-type users prints the same form.
-                    out!(
+                    outln!(
                         "SCRAM credential configs for user-principal '{}' are {}",
                         r.user,
                         ms.join(", ")
