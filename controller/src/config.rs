@@ -90,12 +90,22 @@ impl ControllerConfig {
         let node_id: u64 = s.require("node_id");
         let voters_str: String = s.require("controller_quorum_voters");
         let controller_quorum_voters: BTreeMap<u64, String> = s.require("controller_quorum_voters");
-        let Some(own) = controller_quorum_voters.get(&node_id) else {
+        // A node the list does not name starts as an observer, to be added as a voter with
+        // `keelctl quorum add-controller` (KIP-853); it must say where it listens.
+        let own = controller_quorum_voters.get(&node_id);
+        if own.is_none()
+            && (s.get::<String>("listeners").is_none()
+                || s.get::<String>("advertised_listeners").is_none())
+        {
             return Err(ConfigError::Invalid {
                 key: "controller_quorum_voters",
-                reason: format!("node_id {node_id} is not one of the voters {voters_str:?}"),
+                reason: format!(
+                    "node_id {node_id} is not one of the voters {voters_str:?}; to start it as \
+                     an observer that keelctl quorum add-controller can add, set listeners and \
+                     advertised_listeners"
+                ),
             });
-        };
+        }
         let listeners = match s.get::<String>("listeners") {
             Some(l) => listeners::grpc_only(&l, true)
                 .and_then(|l| l.bind_addr())
@@ -105,7 +115,9 @@ impl ControllerConfig {
                 })?,
             None => {
                 // Every interface at the voter entry's port.
-                let port = own.rsplit_once(':').map_or("9093", |(_, p)| p);
+                let port = own
+                    .and_then(|o| o.rsplit_once(':'))
+                    .map_or("9093", |(_, p)| p);
                 let l = format!("0.0.0.0:{port}");
                 l.parse().map_err(|e| ConfigError::Invalid {
                     key: "listeners",
@@ -120,7 +132,7 @@ impl ControllerConfig {
                     reason,
                 })?
                 .host_port(),
-            None => own.clone(),
+            None => own.cloned().unwrap_or_default(),
         };
         let cfg = ControllerConfig {
             node_id,

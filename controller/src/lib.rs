@@ -23,6 +23,7 @@ pub mod bounds;
 pub mod config;
 pub mod fuzz;
 pub mod logic;
+pub mod membership;
 pub mod meta_properties;
 pub mod metrics;
 pub mod node;

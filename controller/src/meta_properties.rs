@@ -14,11 +14,19 @@
 //! version=1
 //! node_id=1
 //! controller_quorum_voters=1,2,3
+//! directory_id=pbvuBlaTTwKRxS5NLJwRFQ
 //! cluster_id=6f0d3c2e-...
 //! ```
 //!
-//! `controller_quorum_voters` keeps only the voter ids: the ids are the Raft membership,
-//! while addresses may change between starts (a host moves) without changing who votes.
+//! `controller_quorum_voters` keeps only the voter ids the directory was first started
+//! with: the ids are the Raft membership, while addresses may change between starts (a host
+//! moves) without changing who votes. Once voters are added or removed (KIP-853, `keelctl
+//! quorum add-controller`), a configuration listing the current voters is accepted too
+//! ([`MetaProperties::check_voters`]).
+//! `directory_id` (Kafka's `directory.id`, KIP-858/KIP-853) is a random id made when the
+//! directory is first used (or added to a file of an earlier build); with the node id it is
+//! this voter's key in the quorum's membership, so a replaced or emptied directory is a new
+//! directory id that the other controllers refuse as that voter.
 //! `cluster_id` appears once the quorum has committed its `ClusterIdRecord`.
 
 use std::collections::BTreeSet;
@@ -39,6 +47,9 @@ pub struct MetaProperties {
     pub voter_ids: BTreeSet<u64>,
     /// The cluster id, once known.
     pub cluster_id: Option<String>,
+    /// This directory's id; `None` only in files of builds before directory ids (start-up
+    /// then makes one and rewrites the file).
+    pub directory_id: Option<uuid::Uuid>,
 }
 
 /// Why `meta.properties` refused a start. `Display` is one line naming the file and key.
@@ -102,6 +113,12 @@ impl MetaProperties {
             self.node_id,
             voters.join(",")
         );
+        if let Some(d) = self.directory_id {
+            s += &format!(
+                "directory_id={}\n",
+                keel_metadata_log::raft_types::directory_id_text(d)
+            );
+        }
         if let Some(c) = &self.cluster_id {
             s += &format!("cluster_id={c}\n");
         }
@@ -142,22 +159,25 @@ impl MetaProperties {
             .get("cluster_id")
             .filter(|c| !c.is_empty())
             .map(|c| c.to_string());
+        let directory_id = kv
+            .get("directory_id")
+            .map(|d| {
+                keel_metadata_log::raft_types::parse_directory_id(d)
+                    .map_err(|e| format!("directory_id: {e}"))
+            })
+            .transpose()?;
         Ok(Self {
             node_id,
             voter_ids,
             cluster_id,
+            directory_id,
         })
     }
 
-    /// Checks a configuration against this file: `node_id` first, then the voter ids.
+    /// Checks a configuration's `node_id` against this file.
     ///
-    /// Errors: [`IdentityError::Mismatch`] naming the first key that differs.
-    pub fn check(
-        &self,
-        path: &Path,
-        node_id: u64,
-        voter_ids: &BTreeSet<u64>,
-    ) -> Result<(), IdentityError> {
+    /// Errors: [`IdentityError::Mismatch`] when it differs.
+    pub fn check(&self, path: &Path, node_id: u64) -> Result<(), IdentityError> {
         if self.node_id != node_id {
             return Err(IdentityError::Mismatch {
                 path: path.to_path_buf(),
@@ -166,7 +186,23 @@ impl MetaProperties {
                 stored: self.node_id.to_string(),
             });
         }
-        if &self.voter_ids != voter_ids {
+        Ok(())
+    }
+
+    /// Checks the configured voter ids: they must be the ids this directory was first
+    /// started with, or the voters of the membership its Raft log holds now
+    /// (`membership_voters`, after `add-controller` / `remove-controller`). A node that is
+    /// not a voter of either (an observer waiting to be added) passes when its configuration
+    /// lists the same voters as when it first started.
+    ///
+    /// Errors: [`IdentityError::Mismatch`] on `controller_quorum_voters`.
+    pub fn check_voters(
+        &self,
+        path: &Path,
+        voter_ids: &BTreeSet<u64>,
+        membership_voters: Option<&BTreeSet<u64>>,
+    ) -> Result<(), IdentityError> {
+        if &self.voter_ids != voter_ids && membership_voters != Some(voter_ids) {
             let ids = |s: &BTreeSet<u64>| s.iter().map(u64::to_string).collect::<Vec<_>>();
             return Err(IdentityError::Mismatch {
                 path: path.to_path_buf(),
@@ -246,6 +282,7 @@ mod tests {
             node_id: 2,
             voter_ids: [1, 2, 3].into(),
             cluster_id: None,
+            directory_id: Some(uuid::Uuid::from_u128(7)),
         }
     }
 
@@ -254,6 +291,9 @@ mod tests {
         let mut p = props();
         assert_eq!(MetaProperties::parse(&p.render()), Ok(p.clone()));
         p.cluster_id = Some("c-1".into());
+        assert_eq!(MetaProperties::parse(&p.render()), Ok(p.clone()));
+        // A file of a build before directory ids.
+        p.directory_id = None;
         assert_eq!(MetaProperties::parse(&p.render()), Ok(p));
     }
 
@@ -274,6 +314,10 @@ mod tests {
             ),
             ("version=1\nnode_id\n", "not key=value"),
             ("version=1\nversion=1\n", "appears twice"),
+            (
+                "version=1\nnode_id=1\ncontroller_quorum_voters=1\ndirectory_id=x",
+                "directory_id: directory id \"x\"",
+            ),
         ] {
             let e = MetaProperties::parse(text).unwrap_err();
             assert!(e.contains(want), "{text:?}: {e}");
@@ -284,13 +328,20 @@ mod tests {
     fn check_names_the_first_mismatching_key_and_both_values() {
         let p = props();
         let path = Path::new("/d/meta.properties");
-        assert!(p.check(path, 2, &[1, 2, 3].into()).is_ok());
-        let e = p.check(path, 5, &[1, 2, 4].into()).unwrap_err().to_string();
+        assert!(p.check(path, 2).is_ok());
+        let e = p.check(path, 5).unwrap_err().to_string();
         assert!(
             e.contains("node_id is 5 in the configuration but 2 in this directory"),
             "{e}"
         );
-        let e = p.check(path, 2, &[1, 2, 4].into()).unwrap_err().to_string();
+        assert!(p.check_voters(path, &[1, 2, 3].into(), None).is_ok());
+        // The voters after a membership change.
+        let now: BTreeSet<u64> = [1, 2, 3, 4].into();
+        assert!(p.check_voters(path, &now, Some(&now)).is_ok());
+        let e = p
+            .check_voters(path, &[1, 2, 4].into(), Some(&now))
+            .unwrap_err()
+            .to_string();
         assert!(
             e.contains(
                 "controller_quorum_voters is voter ids 1,2,4 in the configuration but voter ids \

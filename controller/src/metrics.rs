@@ -14,11 +14,12 @@
 use std::time::Duration;
 
 use keel_metadata_log::MetadataImage;
+use keel_metadata_log::raft_types::ControllerNode;
 use keel_metadata_log::raft_types::TypeConfig;
 use keel_runtime::{MetricDef, MetricKind, Readiness};
 use metrics::Unit;
 use openraft::storage::RaftLogReader;
-use openraft::{BasicNode, EntryPayload, RaftMetrics};
+use openraft::{EntryPayload, RaftMetrics};
 use tokio::sync::watch;
 
 use crate::node::RaftNode;
@@ -229,7 +230,7 @@ pub fn cluster_counts(image: &MetadataImage) -> ClusterCounts {
 /// Controller readiness: a voter of the quorum that knows a leader (and, when it is the
 /// leader, has confirmed quorum contact).
 pub fn readiness(
-    m: &RaftMetrics<u64, BasicNode>,
+    m: &RaftMetrics<u64, ControllerNode>,
     node_id: u64,
     quorum_confirmed: bool,
 ) -> Readiness {
@@ -417,13 +418,13 @@ mod tests {
         );
     }
 
-    fn metrics_with(leader: Option<u64>, voters: &[u64]) -> RaftMetrics<u64, BasicNode> {
+    fn metrics_with(leader: Option<u64>, voters: &[u64]) -> RaftMetrics<u64, ControllerNode> {
         let mut m = RaftMetrics::new_initial(1);
         m.current_term = 4;
         m.current_leader = leader;
-        let nodes: BTreeMap<u64, BasicNode> = voters
+        let nodes: BTreeMap<u64, ControllerNode> = voters
             .iter()
-            .map(|id| (*id, BasicNode::new(format!("h:{id}"))))
+            .map(|id| (*id, ControllerNode::new(&format!("h:{id}"), None).unwrap()))
             .collect();
         let membership = openraft::Membership::new(vec![voters.iter().copied().collect()], nodes);
         m.membership_config =

@@ -10,9 +10,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use keel_metadata_log::MetadataImage;
+use keel_metadata_log::raft_types::ControllerNode;
 use keel_metadata_log::raft_types::TypeConfig;
 use keel_metadata_log::store::{self, LogStore};
-use openraft::{BasicNode, Raft, SnapshotPolicy};
+use openraft::{Raft, SnapshotPolicy};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -77,10 +78,13 @@ pub struct RaftNode {
     pub images: watch::Receiver<MetadataImage>,
     /// Read access to the Raft log (for metadata reads and streaming).
     pub log: LogStore,
-    /// Voters by node id: advertised addresses.
-    pub voters: Arc<BTreeMap<u64, String>>,
+    /// `controller_quorum_voters`: the addresses this node uses for the controllers it lists
+    /// (the membership's own addresses serve the others, see [`Self::address_of`]).
+    pub configured_voters: Arc<BTreeMap<u64, String>>,
     /// This node's id.
     pub node_id: u64,
+    /// This node's metadata log directory id (`meta.properties`).
+    pub directory_id: uuid::Uuid,
     /// False while this node is the Raft leader but could not confirm a quorum recently
     /// (see [`spawn_check_quorum`]).
     pub quorum_confirmed: watch::Receiver<bool>,
@@ -92,6 +96,8 @@ pub struct RaftNode {
     pub gate: Arc<ElectionGate>,
     /// The pre-vote task, aborted with the last clone.
     _pre_vote: Arc<AbortOnDrop>,
+    /// The directory ids peers presented in their Raft replies.
+    pub learned: crate::raft_network::LearnedDirectories,
 }
 
 impl RaftNode {
@@ -99,13 +105,36 @@ impl RaftNode {
     /// unless that is another node not heard from for the maximum election timeout
     /// ([`crate::pre_vote::leader_in_contact`]). Whether this node, as leader, still has a
     /// quorum is [`Self::is_active`]'s business.
-    pub fn known_leader(&self, m: &openraft::RaftMetrics<u64, BasicNode>) -> Option<u64> {
+    pub fn known_leader(&self, m: &openraft::RaftMetrics<u64, ControllerNode>) -> Option<u64> {
         crate::pre_vote::leader_in_contact(
             m.current_leader,
             self.node_id,
             self.gate.since_leader_contact(),
             std::time::Duration::from_millis(self.raft.config().election_timeout_max),
         )
+    }
+
+    /// The membership this node sees now (voters, observers, whether a change is pending).
+    pub fn members(&self) -> crate::membership::Members {
+        let m = self.raft.metrics();
+        let m = m.borrow();
+        members_of(&m)
+    }
+
+    /// `host:port` of controller `id`: from `controller_quorum_voters`, else the membership;
+    /// empty when neither knows it.
+    pub fn address_of(&self, id: u64) -> String {
+        if let Some(a) = self.configured_voters.get(&id) {
+            return a.clone();
+        }
+        self.raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&id)
+            .map(|n| n.addr.clone())
+            .unwrap_or_default()
     }
 
     /// True when this node is the active controller: the Raft leader with a confirmed quorum.
@@ -116,6 +145,19 @@ impl RaftNode {
             && m.current_leader == Some(self.node_id)
             && *self.quorum_confirmed.borrow()
     }
+}
+
+/// The membership of Raft metrics `m`; a change counts as pending until its entry is applied.
+pub fn members_of(m: &openraft::RaftMetrics<u64, ControllerNode>) -> crate::membership::Members {
+    let config = &m.membership_config;
+    let applied = m.last_applied.map(|l| l.index);
+    let pending = config.log_id().map(|l| l.index) > applied;
+    crate::membership::Members::of(config.membership(), pending)
+}
+
+/// The voter ids of Raft metrics `m`'s membership.
+fn voter_ids(m: &openraft::RaftMetrics<u64, ControllerNode>) -> BTreeSet<u64> {
+    m.membership_config.membership().voter_ids().collect()
 }
 
 impl std::fmt::Debug for RaftNode {
@@ -195,15 +237,24 @@ async fn never_resume_leadership(
 ///
 /// `dialer` opens the channels to the peers (TLS when the controller has it).
 pub async fn start_raft(c: &ControllerConfig, dialer: Dialer) -> Result<RaftNode, StartError> {
-    let (log, sm, recorded_cluster_id) = open_metadata_log_dir(c).await?;
+    let (log, sm, props) = open_metadata_log_dir(c).await?;
+    let directory_id = props
+        .directory_id
+        .expect("open_metadata_log_dir records a directory id");
     let images = sm.subscribe();
     let config = raft_config(c)
         .validate()
         .map_err(|e| StartError::Raft(e.to_string()))?;
     let voters = Arc::new(c.controller_quorum_voters.clone());
     let peer_acks = PeerAcks::default();
-    let identity = Identity::new(c.node_id, images.clone(), recorded_cluster_id);
+    let identity = Identity::new(
+        c.node_id,
+        directory_id,
+        images.clone(),
+        props.cluster_id.clone(),
+    );
     let network = NetworkFactory::new(voters.clone(), peer_acks.clone(), identity.clone(), dialer);
+    let learned = network.learned();
     let raft = Raft::new(
         c.node_id,
         Arc::new(config),
@@ -218,7 +269,6 @@ pub async fn start_raft(c: &ControllerConfig, dialer: Dialer) -> Result<RaftNode
         raft.clone(),
         gate.clone(),
         c.node_id,
-        voters.keys().copied().collect(),
         network,
         log.clone(),
         std::time::Duration::from_millis((c.election_timeout_min_ms / 4).max(10)),
@@ -229,7 +279,6 @@ pub async fn start_raft(c: &ControllerConfig, dialer: Dialer) -> Result<RaftNode
     let (quorum_confirmed, _check_quorum) = spawn_check_quorum(
         raft.clone(),
         c.node_id,
-        voters.keys().copied().collect(),
         peer_acks.clone(),
         std::time::Duration::from_millis(c.election_timeout_min_ms / 2),
         std::time::Duration::from_millis(c.election_timeout_max_ms),
@@ -238,25 +287,26 @@ pub async fn start_raft(c: &ControllerConfig, dialer: Dialer) -> Result<RaftNode
         raft,
         images,
         log,
-        voters,
+        configured_voters: voters,
         node_id: c.node_id,
+        directory_id,
         quorum_confirmed,
         peer_acks,
         identity,
         gate,
+        learned,
         _pre_vote: Arc::new(AbortOnDrop(pre_vote)),
     })
 }
 
 /// Runs pre-vote rounds ([`crate::pre_vote`]) for `node_id` until the task is aborted: every `interval`, a node
-/// that is not the leader and has heard from no leader for `lease` asks every other voter
-/// (concurrently, each bounded by `interval`) and records the outcome in `gate`.
-#[allow(clippy::too_many_arguments)]
+/// that is a voter, not the leader, and has heard from no leader for `lease` asks every other
+/// voter of its current membership (concurrently, each bounded by `interval`) and records the
+/// outcome in `gate`.
 pub fn spawn_pre_vote(
     raft: Raft<TypeConfig>,
     gate: Arc<ElectionGate>,
     node_id: u64,
-    voters: Vec<u64>,
     mut network: NetworkFactory,
     log: LogStore,
     interval: std::time::Duration,
@@ -264,20 +314,32 @@ pub fn spawn_pre_vote(
 ) -> tokio::task::JoinHandle<()> {
     use openraft::network::RaftNetworkFactory;
     tokio::spawn(async move {
-        let others: Vec<u64> = voters.iter().copied().filter(|id| *id != node_id).collect();
-        let mut peers = Vec::with_capacity(others.len());
+        // The voters the clients in `peers` were made for (rebuilt when the membership
+        // changes).
+        let mut peers_of: BTreeMap<u64, ControllerNode> = BTreeMap::new();
+        let mut peers = Vec::new();
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let (term, leader) = {
+            let (term, leader, voters) = {
                 let m = raft.metrics();
                 let m = m.borrow();
-                (m.current_term, m.state.is_leader())
+                (m.current_term, m.state.is_leader(), members_of(&m).voters)
             };
+            if !voters.contains_key(&node_id) {
+                // An observer (or a removed voter) never campaigns.
+                gate.pre_vote_result(false);
+                continue;
+            }
             if leader || gate.since_leader_contact().is_some_and(|d| d < lease) {
                 continue;
             }
+            let others: BTreeMap<u64, ControllerNode> = voters
+                .iter()
+                .filter(|(id, _)| **id != node_id)
+                .map(|(id, n)| (*id, n.clone()))
+                .collect();
             let mut log = log.clone();
             let Ok(state) = openraft::storage::RaftLogStorage::get_log_state(&mut log).await else {
                 continue;
@@ -287,13 +349,14 @@ pub fn spawn_pre_vote(
                 next_term: term + 1,
                 last_log_id: state.last_log_id,
             };
-            if peers.len() != others.len() {
-                // First round, or a client lost to a panicked task: (re)connect all.
+            if peers.len() != others.len() || peers_of != others {
+                // First round, a membership change, or a client lost to a panicked task:
+                // (re)connect all.
                 peers.clear();
-                for id in &others {
-                    let node = openraft::BasicNode::default();
-                    peers.push(network.new_client(*id, &node).await);
+                for (id, node) in &others {
+                    peers.push(network.new_client(*id, node).await);
                 }
+                peers_of = others;
             }
             let mut asks = tokio::task::JoinSet::new();
             for mut p in peers.drain(..) {
@@ -332,11 +395,13 @@ impl Drop for AbortOnDrop {
 /// Opens the metadata log directory after checking it belongs to this node and is whole:
 /// `meta.properties` matches `node_id` and the voters, `raft/` exists and holds a vote when a
 /// cluster id is recorded, the Raft log was not copied from another node; the node never
-/// resumes a leadership it held before the restart. Writes `meta.properties` on first start.
-/// Returns the log, the state machine and the recorded cluster id.
+/// resumes a leadership it held before the restart. Writes `meta.properties` on first start
+/// (with a new directory id; one is added to a file of an earlier build). Returns the log, the
+/// state machine and the directory's `meta.properties` as on disk (with a directory id).
+/// The voter ids are checked once Raft has loaded the membership (in [`start_raft`]).
 async fn open_metadata_log_dir(
     c: &ControllerConfig,
-) -> Result<(LogStore, store::StateMachineStore, Option<String>), StartError> {
+) -> Result<(LogStore, store::StateMachineStore, MetaProperties), StartError> {
     let dir = c.metadata_log_dir.display().to_string();
     let voter_ids: BTreeSet<u64> = c.controller_quorum_voters.keys().copied().collect();
     let props_path = meta_properties::path_in(&c.metadata_log_dir);
@@ -350,7 +415,7 @@ async fn open_metadata_log_dir(
         },
     };
     if let Some(p) = &stored {
-        p.check(&props_path, c.node_id, &voter_ids)?;
+        p.check(&props_path, c.node_id)?;
         store::check_before_open(&c.metadata_log_dir).map_err(inconsistent)?;
         let raft_dir = c.metadata_log_dir.join("raft");
         if !raft_dir.exists() {
@@ -365,12 +430,22 @@ async fn open_metadata_log_dir(
     let disk_options = store::disk::DiskOptions {
         segment_bytes: c.metadata_log_segment_bytes,
     };
-    let (mut log, sm) =
+    let (mut log, mut sm) =
         store::open_checked(&c.metadata_log_dir, disk_options).map_err(inconsistent)?;
     let storage_err = |e: keel_metadata_log::raft_types::StorageError| StartError::Storage {
         dir: dir.clone(),
         source: Box::new(e),
     };
+    // The voters this directory was first started with, or the ones its log holds now
+    // (after `add-controller` / `remove-controller`); read from disk only when they differ.
+    if let Some(p) = &stored
+        && p.voter_ids != voter_ids
+    {
+        let on_disk = membership_voters_on_disk(&mut log, &mut sm)
+            .await
+            .map_err(storage_err)?;
+        p.check_voters(&props_path, &voter_ids, on_disk.as_ref())?;
+    }
     // A node that knows the cluster id has voted (a follower stores its leader's vote before
     // it accepts entries): no vote means `raft/` was emptied (rebuilt from nothing, it would
     // forget its vote and the log it acknowledged).
@@ -398,18 +473,66 @@ async fn open_metadata_log_dir(
         .await
         .map_err(storage_err)?;
     let image_cluster_id = sm.image().cluster_id().map(str::to_string);
-    match &stored {
-        Some(p) => p.check_cluster_id(&props_path, image_cluster_id.as_deref())?,
-        None => meta_properties::write(
-            &c.metadata_log_dir,
-            &MetaProperties {
+    let props = match stored {
+        Some(mut p) => {
+            p.check_cluster_id(&props_path, image_cluster_id.as_deref())?;
+            if p.directory_id.is_none() {
+                p.directory_id = Some(uuid::Uuid::new_v4());
+                meta_properties::write(&c.metadata_log_dir, &p)?;
+                tracing::info!(
+                    directory_id = %keel_metadata_log::raft_types::directory_id_text(
+                        p.directory_id.unwrap_or_default()
+                    ),
+                    "recorded a directory id for this metadata log directory"
+                );
+            }
+            p
+        }
+        None => {
+            let p = MetaProperties {
                 node_id: c.node_id,
                 voter_ids,
                 cluster_id: image_cluster_id,
-            },
-        )?,
+                directory_id: Some(uuid::Uuid::new_v4()),
+            };
+            meta_properties::write(&c.metadata_log_dir, &p)?;
+            p
+        }
+    };
+    Ok((log, sm, props))
+}
+
+/// The voter ids of the newest membership in the Raft log `log` (scanned backwards in steps
+/// of 512 entries, only down to the last purged entry), else of the state machine `sm`'s
+/// snapshot; `None` for a directory without any membership.
+///
+/// Errors: the log or the state machine cannot be read.
+async fn membership_voters_on_disk(
+    log: &mut LogStore,
+    sm: &mut store::StateMachineStore,
+) -> Result<Option<BTreeSet<u64>>, keel_metadata_log::raft_types::StorageError> {
+    use openraft::storage::{RaftLogReader, RaftLogStorage, RaftStateMachine};
+    let state = log.get_log_state().await?;
+    if let Some(last) = state.last_log_id {
+        let first = state.last_purged_log_id.map_or(0, |l| l.index + 1);
+        let mut end = last.index + 1;
+        while end > first {
+            let start = end.saturating_sub(512).max(first);
+            let entries = log.try_get_log_entries(start..end).await?;
+            if let Some(m) = entries.iter().rev().find_map(|e| match &e.payload {
+                openraft::EntryPayload::Membership(m) => Some(m.voter_ids().collect()),
+                _ => None,
+            }) {
+                return Ok(Some(m));
+            }
+            end = start;
+        }
     }
-    Ok((log, sm, stored.and_then(|p| p.cluster_id)))
+    let (_, membership) = sm.applied_state().await?;
+    Ok(membership
+        .log_id()
+        .is_some()
+        .then(|| membership.membership().voter_ids().collect()))
 }
 
 /// Initializes the quorum with the configured voters on a node that has never been part of
@@ -418,15 +541,32 @@ async fn initialize_if_new(
     raft: &Raft<TypeConfig>,
     c: &ControllerConfig,
 ) -> Result<(), StartError> {
+    if !c.controller_quorum_voters.contains_key(&c.node_id) {
+        // An observer: it receives the log once a voter adds it (`keelctl quorum
+        // add-controller`), and never starts a quorum of its own.
+        tracing::info!(
+            node_id = c.node_id,
+            "not in controller_quorum_voters: starting as an observer, waiting to be added"
+        );
+        return Ok(());
+    }
     let initialized = raft
         .is_initialized()
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
     if !initialized {
-        let members: BTreeMap<u64, BasicNode> = c
+        let members: BTreeMap<u64, ControllerNode> = c
             .controller_quorum_voters
             .iter()
-            .map(|(id, addr)| (*id, BasicNode::new(addr.clone())))
+            .map(|(id, addr)| {
+                (
+                    *id,
+                    ControllerNode {
+                        addr: addr.clone(),
+                        directory_id: None,
+                    },
+                )
+            })
             .collect();
         match raft.initialize(members).await {
             Ok(()) => tracing::info!(node_id = c.node_id, "initialized a new metadata quorum"),
@@ -469,7 +609,7 @@ pub fn raft_service(
 }
 
 /// Check-quorum (Raft thesis §6.2; Kafka: `controller.quorum.fetch.timeout.ms`): every
-/// `interval`, an active controller checks that a majority of `voters` answered its
+/// `interval`, an active controller checks that a majority of its membership's voters answered its
 /// replication within `timeout` ([`quorum_in_contact`] over `acks`). If not, it must stop
 /// acting as the active controller: the returned flag turns false, the write path then answers
 /// NOT_CONTROLLER and leader hints say "unknown" until contact is back (or the node learns of
@@ -483,7 +623,6 @@ pub fn raft_service(
 pub fn spawn_check_quorum(
     raft: Raft<TypeConfig>,
     node_id: u64,
-    voters: Vec<u64>,
     acks: PeerAcks,
     interval: std::time::Duration,
     timeout: std::time::Duration,
@@ -498,12 +637,13 @@ pub fn spawn_check_quorum(
         let mut leading_since: Option<(u64, i64)> = None;
         loop {
             ticker.tick().await;
-            let (is_leader, term) = {
+            let (is_leader, term, voters) = {
                 let m = raft.metrics();
                 let m = m.borrow();
                 (
                     m.state.is_leader() && m.current_leader == Some(node_id),
                     m.current_term,
+                    voter_ids(&m),
                 )
             };
             if !is_leader {
@@ -540,6 +680,68 @@ pub fn spawn_check_quorum(
         }
     });
     (rx, task)
+}
+
+/// Records members' directory ids in the membership (KIP-853's voter keys) where it has none:
+/// a quorum initialized from `controller_quorum_voters` starts without them, as Kafka's static
+/// voters. Every `interval`, the active controller commits one membership change
+/// (openraft `SetNodes`, same addresses) giving each such member the directory id it presented
+/// in its Raft replies ([`RaftNode::learned`]; its own from `meta.properties`), through the
+/// write task (`writer`, the only proposer). From then on, a member whose directory is
+/// replaced is refused as that voter ([`crate::membership::voter_key_mismatch`]). Skipped
+/// while another change is pending; each attempt is bounded by
+/// [`crate::write_path::MEMBERSHIP_CHANGE_TIMEOUT`].
+pub fn spawn_record_directory_ids<S: crate::write_path::ControllerState>(
+    node: RaftNode,
+    writer: crate::write_path::WriteHandle<S>,
+    interval: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if !node.is_active() {
+                continue;
+            }
+            let members = node.members();
+            if members.changing {
+                continue;
+            }
+            let updates: BTreeMap<u64, ControllerNode> = members
+                .voters
+                .iter()
+                .chain(members.observers.iter())
+                .filter(|(_, n)| n.directory_id.is_none())
+                .filter_map(|(id, n)| {
+                    let dir = if *id == node.node_id {
+                        Some(node.directory_id)
+                    } else {
+                        node.learned.get(*id)
+                    }?;
+                    Some((
+                        *id,
+                        ControllerNode {
+                            addr: n.addr.clone(),
+                            directory_id: Some(dir),
+                        },
+                    ))
+                })
+                .collect();
+            if updates.is_empty() {
+                continue;
+            }
+            let ids: Vec<u64> = updates.keys().copied().collect();
+            match writer
+                .change_membership(openraft::ChangeMembers::SetNodes(updates))
+                .await
+            {
+                Some(Ok(_)) => tracing::info!(?ids, "recorded the directory ids of controllers"),
+                Some(Err(e)) => tracing::debug!(error = %e, "recording directory ids"),
+                None => tracing::debug!("recording directory ids did not commit in time"),
+            }
+        }
+    })
 }
 
 /// Resolves when openraft stops on its own: `RaftMetrics.running_state` turns `Err` (a

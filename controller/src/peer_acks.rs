@@ -12,7 +12,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use openraft::{BasicNode, RaftMetrics};
+use keel_metadata_log::raft_types::ControllerNode;
+use openraft::RaftMetrics;
 use tokio::sync::watch;
 
 /// Check-quorum (Raft thesis §6.2; Kafka `LeaderState.timeUntilCheckQuorumExpires` with
@@ -133,12 +134,12 @@ pub struct PeerAcks {
     /// as openraft runs one replication stream per peer.
     installing: Arc<Mutex<BTreeMap<u64, i64>>>,
     /// This node's Raft metrics, attached once the node exists (the network is built first).
-    metrics: Arc<OnceLock<watch::Receiver<RaftMetrics<u64, BasicNode>>>>,
+    metrics: Arc<OnceLock<watch::Receiver<RaftMetrics<u64, ControllerNode>>>>,
 }
 
 impl PeerAcks {
     /// Lets the records see this node's last log index. Later calls are ignored.
-    pub fn attach(&self, metrics: watch::Receiver<RaftMetrics<u64, BasicNode>>) {
+    pub fn attach(&self, metrics: watch::Receiver<RaftMetrics<u64, ControllerNode>>) {
         let _ = self.metrics.set(metrics);
     }
 

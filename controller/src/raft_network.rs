@@ -12,15 +12,22 @@
 //! RPC is bounded by openraft's per-RPC TTL.
 //!
 //! Every request names the node it is for and the sender's cluster id ([`Identity`]); a
-//! receiver refuses one meant for another node or another cluster ([`misdirected`]).
+//! receiver refuses one meant for another node or another cluster ([`misdirected`]). It also
+//! carries both replica keys (KIP-853: node id + directory id): a receiver refuses a request
+//! meant for another directory id, or from a sender whose directory id is not the one its
+//! membership records ([`crate::membership::voter_key_mismatch`]). Replies carry the
+//! replier's directory id, which the active controller records for members that have none
+//! yet ([`LearnedDirectories`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use keel_metadata_log::raft_types::ControllerNode;
 use keel_metadata_log::raft_types::{Entry, TypeConfig};
 use keel_proto::raft::raft_service_client::RaftServiceClient;
 use keel_proto::raft::raft_service_server::RaftService;
 use keel_proto::raft::{RaftReply, RaftRequest};
+use openraft::Raft;
 use openraft::error::{
     InstallSnapshotError, NetworkError, PayloadTooLarge, RPCError, RaftError, RemoteError,
     Unreachable,
@@ -30,7 +37,6 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, Raft};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -59,11 +65,35 @@ const MAX_INSTALL_WAIT: Duration = Duration::from_secs(10);
 /// Connect timeout for a peer.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(500);
 
+/// The directory ids peers presented in their replies, by node id (bounded by the members:
+/// one entry per peer ever asked).
+#[derive(Debug, Clone, Default)]
+pub struct LearnedDirectories(Arc<Mutex<std::collections::BTreeMap<u64, uuid::Uuid>>>);
+
+impl LearnedDirectories {
+    fn record(&self, node: u64, dir: uuid::Uuid) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(node, dir);
+    }
+
+    /// The directory id node `node` last presented, if any.
+    pub fn get(&self, node: u64) -> Option<uuid::Uuid> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&node)
+            .copied()
+    }
+}
+
 /// Creates one [`PeerClient`] per target node.
 ///
-/// Peer addresses come from this node's `controller_quorum_voters` (static voters, like KRaft
-/// before KIP-853): each controller decides how it reaches the others (through a proxy, a NAT,
-/// another interface), so the membership's stored address is only a fallback.
+/// Peer addresses come from this node's `controller_quorum_voters` when it lists the peer
+/// (each controller decides how it reaches the others: through a proxy, a NAT, another
+/// interface), else from the membership (a controller added with `keelctl quorum
+/// add-controller`, at the endpoint given there).
 #[derive(Debug, Clone)]
 pub struct NetworkFactory {
     voters: Arc<std::collections::BTreeMap<u64, String>>,
@@ -71,6 +101,7 @@ pub struct NetworkFactory {
     identity: Identity,
     reach: Reachability,
     dialer: Dialer,
+    learned: LearnedDirectories,
 }
 
 impl NetworkFactory {
@@ -88,7 +119,13 @@ impl NetworkFactory {
             identity,
             reach: Reachability::default(),
             dialer,
+            learned: LearnedDirectories::default(),
         }
+    }
+
+    /// The directory ids peers presented in their replies.
+    pub fn learned(&self) -> LearnedDirectories {
+        self.learned.clone()
     }
 }
 
@@ -136,23 +173,32 @@ impl Reachability {
 #[derive(Debug, Clone)]
 pub struct Identity {
     node_id: u64,
+    directory_id: uuid::Uuid,
     images: watch::Receiver<MetadataImage>,
     recorded_cluster_id: Option<String>,
 }
 
 impl Identity {
-    /// The identity of node `node_id`, whose applied images are `images`, and whose
-    /// `meta.properties` recorded `recorded_cluster_id`.
+    /// The identity of node `node_id` with metadata log directory `directory_id`, whose
+    /// applied images are `images`, and whose `meta.properties` recorded
+    /// `recorded_cluster_id`.
     pub fn new(
         node_id: u64,
+        directory_id: uuid::Uuid,
         images: watch::Receiver<MetadataImage>,
         recorded_cluster_id: Option<String>,
     ) -> Self {
         Self {
             node_id,
+            directory_id,
             images,
             recorded_cluster_id,
         }
+    }
+
+    /// This node's metadata log directory id.
+    pub fn directory_id(&self) -> uuid::Uuid {
+        self.directory_id
     }
 
     /// The cluster id, empty while neither the log nor `meta.properties` names it.
@@ -191,7 +237,7 @@ pub fn misdirected(
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = PeerClient;
 
-    async fn new_client(&mut self, target: u64, node: &BasicNode) -> Self::Network {
+    async fn new_client(&mut self, target: u64, node: &ControllerNode) -> Self::Network {
         let addr = self
             .voters
             .get(&target)
@@ -199,7 +245,9 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             .unwrap_or_else(|| node.addr.clone());
         PeerClient {
             target,
+            target_dir: node.directory_id,
             addr,
+            learned: self.learned.clone(),
             client: None,
             acks: self.acks.clone(),
             identity: self.identity.clone(),
@@ -215,7 +263,10 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 #[derive(Debug)]
 pub struct PeerClient {
     target: u64,
+    /// The directory id the membership records for `target`, if any.
+    target_dir: Option<uuid::Uuid>,
     addr: String,
+    learned: LearnedDirectories,
     client: Option<RaftServiceClient<Channel>>,
     acks: PeerAcks,
     identity: Identity,
@@ -246,20 +297,38 @@ impl Drop for InFlightAppend {
     }
 }
 
-type RpcErr<E = openraft::error::Infallible> = RPCError<u64, BasicNode, RaftError<u64, E>>;
+type RpcErr<E = openraft::error::Infallible> = RPCError<u64, ControllerNode, RaftError<u64, E>>;
 
-fn encode<T: Serialize>(
-    v: &T,
-    target: u64,
-    cluster_id: String,
-) -> Result<RaftRequest, NetworkError> {
-    let payload = postcard::to_stdvec(v).map_err(|e| NetworkError::new(&e))?;
-    Ok(RaftRequest {
-        version: PAYLOAD_VERSION,
-        payload: payload.into(),
-        target_node_id: target,
-        cluster_id,
-    })
+impl PeerClient {
+    fn encode<T: Serialize>(&self, v: &T) -> Result<RaftRequest, NetworkError> {
+        let payload = postcard::to_stdvec(v).map_err(|e| NetworkError::new(&e))?;
+        Ok(RaftRequest {
+            version: PAYLOAD_VERSION,
+            payload: payload.into(),
+            target_node_id: self.target,
+            cluster_id: self.identity.cluster_id(),
+            sender_node_id: self.identity.node_id,
+            sender_directory_id: self.identity.directory_id.as_bytes().to_vec().into(),
+            target_directory_id: self
+                .target_dir
+                .map(|d| d.as_bytes().to_vec().into())
+                .unwrap_or_default(),
+        })
+    }
+
+    /// Records the directory id a reply presented.
+    fn learn(&self, reply: &RaftReply) {
+        if let Ok(d) = uuid::Uuid::from_slice(&reply.directory_id)
+            && !d.is_nil()
+        {
+            self.learned.record(self.target, d);
+        }
+    }
+}
+
+/// A 16-byte directory id field; `None` when empty, nil or not 16 bytes.
+fn directory_field(b: &[u8]) -> Option<uuid::Uuid> {
+    uuid::Uuid::from_slice(b).ok().filter(|d| !d.is_nil())
 }
 
 /// One line for an RPC that got no reply: the peer's address, the status message and its
@@ -292,8 +361,7 @@ impl PeerClient {
     /// runs only while no leader is heard from, when the peers' state is logged already.
     pub async fn pre_vote(&mut self, req: &PreVoteRequest, timeout: Duration) -> Option<bool> {
         let mut client = self.client().ok()?;
-        let mut request =
-            tonic::Request::new(encode(req, self.target, self.identity.cluster_id()).ok()?);
+        let mut request = tonic::Request::new(self.encode(req).ok()?);
         request.set_timeout(timeout);
         let reply = tokio::time::timeout(timeout, client.pre_vote(request))
             .await
@@ -332,8 +400,7 @@ impl PeerClient {
         E: std::error::Error + DeserializeOwned,
     {
         let mut client = self.client()?;
-        let mut request =
-            tonic::Request::new(encode(req, self.target, self.identity.cluster_id())?);
+        let mut request = tonic::Request::new(self.encode(req)?);
         request.set_timeout(option.hard_ttl());
         let result = match method {
             Method::AppendEntries => client.append_entries(request).await,
@@ -352,7 +419,9 @@ impl PeerClient {
                         self.addr
                     );
                 }
-                r.into_inner()
+                let r = r.into_inner();
+                self.learn(&r);
+                r
             }
             Err(status) => {
                 // No reply from the peer's Raft (refused, reset, closed, timed out, or a
@@ -510,6 +579,8 @@ pub struct RaftServer {
     authz: keel_metadata_log::authz::Authz,
     /// The applied image (its ACLs) for `authz`.
     images: Option<tokio::sync::watch::Receiver<keel_metadata_log::MetadataImage>>,
+    /// Voter-key refusals already logged.
+    refused_keys: RefusedKeys,
 }
 
 impl std::fmt::Debug for RaftServer {
@@ -533,6 +604,7 @@ impl RaftServer {
             log,
             authz: Default::default(),
             images: None,
+            refused_keys: RefusedKeys::default(),
         }
     }
 
@@ -593,6 +665,28 @@ impl RaftServer {
             tracing::warn!("refused: {why}");
             return Err(tonic::Status::failed_precondition(why));
         }
+        let recorded_sender_dir = self
+            .raft
+            .metrics()
+            .borrow()
+            .membership_config
+            .membership()
+            .get_node(&req.sender_node_id)
+            .and_then(|n| n.directory_id);
+        if let Some(why) = crate::membership::voter_key_mismatch(
+            self.identity.node_id,
+            self.identity.directory_id,
+            directory_field(&req.target_directory_id),
+            req.sender_node_id,
+            directory_field(&req.sender_directory_id),
+            recorded_sender_dir,
+        ) {
+            // Logged once per sender and cause change, not per request.
+            if self.refused_keys.note(req.sender_node_id, &why) {
+                tracing::warn!("refused: {why}");
+            }
+            return Err(tonic::Status::failed_precondition(why));
+        }
         decode(req)
     }
 }
@@ -608,8 +702,27 @@ fn decode<T: DeserializeOwned>(req: &RaftRequest) -> Result<T, tonic::Status> {
         .map_err(|e| tonic::Status::invalid_argument(format!("raft payload does not decode: {e}")))
 }
 
+/// The last voter-key refusal logged per sender, so a replaced node retrying several times a
+/// second logs its refusal once (bounded by the node ids that ever sent a refused request).
+#[derive(Debug, Clone, Default)]
+struct RefusedKeys(Arc<Mutex<std::collections::BTreeMap<u64, String>>>);
+
+impl RefusedKeys {
+    /// True when `why` is new for `sender` (log it).
+    fn note(&self, sender: u64, why: &str) -> bool {
+        let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if m.get(&sender).is_some_and(|w| w == why) {
+            return false;
+        }
+        m.insert(sender, why.to_string());
+        true
+    }
+}
+
+/// The reply of `r`, presenting this node's directory id `dir`.
 fn reply<T: Serialize, E: Serialize>(
     r: Result<T, E>,
+    dir: uuid::Uuid,
 ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
     let internal =
         |e: postcard::Error| tonic::Status::internal(format!("encoding raft reply: {e}"));
@@ -617,10 +730,12 @@ fn reply<T: Serialize, E: Serialize>(
         Ok(v) => RaftReply {
             payload: postcard::to_stdvec(&v).map_err(internal)?.into(),
             error: Default::default(),
+            directory_id: dir.as_bytes().to_vec().into(),
         },
         Err(e) => RaftReply {
             payload: Default::default(),
             error: postcard::to_stdvec(&e).map_err(internal)?.into(),
+            directory_id: dir.as_bytes().to_vec().into(),
         },
     };
     Ok(tonic::Response::new(reply))
@@ -643,7 +758,7 @@ impl RaftService for RaftServer {
         ) {
             self.gate.leader_contact();
         }
-        reply(result)
+        reply(result, self.identity.directory_id)
     }
 
     async fn pre_vote(
@@ -674,7 +789,7 @@ impl RaftService for RaftServer {
         let lease = Duration::from_millis(self.raft.config().election_timeout_min);
         let granted = pre_vote::grants(&view, &req, lease);
         tracing::debug!(candidate = req.candidate, granted, "pre-vote");
-        reply::<_, ()>(Ok(PreVoteReply { granted }))
+        reply::<_, ()>(Ok(PreVoteReply { granted }), self.identity.directory_id)
     }
 
     async fn vote(
@@ -683,7 +798,7 @@ impl RaftService for RaftServer {
     ) -> Result<tonic::Response<RaftReply>, tonic::Status> {
         let req: VoteRequest<u64> = self.accept(request.get_ref())?;
         self.authorize(&request, req.vote.leader_id().node_id)?;
-        reply(self.raft.vote(req).await)
+        reply(self.raft.vote(req).await, self.identity.directory_id)
     }
 
     async fn install_snapshot(
@@ -693,7 +808,10 @@ impl RaftService for RaftServer {
         let req: InstallSnapshotRequest<TypeConfig> = self.accept(request.get_ref())?;
         self.authorize(&request, req.vote.leader_id().node_id)?;
         if !req.done {
-            return reply(self.raft.install_snapshot(req).await);
+            return reply(
+                self.raft.install_snapshot(req).await,
+                self.identity.directory_id,
+            );
         }
         // The last chunk is answered only once the snapshot is installed, and the leader sends
         // this node nothing else meanwhile: without a message, openraft's election timer
@@ -737,7 +855,7 @@ impl RaftService for RaftServer {
             self.gate.leader_contact();
         }
         let _ = answered.send(());
-        reply(result)
+        reply(result, self.identity.directory_id)
     }
 }
 

@@ -51,7 +51,7 @@ pub fn leader_hint(node: &RaftNode) -> ControllerLeader {
     match leader {
         Some(id) => ControllerLeader {
             leader_id: id as i32,
-            leader_address: node.voters.get(&id).cloned().unwrap_or_default(),
+            leader_address: node.address_of(id),
             term: current_term as i64,
         },
         None => ControllerLeader {
@@ -643,15 +643,16 @@ pub fn describe_quorum(
     };
     let leader_last = m.last_log_index.unwrap_or(0) as i64;
     let now_ms = keel_runtime::clock::wall_clock_ms();
-    for (id, addr) in node.voters.iter() {
-        let is_leader = *id == node.node_id;
-        // A voter that has acknowledged nothing to this leader (down, unreachable) has no
+    let members = crate::node::members_of(&m);
+    let state = |id: u64, member: &keel_metadata_log::raft_types::ControllerNode| {
+        let is_leader = id == node.node_id;
+        // A member that has acknowledged nothing to this leader (down, unreachable) has no
         // known position: -1, not "index 0".
         let last = if is_leader {
             Some(leader_last)
         } else {
             replication
-                .get(id)
+                .get(&id)
                 .copied()
                 .flatten()
                 .map(|l| l.index as i64)
@@ -660,20 +661,38 @@ pub fn describe_quorum(
             (now_ms, now_ms)
         } else {
             node.peer_acks
-                .get(*id)
+                .get(id)
                 .map_or((-1, -1), |a| (a.last_fetch_ms, a.last_caught_up_ms))
         };
-        reply.voters.push(QuorumReplicaState {
-            replica_id: *id as i32,
-            address: addr.clone(),
+        QuorumReplicaState {
+            replica_id: id as i32,
+            address: node
+                .configured_voters
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| member.addr.clone()),
             last_log_index: last.unwrap_or(-1),
             lag: last.map_or(-1, |l| leader_last - l),
             last_fetch_timestamp_ms: fetch_ms,
             last_caught_up_timestamp_ms: caught_up_ms,
             is_leader,
-        });
+            directory_id: member
+                .directory_id
+                .map(keel_metadata_log::raft_types::directory_id_text)
+                .unwrap_or_default(),
+        }
+    };
+    for (id, member) in &members.voters {
+        reply.voters.push(state(*id, member));
     }
-    reply.observers = observers(&node.images.borrow(), brokers, leader_last);
+    // Controllers that follow the log without voting (added as observers, or being added),
+    // then the brokers.
+    for (id, member) in &members.observers {
+        reply.observers.push(state(*id, member));
+    }
+    reply
+        .observers
+        .extend(observers(&node.images.borrow(), brokers, leader_last));
     reply
 }
 
@@ -718,6 +737,7 @@ fn observers(
                 last_fetch_timestamp_ms: session.map_or(-1, |s| s.last_heartbeat_timestamp_ms),
                 last_caught_up_timestamp_ms: -1,
                 is_leader: false,
+                directory_id: String::new(),
             }
         })
         .collect()

@@ -74,7 +74,7 @@ pub async fn serve(
     );
     let grpc = ControllerGrpc::new(
         raft_node.clone(),
-        writer,
+        writer.clone(),
         session_views,
         heartbeat_tracker,
         config.metadata_log_dir.join("snapshots"),
@@ -84,10 +84,16 @@ pub async fn serve(
         node_id = config.node_id,
         listeners = %config.listeners,
         voters = ?config.controller_quorum_voters,
+        directory_id = %keel_metadata_log::raft_types::directory_id_text(raft_node.directory_id),
         "controller started"
     );
     let record_cluster_id =
         node::spawn_record_cluster_id(config.metadata_log_dir.clone(), raft_node.images.clone());
+    let record_directory_ids = node::spawn_record_directory_ids(
+        raft_node.clone(),
+        writer.clone(),
+        std::time::Duration::from_secs(1),
+    );
     // The shutdown future fires `stopping`; in-flight requests then get SHUTDOWN_GRACE to
     // finish (tonic's graceful shutdown alone waits for every open stream, and a broker's
     // metadata stream stays open until the broker notices: 8.7 s seen).
@@ -124,6 +130,7 @@ pub async fn serve(
         cause = node::raft_stopped(raft_node.raft.clone()) => {
             write_task.abort();
             record_cluster_id.abort();
+            record_directory_ids.abort();
             return Err(StartError::RaftStopped(cause));
         }
         () = grace_over => {
@@ -142,6 +149,7 @@ pub async fn serve(
     }
     write_task.abort();
     record_cluster_id.abort();
+    record_directory_ids.abort();
     drop(metrics_guard);
     served.map_err(|e| StartError::Raft(format!("gRPC server: {e}")))?;
     tracing::info!(node_id = config.node_id, "controller stopped");

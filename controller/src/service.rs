@@ -193,6 +193,9 @@ pub struct ControllerGrpc {
     digests: std::sync::Arc<DigestMemo>,
     /// Request authorization (`authorizer`; [`access`]).
     authz: Authz,
+    /// Held through one AddRaftVoter / RemoveRaftVoter, so membership changes run one at a
+    /// time.
+    membership_change: std::sync::Arc<tokio::sync::Mutex<()>>,
 }
 
 impl ControllerGrpc {
@@ -213,6 +216,7 @@ impl ControllerGrpc {
             snapshot_dir,
             digests: Default::default(),
             authz: Authz::disabled(),
+            membership_change: Default::default(),
         }
     }
 
@@ -263,6 +267,187 @@ impl ControllerGrpc {
             .cluster_id()
             .unwrap_or_default()
             .to_string()
+    }
+
+    /// AddRaftVoter (KIP-853): validate, add as an observer (openraft learner) and wait until
+    /// it has caught up, then make it a voter. An observer that does not catch up in time is
+    /// removed again.
+    async fn add_raft_voter_inner(
+        &self,
+        request: Request<AddRaftVoterRequest>,
+    ) -> Result<(), keel_proto::common::Error> {
+        use crate::membership;
+        self.authorize_cluster(&request, Operation::Alter)
+            .map_err(|d| d.to_proto())?;
+        let r = request.into_inner();
+        let invalid = |m: String| ErrorCode::InvalidRequest.to_proto(m);
+        let id = u64::try_from(r.voter_id)
+            .map_err(|_| invalid(format!("voter_id {} is negative", r.voter_id)))?;
+        let dir = keel_metadata_log::raft_types::parse_directory_id(&r.voter_directory_id)
+            .map_err(|e| invalid(format!("voter_directory_id: {e}")))?;
+        let timeout_ms = match r.timeout_ms {
+            0 => 60_000,
+            t @ 1_000..=600_000 => t as u64,
+            t => return Err(invalid(format!("timeout_ms {t} is outside 1000..=600000"))),
+        };
+        let _one_at_a_time = self.membership_change.lock().await;
+        self.require_active()?;
+        let node = membership::check_add(&self.node.members(), id, dir, &r.endpoint)
+            .map_err(|(code, m)| code.to_proto(m))?;
+        let raft = &self.node.raft;
+        let deadline = std::time::Duration::from_millis(timeout_ms);
+        tracing::info!(id, endpoint = %node.addr, "adding a controller: catching it up as an observer");
+        // openraft's own blocking wait counts a learner that has acknowledged nothing as caught
+        // up while the log is shorter than `replication_lag_threshold` (5000 entries), and a
+        // node presenting another directory id acknowledges nothing: wait here for an
+        // acknowledged index instead.
+        let caught_up = async {
+            let added = self
+                .writer
+                .change_membership(openraft::ChangeMembers::AddNodes(
+                    [(id, node.clone())].into(),
+                ))
+                .await
+                .ok_or_else(|| self.membership_timeout(id))?
+                .map_err(|e| self.membership_error(&e))?;
+            let target = raft
+                .metrics()
+                .borrow()
+                .last_log_index
+                .unwrap_or(0)
+                .max(added.log_id.index);
+            let mut metrics = raft.metrics();
+            let _ = metrics
+                .wait_for(|m| {
+                    m.replication
+                        .as_ref()
+                        .and_then(|r| r.get(&id))
+                        .and_then(|matched| matched.map(|l| l.index))
+                        .is_some_and(|i| i >= target)
+                        || m.replication.is_none()
+                })
+                .await;
+            Ok::<(), keel_proto::common::Error>(())
+        };
+        match tokio::time::timeout(deadline, caught_up).await {
+            Ok(Ok(())) if self.node.is_active() => {}
+            Ok(Ok(())) => return Err(self.require_active().unwrap_err()),
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                // Not caught up: take the observer out again (bounded), so the leader stops
+                // replicating to it.
+                let _ = self
+                    .writer
+                    .change_membership(openraft::ChangeMembers::RemoveNodes([id].into()))
+                    .await;
+                return Err(ErrorCode::RequestTimedOut.to_proto(format!(
+                    "controller {id} did not catch up within {timeout_ms} ms: is it running at \
+                     {} with directory id {}? (it was removed again as an observer)",
+                    node.addr,
+                    keel_metadata_log::raft_types::directory_id_text(dir)
+                )));
+            }
+        }
+        match self
+            .writer
+            .change_membership(openraft::ChangeMembers::AddVoterIds([id].into()))
+            .await
+        {
+            Some(Ok(_)) => {
+                tracing::info!(id, "controller added to the voters");
+                Ok(())
+            }
+            Some(Err(e)) => Err(self.membership_error(&e)),
+            None => Err(self.membership_timeout(id)),
+        }
+    }
+
+    /// RemoveRaftVoter (KIP-853).
+    async fn remove_raft_voter_inner(
+        &self,
+        request: Request<RemoveRaftVoterRequest>,
+    ) -> Result<(), keel_proto::common::Error> {
+        use crate::membership;
+        self.authorize_cluster(&request, Operation::Alter)
+            .map_err(|d| d.to_proto())?;
+        let r = request.into_inner();
+        let invalid = |m: String| ErrorCode::InvalidRequest.to_proto(m);
+        let id = u64::try_from(r.voter_id)
+            .ok()
+            .filter(|id| (1..=membership::MAX_NODE_ID).contains(id))
+            .ok_or_else(|| invalid(format!("voter_id {} is outside 1..=2147483647", r.voter_id)))?;
+        let dir = match r.voter_directory_id.as_str() {
+            "" => None,
+            d => Some(
+                keel_metadata_log::raft_types::parse_directory_id(d)
+                    .map_err(|e| invalid(format!("voter_directory_id: {e}")))?,
+            ),
+        };
+        let _one_at_a_time = self.membership_change.lock().await;
+        self.require_active()?;
+        let now = crate::peer_acks::monotonic_ms();
+        let window = self.node.raft.config().election_timeout_max as i64;
+        let acks = &self.node.peer_acks;
+        membership::check_remove(&self.node.members(), id, dir, self.node.node_id, |p| {
+            acks.contact_at(p, now, window)
+                .is_some_and(|t| now.saturating_sub(t) <= window)
+        })
+        .map_err(|(code, m)| code.to_proto(m))?;
+        match self
+            .writer
+            .change_membership(openraft::ChangeMembers::RemoveVoters([id].into()))
+            .await
+        {
+            Some(Ok(_)) => {
+                tracing::info!(id, "controller removed from the voters");
+                Ok(())
+            }
+            Some(Err(e)) => Err(self.membership_error(&e)),
+            None => Err(self.membership_timeout(id)),
+        }
+    }
+
+    /// REQUEST_TIMED_OUT for a membership change about controller `id` that did not commit
+    /// within [`crate::write_path::MEMBERSHIP_CHANGE_TIMEOUT`] (or the write task is gone).
+    fn membership_timeout(&self, id: u64) -> keel_proto::common::Error {
+        ErrorCode::RequestTimedOut.to_proto(format!(
+            "the membership change for controller {id} did not commit within {} s",
+            crate::write_path::MEMBERSHIP_CHANGE_TIMEOUT.as_secs()
+        ))
+    }
+
+    /// NOT_CONTROLLER unless this node is the active controller.
+    fn require_active(&self) -> Result<(), keel_proto::common::Error> {
+        if self.node.is_active() {
+            return Ok(());
+        }
+        let hint = reads::leader_hint(&self.node);
+        Err(ErrorCode::NotController.to_proto(format!(
+            "node {} is not the active controller; ask node {}",
+            self.node.node_id, hint.leader_id
+        )))
+    }
+
+    /// Kafka's code for an openraft membership-change failure.
+    fn membership_error(
+        &self,
+        e: &openraft::error::RaftError<
+            u64,
+            openraft::error::ClientWriteError<u64, keel_metadata_log::raft_types::ControllerNode>,
+        >,
+    ) -> keel_proto::common::Error {
+        use openraft::error::{ClientWriteError, RaftError};
+        match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(_)) => ErrorCode::NotController
+                .to_proto(format!(
+                    "node {} lost leadership during the membership change",
+                    self.node.node_id
+                )),
+            RaftError::APIError(ClientWriteError::ChangeMembershipError(c)) => {
+                ErrorCode::InvalidRequest.to_proto(c.to_string())
+            }
+            RaftError::Fatal(f) => ErrorCode::UnknownServerError.to_proto(f.to_string()),
+        }
     }
 
     fn hint(&self) -> Option<ControllerLeader> {
@@ -703,6 +888,28 @@ impl ControllerService for ControllerGrpc {
             } else {
                 String::new()
             },
+        }))
+    }
+
+    async fn add_raft_voter(
+        &self,
+        request: Request<AddRaftVoterRequest>,
+    ) -> Result<Response<AddRaftVoterReply>, Status> {
+        let error = self.add_raft_voter_inner(request).await.err();
+        Ok(Response::new(AddRaftVoterReply {
+            error,
+            leader: self.hint(),
+        }))
+    }
+
+    async fn remove_raft_voter(
+        &self,
+        request: Request<RemoveRaftVoterRequest>,
+    ) -> Result<Response<RemoveRaftVoterReply>, Status> {
+        let error = self.remove_raft_voter_inner(request).await.err();
+        Ok(Response::new(RemoveRaftVoterReply {
+            error,
+            leader: self.hint(),
         }))
     }
 

@@ -148,17 +148,57 @@ pub type Operation<S> = Box<dyn for<'a> FnOnce(WriteContext<'a, S>) -> Proposal 
 #[derive(Debug)]
 pub struct WriteHandle<S> {
     tx: mpsc::Sender<Operation<S>>,
+    membership_tx: mpsc::Sender<MembershipChange>,
 }
 
 impl<S> Clone for WriteHandle<S> {
     fn clone(&self) -> Self {
         Self {
             tx: self.tx.clone(),
+            membership_tx: self.membership_tx.clone(),
         }
     }
 }
 
+/// Longest a membership change may take on the write task (its entries must commit).
+pub const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The outcome of a membership change: openraft's answer, or `None` when it did not commit
+/// within [`MEMBERSHIP_CHANGE_TIMEOUT`] or the write task is gone.
+pub type MembershipResult = Option<
+    Result<
+        ClientWriteResponse<TypeConfig>,
+        openraft::error::RaftError<
+            u64,
+            openraft::error::ClientWriteError<u64, keel_metadata_log::raft_types::ControllerNode>,
+        >,
+    >,
+>;
+
+/// A change of the Raft membership (KIP-853), run by the write task between its own entries:
+/// the task is the only proposer, so the offsets it derives for its records (broker epochs)
+/// stay right.
+struct MembershipChange {
+    changes: openraft::ChangeMembers<u64, keel_metadata_log::raft_types::ControllerNode>,
+    reply: oneshot::Sender<MembershipResult>,
+}
+
 impl<S: ControllerState> WriteHandle<S> {
+    /// Changes the Raft membership on the write task (openraft `change_membership` with
+    /// `retain = false`), after every entry it has in flight, and waits for the outcome.
+    /// Operations submitted meanwhile wait in the queue.
+    pub async fn change_membership(
+        &self,
+        changes: openraft::ChangeMembers<u64, keel_metadata_log::raft_types::ControllerNode>,
+    ) -> MembershipResult {
+        let (reply, rx) = oneshot::channel();
+        self.membership_tx
+            .send(MembershipChange { changes, reply })
+            .await
+            .ok()?;
+        rx.await.ok().flatten()
+    }
+
     /// Submits `op` and waits for its answer. If the write task is gone (shutting down), the
     /// answer is `Err(NOT_CONTROLLER)`.
     pub async fn submit<T: Send + 'static>(
@@ -197,7 +237,7 @@ impl<S: ControllerState> WriteHandle<S> {
 type Completion = Box<dyn FnOnce(Result<Committed, ErrorCode>) + Send>;
 type WriteResult = Result<
     ClientWriteResponse<TypeConfig>,
-    openraft::error::ClientWriteError<u64, openraft::BasicNode>,
+    openraft::error::ClientWriteError<u64, keel_metadata_log::raft_types::ControllerNode>,
 >;
 
 struct InFlight<S> {
@@ -231,7 +271,10 @@ pub fn spawn<S: ControllerState>(
     config: WritePathConfig,
 ) -> (WriteHandle<S>, tokio::task::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+    // Membership changes are rare and serialized by the controller service.
+    let (membership_tx, membership_rx) = mpsc::channel(4);
     let task = WriteTask {
+        membership_rx,
         raft,
         images,
         quorum_confirmed,
@@ -245,7 +288,7 @@ pub fn spawn<S: ControllerState>(
         inflight: VecDeque::new(),
         last_proposed_offset: 0,
     };
-    (WriteHandle { tx }, tokio::spawn(task.run()))
+    (WriteHandle { tx, membership_tx }, tokio::spawn(task.run()))
 }
 
 struct WriteTask<S> {
@@ -256,6 +299,8 @@ struct WriteTask<S> {
     state: S,
     config: WritePathConfig,
     rx: mpsc::Receiver<Operation<S>>,
+    /// Membership changes to run between entries.
+    membership_rx: mpsc::Receiver<MembershipChange>,
     /// True while this node is the active controller and its working image is current.
     leader: bool,
     /// The last attempt to become the active controller could not confirm leadership (logged
@@ -311,28 +356,11 @@ impl<S: ControllerState> WriteTask<S> {
                     self.on_leadership_signal(&mut metrics).await;
                 }
                 res = Self::front(&mut self.inflight), if !self.inflight.is_empty() => {
-                    let done = self.inflight.pop_front().expect("front exists");
-                    let expected = done.expected_offset;
-                    let unclean_elections = done.unclean_elections;
-                    let committed = self.finish(res, done.completions, done.hooks);
-                    if committed.is_some() && unclean_elections > 0 {
-                        metrics::counter!(crate::metrics::UNCLEAN_LEADER_ELECTIONS)
-                            .increment(unclean_elections);
-                    }
-                    if let Some(actual) = committed
-                        && actual != expected
-                    {
-                        // Some other entry took an index (should not happen: only this task
-                        // proposes): the working image's derived epochs are off. Start over
-                        // from the committed state.
-                        tracing::error!(
-                            expected,
-                            actual,
-                            "entry landed at an unexpected index: resynchronizing"
-                        );
-                        self.step_down_locally();
-                        self.become_leader().await;
-                    }
+                    self.complete_front(res).await;
+                }
+                change = self.membership_rx.recv() => {
+                    let Some(change) = change else { break };
+                    self.change_membership(change).await;
                 }
                 op = self.rx.recv(), if can_take => {
                     let Some(op) = op else { break };
@@ -366,11 +394,73 @@ impl<S: ControllerState> WriteTask<S> {
         }
     }
 
+    /// Answers the oldest entry in flight with its outcome `res`; resynchronizes when it
+    /// landed at another index than expected.
+    async fn complete_front(&mut self, res: Option<WriteResult>) {
+        let done = self.inflight.pop_front().expect("front exists");
+        let expected = done.expected_offset;
+        let unclean_elections = done.unclean_elections;
+        let committed = self.finish(res, done.completions, done.hooks);
+        if committed.is_some() && unclean_elections > 0 {
+            metrics::counter!(crate::metrics::UNCLEAN_LEADER_ELECTIONS)
+                .increment(unclean_elections);
+        }
+        if let Some(actual) = committed
+            && actual != expected
+        {
+            // Some other entry took an index (should not happen: only this task proposes,
+            // membership changes included): the working image's derived epochs are off.
+            // Start over from the committed state.
+            tracing::error!(
+                expected,
+                actual,
+                "entry landed at an unexpected index: resynchronizing"
+            );
+            self.step_down_locally();
+            self.become_leader().await;
+        }
+    }
+
+    /// Runs one membership change after every entry in flight, then rebases the working
+    /// image on the applied one (the change's entries took log indexes).
+    async fn change_membership(&mut self, change: MembershipChange) {
+        while !self.inflight.is_empty() {
+            let res = Self::front(&mut self.inflight).await;
+            self.complete_front(res).await;
+        }
+        let result = tokio::time::timeout(
+            MEMBERSHIP_CHANGE_TIMEOUT,
+            self.raft.change_membership(change.changes, false),
+        )
+        .await
+        .ok();
+        let _ = change.reply.send(result);
+        if self.leader {
+            // As in become_leader: wait until the log (the change's entries) is applied,
+            // bounded by leadership.
+            let target = self.raft.metrics().borrow().last_log_index.unwrap_or(0);
+            while self.images.borrow().provenance().offset < target {
+                let m = self.raft.metrics().borrow().clone();
+                if m.current_leader != Some(self.config.node_id) || !*self.quorum_confirmed.borrow()
+                {
+                    self.step_down_locally();
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            self.working = self.images.borrow().clone();
+            self.working_offset = self.working.provenance().offset;
+        }
+    }
+
     /// Re-evaluates leadership: Raft leader with a confirmed quorum.
     async fn on_leadership_signal(
         &mut self,
         metrics: &mut watch::Receiver<
-            openraft::metrics::RaftServerMetrics<u64, openraft::BasicNode>,
+            openraft::metrics::RaftServerMetrics<
+                u64,
+                keel_metadata_log::raft_types::ControllerNode,
+            >,
         >,
     ) {
         let is_leader = {

@@ -288,6 +288,13 @@ error_codes! {
     NewLeaderElected = (108, "NEW_LEADER_ELECTED", false);
     /// Fetch: the offset is only in tiered storage (KIP-405; Keel has none yet).
     OffsetMovedToTieredStorage = (109, "OFFSET_MOVED_TO_TIERED_STORAGE", false);
+    /// A Raft request whose voter key (node id + directory id, KIP-853) does not match the
+    /// receiving or sending controller's: its metadata log directory was replaced.
+    InvalidVoterKey = (125, "INVALID_VOTER_KEY", false);
+    /// AddRaftVoter: the node id or the directory id is already a voter (KIP-853).
+    DuplicateVoter = (126, "DUPLICATE_VOTER", false);
+    /// RemoveRaftVoter: no voter has this node id and directory id (KIP-853).
+    VoterNotFound = (127, "VOTER_NOT_FOUND", false);
 }
 
 impl ErrorCode {

@@ -81,6 +81,51 @@ impl Quorum {
         voters(&self.ports)
     }
 
+    /// `n` controllers on reserved ports of which only node 1 runs, as the single voter of
+    /// its quorum (`controller_quorum_voters = 1@...` for every node): the others start as
+    /// observers with [`Self::start_observer`], to be added with AddRaftVoter (KIP-853).
+    pub fn start_single_voter(n: usize) -> Self {
+        let mut q = Self::stopped(n);
+        let bootstrap = format!("1@{}", q.addr(1));
+        for id in 1..=n as u64 {
+            q.voter_overrides.insert(id, bootstrap.clone());
+        }
+        q.start_node(1);
+        q
+    }
+
+    /// Starts node `id` as an observer: not in its `controller_quorum_voters`, advertising
+    /// its own address.
+    pub fn start_observer(&mut self, id: u64) {
+        let addr = self.addr(id);
+        let args = self.node_args.entry(id).or_default();
+        if !args.iter().any(|a| a == "--advertised-listeners") {
+            args.extend(["--advertised-listeners".to_string(), addr]);
+        }
+        self.start_node(id);
+    }
+
+    /// The `directory_id` of node `id`'s `meta.properties` (written at its first start);
+    /// waits up to 10 s for the file.
+    pub fn directory_id(&self, id: u64) -> String {
+        let path = self.data_dir(id).join("meta.properties");
+        let start = Instant::now();
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&path)
+                && let Some(d) = text.lines().find_map(|l| l.strip_prefix("directory_id="))
+            {
+                return d.to_string();
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "{} has no directory_id\n{}",
+                path.display(),
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn addr(&self, id: u64) -> String {
         format!("127.0.0.1:{}", self.ports[id as usize - 1])
     }

@@ -1051,6 +1051,67 @@ impl Admin {
         Ok(reply)
     }
 
+    /// Adds controller `voter_id` with metadata log directory `directory_id` (Kafka's base64
+    /// form or a UUID) at `endpoint` (`host:port`) to the voters (AddRaftVoter, KIP-853). The
+    /// active controller waits up to `timeout` (1..=600 s) for the node to catch up as an
+    /// observer before it commits the new voter set; `AdminConfig::request_timeout` must be
+    /// longer, or an attempt is cut short and retried (a retry of an add that went through is
+    /// DUPLICATE_VOTER, and the error says the earlier attempt may have been applied).
+    ///
+    /// Errors: DUPLICATE_VOTER, INVALID_REQUEST, REQUEST_TIMED_OUT (the node did not catch
+    /// up), CLUSTER_AUTHORIZATION_FAILED, or no active controller within the budget.
+    pub async fn add_raft_voter(
+        &self,
+        voter_id: i32,
+        directory_id: &str,
+        endpoint: &str,
+        timeout: Duration,
+    ) -> Result<()> {
+        let req = AddRaftVoterRequest {
+            voter_id,
+            voter_directory_id: directory_id.to_string(),
+            endpoint: endpoint.to_string(),
+            timeout_ms: i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX),
+        };
+        let Answered {
+            value: reply,
+            uncertain,
+        } = self
+            .call(true, |mut c| {
+                let req = req.clone();
+                async move { c.add_raft_voter(req).await }
+            })
+            .await?;
+        check_write(&uncertain, reply.error.as_ref(), || {
+            format!("add controller {voter_id}")
+        })
+    }
+
+    /// Removes controller `voter_id` whose directory id is `directory_id` (as `describe_quorum`
+    /// shows it; empty when the quorum records none) from the voters (RemoveRaftVoter,
+    /// KIP-853).
+    ///
+    /// Errors: VOTER_NOT_FOUND, INVALID_REQUEST (the last voter, or the quorum would stop),
+    /// CLUSTER_AUTHORIZATION_FAILED, or no active controller within the budget.
+    pub async fn remove_raft_voter(&self, voter_id: i32, directory_id: &str) -> Result<()> {
+        let req = RemoveRaftVoterRequest {
+            voter_id,
+            voter_directory_id: directory_id.to_string(),
+        };
+        let Answered {
+            value: reply,
+            uncertain,
+        } = self
+            .call(true, |mut c| {
+                let req = req.clone();
+                async move { c.remove_raft_voter(req).await }
+            })
+            .await?;
+        check_write(&uncertain, reply.error.as_ref(), || {
+            format!("remove controller {voter_id}")
+        })
+    }
+
     /// Raft quorum state and replication progress, from the active controller.
     pub async fn describe_quorum(&self) -> Result<DescribeQuorumReply> {
         let reply = self

@@ -74,6 +74,8 @@ controller_reply!(
     CreateAclsReply,
     DeleteAclsReply,
     AlterUserScramCredentialsReply,
+    AddRaftVoterReply,
+    RemoveRaftVoterReply,
 );
 
 // Reads of the metadata image: out of date on a controller out of contact.

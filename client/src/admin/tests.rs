@@ -136,6 +136,20 @@ impl ControllerService for Fake {
         Err(Status::unimplemented(""))
     }
 
+    async fn add_raft_voter(
+        &self,
+        _: Request<AddRaftVoterRequest>,
+    ) -> Result<Response<AddRaftVoterReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+
+    async fn remove_raft_voter(
+        &self,
+        _: Request<RemoveRaftVoterRequest>,
+    ) -> Result<Response<RemoveRaftVoterReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+
     async fn delete_topics(
         &self,
         _: Request<DeleteTopicsRequest>,

@@ -353,6 +353,43 @@ pub enum QuorumCommand {
     Status,
     /// Per-controller log end offset, lag and timestamps (describe --replication).
     Replication,
+    /// Add a controller to the voters (KIP-853; kafka-metadata-quorum add-controller). Start
+    /// the new keel-controller first, with a node_id that its controller_quorum_voters does
+    /// not list (it then waits as an observer); its directory id is the directory_id line of
+    /// meta.properties in its metadata_log_dir. Returns once it has caught up and the new
+    /// voter set is committed.
+    AddController(AddControllerArgs),
+    /// Remove a controller from the voters (KIP-853; kafka-metadata-quorum
+    /// remove-controller). Its directory id is the one quorum status shows.
+    RemoveController(RemoveControllerArgs),
+}
+
+/// `keelctl quorum add-controller`
+#[derive(Debug, clap::Args)]
+pub struct AddControllerArgs {
+    /// The new controller's node_id (1..=2147483647).
+    #[arg(long)]
+    pub controller_id: i32,
+    /// Its metadata log directory id (meta.properties directory_id).
+    #[arg(long)]
+    pub directory_id: String,
+    /// `host:port` of its gRPC listener, as the other controllers reach it.
+    #[arg(long)]
+    pub endpoint: String,
+    /// How long the active controller waits for it to catch up, ms (1000..=600000).
+    #[arg(long, default_value_t = 60_000)]
+    pub timeout_ms: u64,
+}
+
+/// `keelctl quorum remove-controller`
+#[derive(Debug, clap::Args)]
+pub struct RemoveControllerArgs {
+    /// The controller's node_id.
+    #[arg(long)]
+    pub controller_id: i32,
+    /// Its directory id as quorum status shows it (omit only when it shows none).
+    #[arg(long, default_value = "")]
+    pub directory_id: String,
 }
 
 /// A failed command: one line for stderr, and whether it is a usage error (exit code 2, as
@@ -420,6 +457,16 @@ impl Ctx {
     /// An admin client for `addresses`.
     pub fn admin_for(&self, addresses: Vec<String>) -> Result<Admin, CliError> {
         self.admin_within(addresses, self.api_timeout)
+    }
+
+    /// An admin client for the controllers with these timeouts.
+    fn admin_with(&self, request_timeout: Duration, budget: Duration) -> Result<Admin, CliError> {
+        let mut cfg = AdminConfig::new(self.controllers.clone());
+        cfg.request_timeout = request_timeout;
+        cfg.api_timeout = budget;
+        cfg.allow_stale = self.allow_stale;
+        cfg.dialer = self.dialer.clone();
+        Ok(Admin::new(cfg)?)
     }
 
     /// An admin client for `addresses` whose operations give up after `budget`.
@@ -585,27 +632,69 @@ async fn run(command: Command, ctx: &Ctx) -> CliResult {
             }
         }
         Command::Broker(BrokerCommand::Shutdown(a)) => cluster::shutdown_broker(a, ctx).await,
-        Command::Quorum(q) => {
-            let reply = ctx.admin()?.describe_quorum().await?;
-            match (q, ctx.json) {
-                (QuorumCommand::Status, true) => ctx.print_json(&quorum_status(&reply)),
-                (QuorumCommand::Status, false) => {
-                    out!("{}", quorum_status_text(&quorum_status(&reply)));
-                    Ok(())
-                }
-                (QuorumCommand::Replication, true) => ctx.print_json(&replication_rows(&reply)),
-                (QuorumCommand::Replication, false) => {
-                    out!("{}", replication_text(&replication_rows(&reply)));
-                    Ok(())
-                }
-            }
-        }
+        Command::Quorum(q) => quorum(q, ctx).await,
         Command::Metadata(c) => metadata::run(c, ctx).await,
         Command::Log(c) => log::run(c, ctx),
         Command::Produce(a) => data::produce(a, ctx).await,
         Command::Consume(a) => data::consume(a, ctx).await,
         Command::Verify(a) => data::verify(a, ctx).await,
         Command::Tls(c) => tls::run(c, ctx),
+    }
+}
+
+/// `keelctl quorum ...`
+async fn quorum(q: QuorumCommand, ctx: &Ctx) -> Result<(), CliError> {
+    match q {
+        QuorumCommand::AddController(a) => {
+            if !(1_000..=600_000).contains(&a.timeout_ms) {
+                return Err(CliError::usage(format!(
+                    "--timeout-ms {} is outside 1000..=600000",
+                    a.timeout_ms
+                )));
+            }
+            if a.controller_id < 1 {
+                return Err(CliError::usage(format!(
+                    "--controller-id {} is outside 1..=2147483647",
+                    a.controller_id
+                )));
+            }
+            let wait = Duration::from_millis(a.timeout_ms);
+            // One attempt must outlive the controller's wait for the new node.
+            let request_timeout = ctx.request_timeout.max(wait + Duration::from_secs(5));
+            ctx.admin_with(request_timeout, ctx.api_timeout.max(request_timeout))?
+                .add_raft_voter(a.controller_id, &a.directory_id, &a.endpoint, wait)
+                .await?;
+            outln!("controller {} ({}) is a voter", a.controller_id, a.endpoint);
+            Ok(())
+        }
+        QuorumCommand::RemoveController(a) => {
+            if a.controller_id < 1 {
+                return Err(CliError::usage(format!(
+                    "--controller-id {} is outside 1..=2147483647",
+                    a.controller_id
+                )));
+            }
+            ctx.admin()?
+                .remove_raft_voter(a.controller_id, &a.directory_id)
+                .await?;
+            outln!("controller {} is no longer a voter", a.controller_id);
+            Ok(())
+        }
+        QuorumCommand::Status | QuorumCommand::Replication => {
+            let reply = ctx.admin()?.describe_quorum().await?;
+            match (q, ctx.json) {
+                (QuorumCommand::Replication, true) => ctx.print_json(&replication_rows(&reply)),
+                (QuorumCommand::Replication, false) => {
+                    out!("{}", replication_text(&replication_rows(&reply)));
+                    Ok(())
+                }
+                (_, true) => ctx.print_json(&quorum_status(&reply)),
+                (_, false) => {
+                    out!("{}", quorum_status_text(&quorum_status(&reply)));
+                    Ok(())
+                }
+            }
+        }
     }
 }
 

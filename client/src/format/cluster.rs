@@ -138,8 +138,49 @@ pub struct QuorumStatus {
     pub max_follower_lag_time_ms: i64,
     /// Voter ids.
     pub current_voters: Vec<i32>,
-    /// Observer (learner) ids.
+    /// Observer ids: controllers that follow without voting, then brokers.
     pub current_observers: Vec<i32>,
+    /// Each voter's replica key and endpoint (KIP-853).
+    pub voters: Vec<QuorumMember>,
+    /// Each observer's replica key (controllers with a directory id and endpoint; brokers
+    /// with neither).
+    pub observers: Vec<QuorumMember>,
+}
+
+/// One member of the quorum as `quorum status` shows it (Kafka 3.9+'s `CurrentVoters`
+/// entries: id, directoryId, endpoints).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QuorumMember {
+    /// Node id.
+    pub id: i32,
+    /// Metadata log directory id (Kafka's base64 form); empty for brokers and for a voter
+    /// the quorum has not recorded one for yet.
+    pub directory_id: String,
+    /// Its gRPC listener, `host:port`.
+    pub endpoint: String,
+}
+
+impl QuorumMember {
+    fn of(v: &QuorumReplicaState) -> Self {
+        Self {
+            id: v.replica_id,
+            directory_id: v.directory_id.clone(),
+            endpoint: v.address.clone(),
+        }
+    }
+
+    /// Kafka's text form: `{"id": 1, "directoryId": "...", "endpoints": ["h:p"]}`; brokers
+    /// (no directory id) as `{"id": 4}`.
+    fn text(&self, with_endpoint: bool) -> String {
+        let mut s = format!("{{\"id\": {}", self.id);
+        if !self.directory_id.is_empty() {
+            s += &format!(", \"directoryId\": \"{}\"", self.directory_id);
+        }
+        if with_endpoint && !self.endpoint.is_empty() {
+            s += &format!(", \"endpoints\": [\"{}\"]", self.endpoint);
+        }
+        s + "}"
+    }
 }
 
 /// Builds the status summary of a DescribeQuorum reply.
@@ -177,12 +218,17 @@ pub fn quorum_status(reply: &DescribeQuorumReply) -> QuorumStatus {
         max_follower_lag_time_ms: max_lag_time,
         current_voters: reply.voters.iter().map(|v| v.replica_id).collect(),
         current_observers: reply.observers.iter().map(|v| v.replica_id).collect(),
+        voters: reply.voters.iter().map(QuorumMember::of).collect(),
+        observers: reply.observers.iter().map(QuorumMember::of).collect(),
     }
 }
 
 /// `quorum status` text: one `Key: value` line per field.
 pub fn quorum_status_text(s: &QuorumStatus) -> String {
-    let list = |v: &[i32]| format!("[{}]", super::ids(v));
+    let list = |v: &[QuorumMember], endpoints: bool| {
+        let items: Vec<String> = v.iter().map(|m| m.text(endpoints)).collect();
+        format!("[{}]", items.join(", "))
+    };
     let lines = [
         ("ClusterId", s.cluster_id.clone()),
         ("LeaderId", s.leader_id.to_string()),
@@ -192,8 +238,8 @@ pub fn quorum_status_text(s: &QuorumStatus) -> String {
         ("LogStartOffset", s.log_start_offset.to_string()),
         ("MaxFollowerLag", opt_num(s.max_follower_lag)),
         ("MaxFollowerLagTimeMs", opt_num(s.max_follower_lag_time_ms)),
-        ("CurrentVoters", list(&s.current_voters)),
-        ("CurrentObservers", list(&s.current_observers)),
+        ("CurrentVoters", list(&s.voters, true)),
+        ("CurrentObservers", list(&s.observers, false)),
     ];
     let mut out = String::new();
     for (k, v) in lines {
@@ -209,6 +255,8 @@ pub struct ReplicationRow {
     pub node_id: i32,
     /// Its controller address.
     pub address: String,
+    /// Its metadata log directory id; empty for brokers and unrecorded voters.
+    pub directory_id: String,
     /// Kafka's exclusive log end offset (last log index + 1), -1 unknown.
     pub log_end_offset: i64,
     /// Entries behind the leader, -1 unknown.
@@ -226,6 +274,7 @@ pub fn replication_rows(reply: &DescribeQuorumReply) -> Vec<ReplicationRow> {
     let row = |v: &QuorumReplicaState, status: &str| ReplicationRow {
         node_id: v.replica_id,
         address: v.address.clone(),
+        directory_id: v.directory_id.clone(),
         log_end_offset: if v.last_log_index < 0 {
             -1
         } else {
@@ -253,6 +302,11 @@ pub fn replication_text(rows: &[ReplicationRow]) -> String {
         .map(|r| {
             vec![
                 r.node_id.to_string(),
+                if r.directory_id.is_empty() {
+                    "-".to_string()
+                } else {
+                    r.directory_id.clone()
+                },
                 r.address.clone(),
                 opt_num(r.log_end_offset),
                 opt_num(r.lag),
@@ -265,6 +319,7 @@ pub fn replication_text(rows: &[ReplicationRow]) -> String {
     table(
         &[
             "NodeId",
+            "DirectoryId",
             "Address",
             "LogEndOffset",
             "Lag",
@@ -292,6 +347,7 @@ mod tests {
             last_fetch_timestamp_ms: caught_up,
             last_caught_up_timestamp_ms: caught_up,
             is_leader: leader,
+            directory_id: String::new(),
         }
     }
 
@@ -306,8 +362,15 @@ mod tests {
             voters: vec![
                 voter(1, 97, 3, 9_000, false),
                 voter(2, 100, 0, 10_000, true),
-                voter(3, 100, 0, 10_000, false),
+                QuorumReplicaState {
+                    directory_id: "pbvuBlaTTwKRxS5NLJwRFQ".into(),
+                    ..voter(3, 100, 0, 10_000, false)
+                },
             ],
+            observers: vec![QuorumReplicaState {
+                address: "10.0.0.4:9092".into(),
+                ..voter(4, 100, 0, -1, false)
+            }],
             ..Default::default()
         }
     }
@@ -324,7 +387,18 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("HighWatermark:        100\n"), "{text}");
-        assert!(text.contains("CurrentVoters:        [1,2,3]\n"), "{text}");
+        assert!(
+            text.contains(
+                "CurrentVoters:        [{\"id\": 1, \"endpoints\": [\"127.0.0.1:9091\"]}, \
+                 {\"id\": 2, \"endpoints\": [\"127.0.0.1:9092\"]}, {\"id\": 3, \"directoryId\": \
+                 \"pbvuBlaTTwKRxS5NLJwRFQ\", \"endpoints\": [\"127.0.0.1:9093\"]}]\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("CurrentObservers:     [{\"id\": 4}]\n"),
+            "{text}"
+        );
         // Unknown follower progress is reported as unknown, not as zero.
         let mut q = quorum();
         q.voters[0].lag = -1;
@@ -343,15 +417,26 @@ mod tests {
             vec![
                 (2, "Leader", 101),
                 (1, "Follower", 98),
-                (3, "Follower", 101)
+                (3, "Follower", 101),
+                (4, "Observer", 101)
             ]
         );
         let text = replication_text(&rows);
-        assert!(
+        let line = |n: usize| {
             text.lines()
-                .nth(1)
+                .nth(n)
                 .unwrap()
-                .starts_with("2       127.0.0.1:9092  101           0"),
+                .split_whitespace()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            line(1)[..5],
+            ["2", "-", "127.0.0.1:9092", "101", "0"],
+            "{text}"
+        );
+        assert_eq!(
+            line(3)[..3],
+            ["3", "pbvuBlaTTwKRxS5NLJwRFQ", "127.0.0.1:9093"],
             "{text}"
         );
     }

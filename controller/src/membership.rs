@@ -1,0 +1,348 @@
+//! The quorum's membership as the metadata log records it (KIP-853, dynamic controller
+//! quorum): who votes, who observes (openraft learners), and each member's replica key (node
+//! id + metadata log directory id). Pure rules; the controller's service and Raft transport
+//! call them.
+//!
+//! - A Raft request names the node it is for and the directory id the sender's membership
+//!   records for it, and carries the sender's own node id and directory id
+//!   ([`voter_key_mismatch`]): a node whose directory was replaced (a new directory id) is
+//!   refused as the voter that was, in both directions, so an emptied disk can never vote
+//!   with a log it no longer has.
+//! - AddRaftVoter ([`check_add`]) and RemoveRaftVoter ([`check_remove`]) are validated
+//!   against the current membership before anything changes, with Kafka's codes
+//!   (DUPLICATE_VOTER, VOTER_NOT_FOUND, INVALID_REQUEST).
+//!
+//! Invariant of every membership this module accepts: voters are non-empty, and no two
+//! members share a directory id.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use keel_metadata_log::raft_types::{ControllerNode, Membership, directory_id_text};
+use keel_proto::error::ErrorCode;
+
+/// Largest node id a controller may have (Kafka's int32 node ids).
+pub const MAX_NODE_ID: u64 = i32::MAX as u64;
+
+/// The members of a membership config, split into voters and observers, by node id.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Members {
+    /// Voters (openraft's voter ids of the last config; during a joint change, the union).
+    pub voters: BTreeMap<u64, ControllerNode>,
+    /// Members that receive the log without voting (openraft learners).
+    pub observers: BTreeMap<u64, ControllerNode>,
+    /// True while a change is not committed yet, or the config is joint.
+    pub changing: bool,
+}
+
+impl Members {
+    /// The members of `membership`; `changing` as the caller knows it (the config's log id
+    /// above the committed index, or a joint config).
+    pub fn of(membership: &Membership, changing: bool) -> Self {
+        let voter_ids: BTreeSet<u64> = membership.voter_ids().collect();
+        let mut voters = BTreeMap::new();
+        let mut observers = BTreeMap::new();
+        for (id, node) in membership.nodes() {
+            if voter_ids.contains(id) {
+                voters.insert(*id, node.clone());
+            } else {
+                observers.insert(*id, node.clone());
+            }
+        }
+        Self {
+            voters,
+            observers,
+            changing: changing || membership.get_joint_config().len() > 1,
+        }
+    }
+
+    /// The directory id recorded for node `id` (voter or observer), if any.
+    pub fn directory_of(&self, id: u64) -> Option<uuid::Uuid> {
+        self.voters
+            .get(&id)
+            .or_else(|| self.observers.get(&id))
+            .and_then(|n| n.directory_id)
+    }
+}
+
+/// A refusal of an AddRaftVoter or RemoveRaftVoter request: Kafka's code and a message.
+pub type Refusal = (ErrorCode, String);
+
+/// Validates AddRaftVoter for node `id` with directory `dir` at `endpoint` against `members`;
+/// returns the member to add.
+///
+/// Errors: INVALID_REQUEST for an id outside 1..=[`MAX_NODE_ID`], a bad endpoint, or a
+/// change in progress; DUPLICATE_VOTER when `id` is a voter, or another member (voter or
+/// observer) has `dir`.
+pub fn check_add(
+    members: &Members,
+    id: u64,
+    dir: uuid::Uuid,
+    endpoint: &str,
+) -> Result<ControllerNode, Refusal> {
+    if id == 0 || id > MAX_NODE_ID {
+        return Err((
+            ErrorCode::InvalidRequest,
+            format!("voter id {id} is outside 1..={MAX_NODE_ID}"),
+        ));
+    }
+    let node =
+        ControllerNode::new(endpoint, Some(dir)).map_err(|e| (ErrorCode::InvalidRequest, e))?;
+    if members.voters.contains_key(&id) {
+        return Err((
+            ErrorCode::DuplicateVoter,
+            format!("controller {id} is already a voter"),
+        ));
+    }
+    if let Some((other, _)) = members
+        .voters
+        .iter()
+        .chain(members.observers.iter())
+        .find(|(other, n)| **other != id && n.directory_id == Some(dir))
+    {
+        return Err((
+            ErrorCode::DuplicateVoter,
+            format!(
+                "directory id {} is already controller {other}'s",
+                directory_id_text(dir)
+            ),
+        ));
+    }
+    if members.changing {
+        return Err((
+            ErrorCode::InvalidRequest,
+            "another membership change is in progress; retry when it has committed".into(),
+        ));
+    }
+    Ok(node)
+}
+
+/// Validates RemoveRaftVoter for node `id` with directory `dir` (`None`: the request named
+/// none) against `members`; `in_contact(peer)` says whether the active controller `leader`
+/// heard from a voter within the check-quorum window.
+///
+/// Errors: VOTER_NOT_FOUND when `id` is not a voter or its recorded directory id is not
+/// `dir` (a request without a directory id matches only a voter without one);
+/// INVALID_REQUEST for the last voter, when the voters left that are in contact would not be
+/// a majority of the new voter set, or while a change is in progress.
+pub fn check_remove(
+    members: &Members,
+    id: u64,
+    dir: Option<uuid::Uuid>,
+    leader: u64,
+    in_contact: impl Fn(u64) -> bool,
+) -> Result<(), Refusal> {
+    let Some(node) = members.voters.get(&id) else {
+        return Err((
+            ErrorCode::VoterNotFound,
+            format!("controller {id} is not a voter"),
+        ));
+    };
+    if node.directory_id != dir {
+        let show = |d: Option<uuid::Uuid>| d.map_or("none".to_string(), directory_id_text);
+        return Err((
+            ErrorCode::VoterNotFound,
+            format!(
+                "voter {id} has directory id {}, not {}",
+                show(node.directory_id),
+                show(dir)
+            ),
+        ));
+    }
+    if members.voters.len() == 1 {
+        return Err((
+            ErrorCode::InvalidRequest,
+            format!("controller {id} is the last voter; a quorum needs one"),
+        ));
+    }
+    let remaining: Vec<u64> = members
+        .voters
+        .keys()
+        .copied()
+        .filter(|v| *v != id)
+        .collect();
+    let live = remaining
+        .iter()
+        .filter(|v| **v == leader || in_contact(**v))
+        .count();
+    if 2 * live <= remaining.len() {
+        return Err((
+            ErrorCode::InvalidRequest,
+            format!(
+                "removing controller {id} would leave {} voters of which only {live} are in \
+                 contact with the active controller: not a majority, the quorum would stop",
+                remaining.len()
+            ),
+        ));
+    }
+    if members.changing {
+        return Err((
+            ErrorCode::InvalidRequest,
+            "another membership change is in progress; retry when it has committed".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Why a controller with node id `own_id` and directory `own_dir` refuses a Raft request
+/// from node `sender_id` presenting directory `sender_dir`, sent for directory `target_dir`,
+/// given the directory id its membership records for the sender (`recorded_sender_dir`);
+/// `None` when it accepts. INVALID_VOTER_KEY in Kafka's terms (KIP-853).
+///
+/// A side without a directory id (a request of an earlier build: `sender_id` 0, empty ids;
+/// a membership that records none yet) is not checked.
+pub fn voter_key_mismatch(
+    own_id: u64,
+    own_dir: uuid::Uuid,
+    target_dir: Option<uuid::Uuid>,
+    sender_id: u64,
+    sender_dir: Option<uuid::Uuid>,
+    recorded_sender_dir: Option<uuid::Uuid>,
+) -> Option<String> {
+    if let Some(t) = target_dir
+        && t != own_dir
+    {
+        return Some(format!(
+            "INVALID_VOTER_KEY: raft request from controller {sender_id} for controller \
+             {own_id} with directory id {} reached directory id {} (this node's metadata log \
+             directory was replaced: remove the old voter and add this one with keelctl \
+             quorum remove-controller / add-controller)",
+            directory_id_text(t),
+            directory_id_text(own_dir)
+        ));
+    }
+    if sender_id != 0
+        && let (Some(recorded), Some(sent)) = (recorded_sender_dir, sender_dir)
+        && recorded != sent
+    {
+        return Some(format!(
+            "INVALID_VOTER_KEY: raft request from controller {sender_id} with directory id {} \
+             but the membership records directory id {} for it (its metadata log directory \
+             was replaced; it is not that voter until the membership changes)",
+            directory_id_text(sent),
+            directory_id_text(recorded)
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(n: u128) -> uuid::Uuid {
+        uuid::Uuid::from_u128(n)
+    }
+
+    fn members(voters: &[(u64, Option<u128>)], observers: &[(u64, u128)]) -> Members {
+        let node =
+            |id: u64, d: Option<u128>| ControllerNode::new(&format!("h:{id}"), d.map(dir)).unwrap();
+        Members {
+            voters: voters.iter().map(|(id, d)| (*id, node(*id, *d))).collect(),
+            observers: observers
+                .iter()
+                .map(|(id, d)| (*id, node(*id, Some(*d))))
+                .collect(),
+            changing: false,
+        }
+    }
+
+    #[test]
+    fn add_refuses_duplicates_bad_input_and_concurrent_changes() {
+        let m = members(&[(1, Some(11)), (2, None)], &[(4, 44)]);
+        assert!(check_add(&m, 3, dir(33), "h:3").is_ok());
+        // The observer being promoted keeps its own directory id.
+        assert!(check_add(&m, 4, dir(44), "h:4").is_ok());
+        let code = |r: Result<ControllerNode, Refusal>| r.unwrap_err().0;
+        assert_eq!(
+            code(check_add(&m, 1, dir(99), "h:1")),
+            ErrorCode::DuplicateVoter
+        );
+        assert_eq!(
+            code(check_add(&m, 3, dir(11), "h:3")),
+            ErrorCode::DuplicateVoter
+        );
+        assert_eq!(
+            code(check_add(&m, 3, dir(44), "h:3")),
+            ErrorCode::DuplicateVoter
+        );
+        assert_eq!(
+            code(check_add(&m, 0, dir(33), "h:3")),
+            ErrorCode::InvalidRequest
+        );
+        assert_eq!(
+            code(check_add(&m, MAX_NODE_ID + 1, dir(33), "h:3")),
+            ErrorCode::InvalidRequest
+        );
+        assert_eq!(
+            code(check_add(&m, 3, dir(33), "")),
+            ErrorCode::InvalidRequest
+        );
+        assert_eq!(
+            code(check_add(&m, 3, dir(33), "h 3")),
+            ErrorCode::InvalidRequest
+        );
+        let busy = Members {
+            changing: true,
+            ..m
+        };
+        assert_eq!(
+            code(check_add(&busy, 3, dir(33), "h:3")),
+            ErrorCode::InvalidRequest
+        );
+    }
+
+    #[test]
+    fn remove_needs_the_exact_key_and_must_keep_a_quorum() {
+        let m = members(&[(1, Some(11)), (2, Some(22)), (3, None)], &[]);
+        let all = |_: u64| true;
+        assert!(check_remove(&m, 2, Some(dir(22)), 1, all).is_ok());
+        assert!(check_remove(&m, 3, None, 1, all).is_ok());
+        let code = |r: Result<(), Refusal>| r.unwrap_err().0;
+        assert_eq!(
+            code(check_remove(&m, 4, None, 1, all)),
+            ErrorCode::VoterNotFound
+        );
+        assert_eq!(
+            code(check_remove(&m, 2, Some(dir(99)), 1, all)),
+            ErrorCode::VoterNotFound
+        );
+        assert_eq!(
+            code(check_remove(&m, 2, None, 1, all)),
+            ErrorCode::VoterNotFound
+        );
+        assert_eq!(
+            code(check_remove(&m, 3, Some(dir(1)), 1, all)),
+            ErrorCode::VoterNotFound
+        );
+        // 3 is down: removing 2 leaves {1, 3} with only the leader live.
+        let no3 = |p: u64| p != 3;
+        let e = check_remove(&m, 2, Some(dir(22)), 1, no3).unwrap_err();
+        assert_eq!(e.0, ErrorCode::InvalidRequest);
+        assert!(e.1.contains("only 1 are in contact"), "{}", e.1);
+        // Removing the dead one is fine.
+        assert!(check_remove(&m, 3, None, 1, no3).is_ok());
+        let one = members(&[(1, Some(11))], &[]);
+        let e = check_remove(&one, 1, Some(dir(11)), 1, all).unwrap_err();
+        assert_eq!(e.0, ErrorCode::InvalidRequest);
+        assert!(e.1.contains("last voter"), "{}", e.1);
+    }
+
+    #[test]
+    fn voter_keys_are_checked_both_ways_only_when_known() {
+        let own = dir(2);
+        assert_eq!(voter_key_mismatch(2, own, None, 1, None, None), None);
+        assert_eq!(
+            voter_key_mismatch(2, own, Some(own), 1, Some(dir(1)), Some(dir(1))),
+            None
+        );
+        let e = voter_key_mismatch(2, own, Some(dir(9)), 1, None, None).unwrap();
+        assert!(e.starts_with("INVALID_VOTER_KEY"), "{e}");
+        let e = voter_key_mismatch(2, own, Some(own), 1, Some(dir(5)), Some(dir(1))).unwrap();
+        assert!(e.contains("membership records"), "{e}");
+        // An earlier build's request names no sender.
+        assert_eq!(
+            voter_key_mismatch(2, own, None, 0, Some(dir(5)), Some(dir(1))),
+            None
+        );
+    }
+}

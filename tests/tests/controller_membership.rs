@@ -1,0 +1,357 @@
+//! Dynamic controller membership (KIP-853) on real `keel-controller` processes: growing a
+//! one-voter quorum to three and shrinking it back while metadata is written, replacing a
+//! controller's disk (a new directory id) and then losing the old leader, and the refusals of
+//! bad AddRaftVoter / RemoveRaftVoter requests with the membership left as it was.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use keel_client::admin::{Admin, AdminConfig};
+use keel_proto::ErrorCode;
+use keel_proto::controller::{DescribeClusterRequest, DescribeQuorumReply, RegisterBrokerRequest};
+use keel_proto::metadata::BrokerEndpoint;
+use keel_tests::quorum::{Clients, Quorum, is_not_controller, ok};
+
+fn admin(q: &Quorum) -> Admin {
+    let addrs = q.ids().into_iter().map(|i| q.addr(i)).collect();
+    Admin::new(AdminConfig {
+        request_timeout: Duration::from_secs(40),
+        api_timeout: Duration::from_secs(60),
+        ..AdminConfig::new(addrs)
+    })
+    .unwrap()
+}
+
+/// The active controller's DescribeQuorum.
+async fn quorum_of(q: &Quorum) -> DescribeQuorumReply {
+    admin(q).describe_quorum().await.unwrap_or_else(|e| {
+        panic!("describe quorum: {e}\n{}", q.logs());
+    })
+}
+
+/// Voter ids and their directory ids, from the active controller.
+async fn voters(q: &Quorum) -> Vec<(i32, String)> {
+    quorum_of(q)
+        .await
+        .voters
+        .into_iter()
+        .map(|v| (v.replica_id, v.directory_id))
+        .collect()
+}
+
+/// Waits until the active controller reports exactly `want` as voters.
+async fn wait_voters(q: &Quorum, want: &[(i32, &str)], deadline: Duration) {
+    let start = Instant::now();
+    loop {
+        let got = voters(q).await;
+        let want: Vec<(i32, String)> = want.iter().map(|(i, d)| (*i, d.to_string())).collect();
+        if got == want {
+            return;
+        }
+        assert!(
+            start.elapsed() < deadline,
+            "voters {got:?}, want {want:?}\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn add(
+    a: &Admin,
+    id: i32,
+    dir: &str,
+    addr: &str,
+    secs: u64,
+) -> keel_client::admin::Result<()> {
+    a.add_raft_voter(id, dir, addr, Duration::from_secs(secs))
+        .await
+}
+
+fn register_request(broker_id: i32) -> RegisterBrokerRequest {
+    RegisterBrokerRequest {
+        broker_id,
+        incarnation_id: bytes::Bytes::copy_from_slice(uuid::Uuid::new_v4().as_bytes()),
+        listeners: vec![BrokerEndpoint {
+            name: "PLAINTEXT".into(),
+            host: "127.0.0.1".into(),
+            port: 40000 + broker_id as u32,
+            security_protocol: "PLAINTEXT".into(),
+        }],
+        ..Default::default()
+    }
+}
+
+/// Registers broker ids 1, 2, ... one after the other through whichever controller is active
+/// until `stop`; returns the ids whose registration was acknowledged.
+fn spawn_writer(clients: Clients, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Vec<i32>> {
+    tokio::spawn(async move {
+        let mut acked = Vec::new();
+        let mut id = 1;
+        while !stop.load(Ordering::SeqCst) {
+            let req = register_request(id);
+            let done = clients
+                .on_leader(Duration::from_secs(20), |mut c| {
+                    let req = req.clone();
+                    async move {
+                        let r = c.register_broker(req).await.ok()?.into_inner();
+                        assert!(
+                            ok(&r.error) || is_not_controller(&r.error),
+                            "register {id}: {:?}",
+                            r.error
+                        );
+                        ok(&r.error).then_some(())
+                    }
+                })
+                .await;
+            assert!(
+                done.is_some(),
+                "no controller registered broker {id} in 20 s"
+            );
+            acked.push(id);
+            id += 1;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        acked
+    })
+}
+
+/// The broker ids node `id`'s image has registered.
+async fn registered_on(q: &Quorum, id: u64) -> BTreeSet<i32> {
+    let r = q
+        .client(id)
+        .await
+        .describe_cluster(DescribeClusterRequest {
+            include_fenced_brokers: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    r.brokers.iter().map(|b| b.broker_id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_single_voter_grows_to_three_and_shrinks_back_under_metadata_writes() {
+    let mut q = Quorum::start_single_voter(3);
+    assert_eq!(q.wait_leader(Duration::from_secs(20)).await, 1);
+    let d1 = q.directory_id(1);
+    // The active controller records its own directory id in the membership.
+    wait_voters(&q, &[(1, &d1)], Duration::from_secs(10)).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = spawn_writer(Clients::new(&q), stop.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let a = admin(&q);
+    for id in [2u64, 3] {
+        q.start_observer(id);
+        let dir = q.directory_id(id);
+        a.add_raft_voter(id as i32, &dir, &q.addr(id), Duration::from_secs(30))
+            .await
+            .unwrap_or_else(|e| panic!("add controller {id}: {e}\n{}", q.logs()));
+    }
+    let (d2, d3) = (q.directory_id(2), q.directory_id(3));
+    wait_voters(&q, &[(1, &d1), (2, &d2), (3, &d3)], Duration::from_secs(10)).await;
+    // Every voter's log end and lag are known to the active controller.
+    let start = Instant::now();
+    loop {
+        let status = quorum_of(&q).await;
+        if status
+            .voters
+            .iter()
+            .all(|v| v.lag >= 0 && v.last_fetch_timestamp_ms > 0)
+        {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(5), "{status:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Three voters now: one of them may be lost without stopping writes.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    a.remove_raft_voter(3, &d3).await.unwrap();
+    wait_voters(&q, &[(1, &d1), (2, &d2)], Duration::from_secs(10)).await;
+    a.remove_raft_voter(2, &d2).await.unwrap();
+    wait_voters(&q, &[(1, &d1)], Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    stop.store(true, Ordering::SeqCst);
+    let acked = writer.await.unwrap();
+    assert!(acked.len() > 10, "only {} writes acknowledged", acked.len());
+    let on_1 = registered_on(&q, 1).await;
+    let lost: Vec<i32> = acked
+        .iter()
+        .filter(|id| !on_1.contains(id))
+        .copied()
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "acknowledged registrations lost: {lost:?}; node 1 has {on_1:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replaced_disk_is_refused_until_the_membership_changes_then_the_old_leader_dies() {
+    // Three static voters: the active controller learns and records their directory ids.
+    let mut q = Quorum::start(3);
+    let leader = q.wait_leader(Duration::from_secs(20)).await;
+    let dirs: Vec<String> = q.ids().iter().map(|i| q.directory_id(*i)).collect();
+    let want: Vec<(i32, &str)> = (1..=3)
+        .map(|i| (i, dirs[i as usize - 1].as_str()))
+        .collect();
+    wait_voters(&q, &want, Duration::from_secs(15)).await;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = spawn_writer(Clients::new(&q), stop.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // A follower's disk is replaced: it comes back empty, with a new directory id.
+    let replaced = q.ids().into_iter().find(|i| *i != leader).unwrap();
+    let old_dir = q.directory_id(replaced);
+    q.kill(replaced);
+    std::fs::remove_dir_all(q.data_dir(replaced)).unwrap();
+    q.start_node(replaced);
+    let new_dir = q.directory_id(replaced);
+    assert_ne!(new_dir, old_dir);
+    // The others refuse it as that voter; the membership still names the old directory.
+    let start = Instant::now();
+    while !q.log_of(leader).contains("INVALID_VOTER_KEY") {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the leader never refused the replaced node\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    wait_voters(&q, &want, Duration::from_secs(1)).await;
+
+    let a = admin(&q);
+    a.remove_raft_voter(replaced as i32, &old_dir)
+        .await
+        .unwrap();
+    a.add_raft_voter(
+        replaced as i32,
+        &new_dir,
+        &q.addr(replaced),
+        Duration::from_secs(30),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("add the replaced controller: {e}\n{}", q.logs()));
+    let mut now: Vec<(i32, &str)> = want.clone();
+    now[replaced as usize - 1].1 = &new_dir;
+    wait_voters(&q, &now, Duration::from_secs(10)).await;
+
+    // The old leader dies: the other two (one of them the replaced node) elect a leader.
+    q.kill(leader);
+    let new_leader = q.wait_leader(Duration::from_secs(20)).await;
+    assert_ne!(new_leader, leader);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::SeqCst);
+    let acked = writer.await.unwrap();
+    for id in q.ids().into_iter().filter(|i| *i != leader) {
+        let start = Instant::now();
+        loop {
+            let seen = registered_on(&q, id).await;
+            let lost: Vec<i32> = acked
+                .iter()
+                .filter(|b| !seen.contains(b))
+                .copied()
+                .collect();
+            if lost.is_empty() {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "controller {id} lacks acknowledged registrations {lost:?}\n{}",
+                q.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn bad_membership_changes_get_kafkas_codes_and_change_nothing() {
+    let mut q = Quorum::start_single_voter(3);
+    q.wait_leader(Duration::from_secs(20)).await;
+    let d1 = q.directory_id(1);
+    wait_voters(&q, &[(1, &d1)], Duration::from_secs(10)).await;
+    q.start_observer(2);
+    let d2 = q.directory_id(2);
+    let a = admin(&q);
+    let code = |r: keel_client::admin::Result<()>| {
+        let e = r.unwrap_err();
+        eprintln!("refused: {e}");
+        e.code()
+    };
+
+    // Duplicate node id, duplicate directory id.
+    assert_eq!(
+        code(add(&a, 1, &d2, &q.addr(2), 5).await),
+        Some(ErrorCode::DuplicateVoter)
+    );
+    assert_eq!(
+        code(add(&a, 2, &d1, &q.addr(2), 5).await),
+        Some(ErrorCode::DuplicateVoter)
+    );
+    // Bad directory id, bad endpoint, bad timeout.
+    assert_eq!(
+        code(add(&a, 2, "not-an-id", &q.addr(2), 5).await),
+        Some(ErrorCode::InvalidRequest)
+    );
+    assert_eq!(
+        code(add(&a, 2, &d2, "no port here#", 5).await),
+        Some(ErrorCode::InvalidRequest)
+    );
+    // A directory id the node at that address does not have: it never catches up.
+    let wrong = uuid::Uuid::new_v4().to_string();
+    assert_eq!(
+        code(add(&a, 2, &wrong, &q.addr(2), 2).await),
+        Some(ErrorCode::RequestTimedOut)
+    );
+    // The last voter, a node that is not a voter, a directory id mismatch.
+    assert_eq!(
+        code(a.remove_raft_voter(1, &d1).await),
+        Some(ErrorCode::InvalidRequest)
+    );
+    assert_eq!(
+        code(a.remove_raft_voter(2, &d2).await),
+        Some(ErrorCode::VoterNotFound)
+    );
+    assert_eq!(
+        code(a.remove_raft_voter(1, &d2).await),
+        Some(ErrorCode::VoterNotFound)
+    );
+    let status = quorum_of(&q).await;
+    assert_eq!(
+        status
+            .voters
+            .iter()
+            .map(|v| (v.replica_id, v.directory_id.clone()))
+            .collect::<Vec<_>>(),
+        vec![(1, d1.clone())]
+    );
+    assert!(
+        !status.observers.iter().any(|o| o.replica_id == 2),
+        "the timed-out observer stays: {status:?}"
+    );
+
+    // Three voters with one down: removing a live one would leave no majority in contact.
+    add(&a, 2, &d2, &q.addr(2), 30).await.unwrap();
+    q.start_observer(3);
+    let d3 = q.directory_id(3);
+    add(&a, 3, &d3, &q.addr(3), 30).await.unwrap();
+    wait_voters(&q, &[(1, &d1), (2, &d2), (3, &d3)], Duration::from_secs(10)).await;
+    q.kill(3);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let e = a.remove_raft_voter(2, &d2).await.unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::InvalidRequest), "{e}");
+    assert!(e.to_string().contains("quorum would stop"), "{e}");
+    wait_voters(&q, &[(1, &d1), (2, &d2), (3, &d3)], Duration::from_secs(1)).await;
+    // Removing the dead one is what the operator can do.
+    a.remove_raft_voter(3, &d3).await.unwrap();
+    wait_voters(&q, &[(1, &d1), (2, &d2)], Duration::from_secs(10)).await;
+}
