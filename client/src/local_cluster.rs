@@ -675,6 +675,73 @@ pub fn running_pid(p: &ProcessSpec) -> Option<i32> {
     read_pid(&p.pid_file).filter(|pid| is_alive(*pid, p.role))
 }
 
+/// Formats the metadata log directories of a new quorum (`keel-controller format
+/// --initial-controllers`, KIP-853) when none of `controllers` has been started or formatted
+/// yet (no `meta.properties`): every controller gets the same list of voters with a new
+/// directory id each, so the quorum's first membership records every replica key. Returns
+/// whether it formatted; a cluster some of whose directories exist is left to its
+/// directories (a controller whose directory was emptied starts on its own and is refused
+/// by the others as a replaced disk, see the README).
+///
+/// Errors: a `format` that could not run or failed (its output).
+pub fn format_new_quorum(
+    layout: &Layout,
+    controllers: &[&ProcessSpec],
+    binary: &Path,
+) -> Result<bool, String> {
+    if controllers
+        .iter()
+        .any(|p| p.data_dir.join("meta.properties").exists())
+    {
+        return Ok(false);
+    }
+    let list: Vec<String> = controllers
+        .iter()
+        .map(|p| {
+            format!(
+                "{}@{}:{}",
+                p.id,
+                p.address,
+                keel_metadata_log::raft_types::directory_id_text(uuid::Uuid::new_v4())
+            )
+        })
+        .collect();
+    let list = list.join(",");
+    // A failure takes back the files written so far: the directories were empty.
+    let undo = |formatted: usize| {
+        for p in &controllers[..formatted] {
+            let _ = fs::remove_file(p.data_dir.join("meta.properties"));
+        }
+    };
+    for (i, p) in controllers.iter().enumerate() {
+        fs::create_dir_all(&p.data_dir).map_err(|e| format!("{}: {e}", p.data_dir.display()))?;
+        let mut cmd = Command::new(binary);
+        for key in TLS_ENV {
+            cmd.env_remove(key);
+        }
+        let out = cmd
+            .arg("format")
+            .args(layout.args(p))
+            .args(["--initial-controllers", &list])
+            .envs(&layout.settings)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| {
+                undo(i);
+                format!("cannot run {} format: {e}", binary.display())
+            })?;
+        if !out.status.success() {
+            undo(i);
+            return Err(format!(
+                "formatting {} failed: {}",
+                p.name(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    Ok(true)
+}
+
 /// Starts `p` in the background (its own process group, so a Ctrl-C on keelctl's terminal
 /// does not reach it), logging to its log file, and writes its pid file.
 pub fn spawn(layout: &Layout, p: &ProcessSpec, binary: &Path) -> io::Result<Child> {

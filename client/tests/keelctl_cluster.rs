@@ -42,6 +42,22 @@ fn keelctl_drives_a_local_cluster() {
     assert!((1..=3).contains(&leader), "{q}");
     assert_eq!(q["current_voters"], serde_json::json!([1, 2, 3]));
     assert!(q["high_watermark"].as_i64().unwrap() > 1, "{q}");
+    // `up` formatted the controllers with --initial-controllers (KIP-853): each voter's
+    // directory id is its meta.properties', known from the quorum's first entry.
+    for v in q["voters"].as_array().unwrap() {
+        let props = std::fs::read_to_string(format!(
+            "{}/controller-{}/meta.properties",
+            f.data_dir(),
+            v["id"]
+        ))
+        .unwrap();
+        let dir = props
+            .lines()
+            .find_map(|l| l.strip_prefix("directory_id="))
+            .unwrap();
+        assert_eq!(v["directory_id"], dir, "{q}");
+        assert!(props.contains("initial_controllers="), "{props}");
+    }
     let brokers = f.json(&["--json", "broker", "list"]);
     let brokers = brokers.as_array().unwrap();
     assert_eq!(brokers.len(), 3, "{brokers:?}");

@@ -21,6 +21,7 @@ pub mod access;
 pub mod append_budget;
 pub mod bounds;
 pub mod config;
+pub mod format;
 pub mod fuzz;
 pub mod logic;
 pub mod membership;

@@ -1,7 +1,9 @@
 //! `keel-controller`: one voter of the metadata quorum.
 //!
 //! `keel-controller --config controller.toml` (every key also as `--flag` and `KEEL_*` env
-//! var; flag > env > file > default). Prints one line and exits 1 on a bad config, a
+//! var; flag > env > file > default). `keel-controller format --config controller.toml
+//! [--standalone | --initial-controllers ... | --no-initial-controllers]` prepares the
+//! metadata log directory first ([`keel_controller::format`]). Prints one line and exits 1 on a bad config, a
 //! start-up failure (port in use, unreadable log dir, a `metadata_log_dir` that belongs to
 //! another node or voter set, or holds only part of a node's state), or when Raft stops on a
 //! fatal error while running. SIGTERM/SIGINT shut down cleanly.
@@ -20,6 +22,12 @@ use keel_runtime::settings::Binary;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    // `keel-controller format ...` (kafka-storage format): prepare the metadata log directory.
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "format") {
+        args.remove(1);
+        return keel_controller::format::main(args);
+    }
     keel_runtime::process::main(
         Binary::Controller,
         ControllerConfig::from_settings,

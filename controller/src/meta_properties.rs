@@ -28,6 +28,11 @@
 //! this voter's key in the quorum's membership, so a replaced or emptied directory is a new
 //! directory id that the other controllers refuse as that voter.
 //! `cluster_id` appears once the quorum has committed its `ClusterIdRecord`.
+//! `initial_controllers` is written by `keel-controller format` ([`crate::format`]): the
+//! voters, with their directory ids, this node initializes a new quorum with
+//! (`id@host:port:directory-id,...`, as Kafka's `--initial-controllers`); empty for a node
+//! formatted with `--no-initial-controllers`, which never initializes a quorum and waits to
+//! be added. Without the key the node initializes from `controller_quorum_voters`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -50,6 +55,9 @@ pub struct MetaProperties {
     /// This directory's id; `None` only in files of builds before directory ids (start-up
     /// then makes one and rewrites the file).
     pub directory_id: Option<uuid::Uuid>,
+    /// The voters a new quorum starts with (`keel-controller format`); `Some(empty)`: never
+    /// initialize; `None`: initialize from `controller_quorum_voters`.
+    pub initial_controllers: Option<Vec<crate::format::InitialController>>,
 }
 
 /// Why `meta.properties` refused a start. `Display` is one line naming the file and key.
@@ -119,6 +127,12 @@ impl MetaProperties {
                 keel_metadata_log::raft_types::directory_id_text(d)
             );
         }
+        if let Some(list) = &self.initial_controllers {
+            s += &format!(
+                "initial_controllers={}\n",
+                crate::format::render_initial_controllers(list)
+            );
+        }
         if let Some(c) = &self.cluster_id {
             s += &format!("cluster_id={c}\n");
         }
@@ -166,11 +180,20 @@ impl MetaProperties {
                     .map_err(|e| format!("directory_id: {e}"))
             })
             .transpose()?;
+        let initial_controllers = kv
+            .get("initial_controllers")
+            .map(|l| match l.as_str() {
+                "" => Ok(Vec::new()),
+                l => crate::format::parse_initial_controllers(l)
+                    .map_err(|e| format!("initial_controllers: {e}")),
+            })
+            .transpose()?;
         Ok(Self {
             node_id,
             voter_ids,
             cluster_id,
             directory_id,
+            initial_controllers,
         })
     }
 
@@ -283,6 +306,7 @@ mod tests {
             voter_ids: [1, 2, 3].into(),
             cluster_id: None,
             directory_id: Some(uuid::Uuid::from_u128(7)),
+            initial_controllers: None,
         }
     }
 
@@ -292,8 +316,17 @@ mod tests {
         assert_eq!(MetaProperties::parse(&p.render()), Ok(p.clone()));
         p.cluster_id = Some("c-1".into());
         assert_eq!(MetaProperties::parse(&p.render()), Ok(p.clone()));
+        p.initial_controllers = Some(Vec::new());
+        assert_eq!(MetaProperties::parse(&p.render()), Ok(p.clone()));
+        p.initial_controllers = Some(vec![crate::format::InitialController {
+            id: 2,
+            endpoint: "h:9".into(),
+            directory_id: uuid::Uuid::from_u128(7),
+        }]);
+        assert_eq!(MetaProperties::parse(&p.render()), Ok(p.clone()));
         // A file of a build before directory ids.
         p.directory_id = None;
+        p.initial_controllers = None;
         assert_eq!(MetaProperties::parse(&p.render()), Ok(p));
     }
 

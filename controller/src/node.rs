@@ -275,7 +275,7 @@ pub async fn start_raft(c: &ControllerConfig, dialer: Dialer) -> Result<RaftNode
         std::time::Duration::from_millis(c.election_timeout_min_ms),
     );
     peer_acks.attach(raft.metrics());
-    initialize_if_new(&raft, c).await?;
+    initialize_if_new(&raft, c, props.initial_controllers.as_deref()).await?;
     let (quorum_confirmed, _check_quorum) = spawn_check_quorum(
         raft.clone(),
         c.node_id,
@@ -418,7 +418,11 @@ async fn open_metadata_log_dir(
         p.check(&props_path, c.node_id)?;
         store::check_before_open(&c.metadata_log_dir).map_err(inconsistent)?;
         let raft_dir = c.metadata_log_dir.join("raft");
-        if !raft_dir.exists() {
+        // `keel-controller format` writes only meta.properties: such a directory has no
+        // raft/ yet, no snapshots and no cluster id.
+        let freshly_formatted =
+            p.cluster_id.is_none() && !c.metadata_log_dir.join("snapshots").exists();
+        if !raft_dir.exists() && !freshly_formatted {
             return Err(StartError::Inconsistent(format!(
                 "{} is inconsistent: missing (no Raft log and no vote), but {} exists; \
                  restore it from a backup (emptying a voter's directory is unsafe, see the README)",
@@ -494,6 +498,7 @@ async fn open_metadata_log_dir(
                 voter_ids,
                 cluster_id: image_cluster_id,
                 directory_id: Some(uuid::Uuid::new_v4()),
+                initial_controllers: None,
             };
             meta_properties::write(&c.metadata_log_dir, &p)?;
             p
@@ -540,13 +545,19 @@ async fn membership_voters_on_disk(
 async fn initialize_if_new(
     raft: &Raft<TypeConfig>,
     c: &ControllerConfig,
+    formatted_with: Option<&[crate::format::InitialController]>,
 ) -> Result<(), StartError> {
-    if !c.controller_quorum_voters.contains_key(&c.node_id) {
+    let observer = match formatted_with {
+        Some(list) => list.is_empty(),
+        None => !c.controller_quorum_voters.contains_key(&c.node_id),
+    };
+    if observer {
         // An observer: it receives the log once a voter adds it (`keelctl quorum
         // add-controller`), and never starts a quorum of its own.
         tracing::info!(
             node_id = c.node_id,
-            "not in controller_quorum_voters: starting as an observer, waiting to be added"
+            "not an initial voter: starting as an observer, waiting to be added (keelctl quorum \
+             add-controller)"
         );
         return Ok(());
     }
@@ -555,19 +566,36 @@ async fn initialize_if_new(
         .await
         .map_err(|e| StartError::Raft(e.to_string()))?;
     if !initialized {
-        let members: BTreeMap<u64, ControllerNode> = c
-            .controller_quorum_voters
-            .iter()
-            .map(|(id, addr)| {
-                (
-                    *id,
-                    ControllerNode {
-                        addr: addr.clone(),
-                        directory_id: None,
-                    },
-                )
-            })
-            .collect();
+        // Formatted with --standalone / --initial-controllers: those voters with their
+        // directory ids (KIP-853); else the static voters, whose directory ids the active
+        // controller records once they answer.
+        let members: BTreeMap<u64, ControllerNode> = match formatted_with {
+            Some(list) => list
+                .iter()
+                .map(|v| {
+                    (
+                        v.id,
+                        ControllerNode {
+                            addr: v.endpoint.clone(),
+                            directory_id: Some(v.directory_id),
+                        },
+                    )
+                })
+                .collect(),
+            None => c
+                .controller_quorum_voters
+                .iter()
+                .map(|(id, addr)| {
+                    (
+                        *id,
+                        ControllerNode {
+                            addr: addr.clone(),
+                            directory_id: None,
+                        },
+                    )
+                })
+                .collect(),
+        };
         match raft.initialize(members).await {
             Ok(()) => tracing::info!(node_id = c.node_id, "initialized a new metadata quorum"),
             // Another voter's initialization reached us first: that is the same membership.

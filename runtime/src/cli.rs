@@ -12,7 +12,17 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 /// (the settings' command, [`crate::settings::Schema::command`]); exits as described in the
 /// module doc on failure.
 pub fn matches_or_exit(cmd: clap::Command, program: &str) -> clap::ArgMatches {
-    match cmd.clone().try_get_matches() {
+    matches_from_or_exit(cmd, std::env::args_os(), program)
+}
+
+/// Like [`matches_or_exit`], for the arguments `args` (the first is the program name), e.g. a
+/// subcommand's after its name.
+pub fn matches_from_or_exit(
+    cmd: clap::Command,
+    args: impl IntoIterator<Item = OsString>,
+    program: &str,
+) -> clap::ArgMatches {
+    match cmd.clone().try_get_matches_from(args) {
         Ok(m) => m,
         Err(e) => exit_on(&cmd, &e, program),
     }

@@ -355,3 +355,97 @@ async fn bad_membership_changes_get_kafkas_codes_and_change_nothing() {
     a.remove_raft_voter(3, &d3).await.unwrap();
     wait_voters(&q, &[(1, &d1), (2, &d2)], Duration::from_secs(10)).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_quorum_formatted_with_initial_controllers_knows_every_voter_key_from_its_first_entry() {
+    let (mut q, dirs) = Quorum::start_formatted(3);
+    let leader = q.wait_leader(Duration::from_secs(20)).await;
+    let want: Vec<(i32, &str)> = (1..=3)
+        .map(|i| (i, dirs[i as usize - 1].as_str()))
+        .collect();
+    wait_voters(&q, &want, Duration::from_secs(10)).await;
+    // Recorded by the first membership entry, not learned: the log holds no later change.
+    assert!(
+        !q.log_of(leader)
+            .contains("recorded the directory ids of controllers"),
+        "{}",
+        q.logs()
+    );
+    // Formatting again is refused, or accepted as it is with --ignore-formatted.
+    let again = q.format(1, &["--standalone"]);
+    assert_eq!(again.status.code(), Some(1), "{again:?}");
+    let line = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        line.starts_with("keel-controller format: ")
+            && line.contains("is already formatted")
+            && line.trim_end().lines().count() == 1,
+        "{line}"
+    );
+    let ignored = q.format(1, &["--standalone", "--ignore-formatted"]);
+    assert!(ignored.status.success(), "{ignored:?}");
+
+    // A replaced disk on a formatted quorum: refused until the membership changes.
+    let replaced = q.ids().into_iter().find(|i| *i != leader).unwrap();
+    q.kill(replaced);
+    std::fs::remove_dir_all(q.data_dir(replaced)).unwrap();
+    let out = q.format(replaced, &["--no-initial-controllers"]);
+    assert!(out.status.success(), "{out:?}");
+    q.start_node(replaced);
+    let new_dir = q.directory_id(replaced);
+    let start = Instant::now();
+    while !q.log_of(leader).contains("INVALID_VOTER_KEY") {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the replaced node was not refused\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let a = admin(&q);
+    let old = dirs[replaced as usize - 1].clone();
+    a.remove_raft_voter(replaced as i32, &old).await.unwrap();
+    add(&a, replaced as i32, &new_dir, &q.addr(replaced), 30)
+        .await
+        .unwrap_or_else(|e| panic!("add the replaced controller: {e}\n{}", q.logs()));
+    let mut now = want.clone();
+    now[replaced as usize - 1].1 = &new_dir;
+    wait_voters(&q, &now, Duration::from_secs(10)).await;
+}
+
+#[test]
+fn format_refuses_lists_without_this_node_and_bad_entries_and_writes_nothing() {
+    // Node 2 is only formatted (node 1 runs as the single voter it would join).
+    let mut q = Quorum::start_single_voter(2);
+    let addr = q.addr(2);
+    q.node_args
+        .insert(2, vec!["--advertised-listeners".into(), addr]);
+    let d = uuid::Uuid::new_v4().simple().to_string();
+    for (args, want) in [
+        (
+            vec![
+                "--initial-controllers".to_string(),
+                format!("1@127.0.0.1:1:{d}"),
+            ],
+            "does not list this node (node_id 2)",
+        ),
+        (
+            vec!["--initial-controllers".to_string(), "2@nowhere".to_string()],
+            "is not id@host:port:directory-id",
+        ),
+        (
+            vec![
+                "--standalone".to_string(),
+                "--no-initial-controllers".to_string(),
+            ],
+            "cannot be used with",
+        ),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = q.format(2, &args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {out:?}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(!q.data_dir(2).join("meta.properties").exists());
+    }
+}

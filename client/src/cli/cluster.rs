@@ -15,8 +15,8 @@ use crate::format::cluster::{
 use crate::format::table_of;
 use crate::local_cluster::{
     DEFAULT_BASE_PORT, LAYOUT_FILE, Layout, LayoutSource, ProcessSpec, Role, StopOutcome,
-    find_binary, log_tail, pid_exists, read_pid, resolve, running_pid, running_settings,
-    setting_names, settings_conflicts, settings_from_env, spawn, stop,
+    find_binary, format_new_quorum, log_tail, pid_exists, read_pid, resolve, running_pid,
+    running_settings, setting_names, settings_conflicts, settings_from_env, spawn, stop,
 };
 
 /// `keelctl cluster ...`
@@ -241,6 +241,19 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     }
     let binaries = Binaries::find()?;
     settle_settings(&mut layout, source, &procs)?;
+    if !already_running {
+        let controllers: Vec<&ProcessSpec> = procs
+            .iter()
+            .filter(|p| p.role == Role::Controller)
+            .collect();
+        if let Err(e) = format_new_quorum(&layout, &controllers, binaries.of(Role::Controller)) {
+            // As for a failed start: a first `up` takes back its record.
+            if source != LayoutSource::Recorded && missing.len() == procs.len() {
+                let _ = std::fs::remove_file(Layout::file(&layout.data_dir));
+            }
+            return Err(CliError::new(format!("{e}; nothing was started")));
+        }
+    }
     if !already_running {
         let timeout = Duration::from_secs(a.timeout_secs);
         let started = start_and_wait(&layout, &missing, &binaries, ctx, timeout, &mut children);

@@ -1,0 +1,440 @@
+//! `keel-controller format`: prepares an empty metadata log directory before the controller's
+//! first start, as Kafka's `kafka-storage format` does (KIP-631; the voter options of
+//! KIP-853).
+//!
+//! ```text
+//! keel-controller format --config controller.toml --standalone
+//! keel-controller format --config controller.toml --initial-controllers 1@h1:9093:DIR1,2@h2:9093:DIR2,3@h3:9093:DIR3
+//! keel-controller format --config controller.toml --no-initial-controllers
+//! keel-controller format --config controller.toml            # static voters
+//! ```
+//!
+//! It writes `meta.properties` ([`crate::meta_properties`]) and nothing else:
+//! - `--standalone`: this node alone is the first voter (with a new directory id); grow the
+//!   quorum with `keelctl quorum add-controller`.
+//! - `--initial-controllers`: every initial voter with its directory id; each of them is
+//!   formatted with the same list and takes its own directory id from it, so the quorum's
+//!   first membership records every voter's replica key and a voter that comes back with
+//!   another disk is refused from the start.
+//! - `--no-initial-controllers`: a node to be added later; it never initializes a quorum,
+//!   even if `controller_quorum_voters` lists it.
+//! - none of these: the voters of `controller_quorum_voters` (static, as before KIP-853; the
+//!   active controller records their directory ids once they answer). A first start without
+//!   `format` does the same.
+//!
+//! Refused (exit 1, one line, nothing written): a directory that is already formatted (exit 0
+//! with `--ignore-formatted`, for scripts that run `format` before every start), one that
+//! holds a Raft log or snapshots without `meta.properties`, an `--initial-controllers` list
+//! without this node, with a repeated node id or directory id, or a malformed entry.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use clap::{Arg, ArgAction, ArgGroup};
+use keel_metadata_log::raft_types::{ControllerNode, directory_id_text, parse_directory_id};
+use keel_runtime::settings::{Binary, Schema};
+
+use crate::config::ControllerConfig;
+use crate::meta_properties::{self, MetaProperties};
+
+/// Most initial voters accepted (a quorum of more than a few voters only slows commits).
+pub const MAX_INITIAL_CONTROLLERS: usize = 64;
+
+/// One initial voter: `id@host:port:directory-id` (Kafka's `--initial-controllers` entry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitialController {
+    /// Node id, 1..=2147483647.
+    pub id: u64,
+    /// `host:port` of its gRPC listener.
+    pub endpoint: String,
+    /// Its metadata log directory id.
+    pub directory_id: uuid::Uuid,
+}
+
+/// Parses `id@host:port:directory-id,...`.
+///
+/// Errors: an empty list, more than [`MAX_INITIAL_CONTROLLERS`] entries, an entry without
+/// `@` or the directory id after the last `:`, an id outside 1..=2147483647, a bad endpoint
+/// ([`ControllerNode::new`]) or directory id, or a node id or directory id twice.
+pub fn parse_initial_controllers(s: &str) -> Result<Vec<InitialController>, String> {
+    let entries: Vec<&str> = s.split(',').map(str::trim).collect();
+    if entries.len() > MAX_INITIAL_CONTROLLERS {
+        return Err(format!(
+            "{} entries, at most {MAX_INITIAL_CONTROLLERS}",
+            entries.len()
+        ));
+    }
+    let mut out: Vec<InitialController> = Vec::with_capacity(entries.len());
+    for e in entries {
+        let clipped = keel_proto::limits::clip(e);
+        let (id, rest) = e
+            .split_once('@')
+            .ok_or_else(|| format!("{clipped:?} is not id@host:port:directory-id"))?;
+        let (endpoint, dir) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{clipped:?} is not id@host:port:directory-id"))?;
+        let id: u64 = id
+            .parse()
+            .ok()
+            .filter(|id| (1..=crate::membership::MAX_NODE_ID).contains(id))
+            .ok_or_else(|| format!("{clipped:?}: the id is not in 1..=2147483647"))?;
+        if endpoint
+            .rsplit_once(':')
+            .is_none_or(|(_, p)| p.parse::<u16>().is_err())
+        {
+            return Err(format!("{clipped:?}: {endpoint:?} is not host:port"));
+        }
+        let node = ControllerNode::new(endpoint, None).map_err(|e| format!("{clipped:?}: {e}"))?;
+        let directory_id = parse_directory_id(dir).map_err(|e| format!("{clipped:?}: {e}"))?;
+        if let Some(dup) = out
+            .iter()
+            .find(|c| c.id == id || c.directory_id == directory_id)
+        {
+            return Err(format!(
+                "{clipped:?} repeats the node id or directory id of controller {}",
+                dup.id
+            ));
+        }
+        out.push(InitialController {
+            id,
+            endpoint: node.addr,
+            directory_id,
+        });
+    }
+    Ok(out)
+}
+
+/// The text form [`parse_initial_controllers`] reads (directory ids in Kafka's base64 form).
+pub fn render_initial_controllers(list: &[InitialController]) -> String {
+    list.iter()
+        .map(|c| {
+            format!(
+                "{}@{}:{}",
+                c.id,
+                c.endpoint,
+                directory_id_text(c.directory_id)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Which voters a formatted directory starts a quorum with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Voters {
+    /// `controller_quorum_voters` (no flag).
+    Static,
+    /// `--standalone`.
+    Standalone,
+    /// `--initial-controllers`.
+    Initial(Vec<InitialController>),
+    /// `--no-initial-controllers`.
+    None,
+}
+
+/// The `meta.properties` to write for node `config` with `voters`; `new_dir` is the directory
+/// id to use unless the list gives this node's. Pure.
+///
+/// Errors: an `--initial-controllers` list without `config.node_id`.
+pub fn plan(
+    config: &ControllerConfig,
+    voters: Voters,
+    new_dir: uuid::Uuid,
+) -> Result<MetaProperties, String> {
+    let (directory_id, initial_controllers) = match voters {
+        Voters::Static => (new_dir, None),
+        Voters::None => (new_dir, Some(Vec::new())),
+        Voters::Standalone => {
+            let endpoint = ControllerNode::new(&config.advertised_listeners, None)
+                .map_err(|e| format!("advertised_listeners: {e}"))?
+                .addr;
+            (
+                new_dir,
+                Some(vec![InitialController {
+                    id: config.node_id,
+                    endpoint,
+                    directory_id: new_dir,
+                }]),
+            )
+        }
+        Voters::Initial(list) => {
+            let Some(own) = list.iter().find(|c| c.id == config.node_id) else {
+                return Err(format!(
+                    "--initial-controllers does not list this node (node_id {})",
+                    config.node_id
+                ));
+            };
+            (own.directory_id, Some(list))
+        }
+    };
+    Ok(MetaProperties {
+        node_id: config.node_id,
+        voter_ids: config.controller_quorum_voters.keys().copied().collect(),
+        cluster_id: None,
+        directory_id: Some(directory_id),
+        initial_controllers,
+    })
+}
+
+/// Why `format` did not write anything.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// `meta.properties` exists (exit 0 with `--ignore-formatted`).
+    AlreadyFormatted(String),
+    /// Anything else (exit 1).
+    Error(String),
+}
+
+/// Formats `dir` with `props` unless it is formatted already or holds Raft state.
+///
+/// Errors: [`Refusal`].
+pub fn format_dir(dir: &Path, props: &MetaProperties) -> Result<(), Refusal> {
+    if let Some(existing) = meta_properties::read(dir).map_err(|e| Refusal::Error(e.to_string()))? {
+        return Err(Refusal::AlreadyFormatted(format!(
+            "{} is already formatted (node_id {}, directory_id {})",
+            dir.display(),
+            existing.node_id,
+            existing
+                .directory_id
+                .map_or("none".into(), directory_id_text)
+        )));
+    }
+    for part in ["raft", "snapshots"] {
+        if dir.join(part).exists() {
+            return Err(Refusal::Error(format!(
+                "{} holds {part}/ but no meta.properties: it is not empty; formatting it would \
+                 mix a new identity with old state (restore meta.properties from a backup, or \
+                 empty the directory)",
+                dir.display()
+            )));
+        }
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| Refusal::Error(format!("{}: cannot create: {e}", dir.display())))?;
+    meta_properties::write(dir, props).map_err(|e| Refusal::Error(e.to_string()))
+}
+
+/// `keel-controller format ...`: `args` are the process arguments with `format` removed.
+pub fn main(args: Vec<std::ffi::OsString>) -> ExitCode {
+    let program = "keel-controller format";
+    let schema = Schema::of(Binary::Controller);
+    let cmd = schema
+        .command()
+        .name(program)
+        .about("Prepare an empty metadata_log_dir before the first start (kafka-storage format)")
+        .arg(
+            Arg::new("standalone")
+                .long("standalone")
+                .action(ArgAction::SetTrue)
+                .help("This node alone is the first voter (KIP-853)"),
+        )
+        .arg(
+            Arg::new("initial-controllers")
+                .long("initial-controllers")
+                .value_name("ID@HOST:PORT:DIRECTORY_ID,...")
+                .help("The first voters with their directory ids (KIP-853)"),
+        )
+        .arg(
+            Arg::new("no-initial-controllers")
+                .long("no-initial-controllers")
+                .action(ArgAction::SetTrue)
+                .help("A controller to be added later with keelctl quorum add-controller"),
+        )
+        .group(
+            ArgGroup::new("voters")
+                .args([
+                    "standalone",
+                    "initial-controllers",
+                    "no-initial-controllers",
+                ])
+                .multiple(false),
+        )
+        .arg(
+            Arg::new("ignore-formatted")
+                .long("ignore-formatted")
+                .action(ArgAction::SetTrue)
+                .help("Exit 0 when the directory is already formatted"),
+        );
+    let matches = keel_runtime::cli::matches_from_or_exit(cmd, args, program);
+    let fail = |e: &dyn std::fmt::Display| {
+        eprintln!("{program}: {e}");
+        ExitCode::FAILURE
+    };
+    let config = match schema
+        .load(&matches)
+        .and_then(|s| ControllerConfig::from_settings(&s))
+    {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    let voters = if matches.get_flag("standalone") {
+        Voters::Standalone
+    } else if matches.get_flag("no-initial-controllers") {
+        Voters::None
+    } else if let Some(list) = matches.get_one::<String>("initial-controllers") {
+        match parse_initial_controllers(list) {
+            Ok(l) => Voters::Initial(l),
+            Err(e) => return fail(&format!("--initial-controllers: {e}")),
+        }
+    } else {
+        Voters::Static
+    };
+    let props = match plan(&config, voters, uuid::Uuid::new_v4()) {
+        Ok(p) => p,
+        Err(e) => return fail(&e),
+    };
+    match format_dir(&config.metadata_log_dir, &props) {
+        Ok(()) => {
+            println!(
+                "formatted {}: node_id {}, directory_id {}{}",
+                config.metadata_log_dir.display(),
+                props.node_id,
+                props.directory_id.map_or(String::new(), directory_id_text),
+                match &props.initial_controllers {
+                    None => " (voters from controller_quorum_voters)".to_string(),
+                    Some(l) if l.is_empty() =>
+                        " (no initial controllers: waits to be added)".into(),
+                    Some(l) => format!(", initial controllers {}", render_initial_controllers(l)),
+                }
+            );
+            ExitCode::SUCCESS
+        }
+        Err(Refusal::AlreadyFormatted(m)) if matches.get_flag("ignore-formatted") => {
+            println!("{m}; left as it is (--ignore-formatted)");
+            ExitCode::SUCCESS
+        }
+        Err(Refusal::AlreadyFormatted(m)) => {
+            fail(&format!("{m}; --ignore-formatted to accept that"))
+        }
+        Err(Refusal::Error(m)) => fail(&m),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(n: u128) -> uuid::Uuid {
+        uuid::Uuid::from_u128(n)
+    }
+
+    #[test]
+    fn initial_controllers_parse_render_and_refuse_bad_lists() {
+        let text = format!(
+            "1@h1:9093:{},2@10.0.0.2:9093:{}",
+            directory_id_text(dir(1)),
+            dir(2)
+        );
+        let l = parse_initial_controllers(&text).unwrap();
+        assert_eq!(l.len(), 2);
+        assert_eq!(l[1].endpoint, "10.0.0.2:9093");
+        assert_eq!(l[1].directory_id, dir(2));
+        assert_eq!(
+            parse_initial_controllers(&render_initial_controllers(&l)),
+            Ok(l)
+        );
+        let d = directory_id_text(dir(3));
+        for (bad, why) in [
+            ("".to_string(), "is not id@"),
+            (format!("1h:9093:{d}"), "is not id@"),
+            (format!("0@h:9093:{d}"), "not in 1..="),
+            (format!("2147483648@h:9093:{d}"), "not in 1..="),
+            (format!("1@h:{d}"), "is not host:port"),
+            ("1@h:9093:zzz".to_string(), "directory id"),
+            (
+                format!("1@h:9093:{d},1@g:9093:{}", directory_id_text(dir(4))),
+                "repeats",
+            ),
+            (format!("1@h:9093:{d},2@g:9093:{d}"), "repeats"),
+            (format!("1@h#x:9093:{d}"), "'#'"),
+        ] {
+            let e = parse_initial_controllers(&bad).unwrap_err();
+            assert!(e.contains(why), "{bad:?}: {e}");
+        }
+        let many: Vec<String> = (1..=65)
+            .map(|i| format!("{i}@h:1:{}", directory_id_text(dir(i as u128))))
+            .collect();
+        assert!(parse_initial_controllers(&many.join(",")).is_err());
+    }
+
+    fn config(node_id: u64) -> ControllerConfig {
+        let s = Schema::of(Binary::Controller)
+            .resolve(keel_runtime::settings::Layer(
+                [
+                    (
+                        "node_id",
+                        keel_runtime::settings::Value::Int(node_id as i128),
+                    ),
+                    (
+                        "controller_quorum_voters",
+                        keel_runtime::settings::Value::Text("1@h1:9093,2@h2:9093".into()),
+                    ),
+                    (
+                        "metadata_log_dir",
+                        keel_runtime::settings::Value::Text("/d".into()),
+                    ),
+                ]
+                .into(),
+            ))
+            .unwrap();
+        ControllerConfig::from_settings(&s).unwrap()
+    }
+
+    #[test]
+    fn the_plan_takes_this_nodes_directory_id_from_the_list() {
+        let c = config(2);
+        let list = vec![
+            InitialController {
+                id: 1,
+                endpoint: "h1:9093".into(),
+                directory_id: dir(11),
+            },
+            InitialController {
+                id: 2,
+                endpoint: "h2:9093".into(),
+                directory_id: dir(22),
+            },
+        ];
+        let p = plan(&c, Voters::Initial(list.clone()), dir(99)).unwrap();
+        assert_eq!(p.directory_id, Some(dir(22)));
+        assert_eq!(p.initial_controllers, Some(list.clone()));
+        let e = plan(&config(1), Voters::Initial(list[1..].to_vec()), dir(99)).unwrap_err();
+        assert!(e.contains("does not list this node (node_id 1)"), "{e}");
+        let p = plan(&c, Voters::Standalone, dir(99)).unwrap();
+        assert_eq!(
+            p.initial_controllers,
+            Some(vec![InitialController {
+                id: 2,
+                endpoint: "h2:9093".into(),
+                directory_id: dir(99)
+            }])
+        );
+        assert_eq!(
+            plan(&c, Voters::None, dir(99)).unwrap().initial_controllers,
+            Some(vec![])
+        );
+        assert_eq!(
+            plan(&c, Voters::Static, dir(99))
+                .unwrap()
+                .initial_controllers,
+            None
+        );
+    }
+
+    #[test]
+    fn formatted_or_partial_directories_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let props = plan(&config(1), Voters::Standalone, dir(5)).unwrap();
+        format_dir(&d.path().join("new"), &props).unwrap();
+        assert!(matches!(
+            format_dir(&d.path().join("new"), &props),
+            Err(Refusal::AlreadyFormatted(_))
+        ));
+        std::fs::create_dir_all(d.path().join("old/raft")).unwrap();
+        match format_dir(&d.path().join("old"), &props) {
+            Err(Refusal::Error(m)) => assert!(m.contains("holds raft/"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(!d.path().join("old/meta.properties").exists());
+    }
+}
