@@ -348,18 +348,12 @@ impl ControllerGrpc {
                 )));
             }
         }
-        match self
-            .writer
-            .change_membership(openraft::ChangeMembers::AddVoterIds([id].into()))
-            .await
-        {
-            Some(Ok(_)) => {
-                tracing::info!(id, "controller added to the voters");
-                Ok(())
-            }
-            Some(Err(e)) => Err(self.membership_error(&e)),
-            None => Err(self.membership_timeout(id)),
-        }
+        self.change_voters(
+            id,
+            openraft::ChangeMembers::AddVoterIds([id].into()),
+            "controller added to the voters",
+        )
+        .await
     }
 
     /// RemoveRaftVoter (KIP-853).
@@ -393,13 +387,25 @@ impl ControllerGrpc {
                 .is_some_and(|t| now.saturating_sub(t) <= window)
         })
         .map_err(|(code, m)| code.to_proto(m))?;
-        match self
-            .writer
-            .change_membership(openraft::ChangeMembers::RemoveVoters([id].into()))
-            .await
-        {
+        self.change_voters(
+            id,
+            openraft::ChangeMembers::RemoveVoters([id].into()),
+            "controller removed from the voters",
+        )
+        .await
+    }
+
+    /// Runs the voter change `changes` about controller `id` on the write task; logs `done`
+    /// once it has committed.
+    async fn change_voters(
+        &self,
+        id: u64,
+        changes: openraft::ChangeMembers<u64, keel_metadata_log::raft_types::ControllerNode>,
+        done: &str,
+    ) -> Result<(), keel_proto::common::Error> {
+        match self.writer.change_membership(changes).await {
             Some(Ok(_)) => {
-                tracing::info!(id, "controller removed from the voters");
+                tracing::info!(id, "{done}");
                 Ok(())
             }
             Some(Err(e)) => Err(self.membership_error(&e)),

@@ -100,19 +100,7 @@ impl Quorum {
     pub fn format(&self, id: u64, extra: &[&str]) -> std::process::Output {
         Command::new(crate::process::controller_bin())
             .arg("format")
-            .arg("--node-id")
-            .arg(id.to_string())
-            .arg("--controller-quorum-voters")
-            .arg(
-                self.voter_overrides
-                    .get(&id)
-                    .cloned()
-                    .unwrap_or_else(|| self.voters()),
-            )
-            .arg("--listeners")
-            .arg(self.addr(id))
-            .arg("--metadata-log-dir")
-            .arg(self.data_dir(id))
+            .args(self.node_flags(id))
             .args(self.node_args.get(&id).into_iter().flatten())
             .args(extra)
             .output()
@@ -192,19 +180,7 @@ impl Quorum {
     /// Starts (or restarts) node `id`; its log goes to `<dir>/controller-<id>.log`.
     pub fn start_node(&mut self, id: u64) {
         let mut cmd = Command::new(crate::process::controller_bin());
-        cmd.arg("--node-id")
-            .arg(id.to_string())
-            .arg("--controller-quorum-voters")
-            .arg(
-                self.voter_overrides
-                    .get(&id)
-                    .cloned()
-                    .unwrap_or_else(|| self.voters()),
-            )
-            .arg("--listeners")
-            .arg(self.addr(id))
-            .arg("--metadata-log-dir")
-            .arg(self.data_dir(id))
+        cmd.args(self.node_flags(id))
             .args(self.default_session_args())
             .args(&self.extra_args)
             .args(self.node_args.get(&id).into_iter().flatten())
@@ -213,6 +189,24 @@ impl Quorum {
                 std::env::var("KEEL_BENCH_LOG").unwrap_or("info,openraft=warn".into()),
             );
         self.node_mut(id).start(cmd);
+    }
+
+    /// Node `id`'s identity flags: node id, voters (its override, if any), listener and
+    /// metadata log dir.
+    fn node_flags(&self, id: u64) -> Vec<String> {
+        vec![
+            "--node-id".into(),
+            id.to_string(),
+            "--controller-quorum-voters".into(),
+            self.voter_overrides
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| self.voters()),
+            "--listeners".into(),
+            self.addr(id),
+            "--metadata-log-dir".into(),
+            self.data_dir(id).display().to_string(),
+        ]
     }
 
     /// The harness's broker heartbeat interval (200 ms) and session timeout (1 s), unless
@@ -429,6 +423,22 @@ where
     }
 }
 
+/// A fake broker's RegisterBroker: broker `broker_id`, a new incarnation id, one PLAINTEXT
+/// listener at 127.0.0.1:`port`.
+pub fn register_request(broker_id: i32, port: u32) -> RegisterBrokerRequest {
+    RegisterBrokerRequest {
+        broker_id,
+        incarnation_id: bytes::Bytes::copy_from_slice(uuid::Uuid::new_v4().as_bytes()),
+        listeners: vec![keel_proto::metadata::BrokerEndpoint {
+            name: "PLAINTEXT".into(),
+            host: "127.0.0.1".into(),
+            port,
+            security_protocol: "PLAINTEXT".into(),
+        }],
+        ..Default::default()
+    }
+}
+
 /// A broker that only registers and heartbeats (no data plane), in a background task.
 #[derive(Debug)]
 pub struct FakeBroker {
@@ -452,16 +462,8 @@ impl FakeBroker {
     /// reporting the controller's commit index as its applied metadata offset.
     pub async fn start(q: &Quorum, id: i32, rack: &str, interval: Duration) -> FakeBroker {
         let req = RegisterBrokerRequest {
-            broker_id: id,
-            incarnation_id: bytes::Bytes::copy_from_slice(uuid::Uuid::new_v4().as_bytes()),
-            listeners: vec![keel_proto::metadata::BrokerEndpoint {
-                name: "PLAINTEXT".into(),
-                host: "127.0.0.1".into(),
-                port: 29092 + id as u32,
-                security_protocol: "PLAINTEXT".into(),
-            }],
             rack: rack.into(),
-            ..Default::default()
+            ..register_request(id, 29092 + id as u32)
         };
         let epoch = on_leader(q, Duration::from_secs(10), |mut c| {
             let req = req.clone();

@@ -11,7 +11,6 @@ use std::time::{Duration, Instant};
 use keel_client::admin::{Admin, AdminConfig};
 use keel_proto::ErrorCode;
 use keel_proto::controller::{DescribeClusterRequest, DescribeQuorumReply, RegisterBrokerRequest};
-use keel_proto::metadata::BrokerEndpoint;
 use keel_tests::quorum::{Clients, Quorum, is_not_controller, ok};
 
 fn admin(q: &Quorum) -> Admin {
@@ -70,18 +69,21 @@ async fn add(
         .await
 }
 
-fn register_request(broker_id: i32) -> RegisterBrokerRequest {
-    RegisterBrokerRequest {
-        broker_id,
-        incarnation_id: bytes::Bytes::copy_from_slice(uuid::Uuid::new_v4().as_bytes()),
-        listeners: vec![BrokerEndpoint {
-            name: "PLAINTEXT".into(),
-            host: "127.0.0.1".into(),
-            port: 40000 + broker_id as u32,
-            security_protocol: "PLAINTEXT".into(),
-        }],
-        ..Default::default()
+/// Waits up to 10 s for `leader`'s log to show a refused voter key (a replaced node).
+async fn wait_refused(q: &Quorum, leader: u64) {
+    let start = Instant::now();
+    while !q.log_of(leader).contains("INVALID_VOTER_KEY") {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the replaced node was not refused\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+fn register_request(broker_id: i32) -> RegisterBrokerRequest {
+    keel_tests::quorum::register_request(broker_id, 40000 + broker_id as u32)
 }
 
 /// Registers broker ids 1, 2, ... one after the other through whichever controller is active
@@ -217,15 +219,7 @@ async fn a_replaced_disk_is_refused_until_the_membership_changes_then_the_old_le
     let new_dir = q.directory_id(replaced);
     assert_ne!(new_dir, old_dir);
     // The others refuse it as that voter; the membership still names the old directory.
-    let start = Instant::now();
-    while !q.log_of(leader).contains("INVALID_VOTER_KEY") {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the leader never refused the replaced node\n{}",
-            q.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_refused(&q, leader).await;
     wait_voters(&q, &want, Duration::from_secs(1)).await;
 
     let a = admin(&q);
@@ -392,15 +386,7 @@ async fn a_quorum_formatted_with_initial_controllers_knows_every_voter_key_from_
     assert!(out.status.success(), "{out:?}");
     q.start_node(replaced);
     let new_dir = q.directory_id(replaced);
-    let start = Instant::now();
-    while !q.log_of(leader).contains("INVALID_VOTER_KEY") {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the replaced node was not refused\n{}",
-            q.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_refused(&q, leader).await;
     let a = admin(&q);
     let old = dirs[replaced as usize - 1].clone();
     a.remove_raft_voter(replaced as i32, &old).await.unwrap();

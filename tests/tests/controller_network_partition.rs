@@ -10,22 +10,11 @@
 use std::time::{Duration, Instant};
 
 use keel_proto::controller::{ReadSourceRole, RegisterBrokerRequest};
-use keel_proto::metadata::BrokerEndpoint;
 use keel_tests::fault::Fault;
 use keel_tests::quorum::*;
 
 fn register(broker_id: i32) -> RegisterBrokerRequest {
-    RegisterBrokerRequest {
-        broker_id,
-        incarnation_id: bytes::Bytes::copy_from_slice(uuid::Uuid::new_v4().as_bytes()),
-        listeners: vec![BrokerEndpoint {
-            name: "PLAINTEXT".into(),
-            host: "127.0.0.1".into(),
-            port: 39092,
-            security_protocol: "PLAINTEXT".into(),
-        }],
-        ..Default::default()
-    }
+    keel_tests::quorum::register_request(broker_id, 39092)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

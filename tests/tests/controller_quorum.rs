@@ -5,21 +5,10 @@ use std::time::{Duration, Instant};
 
 use keel_proto::ErrorCode;
 use keel_proto::controller::{RegisterBrokerReply, RegisterBrokerRequest};
-use keel_proto::metadata::BrokerEndpoint;
 use keel_tests::quorum::Quorum;
 
 fn register_request(broker_id: i32) -> RegisterBrokerRequest {
-    RegisterBrokerRequest {
-        broker_id,
-        incarnation_id: bytes::Bytes::copy_from_slice(uuid::Uuid::new_v4().as_bytes()),
-        listeners: vec![BrokerEndpoint {
-            name: "PLAINTEXT".into(),
-            host: "127.0.0.1".into(),
-            port: 19092 + broker_id as u32,
-            security_protocol: "PLAINTEXT".into(),
-        }],
-        ..Default::default()
-    }
+    keel_tests::quorum::register_request(broker_id, 19092 + broker_id as u32)
 }
 
 /// Sends a RegisterBroker to running controllers, following NOT_CONTROLLER hints, until one
