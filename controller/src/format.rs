@@ -31,93 +31,12 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, ArgGroup};
-use keel_metadata_log::raft_types::{ControllerNode, directory_id_text, parse_directory_id};
+use keel_metadata_log::raft_types::{ControllerNode, directory_id_text};
 use keel_runtime::settings::{Binary, Schema};
 
 use crate::config::ControllerConfig;
+use crate::membership::{InitialController, parse_initial_controllers, render_initial_controllers};
 use crate::meta_properties::{self, MetaProperties};
-
-/// Most initial voters accepted (a quorum of more than a few voters only slows commits).
-pub const MAX_INITIAL_CONTROLLERS: usize = 64;
-
-/// One initial voter: `id@host:port:directory-id` (Kafka's `--initial-controllers` entry).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InitialController {
-    /// Node id, 1..=2147483647.
-    pub id: u64,
-    /// `host:port` of its gRPC listener.
-    pub endpoint: String,
-    /// Its metadata log directory id.
-    pub directory_id: uuid::Uuid,
-}
-
-/// Parses `id@host:port:directory-id,...`.
-///
-/// Errors: an empty list, more than [`MAX_INITIAL_CONTROLLERS`] entries, an entry without
-/// `@` or the directory id after the last `:`, an id outside 1..=2147483647, a bad endpoint
-/// ([`ControllerNode::new`]) or directory id, or a node id or directory id twice.
-pub fn parse_initial_controllers(s: &str) -> Result<Vec<InitialController>, String> {
-    let entries: Vec<&str> = s.split(',').map(str::trim).collect();
-    if entries.len() > MAX_INITIAL_CONTROLLERS {
-        return Err(format!(
-            "{} entries, at most {MAX_INITIAL_CONTROLLERS}",
-            entries.len()
-        ));
-    }
-    let mut out: Vec<InitialController> = Vec::with_capacity(entries.len());
-    for e in entries {
-        let clipped = keel_proto::limits::clip(e);
-        let (id, rest) = e
-            .split_once('@')
-            .ok_or_else(|| format!("{clipped:?} is not id@host:port:directory-id"))?;
-        let (endpoint, dir) = rest
-            .rsplit_once(':')
-            .ok_or_else(|| format!("{clipped:?} is not id@host:port:directory-id"))?;
-        let id: u64 = id
-            .parse()
-            .ok()
-            .filter(|id| (1..=crate::membership::MAX_NODE_ID).contains(id))
-            .ok_or_else(|| format!("{clipped:?}: the id is not in 1..=2147483647"))?;
-        if endpoint
-            .rsplit_once(':')
-            .is_none_or(|(_, p)| p.parse::<u16>().is_err())
-        {
-            return Err(format!("{clipped:?}: {endpoint:?} is not host:port"));
-        }
-        let node = ControllerNode::new(endpoint, None).map_err(|e| format!("{clipped:?}: {e}"))?;
-        let directory_id = parse_directory_id(dir).map_err(|e| format!("{clipped:?}: {e}"))?;
-        if let Some(dup) = out
-            .iter()
-            .find(|c| c.id == id || c.directory_id == directory_id)
-        {
-            return Err(format!(
-                "{clipped:?} repeats the node id or directory id of controller {}",
-                dup.id
-            ));
-        }
-        out.push(InitialController {
-            id,
-            endpoint: node.addr,
-            directory_id,
-        });
-    }
-    Ok(out)
-}
-
-/// The text form [`parse_initial_controllers`] reads (directory ids in Kafka's base64 form).
-pub fn render_initial_controllers(list: &[InitialController]) -> String {
-    list.iter()
-        .map(|c| {
-            format!(
-                "{}@{}:{}",
-                c.id,
-                c.endpoint,
-                directory_id_text(c.directory_id)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
 
 /// Which voters a formatted directory starts a quorum with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -316,45 +235,6 @@ mod tests {
 
     fn dir(n: u128) -> uuid::Uuid {
         uuid::Uuid::from_u128(n)
-    }
-
-    #[test]
-    fn initial_controllers_parse_render_and_refuse_bad_lists() {
-        let text = format!(
-            "1@h1:9093:{},2@10.0.0.2:9093:{}",
-            directory_id_text(dir(1)),
-            dir(2)
-        );
-        let l = parse_initial_controllers(&text).unwrap();
-        assert_eq!(l.len(), 2);
-        assert_eq!(l[1].endpoint, "10.0.0.2:9093");
-        assert_eq!(l[1].directory_id, dir(2));
-        assert_eq!(
-            parse_initial_controllers(&render_initial_controllers(&l)),
-            Ok(l)
-        );
-        let d = directory_id_text(dir(3));
-        for (bad, why) in [
-            ("".to_string(), "is not id@"),
-            (format!("1h:9093:{d}"), "is not id@"),
-            (format!("0@h:9093:{d}"), "not in 1..="),
-            (format!("2147483648@h:9093:{d}"), "not in 1..="),
-            (format!("1@h:{d}"), "is not host:port"),
-            ("1@h:9093:zzz".to_string(), "directory id"),
-            (
-                format!("1@h:9093:{d},1@g:9093:{}", directory_id_text(dir(4))),
-                "repeats",
-            ),
-            (format!("1@h:9093:{d},2@g:9093:{d}"), "repeats"),
-            (format!("1@h#x:9093:{d}"), "'#'"),
-        ] {
-            let e = parse_initial_controllers(&bad).unwrap_err();
-            assert!(e.contains(why), "{bad:?}: {e}");
-        }
-        let many: Vec<String> = (1..=65)
-            .map(|i| format!("{i}@h:1:{}", directory_id_text(dir(i as u128))))
-            .collect();
-        assert!(parse_initial_controllers(&many.join(",")).is_err());
     }
 
     fn config(node_id: u64) -> ControllerConfig {

@@ -28,7 +28,7 @@
 //! this voter's key in the quorum's membership, so a replaced or emptied directory is a new
 //! directory id that the other controllers refuse as that voter.
 //! `cluster_id` appears once the quorum has committed its `ClusterIdRecord`.
-//! `initial_controllers` is written by `keel-controller format` ([`crate::format`]): the
+//! `initial_controllers` is written by `keel-controller format` ([`crate::format`] writes it): the
 //! voters, with their directory ids, this node initializes a new quorum with
 //! (`id@host:port:directory-id,...`, as Kafka's `--initial-controllers`); empty for a node
 //! formatted with `--no-initial-controllers`, which never initializes a quorum and waits to
@@ -57,7 +57,7 @@ pub struct MetaProperties {
     pub directory_id: Option<uuid::Uuid>,
     /// The voters a new quorum starts with (`keel-controller format`); `Some(empty)`: never
     /// initialize; `None`: initialize from `controller_quorum_voters`.
-    pub initial_controllers: Option<Vec<crate::format::InitialController>>,
+    pub initial_controllers: Option<Vec<crate::membership::InitialController>>,
 }
 
 /// Why `meta.properties` refused a start. `Display` is one line naming the file and key.
@@ -130,7 +130,7 @@ impl MetaProperties {
         if let Some(list) = &self.initial_controllers {
             s += &format!(
                 "initial_controllers={}\n",
-                crate::format::render_initial_controllers(list)
+                crate::membership::render_initial_controllers(list)
             );
         }
         if let Some(c) = &self.cluster_id {
@@ -184,7 +184,7 @@ impl MetaProperties {
             .get("initial_controllers")
             .map(|l| match l.as_str() {
                 "" => Ok(Vec::new()),
-                l => crate::format::parse_initial_controllers(l)
+                l => crate::membership::parse_initial_controllers(l)
                     .map_err(|e| format!("initial_controllers: {e}")),
             })
             .transpose()?;
@@ -318,7 +318,7 @@ mod tests {
         assert_eq!(MetaProperties::parse(&p.render()), Ok(p.clone()));
         p.initial_controllers = Some(Vec::new());
         assert_eq!(MetaProperties::parse(&p.render()), Ok(p.clone()));
-        p.initial_controllers = Some(vec![crate::format::InitialController {
+        p.initial_controllers = Some(vec![crate::membership::InitialController {
             id: 2,
             endpoint: "h:9".into(),
             directory_id: uuid::Uuid::from_u128(7),

@@ -545,7 +545,7 @@ async fn membership_voters_on_disk(
 async fn initialize_if_new(
     raft: &Raft<TypeConfig>,
     c: &ControllerConfig,
-    formatted_with: Option<&[crate::format::InitialController]>,
+    formatted_with: Option<&[crate::membership::InitialController]>,
 ) -> Result<(), StartError> {
     let observer = match formatted_with {
         Some(list) => list.is_empty(),
@@ -708,68 +708,6 @@ pub fn spawn_check_quorum(
         }
     });
     (rx, task)
-}
-
-/// Records members' directory ids in the membership (KIP-853's voter keys) where it has none:
-/// a quorum initialized from `controller_quorum_voters` starts without them, as Kafka's static
-/// voters. Every `interval`, the active controller commits one membership change
-/// (openraft `SetNodes`, same addresses) giving each such member the directory id it presented
-/// in its Raft replies ([`RaftNode::learned`]; its own from `meta.properties`), through the
-/// write task (`writer`, the only proposer). From then on, a member whose directory is
-/// replaced is refused as that voter ([`crate::membership::voter_key_mismatch`]). Skipped
-/// while another change is pending; each attempt is bounded by
-/// [`crate::write_path::MEMBERSHIP_CHANGE_TIMEOUT`].
-pub fn spawn_record_directory_ids<S: crate::write_path::ControllerState>(
-    node: RaftNode,
-    writer: crate::write_path::WriteHandle<S>,
-    interval: std::time::Duration,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            if !node.is_active() {
-                continue;
-            }
-            let members = node.members();
-            if members.changing {
-                continue;
-            }
-            let updates: BTreeMap<u64, ControllerNode> = members
-                .voters
-                .iter()
-                .chain(members.observers.iter())
-                .filter(|(_, n)| n.directory_id.is_none())
-                .filter_map(|(id, n)| {
-                    let dir = if *id == node.node_id {
-                        Some(node.directory_id)
-                    } else {
-                        node.learned.get(*id)
-                    }?;
-                    Some((
-                        *id,
-                        ControllerNode {
-                            addr: n.addr.clone(),
-                            directory_id: Some(dir),
-                        },
-                    ))
-                })
-                .collect();
-            if updates.is_empty() {
-                continue;
-            }
-            let ids: Vec<u64> = updates.keys().copied().collect();
-            match writer
-                .change_membership(openraft::ChangeMembers::SetNodes(updates))
-                .await
-            {
-                Some(Ok(_)) => tracing::info!(?ids, "recorded the directory ids of controllers"),
-                Some(Err(e)) => tracing::debug!(error = %e, "recording directory ids"),
-                None => tracing::debug!("recording directory ids did not commit in time"),
-            }
-        }
-    })
 }
 
 /// Resolves when openraft stops on its own: `RaftMetrics.running_state` turns `Err` (a

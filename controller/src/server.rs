@@ -89,7 +89,7 @@ pub async fn serve(
     );
     let record_cluster_id =
         node::spawn_record_cluster_id(config.metadata_log_dir.clone(), raft_node.images.clone());
-    let record_directory_ids = node::spawn_record_directory_ids(
+    let record_directory_ids = spawn_record_directory_ids(
         raft_node.clone(),
         writer.clone(),
         std::time::Duration::from_secs(1),
@@ -191,4 +191,69 @@ impl Drop for MetricsGuard {
     fn drop(&mut self) {
         self.sampler.abort();
     }
+}
+
+/// Records members' directory ids in the membership (KIP-853's voter keys) where it has none:
+/// a quorum initialized from `controller_quorum_voters` starts without them, as Kafka's static
+/// voters. Every `interval`, the active controller commits one membership change
+/// (openraft `SetNodes`, same addresses) giving each such member the directory id it presented
+/// in its Raft replies ([`RaftNode::learned`](crate::node::RaftNode::learned); its own from `meta.properties`), through the
+/// write task (`writer`, the only proposer). From then on, a member whose directory is
+/// replaced is refused as that voter ([`crate::membership::voter_key_mismatch`]). Skipped
+/// while another change is pending; each attempt is bounded by
+/// [`crate::write_path::MEMBERSHIP_CHANGE_TIMEOUT`].
+fn spawn_record_directory_ids<S: crate::write_path::ControllerState>(
+    node: crate::node::RaftNode,
+    writer: crate::write_path::WriteHandle<S>,
+    interval: std::time::Duration,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if !node.is_active() {
+                continue;
+            }
+            let members = node.members();
+            if members.changing {
+                continue;
+            }
+            let updates: std::collections::BTreeMap<
+                u64,
+                keel_metadata_log::raft_types::ControllerNode,
+            > = members
+                .voters
+                .iter()
+                .chain(members.observers.iter())
+                .filter(|(_, n)| n.directory_id.is_none())
+                .filter_map(|(id, n)| {
+                    let dir = if *id == node.node_id {
+                        Some(node.directory_id)
+                    } else {
+                        node.learned.get(*id)
+                    }?;
+                    Some((
+                        *id,
+                        keel_metadata_log::raft_types::ControllerNode {
+                            addr: n.addr.clone(),
+                            directory_id: Some(dir),
+                        },
+                    ))
+                })
+                .collect();
+            if updates.is_empty() {
+                continue;
+            }
+            let ids: Vec<u64> = updates.keys().copied().collect();
+            match writer
+                .change_membership(openraft::ChangeMembers::SetNodes(updates))
+                .await
+            {
+                Some(Ok(_)) => tracing::info!(?ids, "recorded the directory ids of controllers"),
+                Some(Err(e)) => tracing::debug!(error = %e, "recording directory ids"),
+                None => tracing::debug!("recording directory ids did not commit in time"),
+            }
+        }
+    })
 }
