@@ -435,3 +435,100 @@ fn format_refuses_lists_without_this_node_and_bad_entries_and_writes_nothing() {
         assert!(!q.data_dir(2).join("meta.properties").exists());
     }
 }
+
+/// Whether controller `id` reports broker 1 registered and unfenced.
+async fn broker_unfenced_at(q: &Quorum, id: u64) -> bool {
+    let Ok(r) = q
+        .client(id)
+        .await
+        .describe_cluster(DescribeClusterRequest {
+            include_fenced_brokers: true,
+            ..Default::default()
+        })
+        .await
+    else {
+        return false;
+    };
+    r.into_inner()
+        .brokers
+        .iter()
+        .any(|b| b.broker_id == 1 && !b.fenced)
+}
+
+/// A broker whose `controller_quorum_voters` lists controllers 1 and 2 keeps its session when
+/// controller 3, added later and unknown to it, becomes the active controller: it follows the
+/// hint's address (as a Kafka broker follows the leader endpoint a controller returns).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_follows_an_added_controller_it_was_not_configured_with() {
+    let mut q = Quorum::start_single_voter(3);
+    assert_eq!(q.wait_leader(Duration::from_secs(20)).await, 1);
+    let a = admin(&q);
+    for id in [2u64, 3] {
+        q.start_observer(id);
+        add(&a, id as i32, &q.directory_id(id), &q.addr(id), 30)
+            .await
+            .unwrap_or_else(|e| panic!("add controller {id}: {e}\n{}", q.logs()));
+    }
+    let ports = keel_tests::quorum::free_ports(2);
+    let mut broker =
+        keel_tests::node::NodeProcess::new("broker 1".into(), q.dir.path().join("broker-1.log"));
+    let mut cmd = std::process::Command::new(keel_tests::process::broker_bin());
+    cmd.args(["--node-id", "1", "--controller-quorum-voters"])
+        .arg(format!("1@{},2@{}", q.addr(1), q.addr(2)))
+        .arg("--listeners")
+        .arg(format!(
+            "GRPC://127.0.0.1:{},PLAINTEXT://127.0.0.1:{}",
+            ports[0], ports[1]
+        ))
+        .arg("--log-dirs")
+        .arg(q.dir.path().join("broker-1"))
+        .args(["--broker-heartbeat-interval-ms", "200"])
+        .args(["--broker-session-timeout-ms", "1000"])
+        .env("KEEL_LOG", "info");
+    broker.start(cmd);
+    let start = Instant::now();
+    while !broker_unfenced_at(&q, 1).await {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "broker 1 not unfenced\n{}\n{}",
+            q.logs(),
+            broker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Controller 3 must win the next election: controller 2 misses some entries (paused),
+    // then the leader dies, so only 3's log is up to date enough for the other's vote.
+    q.pause(2);
+    let mut c1 = q.client(1).await;
+    for id in 100..110 {
+        let r = c1
+            .register_broker(register_request(id))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(ok(&r.error), "{:?}", r.error);
+    }
+    q.kill(1);
+    q.resume(2);
+    let start = Instant::now();
+    while q.leader_seen_by(3).await != Some(3) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "controller 3 did not become active\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Longer than a session: the broker heartbeats to controller 3 all along.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(broker_unfenced_at(&q, 3).await, "{}", broker.log());
+    assert!(
+        broker
+            .log()
+            .contains("following an active controller that controller_quorum_voters does not list"),
+        "{}",
+        broker.log()
+    );
+    broker.kill();
+}

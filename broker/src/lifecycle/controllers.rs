@@ -3,6 +3,11 @@
 //! and [`ActiveControllerClient`], which follows the active controller for write RPCs
 //! (RegisterBroker, BrokerHeartbeat): NOT_CONTROLLER with a hint -> the hinted voter; without a
 //! hint or on a transport error -> the next voter; a bounded number of attempts per call.
+//!
+//! A hint may name a controller this broker's `controller_quorum_voters` does not list (one
+//! added with `keelctl quorum add-controller`, KIP-853): the client then opens a channel to the
+//! hint's `leader_address` and follows it, as a Kafka broker follows the leader endpoint a
+//! controller returns; at most [`MAX_LEARNED_CONTROLLERS`] such controllers per client.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -22,6 +27,8 @@ use tonic::transport::Channel;
 
 /// Connect timeout of a controller channel.
 const CONNECT_TIMEOUT: Duration = Duration::from_millis(1000);
+/// Controllers a client learns from hints beyond the configured voters, at most.
+pub const MAX_LEARNED_CONTROLLERS: usize = 8;
 /// Largest message accepted from a controller (snapshot chunks are about 1 MiB).
 pub const MAX_CONTROLLER_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
@@ -29,6 +36,7 @@ pub const MAX_CONTROLLER_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct ControllerChannels {
     voters: Arc<Vec<(u64, String, ControllerServiceClient<Channel>)>>,
+    dialer: Dialer,
 }
 
 impl ControllerChannels {
@@ -38,17 +46,40 @@ impl ControllerChannels {
     pub fn new(voters: &BTreeMap<u64, String>, dialer: &Dialer) -> Result<Self, String> {
         let mut out = Vec::with_capacity(voters.len());
         for (id, addr) in voters {
-            let endpoint = Dialer::endpoint(addr)
-                .map_err(|e| format!("controller {id}: {e}"))?
-                .connect_timeout(CONNECT_TIMEOUT)
-                .tcp_nodelay(true);
-            let client = ControllerServiceClient::new(dialer.connect_lazy(&endpoint))
-                .max_decoding_message_size(MAX_CONTROLLER_MESSAGE_BYTES);
-            out.push((*id, addr.clone(), client));
+            out.push((*id, addr.clone(), Self::client_for(*id, addr, dialer)?));
         }
         assert!(!out.is_empty(), "config guarantees at least one voter");
         Ok(Self {
             voters: Arc::new(out),
+            dialer: dialer.clone(),
+        })
+    }
+
+    fn client_for(
+        id: u64,
+        addr: &str,
+        dialer: &Dialer,
+    ) -> Result<ControllerServiceClient<Channel>, String> {
+        let endpoint = Dialer::endpoint(addr)
+            .map_err(|e| format!("controller {id}: {e}"))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true);
+        Ok(ControllerServiceClient::new(dialer.connect_lazy(&endpoint))
+            .max_decoding_message_size(MAX_CONTROLLER_MESSAGE_BYTES))
+    }
+
+    /// These channels plus one to controller `id` at `addr` (learned from a leader hint);
+    /// `None` when `id` is known already or `addr` is not a valid `host:port`.
+    pub fn with_learned(&self, id: u64, addr: &str) -> Option<Self> {
+        if self.voters.iter().any(|v| v.0 == id) {
+            return None;
+        }
+        let client = Self::client_for(id, addr, &self.dialer).ok()?;
+        let mut voters = self.voters.as_ref().clone();
+        voters.push((id, addr.to_string(), client));
+        Some(Self {
+            voters: Arc::new(voters),
+            dialer: self.dialer.clone(),
         })
     }
 
@@ -116,6 +147,13 @@ impl ControllerRouter {
         }
     }
 
+    /// Adds controller `id` (learned from a hint) as the last one; a known id changes nothing.
+    pub fn add(&mut self, id: u64) {
+        if !self.ids.contains(&id) {
+            self.ids.push(id);
+        }
+    }
+
     /// The voter `leader_id` is known to be active (from any reply's hint): ask it next.
     pub fn prefer(&mut self, leader_id: i32) {
         if let Some(i) = u64::try_from(leader_id)
@@ -174,6 +212,8 @@ pub struct NoActiveController {
 pub struct ActiveControllerClient {
     channels: ControllerChannels,
     router: ControllerRouter,
+    /// Controllers learned from hints so far (bounded by [`MAX_LEARNED_CONTROLLERS`]).
+    learned: usize,
     request_timeout: Duration,
     /// Node id of the controller that last answered a write (the active one), -1 if none yet.
     pub active_id: i32,
@@ -186,6 +226,7 @@ impl ActiveControllerClient {
         Self {
             channels,
             router,
+            learned: 0,
             request_timeout,
             active_id: -1,
         }
@@ -195,6 +236,27 @@ impl ActiveControllerClient {
     /// previous call's [`Self::active_id`]); an id that is not a voter (-1) changes nothing.
     pub fn prefer(&mut self, leader_id: i32) {
         self.router.prefer(leader_id);
+    }
+
+    /// Opens a channel to a hinted active controller that is not among the known ones.
+    fn learn(&mut self, leader: &ControllerLeader) {
+        let Ok(id) = u64::try_from(leader.leader_id) else {
+            return;
+        };
+        if self.learned >= MAX_LEARNED_CONTROLLERS || leader.leader_address.is_empty() {
+            return;
+        }
+        if let Some(channels) = self.channels.with_learned(id, &leader.leader_address) {
+            tracing::info!(
+                controller = id,
+                address = %leader.leader_address,
+                "following an active controller that controller_quorum_voters does not list \
+                 (added with keelctl quorum add-controller?); list it there at the next restart"
+            );
+            self.channels = channels;
+            self.router.add(id);
+            self.learned += 1;
+        }
     }
 
     /// Calls `f` on voters until one answers with something other than NOT_CONTROLLER; at
@@ -230,6 +292,9 @@ impl ActiveControllerClient {
                     if not_controller {
                         let hint = reply.leader().map_or(-1, |l| l.leader_id);
                         last = format!("controller {id}: NOT_CONTROLLER (hint: {hint})");
+                        if let Some(l) = reply.leader() {
+                            self.learn(l);
+                        }
                         self.router.on_not_controller(hint);
                         continue;
                     }
@@ -267,5 +332,12 @@ mod tests {
         assert_eq!(r.current(), 1);
         r.prefer(-1);
         assert_eq!(r.current(), 1);
+        // A controller learned from a hint is followed like a configured one.
+        r.add(7);
+        r.add(7);
+        r.on_not_controller(7);
+        assert_eq!(r.current(), 3);
+        r.on_transport_error();
+        assert_eq!(r.current(), 0, "four controllers now");
     }
 }
