@@ -4,10 +4,15 @@
 //! call them.
 //!
 //! - A Raft request names the node it is for and the directory id the sender's membership
-//!   records for it, and carries the sender's own node id and directory id
-//!   ([`voter_key_mismatch`]): a node whose directory was replaced (a new directory id) is
-//!   refused as the voter that was, in both directions, so an emptied disk can never vote
-//!   with a log it no longer has.
+//!   records for it ([`voter_key_mismatch`]): a node whose directory was replaced (a new
+//!   directory id) refuses every request meant for the voter that was, so an emptied disk
+//!   can never vote, or acknowledge entries, with a log it no longer has. The sender's own
+//!   directory id is not checked against the receiver's membership: a receiver whose log is
+//!   behind holds an older membership, and refusing the current leader (a replaced node
+//!   added back with its new id) would keep it behind for good (seen in a trial: a new
+//!   observer stuck at its first 512 entries); a candidate with an emptied log cannot win an
+//!   election anyway (Raft's up-to-date rule), and the voters refuse to be counted for it by
+//!   the target check.
 //! - AddRaftVoter ([`check_add`]) and RemoveRaftVoter ([`check_remove`]) are validated
 //!   against the current membership before anything changes, with Kafka's codes
 //!   (DUPLICATE_VOTER, VOTER_NOT_FOUND, INVALID_REQUEST).
@@ -110,13 +115,7 @@ pub fn parse_initial_controllers(s: &str) -> Result<Vec<InitialController>, Stri
             .ok()
             .filter(|id| (1..=MAX_NODE_ID).contains(id))
             .ok_or_else(|| format!("{clipped:?}: the id is not in 1..=2147483647"))?;
-        if endpoint
-            .rsplit_once(':')
-            .is_none_or(|(_, p)| p.parse::<u16>().is_err())
-        {
-            return Err(format!("{clipped:?}: {endpoint:?} is not host:port"));
-        }
-        let node = ControllerNode::new(endpoint, None).map_err(|e| format!("{clipped:?}: {e}"))?;
+        let node = endpoint_node(endpoint, None).map_err(|e| format!("{clipped:?}: {e}"))?;
         let directory_id = parse_directory_id(dir).map_err(|e| format!("{clipped:?}: {e}"))?;
         if let Some(dup) = out
             .iter()
@@ -151,6 +150,30 @@ pub fn render_initial_controllers(list: &[InitialController]) -> String {
         .join(",")
 }
 
+/// The member at `endpoint` with `dir`, after checking that `endpoint` is `host:port`: a
+/// host of letters, digits, `.`, `-`, `_` or `:` (an IPv6 literal in brackets too), and a port
+/// in 1..=65535. A URL (`http://...`), a missing or zero port, a port above 65535 are refused
+/// before anything changes.
+///
+/// Errors: the endpoint's problem in words.
+pub fn endpoint_node(endpoint: &str, dir: Option<uuid::Uuid>) -> Result<ControllerNode, String> {
+    let node = ControllerNode::new(endpoint, dir)?;
+    let clipped = keel_proto::limits::clip(endpoint);
+    let bad = || format!("endpoint {clipped:?} is not host:port (a port in 1..=65535)");
+    let (host, port) = endpoint.rsplit_once(':').ok_or_else(bad)?;
+    if port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(bad());
+    }
+    let host_ok = !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '[' | ']'));
+    if !host_ok {
+        return Err(bad());
+    }
+    Ok(node)
+}
+
 /// A refusal of an AddRaftVoter or RemoveRaftVoter request: Kafka's code and a message.
 pub type Refusal = (ErrorCode, String);
 
@@ -165,6 +188,8 @@ pub fn check_add(
     id: u64,
     dir: uuid::Uuid,
     endpoint: &str,
+    leader: u64,
+    in_contact: impl Fn(u64) -> bool,
 ) -> Result<ControllerNode, Refusal> {
     if id == 0 || id > MAX_NODE_ID {
         return Err((
@@ -172,8 +197,7 @@ pub fn check_add(
             format!("voter id {id} is outside 1..={MAX_NODE_ID}"),
         ));
     }
-    let node =
-        ControllerNode::new(endpoint, Some(dir)).map_err(|e| (ErrorCode::InvalidRequest, e))?;
+    let node = endpoint_node(endpoint, Some(dir)).map_err(|e| (ErrorCode::InvalidRequest, e))?;
     if members.voters.contains_key(&id) {
         return Err((
             ErrorCode::DuplicateVoter,
@@ -194,6 +218,7 @@ pub fn check_add(
             ),
         ));
     }
+    majority_in_contact(members.voters.keys().copied(), leader, &in_contact)?;
     if members.changing {
         return Err((
             ErrorCode::InvalidRequest,
@@ -201,6 +226,32 @@ pub fn check_add(
         ));
     }
     Ok(node)
+}
+
+/// INVALID_REQUEST unless a majority of `voters` (the active controller `leader` counts as
+/// in contact) is in contact: a voter change commits through a joint configuration, which
+/// needs a majority of the current voters as well as of the new ones (Raft §6), so without
+/// it the change could never commit and would hold the write path until it timed out.
+fn majority_in_contact(
+    voters: impl Iterator<Item = u64>,
+    leader: u64,
+    in_contact: &impl Fn(u64) -> bool,
+) -> Result<(), Refusal> {
+    let (mut total, mut live) = (0usize, 0usize);
+    for v in voters {
+        total += 1;
+        live += usize::from(v == leader || in_contact(v));
+    }
+    if 2 * live <= total {
+        return Err((
+            ErrorCode::InvalidRequest,
+            format!(
+                "only {live} of the {total} voters are in contact with the active controller: \
+                 not a majority, so no voter change can commit (bring voters back first)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Validates RemoveRaftVoter for node `id` with directory `dir` (`None`: the request named
@@ -241,6 +292,7 @@ pub fn check_remove(
             format!("controller {id} is the last voter; a quorum needs one"),
         ));
     }
+    majority_in_contact(members.voters.keys().copied(), leader, &in_contact)?;
     let remaining: Vec<u64> = members
         .voters
         .keys()
@@ -270,46 +322,25 @@ pub fn check_remove(
     Ok(())
 }
 
-/// Why a controller with node id `own_id` and directory `own_dir` refuses a Raft request
-/// from node `sender_id` presenting directory `sender_dir`, sent for directory `target_dir`,
-/// given the directory id its membership records for the sender (`recorded_sender_dir`);
+/// Why a controller with node id `own_id` and directory `own_dir` refuses a Raft request from
+/// controller `sender_id` meant for directory `target_dir` (the one the sender's membership
+/// records for this node; `None`: it records none, or the sender is an earlier build);
 /// `None` when it accepts. INVALID_VOTER_KEY in Kafka's terms (KIP-853).
-///
-/// A side without a directory id (a request of an earlier build: `sender_id` 0, empty ids;
-/// a membership that records none yet) is not checked.
 pub fn voter_key_mismatch(
     own_id: u64,
     own_dir: uuid::Uuid,
     target_dir: Option<uuid::Uuid>,
     sender_id: u64,
-    sender_dir: Option<uuid::Uuid>,
-    recorded_sender_dir: Option<uuid::Uuid>,
 ) -> Option<String> {
-    if let Some(t) = target_dir
-        && t != own_dir
-    {
-        return Some(format!(
-            "INVALID_VOTER_KEY: raft request from controller {sender_id} for controller \
-             {own_id} with directory id {} reached directory id {} (this node's metadata log \
-             directory was replaced: remove the old voter and add this one with keelctl \
-             quorum remove-controller / add-controller)",
-            directory_id_text(t),
-            directory_id_text(own_dir)
-        ));
-    }
-    if sender_id != 0
-        && let (Some(recorded), Some(sent)) = (recorded_sender_dir, sender_dir)
-        && recorded != sent
-    {
-        return Some(format!(
-            "INVALID_VOTER_KEY: raft request from controller {sender_id} with directory id {} \
-             but the membership records directory id {} for it (its metadata log directory \
-             was replaced; it is not that voter until the membership changes)",
-            directory_id_text(sent),
-            directory_id_text(recorded)
-        ));
-    }
-    None
+    let t = target_dir.filter(|t| *t != own_dir)?;
+    Some(format!(
+        "INVALID_VOTER_KEY: raft request from controller {sender_id} for controller {own_id} \
+         with directory id {} reached directory id {} (this node's metadata log directory was \
+         replaced: remove the old voter and add this one with keelctl quorum remove-controller \
+         / add-controller)",
+        directory_id_text(t),
+        directory_id_text(own_dir)
+    ))
 }
 
 #[cfg(test)]
@@ -355,6 +386,7 @@ mod tests {
             (format!("0@h:9093:{d}"), "not in 1..="),
             (format!("2147483648@h:9093:{d}"), "not in 1..="),
             (format!("1@h:{d}"), "is not host:port"),
+            (format!("1@http://h:1:{d}"), "is not host:port"),
             ("1@h:9093:zzz".to_string(), "directory id"),
             (
                 format!("1@h:9093:{d},1@g:9093:{}", directory_id_text(dir(4))),
@@ -375,44 +407,52 @@ mod tests {
     #[test]
     fn add_refuses_duplicates_bad_input_and_concurrent_changes() {
         let m = members(&[(1, Some(11)), (2, None)], &[(4, 44)]);
-        assert!(check_add(&m, 3, dir(33), "h:3").is_ok());
+        assert!(check_add(&m, 3, dir(33), "h:3", 1, |_| true).is_ok());
         // The observer being promoted keeps its own directory id.
-        assert!(check_add(&m, 4, dir(44), "h:4").is_ok());
+        assert!(check_add(&m, 4, dir(44), "h:4", 1, |_| true).is_ok());
         let code = |r: Result<ControllerNode, Refusal>| r.unwrap_err().0;
         assert_eq!(
-            code(check_add(&m, 1, dir(99), "h:1")),
+            code(check_add(&m, 1, dir(99), "h:1", 1, |_| true)),
             ErrorCode::DuplicateVoter
         );
         assert_eq!(
-            code(check_add(&m, 3, dir(11), "h:3")),
+            code(check_add(&m, 3, dir(11), "h:3", 1, |_| true)),
             ErrorCode::DuplicateVoter
         );
         assert_eq!(
-            code(check_add(&m, 3, dir(44), "h:3")),
+            code(check_add(&m, 3, dir(44), "h:3", 1, |_| true)),
             ErrorCode::DuplicateVoter
         );
         assert_eq!(
-            code(check_add(&m, 0, dir(33), "h:3")),
+            code(check_add(&m, 0, dir(33), "h:3", 1, |_| true)),
             ErrorCode::InvalidRequest
         );
         assert_eq!(
-            code(check_add(&m, MAX_NODE_ID + 1, dir(33), "h:3")),
+            code(check_add(&m, MAX_NODE_ID + 1, dir(33), "h:3", 1, |_| true)),
             ErrorCode::InvalidRequest
         );
         assert_eq!(
-            code(check_add(&m, 3, dir(33), "")),
+            code(check_add(&m, 3, dir(33), "", 1, |_| true)),
             ErrorCode::InvalidRequest
         );
         assert_eq!(
-            code(check_add(&m, 3, dir(33), "h 3")),
+            code(check_add(&m, 3, dir(33), "h 3", 1, |_| true)),
             ErrorCode::InvalidRequest
         );
+        for bad in ["bogus", "h:0", "h:99999", "http://h:1", ":1", "h:", "h/x:1"] {
+            assert_eq!(
+                code(check_add(&m, 3, dir(33), bad, 1, |_| true)),
+                ErrorCode::InvalidRequest,
+                "{bad}"
+            );
+        }
+        assert!(check_add(&m, 3, dir(33), "[::1]:9093", 1, |_| true).is_ok());
         let busy = Members {
             changing: true,
             ..m
         };
         assert_eq!(
-            code(check_add(&busy, 3, dir(33), "h:3")),
+            code(check_add(&busy, 3, dir(33), "h:3", 1, |_| true)),
             ErrorCode::InvalidRequest
         );
     }
@@ -448,27 +488,23 @@ mod tests {
         // Removing the dead one is fine.
         assert!(check_remove(&m, 3, None, 1, no3).is_ok());
         let one = members(&[(1, Some(11))], &[]);
+        // Two voters with one down: no change can commit, not even removing the dead one.
+        let two = members(&[(1, Some(11)), (2, Some(22))], &[]);
+        let e = check_remove(&two, 2, Some(dir(22)), 1, |_| false).unwrap_err();
+        assert!(e.1.contains("only 1 of the 2 voters"), "{}", e.1);
+        let e = check_add(&two, 3, dir(33), "h:3", 1, |_| false).unwrap_err();
+        assert!(e.1.contains("only 1 of the 2 voters"), "{}", e.1);
         let e = check_remove(&one, 1, Some(dir(11)), 1, all).unwrap_err();
         assert_eq!(e.0, ErrorCode::InvalidRequest);
         assert!(e.1.contains("last voter"), "{}", e.1);
     }
 
     #[test]
-    fn voter_keys_are_checked_both_ways_only_when_known() {
+    fn a_request_meant_for_another_directory_is_refused() {
         let own = dir(2);
-        assert_eq!(voter_key_mismatch(2, own, None, 1, None, None), None);
-        assert_eq!(
-            voter_key_mismatch(2, own, Some(own), 1, Some(dir(1)), Some(dir(1))),
-            None
-        );
-        let e = voter_key_mismatch(2, own, Some(dir(9)), 1, None, None).unwrap();
+        assert_eq!(voter_key_mismatch(2, own, None, 1), None);
+        assert_eq!(voter_key_mismatch(2, own, Some(own), 1), None);
+        let e = voter_key_mismatch(2, own, Some(dir(9)), 1).unwrap();
         assert!(e.starts_with("INVALID_VOTER_KEY"), "{e}");
-        let e = voter_key_mismatch(2, own, Some(own), 1, Some(dir(5)), Some(dir(1))).unwrap();
-        assert!(e.contains("membership records"), "{e}");
-        // An earlier build's request names no sender.
-        assert_eq!(
-            voter_key_mismatch(2, own, None, 0, Some(dir(5)), Some(dir(1))),
-            None
-        );
     }
 }

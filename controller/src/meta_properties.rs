@@ -18,11 +18,11 @@
 //! cluster_id=6f0d3c2e-...
 //! ```
 //!
-//! `controller_quorum_voters` keeps only the voter ids the directory was first started
-//! with: the ids are the Raft membership, while addresses may change between starts (a host
-//! moves) without changing who votes. Once voters are added or removed (KIP-853, `keelctl
-//! quorum add-controller`), a configuration listing the current voters is accepted too
-//! ([`MetaProperties::check_voters`]).
+//! `controller_quorum_voters` keeps only the voter ids the directory was formatted or first
+//! started with (addresses may change between starts). They are checked only while the
+//! directory holds no membership ([`MetaProperties::check_voters`]: a start would initialize
+//! the quorum with the configured set); afterwards the membership in the metadata log decides
+//! who votes (KIP-853, `keelctl quorum add-controller`) and a different list is logged.
 //! `directory_id` (Kafka's `directory.id`, KIP-858/KIP-853) is a random id made when the
 //! directory is first used (or added to a file of an earlier build); with the node id it is
 //! this voter's key in the quorum's membership, so a replaced or emptied directory is a new
@@ -212,20 +212,16 @@ impl MetaProperties {
         Ok(())
     }
 
-    /// Checks the configured voter ids: they must be the ids this directory was first
-    /// started with, or the voters of the membership its Raft log holds now
-    /// (`membership_voters`, after `add-controller` / `remove-controller`). A node that is
-    /// not a voter of either (an observer waiting to be added) passes when its configuration
-    /// lists the same voters as when it first started.
+    /// Checks the configured voter ids against the ids this directory was formatted or first
+    /// started with (used while the directory holds no membership yet).
     ///
     /// Errors: [`IdentityError::Mismatch`] on `controller_quorum_voters`.
     pub fn check_voters(
         &self,
         path: &Path,
         voter_ids: &BTreeSet<u64>,
-        membership_voters: Option<&BTreeSet<u64>>,
     ) -> Result<(), IdentityError> {
-        if &self.voter_ids != voter_ids && membership_voters != Some(voter_ids) {
+        if &self.voter_ids != voter_ids {
             let ids = |s: &BTreeSet<u64>| s.iter().map(u64::to_string).collect::<Vec<_>>();
             return Err(IdentityError::Mismatch {
                 path: path.to_path_buf(),
@@ -367,12 +363,9 @@ mod tests {
             e.contains("node_id is 5 in the configuration but 2 in this directory"),
             "{e}"
         );
-        assert!(p.check_voters(path, &[1, 2, 3].into(), None).is_ok());
-        // The voters after a membership change.
-        let now: BTreeSet<u64> = [1, 2, 3, 4].into();
-        assert!(p.check_voters(path, &now, Some(&now)).is_ok());
+        assert!(p.check_voters(path, &[1, 2, 3].into()).is_ok());
         let e = p
-            .check_voters(path, &[1, 2, 4].into(), Some(&now))
+            .check_voters(path, &[1, 2, 4].into())
             .unwrap_err()
             .to_string();
         assert!(

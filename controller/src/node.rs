@@ -317,6 +317,8 @@ pub fn spawn_pre_vote(
         // The voters the clients in `peers` were made for (rebuilt when the membership
         // changes).
         let mut peers_of: BTreeMap<u64, ControllerNode> = BTreeMap::new();
+        // Whether this node was a voter at the last round (changes are logged once).
+        let mut was_voter: Option<bool> = None;
         let mut peers = Vec::new();
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -327,7 +329,24 @@ pub fn spawn_pre_vote(
                 let m = m.borrow();
                 (m.current_term, m.state.is_leader(), members_of(&m).voters)
             };
-            if !voters.contains_key(&node_id) {
+            let is_voter = voters.contains_key(&node_id);
+            // Before the quorum is initialized (or this observer added) there is no membership
+            // to be out of.
+            if was_voter != Some(is_voter) && !voters.is_empty() {
+                match (was_voter, is_voter) {
+                    (Some(true), false) => tracing::warn!(
+                        node_id,
+                        "this controller is no longer a voter (removed with keelctl quorum \
+                         remove-controller?): it will not vote or campaign; stop it, or add it \
+                         again"
+                    ),
+                    (_, false) => tracing::info!(node_id, "this controller is not a voter"),
+                    (Some(false), true) => tracing::info!(node_id, "this controller is a voter"),
+                    _ => {}
+                }
+                was_voter = Some(is_voter);
+            }
+            if !is_voter {
                 // An observer (or a removed voter) never campaigns.
                 gate.pre_vote_result(false);
                 continue;
@@ -440,15 +459,33 @@ async fn open_metadata_log_dir(
         dir: dir.clone(),
         source: Box::new(e),
     };
-    // The voters this directory was first started with, or the ones its log holds now
-    // (after `add-controller` / `remove-controller`); read from disk only when they differ.
+    // A configured voter set other than the one this directory was formatted or first
+    // started with: refused while the directory holds no membership (the start would
+    // initialize another quorum); once it does, the membership in the log decides who votes
+    // (KIP-853: voters are added and removed there, and a node that was down missed some
+    // changes), and the list only says where to reach controllers.
     if let Some(p) = &stored
         && p.voter_ids != voter_ids
     {
-        let on_disk = membership_voters_on_disk(&mut log, &mut sm)
+        match membership_voters_on_disk(&mut log, &mut sm)
             .await
-            .map_err(storage_err)?;
-        p.check_voters(&props_path, &voter_ids, on_disk.as_ref())?;
+            .map_err(storage_err)?
+        {
+            None => p.check_voters(&props_path, &voter_ids)?,
+            Some(in_log) if in_log != voter_ids => {
+                let ids =
+                    |s: &BTreeSet<u64>| s.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+                tracing::warn!(
+                    "controller_quorum_voters lists voter ids {} but the metadata log's voters \
+                     are {} (this node may have missed a membership change; it catches up \
+                     from the active controller): the log decides who votes, the list is \
+                     where to reach controllers",
+                    ids(&voter_ids),
+                    ids(&in_log)
+                );
+            }
+            Some(_) => {}
+        }
     }
     // A node that knows the cluster id has voted (a follower stores its leader's vote before
     // it accepts entries): no vote means `raft/` was emptied (rebuilt from nothing, it would
@@ -547,6 +584,14 @@ async fn initialize_if_new(
     c: &ControllerConfig,
     formatted_with: Option<&[crate::membership::InitialController]>,
 ) -> Result<(), StartError> {
+    let initialized = raft
+        .is_initialized()
+        .await
+        .map_err(|e| StartError::Raft(e.to_string()))?;
+    if initialized {
+        // The restart case: the log holds the membership.
+        return Ok(());
+    }
     let observer = match formatted_with {
         Some(list) => list.is_empty(),
         None => !c.controller_quorum_voters.contains_key(&c.node_id),
@@ -561,46 +606,40 @@ async fn initialize_if_new(
         );
         return Ok(());
     }
-    let initialized = raft
-        .is_initialized()
-        .await
-        .map_err(|e| StartError::Raft(e.to_string()))?;
-    if !initialized {
-        // Formatted with --standalone / --initial-controllers: those voters with their
-        // directory ids (KIP-853); else the static voters, whose directory ids the active
-        // controller records once they answer.
-        let members: BTreeMap<u64, ControllerNode> = match formatted_with {
-            Some(list) => list
-                .iter()
-                .map(|v| {
-                    (
-                        v.id,
-                        ControllerNode {
-                            addr: v.endpoint.clone(),
-                            directory_id: Some(v.directory_id),
-                        },
-                    )
-                })
-                .collect(),
-            None => c
-                .controller_quorum_voters
-                .iter()
-                .map(|(id, addr)| {
-                    (
-                        *id,
-                        ControllerNode {
-                            addr: addr.clone(),
-                            directory_id: None,
-                        },
-                    )
-                })
-                .collect(),
-        };
-        match raft.initialize(members).await {
-            Ok(()) => tracing::info!(node_id = c.node_id, "initialized a new metadata quorum"),
-            // Another voter's initialization reached us first: that is the same membership.
-            Err(e) => tracing::info!(node_id = c.node_id, error = %e, "quorum already initialized"),
-        }
+    // Formatted with --standalone / --initial-controllers: those voters with their
+    // directory ids (KIP-853); else the static voters, whose directory ids the active
+    // controller records once they answer.
+    let members: BTreeMap<u64, ControllerNode> = match formatted_with {
+        Some(list) => list
+            .iter()
+            .map(|v| {
+                (
+                    v.id,
+                    ControllerNode {
+                        addr: v.endpoint.clone(),
+                        directory_id: Some(v.directory_id),
+                    },
+                )
+            })
+            .collect(),
+        None => c
+            .controller_quorum_voters
+            .iter()
+            .map(|(id, addr)| {
+                (
+                    *id,
+                    ControllerNode {
+                        addr: addr.clone(),
+                        directory_id: None,
+                    },
+                )
+            })
+            .collect(),
+    };
+    match raft.initialize(members).await {
+        Ok(()) => tracing::info!(node_id = c.node_id, "initialized a new metadata quorum"),
+        // Another voter's initialization reached us first: that is the same membership.
+        Err(e) => tracing::info!(node_id = c.node_id, error = %e, "quorum already initialized"),
     }
     Ok(())
 }

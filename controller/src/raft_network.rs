@@ -14,8 +14,7 @@
 //! Every request names the node it is for and the sender's cluster id ([`Identity`]); a
 //! receiver refuses one meant for another node or another cluster ([`misdirected`]). It also
 //! carries both replica keys (KIP-853: node id + directory id): a receiver refuses a request
-//! meant for another directory id, or from a sender whose directory id is not the one its
-//! membership records ([`crate::membership::voter_key_mismatch`]). Replies carry the
+//! meant for another directory id ([`crate::membership::voter_key_mismatch`]). Replies carry the
 //! replier's directory id, which the active controller records for members that have none
 //! yet ([`LearnedDirectories`]).
 
@@ -665,21 +664,11 @@ impl RaftServer {
             tracing::warn!("refused: {why}");
             return Err(tonic::Status::failed_precondition(why));
         }
-        let recorded_sender_dir = self
-            .raft
-            .metrics()
-            .borrow()
-            .membership_config
-            .membership()
-            .get_node(&req.sender_node_id)
-            .and_then(|n| n.directory_id);
         if let Some(why) = crate::membership::voter_key_mismatch(
             self.identity.node_id,
             self.identity.directory_id,
             directory_field(&req.target_directory_id),
             req.sender_node_id,
-            directory_field(&req.sender_directory_id),
-            recorded_sender_dir,
         ) {
             // Logged once per sender and cause change, not per request.
             if self.refused_keys.note(req.sender_node_id, &why) {

@@ -216,7 +216,9 @@ fn spawn_record_directory_ids<S: crate::write_path::ControllerState>(
                 continue;
             }
             let members = node.members();
-            if members.changing {
+            // A leader that removed itself must not change the membership again (see
+            // ControllerGrpc::require_active).
+            if members.changing || !members.voters.contains_key(&node.node_id) {
                 continue;
             }
             let updates: std::collections::BTreeMap<

@@ -290,10 +290,20 @@ impl ControllerGrpc {
             t @ 1_000..=600_000 => t as u64,
             t => return Err(invalid(format!("timeout_ms {t} is outside 1000..=600000"))),
         };
-        let _one_at_a_time = self.membership_change.lock().await;
+        let _one_at_a_time = self.membership_change.try_lock().map_err(|_| {
+            ErrorCode::InvalidRequest
+                .to_proto("another membership change is in progress; retry when it has finished")
+        })?;
         self.require_active()?;
-        let node = membership::check_add(&self.node.members(), id, dir, &r.endpoint)
-            .map_err(|(code, m)| code.to_proto(m))?;
+        let node = membership::check_add(
+            &self.node.members(),
+            id,
+            dir,
+            &r.endpoint,
+            self.node.node_id,
+            |p| self.peer_in_contact(p),
+        )
+        .map_err(|(code, m)| code.to_proto(m))?;
         let raft = &self.node.raft;
         let deadline = std::time::Duration::from_millis(timeout_ms);
         tracing::info!(id, endpoint = %node.addr, "adding a controller: catching it up as an observer");
@@ -377,14 +387,13 @@ impl ControllerGrpc {
                     .map_err(|e| invalid(format!("voter_directory_id: {e}")))?,
             ),
         };
-        let _one_at_a_time = self.membership_change.lock().await;
+        let _one_at_a_time = self.membership_change.try_lock().map_err(|_| {
+            ErrorCode::InvalidRequest
+                .to_proto("another membership change is in progress; retry when it has finished")
+        })?;
         self.require_active()?;
-        let now = crate::peer_acks::monotonic_ms();
-        let window = self.node.raft.config().election_timeout_max as i64;
-        let acks = &self.node.peer_acks;
         membership::check_remove(&self.node.members(), id, dir, self.node.node_id, |p| {
-            acks.contact_at(p, now, window)
-                .is_some_and(|t| now.saturating_sub(t) <= window)
+            self.peer_in_contact(p)
         })
         .map_err(|(code, m)| code.to_proto(m))?;
         self.change_voters(
@@ -417,14 +426,29 @@ impl ControllerGrpc {
     /// within [`crate::write_path::MEMBERSHIP_CHANGE_TIMEOUT`] (or the write task is gone).
     fn membership_timeout(&self, id: u64) -> keel_proto::common::Error {
         ErrorCode::RequestTimedOut.to_proto(format!(
-            "the membership change for controller {id} did not commit within {} s",
+            "the membership change for controller {id} did not commit (not within {} s, or \
+             this controller stopped being the active one)",
             crate::write_path::MEMBERSHIP_CHANGE_TIMEOUT.as_secs()
         ))
     }
 
-    /// NOT_CONTROLLER unless this node is the active controller.
+    /// Whether peer `p` answered this (active) controller's replication within the
+    /// check-quorum window (`election_timeout_max_ms`).
+    fn peer_in_contact(&self, p: u64) -> bool {
+        let now = crate::peer_acks::monotonic_ms();
+        let window = self.node.raft.config().election_timeout_max as i64;
+        self.node
+            .peer_acks
+            .contact_at(p, now, window)
+            .is_some_and(|t| now.saturating_sub(t) <= window)
+    }
+
+    /// NOT_CONTROLLER unless this node is the active controller and a voter of its own
+    /// membership: a leader that has just removed itself still answers as leader for a moment,
+    /// and openraft 0.9 must not be asked for another membership change then (its engine
+    /// asserts the leader state and the Raft core stops).
     fn require_active(&self) -> Result<(), keel_proto::common::Error> {
-        if self.node.is_active() {
+        if self.node.is_active() && self.node.members().voters.contains_key(&self.node.node_id) {
             return Ok(());
         }
         let hint = reads::leader_hint(&self.node);

@@ -164,7 +164,8 @@ impl<S> Clone for WriteHandle<S> {
 pub const MEMBERSHIP_CHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The outcome of a membership change: openraft's answer, or `None` when it did not commit
-/// within [`MEMBERSHIP_CHANGE_TIMEOUT`] or the write task is gone.
+/// within [`MEMBERSHIP_CHANGE_TIMEOUT`], this node is no longer a leader that is a voter, or
+/// the write task is gone.
 pub type MembershipResult = Option<
     Result<
         ClientWriteResponse<TypeConfig>,
@@ -427,6 +428,22 @@ impl<S: ControllerState> WriteTask<S> {
         while !self.inflight.is_empty() {
             let res = Self::front(&mut self.inflight).await;
             self.complete_front(res).await;
+        }
+        // Only a leader that is still a voter (see ControllerGrpc::require_active); checked
+        // again here, after the entries in flight, as late as this task can.
+        let voter = {
+            let m = self.raft.metrics();
+            let m = m.borrow();
+            m.state.is_leader()
+                && m.membership_config
+                    .membership()
+                    .voter_ids()
+                    .any(|v| v == self.config.node_id)
+        };
+        if !voter {
+            // The caller gets `None` (not committed).
+            drop(change);
+            return;
         }
         let result = tokio::time::timeout(
             MEMBERSHIP_CHANGE_TIMEOUT,

@@ -165,6 +165,29 @@ fn run_as_node_7(dir: &std::path::Path, port: u16) -> std::process::Output {
     out
 }
 
+/// A directory formatted for one voter set and never started holds no membership yet: a
+/// start with another set would initialize a quorum other than the one it was formatted for.
+#[test]
+fn a_formatted_directory_started_with_another_voter_set_is_refused() {
+    let mut q = Quorum::start_single_voter(2);
+    let (a1, a2) = (q.addr(1), q.addr(2));
+    q.voter_overrides.insert(2, format!("1@{a1},2@{a2}"));
+    let out = q.format(2, &[]);
+    assert!(out.status.success(), "{out:?}");
+    q.voter_overrides
+        .insert(2, format!("1@{a1},2@{a2},3@127.0.0.1:1"));
+    let line = restart_expecting_refusal(&mut q, 2);
+    assert_eq!(
+        line,
+        format!(
+            "keel-controller: metadata_log_dir {}: controller_quorum_voters is voter ids 1,2,3 \
+             in the configuration but voter ids 1,2 in this directory (it belongs to another \
+             node or quorum)",
+            q.data_dir(2).join("meta.properties").display()
+        )
+    );
+}
+
 #[test]
 fn meta_properties_is_written_and_a_foreign_node_id_or_voter_set_is_refused() {
     let mut q = Quorum::start(1);
@@ -180,20 +203,26 @@ fn meta_properties_is_written_and_a_foreign_node_id_or_voter_set_is_refused() {
     }
     assert!(q.terminate(1).success());
 
-    // Same directory, another voter set.
+    // Same directory, another voter set: the membership in the metadata log decides who
+    // votes (KIP-853; the list is where to reach controllers), so the start goes on and
+    // says so.
     let port = q.ports[0];
     q.voter_overrides
         .insert(1, format!("1@127.0.0.1:{port},2@127.0.0.1:1"));
-    let line = restart_expecting_refusal(&mut q, 1);
-    assert_eq!(
-        line,
-        format!(
-            "keel-controller: metadata_log_dir {}: controller_quorum_voters is voter ids 1,2 \
-             in the configuration but voter ids 1 in this directory (it belongs to another \
-             node or quorum)",
-            props.display()
-        )
+    q.start_node(1);
+    wait_until(
+        &q,
+        Duration::from_secs(20),
+        "no line about the voter set",
+        || {
+            q.log_of(1).contains(
+                "controller_quorum_voters lists voter ids 1,2 but the metadata log's voters are 1",
+            ) && q.log_of(1).contains("controller started")
+        },
     );
+    assert!(q.is_running(1), "{}", q.logs());
+    assert!(q.terminate(1).success());
+    q.voter_overrides.remove(&1);
 
     // Same directory, another node id (and a voter set that has it).
     let out = run_as_node_7(&q.data_dir(1), port);

@@ -532,3 +532,50 @@ async fn a_broker_follows_an_added_controller_it_was_not_configured_with() {
     );
     broker.kill();
 }
+
+/// A new controller catches up from an active controller that was itself re-added with a
+/// new directory id: the entries it copies first record that controller's old directory id,
+/// which must not make it refuse the leader (a trial left such a node at its first 512
+/// entries, and the add timed out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_controller_catches_up_from_a_leader_whose_disk_was_replaced() {
+    let mut q = Quorum::start_single_voter(4);
+    assert_eq!(q.wait_leader(Duration::from_secs(20)).await, 1);
+    let a = admin(&q);
+    for id in [2u64, 3] {
+        q.start_observer(id);
+        add(&a, id as i32, &q.directory_id(id), &q.addr(id), 30)
+            .await
+            .unwrap();
+    }
+    // Controller 2's disk is replaced and it is swapped in under its new directory id.
+    let old2 = q.directory_id(2);
+    q.kill(2);
+    std::fs::remove_dir_all(q.data_dir(2)).unwrap();
+    q.start_observer(2);
+    let new2 = q.directory_id(2);
+    a.remove_raft_voter(2, &old2).await.unwrap();
+    add(&a, 2, &new2, &q.addr(2), 30)
+        .await
+        .unwrap_or_else(|e| panic!("re-add controller 2: {e}\n{}", q.logs()));
+    // Controllers 1 and 3 leave: 2 leads alone (1's directory id, a static voter's, is
+    // recorded by the active controller once no change is pending).
+    let (d1, d3) = (q.directory_id(1), q.directory_id(3));
+    wait_voters(
+        &q,
+        &[(1, &d1), (2, &new2), (3, &d3)],
+        Duration::from_secs(10),
+    )
+    .await;
+    a.remove_raft_voter(1, &d1).await.unwrap();
+    a.remove_raft_voter(3, &d3).await.unwrap();
+    wait_voters(&q, &[(2, &new2)], Duration::from_secs(10)).await;
+    // A fourth controller catches up from 2 through the whole log, whose first entries
+    // record 2's old directory id.
+    q.start_observer(4);
+    let d4 = q.directory_id(4);
+    add(&a, 4, &d4, &q.addr(4), 20)
+        .await
+        .unwrap_or_else(|e| panic!("add controller 4: {e}\n{}", q.logs()));
+    wait_voters(&q, &[(2, &new2), (4, &d4)], Duration::from_secs(10)).await;
+}

@@ -368,7 +368,7 @@ pub enum QuorumCommand {
 #[derive(Debug, clap::Args)]
 pub struct AddControllerArgs {
     /// The new controller's node_id (1..=2147483647).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
     pub controller_id: i32,
     /// Its metadata log directory id (meta.properties directory_id).
     #[arg(long)]
@@ -384,8 +384,8 @@ pub struct AddControllerArgs {
 /// `keelctl quorum remove-controller`
 #[derive(Debug, clap::Args)]
 pub struct RemoveControllerArgs {
-    /// The controller's node_id.
-    #[arg(long)]
+    /// The controller's node_id (1..=2147483647).
+    #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
     pub controller_id: i32,
     /// Its directory id as quorum status shows it (omit only when it shows none).
     #[arg(long, default_value = "")]
@@ -652,12 +652,6 @@ async fn quorum(q: QuorumCommand, ctx: &Ctx) -> Result<(), CliError> {
                     a.timeout_ms
                 )));
             }
-            if a.controller_id < 1 {
-                return Err(CliError::usage(format!(
-                    "--controller-id {} is outside 1..=2147483647",
-                    a.controller_id
-                )));
-            }
             let wait = Duration::from_millis(a.timeout_ms);
             // One attempt must outlive the controller's wait for the new node.
             let request_timeout = ctx.request_timeout.max(wait + Duration::from_secs(5));
@@ -668,12 +662,6 @@ async fn quorum(q: QuorumCommand, ctx: &Ctx) -> Result<(), CliError> {
             Ok(())
         }
         QuorumCommand::RemoveController(a) => {
-            if a.controller_id < 1 {
-                return Err(CliError::usage(format!(
-                    "--controller-id {} is outside 1..=2147483647",
-                    a.controller_id
-                )));
-            }
             ctx.admin()?
                 .remove_raft_voter(a.controller_id, &a.directory_id)
                 .await?;
