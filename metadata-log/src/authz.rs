@@ -44,12 +44,18 @@ pub struct Caller {
     pub principal: Result<String, String>,
     /// The client's IP address (canonical form), or empty when unknown.
     pub host: String,
+    /// The request carried a session token this node refused (expired, revoked by a
+    /// changed or deleted credential, forged): refusals are SASL_AUTHENTICATION_FAILED, not
+    /// the resource's *_AUTHORIZATION_FAILED, as Kafka answers a client whose credential is
+    /// no longer valid (KIP-152, KIP-368).
+    pub token_refused: bool,
 }
 
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Denied {
-    /// TOPIC_, GROUP_ or CLUSTER_AUTHORIZATION_FAILED.
+    /// TOPIC_, GROUP_ or CLUSTER_AUTHORIZATION_FAILED, or SASL_AUTHENTICATION_FAILED for a
+    /// refused session token ([`Caller::token_refused`]).
     pub code: ErrorCode,
     /// Names the principal, the operation and the resource.
     pub message: String,
@@ -161,6 +167,7 @@ impl Authz {
                 .and_then(|p| p.remote_addr)
                 .map(|a| a.ip().to_canonical().to_string())
                 .unwrap_or_default(),
+            token_refused: false,
         }
     }
 
@@ -182,6 +189,7 @@ impl Authz {
             && let Some(inner) = &self.inner
         {
             caller.principal = token_principal(inner, v.to_str().unwrap_or(""));
+            caller.token_refused = caller.principal.is_err();
         }
         caller
     }
@@ -205,6 +213,9 @@ impl Authz {
         };
         let principal = match &caller.principal {
             Ok(p) => p,
+            Err(why) if caller.token_refused => {
+                return Err(self.deny(inner, ErrorCode::SaslAuthenticationFailed, why.clone()));
+            }
             Err(why) => return Err(self.deny(inner, code, why.clone())),
         };
         let d = acl::authorize(acls, &inner.config, principal, &caller.host, action);
@@ -393,6 +404,7 @@ mod tests {
         Caller {
             principal: Ok(p.into()),
             host: "127.0.0.1".into(),
+            token_refused: false,
         }
     }
 
@@ -446,8 +458,24 @@ mod tests {
         let unmapped = Caller {
             principal: Err("no rule maps CN=x".into()),
             host: String::new(),
+            token_refused: false,
         };
         assert!(a.check_node(&acls, &unmapped, NodeRole::Broker, 1).is_err());
+        // A refused session token is an authentication failure whatever the resource.
+        let revoked = Caller {
+            principal: Err("the session token was revoked".into()),
+            host: String::new(),
+            token_refused: true,
+        };
+        let topic = Action {
+            operation: Operation::Read,
+            resource_type: ResourceType::Topic,
+            resource_name: "t",
+        };
+        assert_eq!(
+            a.check(&acls, &revoked, topic).unwrap_err().code,
+            ErrorCode::SaslAuthenticationFailed
+        );
     }
 
     #[test]
