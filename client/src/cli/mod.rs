@@ -234,20 +234,32 @@ impl Cli {
                 })?,
             ),
         };
-        match (&self.sasl_username, &self.sasl_password) {
-            (Some(u), Some(p)) => Ok(Some(crate::client_properties::SaslSettings {
-                mechanism: mechanism.unwrap_or(Mechanism::Sha256),
-                username: u.clone(),
-                password: p.clone(),
+        // Each setting from its flag (or KEEL_SASL_*) when given, else from the file: flags
+        // win over --command-config, key by key.
+        let file = if self.sasl_username.is_some() && self.sasl_password.is_some() {
+            None
+        } else {
+            self.properties()?.sasl
+        };
+        let username = self
+            .sasl_username
+            .clone()
+            .or_else(|| file.as_ref().map(|s| s.username.clone()));
+        let password = self
+            .sasl_password
+            .clone()
+            .or_else(|| file.as_ref().map(|s| s.password.clone()));
+        match (username, password) {
+            (Some(username), Some(password)) => Ok(Some(crate::client_properties::SaslSettings {
+                mechanism: mechanism
+                    .or_else(|| file.as_ref().map(|s| s.mechanism))
+                    .unwrap_or(Mechanism::Sha256),
+                username,
+                password,
             })),
             (Some(_), None) => Err(CliError::usage("--sasl-username needs --sasl-password")),
             (None, Some(_)) => Err(CliError::usage("--sasl-password needs --sasl-username")),
-            (None, None) => Ok(self.properties()?.sasl.map(|mut s| {
-                if let Some(m) = mechanism {
-                    s.mechanism = m;
-                }
-                s
-            })),
+            (None, None) => Ok(None),
         }
     }
 
@@ -261,12 +273,16 @@ impl Cli {
             .map_err(|e| CliError::usage(format!("--command-config {}: {e}", path.display())))?;
         let props = crate::client_properties::parse(&text)
             .map_err(|e| CliError::usage(format!("--command-config {}: {e}", path.display())))?;
+        // Said once per run (the dialer and the SASL settings both read the file).
+        static SAID: std::sync::Once = std::sync::Once::new();
         if !props.ignored.is_empty() {
-            eprintln!(
+            SAID.call_once(|| {
+                eprintln!(
                 "keelctl: --command-config {}: ignoring {} (not used by keelctl's gRPC connections)",
                 path.display(),
-                props.ignored.join(", ")
-            );
+                    props.ignored.join(", ")
+                )
+            });
         }
         Ok(props)
     }
@@ -798,6 +814,57 @@ pub fn parse_key_value(s: &str) -> Result<(String, String), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sasl_flags_win_over_the_command_config_key_by_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("client.properties");
+        std::fs::write(
+            &path,
+            "security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n\
+             sasl.username=bob\nsasl.password=file-secret\n",
+        )
+        .unwrap();
+        let cli = |extra: &[&str]| {
+            let mut args = vec!["keelctl", "--command-config", path.to_str().unwrap()];
+            args.extend_from_slice(extra);
+            args.extend(["quorum", "status"]);
+            Cli::try_parse_from(args).unwrap()
+        };
+        let s = cli(&[]).sasl().unwrap().unwrap();
+        assert_eq!(
+            (s.username.as_str(), s.password.as_str()),
+            ("bob", "file-secret")
+        );
+        assert_eq!(s.mechanism, keel_metadata_log::scram::Mechanism::Sha512);
+        let s = cli(&["--sasl-password", "flag-secret"])
+            .sasl()
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (s.username.as_str(), s.password.as_str()),
+            ("bob", "flag-secret")
+        );
+        let s = cli(&[
+            "--sasl-username",
+            "carol",
+            "--sasl-mechanism",
+            "SCRAM-SHA-256",
+        ])
+        .sasl()
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            (s.username.as_str(), s.password.as_str()),
+            ("carol", "file-secret")
+        );
+        assert_eq!(s.mechanism, keel_metadata_log::scram::Mechanism::Sha256);
+        let alone = Cli::try_parse_from(["keelctl", "--sasl-username", "x", "quorum", "status"])
+            .unwrap()
+            .sasl()
+            .unwrap_err();
+        assert_eq!(alone.message, "--sasl-username needs --sasl-password");
+    }
 
     #[test]
     fn broker_id_lists_name_the_bad_item() {
