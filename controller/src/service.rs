@@ -340,8 +340,8 @@ impl ControllerGrpc {
             Ok::<(), keel_proto::common::Error>(())
         };
         match tokio::time::timeout(deadline, caught_up).await {
-            Ok(Ok(())) if self.node.is_active() => {}
-            Ok(Ok(())) => return Err(self.require_active().unwrap_err()),
+            // Caught up, or leadership lost meanwhile (then NOT_CONTROLLER).
+            Ok(Ok(())) => self.require_active()?,
             Ok(Err(e)) => return Err(e),
             Err(_) => {
                 // Not caught up: take the observer out again (bounded), so the leader stops
