@@ -69,6 +69,16 @@ async fn add(
         .await
 }
 
+/// Starts each of `ids` as an observer and adds it as a voter (30 s each).
+async fn add_observers(q: &mut Quorum, a: &Admin, ids: &[u64]) {
+    for &id in ids {
+        q.start_observer(id);
+        add(a, id as i32, &q.directory_id(id), &q.addr(id), 30)
+            .await
+            .unwrap_or_else(|e| panic!("add controller {id}: {e}\n{}", q.logs()));
+    }
+}
+
 /// Waits up to 10 s for `leader`'s log to show a refused voter key (a replaced node).
 async fn wait_refused(q: &Quorum, leader: u64) {
     let start = Instant::now();
@@ -463,12 +473,7 @@ async fn a_broker_follows_an_added_controller_it_was_not_configured_with() {
     let mut q = Quorum::start_single_voter(3);
     assert_eq!(q.wait_leader(Duration::from_secs(20)).await, 1);
     let a = admin(&q);
-    for id in [2u64, 3] {
-        q.start_observer(id);
-        add(&a, id as i32, &q.directory_id(id), &q.addr(id), 30)
-            .await
-            .unwrap_or_else(|e| panic!("add controller {id}: {e}\n{}", q.logs()));
-    }
+    add_observers(&mut q, &a, &[2, 3]).await;
     let ports = keel_tests::quorum::free_ports(2);
     let mut broker =
         keel_tests::node::NodeProcess::new("broker 1".into(), q.dir.path().join("broker-1.log"));
@@ -542,12 +547,7 @@ async fn a_controller_catches_up_from_a_leader_whose_disk_was_replaced() {
     let mut q = Quorum::start_single_voter(4);
     assert_eq!(q.wait_leader(Duration::from_secs(20)).await, 1);
     let a = admin(&q);
-    for id in [2u64, 3] {
-        q.start_observer(id);
-        add(&a, id as i32, &q.directory_id(id), &q.addr(id), 30)
-            .await
-            .unwrap();
-    }
+    add_observers(&mut q, &a, &[2, 3]).await;
     // Controller 2's disk is replaced and it is swapped in under its new directory id.
     let old2 = q.directory_id(2);
     q.kill(2);
