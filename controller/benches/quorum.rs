@@ -14,6 +14,8 @@
 //!
 //! `KEEL_BENCH_LOG` sets the controllers' `KEEL_LOG` filter (default `info,openraft=warn`).
 //! `KEEL_BENCH_QUICK=1` runs only the 64-client rows (no failover), for profiling.
+//! `KEEL_BENCH_ENGINES` lists the Raft log engines to run every table on, in order (default
+//! `segments,sled`: the two `metadata_log_engine` values, one quorum each).
 //!
 //! Column `CPU us/req L/F/C`: CPU time (user + system, from `/proc`) per request of the active
 //! controller, of both followers together, and of this benchmark's own clients. Throughput on
@@ -314,212 +316,224 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(if quick { 0 } else { 20 });
         let client_counts: &[usize] = if quick { &[64] } else { &[1, 64] };
-        let mut q = Quorum::start(3);
-        let hb = Duration::from_millis(200);
-        let _brokers = [
-            FakeBroker::start(&q, 1, "", hb).await,
-            FakeBroker::start(&q, 2, "", hb).await,
-            FakeBroker::start(&q, 3, "", hb).await,
-        ];
-        let clients = Clients::new(&q);
-        // Wait for the brokers to be unfenced, then make one topic per writer.
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let leader = q.wait_leader(Duration::from_secs(5)).await;
-            if fetch_image(&q, leader)
-                .await
-                .unwrap()
-                .brokers()
-                .values()
-                .filter(|b| !b.fenced)
-                .count()
-                == 3
-            {
-                break;
+        let engines = std::env::var("KEEL_BENCH_ENGINES").unwrap_or("segments,sled".into());
+        for (i, engine) in engines.split(',').enumerate() {
+            if i > 0 {
+                println!();
             }
-            assert!(Instant::now() < deadline, "brokers not unfenced");
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            run(engine.trim(), quick, kills, client_counts).await;
         }
-        create_topics(&clients, "bench", 64, 1).await;
-        create_topics(&clients, "bench-batch", 64, BATCH_PARTITIONS).await;
-
-        println!(
-            "keel-controller quorum benchmark: 3 controllers on loopback, {RUN_SECS} s per row"
-        );
-        println!();
-        let header = |what: &str, count: &str, target: &str| {
-            println!(
-                "{what:<44} {count:>14} {:>10} {:>10} {:>10} {:>16}   {target}",
-                "p50 ms", "p99 ms", "req/entry", "CPU us/req L/F/C"
-            );
-        };
-        // One table row; `per_entry` = requests per Raft entry (group commit) and `cpu` =
-        // CPU µs per request of the leader, both followers and this client, if measured.
-        let row = |label: String,
-                   rate: f64,
-                   lat: &[Duration],
-                   per_entry: Option<f64>,
-                   cpu: Option<[f64; 3]>,
-                   target| {
-            let per_entry = per_entry.map_or("-".to_string(), |n| format!("{n:.1}"));
-            let cpu = cpu.map_or("-".to_string(), |[l, f, c]| format!("{l:.0}/{f:.0}/{c:.0}"));
-            println!(
-                "{label:<44} {rate:>14.0} {:>10.2} {:>10.2} {per_entry:>10} {cpu:>16}   {target}",
-                percentile(lat, 0.50).as_secs_f64() * 1e3,
-                percentile(lat, 0.99).as_secs_f64() * 1e3,
-            );
-        };
-        let load_row = |label: String, l: &Load, target| {
-            let cpu = Some(l.cpu_us_per_request);
-            row(
-                label,
-                l.records_per_sec,
-                &l.latencies,
-                Some(l.per_entry),
-                cpu,
-                target,
-            );
-        };
-        // Issue #3's targets are in committed records/s. The active controller's write
-        // traffic arrives as multi-record requests (a broker's AlterPartition carries every
-        // pending ISR change of its partitions, Kafka's `DefaultAlterPartitionManager`; a
-        // CreateTopics writes a record per partition), so the targets are read on the
-        // 10-record rows. The 1-record rows show what one unary RPC per record allows here
-        // (compare the RPC ceiling below).
-        for (records, prefix, shape, targets) in [
-            (
-                BATCH_PARTITIONS,
-                "bench-batch",
-                format!(
-                    "AlterPartition of {BATCH_PARTITIONS} partitions ({BATCH_PARTITIONS} records each)"
-                ),
-                ["p50 < 2 ms", "", ">= 20000 records/s (saturation)"],
-            ),
-            (
-                1,
-                "bench",
-                "metadata writes of 1 record each".to_string(),
-                ["p50 < 2 ms", "", "(not a target: one RPC per record)"],
-            ),
-        ] {
-            header(&shape, "records/s", "targets");
-            for (concurrency, target) in [1, 16, 64].into_iter().zip(targets) {
-                if quick && concurrency != 64 {
-                    continue;
-                }
-                let l = load(&q, concurrency, prefix, records, None).await;
-                load_row(format!("{concurrency} concurrent clients"), &l, target);
-            }
-            println!();
-        }
-
-        // The target as an offered load: 64 clients writing 20,000 records/s together, each
-        // request on schedule (latency from its scheduled time). The closed-loop rows above
-        // give the saturation rate, where latency is mostly queueing; the p99 target is read
-        // here, at the target rate.
-        header(
-            "open loop: 64 clients offering 20,000 records/s",
-            "records/s",
-            "",
-        );
-        for (records, label, target) in [
-            (
-                BATCH_PARTITIONS,
-                format!("AlterPartition of {BATCH_PARTITIONS} partitions"),
-                "p99 < 20 ms at 20000 records/s",
-            ),
-            (
-                1,
-                "1 record per request".to_string(),
-                "(not a target: one RPC per record)",
-            ),
-        ] {
-            let prefix = if records == 1 { "bench" } else { "bench-batch" };
-            let l = load(&q, 64, prefix, records, Some(OFFERED_RECORDS_PER_SEC)).await;
-            load_row(label, &l, target);
-        }
-
-        println!();
-        header(
-            "RPC ceiling: empty DescribeConfigs (no Raft)",
-            "requests/s",
-            "(not a target)",
-        );
-        for &concurrency in client_counts {
-            let (rate, lat) = rpc_ceiling(&q, concurrency).await;
-            row(
-                format!("{concurrency} concurrent clients"),
-                rate,
-                &lat,
-                None,
-                None,
-                "",
-            );
-        }
-
-        // Failover: kill -9 the active controller, time to the first accepted write.
-        let mut times = Vec::new();
-        let mut rejoin = Vec::new();
-        for k in 0..kills {
-            let leader = q.wait_leader(Duration::from_secs(10)).await;
-            q.kill(leader);
-            let killed = Instant::now();
-            let topic = format!("bench-{}", k % 64);
-            let isr: Vec<i32> = if k % 2 == 0 {
-                vec![1, 2]
-            } else {
-                vec![1, 2, 3]
-            };
-            clients
-                .on_leader(Duration::from_secs(10), |mut c| {
-                    let req = alter(&topic, 1, &isr);
-                    async move {
-                        let r = c.alter_partition(req).await.ok()?.into_inner();
-                        let p = r.topics.first()?.partitions.first()?.clone();
-                        ok(&p.error).then_some(())
-                    }
-                })
-                .await
-                .expect("a new leader accepted a write");
-            times.push(killed.elapsed());
-            q.start_node(leader);
-            // The next kill must hit a healthy quorum: wait until the restarted node is back
-            // in the voter set, caught up and acknowledging (otherwise the kill leaves a single
-            // live voter and the "failover" also waits for a process to start).
-            let restarted = Instant::now();
-            wait_all_voters_caught_up(&clients, Duration::from_secs(20)).await;
-            rejoin.push(restarted.elapsed());
-        }
-        if kills == 0 {
-            return;
-        }
-        times.sort();
-        rejoin.sort();
-        println!();
-        header(
-            "failover (kill -9 leader -> write accepted)",
-            "kills",
-            "target",
-        );
-        println!(
-            "{:<44} {:>14} {:>10.0} {:>10.0} {:>10} {:>16}   p99 < 2000 ms",
-            "",
-            times.len(),
-            percentile(&times, 0.50).as_secs_f64() * 1e3,
-            percentile(&times, 0.99).as_secs_f64() * 1e3,
-            "",
-            "",
-        );
-        println!(
-            "{:<44} {:>14} {:>10.0} {:>10.0} {:>10} {:>16}   (not a target)",
-            "restart of killed node -> caught-up voter",
-            rejoin.len(),
-            percentile(&rejoin, 0.50).as_secs_f64() * 1e3,
-            percentile(&rejoin, 0.99).as_secs_f64() * 1e3,
-            "",
-            "",
-        );
     });
+}
+
+/// Every table on a new quorum of three controllers with `metadata_log_engine = engine`.
+async fn run(engine: &str, quick: bool, kills: usize, client_counts: &[usize]) {
+    let mut q = Quorum::start_with(3, &["--metadata-log-engine", engine]);
+    let hb = Duration::from_millis(200);
+    let _brokers = [
+        FakeBroker::start(&q, 1, "", hb).await,
+        FakeBroker::start(&q, 2, "", hb).await,
+        FakeBroker::start(&q, 3, "", hb).await,
+    ];
+    let clients = Clients::new(&q);
+    // Wait for the brokers to be unfenced, then make one topic per writer.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let leader = q.wait_leader(Duration::from_secs(5)).await;
+        if fetch_image(&q, leader)
+            .await
+            .unwrap()
+            .brokers()
+            .values()
+            .filter(|b| !b.fenced)
+            .count()
+            == 3
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "brokers not unfenced");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    create_topics(&clients, "bench", 64, 1).await;
+    create_topics(&clients, "bench-batch", 64, BATCH_PARTITIONS).await;
+
+    println!(
+        "keel-controller quorum benchmark: 3 controllers on loopback, Raft log engine \
+         {engine}, {RUN_SECS} s per row"
+    );
+    println!();
+    let header = |what: &str, count: &str, target: &str| {
+        println!(
+            "{what:<44} {count:>14} {:>10} {:>10} {:>10} {:>16}   {target}",
+            "p50 ms", "p99 ms", "req/entry", "CPU us/req L/F/C"
+        );
+    };
+    // One table row; `per_entry` = requests per Raft entry (group commit) and `cpu` =
+    // CPU µs per request of the leader, both followers and this client, if measured.
+    let row = |label: String,
+               rate: f64,
+               lat: &[Duration],
+               per_entry: Option<f64>,
+               cpu: Option<[f64; 3]>,
+               target| {
+        let per_entry = per_entry.map_or("-".to_string(), |n| format!("{n:.1}"));
+        let cpu = cpu.map_or("-".to_string(), |[l, f, c]| format!("{l:.0}/{f:.0}/{c:.0}"));
+        println!(
+            "{label:<44} {rate:>14.0} {:>10.2} {:>10.2} {per_entry:>10} {cpu:>16}   {target}",
+            percentile(lat, 0.50).as_secs_f64() * 1e3,
+            percentile(lat, 0.99).as_secs_f64() * 1e3,
+        );
+    };
+    let load_row = |label: String, l: &Load, target| {
+        let cpu = Some(l.cpu_us_per_request);
+        row(
+            label,
+            l.records_per_sec,
+            &l.latencies,
+            Some(l.per_entry),
+            cpu,
+            target,
+        );
+    };
+    // Issue #3's targets are in committed records/s. The active controller's write
+    // traffic arrives as multi-record requests (a broker's AlterPartition carries every
+    // pending ISR change of its partitions, Kafka's `DefaultAlterPartitionManager`; a
+    // CreateTopics writes a record per partition), so the targets are read on the
+    // 10-record rows. The 1-record rows show what one unary RPC per record allows here
+    // (compare the RPC ceiling below).
+    for (records, prefix, shape, targets) in [
+        (
+            BATCH_PARTITIONS,
+            "bench-batch",
+            format!(
+                "AlterPartition of {BATCH_PARTITIONS} partitions ({BATCH_PARTITIONS} records each)"
+            ),
+            ["p50 < 2 ms", "", ">= 20000 records/s (saturation)"],
+        ),
+        (
+            1,
+            "bench",
+            "metadata writes of 1 record each".to_string(),
+            ["p50 < 2 ms", "", "(not a target: one RPC per record)"],
+        ),
+    ] {
+        header(&shape, "records/s", "targets");
+        for (concurrency, target) in [1, 16, 64].into_iter().zip(targets) {
+            if quick && concurrency != 64 {
+                continue;
+            }
+            let l = load(&q, concurrency, prefix, records, None).await;
+            load_row(format!("{concurrency} concurrent clients"), &l, target);
+        }
+        println!();
+    }
+
+    // The target as an offered load: 64 clients writing 20,000 records/s together, each
+    // request on schedule (latency from its scheduled time). The closed-loop rows above
+    // give the saturation rate, where latency is mostly queueing; the p99 target is read
+    // here, at the target rate.
+    header(
+        "open loop: 64 clients offering 20,000 records/s",
+        "records/s",
+        "",
+    );
+    for (records, label, target) in [
+        (
+            BATCH_PARTITIONS,
+            format!("AlterPartition of {BATCH_PARTITIONS} partitions"),
+            "p99 < 20 ms at 20000 records/s",
+        ),
+        (
+            1,
+            "1 record per request".to_string(),
+            "(not a target: one RPC per record)",
+        ),
+    ] {
+        let prefix = if records == 1 { "bench" } else { "bench-batch" };
+        let l = load(&q, 64, prefix, records, Some(OFFERED_RECORDS_PER_SEC)).await;
+        load_row(label, &l, target);
+    }
+
+    println!();
+    header(
+        "RPC ceiling: empty DescribeConfigs (no Raft)",
+        "requests/s",
+        "(not a target)",
+    );
+    for &concurrency in client_counts {
+        let (rate, lat) = rpc_ceiling(&q, concurrency).await;
+        row(
+            format!("{concurrency} concurrent clients"),
+            rate,
+            &lat,
+            None,
+            None,
+            "",
+        );
+    }
+
+    // Failover: kill -9 the active controller, time to the first accepted write.
+    let mut times = Vec::new();
+    let mut rejoin = Vec::new();
+    for k in 0..kills {
+        let leader = q.wait_leader(Duration::from_secs(10)).await;
+        q.kill(leader);
+        let killed = Instant::now();
+        let topic = format!("bench-{}", k % 64);
+        let isr: Vec<i32> = if k % 2 == 0 {
+            vec![1, 2]
+        } else {
+            vec![1, 2, 3]
+        };
+        clients
+            .on_leader(Duration::from_secs(10), |mut c| {
+                let req = alter(&topic, 1, &isr);
+                async move {
+                    let r = c.alter_partition(req).await.ok()?.into_inner();
+                    let p = r.topics.first()?.partitions.first()?.clone();
+                    ok(&p.error).then_some(())
+                }
+            })
+            .await
+            .expect("a new leader accepted a write");
+        times.push(killed.elapsed());
+        q.start_node(leader);
+        // The next kill must hit a healthy quorum: wait until the restarted node is back
+        // in the voter set, caught up and acknowledging (otherwise the kill leaves a single
+        // live voter and the "failover" also waits for a process to start).
+        let restarted = Instant::now();
+        wait_all_voters_caught_up(&clients, Duration::from_secs(20)).await;
+        rejoin.push(restarted.elapsed());
+    }
+    if kills == 0 {
+        return;
+    }
+    times.sort();
+    rejoin.sort();
+    println!();
+    header(
+        "failover (kill -9 leader -> write accepted)",
+        "kills",
+        "target",
+    );
+    println!(
+        "{:<44} {:>14} {:>10.0} {:>10.0} {:>10} {:>16}   p99 < 2000 ms",
+        "",
+        times.len(),
+        percentile(&times, 0.50).as_secs_f64() * 1e3,
+        percentile(&times, 0.99).as_secs_f64() * 1e3,
+        "",
+        "",
+    );
+    println!(
+        "{:<44} {:>14} {:>10.0} {:>10.0} {:>10} {:>16}   (not a target)",
+        "restart of killed node -> caught-up voter",
+        rejoin.len(),
+        percentile(&rejoin, 0.50).as_secs_f64() * 1e3,
+        percentile(&rejoin, 0.99).as_secs_f64() * 1e3,
+        "",
+        "",
+    );
 }
 
 /// Waits until the active controller reports every voter with lag 0 and an acknowledgement

@@ -53,6 +53,9 @@ pub struct ControllerConfig {
     /// this bounds the disk the log keeps beyond what the snapshot covers. In
     /// 4096..=1073741824; default 16 MiB. Small values are for tests.
     pub metadata_log_segment_bytes: u64,
+    /// Where the Raft log and vote are stored (`metadata_log_engine`: `segments`, the
+    /// default, or `sled`). A directory written by one engine is refused by the other.
+    pub metadata_log_engine: keel_metadata_log::store::LogEngine,
     /// Interval of the active controller's NoOpRecords, ms (Kafka:
     /// `metadata.max.idle.interval.ms`, 500).
     pub metadata_max_idle_interval_ms: u64,
@@ -147,6 +150,7 @@ impl ControllerConfig {
             raft_heartbeat_interval_ms: s.require("raft_heartbeat_interval_ms"),
             metadata_snapshot_max_entries: s.require("metadata_snapshot_max_entries"),
             metadata_log_segment_bytes: s.require("metadata_log_segment_bytes"),
+            metadata_log_engine: s.require("metadata_log_engine"),
             metadata_max_idle_interval_ms: s.require("metadata_max_idle_interval_ms"),
             auto_leader_rebalance_enable: s.require("auto_leader_rebalance_enable"),
             leader_imbalance_check_interval_seconds: s
@@ -259,6 +263,10 @@ mod tests {
         assert_eq!(
             declared("metadata_log_segment_bytes").default,
             DefaultValue::Int(keel_metadata_log::store::disk::DEFAULT_SEGMENT_BYTES.into())
+        );
+        assert_eq!(
+            declared("metadata_log_engine").default,
+            DefaultValue::Text(keel_metadata_log::store::LogEngine::default().as_str())
         );
         assert!(matches!(
             declared("num_partitions").kind,

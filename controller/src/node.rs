@@ -450,7 +450,8 @@ async fn open_metadata_log_dir(
             )));
         }
     }
-    let disk_options = store::disk::DiskOptions {
+    let disk_options = store::DiskOptions {
+        engine: c.metadata_log_engine,
         segment_bytes: c.metadata_log_segment_bytes,
     };
     let (mut log, mut sm) =

@@ -8,7 +8,7 @@ use std::ops::Bound;
 use std::path::Path;
 
 use crate::snapshot;
-use crate::store::disk::{RaftDisk, segment_file_bytes};
+use crate::store::disk::{SegmentDisk, segment_file_bytes};
 
 /// The snapshot reader on `data` (after its first byte, the mode: odd = recompute the CRC
 /// trailer first): [`snapshot::decode`], then replay into an image.
@@ -46,7 +46,7 @@ pub fn snapshot_bytes(data: &[u8]) {
 /// directory the caller owns). The first byte picks the shape: even = `data[1..]` is the
 /// whole file; odd = a valid header, then records framed from `data[1..]` (each a length
 /// byte and that many payload bytes; indexes from 1, every fourth record starting a batch)
-/// and whatever is left as a raw tail. [`RaftDisk::open`] recovers the log (cutting a torn tail, refusing damage).
+/// and whatever is left as a raw tail. [`SegmentDisk::open`] recovers the log (cutting a torn tail, refusing damage).
 /// Properties: every entry it reports reads back, and a second open reports the same
 /// entries (recovery is idempotent).
 pub fn raft_segment(dir: &Path, data: &[u8]) {
@@ -73,12 +73,12 @@ pub fn raft_segment(dir: &Path, data: &[u8]) {
     };
     std::fs::write(dir.join(&name), &bytes).expect("write the segment");
     let all = (Bound::Unbounded, Bound::Unbounded);
-    let first = match RaftDisk::open(dir) {
+    let first = match SegmentDisk::open(dir) {
         Ok(disk) => disk.entries(all, usize::MAX),
         Err(_) => return,
     };
     let Ok(first) = first else { return };
-    let again = RaftDisk::open(dir)
+    let again = SegmentDisk::open(dir)
         .expect("a recovered log opens again")
         .entries(all, usize::MAX)
         .expect("a recovered log reads again");

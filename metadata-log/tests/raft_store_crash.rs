@@ -1,5 +1,6 @@
-//! Crash tests of the Raft log store (the second one: appends, cuts and purges on the segment
-//! files; see `sigkill_during_cuts_and_purges_...`).
+//! Crash tests of the Raft log store (the second one: appends, cuts and purges; see
+//! `sigkill_during_cuts_and_purges_...`), each run on both Raft log engines (segment files and
+//! sled; the child learns which from `KEEL_CRASH_ENGINE`).
 //!
 //! Crash test of the Raft log store: a child process writes a vote and appends entries,
 //! printing each entry index after its append callback fired; the parent kills it with
@@ -21,6 +22,15 @@ use openraft::storage::{RaftLogReader, RaftLogStorage, RaftLogStorageExt};
 use openraft::{CommittedLeaderId, EntryPayload, Vote};
 
 const ENV_DIR: &str = "KEEL_CRASH_CHILD_DIR";
+/// The engine the child opens (`segments` or `sled`).
+const ENV_ENGINE: &str = "KEEL_CRASH_ENGINE";
+
+fn child_engine() -> store::LogEngine {
+    std::env::var(ENV_ENGINE)
+        .expect("the parent sets KEEL_CRASH_ENGINE")
+        .parse()
+        .unwrap()
+}
 /// The child stops by itself after this many entries (bound; the parent kills it long before).
 const CHILD_MAX_ENTRIES: u64 = 200_000;
 /// The parent kills the child once this many appends were acknowledged.
@@ -41,12 +51,18 @@ fn entry(index: u64) -> Entry {
     }
 }
 
-/// Re-executes this test binary running only `test`, with `env` set to `dir`; its stdout is
-/// piped.
-fn spawn_child(test: &str, env: &str, dir: &std::path::Path) -> std::process::Child {
+/// Re-executes this test binary running only `test`, with `env` set to `dir` and the engine
+/// in `KEEL_CRASH_ENGINE`; its stdout is piped.
+fn spawn_child(
+    test: &str,
+    env: &str,
+    dir: &std::path::Path,
+    engine: store::LogEngine,
+) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env(env, dir)
+        .env(ENV_ENGINE, engine.as_str())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -67,7 +83,8 @@ fn crash_child_appends_until_killed() {
     };
     let rt = runtime();
     rt.block_on(async {
-        let (mut log, _sm) = store::open(std::path::Path::new(&dir)).unwrap();
+        let options = store::DiskOptions::engine(child_engine());
+        let (mut log, _sm) = store::open_with(std::path::Path::new(&dir), options).unwrap();
         log.save_vote(&Vote::new(3, 1)).await.unwrap();
         println!("vote saved");
         for i in 1..=CHILD_MAX_ENTRIES {
@@ -78,12 +95,26 @@ fn crash_child_appends_until_killed() {
 }
 
 #[test]
-fn sigkill_during_appends_loses_no_acknowledged_entry_or_vote() {
+fn sigkill_during_appends_loses_no_acknowledged_entry_or_vote_segments() {
+    sigkill_during_appends(store::LogEngine::Segments);
+}
+
+#[test]
+fn sigkill_during_appends_loses_no_acknowledged_entry_or_vote_sled() {
+    sigkill_during_appends(store::LogEngine::Sled);
+}
+
+fn sigkill_during_appends(engine: store::LogEngine) {
     if std::env::var(ENV_DIR).is_ok() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let mut child = spawn_child("crash_child_appends_until_killed", ENV_DIR, dir.path());
+    let mut child = spawn_child(
+        "crash_child_appends_until_killed",
+        ENV_DIR,
+        dir.path(),
+        engine,
+    );
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut vote_acked = false;
     let mut acked = 0u64;
@@ -116,7 +147,8 @@ fn sigkill_during_appends_loses_no_acknowledged_entry_or_vote() {
 
     let rt = runtime();
     rt.block_on(async {
-        let (mut log, _sm) = store::open(dir.path()).unwrap();
+        let (mut log, _sm) =
+            store::open_with(dir.path(), store::DiskOptions::engine(engine)).unwrap();
         assert_eq!(
             log.read_vote().await.unwrap(),
             Some(Vote::new(3, 1)),
@@ -141,7 +173,7 @@ fn sigkill_during_appends_loses_no_acknowledged_entry_or_vote() {
             };
             assert_eq!(got, exp, "entry {} corrupted", i + 1);
         }
-        eprintln!("acknowledged {acked}, recovered {last} entries");
+        eprintln!("{engine}: acknowledged {acked}, recovered {last} entries");
     });
 }
 
@@ -149,16 +181,19 @@ fn sigkill_during_appends_loses_no_acknowledged_entry_or_vote() {
 /// store must return every entry asked for, however many.
 #[test]
 fn a_range_read_returns_every_entry_even_beyond_65536() {
-    let dir = tempfile::tempdir().unwrap();
     let rt = runtime();
-    rt.block_on(async {
-        let (mut log, _sm) = store::open(dir.path()).unwrap();
-        const N: u64 = 70_000;
-        log.blocking_append((1..=N).map(entry)).await.unwrap();
-        let got = log.try_get_log_entries(1..=N).await.unwrap();
-        assert_eq!(got.len() as u64, N);
-        assert_eq!(got.last().unwrap().log_id.index, N);
-    });
+    for engine in [store::LogEngine::Segments, store::LogEngine::Sled] {
+        let dir = tempfile::tempdir().unwrap();
+        rt.block_on(async {
+            let options = store::DiskOptions::engine(engine);
+            let (mut log, _sm) = store::open_with(dir.path(), options).unwrap();
+            const N: u64 = 70_000;
+            log.blocking_append((1..=N).map(entry)).await.unwrap();
+            let got = log.try_get_log_entries(1..=N).await.unwrap();
+            assert_eq!(got.len() as u64, N, "{engine}");
+            assert_eq!(got.last().unwrap().log_id.index, N);
+        });
+    }
 }
 
 // -------------------------------------------------------------------------------------------
@@ -166,8 +201,14 @@ fn a_range_read_returns_every_entry_even_beyond_65536() {
 // -------------------------------------------------------------------------------------------
 
 const ENV_DISK_DIR: &str = "KEEL_CRASH_DISK_CHILD_DIR";
-/// Small segments, so cuts and purges cross segment boundaries and delete files.
-const SMALL_SEGMENTS: store::DiskOptions = store::DiskOptions { segment_bytes: 512 };
+/// Small segments, so cuts and purges cross segment boundaries and delete files (the segment
+/// engine; sled ignores it).
+fn small_segments(engine: store::LogEngine) -> store::DiskOptions {
+    store::DiskOptions {
+        engine,
+        segment_bytes: 512,
+    }
+}
 /// The child stops by itself after this many operations (bound).
 const CHILD_MAX_OPS: u64 = 100_000;
 
@@ -256,7 +297,9 @@ fn crash_child_cuts_and_purges_until_killed() {
     };
     let rt = runtime();
     rt.block_on(async {
-        let disk = store::RaftDisk::open_with(std::path::Path::new(&dir), SMALL_SEGMENTS).unwrap();
+        let disk =
+            store::RaftDisk::open_with(std::path::Path::new(&dir), small_segments(child_engine()))
+                .unwrap();
         let mut model = Model::default();
         for k in 0..CHILD_MAX_OPS {
             let op = model.next_op(k);
@@ -274,7 +317,16 @@ fn crash_child_cuts_and_purges_until_killed() {
 /// may also leave a longer prefix of the state before it (whole later segments go first),
 /// never anything else.
 #[test]
-fn sigkill_during_cuts_and_purges_leaves_the_state_before_or_after_the_operation() {
+fn sigkill_during_cuts_and_purges_leaves_the_state_before_or_after_the_operation_segments() {
+    sigkill_during_cuts_and_purges(store::LogEngine::Segments);
+}
+
+#[test]
+fn sigkill_during_cuts_and_purges_leaves_the_state_before_or_after_the_operation_sled() {
+    sigkill_during_cuts_and_purges(store::LogEngine::Sled);
+}
+
+fn sigkill_during_cuts_and_purges(engine: store::LogEngine) {
     if std::env::var(ENV_DISK_DIR).is_ok() || std::env::var(ENV_DIR).is_ok() {
         return;
     }
@@ -284,6 +336,7 @@ fn sigkill_during_cuts_and_purges_leaves_the_state_before_or_after_the_operation
             "crash_child_cuts_and_purges_until_killed",
             ENV_DISK_DIR,
             dir.path(),
+            engine,
         );
         let parse = |line: &str| {
             line.rsplit_once("acked ")
@@ -315,7 +368,7 @@ fn sigkill_during_cuts_and_purges_leaves_the_state_before_or_after_the_operation
         let mut after = before.clone();
         after.apply(acked + 1, next_op);
 
-        let disk = store::RaftDisk::open_with(dir.path(), SMALL_SEGMENTS).unwrap();
+        let disk = store::RaftDisk::open_with(dir.path(), small_segments(engine)).unwrap();
         let got: Vec<(u64, Vec<u8>)> = disk
             .entries(
                 (std::ops::Bound::Unbounded, std::ops::Bound::Unbounded),
@@ -328,7 +381,7 @@ fn sigkill_during_cuts_and_purges_leaves_the_state_before_or_after_the_operation
             matches!(next_op, DiskOp::RemoveFrom(_)) && got.len() >= a.len() && b.starts_with(&got);
         assert!(
             got == b || got == a || prefix_of_before,
-            "round {round}: after op {acked} (next {next_op:?}) the log holds {:?}..{:?} ({} \
+            "{engine} round {round}: after op {acked} (next {next_op:?}) the log holds {:?}..{:?} ({} \
              entries); before: {} entries, after: {}",
             got.first().map(|e| e.0),
             got.last().map(|e| e.0),
@@ -337,7 +390,7 @@ fn sigkill_during_cuts_and_purges_leaves_the_state_before_or_after_the_operation
             a.len()
         );
         eprintln!(
-            "round {round}: killed after op {acked} (next {next_op:?}), recovered {} entries",
+            "{engine} round {round}: killed after op {acked} (next {next_op:?}), recovered {} entries",
             got.len()
         );
     }

@@ -67,9 +67,25 @@ async fn cluster_id_seen_by(q: &Quorum, id: u64) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn elect_fail_over_and_keep_committed_records_across_restarts() {
+    elect_fail_over_and_restart(&[]).await;
+}
+
+/// The same on the sled Raft log engine (`metadata_log_engine = "sled"`, #24).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn elect_fail_over_and_keep_committed_records_across_restarts_on_sled() {
+    elect_fail_over_and_restart(&["--metadata-log-engine", "sled"]).await;
+}
+
+async fn elect_fail_over_and_restart(extra: &[&str]) {
     let started = Instant::now();
-    let mut q = Quorum::start(3);
+    let mut q = Quorum::start_with(3, extra);
     let leader = q.wait_leader(Duration::from_secs(2)).await;
+    // The engine asked for is the one on disk (sled's `conf` file, or segment files).
+    let sled = extra.contains(&"sled");
+    for id in q.ids() {
+        let raft = q.data_dir(id).join("raft");
+        assert_eq!(raft.join("conf").exists(), sled, "{}", raft.display());
+    }
     eprintln!(
         "leader {leader} elected {:?} after start",
         started.elapsed()

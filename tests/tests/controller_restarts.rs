@@ -103,9 +103,21 @@ async fn writer(clients: Clients, stop: Arc<AtomicBool>) -> Acked {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_sigkill_restarts_under_load_keep_controllers_identical() {
+    sigkill_restarts_under_load(&[]).await;
+}
+
+/// The same on the sled Raft log engine (`metadata_log_engine = "sled"`, #24).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_sigkill_restarts_under_load_keep_controllers_identical_on_sled() {
+    sigkill_restarts_under_load(&["--metadata-log-engine", "sled"]).await;
+}
+
+async fn sigkill_restarts_under_load(engine: &[&str]) {
     // Snapshots every 40 entries, so restarted controllers also recover from snapshots, get
     // snapshots installed, and FetchMetadata serves a snapshot (the log below it is purged).
-    let mut q = Quorum::start_with(3, &["--metadata-snapshot-max-entries", "40"]);
+    let mut args = vec!["--metadata-snapshot-max-entries", "40"];
+    args.extend_from_slice(engine);
+    let mut q = Quorum::start_with(3, &args);
     let hb = Duration::from_millis(200);
     let _brokers = [
         FakeBroker::start(&q, 1, "", hb).await,

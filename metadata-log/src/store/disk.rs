@@ -1,10 +1,11 @@
-//! `RaftDisk`: the Raft log of `__cluster_metadata` in Keel's own segment files.
+//! `SegmentDisk`: the Raft log of `__cluster_metadata` in Keel's own segment files, the default
+//! engine (`metadata_log_engine = "segments"`; the other is [`super::sled_disk`]).
 //!
 //! It owns the directory `raft/` of a controller's `metadata_log_dir`: the entries (opaque
 //! bytes keyed by Raft index), a few named values (the vote, the committed log id, the last
 //! purged log id) and the purge point. `log_store.rs` gives these bytes their meaning.
 //!
-//! ## Why Keel's own files, not sled (DESIGN §1 pinned sled 0.34)
+//! ## Why Keel's own files are the default, not sled (DESIGN §1 pinned sled 0.34)
 //! DESIGN §1 allows changing a pinned choice with a measured reason; this is it. Under the
 //! controller bench's target load, sled's thread pool was 25% of the active controller's CPU
 //! (13% condition-variable wake-ups: every flush spawns twice and each spawn wakes all 7 idle
@@ -33,16 +34,16 @@
 //! segment is detected. A record's crc covers `len`, `index` and the payload.
 //!
 //! ## Durability and recovery
-//! Writes go to the page cache; [`RaftDisk::flush`] makes every earlier write durable
+//! Writes go to the page cache; [`SegmentDisk::flush`] makes every earlier write durable
 //! (`fdatasync` of the written segments, then the `meta` file, then the directory) and the
 //! caller reports a write done only after it (DESIGN §1: before the `LogFlushed` callback).
 //! An fsync that fails poisons the store: every later call fails (the kernel may have
 //! dropped the unsynced pages, so a retry could report lost data as durable).
 //!
-//! - Cutting the tail ([`remove_from`](RaftDisk::remove_from)) first deletes whole later
+//! - Cutting the tail ([`remove_from`](SegmentDisk::remove_from)) first deletes whole later
 //!   segments and syncs the directory, then shortens the segment holding the cut. So a crash
 //!   never brings back a stale segment after a shorter one.
-//! - Dropping the head ([`remove_through`](RaftDisk::remove_through)) records the purge
+//! - Dropping the head ([`remove_through`](SegmentDisk::remove_through)) records the purge
 //!   point in `meta`; whole segments below it are deleted only after that is durable. Entries
 //!   at or below the purge point that are still in a file are ignored on open.
 //! - On open, the active segment is scanned and cut at its first incomplete or corrupt record
@@ -75,35 +76,20 @@ pub(super) const META_FILE: &str = "meta";
 const META_TMP_FILE: &str = "meta.tmp";
 const SEGMENT_SUFFIX: &str = ".log";
 
-/// Tuning of a [`RaftDisk`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DiskOptions {
-    /// A new segment starts once the active one holds at least this many bytes.
-    pub segment_bytes: u64,
-}
-
-impl Default for DiskOptions {
-    fn default() -> Self {
-        Self {
-            segment_bytes: DEFAULT_SEGMENT_BYTES,
-        }
-    }
-}
-
-/// The Raft log's storage. Cheap to clone: clones share one open log (reads may run from
+/// The Raft log in segment files (`metadata_log_engine = "segments"`). Cheap to clone: clones share one open log (reads may run from
 /// any clone while one writer appends).
 #[derive(Clone)]
-pub struct RaftDisk {
+pub struct SegmentDisk {
     inner: Arc<Mutex<Inner>>,
-    /// Serializes [`RaftDisk::flush`] calls, so `meta` is never written twice at once and
+    /// Serializes [`SegmentDisk::flush`] calls, so `meta` is never written twice at once and
     /// an older copy never replaces a newer one.
     flush_serial: Arc<tokio::sync::Mutex<()>>,
 }
 
-impl std::fmt::Debug for RaftDisk {
+impl std::fmt::Debug for SegmentDisk {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        f.debug_struct("RaftDisk")
+        f.debug_struct("SegmentDisk")
             .field("dir", &g.dir)
             .field("entries", &g.entries.len())
             .field("segments", &g.segments.len())
@@ -150,7 +136,8 @@ struct Segment {
 #[derive(Debug)]
 struct Inner {
     dir: PathBuf,
-    options: DiskOptions,
+    /// A new segment starts once the active one holds at least this many bytes.
+    segment_bytes: u64,
     /// Segments by base index. Invariant: for consecutive segments `a < b`, `a.last < b`
     /// (runs never overlap); every segment's `len >= SEGMENT_HEADER_BYTES`.
     segments: BTreeMap<u64, Segment>,
@@ -172,12 +159,12 @@ struct Inner {
     _lock: File,
 }
 
-impl RaftDisk {
-    /// Opens (creating if needed) the log in `dir` with default [`DiskOptions`].
+impl SegmentDisk {
+    /// Opens (creating if needed) the log in `dir` with [`DEFAULT_SEGMENT_BYTES`].
     ///
     /// Errors: see [`open_with`](Self::open_with).
     pub fn open(dir: &Path) -> io::Result<Self> {
-        Self::open_with(dir, DiskOptions::default())
+        Self::open_with(dir, DEFAULT_SEGMENT_BYTES)
     }
 
     /// Opens (creating if needed) the log in `dir`, recovering it: a torn tail of the
@@ -187,8 +174,10 @@ impl RaftDisk {
     /// (`WouldBlock`); it holds a sled database of an earlier Keel; a segment or `meta` is
     /// corrupt other than at the tail (`InvalidData`, naming the file and byte offset). Every
     /// error message names the directory or file.
-    pub fn open_with(dir: &Path, options: DiskOptions) -> io::Result<Self> {
-        Self::open_inner(dir, options).map_err(|e| {
+    /// `segment_bytes`: a new segment starts once the active one holds at least this many
+    /// bytes (one batch may overshoot it).
+    pub fn open_with(dir: &Path, segment_bytes: u64) -> io::Result<Self> {
+        Self::open_inner(dir, segment_bytes).map_err(|e| {
             let shown = dir.display().to_string();
             if e.to_string().contains(&shown) {
                 e
@@ -198,7 +187,7 @@ impl RaftDisk {
         })
     }
 
-    fn open_inner(dir: &Path, options: DiskOptions) -> io::Result<Self> {
+    fn open_inner(dir: &Path, segment_bytes: u64) -> io::Result<Self> {
         fs::create_dir_all(dir)?;
         refuse_sled(dir)?;
         // The directory itself is locked (flock on its descriptor): unlike a lock file, it
@@ -220,7 +209,7 @@ impl RaftDisk {
         let meta = read_meta(&dir.join(META_FILE))?;
         let mut inner = Inner {
             dir: dir.to_path_buf(),
-            options,
+            segment_bytes,
             segments: BTreeMap::new(),
             entries: BTreeMap::new(),
             meta,
@@ -497,7 +486,7 @@ impl Inner {
     fn segment_for(&mut self, index: u64) -> io::Result<u64> {
         let prev_end = match self.active() {
             Some((base, seg)) => match seg.last {
-                Some(l) if l + 1 == index && seg.len < self.options.segment_bytes => {
+                Some(l) if l + 1 == index && seg.len < self.segment_bytes => {
                     return Ok(base);
                 }
                 Some(l) => l + 1,
@@ -829,7 +818,7 @@ fn check_continuity(
     Ok(())
 }
 
-/// The name and bytes of a segment file as [`RaftDisk`] writes it: header (`base`,
+/// The name and bytes of a segment file as [`SegmentDisk`] writes it: header (`base`,
 /// `prev_end`), then one framed record per `(index, payload, first_in_batch)`. For fuzzing
 /// and tests of recovery ([`crate::fuzz`]); a caller may append damage to the bytes.
 pub fn segment_file_bytes<'a>(
@@ -904,7 +893,7 @@ pub(super) fn check_segment_header(bytes: &[u8], base: u64) -> Result<u64, Heade
     Ok(u64::from_le_bytes(h[24..32].try_into().expect("8 bytes")))
 }
 
-/// Bit of a record's length word set on the first record of each [`RaftDisk::put_entries`]
+/// Bit of a record's length word set on the first record of each [`SegmentDisk::put_entries`]
 /// batch (payload lengths stay below 2^31, see [`MAX_ENTRY_BYTES`]).
 const FIRST_IN_BATCH: u32 = 1 << 31;
 
@@ -1020,13 +1009,14 @@ pub(super) fn read_meta(path: &Path) -> io::Result<Meta> {
 }
 
 fn refuse_sled(dir: &Path) -> io::Result<()> {
-    if dir.join("conf").exists() || dir.join("db").exists() {
+    if super::sled_disk::holds_sled(dir) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!(
-                "{} holds a sled database, the Raft log format of earlier Keel builds; this \
-                 build keeps the Raft log in segment files and cannot read it (there is no \
-                 converter): run the earlier build on it (see the README)",
+                "{} holds a sled database (a Raft log written with metadata_log_engine = \
+                 \"sled\", or by a Keel build before segment files), but this controller is \
+                 configured with metadata_log_engine = \"segments\", which cannot read it \
+                 (there is no converter): set metadata_log_engine = \"sled\" (see the README)",
                 dir.display()
             ),
         ));

@@ -1,4 +1,4 @@
-//! Tests of `RaftDisk` on real files: round trips across segments, tail cuts, head purges,
+//! Tests of `SegmentDisk` on real files: round trips across segments, tail cuts, head purges,
 //! gaps, torn tails, corruption, the lock, and a model-based property test.
 
 use std::collections::BTreeMap;
@@ -7,10 +7,10 @@ use std::path::Path;
 
 use proptest::prelude::*;
 
-use super::{DiskOptions, RaftDisk, SEGMENT_HEADER_BYTES};
+use super::{SEGMENT_HEADER_BYTES, SegmentDisk};
 
 /// Small segments, so a few entries already span several files.
-const SMALL: DiskOptions = DiskOptions { segment_bytes: 256 };
+const SMALL: u64 = 256;
 
 fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -27,7 +27,7 @@ fn payload(index: u64, salt: u8) -> Vec<u8> {
 }
 
 /// Appends `range` in batches of up to 5 entries (segments roll between batches).
-fn put(disk: &RaftDisk, range: std::ops::RangeInclusive<u64>, salt: u8) {
+fn put(disk: &SegmentDisk, range: std::ops::RangeInclusive<u64>, salt: u8) {
     let all: Vec<u64> = range.collect();
     for batch in all.chunks(5) {
         disk.put_entries(batch.iter().map(|&i| (i, payload(i, salt))))
@@ -35,7 +35,7 @@ fn put(disk: &RaftDisk, range: std::ops::RangeInclusive<u64>, salt: u8) {
     }
 }
 
-fn all(disk: &RaftDisk) -> Vec<(u64, Vec<u8>)> {
+fn all(disk: &SegmentDisk) -> Vec<(u64, Vec<u8>)> {
     disk.entries((Bound::Unbounded, Bound::Unbounded), usize::MAX)
         .unwrap()
 }
@@ -55,9 +55,9 @@ fn segment_files(dir: &Path) -> Vec<String> {
 }
 
 /// A runtime for `flush`, a temporary directory, and a disk on it with [`SMALL`] segments.
-fn small_disk() -> (tokio::runtime::Runtime, tempfile::TempDir, RaftDisk) {
+fn small_disk() -> (tokio::runtime::Runtime, tempfile::TempDir, SegmentDisk) {
     let dir = tempfile::tempdir().unwrap();
-    let disk = RaftDisk::open_with(dir.path(), SMALL).unwrap();
+    let disk = SegmentDisk::open_with(dir.path(), SMALL).unwrap();
     (rt(), dir, disk)
 }
 
@@ -73,10 +73,10 @@ fn two_runs(
     v
 }
 
-fn reopen(rt: &tokio::runtime::Runtime, disk: RaftDisk, dir: &Path) -> RaftDisk {
+fn reopen(rt: &tokio::runtime::Runtime, disk: SegmentDisk, dir: &Path) -> SegmentDisk {
     rt.block_on(disk.flush()).unwrap();
     drop(disk);
-    RaftDisk::open_with(dir, SMALL).unwrap()
+    SegmentDisk::open_with(dir, SMALL).unwrap()
 }
 
 #[test]
@@ -179,7 +179,7 @@ fn purging_past_the_end_or_appending_past_it_leaves_a_gap() {
 #[test]
 fn bad_batches_are_refused_and_write_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let disk = RaftDisk::open_with(dir.path(), SMALL).unwrap();
+    let disk = SegmentDisk::open_with(dir.path(), SMALL).unwrap();
     put(&disk, 1..=5, 1);
     let e = disk.put_entries([(6, vec![1]), (8, vec![2])]).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput);
@@ -200,7 +200,7 @@ fn active_segment(dir: &Path) -> std::path::PathBuf {
 fn a_torn_tail_is_cut_on_open_and_appends_continue() {
     let rt = rt();
     let dir = tempfile::tempdir().unwrap();
-    let disk = RaftDisk::open(dir.path()).unwrap();
+    let disk = SegmentDisk::open(dir.path()).unwrap();
     put(&disk, 1..=10, 1);
     rt.block_on(disk.flush()).unwrap();
     drop(disk);
@@ -215,7 +215,7 @@ fn a_torn_tail_is_cut_on_open_and_appends_continue() {
     bytes.extend_from_slice(&torn);
     std::fs::write(&seg, &bytes).unwrap();
 
-    let disk = RaftDisk::open(dir.path()).unwrap();
+    let disk = SegmentDisk::open(dir.path()).unwrap();
     assert_eq!(all(&disk), expected(1..=10, 1));
     assert_eq!(std::fs::metadata(&seg).unwrap().len(), good_len);
     put(&disk, 11..=11, 1);
@@ -227,13 +227,13 @@ fn a_torn_tail_is_cut_on_open_and_appends_continue() {
     let cut = bytes.len() - 3;
     bytes.truncate(cut);
     std::fs::write(&seg, &bytes).unwrap();
-    let disk = RaftDisk::open(dir.path()).unwrap();
+    let disk = SegmentDisk::open(dir.path()).unwrap();
     assert_eq!(all(&disk), expected(1..=10, 1));
     drop(disk);
     let mut bytes = std::fs::read(&seg).unwrap();
     bytes.extend_from_slice(&[0; 64]);
     std::fs::write(&seg, &bytes).unwrap();
-    let disk = RaftDisk::open(dir.path()).unwrap();
+    let disk = SegmentDisk::open(dir.path()).unwrap();
     assert_eq!(all(&disk), expected(1..=10, 1));
 }
 
@@ -250,7 +250,7 @@ fn record_offset(index: u64, salt: u8) -> usize {
 fn damage_inside_the_last_batch_is_a_torn_tail_but_before_it_is_refused() {
     let rt = rt();
     let dir = tempfile::tempdir().unwrap();
-    let disk = RaftDisk::open(dir.path()).unwrap();
+    let disk = SegmentDisk::open(dir.path()).unwrap();
     // Batches 1..=5, 6..=10, 11..=15, each flushed.
     put(&disk, 1..=15, 1);
     rt.block_on(disk.flush()).unwrap();
@@ -263,7 +263,7 @@ fn damage_inside_the_last_batch_is_a_torn_tail_but_before_it_is_refused() {
     let mut bytes = pristine.clone();
     bytes[record_offset(12, 1) + 20] ^= 0xff;
     std::fs::write(&seg, &bytes).unwrap();
-    let disk = RaftDisk::open(dir.path()).unwrap();
+    let disk = SegmentDisk::open(dir.path()).unwrap();
     assert_eq!(all(&disk), expected(1..=11, 1));
     drop(disk);
 
@@ -272,7 +272,7 @@ fn damage_inside_the_last_batch_is_a_torn_tail_but_before_it_is_refused() {
     let mut bytes = pristine.clone();
     bytes[record_offset(7, 1) + 20] ^= 0xff;
     std::fs::write(&seg, &bytes).unwrap();
-    let e = RaftDisk::open(dir.path()).unwrap_err();
+    let e = SegmentDisk::open(dir.path()).unwrap_err();
     let msg = e.to_string();
     assert!(
         msg.contains(&format!("corrupt at byte {}", record_offset(7, 1)))
@@ -285,14 +285,14 @@ fn damage_inside_the_last_batch_is_a_torn_tail_but_before_it_is_refused() {
 #[test]
 fn a_zeroed_header_with_records_after_it_is_refused_not_removed() {
     let dir = tempfile::tempdir().unwrap();
-    let disk = RaftDisk::open(dir.path()).unwrap();
+    let disk = SegmentDisk::open(dir.path()).unwrap();
     put(&disk, 1..=3, 1);
     drop(disk);
     let seg = active_segment(dir.path());
     let mut bytes = std::fs::read(&seg).unwrap();
     bytes[..SEGMENT_HEADER_BYTES as usize].fill(0);
     std::fs::write(&seg, &bytes).unwrap();
-    let e = RaftDisk::open(dir.path()).unwrap_err();
+    let e = SegmentDisk::open(dir.path()).unwrap_err();
     assert!(e.to_string().contains("bad magic"), "{e}");
     assert_eq!(std::fs::read(&seg).unwrap(), bytes, "the file was changed");
 }
@@ -300,11 +300,11 @@ fn a_zeroed_header_with_records_after_it_is_refused_not_removed() {
 #[test]
 fn a_segment_whose_header_never_reached_the_disk_is_removed() {
     let dir = tempfile::tempdir().unwrap();
-    let disk = RaftDisk::open(dir.path()).unwrap();
+    let disk = SegmentDisk::open(dir.path()).unwrap();
     put(&disk, 1..=3, 1);
     drop(disk);
     std::fs::write(dir.path().join(format!("{:020}.log", 4)), [0u8; 10]).unwrap();
-    let disk = RaftDisk::open(dir.path()).unwrap();
+    let disk = SegmentDisk::open(dir.path()).unwrap();
     assert_eq!(all(&disk), expected(1..=3, 1));
     assert_eq!(segment_files(dir.path()).len(), 1);
 }
@@ -319,7 +319,7 @@ fn corruption_before_the_tail_is_refused_naming_the_file_and_offset() {
     let at = SEGMENT_HEADER_BYTES as usize + 16 + 3; // inside the first payload... or the next header
     bytes[at] ^= 0xff;
     std::fs::write(&first, &bytes).unwrap();
-    let e = RaftDisk::open_with(dir.path(), SMALL).unwrap_err();
+    let e = SegmentDisk::open_with(dir.path(), SMALL).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
     let msg = e.to_string();
     assert!(
@@ -336,7 +336,7 @@ fn a_missing_middle_segment_is_refused() {
     let files = segment_files(dir.path());
     assert!(files.len() >= 3, "{files:?}");
     std::fs::remove_file(dir.path().join(&files[1])).unwrap();
-    let e = RaftDisk::open_with(dir.path(), SMALL).unwrap_err();
+    let e = SegmentDisk::open_with(dir.path(), SMALL).unwrap_err();
     assert!(e.to_string().contains("a segment is missing"), "{e}");
 }
 
@@ -352,13 +352,13 @@ fn a_missing_first_segment_is_refused_unless_it_was_purged() {
     disk.remove_through(second_base - 1).unwrap();
     drop(reopen(&rt, disk, dir.path()));
     assert_eq!(
-        all(&RaftDisk::open_with(dir.path(), SMALL).unwrap()),
+        all(&SegmentDisk::open_with(dir.path(), SMALL).unwrap()),
         expected(second_base..=60, 1)
     );
     // The (now) first segment deleted by hand: refused, naming the one after it.
     let files = segment_files(dir.path());
     std::fs::remove_file(dir.path().join(&files[0])).unwrap();
-    let e = RaftDisk::open_with(dir.path(), SMALL).unwrap_err();
+    let e = SegmentDisk::open_with(dir.path(), SMALL).unwrap_err();
     let msg = e.to_string();
     assert!(
         msg.contains(&files[1])
@@ -372,21 +372,21 @@ fn a_missing_first_segment_is_refused_unless_it_was_purged() {
 fn meta_values_are_durable_after_flush() {
     let rt = rt();
     let dir = tempfile::tempdir().unwrap();
-    let disk = RaftDisk::open(dir.path()).unwrap();
+    let disk = SegmentDisk::open(dir.path()).unwrap();
     disk.put_meta("vote", b"v1").unwrap();
     rt.block_on(disk.flush()).unwrap();
     disk.put_meta("committed", b"c1").unwrap();
     assert_eq!(disk.get_meta("committed").unwrap(), Some(b"c1".to_vec()));
     drop(disk);
     // Not flushed: lost.
-    let disk = RaftDisk::open(dir.path()).unwrap();
+    let disk = SegmentDisk::open(dir.path()).unwrap();
     assert_eq!(disk.get_meta("vote").unwrap(), Some(b"v1".to_vec()));
     assert_eq!(disk.get_meta("committed").unwrap(), None);
     disk.put_meta("committed", b"c2").unwrap();
     disk.put_meta("vote", b"v2").unwrap();
     rt.block_on(disk.flush()).unwrap();
     drop(disk);
-    let disk = RaftDisk::open(dir.path()).unwrap();
+    let disk = SegmentDisk::open(dir.path()).unwrap();
     assert_eq!(disk.get_meta("vote").unwrap(), Some(b"v2".to_vec()));
     assert_eq!(disk.get_meta("committed").unwrap(), Some(b"c2".to_vec()));
     assert!(!dir.path().join("meta.tmp").exists());
@@ -396,7 +396,7 @@ fn meta_values_are_durable_after_flush() {
 fn a_corrupt_meta_file_is_refused() {
     let rt = rt();
     let dir = tempfile::tempdir().unwrap();
-    let disk = RaftDisk::open(dir.path()).unwrap();
+    let disk = SegmentDisk::open(dir.path()).unwrap();
     disk.put_meta("vote", b"v1").unwrap();
     rt.block_on(disk.flush()).unwrap();
     drop(disk);
@@ -404,7 +404,7 @@ fn a_corrupt_meta_file_is_refused() {
     let mut bytes = std::fs::read(&meta).unwrap();
     *bytes.last_mut().unwrap() ^= 1;
     std::fs::write(&meta, &bytes).unwrap();
-    let e = RaftDisk::open(dir.path()).unwrap_err();
+    let e = SegmentDisk::open(dir.path()).unwrap_err();
     assert!(
         e.to_string()
             .contains("meta is corrupt: length or crc mismatch"),
@@ -415,12 +415,12 @@ fn a_corrupt_meta_file_is_refused() {
 #[test]
 fn a_second_open_of_the_same_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let disk = RaftDisk::open(dir.path()).unwrap();
-    let e = RaftDisk::open(dir.path()).unwrap_err();
+    let disk = SegmentDisk::open(dir.path()).unwrap();
+    let e = SegmentDisk::open(dir.path()).unwrap_err();
     assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
     assert!(e.to_string().contains("locked by another process"), "{e}");
     drop(disk);
-    RaftDisk::open(dir.path()).unwrap();
+    SegmentDisk::open(dir.path()).unwrap();
 }
 
 #[test]
@@ -428,7 +428,7 @@ fn a_sled_database_of_an_earlier_build_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("conf"), b"segment_size: 524288").unwrap();
     std::fs::write(dir.path().join("db"), b"").unwrap();
-    let e = RaftDisk::open(dir.path()).unwrap_err();
+    let e = SegmentDisk::open(dir.path()).unwrap_err();
     assert!(e.to_string().contains("holds a sled database"), "{e}");
 }
 
@@ -471,7 +471,7 @@ proptest! {
     fn the_disk_behaves_like_an_ordered_map_of_live_entries(ops in proptest::collection::vec(op(), 1..40)) {
         let rt = rt();
         let dir = tempfile::tempdir().unwrap();
-        let mut disk = RaftDisk::open_with(dir.path(), SMALL).unwrap();
+        let mut disk = SegmentDisk::open_with(dir.path(), SMALL).unwrap();
         let mut model: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
         let mut purged: Option<u64> = None;
         for op in ops {

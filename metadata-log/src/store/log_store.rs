@@ -19,7 +19,7 @@ use openraft::{AnyError, ErrorSubject, ErrorVerb, OptionalSend, StorageIOError, 
 
 use crate::raft_types::{Entry, LogId, StorageError, TypeConfig};
 use crate::store::DurableSnapshot;
-use crate::store::disk::RaftDisk;
+use crate::store::raft_disk::RaftDisk;
 
 pub(super) const KEY_VOTE: &str = "vote";
 pub(super) const KEY_COMMITTED: &str = "committed";

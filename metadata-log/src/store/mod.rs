@@ -1,12 +1,13 @@
 //! openraft storage for `__cluster_metadata` (storage-v2 API of openraft 0.9).
 //!
-//! - [`disk`]: the Raft log's segment files and the vote ([`RaftDisk`]);
+//! - [`raft_disk`]: the Raft log's bytes in the engine `metadata_log_engine` names
+//!   ([`RaftDisk`]): [`disk`] (segment files, the default) or [`sled_disk`] (sled);
 //! - [`log_store`]: the Raft log and vote ([`LogStore`]);
 //! - [`state_machine`]: the metadata image and snapshot files ([`StateMachineStore`]);
 //! - [`offline`]: read-only access to both for offline tools ([`offline::OfflineLog`]).
 //!
-//! Layout under the controller's `metadata_log_dir`: `raft/` (Raft log segments and `meta`) and
-//! `snapshots/` (snapshot files).
+//! Layout under the controller's `metadata_log_dir`: `raft/` (Raft log segments and `meta`, or
+//! the sled database) and `snapshots/` (snapshot files).
 
 // openraft's traits fix the error type to its 200-byte `StorageError`; boxing it in our
 // helpers would only add conversions at every trait boundary.
@@ -15,6 +16,8 @@
 pub mod disk;
 pub mod log_store;
 pub mod offline;
+pub mod raft_disk;
+pub mod sled_disk;
 pub mod state_machine;
 
 use std::path::{Path, PathBuf};
@@ -23,19 +26,32 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-pub use disk::{DiskOptions, RaftDisk};
+pub use disk::SegmentDisk;
 pub use log_store::LogStore;
+pub use raft_disk::{DiskOptions, LogEngine, RaftDisk};
+pub use sled_disk::SledDisk;
 pub use state_machine::StateMachineStore;
 
 use crate::raft_types::StorageError;
 
-/// Opens (creating if needed) the Raft log and the state machine under `dir`.
+/// Opens (creating if needed) the Raft log (segment files) and the state machine under `dir`.
 ///
-/// Errors: the Raft log cannot be opened (corrupt, or locked by another process), or
-/// the newest snapshot is corrupt.
+/// Errors: see [`open_with`].
 pub fn open(dir: &Path) -> Result<(LogStore, StateMachineStore), StorageError> {
-    let disk =
-        RaftDisk::open(&dir.join("raft")).map_err(|e| openraft::StorageIOError::read_logs(&e))?;
+    open_with(dir, DiskOptions::default())
+}
+
+/// Opens (creating if needed) the Raft log in `options.engine` and the state machine under
+/// `dir`, without the consistency checks of [`open_checked`].
+///
+/// Errors: the Raft log cannot be opened (corrupt, locked by another process, or the other
+/// engine's), or the newest snapshot is corrupt.
+pub fn open_with(
+    dir: &Path,
+    options: DiskOptions,
+) -> Result<(LogStore, StateMachineStore), StorageError> {
+    let disk = RaftDisk::open_with(&dir.join("raft"), options)
+        .map_err(|e| openraft::StorageIOError::read_logs(&e))?;
     let sm = StateMachineStore::open(&dir.join("snapshots"))?;
     let log = LogStore::new(disk, sm.durable_snapshot());
     Ok((log, sm))

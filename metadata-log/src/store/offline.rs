@@ -10,16 +10,22 @@
 //! index) is reported as damage at a file and byte offset, and the rest of that segment is
 //! not read.
 //!
+//! A sled log (`metadata_log_engine = "sled"`) is read through sled itself, which takes the
+//! directory's lock and runs its own recovery: only while its controller is stopped (sled has
+//! no read-only mode). It is shown as one "segment", the database, with no byte offsets.
+//!
 //! Memory: one segment file at a time (segments roll at 16 MiB; one entry is at most
 //! [`MAX_ENTRY_BYTES`](super::disk::MAX_ENTRY_BYTES)), and one snapshot file at a time.
 
 use std::fs;
+use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
 use openraft::EntryPayload;
 
 use super::disk::{self, Meta};
 use super::log_store::{KEY_COMMITTED, KEY_LAST_PURGED, KEY_NODE_ID, KEY_VOTE};
+use super::sled_disk::{self, SledDisk};
 use crate::raft_types::{Entry, LogId, MetadataRecords};
 use crate::snapshot::{self, Snapshot};
 
@@ -98,14 +104,24 @@ pub struct OfflineLog {
     dir: PathBuf,
     meta: Meta,
     segments: Vec<(u64, PathBuf)>,
+    /// Set for a sled log: its one "segment" is the database.
+    sled: Option<SledDisk>,
 }
 
+/// Entries read from a sled log per call (bounds the memory of a dump).
+const SLED_READ_CHUNK: usize = 1024;
+
 impl OfflineLog {
-    /// Reads `dir`'s `meta` file and lists its segments (no segment is read yet).
+    /// Reads `dir`'s `meta` file and lists its segments (no segment is read yet); a sled log
+    /// is opened (see the module doc).
     ///
     /// Errors (naming the path): the directory cannot be read, a `.log` name is not an
-    /// index, or `meta` is damaged.
+    /// index, or `meta` is damaged; a sled log is in use by a running controller, or sled
+    /// cannot open it.
     pub fn open(dir: &Path) -> Result<OfflineLog, String> {
+        if sled_disk::holds_sled(dir) {
+            return Self::open_sled(dir);
+        }
         let meta = disk::read_meta(&dir.join(disk::META_FILE)).map_err(|e| e.to_string())?;
         let segments = disk::segment_bases(dir)
             .map_err(|e| format!("{}: {e}", dir.display()))?
@@ -116,7 +132,78 @@ impl OfflineLog {
             dir: dir.to_path_buf(),
             meta,
             segments,
+            sled: None,
         })
+    }
+
+    fn open_sled(dir: &Path) -> Result<OfflineLog, String> {
+        let db = SledDisk::open(dir).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                format!(
+                    "{} is a sled Raft log (metadata_log_engine = \"sled\") in use by a running \
+                     controller; sled has no read-only mode: stop the controller to read it",
+                    dir.display()
+                )
+            } else {
+                e.to_string()
+            }
+        })?;
+        let meta = Meta {
+            purged_through: db.purge_point().map_err(|e| e.to_string())?,
+            values: db
+                .meta_values()
+                .map_err(|e| e.to_string())?
+                .into_iter()
+                .collect(),
+        };
+        let first = db
+            .entries((Bound::Unbounded, Bound::Unbounded), 1)
+            .map_err(|e| e.to_string())?
+            .first()
+            .map_or(meta.purged_through.map_or(0, |p| p + 1), |(i, _)| *i);
+        Ok(OfflineLog {
+            dir: dir.to_path_buf(),
+            meta,
+            segments: vec![(first, dir.to_path_buf())],
+            sled: Some(db),
+        })
+    }
+
+    /// Reads the sled log's entries from `base` on, in chunks.
+    fn read_sled(
+        db: &SledDisk,
+        base: u64,
+        mut each: impl FnMut(SegmentItem) -> bool,
+    ) -> Result<(), String> {
+        let mut from = Bound::Included(base);
+        loop {
+            let chunk = db
+                .entries((from, Bound::Unbounded), SLED_READ_CHUNK)
+                .map_err(|e| e.to_string())?;
+            let Some(&(last, _)) = chunk.last() else {
+                return Ok(());
+            };
+            for (index, bytes) in chunk {
+                let item = match decode_entry(&bytes) {
+                    Ok((term, kind)) => SegmentItem::Entry {
+                        index,
+                        term,
+                        position: 0,
+                        purged: false,
+                        kind,
+                    },
+                    Err(why) => SegmentItem::Damage {
+                        position: 0,
+                        why: format!("entry {index}: {why}"),
+                    },
+                };
+                let stop = matches!(item, SegmentItem::Damage { .. });
+                if !each(item) || stop {
+                    return Ok(());
+                }
+            }
+            from = Bound::Excluded(last);
+        }
     }
 
     /// The directory read.
@@ -160,6 +247,9 @@ impl OfflineLog {
         path: &Path,
         mut each: impl FnMut(SegmentItem) -> bool,
     ) -> Result<(), String> {
+        if let Some(db) = &self.sled {
+            return Self::read_sled(db, base, each);
+        }
         let bytes = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let purged = self.meta.purged_through;
         if let Err(e) = disk::check_segment_header(&bytes, base) {
@@ -269,7 +359,7 @@ mod tests {
     use openraft::{CommittedLeaderId, EntryPayload, Membership};
 
     use super::*;
-    use crate::store::RaftDisk;
+    use crate::store::SegmentDisk;
     use crate::store::disk::segment_file_bytes;
 
     fn entry(
@@ -339,6 +429,48 @@ mod tests {
     }
 
     #[test]
+    fn a_sled_log_is_read_in_chunks_with_its_values_and_refused_while_in_use() {
+        use crate::store::SledDisk;
+        let dir = tempfile::tempdir().unwrap();
+        let n = SLED_READ_CHUNK as u64 * 2 + 7;
+        {
+            let db = SledDisk::open(dir.path()).unwrap();
+            db.put_entries((0..n).map(|i| {
+                let payload = if i == 0 { EntryPayload::Blank } else { noop() };
+                (i, entry(i, 2, payload))
+            }))
+            .unwrap();
+            db.remove_through(3).unwrap();
+            db.put_meta(KEY_NODE_ID, &postcard::to_stdvec(&7u64).unwrap())
+                .unwrap();
+            // While it is open (a running controller), it cannot be read.
+            let e = OfflineLog::open(dir.path()).unwrap_err();
+            assert!(e.contains("in use by a running controller"), "{e}");
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(db.flush())
+                .unwrap();
+        }
+        let log = OfflineLog::open(dir.path()).unwrap();
+        let meta = log.meta();
+        assert_eq!(meta.purged_through, Some(3));
+        assert_eq!(meta.node_id, Some(7));
+        assert_eq!(log.segments(), &[(4, dir.path().to_path_buf())]);
+        let items = read_all(&log);
+        assert_eq!(indexes(&items), (4..n).collect::<Vec<_>>());
+        assert!(matches!(
+            &items[0],
+            SegmentItem::Entry {
+                term: 2,
+                kind: EntryKind::Records(_),
+                ..
+            }
+        ));
+    }
+
+    #[test]
     fn entries_are_decoded_with_their_terms_and_kinds() {
         let dir = tempfile::tempdir().unwrap();
         segment(dir.path(), 0, 5);
@@ -386,7 +518,7 @@ mod tests {
             .build()
             .unwrap();
         {
-            let disk = RaftDisk::open(dir.path()).unwrap();
+            let disk = SegmentDisk::open(dir.path()).unwrap();
             let put = |k: &str, v: Vec<u8>| disk.put_meta(k, &v).unwrap();
             put(KEY_NODE_ID, postcard::to_stdvec(&7u64).unwrap());
             let vote = openraft::Vote::new_committed(3, 7u64);

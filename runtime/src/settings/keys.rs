@@ -153,11 +153,22 @@ pub const SETTINGS: &[Setting] = &[
         used_by: UsedBy::Controller,
     },
     Setting {
+        name: "metadata_log_engine",
+        kafka: "",
+        kind: Kind::Choice(&["segments", "sled"]),
+        default: DefaultValue::Text("segments"),
+        doc: "where the Raft log and vote are stored: `segments` (Keel's own segment files) or \
+              `sled` (a sled 0.34 database); each refuses a directory the other wrote (no \
+              converter). The README's controller bench compares them",
+        used_by: UsedBy::Controller,
+    },
+    Setting {
         name: "metadata_log_segment_bytes",
         kafka: "metadata.log.segment.bytes",
         kind: int(IntType::U64, 4096, 1 << 30, "bytes"),
         default: DefaultValue::Int(16 << 20),
-        doc: "Raft log segment size; whole segments below the last snapshot are deleted",
+        doc: "Raft log segment size (`segments` engine); whole segments below the last \
+              snapshot are deleted",
         used_by: UsedBy::Controller,
     },
     ms(
