@@ -13,7 +13,8 @@
 //! "f"                    format marker: "keel-raft-sled 1"
 //! "e" | index u64 BE     entry bytes (big-endian, so key order is index order)
 //! "m" | name             a named value (vote, committed log id, ...)
-//! "p"                    purge point u64 BE: entries <= it are gone
+//! "p"                    purge point u64 BE: entries <= it are no longer part of the log
+//!                        (never read; each later write deletes up to 512 of them)
 //! ```
 //!
 //! A database without the marker that holds keys was written by a Keel build before the segment
@@ -46,6 +47,8 @@ const FORMAT_KEY: &[u8] = b"f";
 const PURGED_KEY: &[u8] = b"p";
 const ENTRY_PREFIX: u8 = b'e';
 const META_PREFIX: u8 = b'm';
+/// Entries below the purge point deleted per write at most (see `drop_purged_into`).
+const PURGE_CHUNK: usize = 512;
 /// sled's page cache, bytes. The metadata log is purged behind each snapshot, so it stays
 /// small; sled's default (1 GiB) would only hold memory.
 const CACHE_BYTES: u64 = 64 << 20;
@@ -246,16 +249,40 @@ impl SledDisk {
         }
     }
 
+    /// `range` without the entries at or below the purge point, which stay in the tree until
+    /// later writes drop them ([`Self::drop_purged_into`]); `None` when nothing is left of it.
+    fn live(
+        &self,
+        range: (Bound<u64>, Bound<u64>),
+    ) -> io::Result<Option<(Bound<u64>, Bound<u64>)>> {
+        let Some(p) = self.purged_through()? else {
+            return Ok(Some(range));
+        };
+        let start = match range.0 {
+            Bound::Included(s) if s > p => Bound::Included(s),
+            Bound::Excluded(s) if s >= p => Bound::Excluded(s),
+            _ => Bound::Excluded(p),
+        };
+        let empty = match (start, range.1) {
+            (Bound::Included(s), Bound::Included(e)) => s > e,
+            (Bound::Included(s), Bound::Excluded(e)) | (Bound::Excluded(s), Bound::Included(e)) => {
+                s >= e
+            }
+            (Bound::Excluded(s), Bound::Excluded(e)) => s.saturating_add(1) >= e,
+            _ => false,
+        };
+        Ok((!empty).then_some((start, range.1)))
+    }
+
     fn last_index(&self) -> io::Result<Option<u64>> {
         Ok(self.last_entry_raw()?.map(|(i, _)| i))
     }
 
     fn last_entry_raw(&self) -> io::Result<Option<(u64, sled::IVec)>> {
-        match self
-            .db
-            .range(key_range((Bound::Unbounded, Bound::Unbounded)))
-            .next_back()
-        {
+        let Some(range) = self.live((Bound::Unbounded, Bound::Unbounded))? else {
+            return Ok(None);
+        };
+        match self.db.range(key_range(range)).next_back() {
             None => Ok(None),
             Some(kv) => {
                 let (k, v) = kv.map_err(|e| self.err(e))?;
@@ -265,12 +292,31 @@ impl SledDisk {
         }
     }
 
-    /// Adds the removal of every entry with index >= `from` to `batch`.
+    /// Adds the removal of every live entry with index >= `from` to `batch`.
     fn cut_into(&self, batch: &mut sled::Batch, from: u64) -> io::Result<()> {
+        let Some(range) = self.live((Bound::Included(from), Bound::Unbounded))? else {
+            return Ok(());
+        };
+        for k in self.db.range(key_range(range)).keys() {
+            batch.remove(k.map_err(|e| self.err(e))?);
+        }
+        Ok(())
+    }
+
+    /// Adds the removal of at most [`PURGE_CHUNK`] entries at or below the purge point to
+    /// `batch`. A purge only records its point: deleting a snapshot's worth of entries (20,000
+    /// by default) in one batch stalled the Raft core for longer than an election timeout
+    /// (the quorum bench lost its leader at each snapshot), so every later write takes a
+    /// bounded share.
+    fn drop_purged_into(&self, batch: &mut sled::Batch, purged: Option<u64>) -> io::Result<()> {
+        let Some(p) = purged else {
+            return Ok(());
+        };
         for k in self
             .db
-            .range(key_range((Bound::Included(from), Bound::Unbounded)))
+            .range(key_range((Bound::Unbounded, Bound::Included(p))))
             .keys()
+            .take(PURGE_CHUNK)
         {
             batch.remove(k.map_err(|e| self.err(e))?);
         }
@@ -294,6 +340,7 @@ impl SledDisk {
             return Ok(());
         };
         let mut batch = sled::Batch::default();
+        self.drop_purged_into(&mut batch, purged)?;
         if self.last_index()?.is_some_and(|l| first <= l) {
             self.cut_into(&mut batch, first)?;
         }
@@ -327,6 +374,9 @@ impl SledDisk {
         max: usize,
     ) -> io::Result<Vec<(u64, Vec<u8>)>> {
         self.check_failed()?;
+        let Some(range) = self.live(range)? else {
+            return Ok(Vec::new());
+        };
         self.db
             .range(key_range(range))
             .take(max)
@@ -350,25 +400,23 @@ impl SledDisk {
     pub fn remove_from(&self, from: u64) -> io::Result<()> {
         let _w = self.writer()?;
         let mut batch = sled::Batch::default();
+        self.drop_purged_into(&mut batch, self.purged_through()?)?;
         self.cut_into(&mut batch, from)?;
         self.db.apply_batch(batch).map_err(|e| self.err(e))
     }
 
-    /// Removes every entry with index <= `through` and records the purge point (which only
-    /// moves forward), in one batch; durable after [`flush`](Self::flush).
+    /// Removes every entry with index <= `through` (the purge point only moves forward):
+    /// records the purge point, after which those entries are no longer read; they are
+    /// deleted by later writes, a bounded number each ([`PURGE_CHUNK`]). Durable after
+    /// [`flush`](Self::flush).
     pub fn remove_through(&self, through: u64) -> io::Result<()> {
         let _w = self.writer()?;
-        if self.purged_through()?.is_some_and(|p| p >= through) {
+        let purged = self.purged_through()?;
+        if purged.is_some_and(|p| p >= through) {
             return Ok(());
         }
         let mut batch = sled::Batch::default();
-        for k in self
-            .db
-            .range(key_range((Bound::Unbounded, Bound::Included(through))))
-            .keys()
-        {
-            batch.remove(k.map_err(|e| self.err(e))?);
-        }
+        self.drop_purged_into(&mut batch, purged)?;
         batch.insert(PURGED_KEY, &through.to_be_bytes()[..]);
         self.db.apply_batch(batch).map_err(|e| self.err(e))
     }
@@ -542,6 +590,43 @@ mod tests {
             d.meta_values().unwrap(),
             vec![("vote".into(), b"v1".to_vec())]
         );
+    }
+
+    #[test]
+    fn a_purge_hides_its_entries_at_once_and_later_writes_delete_them_in_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = SledDisk::open(dir.path()).unwrap();
+        let n = PURGE_CHUNK as u64 * 2 + 10;
+        d.put_entries((1..=n).map(|i| (i, vec![1]))).unwrap();
+        let stored = |d: &SledDisk| d.db.scan_prefix([ENTRY_PREFIX]).count() as u64;
+        d.remove_through(n - 5).unwrap();
+        // Nothing below the purge point is read, whatever the range asks for.
+        assert_eq!(all(&d), (n - 4..=n).collect::<Vec<_>>());
+        assert!(
+            d.entries((Bound::Included(1), Bound::Included(n - 5)), 9)
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            d.entries((Bound::Excluded(n - 6), Bound::Excluded(n - 4)), 9)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(d.last_entry().unwrap().map(|e| e.0), Some(n));
+        assert_eq!(stored(&d), n, "the purge itself deletes nothing");
+        // A cut below the purge point leaves the purged entries alone.
+        d.remove_from(2).unwrap();
+        assert_eq!(
+            stored(&d),
+            n - PURGE_CHUNK as u64 - 5,
+            "a chunk and the 5 live ones"
+        );
+        assert!(all(&d).is_empty());
+        assert_eq!(d.last_entry().unwrap(), None);
+        d.put_entries([(n - 4, vec![2])]).unwrap();
+        d.put_entries([(n - 3, vec![2])]).unwrap();
+        assert_eq!(stored(&d), 2, "three writes dropped every purged entry");
+        assert_eq!(all(&d), vec![n - 4, n - 3]);
     }
 
     #[test]
