@@ -14,15 +14,17 @@ use std::path::PathBuf;
 use keel_runtime::LogFormat;
 pub use keel_runtime::settings::ConfigError;
 use keel_runtime::settings::listeners::{self, Listener};
-use keel_runtime::settings::{Settings, parse_host_port};
+use keel_runtime::settings::{QuorumContact, Settings, parse_host_port};
 
 /// The broker's settings, after merging file, environment and flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerConfig {
     /// This broker's id (Kafka: `node.id`), >= 0.
     pub node_id: i32,
-    /// The controller voters (Kafka: `controller.quorum.voters`), by node id: `host:port`.
-    pub controller_quorum_voters: BTreeMap<u64, String>,
+    /// How to reach the controllers: the static voters (Kafka: `controller.quorum.voters`), by
+    /// node id, or bootstrap servers to ask for them (`controller.quorum.bootstrap.servers`,
+    /// KIP-853; see [`crate::lifecycle::bootstrap`]).
+    pub controller_quorum: QuorumContact,
     /// Address the broker's gRPC listener binds (the `GRPC` entry of Kafka's `listeners`, or
     /// its bare `ip:port` form), `ip:port`. Default `0.0.0.0:9092`.
     pub listeners: SocketAddr,
@@ -222,7 +224,7 @@ impl BrokerConfig {
     /// defaults to `listeners` unless that binds every interface.
     pub fn from_settings(s: &Settings) -> Result<Self, ConfigError> {
         let node_id: i32 = s.require("node_id");
-        let controller_quorum_voters: BTreeMap<u64, String> = s.require("controller_quorum_voters");
+        let controller_quorum = QuorumContact::from_settings(s)?;
         let dirs_str: String = s.require("log_dirs");
         let log_dirs: Vec<PathBuf> = dirs_str
             .split(',')
@@ -255,7 +257,7 @@ impl BrokerConfig {
         )?;
         let cfg = BrokerConfig {
             node_id,
-            controller_quorum_voters,
+            controller_quorum,
             listeners,
             advertised_listeners,
             kafka_listener,

@@ -37,7 +37,7 @@ use crate::metadata::{LocalChangesSink, TailerConfig, describe, local_snapshot, 
 use crate::replica_manager::{ReplicaManager, ReplicaManagerConfig};
 use keel_metadata_log::acl::Operation;
 use keel_runtime::Backoff;
-use keel_runtime::settings::listeners;
+use keel_runtime::settings::{QuorumContact, listeners};
 
 /// Why a broker could not start or stopped with an error. `Display` is one line naming the
 /// config key or cause.
@@ -150,9 +150,26 @@ pub async fn serve(
     };
     let dialer = Dialer::new(tls.clone());
     let mut shutdown_rx = shutdown_flag(shutdown);
-    let channels = ControllerChannels::new(&config.controller_quorum_voters, &dialer)
-        .map_err(StartError::Voters)?;
     let timing = Timing::of(&config);
+    let voters = match &config.controller_quorum {
+        QuorumContact::Voters(v) => v.clone(),
+        QuorumContact::Bootstrap(servers) => {
+            let Some(voters) = crate::lifecycle::bootstrap::discover_voters(
+                servers,
+                &dialer,
+                timing.backoff,
+                timing.request_timeout,
+                &mut shutdown_rx,
+            )
+            .await
+            else {
+                tracing::info!("shutdown requested before the controllers named the voters");
+                return Ok(());
+            };
+            voters
+        }
+    };
+    let channels = ControllerChannels::new(&voters, &dialer).map_err(StartError::Voters)?;
     let snapshot_path = local_snapshot::path_in(&config.metadata_dir());
     let initial = load_local_snapshot(&snapshot_path);
     // The partition logs are opened only once the directory is known to be this cluster's
@@ -187,6 +204,7 @@ pub async fn serve(
     crate::observe::publish(tailer.images(), status_rx.clone());
     let (lifecycle, lifecycle_done) = start_lifecycle(
         &config,
+        voters,
         &dialer,
         cluster_id,
         timing,
@@ -293,6 +311,7 @@ fn record_cluster_id(
 /// ([`spawn_lifecycle`]); its thread failing to start is [`StartError::Serve`].
 fn start_lifecycle(
     config: &BrokerConfig,
+    voters: std::collections::BTreeMap<u64, String>,
     dialer: &Dialer,
     cluster_id: String,
     timing: Timing,
@@ -313,12 +332,12 @@ fn start_lifecycle(
         listeners = %config.listeners,
         advertised_listeners = %config.advertised_listeners,
         kafka_listener = ?config.kafka_listener,
-        voters = ?config.controller_quorum_voters,
+        voters = ?voters,
         "broker started"
     );
     spawn_lifecycle(
         lifecycle_cfg,
-        config.controller_quorum_voters.clone(),
+        voters,
         dialer.clone(),
         timing.request_timeout,
         images,

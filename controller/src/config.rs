@@ -12,17 +12,24 @@ use std::path::PathBuf;
 
 use keel_runtime::LogFormat;
 pub use keel_runtime::settings::ConfigError;
-use keel_runtime::settings::{Settings, listeners};
+use keel_runtime::settings::{QuorumContact, Settings, listeners};
 
 use crate::logic::TopicDefaults;
 
 /// The controller's settings, after merging file, environment and flags.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ControllerConfig {
-    /// This controller's id (Kafka: `node.id`); must appear in `controller_quorum_voters`.
+    /// This controller's id (Kafka: `node.id`); a controller `controller_quorum_voters` does
+    /// not list starts as an observer.
     pub node_id: u64,
-    /// The static voter set (Kafka: `controller.quorum.voters`), by node id.
+    /// The static voter set (Kafka: `controller.quorum.voters`), by node id; empty when
+    /// `controller_quorum_bootstrap_servers` is set instead (exactly one of the two is).
     pub controller_quorum_voters: BTreeMap<u64, String>,
+    /// Controllers of a dynamic quorum (Kafka: `controller.quorum.bootstrap.servers`,
+    /// KIP-853), `host:port`; empty with static voters. The voters come from the formatted
+    /// directory and the metadata log; the list is what the observer line tells an operator
+    /// to pass to `keelctl quorum add-controller`.
+    pub controller_quorum_bootstrap_servers: Vec<String>,
     /// Address the gRPC listener binds (Kafka: `listeners`), `host:port`.
     pub listeners: SocketAddr,
     /// Address other nodes and clients use (Kafka: `advertised.listeners`); defaults to this
@@ -91,22 +98,36 @@ impl ControllerConfig {
     /// every interface at this node's voter port, `advertised_listeners` to its voter entry.
     pub fn from_settings(s: &Settings) -> Result<Self, ConfigError> {
         let node_id: u64 = s.require("node_id");
-        let voters_str: String = s.require("controller_quorum_voters");
-        let controller_quorum_voters: BTreeMap<u64, String> = s.require("controller_quorum_voters");
+        let contact = QuorumContact::from_settings(s)?;
+        let controller_quorum_voters = contact.voters();
+        let controller_quorum_bootstrap_servers = match &contact {
+            QuorumContact::Bootstrap(b) => b.clone(),
+            QuorumContact::Voters(_) => Vec::new(),
+        };
         // A node the list does not name starts as an observer, to be added as a voter with
-        // `keelctl quorum add-controller` (KIP-853); it must say where it listens.
+        // `keelctl quorum add-controller` (KIP-853); it must say where it listens. So must
+        // every controller of a dynamic quorum (no list to take its address from).
         let own = controller_quorum_voters.get(&node_id);
-        if own.is_none()
-            && (s.get::<String>("listeners").is_none()
-                || s.get::<String>("advertised_listeners").is_none())
-        {
-            return Err(ConfigError::Invalid {
-                key: "controller_quorum_voters",
-                reason: format!(
-                    "node_id {node_id} is not one of the voters {voters_str:?}; to start it as \
-                     an observer that keelctl quorum add-controller can add, set listeners and \
-                     advertised_listeners"
-                ),
+        let no_listeners = s.get::<String>("listeners").is_none()
+            || s.get::<String>("advertised_listeners").is_none();
+        if own.is_none() && no_listeners {
+            return Err(match &contact {
+                QuorumContact::Voters(_) => ConfigError::Invalid {
+                    key: "controller_quorum_voters",
+                    reason: format!(
+                        "node_id {node_id} is not one of the voters {:?}; to start it as an \
+                         observer that keelctl quorum add-controller can add, set listeners \
+                         and advertised_listeners",
+                        s.get::<String>("controller_quorum_voters")
+                            .unwrap_or_default()
+                    ),
+                },
+                QuorumContact::Bootstrap(_) => ConfigError::Invalid {
+                    key: "controller_quorum_bootstrap_servers",
+                    reason: "a controller of a dynamic quorum has no voter entry to take its \
+                             address from: set listeners and advertised_listeners"
+                        .into(),
+                },
             });
         }
         let listeners = match s.get::<String>("listeners") {
@@ -142,6 +163,7 @@ impl ControllerConfig {
             listeners,
             advertised_listeners,
             controller_quorum_voters,
+            controller_quorum_bootstrap_servers,
             metadata_log_dir: s.require("metadata_log_dir"),
             broker_heartbeat_interval_ms: s.require("broker_heartbeat_interval_ms"),
             broker_session_timeout_ms: s.require("broker_session_timeout_ms"),

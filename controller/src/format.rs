@@ -54,13 +54,23 @@ pub enum Voters {
 /// The `meta.properties` to write for node `config` with `voters`; `new_dir` is the directory
 /// id to use unless the list gives this node's. Pure.
 ///
-/// Errors: an `--initial-controllers` list without `config.node_id`.
+/// Errors: an `--initial-controllers` list without `config.node_id`; no flag with
+/// `controller_quorum_bootstrap_servers` (there are no static voters to start from).
 pub fn plan(
     config: &ControllerConfig,
     voters: Voters,
     new_dir: uuid::Uuid,
 ) -> Result<MetaProperties, String> {
     let (directory_id, initial_controllers) = match voters {
+        // Kafka's kafka-storage format, too, needs one of the three flags for a dynamic quorum.
+        Voters::Static if !config.controller_quorum_bootstrap_servers.is_empty() => {
+            return Err(
+                "controller_quorum_bootstrap_servers is set (a dynamic quorum, KIP-853): \
+                        give --standalone (the first controller), --initial-controllers, or \
+                        --no-initial-controllers (a controller to be added later)"
+                    .into(),
+            );
+        }
         Voters::Static => (new_dir, None),
         Voters::None => (new_dir, Some(Vec::new())),
         Voters::Standalone => {
@@ -299,6 +309,40 @@ mod tests {
                 .initial_controllers,
             None
         );
+    }
+
+    #[test]
+    fn a_dynamic_quorum_needs_one_of_the_flags() {
+        use keel_runtime::settings::Value;
+        let s = Schema::of(Binary::Controller)
+            .resolve(keel_runtime::settings::Layer(
+                [
+                    ("node_id", Value::Int(4)),
+                    (
+                        "controller_quorum_bootstrap_servers",
+                        Value::Text("h1:9093, h2:9093".into()),
+                    ),
+                    ("metadata_log_dir", Value::Text("/d".into())),
+                    ("listeners", Value::Text("0.0.0.0:9093".into())),
+                    ("advertised_listeners", Value::Text("h4:9093".into())),
+                ]
+                .into(),
+            ))
+            .unwrap();
+        let c = ControllerConfig::from_settings(&s).unwrap();
+        assert!(c.controller_quorum_voters.is_empty());
+        assert_eq!(
+            c.controller_quorum_bootstrap_servers,
+            ["h1:9093", "h2:9093"]
+        );
+        let e = plan(&c, Voters::Static, dir(9)).unwrap_err();
+        assert!(
+            e.contains("--standalone") && e.contains("--no-initial-controllers"),
+            "{e}"
+        );
+        let p = plan(&c, Voters::Standalone, dir(9)).unwrap();
+        assert!(p.voter_ids.is_empty());
+        assert_eq!(p.initial_controllers.unwrap()[0].endpoint, "h4:9093");
     }
 
     #[test]

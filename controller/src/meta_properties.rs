@@ -161,8 +161,11 @@ impl MetaProperties {
         let node_id = get("node_id")?
             .parse()
             .map_err(|_| format!("node_id `{}` is not a number", kv["node_id"]))?;
+        // Empty for a controller of a dynamic quorum (controller_quorum_bootstrap_servers):
+        // its voters are in the metadata log only.
         let voter_ids = get("controller_quorum_voters")?
             .split(',')
+            .filter(|id| !id.trim().is_empty())
             .map(|id| {
                 id.trim()
                     .parse::<u64>()
@@ -319,6 +322,9 @@ mod tests {
             endpoint: "h:9".into(),
             directory_id: uuid::Uuid::from_u128(7),
         }]);
+        assert_eq!(MetaProperties::parse(&p.render()), Ok(p.clone()));
+        // A controller of a dynamic quorum: no static voter ids.
+        p.voter_ids.clear();
         assert_eq!(MetaProperties::parse(&p.render()), Ok(p.clone()));
         // A file of a build before directory ids.
         p.directory_id = None;

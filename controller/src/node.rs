@@ -31,6 +31,13 @@ pub enum StartError {
     /// [`keel_metadata_log::store::open_checked`]).
     #[error("metadata_log_dir {0}")]
     Inconsistent(String),
+    /// A controller of a dynamic quorum (`controller_quorum_bootstrap_servers`) started on a
+    /// directory `keel-controller format` has not prepared (Kafka refuses an unformatted
+    /// directory too): nothing says which voters to start or join with.
+    #[error(
+        "metadata_log_dir {0} is not formatted: with controller_quorum_bootstrap_servers (a dynamic quorum, KIP-853) run `keel-controller format` first with --standalone (the first controller), --initial-controllers, or --no-initial-controllers (to be added with keelctl quorum add-controller)"
+    )]
+    NotFormatted(String),
     /// `meta.properties` disagrees with the configuration, or cannot be read or written.
     #[error("metadata_log_dir {0}")]
     Identity(#[from] crate::meta_properties::IdentityError),
@@ -275,7 +282,7 @@ pub async fn start_raft(c: &ControllerConfig, dialer: Dialer) -> Result<RaftNode
         std::time::Duration::from_millis(c.election_timeout_min_ms),
     );
     peer_acks.attach(raft.metrics());
-    initialize_if_new(&raft, c, props.initial_controllers.as_deref()).await?;
+    initialize_if_new(&raft, c, props.initial_controllers.as_deref(), directory_id).await?;
     let (quorum_confirmed, _check_quorum) = spawn_check_quorum(
         raft.clone(),
         c.node_id,
@@ -433,6 +440,10 @@ async fn open_metadata_log_dir(
             source,
         },
     };
+    let dynamic = !c.controller_quorum_bootstrap_servers.is_empty();
+    if dynamic && stored.is_none() {
+        return Err(StartError::NotFormatted(dir.clone()));
+    }
     if let Some(p) = &stored {
         p.check(&props_path, c.node_id)?;
         store::check_before_open(&c.metadata_log_dir).map_err(inconsistent)?;
@@ -466,6 +477,7 @@ async fn open_metadata_log_dir(
     // (KIP-853: voters are added and removed there, and a node that was down missed some
     // changes), and the list only says where to reach controllers.
     if let Some(p) = &stored
+        && !dynamic
         && p.voter_ids != voter_ids
     {
         match membership_voters_on_disk(&mut log, &mut sm)
@@ -584,6 +596,7 @@ async fn initialize_if_new(
     raft: &Raft<TypeConfig>,
     c: &ControllerConfig,
     formatted_with: Option<&[crate::membership::InitialController]>,
+    directory_id: uuid::Uuid,
 ) -> Result<(), StartError> {
     let initialized = raft
         .is_initialized()
@@ -600,10 +613,23 @@ async fn initialize_if_new(
     if observer {
         // An observer: it receives the log once a voter adds it (`keelctl quorum
         // add-controller`), and never starts a quorum of its own.
+        let bootstrap = if c.controller_quorum_bootstrap_servers.is_empty() {
+            c.controller_quorum_voters
+                .values()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(",")
+        } else {
+            c.controller_quorum_bootstrap_servers.join(",")
+        };
         tracing::info!(
             node_id = c.node_id,
-            "not an initial voter: starting as an observer, waiting to be added (keelctl quorum \
-             add-controller)"
+            "not an initial voter: starting as an observer, waiting to be added: keelctl \
+             --bootstrap-controllers {bootstrap} quorum add-controller --controller-id {} \
+             --directory-id {} --endpoint {}",
+            c.node_id,
+            keel_metadata_log::raft_types::directory_id_text(directory_id),
+            c.advertised_listeners
         );
         return Ok(());
     }

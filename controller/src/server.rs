@@ -84,7 +84,9 @@ pub async fn serve(
         node_id = config.node_id,
         listeners = %config.listeners,
         voters = ?config.controller_quorum_voters,
+        bootstrap_servers = ?config.controller_quorum_bootstrap_servers,
         directory_id = %keel_metadata_log::raft_types::directory_id_text(raft_node.directory_id),
+        engine = %config.metadata_log_engine,
         "controller started"
     );
     let record_cluster_id =

@@ -28,6 +28,9 @@ pub struct Quorum {
     pub voter_overrides: std::collections::BTreeMap<u64, String>,
     /// Extra command-line flags of one node (after `extra_args`).
     pub node_args: std::collections::BTreeMap<u64, Vec<String>>,
+    /// Set for a dynamic quorum: every node gets `--controller-quorum-bootstrap-servers` with
+    /// this list instead of `--controller-quorum-voters` (KIP-853).
+    pub bootstrap_servers: Option<String>,
 }
 
 impl Quorum {
@@ -74,7 +77,32 @@ impl Quorum {
             extra_args: Vec::new(),
             voter_overrides: Default::default(),
             node_args: Default::default(),
+            bootstrap_servers: None,
         }
+    }
+
+    /// `n` controllers of a dynamic quorum (KIP-853): every node configured with
+    /// `controller_quorum_bootstrap_servers` = node 1's address and advertising its own; node
+    /// 1 formatted with `--standalone` and started (the single voter), the others formatted
+    /// with `--no-initial-controllers`, not started (start them with
+    /// [`Self::start_observer`] and add them with AddRaftVoter).
+    pub fn start_dynamic(n: usize) -> Self {
+        let mut q = Self::stopped(n);
+        q.bootstrap_servers = Some(q.addr(1));
+        for id in 1..=n as u64 {
+            let addr = q.addr(id);
+            q.node_args
+                .insert(id, vec!["--advertised-listeners".to_string(), addr]);
+            let flag = if id == 1 {
+                "--standalone"
+            } else {
+                "--no-initial-controllers"
+            };
+            let out = q.format(id, &[flag]);
+            assert!(out.status.success(), "format {id}: {out:?}");
+        }
+        q.start_node(1);
+        q
     }
 
     pub fn voters(&self) -> String {
@@ -191,17 +219,24 @@ impl Quorum {
         self.node_mut(id).start(cmd);
     }
 
-    /// Node `id`'s identity flags: node id, voters (its override, if any), listener and
-    /// metadata log dir.
+    /// Node `id`'s identity flags: node id, voters (its override, if any) or the bootstrap
+    /// servers, listener and metadata log dir.
     fn node_flags(&self, id: u64) -> Vec<String> {
+        let contact = match &self.bootstrap_servers {
+            Some(list) => ["--controller-quorum-bootstrap-servers".into(), list.clone()],
+            None => [
+                "--controller-quorum-voters".into(),
+                self.voter_overrides
+                    .get(&id)
+                    .cloned()
+                    .unwrap_or_else(|| self.voters()),
+            ],
+        };
         vec![
             "--node-id".into(),
             id.to_string(),
-            "--controller-quorum-voters".into(),
-            self.voter_overrides
-                .get(&id)
-                .cloned()
-                .unwrap_or_else(|| self.voters()),
+            contact[0].clone(),
+            contact[1].clone(),
             "--listeners".into(),
             self.addr(id),
             "--metadata-log-dir".into(),

@@ -465,21 +465,16 @@ async fn broker_unfenced_at(q: &Quorum, id: u64) -> bool {
         .any(|b| b.broker_id == 1 && !b.fenced)
 }
 
-/// A broker whose `controller_quorum_voters` lists controllers 1 and 2 keeps its session when
-/// controller 3, added later and unknown to it, becomes the active controller: it follows the
-/// hint's address (as a Kafka broker follows the leader endpoint a controller returns).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_broker_follows_an_added_controller_it_was_not_configured_with() {
-    let mut q = Quorum::start_single_voter(3);
-    assert_eq!(q.wait_leader(Duration::from_secs(20)).await, 1);
-    let a = admin(&q);
-    add_observers(&mut q, &a, &[2, 3]).await;
+/// Starts broker 1 with the harness's session timings and `contact` (its
+/// `--controller-quorum-voters` or `--controller-quorum-bootstrap-servers` flag), and waits up
+/// to 20 s until controller 1 reports it unfenced.
+async fn start_broker(q: &Quorum, contact: &[&str]) -> keel_tests::node::NodeProcess {
     let ports = keel_tests::quorum::free_ports(2);
     let mut broker =
         keel_tests::node::NodeProcess::new("broker 1".into(), q.dir.path().join("broker-1.log"));
     let mut cmd = std::process::Command::new(keel_tests::process::broker_bin());
-    cmd.args(["--node-id", "1", "--controller-quorum-voters"])
-        .arg(format!("1@{},2@{}", q.addr(1), q.addr(2)))
+    cmd.args(["--node-id", "1"])
+        .args(contact)
         .arg("--listeners")
         .arg(format!(
             "GRPC://127.0.0.1:{},PLAINTEXT://127.0.0.1:{}",
@@ -492,7 +487,7 @@ async fn a_broker_follows_an_added_controller_it_was_not_configured_with() {
         .env("KEEL_LOG", "info");
     broker.start(cmd);
     let start = Instant::now();
-    while !broker_unfenced_at(&q, 1).await {
+    while !broker_unfenced_at(q, 1).await {
         assert!(
             start.elapsed() < Duration::from_secs(20),
             "broker 1 not unfenced\n{}\n{}",
@@ -501,6 +496,180 @@ async fn a_broker_follows_an_added_controller_it_was_not_configured_with() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    broker
+}
+
+/// A dynamic quorum (KIP-853) whose nodes know only `controller_quorum_bootstrap_servers`:
+/// the first controller formatted `--standalone`, the others `--no-initial-controllers`,
+/// which wait as observers (logging the add-controller command) and are added; a broker
+/// given only a follower's address asks it for the voters, registers with the active
+/// controller, and keeps its session when that controller is killed; the killed controller
+/// rejoins on restart with the same configuration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dynamic_quorum_from_bootstrap_servers_grows_and_brokers_find_its_voters() {
+    let mut q = Quorum::start_dynamic(3);
+    assert_eq!(q.wait_leader(Duration::from_secs(20)).await, 1);
+    let a = admin(&q);
+    q.start_observer(2);
+    let hint = format!(
+        "quorum add-controller --controller-id 2 --directory-id {} --endpoint {}",
+        q.directory_id(2),
+        q.addr(2)
+    );
+    let start = Instant::now();
+    while !q.log_of(2).contains(&hint) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "observer 2 did not log {hint:?}\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    add(&a, 2, &q.directory_id(2), &q.addr(2), 30)
+        .await
+        .unwrap_or_else(|e| panic!("add 2: {e}\n{}", q.logs()));
+    add_observers(&mut q, &a, &[3]).await;
+    let (d1, d2, d3) = (q.directory_id(1), q.directory_id(2), q.directory_id(3));
+    wait_voters(
+        &q,
+        &[(1, d1.as_str()), (2, d2.as_str()), (3, d3.as_str())],
+        Duration::from_secs(10),
+    )
+    .await;
+
+    let follower = q.addr(3);
+    let mut broker = start_broker(&q, &["--controller-quorum-bootstrap-servers", &follower]).await;
+    assert!(
+        broker
+            .log()
+            .contains("learned the controller voters from controller_quorum_bootstrap_servers"),
+        "{}",
+        broker.log()
+    );
+
+    q.kill(1);
+    let start = Instant::now();
+    let leader = loop {
+        match q.leader_seen_by(2).await {
+            Some(l) if l != 1 => break l,
+            _ => {}
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no new leader\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // Longer than a session: the broker heartbeats to the new active controller.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(broker_unfenced_at(&q, leader).await, "{}", broker.log());
+    q.start_node(1);
+    let start = Instant::now();
+    while q.leader_seen_by(1).await != Some(leader) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "controller 1 did not rejoin\n{}",
+            q.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    broker.kill();
+}
+
+/// The refusals around `controller_quorum_bootstrap_servers`: both quorum keys set (either
+/// binary), a controller of a dynamic quorum on an unformatted directory, and formatting one
+/// without --standalone / --initial-controllers / --no-initial-controllers. Each is one line
+/// naming what to do, and nothing is written.
+#[test]
+fn dynamic_quorum_configs_are_refused_with_one_line_naming_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("c1");
+    let d = d.to_str().unwrap();
+    let run = |bin: std::path::PathBuf, args: &[&str]| {
+        let out = std::process::Command::new(bin).args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(err.lines().count(), 1, "not one line: {err}");
+        err
+    };
+    let controller = keel_tests::process::controller_bin;
+    let both = [
+        "--node-id",
+        "1",
+        "--controller-quorum-voters",
+        "1@127.0.0.1:1",
+        "--controller-quorum-bootstrap-servers",
+        "127.0.0.1:1",
+    ];
+    let e = run(
+        controller(),
+        &[&both[..], &["--metadata-log-dir", d]].concat(),
+    );
+    assert!(e.contains("not both"), "{e}");
+    let e = run(
+        keel_tests::process::broker_bin(),
+        &[&both[..], &["--log-dirs", d]].concat(),
+    );
+    assert!(e.contains("not both"), "{e}");
+    let e = run(
+        keel_tests::process::broker_bin(),
+        &["--node-id", "1", "--log-dirs", d],
+    );
+    assert!(
+        e.contains("controller_quorum_voters (or controller_quorum_bootstrap_servers)"),
+        "{e}"
+    );
+    let e = run(
+        keel_tests::process::broker_bin(),
+        &[
+            "--node-id",
+            "1",
+            "--log-dirs",
+            d,
+            "--controller-quorum-bootstrap-servers",
+            "127.0.0.1:1,,x",
+        ],
+    );
+    assert!(e.contains("controller_quorum_bootstrap_servers"), "{e}");
+    let port = keel_tests::quorum::free_ports(1)[0];
+    let dynamic = [
+        "--node-id".to_string(),
+        "1".into(),
+        "--controller-quorum-bootstrap-servers".into(),
+        "127.0.0.1:1".into(),
+        "--metadata-log-dir".into(),
+        d.into(),
+        "--listeners".into(),
+        format!("127.0.0.1:{port}"),
+        "--advertised-listeners".into(),
+        format!("127.0.0.1:{port}"),
+    ];
+    let dynamic: Vec<&str> = dynamic.iter().map(String::as_str).collect();
+    let e = run(controller(), &dynamic);
+    assert!(
+        e.contains("is not formatted") && e.contains("--standalone"),
+        "{e}"
+    );
+    let e = run(controller(), &[&["format"], &dynamic[..]].concat());
+    assert!(e.contains("--no-initial-controllers"), "{e}");
+    assert!(!dir.path().join("c1/meta.properties").exists());
+    // Without listeners there is no address to advertise.
+    let e = run(controller(), &dynamic[..6]);
+    assert!(e.contains("listeners and advertised_listeners"), "{e}");
+}
+
+/// A broker whose `controller_quorum_voters` lists controllers 1 and 2 keeps its session when
+/// controller 3, added later and unknown to it, becomes the active controller: it follows the
+/// hint's address (as a Kafka broker follows the leader endpoint a controller returns).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broker_follows_an_added_controller_it_was_not_configured_with() {
+    let mut q = Quorum::start_single_voter(3);
+    assert_eq!(q.wait_leader(Duration::from_secs(20)).await, 1);
+    let a = admin(&q);
+    add_observers(&mut q, &a, &[2, 3]).await;
+    let voters = format!("1@{},2@{}", q.addr(1), q.addr(2));
+    let mut broker = start_broker(&q, &["--controller-quorum-voters", &voters]).await;
 
     // Controller 3 must win the next election: controller 2 misses some entries (paused),
     // then the leader dies, so only 3's log is up to date enough for the other's vote.

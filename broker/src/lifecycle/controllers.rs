@@ -32,6 +32,21 @@ pub const MAX_LEARNED_CONTROLLERS: usize = 8;
 /// Largest message accepted from a controller (snapshot chunks are about 1 MiB).
 pub const MAX_CONTROLLER_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
+/// A lazily connecting client of the controller at `addr` (`host:port`), opened by `dialer`.
+///
+/// Errors: `addr` is not a valid URI authority.
+pub fn controller_client(
+    addr: &str,
+    dialer: &Dialer,
+) -> Result<ControllerServiceClient<Channel>, String> {
+    let endpoint = Dialer::endpoint(addr)
+        .map_err(|e| e.to_string())?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true);
+    Ok(ControllerServiceClient::new(dialer.connect_lazy(&endpoint))
+        .max_decoding_message_size(MAX_CONTROLLER_MESSAGE_BYTES))
+}
+
 /// One client per configured voter, in voter-id order. Cloning shares the channels.
 #[derive(Debug, Clone)]
 pub struct ControllerChannels {
@@ -60,12 +75,7 @@ impl ControllerChannels {
         addr: &str,
         dialer: &Dialer,
     ) -> Result<ControllerServiceClient<Channel>, String> {
-        let endpoint = Dialer::endpoint(addr)
-            .map_err(|e| format!("controller {id}: {e}"))?
-            .connect_timeout(CONNECT_TIMEOUT)
-            .tcp_nodelay(true);
-        Ok(ControllerServiceClient::new(dialer.connect_lazy(&endpoint))
-            .max_decoding_message_size(MAX_CONTROLLER_MESSAGE_BYTES))
+        controller_client(addr, dialer).map_err(|e| format!("controller {id}: {e}"))
     }
 
     /// These channels plus one to controller `id` at `addr` (learned from a leader hint);

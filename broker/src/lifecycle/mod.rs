@@ -8,10 +8,12 @@
 //! it register again. On SIGTERM it heartbeats with `want_shut_down` until the controller has
 //! moved leadership away and answers `should_shut_down` (bounded by the session timeout).
 //!
+//! - [`bootstrap`]: the voters asked from `controller_quorum_bootstrap_servers` (KIP-853);
 //! - [`controllers`]: channels to the voters and the client that follows the active one;
 //! - [`decision`]: pure decisions on replies, and the backoff;
 //! - [`manager`]: the async loop.
 
+pub mod bootstrap;
 pub mod controllers;
 pub mod decision;
 pub mod manager;

@@ -371,9 +371,10 @@ pub enum QuorumCommand {
     Replication,
     /// Add a controller to the voters (KIP-853; kafka-metadata-quorum add-controller). Start
     /// the new keel-controller first, with a node_id that its controller_quorum_voters does
-    /// not list (it then waits as an observer); its directory id is the directory_id line of
-    /// meta.properties in its metadata_log_dir. Returns once it has caught up and the new
-    /// voter set is committed.
+    /// not list, or formatted with --no-initial-controllers (it then waits as an observer and
+    /// logs this command); its directory id is the directory_id line of meta.properties in
+    /// its metadata_log_dir (--controller-config reads all three from its config file).
+    /// Returns once it has caught up and the new voter set is committed.
     AddController(AddControllerArgs),
     /// Remove a controller from the voters (KIP-853; kafka-metadata-quorum
     /// remove-controller). Its directory id is the one quorum status shows.
@@ -383,15 +384,24 @@ pub enum QuorumCommand {
 /// `keelctl quorum add-controller`
 #[derive(Debug, clap::Args)]
 pub struct AddControllerArgs {
-    /// The new controller's node_id (1..=2147483647).
+    /// The new controller's config file (TOML, as keel-controller --config takes it): its
+    /// node_id, its endpoint (advertised_listeners, else its controller_quorum_voters entry)
+    /// and the directory_id of meta.properties in its metadata_log_dir are read from there
+    /// (Kafka: kafka-metadata-quorum --command-config controller.properties add-controller).
+    /// Flags given as well win.
+    #[arg(long, value_name = "FILE")]
+    pub controller_config: Option<std::path::PathBuf>,
+    /// The new controller's node_id (1..=2147483647); required without --controller-config.
     #[arg(long, value_parser = clap::value_parser!(i32).range(1..))]
-    pub controller_id: i32,
-    /// Its metadata log directory id (meta.properties directory_id).
+    pub controller_id: Option<i32>,
+    /// Its metadata log directory id (meta.properties directory_id); required without
+    /// --controller-config.
     #[arg(long)]
-    pub directory_id: String,
-    /// `host:port` of its gRPC listener, as the other controllers reach it.
+    pub directory_id: Option<String>,
+    /// `host:port` of its gRPC listener, as the other controllers reach it; required without
+    /// --controller-config.
     #[arg(long)]
-    pub endpoint: String,
+    pub endpoint: Option<String>,
     /// How long the active controller waits for it to catch up, ms (1000..=600000).
     #[arg(long, default_value_t = 60_000)]
     pub timeout_ms: u64,
@@ -658,6 +668,95 @@ async fn run(command: Command, ctx: &Ctx) -> CliResult {
     }
 }
 
+/// The controller `quorum add-controller` adds.
+#[derive(Debug, PartialEq, Eq)]
+struct NewVoter {
+    id: i32,
+    directory_id: String,
+    endpoint: String,
+}
+
+/// The new voter from the flags, with what they leave out read from `--controller-config`.
+///
+/// Errors (usage): a value neither a flag nor the file gives; the file cannot be read or is
+/// not a valid controller config; its meta.properties is missing (not formatted or never
+/// started) or has no directory_id.
+fn new_voter(a: &AddControllerArgs) -> Result<NewVoter, CliError> {
+    let from_file = match &a.controller_config {
+        Some(path) => Some(controller_identity(path).map_err(CliError::usage)?),
+        None => None,
+    };
+    let missing = |flag: &str| {
+        CliError::usage(format!(
+            "{flag} is required (or --controller-config naming the controller's config file)"
+        ))
+    };
+    let id = match (a.controller_id, &from_file) {
+        (Some(id), _) => id,
+        (None, Some(f)) => f.id,
+        (None, None) => return Err(missing("--controller-id")),
+    };
+    let directory_id = match (&a.directory_id, &from_file) {
+        (Some(d), _) => d.clone(),
+        (None, Some(f)) => f.directory_id.clone(),
+        (None, None) => return Err(missing("--directory-id")),
+    };
+    let endpoint = match (&a.endpoint, &from_file) {
+        (Some(e), _) => e.clone(),
+        (None, Some(f)) => f.endpoint.clone(),
+        (None, None) => return Err(missing("--endpoint")),
+    };
+    Ok(NewVoter {
+        id,
+        directory_id,
+        endpoint,
+    })
+}
+
+/// node_id, endpoint and directory id of the controller whose config file is `path`.
+fn controller_identity(path: &std::path::Path) -> Result<NewVoter, String> {
+    use keel_runtime::settings::{Binary, Schema, listeners};
+    let schema = Schema::of(Binary::Controller);
+    let show = path.display();
+    let settings = schema
+        .read_file(path)
+        .map_err(|e| e.to_string())
+        .and_then(|layer| schema.resolve(layer).map_err(|e| e.to_string()))
+        .map_err(|e| format!("--controller-config {show}: {e}"))?;
+    let node_id: i32 = settings.require("node_id");
+    let endpoint = match settings.get::<String>("advertised_listeners") {
+        Some(l) => listeners::grpc_only(&l, false)
+            .map(|l| l.host_port())
+            .map_err(|e| format!("--controller-config {show}: advertised_listeners: {e}"))?,
+        None => settings
+            .get::<std::collections::BTreeMap<u64, String>>("controller_quorum_voters")
+            .and_then(|v| v.get(&(node_id as u64)).cloned())
+            .ok_or_else(|| {
+                format!(
+                    "--controller-config {show}: sets no advertised_listeners and its \
+                     controller_quorum_voters does not list node_id {node_id}: give --endpoint"
+                )
+            })?,
+    };
+    let dir: std::path::PathBuf = settings.require("metadata_log_dir");
+    let props = dir.join("meta.properties");
+    let text = std::fs::read_to_string(&props).map_err(|e| {
+        format!(
+            "{}: {e} (format the new controller's metadata_log_dir or start it once first)",
+            props.display()
+        )
+    })?;
+    let directory_id = keel_metadata_log::data_dir::parse_properties(&text)
+        .map_err(|e| format!("{}: {e}", props.display()))?
+        .remove("directory_id")
+        .ok_or_else(|| format!("{} has no directory_id", props.display()))?;
+    Ok(NewVoter {
+        id: node_id,
+        directory_id,
+        endpoint,
+    })
+}
+
 /// `keelctl quorum ...`
 async fn quorum(q: QuorumCommand, ctx: &Ctx) -> Result<(), CliError> {
     match q {
@@ -669,12 +768,13 @@ async fn quorum(q: QuorumCommand, ctx: &Ctx) -> Result<(), CliError> {
                 )));
             }
             let wait = Duration::from_millis(a.timeout_ms);
+            let new = new_voter(&a)?;
             // One attempt must outlive the controller's wait for the new node.
             let request_timeout = ctx.request_timeout.max(wait + Duration::from_secs(5));
             ctx.admin_with(request_timeout, ctx.api_timeout.max(request_timeout))?
-                .add_raft_voter(a.controller_id, &a.directory_id, &a.endpoint, wait)
+                .add_raft_voter(new.id, &new.directory_id, &new.endpoint, wait)
                 .await?;
-            outln!("controller {} ({}) is a voter", a.controller_id, a.endpoint);
+            outln!("controller {} ({}) is a voter", new.id, new.endpoint);
             Ok(())
         }
         QuorumCommand::RemoveController(a) => {
@@ -864,6 +964,67 @@ mod tests {
             .sasl()
             .unwrap_err();
         assert_eq!(alone.message, "--sasl-username needs --sasl-password");
+    }
+
+    #[test]
+    fn add_controller_reads_what_the_flags_leave_out_from_the_controller_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = dir.path().join("c4");
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(
+            data.join("meta.properties"),
+            "version=1\nnode_id=4\ncontroller_quorum_voters=1\ndirectory_id=AAAAAAAAAAAAAAAAAAAAAQ\n",
+        )
+        .unwrap();
+        let config = dir.path().join("c4.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "node_id = 4\ncontroller_quorum_bootstrap_servers = \"127.0.0.1:9093\"\n\
+                 metadata_log_dir = {:?}\nlisteners = \"0.0.0.0:9096\"\n\
+                 advertised_listeners = \"c4.example:9096\"\n",
+                data.display().to_string()
+            ),
+        )
+        .unwrap();
+        let args = |extra: &[&str]| {
+            let mut v = vec!["keelctl", "quorum", "add-controller"];
+            v.extend_from_slice(extra);
+            match Cli::try_parse_from(v).unwrap().command {
+                Command::Quorum(QuorumCommand::AddController(a)) => a,
+                other => panic!("{other:?}"),
+            }
+        };
+        let path = config.to_str().unwrap();
+        assert_eq!(
+            new_voter(&args(&["--controller-config", path])).unwrap(),
+            NewVoter {
+                id: 4,
+                directory_id: "AAAAAAAAAAAAAAAAAAAAAQ".into(),
+                endpoint: "c4.example:9096".into()
+            }
+        );
+        let v = new_voter(&args(&[
+            "--controller-config",
+            path,
+            "--endpoint",
+            "10.0.0.4:9096",
+        ]))
+        .unwrap();
+        assert_eq!((v.id, v.endpoint.as_str()), (4, "10.0.0.4:9096"));
+        let e = new_voter(&args(&["--controller-id", "4"])).unwrap_err();
+        assert!(
+            e.message.starts_with("--directory-id is required"),
+            "{}",
+            e.message
+        );
+        std::fs::remove_file(data.join("meta.properties")).unwrap();
+        let e = new_voter(&args(&["--controller-config", path])).unwrap_err();
+        assert!(
+            e.message.contains("meta.properties") && e.message.contains("format"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]

@@ -12,6 +12,10 @@
 //! pool threads; 9% its own log write). A Raft log is append, fsync, cut the tail, drop the
 //! head: a key-value engine buys nothing here. A prototype of this design measured ~30% less
 //! CPU per write on followers and ~15% on the leader (interleaved A/B, session 7 notes).
+//! Measured again with [`super::sled_disk`] (#24: flush on a blocking thread, lazy purges),
+//! sled came out ahead under the quorum bench's load (README "Benchmarks"); the likely cost
+//! here is `meta`, rewritten (temporary file, rename, three syncs) whenever the committed
+//! offset moved. These files stay the default for their recovery reports and offline reads.
 //!
 //! ## Layout of `raft/`
 //! The directory is held with an exclusive lock (`flock` on its descriptor,

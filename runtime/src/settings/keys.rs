@@ -40,8 +40,22 @@ pub const SETTINGS: &[Setting] = &[
         name: "controller_quorum_voters",
         kafka: "controller.quorum.voters",
         kind: Kind::Voters,
-        default: DefaultValue::Required,
-        doc: "`1@host:port,2@host:port,3@host:port`: the controllers and how to reach each",
+        default: DefaultValue::Unset("set this or `controller_quorum_bootstrap_servers`"),
+        doc: "`1@host:port,2@host:port,3@host:port`: the static voters and how to reach each",
+        used_by: UsedBy::Both,
+    },
+    Setting {
+        name: "controller_quorum_bootstrap_servers",
+        kafka: "controller.quorum.bootstrap.servers",
+        kind: Kind::HostPortList,
+        default: DefaultValue::Unset("set this or `controller_quorum_voters`"),
+        doc: "`host:port,host:port`: controllers to ask for the quorum, for a dynamic quorum \
+              (KIP-853) whose voters live in the metadata log. A broker asks them for the \
+              voters (DescribeQuorum, following NOT_CONTROLLER hints) at start and then reaches \
+              the controllers as with `controller_quorum_voters`; a controller with it must have \
+              a formatted `metadata_log_dir` (`keel-controller format`) and `listeners` and \
+              `advertised_listeners`, and learns its peers from the membership in its log. \
+              Exactly one of the two keys may be set",
         used_by: UsedBy::Both,
     },
     Setting {

@@ -206,6 +206,9 @@ pub enum Kind {
     AdvertisedListeners,
     /// The static voter set `1@host:port,2@host:port,...`.
     Voters,
+    /// A list of addresses others connect to: `host:port,host:port,...`
+    /// ([`parse_host_port_list`]).
+    HostPortList,
     /// A string (a path, a rack name).
     Text,
     /// One of these words.
@@ -290,6 +293,7 @@ impl Setting {
                 .map(|_| ())
                 .map_err(|e| format!("{s:?} is not an ip:port address ({e})")),
             (Kind::HostPort, Value::Text(s)) => parse_host_port(s).map(|_| ()),
+            (Kind::HostPortList, Value::Text(s)) => parse_host_port_list(s).map(|_| ()),
             (Kind::Listeners, Value::Text(s)) => listeners::parse_listeners(s, true).map(|_| ()),
             (Kind::AdvertisedListeners, Value::Text(s)) => {
                 listeners::parse_listeners(s, false).map(|_| ())
@@ -327,6 +331,7 @@ impl Kind {
             Kind::Bool => "a boolean",
             Kind::Address => "an ip:port string",
             Kind::HostPort => "a host:port string",
+            Kind::HostPortList => "a host:port list string (host:port,host:port,...)",
             Kind::Listeners => "a listener string (ip:port or NAME://ip:port,...)",
             Kind::AdvertisedListeners => "a listener string (host:port or NAME://host:port,...)",
             Kind::Voters => "a voters string (1@host:port,...)",
@@ -347,6 +352,34 @@ pub fn parse_host_port(s: &str) -> Result<(String, u16), String> {
         return Err(format!("{s:?} is not host:port"));
     }
     Ok((host.trim_matches(['[', ']']).to_string(), port))
+}
+
+/// Most addresses a [`Kind::HostPortList`] holds (a controller quorum has a handful).
+pub const MAX_HOST_PORT_LIST: usize = 64;
+
+/// Parses `host:port,host:port,...` (blanks around commas ignored) into its addresses, in
+/// order, without duplicates.
+///
+/// Errors: an empty list, an entry that is not `host:port` ([`parse_host_port`]), a
+/// duplicate, or more than [`MAX_HOST_PORT_LIST`] entries; the message names the entry.
+pub fn parse_host_port_list(s: &str) -> Result<Vec<String>, String> {
+    let mut out: Vec<String> = Vec::new();
+    for entry in s.split(',').map(str::trim) {
+        if entry.is_empty() {
+            return Err(format!(
+                "{s:?} has an empty entry (host:port,host:port,...)"
+            ));
+        }
+        parse_host_port(entry)?;
+        if out.iter().any(|e| e == entry) {
+            return Err(format!("{entry:?} is listed twice"));
+        }
+        if out.len() == MAX_HOST_PORT_LIST {
+            return Err(format!("more than {MAX_HOST_PORT_LIST} addresses"));
+        }
+        out.push(entry.to_string());
+    }
+    Ok(out)
 }
 
 /// The settings `binary` reads, in declaration order.
@@ -724,6 +757,55 @@ impl FromValue for SocketAddr {
 impl FromValue for LogFormat {
     fn from_value(v: &Value) -> Option<Self> {
         String::from_value(v)?.parse().ok()
+    }
+}
+
+/// How a node reaches the controller quorum: exactly one of `controller_quorum_voters` and
+/// `controller_quorum_bootstrap_servers` (KIP-853).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuorumContact {
+    /// Static voters, id -> `host:port` (`controller_quorum_voters`).
+    Voters(BTreeMap<u64, String>),
+    /// Controllers to ask for the voters, `host:port` (`controller_quorum_bootstrap_servers`).
+    Bootstrap(Vec<String>),
+}
+
+impl QuorumContact {
+    /// Reads the two keys.
+    ///
+    /// Errors: neither is set ([`ConfigError::Missing`] naming both), or both are
+    /// ([`ConfigError::Invalid`]).
+    pub fn from_settings(s: &Settings) -> Result<Self, ConfigError> {
+        let voters: Option<BTreeMap<u64, String>> = s.get("controller_quorum_voters");
+        let bootstrap: Option<Vec<String>> = s.get("controller_quorum_bootstrap_servers");
+        match (voters, bootstrap) {
+            (Some(v), None) => Ok(Self::Voters(v)),
+            (None, Some(b)) => Ok(Self::Bootstrap(b)),
+            (None, None) => Err(ConfigError::Missing {
+                key: "controller_quorum_voters (or controller_quorum_bootstrap_servers)",
+            }),
+            (Some(_), Some(_)) => Err(ConfigError::Invalid {
+                key: "controller_quorum_bootstrap_servers",
+                reason: "set either controller_quorum_voters (static voters) or \
+                         controller_quorum_bootstrap_servers (a dynamic quorum, KIP-853), not both"
+                    .into(),
+            }),
+        }
+    }
+
+    /// The static voters; empty for [`Self::Bootstrap`].
+    pub fn voters(&self) -> BTreeMap<u64, String> {
+        match self {
+            Self::Voters(v) => v.clone(),
+            Self::Bootstrap(_) => BTreeMap::new(),
+        }
+    }
+}
+
+/// The addresses of a [`Kind::HostPortList`] setting.
+impl FromValue for Vec<String> {
+    fn from_value(v: &Value) -> Option<Self> {
+        parse_host_port_list(&String::from_value(v)?).ok()
     }
 }
 

@@ -65,6 +65,7 @@ fn required(schema: &Schema) -> String {
         .filter(|s| s.default == DefaultValue::Required)
         .map(|s| match s.kind {
             Kind::Voters => format!("{} = \"1@h:1\"\n", s.name),
+            Kind::HostPortList => format!("{} = \"h:1,h:2\"\n", s.name),
             Kind::Int { .. } => format!("{} = 1\n", s.name),
             _ => format!("{} = \"/d\"\n", s.name),
         })
