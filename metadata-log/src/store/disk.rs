@@ -196,16 +196,7 @@ impl SegmentDisk {
         refuse_sled(dir)?;
         // The directory itself is locked (flock on its descriptor): unlike a lock file, it
         // cannot be deleted from under a running controller.
-        let Some(lock) = crate::data_dir::try_lock_dir(dir)? else {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!(
-                    "{} is locked by another process (is another keel-controller using \
-                     this metadata_log_dir?)",
-                    dir.display()
-                ),
-            ));
-        };
+        let lock = super::raft_disk::lock_log_dir(dir)?;
         match fs::remove_file(dir.join(META_TMP_FILE)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
             _ => {}

@@ -11,6 +11,7 @@
 //!
 //! An engine refuses a directory the other wrote, naming the setting (there is no converter).
 
+use std::fs::File;
 use std::io;
 use std::ops::Bound;
 use std::path::Path;
@@ -215,4 +216,22 @@ impl RaftDisk {
             Self::Sled(d) => d.flush().await,
         }
     }
+}
+
+/// Locks the Raft log directory `dir` for this process (`flock` on its descriptor,
+/// [`crate::data_dir::try_lock_dir`]; unlike a lock file, it cannot be deleted from under a
+/// running controller). Both engines hold it while open.
+///
+/// Errors: `WouldBlock` naming the directory when another process holds it; I/O errors.
+pub(super) fn lock_log_dir(dir: &Path) -> io::Result<File> {
+    crate::data_dir::try_lock_dir(dir)?.ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!(
+                "{} is locked by another process (is another keel-controller using this \
+                 metadata_log_dir?)",
+                dir.display()
+            ),
+        )
+    })
 }

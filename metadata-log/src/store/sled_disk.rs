@@ -169,16 +169,7 @@ impl SledDisk {
                 ),
             ));
         }
-        let Some(lock) = crate::data_dir::try_lock_dir(dir)? else {
-            return Err(io::Error::new(
-                io::ErrorKind::WouldBlock,
-                format!(
-                    "{} is locked by another process (is another keel-controller using \
-                     this metadata_log_dir?)",
-                    dir.display()
-                ),
-            ));
-        };
+        let lock = super::raft_disk::lock_log_dir(dir)?;
         let db = open_db(dir)?;
         match db.get(FORMAT_KEY).map_err(|e| sled_err(dir, e))? {
             Some(v) if v.as_ref() == FORMAT_MARKER => {}
