@@ -68,15 +68,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Default size at which a new segment is started, bytes (one batch may overshoot it).
 pub const DEFAULT_SEGMENT_BYTES: u64 = 16 << 20;
-/// Largest entry accepted, bytes (payload). Larger lengths read back are corruption.
-pub const MAX_ENTRY_BYTES: usize = 64 << 20;
+pub use super::engine_files::MAX_ENTRY_BYTES;
 
 const SEGMENT_MAGIC: &[u8; 8] = b"KEELRLOG";
 const META_MAGIC: &[u8; 8] = b"KEELMETA";
 const FORMAT_VERSION: u32 = 1;
 pub(super) const SEGMENT_HEADER_BYTES: u64 = 32;
 const RECORD_HEADER_BYTES: usize = 16;
-pub(super) const META_FILE: &str = "meta";
+pub(super) const META_FILE: &str = super::engine_files::SEGMENT_META_FILE;
 const META_TMP_FILE: &str = "meta.tmp";
 const SEGMENT_SUFFIX: &str = ".log";
 
@@ -196,7 +195,7 @@ impl SegmentDisk {
         refuse_sled(dir)?;
         // The directory itself is locked (flock on its descriptor): unlike a lock file, it
         // cannot be deleted from under a running controller.
-        let lock = super::raft_disk::lock_log_dir(dir)?;
+        let lock = super::engine_files::lock_log_dir(dir)?;
         match fs::remove_file(dir.join(META_TMP_FILE)) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
             _ => {}
@@ -1004,7 +1003,7 @@ pub(super) fn read_meta(path: &Path) -> io::Result<Meta> {
 }
 
 fn refuse_sled(dir: &Path) -> io::Result<()> {
-    if super::sled_disk::holds_sled(dir) {
+    if super::engine_files::holds_sled(dir) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!(

@@ -14,6 +14,7 @@
 #![allow(clippy::result_large_err)]
 
 pub mod disk;
+pub mod engine_files;
 pub mod log_store;
 pub mod offline;
 pub mod raft_disk;

@@ -24,8 +24,9 @@ use std::path::{Path, PathBuf};
 use openraft::EntryPayload;
 
 use super::disk::{self, Meta};
+use super::engine_files;
 use super::log_store::{KEY_COMMITTED, KEY_LAST_PURGED, KEY_NODE_ID, KEY_VOTE};
-use super::sled_disk::{self, SledDisk};
+use super::sled_disk::SledDisk;
 use crate::raft_types::{Entry, LogId, MetadataRecords};
 use crate::snapshot::{self, Snapshot};
 
@@ -119,7 +120,7 @@ impl OfflineLog {
     /// index, or `meta` is damaged; a sled log is in use by a running controller, or sled
     /// cannot open it.
     pub fn open(dir: &Path) -> Result<OfflineLog, String> {
-        if sled_disk::holds_sled(dir) {
+        if engine_files::holds_sled(dir) {
             return Self::open_sled(dir);
         }
         let meta = disk::read_meta(&dir.join(disk::META_FILE)).map_err(|e| e.to_string())?;

@@ -11,7 +11,6 @@
 //!
 //! An engine refuses a directory the other wrote, naming the setting (there is no converter).
 
-use std::fs::File;
 use std::io;
 use std::ops::Bound;
 use std::path::Path;
@@ -218,20 +217,42 @@ impl RaftDisk {
     }
 }
 
-/// Locks the Raft log directory `dir` for this process (`flock` on its descriptor,
-/// [`crate::data_dir::try_lock_dir`]; unlike a lock file, it cannot be deleted from under a
-/// running controller). Both engines hold it while open.
-///
-/// Errors: `WouldBlock` naming the directory when another process holds it; I/O errors.
-pub(super) fn lock_log_dir(dir: &Path) -> io::Result<File> {
-    crate::data_dir::try_lock_dir(dir)?.ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::WouldBlock,
-            format!(
-                "{} is locked by another process (is another keel-controller using this \
-                 metadata_log_dir?)",
-                dir.display()
-            ),
-        )
-    })
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_engine_refuses_the_others_directory_naming_the_setting() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let sled = tempfile::tempdir().unwrap();
+        drop(SledDisk::open(sled.path()).unwrap());
+        let e = SegmentDisk::open(sled.path()).unwrap_err();
+        assert!(
+            e.to_string().contains("set metadata_log_engine = \"sled\""),
+            "{e}"
+        );
+        let seg = tempfile::tempdir().unwrap();
+        let s = SegmentDisk::open(seg.path()).unwrap();
+        s.put_entries([(1, vec![1])]).unwrap();
+        rt.block_on(s.flush()).unwrap();
+        drop(s);
+        let e = SledDisk::open(seg.path()).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("set metadata_log_engine = \"segments\""),
+            "{e}"
+        );
+        for engine in [LogEngine::Segments, LogEngine::Sled] {
+            assert_eq!(engine.as_str().parse::<LogEngine>(), Ok(engine));
+        }
+        assert!(
+            "rocksdb"
+                .parse::<LogEngine>()
+                .unwrap_err()
+                .contains("\"segments\", \"sled\"")
+        );
+    }
 }

@@ -1,5 +1,5 @@
 //! `SledDisk`: the Raft log of `__cluster_metadata` in a sled 0.34 database, the second engine
-//! (`metadata_log_engine = "sled"`; the default is [`super::disk::SegmentDisk`], whose module
+//! (`metadata_log_engine = "sled"`; the default is `super::disk::SegmentDisk`, whose module
 //! doc says why).
 //!
 //! It offers the same operations with the same meaning as the segment files (see
@@ -39,7 +39,7 @@ use std::ops::Bound;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::disk::MAX_ENTRY_BYTES;
+use super::engine_files::{MAX_ENTRY_BYTES, segment_files};
 
 /// Value of the format marker key.
 const FORMAT_MARKER: &[u8] = b"keel-raft-sled 1";
@@ -55,11 +55,6 @@ const CACHE_BYTES: u64 = 64 << 20;
 /// sled's background sync interval, ms (its default). Durability never depends on it: every
 /// acknowledged write was flushed explicitly.
 const BACKGROUND_FLUSH_MS: u64 = 500;
-
-/// Whether `dir` holds a sled database (its `conf` or `db` file).
-pub fn holds_sled(dir: &Path) -> bool {
-    dir.join("conf").exists() || dir.join("db").exists()
-}
 
 /// The Raft log in a sled database. Cheap to clone: clones share one open database.
 #[derive(Clone)]
@@ -169,7 +164,7 @@ impl SledDisk {
                 ),
             ));
         }
-        let lock = super::raft_disk::lock_log_dir(dir)?;
+        let lock = super::engine_files::lock_log_dir(dir)?;
         let db = open_db(dir)?;
         match db.get(FORMAT_KEY).map_err(|e| sled_err(dir, e))? {
             Some(v) if v.as_ref() == FORMAT_MARKER => {}
@@ -504,21 +499,6 @@ fn open_db(dir: &Path) -> io::Result<sled::Db> {
 /// How long [`open_db`] waits for this process's previous handle to release sled's lock.
 const LOCK_RETRY: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// What in `dir` belongs to the segment engine (`meta`, a `.log` file), if anything.
-fn segment_files(dir: &Path) -> io::Result<Option<String>> {
-    if dir.join(super::disk::META_FILE).exists() {
-        return Ok(Some(super::disk::META_FILE.to_string()));
-    }
-    for entry in fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let name = name.to_string_lossy();
-        if name.ends_with(".log") {
-            return Ok(Some(name.into_owned()));
-        }
-    }
-    Ok(None)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -636,29 +616,11 @@ mod tests {
     }
 
     #[test]
-    fn a_second_open_and_the_other_engines_files_are_refused() {
+    fn a_second_open_is_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let d = SledDisk::open(dir.path()).unwrap();
+        let _d = SledDisk::open(dir.path()).unwrap();
         let e = SledDisk::open(dir.path()).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::WouldBlock);
-        drop(d);
-        // The segment engine refuses this directory, naming the setting.
-        let e = super::super::disk::SegmentDisk::open(dir.path()).unwrap_err();
-        assert!(
-            e.to_string().contains("set metadata_log_engine = \"sled\""),
-            "{e}"
-        );
-        let seg = tempfile::tempdir().unwrap();
-        let s = super::super::disk::SegmentDisk::open(seg.path()).unwrap();
-        s.put_entries([(1, vec![1])]).unwrap();
-        rt().block_on(s.flush()).unwrap();
-        drop(s);
-        let e = SledDisk::open(seg.path()).unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("set metadata_log_engine = \"segments\""),
-            "{e}"
-        );
     }
 
     #[test]
