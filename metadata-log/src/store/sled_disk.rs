@@ -393,7 +393,7 @@ impl SledDisk {
 
     /// Removes every entry with index <= `through` (the purge point only moves forward):
     /// records the purge point, after which those entries are no longer read; they are
-    /// deleted by later writes, a bounded number each ([`PURGE_CHUNK`]). Durable after
+    /// deleted by later writes, at most 512 each. Durable after
     /// [`flush`](Self::flush).
     pub fn remove_through(&self, through: u64) -> io::Result<()> {
         let _w = self.writer()?;
