@@ -258,6 +258,62 @@ pub fn elect_leaders(req: &ElectLeadersRequest) -> Result<(), FieldError> {
     Ok(())
 }
 
+/// Bounds of an AlterPartitionReassignments: at most [`MAX_TOPICS_PER_REQUEST`] topics (names
+/// at most [`MAX_TOPIC_NAME_LEN`]) and [`MAX_PARTITIONS_PER_REQUEST`] partitions over all of
+/// them, each target at most [`MAX_REPLICAS`] brokers.
+pub fn alter_partition_reassignments(
+    req: &AlterPartitionReassignmentsRequest,
+) -> Result<(), FieldError> {
+    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
+    let mut partitions = 0usize;
+    for (t, topic) in req.topics.iter().enumerate() {
+        check_len(
+            || format!("topics[{t}].name"),
+            &topic.name,
+            MAX_TOPIC_NAME_LEN,
+        )?;
+        partitions += topic.partitions.len();
+        check_count(
+            || format!("topics[{t}].partitions (over all topics)"),
+            partitions,
+            MAX_PARTITIONS_PER_REQUEST,
+        )?;
+        for (p, part) in topic.partitions.iter().enumerate() {
+            if let Some(r) = &part.replicas {
+                check_count(
+                    || format!("topics[{t}].partitions[{p}].replicas"),
+                    r.ids.len(),
+                    MAX_REPLICAS,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Bounds of a ListPartitionReassignments: at most [`MAX_TOPICS_PER_REQUEST`] topics (names at
+/// most [`MAX_TOPIC_NAME_LEN`]) and [`MAX_PARTITIONS_PER_REQUEST`] partitions over all.
+pub fn list_partition_reassignments(
+    req: &ListPartitionReassignmentsRequest,
+) -> Result<(), FieldError> {
+    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
+    let mut partitions = 0usize;
+    for (t, topic) in req.topics.iter().enumerate() {
+        check_len(
+            || format!("topics[{t}].name"),
+            &topic.name,
+            MAX_TOPIC_NAME_LEN,
+        )?;
+        partitions += topic.partition_indexes.len();
+        check_count(
+            || format!("topics[{t}].partition_indexes (over all topics)"),
+            partitions,
+            MAX_PARTITIONS_PER_REQUEST,
+        )?;
+    }
+    Ok(())
+}
+
 /// Bounds of an AlterConfigs: at most [`MAX_CONFIG_RESOURCES`] resources (names at most
 /// [`MAX_TOPIC_NAME_LEN`]), each with at most [`MAX_CONFIGS_PER_RESOURCE`] entries (name at
 /// most [`MAX_CONFIG_NAME_LEN`], value at most [`MAX_CONFIG_VALUE_LEN`]).

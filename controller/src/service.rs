@@ -593,6 +593,7 @@ with_error!(
     CreatePartitionsReply,
     AlterPartitionReply,
     ElectLeadersReply,
+    AlterPartitionReassignmentsReply,
     AlterConfigsReply,
     AllocateProducerIdsReply,
     CreateAclsReply,
@@ -795,6 +796,55 @@ impl ControllerService for ControllerGrpc {
             |ctx, req| logic::elect_leaders(ctx.image, &req),
             |_reply, _committed| ()
         )
+    }
+
+    async fn alter_partition_reassignments(
+        &self,
+        request: Request<AlterPartitionReassignmentsRequest>,
+    ) -> Result<Response<AlterPartitionReassignmentsReply>, Status> {
+        write_rpc!(
+            self,
+            request,
+            AlterPartitionReassignmentsReply,
+            |a, c, img, _: &AlterPartitionReassignmentsRequest| access::cluster(
+                a,
+                c,
+                img,
+                Operation::Alter
+            ),
+            bounds::alter_partition_reassignments,
+            |ctx, req| logic::alter_partition_reassignments(ctx.image, &req),
+            |_reply, _committed| ()
+        )
+    }
+
+    async fn list_partition_reassignments(
+        &self,
+        request: Request<ListPartitionReassignmentsRequest>,
+    ) -> Result<Response<ListPartitionReassignmentsReply>, Status> {
+        let refused = |e| {
+            Ok(Response::new(ListPartitionReassignmentsReply {
+                error: Some(e),
+                leader: self.hint(),
+                ..Default::default()
+            }))
+        };
+        if let Err(d) = self.authorize_cluster(&request, Operation::Describe) {
+            return refused(d.to_proto());
+        }
+        if let Err(e) = bounds::list_partition_reassignments(request.get_ref()) {
+            return refused(ErrorCode::InvalidRequest.to_proto(e.to_string()));
+        }
+        let image = self.node.images.borrow().clone();
+        let hint = reads::leader_hint(&self.node);
+        let mut reply = logic::list_partition_reassignments(&image, request.get_ref());
+        reply.source = Some(reads::read_source(
+            self.node.node_id,
+            &hint,
+            image.provenance().offset,
+        ));
+        reply.leader = Some(hint);
+        Ok(Response::new(reply))
     }
 
     async fn alter_configs(

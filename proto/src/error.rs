@@ -251,6 +251,9 @@ error_codes! {
     EligibleLeadersNotAvailable = (83, "ELIGIBLE_LEADERS_NOT_AVAILABLE", true);
     /// ElectLeaders: the partition already has the leader the election would choose.
     ElectionNotNeeded = (84, "ELECTION_NOT_NEEDED", true);
+    /// AlterPartitionReassignments: a cancellation of a partition that has no reassignment in
+    /// progress (KIP-455).
+    NoReassignmentInProgress = (85, "NO_REASSIGNMENT_IN_PROGRESS", false);
     /// Produce: a record inside an otherwise well-formed batch is invalid.
     InvalidRecord = (87, "INVALID_RECORD", false);
     /// DescribeUserScramCredentials / AlterUserScramCredentials: the user has no credential

@@ -891,6 +891,87 @@ impl Admin {
     }
 
     /// The ACLs matching `filter` (DescribeAcls; `None` = all), sorted.
+    /// Starts, changes or cancels reassignments (AlterPartitionReassignments, KIP-455):
+    /// `moves` are `(topic, partition, target)` with `None` = cancel. Returns per partition
+    /// its result (`None` = accepted), in request order.
+    ///
+    /// Errors: the whole request refused (not authorized, beyond the bounds), or no active
+    /// controller answered.
+    pub async fn alter_partition_reassignments(
+        &self,
+        moves: &[(String, i32, Option<Vec<i32>>)],
+    ) -> Result<Vec<(String, i32, Option<keel_proto::common::Error>)>> {
+        let mut topics: Vec<ReassignableTopic> = Vec::new();
+        for (topic, p, target) in moves {
+            let part = ReassignablePartition {
+                partition_index: *p,
+                replicas: target
+                    .as_ref()
+                    .map(|ids| keel_proto::metadata::ReplicaList { ids: ids.clone() }),
+            };
+            match topics.iter_mut().find(|t| &t.name == topic) {
+                Some(t) => t.partitions.push(part),
+                None => topics.push(ReassignableTopic {
+                    name: topic.clone(),
+                    partitions: vec![part],
+                }),
+            }
+        }
+        let req = AlterPartitionReassignmentsRequest { topics };
+        let Answered {
+            value: reply,
+            uncertain,
+        } = self
+            .call(true, |mut c| {
+                let req = req.clone();
+                async move { c.alter_partition_reassignments(req).await }
+            })
+            .await?;
+        check_write(&uncertain, reply.error.as_ref(), || {
+            "alter partition reassignments".into()
+        })?;
+        Ok(reply
+            .responses
+            .into_iter()
+            .flat_map(|t| {
+                let name = t.name;
+                t.partitions
+                    .into_iter()
+                    .map(move |p| (name.clone(), p.partition_index, p.error))
+            })
+            .collect())
+    }
+
+    /// The reassignments in progress (ListPartitionReassignments, KIP-455), of `topics` (all
+    /// when empty), from the active controller.
+    ///
+    /// Errors: refused (not authorized), or no controller answered.
+    pub async fn list_partition_reassignments(
+        &self,
+        topics: &[String],
+    ) -> Result<Vec<OngoingTopicReassignment>> {
+        let req = ListPartitionReassignmentsRequest {
+            topics: topics
+                .iter()
+                .map(|t| ListPartitionReassignmentsTopics {
+                    name: t.clone(),
+                    partition_indexes: Vec::new(),
+                })
+                .collect(),
+        };
+        let reply = self
+            .call(true, |mut c| {
+                let req = req.clone();
+                async move { c.list_partition_reassignments(req).await }
+            })
+            .await?
+            .value;
+        AdminError::check(reply.error.as_ref(), || {
+            "list partition reassignments".into()
+        })?;
+        Ok(reply.topics)
+    }
+
     pub async fn describe_acls(&self, filter: Option<AclBinding>) -> Result<Vec<AclBinding>> {
         let req = DescribeAclsRequest { filter };
         let reply = self

@@ -70,6 +70,7 @@ controller_reply!(
     CreatePartitionsReply,
     AlterPartitionReply,
     ElectLeadersReply,
+    AlterPartitionReassignmentsReply,
     AlterConfigsReply,
     CreateAclsReply,
     DeleteAclsReply,
@@ -84,7 +85,8 @@ controller_reply!(
     DescribeConfigsReply,
     DescribeClusterReply,
     DescribeAclsReply,
-    DescribeUserScramCredentialsReply
+    DescribeUserScramCredentialsReply,
+    ListPartitionReassignmentsReply
 );
 
 // Quorum state is diagnostic: a leader without a quorum reports that itself (leader -1).

@@ -178,6 +178,20 @@ impl ControllerService for Fake {
         Err(Status::unimplemented(""))
     }
 
+    async fn alter_partition_reassignments(
+        &self,
+        _: Request<AlterPartitionReassignmentsRequest>,
+    ) -> Result<Response<AlterPartitionReassignmentsReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+
+    async fn list_partition_reassignments(
+        &self,
+        _: Request<ListPartitionReassignmentsRequest>,
+    ) -> Result<Response<ListPartitionReassignmentsReply>, Status> {
+        Err(Status::unimplemented(""))
+    }
+
     async fn alter_configs(
         &self,
         _: Request<AlterConfigsRequest>,

@@ -26,6 +26,7 @@ mod group;
 mod log;
 mod metadata;
 mod partition;
+mod reassign;
 mod tls;
 mod topic;
 mod user;

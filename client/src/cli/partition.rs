@@ -1,4 +1,4 @@
-//! `keelctl partition alter-isr|elect`.
+//! `keelctl partition alter-isr|elect|reassign`.
 
 use clap::Subcommand;
 use keel_proto::ErrorCode;
@@ -16,6 +16,9 @@ pub enum PartitionCommand {
     AlterIsr(AlterIsrArgs),
     /// Run a preferred or unclean leader election.
     Elect(ElectArgs),
+    /// Move partitions to other brokers (KIP-455; kafka-reassign-partitions): --execute a
+    /// plan in Kafka's JSON format, --verify it, --cancel it, or --list the moves in progress.
+    Reassign(super::reassign::ReassignArgs),
 }
 
 /// Arguments of `partition alter-isr`.
@@ -111,6 +114,7 @@ pub(super) async fn run(c: PartitionCommand, ctx: &Ctx) -> CliResult {
     match c {
         PartitionCommand::AlterIsr(a) => alter_isr(a, ctx).await,
         PartitionCommand::Elect(a) => elect(a, ctx).await,
+        PartitionCommand::Reassign(a) => super::reassign::run(a, ctx).await,
     }
 }
 

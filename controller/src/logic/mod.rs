@@ -31,7 +31,8 @@
 //! - [`topics`] — CreateTopics (validation, replica placement) and DeleteTopics;
 //! - [`configs`] — topic/broker/cluster configs: validation, AlterConfigs, DescribeConfigs,
 //!   effective values;
-//! - [`producer_ids`] — AllocateProducerIds (KIP-730).
+//! - [`producer_ids`] — AllocateProducerIds (KIP-730);
+//! - [`reassignment`] — AlterPartitionReassignments / ListPartitionReassignments (KIP-455).
 
 pub mod acls;
 pub mod alter_partition;
@@ -42,6 +43,7 @@ pub mod create_partitions;
 pub mod election;
 pub mod partition_change;
 pub mod producer_ids;
+pub mod reassignment;
 pub mod result;
 pub mod scram;
 pub mod topics;
@@ -56,6 +58,7 @@ pub use create_partitions::create_partitions;
 pub use election::{MAX_ELECTIONS_PER_IMBALANCE, elect_leaders, preferred_leader_rebalance};
 pub use partition_change::{Election, PartitionChangeBuilder};
 pub use producer_ids::allocate_producer_ids;
+pub use reassignment::{alter_partition_reassignments, list_partition_reassignments};
 pub use result::ControllerResult;
 pub use topics::{TopicDefaults, create_topics, delete_topics};
 

@@ -12,7 +12,14 @@
 //!   eligible, or a PREFERRED election wants `replicas[0]` (Kafka: `shouldTryElection`); the
 //!   candidates are chosen by [`choose_leader`];
 //! - an unclean election shrinks the ISR to the new leader and sets the recovery state to
-//!   RECOVERING (KIP-704).
+//!   RECOVERING (KIP-704);
+//! - a reassignment (KIP-455) is started with [`PartitionChangeBuilder::set_target_assignment`]
+//!   (replicas = target + removing, with `adding` and `removing`), and any change completes an
+//!   ongoing one once every target replica is in the ISR the change leaves
+//!   ([`complete_reassignment`], Kafka: `PartitionReassignmentReplicas.maybeCompleteReassignment`):
+//!   replicas become the target, the ISR loses the removed replicas (never empty: it must
+//!   still hold a target replica), adding/removing are cleared, and a leader that was removed
+//!   is replaced by an election among the new ISR in the target's order.
 //!
 //! The leader choice itself ([`choose_leader`], with its rules in the doc of
 //! [`super::election`]) lives here, with the builder that runs it, as in Kafka.
@@ -92,7 +99,63 @@ pub struct PartitionChangeBuilder<'a> {
     is_eligible: &'a dyn Fn(i32) -> bool,
     target_isr: Option<Vec<i32>>,
     target_recovery: Option<LeaderRecoveryState>,
+    target_assignment: Option<Assignment>,
     election: Election,
+}
+
+/// A partition's replica assignment during a reassignment (KIP-455): `replicas` is the target
+/// followed by the replicas being removed; `adding` are target replicas not yet in the old
+/// assignment. Both empty = no reassignment.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Assignment {
+    /// All replicas: the target's, in its order, then the ones being removed.
+    pub replicas: Vec<i32>,
+    /// Replicas of the target that the old assignment lacks.
+    pub adding: Vec<i32>,
+    /// Replicas of the old assignment that the target lacks.
+    pub removing: Vec<i32>,
+}
+
+impl Assignment {
+    /// The assignment of `p` as it stands.
+    pub fn of(p: &PartitionRegistration) -> Self {
+        Self {
+            replicas: p.replicas.clone(),
+            adding: p.adding_replicas.clone(),
+            removing: p.removing_replicas.clone(),
+        }
+    }
+
+    /// The target replicas: `replicas` without `removing`, in order.
+    pub fn target(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.removing.contains(r))
+            .collect()
+    }
+
+    /// True while a reassignment is in progress.
+    pub fn is_moving(&self) -> bool {
+        !self.adding.is_empty() || !self.removing.is_empty()
+    }
+}
+
+/// The replicas and ISR that complete `a`'s reassignment given the ISR `isr` (pure; Kafka:
+/// `PartitionReassignmentReplicas.maybeCompleteReassignment`): `None` when no reassignment is
+/// in progress, when some target replica is not in the ISR yet, or when the ISR without the
+/// removed replicas would be empty.
+pub fn complete_reassignment(a: &Assignment, isr: &[i32]) -> Option<(Vec<i32>, Vec<i32>)> {
+    if !a.is_moving() {
+        return None;
+    }
+    let target = a.target();
+    let new_isr: Vec<i32> = isr
+        .iter()
+        .copied()
+        .filter(|r| !a.removing.contains(r))
+        .collect();
+    (!new_isr.is_empty() && target.iter().all(|r| new_isr.contains(r))).then_some((target, new_isr))
 }
 
 impl std::fmt::Debug for PartitionChangeBuilder<'_> {
@@ -123,8 +186,17 @@ impl<'a> PartitionChangeBuilder<'a> {
             is_eligible,
             target_isr: None,
             target_recovery: None,
+            target_assignment: None,
             election: Election::Clean,
         }
+    }
+
+    /// Starts, changes or reverts a reassignment (KIP-455): the assignment after the change.
+    /// Precondition: `a.replicas` holds every current ISR member that stays (callers build it
+    /// from the current state); the ISR is cut to `a.replicas` before the completion check.
+    pub fn set_target_assignment(mut self, a: Assignment) -> Self {
+        self.target_assignment = Some(a);
+        self
     }
 
     /// The ISR wanted after the change. Precondition: a duplicate-free subset of the
@@ -153,11 +225,48 @@ impl<'a> PartitionChangeBuilder<'a> {
 
     /// The change record, or `None` when the targets change nothing.
     pub fn build(&self) -> Option<PartitionChangeRecord> {
-        let cur = self.current;
+        let current = self.current;
         let mut isr = match &self.target_isr {
             Some(t) if !t.is_empty() => t.clone(),
             // Never write an empty ISR (DESIGN §4): the last member stays.
-            _ => cur.isr.clone(),
+            _ => current.isr.clone(),
+        };
+        // The assignment after the change: a new target, else the current one, completed
+        // when the ISR allows (KIP-455).
+        let mut assignment = self
+            .target_assignment
+            .clone()
+            .unwrap_or_else(|| Assignment::of(current));
+        if self.target_assignment.is_some() {
+            // A reverted reassignment drops replicas that may be in the ISR.
+            let kept: Vec<i32> = isr
+                .iter()
+                .copied()
+                .filter(|r| assignment.replicas.contains(r))
+                .collect();
+            if !kept.is_empty() {
+                isr = kept;
+            }
+        }
+        if let Some((replicas, new_isr)) = complete_reassignment(&assignment, &isr) {
+            assignment = Assignment {
+                replicas,
+                ..Assignment::default()
+            };
+            isr = new_isr;
+        }
+        // Elections below read the replica order of the assignment after the change.
+        let moved;
+        let cur = if assignment == Assignment::of(current) {
+            current
+        } else {
+            moved = PartitionRegistration {
+                replicas: assignment.replicas.clone(),
+                adding_replicas: assignment.adding.clone(),
+                removing_replicas: assignment.removing.clone(),
+                ..current.clone()
+            };
+            &moved
         };
         let mut recovery = self.target_recovery.unwrap_or(cur.leader_recovery_state);
         let eligible = self.is_eligible;
@@ -176,12 +285,32 @@ impl<'a> PartitionChangeBuilder<'a> {
         }
         debug_assert!(!isr.is_empty());
         debug_assert!(leader == NO_LEADER || isr.contains(&leader));
+        debug_assert!(isr.iter().all(|r| assignment.replicas.contains(r)));
         let mut rec = PartitionChangeRecord {
             topic_id: uuid_bytes(self.topic_id),
             partition_id: self.partition_id,
             ..Default::default()
         };
         let mut changed = false;
+        let cur = current;
+        if assignment.replicas != cur.replicas {
+            rec.replicas = Some(ReplicaList {
+                ids: assignment.replicas.clone(),
+            });
+            changed = true;
+        }
+        if assignment.adding != cur.adding_replicas {
+            rec.adding_replicas = Some(ReplicaList {
+                ids: assignment.adding.clone(),
+            });
+            changed = true;
+        }
+        if assignment.removing != cur.removing_replicas {
+            rec.removing_replicas = Some(ReplicaList {
+                ids: assignment.removing.clone(),
+            });
+            changed = true;
+        }
         if isr != cur.isr {
             rec.isr = Some(ReplicaList { ids: isr });
             changed = true;

@@ -1,0 +1,380 @@
+//! `keelctl partition reassign`: Kafka's `kafka-reassign-partitions` over
+//! AlterPartitionReassignments / ListPartitionReassignments (KIP-455).
+//!
+//! The plan file is Kafka's JSON: `{"version": 1, "partitions": [{"topic": "t", "partition":
+//! 0, "replicas": [2, 3, 4]}, ...]}` (`log_dirs` is accepted and must be absent or all
+//! `"any"`: Keel has one log dir per broker). `--execute` prints the current assignment of the
+//! plan's partitions in the same format first (save it to roll back), refuses a plan naming a
+//! partition that is already moving unless `--additional` (as Kafka's tool), then starts the
+//! moves. `--verify` says per partition whether the move completed, is in progress, or left
+//! other replicas; it exits 0 only when every partition of the plan has its target replicas
+//! and none is moving. `--cancel` cancels the plan's moves in progress (the added replicas are
+//! dropped, the original replicas kept). `--list` shows every move in progress.
+
+use std::path::PathBuf;
+
+use keel_proto::ErrorCode;
+use serde::{Deserialize, Serialize};
+
+use super::{CliError, CliResult, Ctx};
+
+/// Arguments of `partition reassign`.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["execute", "verify", "cancel", "list"])))]
+pub struct ReassignArgs {
+    /// Start the moves of this plan (Kafka's reassignment JSON).
+    #[arg(long, value_name = "FILE")]
+    pub execute: Option<PathBuf>,
+    /// Check whether the moves of this plan completed.
+    #[arg(long, value_name = "FILE")]
+    pub verify: Option<PathBuf>,
+    /// Cancel the moves of this plan that are in progress.
+    #[arg(long, value_name = "FILE")]
+    pub cancel: Option<PathBuf>,
+    /// List the moves in progress.
+    #[arg(long)]
+    pub list: bool,
+    /// With --execute: also change partitions that are already moving (their new target
+    /// replaces the old one).
+    #[arg(long, requires = "execute")]
+    pub additional: bool,
+}
+
+/// Kafka's reassignment JSON.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// Always 1.
+    pub version: i32,
+    /// The partitions and their target replicas.
+    pub partitions: Vec<PlanPartition>,
+}
+
+/// One partition of a [`Plan`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanPartition {
+    /// Topic name.
+    pub topic: String,
+    /// Partition index.
+    pub partition: i32,
+    /// Target replicas, the first the preferred leader.
+    pub replicas: Vec<i32>,
+    /// Kafka's per-replica log directories; only `"any"` is accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_dirs: Option<Vec<String>>,
+}
+
+/// Most partitions a plan may name (the AlterPartitionReassignments bound).
+const MAX_PLAN_PARTITIONS: usize = keel_proto::limits::MAX_PARTITIONS_PER_REQUEST;
+
+/// Parses and checks a plan (pure): version 1, at least one partition, no partition twice,
+/// `log_dirs` absent or all `"any"` with one per replica. The replica lists themselves are
+/// checked by the controller (INVALID_REPLICA_ASSIGNMENT).
+///
+/// Errors name what is wrong (usage errors).
+pub fn parse_plan(text: &str) -> Result<Plan, String> {
+    let plan: Plan =
+        serde_json::from_str(text).map_err(|e| format!("not a reassignment plan: {e}"))?;
+    if plan.version != 1 {
+        return Err(format!("version {} is not supported (1 is)", plan.version));
+    }
+    if plan.partitions.is_empty() {
+        return Err("the plan names no partition".into());
+    }
+    if plan.partitions.len() > MAX_PLAN_PARTITIONS {
+        return Err(format!(
+            "the plan names {} partitions, more than {MAX_PLAN_PARTITIONS}",
+            plan.partitions.len()
+        ));
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for p in &plan.partitions {
+        if !seen.insert((p.topic.as_str(), p.partition)) {
+            return Err(format!(
+                "partition {}-{} appears twice",
+                p.topic, p.partition
+            ));
+        }
+        if let Some(dirs) = &p.log_dirs
+            && (dirs.len() != p.replicas.len() || dirs.iter().any(|d| d != "any"))
+        {
+            return Err(format!(
+                "partition {}-{}: log_dirs must be \"any\" for each replica (Keel has one log \
+                 directory per broker)",
+                p.topic, p.partition
+            ));
+        }
+    }
+    Ok(plan)
+}
+
+fn read_plan(path: &PathBuf) -> Result<Plan, CliError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
+    parse_plan(&text).map_err(|e| CliError::usage(format!("{}: {e}", path.display())))
+}
+
+/// What `--verify` says of one partition (pure).
+fn verify_line(p: &PlanPartition, current: Option<(&[i32], bool)>) -> (bool, String) {
+    let name = format!("{}-{}", p.topic, p.partition);
+    match current {
+        None => (false, format!("Partition {name} does not exist.")),
+        Some((_, true)) => (
+            false,
+            format!("Reassignment of partition {name} is still in progress."),
+        ),
+        Some((replicas, false)) if replicas == p.replicas.as_slice() => (
+            true,
+            format!("Reassignment of partition {name} is completed."),
+        ),
+        Some((replicas, false)) => (
+            false,
+            format!(
+                "There is no active reassignment of partition {name}, but replica set is \
+                 {replicas:?} rather than {:?}.",
+                p.replicas
+            ),
+        ),
+    }
+}
+
+pub(super) async fn run(a: ReassignArgs, ctx: &Ctx) -> CliResult {
+    let admin = ctx.admin()?;
+    if a.list {
+        let moving = admin.list_partition_reassignments(&[]).await?;
+        if ctx.json {
+            return ctx.print_json(&moving_rows(&moving));
+        }
+        if moving.is_empty() {
+            outln!("No partition reassignment is in progress.");
+        }
+        for t in &moving {
+            for p in &t.partitions {
+                outln!(
+                    "{}-{}: replicas {:?}, adding {:?}, removing {:?}",
+                    t.name,
+                    p.partition_index,
+                    p.replicas,
+                    p.adding_replicas,
+                    p.removing_replicas
+                );
+            }
+        }
+        return Ok(());
+    }
+    let (path, cancel) = match (&a.execute, &a.verify, &a.cancel) {
+        (Some(p), _, _) => (p, false),
+        (_, Some(p), _) => {
+            let plan = read_plan(p)?;
+            let image = admin.metadata_image().await?;
+            let mut all = true;
+            for p in &plan.partitions {
+                let current = image
+                    .topics()
+                    .get_by_name(&p.topic)
+                    .and_then(|t| t.partitions.get(&p.partition))
+                    .map(|r| {
+                        let moving =
+                            !r.adding_replicas.is_empty() || !r.removing_replicas.is_empty();
+                        (r.replicas.clone(), moving)
+                    });
+                let (done, line) =
+                    verify_line(p, current.as_ref().map(|(r, m)| (r.as_slice(), *m)));
+                all &= done;
+                outln!("{line}");
+            }
+            return if all {
+                Ok(())
+            } else {
+                Err(CliError::new(
+                    "not every reassignment of the plan has completed".to_string(),
+                ))
+            };
+        }
+        (_, _, Some(p)) => (p, true),
+        _ => unreachable!("clap requires one action"),
+    };
+    let plan = read_plan(path)?;
+    let moves: Vec<(String, i32, Option<Vec<i32>>)> = plan
+        .partitions
+        .iter()
+        .map(|p| {
+            let target = (!cancel).then(|| p.replicas.clone());
+            (p.topic.clone(), p.partition, target)
+        })
+        .collect();
+    if !cancel {
+        let image = admin.metadata_image().await?;
+        let mut current = Vec::new();
+        let mut moving = Vec::new();
+        for p in &plan.partitions {
+            if let Some(r) = image
+                .topics()
+                .get_by_name(&p.topic)
+                .and_then(|t| t.partitions.get(&p.partition))
+            {
+                if !r.adding_replicas.is_empty() || !r.removing_replicas.is_empty() {
+                    moving.push(format!("{}-{}", p.topic, p.partition));
+                }
+                let original: Vec<i32> = r
+                    .replicas
+                    .iter()
+                    .copied()
+                    .filter(|b| !r.adding_replicas.contains(b))
+                    .collect();
+                current.push(PlanPartition {
+                    topic: p.topic.clone(),
+                    partition: p.partition,
+                    replicas: original,
+                    log_dirs: None,
+                });
+            }
+        }
+        if !moving.is_empty() && !a.additional {
+            return Err(CliError::new(format!(
+                "cannot execute because there is an existing reassignment of {}: use \
+                 --additional to replace its target, or --cancel it first",
+                moving.join(", ")
+            )));
+        }
+        if !ctx.json {
+            outln!(
+                "Current partition replica assignment\n\n{}\n\nSave this to use as the \
+                 --execute file during rollback",
+                serde_json::to_string(&Plan {
+                    version: 1,
+                    partitions: current,
+                })
+                .expect("a plan serializes")
+            );
+        }
+    }
+    let results = admin.alter_partition_reassignments(&moves).await?;
+    let mut failed = Vec::new();
+    let mut rows = Vec::new();
+    for (topic, p, err) in &results {
+        let code = ErrorCode::from_proto(err.as_ref()).unwrap_or(ErrorCode::UnknownServerError);
+        let error = (code != ErrorCode::None).then(|| {
+            format!(
+                "{} ({}): {}",
+                code.name(),
+                code.code(),
+                err.as_ref().map(|e| e.message.as_str()).unwrap_or_default()
+            )
+        });
+        if let Some(e) = &error {
+            failed.push(format!("{topic}-{p}: {e}"));
+        }
+        rows.push(ResultRow {
+            topic: topic.clone(),
+            partition: *p,
+            error,
+        });
+    }
+    if ctx.json {
+        ctx.print_json(&rows)?;
+    } else {
+        let verb = if cancel {
+            "cancellation"
+        } else {
+            "reassignment"
+        };
+        let ok = rows.len() - failed.len();
+        outln!("Successfully started {verb} of {ok} partition(s).");
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::new(format!(
+            "{} of {} partitions refused: {}",
+            failed.len(),
+            rows.len(),
+            failed.join("; ")
+        )))
+    }
+}
+
+/// One partition's result of --execute / --cancel (JSON output).
+#[derive(Debug, Serialize)]
+struct ResultRow {
+    topic: String,
+    partition: i32,
+    error: Option<String>,
+}
+
+/// One move in progress (JSON output of --list).
+#[derive(Debug, Serialize)]
+struct MovingRow {
+    topic: String,
+    partition: i32,
+    replicas: Vec<i32>,
+    adding_replicas: Vec<i32>,
+    removing_replicas: Vec<i32>,
+}
+
+fn moving_rows(moving: &[keel_proto::controller::OngoingTopicReassignment]) -> Vec<MovingRow> {
+    let mut rows = Vec::new();
+    for t in moving {
+        for p in &t.partitions {
+            rows.push(MovingRow {
+                topic: t.name.clone(),
+                partition: p.partition_index,
+                replicas: p.replicas.clone(),
+                adding_replicas: p.adding_replicas.clone(),
+                removing_replicas: p.removing_replicas.clone(),
+            });
+        }
+    }
+    rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plans_in_kafkas_format_parse_and_bad_ones_are_named() {
+        let p = parse_plan(
+            r#"{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[2,3],"log_dirs":["any","any"]}]}"#,
+        )
+        .unwrap();
+        assert_eq!(p.partitions[0].replicas, vec![2, 3]);
+        for (text, want) in [
+            (r#"{"version":2,"partitions":[]}"#, "version 2"),
+            (r#"{"version":1,"partitions":[]}"#, "no partition"),
+            (
+                r#"{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1]},{"topic":"t","partition":0,"replicas":[2]}]}"#,
+                "appears twice",
+            ),
+            (
+                r#"{"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[1],"log_dirs":["/d"]}]}"#,
+                "log_dirs",
+            ),
+            (
+                r#"{"version":1,"partitions":[{"topic":"t"}]}"#,
+                "not a reassignment plan",
+            ),
+            ("nope", "not a reassignment plan"),
+        ] {
+            let e = parse_plan(text).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn verify_says_completed_in_progress_or_other_replicas() {
+        let p = PlanPartition {
+            topic: "t".into(),
+            partition: 1,
+            replicas: vec![2, 3],
+            log_dirs: None,
+        };
+        assert!(verify_line(&p, Some((&[2, 3], false))).0);
+        let (done, line) = verify_line(&p, Some((&[2, 3, 1], true)));
+        assert!(!done && line.contains("still in progress"), "{line}");
+        let (done, line) = verify_line(&p, Some((&[1, 2], false)));
+        assert!(!done && line.contains("rather than [2, 3]"), "{line}");
+        assert!(!verify_line(&p, None).0);
+    }
+}

@@ -1,0 +1,160 @@
+//! Partition reassignment (KIP-455) on a running cluster (in-process, real gRPC, data on
+//! disk): a partition moved from brokers 1,2 to 2,3 keeps every acknowledged record, its
+//! leader moves off the removed broker, the move completes in the metadata log once broker 3
+//! is in the ISR, and broker 1 deletes its copy; bad requests get Kafka's codes and change
+//! nothing; a move that cannot complete (its new broker is down) is cancelled back to the
+//! original replicas.
+
+use std::time::Duration;
+
+use keel_client::admin::{Admin, AdminConfig};
+use keel_proto::ErrorCode;
+use keel_tests::data::{assigned_topic, code, values};
+use keel_tests::{Endpoints, InProcessCluster};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn admin(c: &InProcessCluster) -> Admin {
+    let addrs = c.live_controllers().into_iter().map(|(_, a)| a).collect();
+    Admin::new(AdminConfig::new(addrs)).unwrap()
+}
+
+/// `(replicas, adding, removing, partition epoch)` of `topic`-0 in the active controller's
+/// image.
+async fn assignment(a: &Admin, topic: &str) -> (Vec<i32>, Vec<i32>, Vec<i32>, i32) {
+    let image = a.metadata_image().await.unwrap();
+    let p = &image.topics().get_by_name(topic).unwrap().partitions[&0];
+    (
+        p.replicas.clone(),
+        p.adding_replicas.clone(),
+        p.removing_replicas.clone(),
+        p.partition_epoch,
+    )
+}
+
+/// The error code of each partition result, in request order.
+fn codes(results: &[(String, i32, Option<keel_proto::common::Error>)]) -> Vec<ErrorCode> {
+    results
+        .iter()
+        .map(|(_, _, e)| ErrorCode::from_proto(e.as_ref()).unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_moves_keeps_its_records_and_the_removed_broker_deletes_its_copy() {
+    let mut c = InProcessCluster::start(3, 3);
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    c.create_topic(assigned_topic("move", &[&[1, 2]]), WAIT)
+        .await;
+    c.wait_leader_isr(1, "move", &[1, 2], WAIT).await;
+    assert_eq!(
+        code(&c.produce(1, "move", -1, &values("v", 0..5)).await),
+        ErrorCode::None
+    );
+    let a = admin(&c);
+    let old_copy = c.broker_data_dir(1).join("move-0");
+    assert!(old_copy.exists(), "{}", old_copy.display());
+
+    // Bad requests: Kafka's codes, nothing changes.
+    let before = assignment(&a, "move").await;
+    let bad = [
+        ("move".to_string(), 0, Some(vec![2, 9])),
+        ("move".to_string(), 0, Some(vec![2, 2])),
+        ("nope".to_string(), 0, Some(vec![2, 3])),
+        ("move".to_string(), 7, Some(vec![2, 3])),
+    ];
+    for (m, want) in bad.iter().zip([
+        ErrorCode::InvalidReplicaAssignment,
+        ErrorCode::InvalidReplicaAssignment,
+        ErrorCode::UnknownTopicOrPartition,
+        ErrorCode::UnknownTopicOrPartition,
+    ]) {
+        let r = a
+            .alter_partition_reassignments(std::slice::from_ref(m))
+            .await
+            .unwrap();
+        assert_eq!(codes(&r), [want], "{m:?}: {r:?}");
+    }
+    let r = a
+        .alter_partition_reassignments(&[
+            ("move".into(), 0, Some(vec![])),
+            ("move".into(), 0, None),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        codes(&r),
+        [
+            ErrorCode::InvalidReplicaAssignment,
+            ErrorCode::InvalidRequest
+        ]
+    );
+    let r = a
+        .alter_partition_reassignments(&[("move".into(), 0, None)])
+        .await
+        .unwrap();
+    assert_eq!(codes(&r), [ErrorCode::NoReassignmentInProgress]);
+    assert_eq!(
+        assignment(&a, "move").await,
+        before,
+        "a refused request changed the partition"
+    );
+
+    // 1,2 -> 2,3: broker 3 catches up, joins the ISR, and the move completes with the leader
+    // moved off broker 1.
+    let r = a
+        .alter_partition_reassignments(&[("move".into(), 0, Some(vec![2, 3]))])
+        .await
+        .unwrap();
+    assert_eq!(codes(&r), [ErrorCode::None]);
+    c.wait_for("the move of move-0 completed", WAIT, || async {
+        let (replicas, adding, removing, _) = assignment(&a, "move").await;
+        (replicas == [2, 3] && adding.is_empty() && removing.is_empty()).then_some(())
+    })
+    .await;
+    assert!(
+        a.list_partition_reassignments(&[])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    c.wait_leader_isr(2, "move", &[2, 3], WAIT).await;
+    let (recs, _, hw) = c.consume(2, "move", 0, 0).await;
+    assert_eq!(hw, 5);
+    assert_eq!(
+        recs.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+        values("v", 0..5)
+    );
+    c.wait_for("broker 1 deleted its copy of move-0", WAIT, || async {
+        (!old_copy.exists()).then_some(())
+    })
+    .await;
+
+    // A move that cannot complete (broker 1 is down, so it never joins the ISR) is listed,
+    // and cancelled back to the original replicas.
+    c.kill_broker(1);
+    let r = a
+        .alter_partition_reassignments(&[("move".into(), 0, Some(vec![1, 2, 3]))])
+        .await
+        .unwrap();
+    assert_eq!(codes(&r), [ErrorCode::None]);
+    let (replicas, adding, removing, _) = assignment(&a, "move").await;
+    assert_eq!(
+        (replicas, adding, removing),
+        (vec![1, 2, 3], vec![1], vec![])
+    );
+    let moving = a.list_partition_reassignments(&[]).await.unwrap();
+    assert_eq!(moving.len(), 1);
+    assert_eq!(moving[0].partitions[0].adding_replicas, [1]);
+    let r = a
+        .alter_partition_reassignments(&[("move".into(), 0, None)])
+        .await
+        .unwrap();
+    assert_eq!(codes(&r), [ErrorCode::None]);
+    let (replicas, adding, removing, _) = assignment(&a, "move").await;
+    assert_eq!((replicas, adding, removing), (vec![2, 3], vec![], vec![]));
+    assert_eq!(
+        code(&c.produce(2, "move", -1, &values("w", 0..2)).await),
+        ErrorCode::None
+    );
+}
