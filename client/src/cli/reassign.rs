@@ -10,6 +10,8 @@
 //! other replicas; it exits 0 only when every partition of the plan has its target replicas
 //! and none is moving. `--cancel` cancels the plan's moves in progress (the added replicas are
 //! dropped, the original replicas kept). `--list` shows every move in progress.
+//! `--generate --brokers 1,2,4 --topics t1,t2` proposes a plan ([`generate`]) and changes
+//! nothing.
 
 use std::path::PathBuf;
 
@@ -20,8 +22,18 @@ use super::{CliError, CliResult, Ctx};
 
 /// Arguments of `partition reassign`.
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("action").required(true).args(["execute", "verify", "cancel", "list"])))]
+#[command(group(clap::ArgGroup::new("action").required(true).args(["execute", "verify", "cancel", "list", "generate"])))]
 pub struct ReassignArgs {
+    /// Propose a plan moving the partitions of --topics onto --brokers (printed, nothing
+    /// changes): replica counts balanced, racks spread, leaders spread, fewest moves.
+    #[arg(long, requires_all = ["brokers", "topics"])]
+    pub generate: bool,
+    /// With --generate: the brokers to place replicas on (comma-separated ids).
+    #[arg(long)]
+    pub brokers: Option<String>,
+    /// With --generate: the topics whose partitions to place (comma-separated names).
+    #[arg(long)]
+    pub topics: Option<String>,
     /// Start the moves of this plan (Kafka's reassignment JSON).
     #[arg(long, value_name = "FILE")]
     pub execute: Option<PathBuf>,
@@ -139,8 +151,146 @@ fn verify_line(p: &PlanPartition, current: Option<(&[i32], bool)>) -> (bool, Str
     }
 }
 
+/// One partition for [`generate`]: topic, index and current replicas (preferred first).
+pub type Placed = (String, i32, Vec<i32>);
+
+/// A plan placing every partition of `partitions` on `brokers` (pure; Kafka's
+/// `--generate` places from scratch, this keeps what it can): each partition keeps its
+/// replication factor; replicas already on an allowed broker stay while that broker holds
+/// fewer than its share (`ceil(replicas / brokers)`); the others go to the allowed broker with
+/// the fewest replicas, preferring racks the partition does not use yet (`rack_of`, `None` =
+/// no rack), then the lower id. The preferred leader is the current one when it stays and has
+/// fewer than its share of leaderships, else the member leading the fewest partitions so far.
+///
+/// Errors: no broker, or a replication factor above the number of brokers.
+pub fn generate(
+    partitions: &[Placed],
+    brokers: &[i32],
+    rack_of: &dyn Fn(i32) -> Option<String>,
+) -> Result<Vec<PlanPartition>, String> {
+    if brokers.is_empty() {
+        return Err("no broker to place replicas on".into());
+    }
+    let total: usize = partitions.iter().map(|p| p.2.len()).sum();
+    let share = total.div_ceil(brokers.len());
+    let leader_share = partitions.len().div_ceil(brokers.len());
+    let mut load: std::collections::BTreeMap<i32, usize> =
+        brokers.iter().map(|b| (*b, 0)).collect();
+    let mut leads: std::collections::BTreeMap<i32, usize> =
+        brokers.iter().map(|b| (*b, 0)).collect();
+    let mut out = Vec::with_capacity(partitions.len());
+    for (topic, partition, current) in partitions {
+        let rf = current.len();
+        if rf > brokers.len() {
+            return Err(format!(
+                "{topic}-{partition} has {rf} replicas but only {} brokers were given",
+                brokers.len()
+            ));
+        }
+        let mut chosen: Vec<i32> = Vec::with_capacity(rf);
+        for b in current {
+            if let Some(l) = load.get_mut(b)
+                && *l < share
+            {
+                *l += 1;
+                chosen.push(*b);
+            }
+        }
+        while chosen.len() < rf {
+            let racks: Vec<Option<String>> = chosen.iter().map(|b| rack_of(*b)).collect();
+            let pick = brokers
+                .iter()
+                .copied()
+                .filter(|b| !chosen.contains(b))
+                .min_by_key(|b| {
+                    let rack = rack_of(*b);
+                    let rack_used = rack.is_some() && racks.contains(&rack);
+                    (rack_used, load[b], *b)
+                })
+                .expect("rf <= brokers leaves a broker to pick");
+            *load.get_mut(&pick).expect("an allowed broker") += 1;
+            chosen.push(pick);
+        }
+        let keep_leader = current
+            .first()
+            .filter(|l| chosen.contains(l) && leads[*l] < leader_share)
+            .copied();
+        let leader = keep_leader.unwrap_or_else(|| {
+            *chosen
+                .iter()
+                .min_by_key(|b| (leads[*b], **b))
+                .expect("a partition has replicas")
+        });
+        *leads.get_mut(&leader).expect("an allowed broker") += 1;
+        let mut replicas = vec![leader];
+        replicas.extend(chosen.into_iter().filter(|b| *b != leader));
+        out.push(PlanPartition {
+            topic: topic.clone(),
+            partition: *partition,
+            replicas,
+            log_dirs: None,
+        });
+    }
+    Ok(out)
+}
+
 pub(super) async fn run(a: ReassignArgs, ctx: &Ctx) -> CliResult {
     let admin = ctx.admin()?;
+    if a.generate {
+        let brokers = super::parse_broker_ids("--brokers", a.brokers.as_deref().unwrap_or(""))?;
+        let image = admin.metadata_image().await?;
+        if let Some(b) = brokers.iter().find(|b| image.broker(**b).is_none()) {
+            return Err(CliError::usage(format!(
+                "--brokers: broker {b} is not registered"
+            )));
+        }
+        let mut partitions: Vec<Placed> = Vec::new();
+        for name in a.topics.as_deref().unwrap_or("").split(',').map(str::trim) {
+            let Some(t) = image.topics().get_by_name(name) else {
+                return Err(CliError::usage(format!("--topics: unknown topic {name:?}")));
+            };
+            for (p, reg) in &t.partitions {
+                let original: Vec<i32> = reg
+                    .replicas
+                    .iter()
+                    .copied()
+                    .filter(|b| {
+                        !reg.adding_replicas.contains(b) && !reg.removing_replicas.contains(b)
+                    })
+                    .collect();
+                partitions.push((name.to_string(), *p, original));
+            }
+        }
+        let rack_of = |b: i32| image.broker(b).and_then(|r| r.rack.clone());
+        let proposed = generate(&partitions, &brokers, &rack_of).map_err(CliError::usage)?;
+        let current: Vec<PlanPartition> = partitions
+            .into_iter()
+            .map(|(topic, partition, replicas)| PlanPartition {
+                topic,
+                partition,
+                replicas,
+                log_dirs: None,
+            })
+            .collect();
+        let json = |partitions| {
+            serde_json::to_string(&Plan {
+                version: 1,
+                partitions,
+            })
+            .expect("a plan serializes")
+        };
+        if ctx.json {
+            outln!("{}", json(proposed));
+        } else {
+            outln!(
+                "Current partition replica assignment\n{}\n\nProposed partition reassignment \
+                 configuration\n{}",
+                json(current),
+                json(proposed)
+            );
+        }
+        return Ok(());
+    }
     if a.list {
         let moving = admin.list_partition_reassignments(&[]).await?;
         if ctx.json {
@@ -360,6 +510,44 @@ mod tests {
             let e = parse_plan(text).unwrap_err();
             assert!(e.contains(want), "{text}: {e}");
         }
+    }
+
+    #[test]
+    fn generated_plans_balance_replicas_and_leaders_and_keep_what_they_can() {
+        let no_rack = |_: i32| None;
+        // 12 RF-3 partitions on 1,2,3 moved onto 2,3,4: 2 and 3 keep theirs, 4 takes 1's.
+        let parts: Vec<Placed> = (0..12)
+            .map(|p| ("t".to_string(), p, vec![1, 2, 3]))
+            .collect();
+        let plan = generate(&parts, &[2, 3, 4], &no_rack).unwrap();
+        let mut load = std::collections::BTreeMap::new();
+        let mut leads = std::collections::BTreeMap::new();
+        for p in &plan {
+            let mut sorted = p.replicas.clone();
+            sorted.sort();
+            assert_eq!(sorted, [2, 3, 4], "{p:?}");
+            for b in &p.replicas {
+                *load.entry(*b).or_insert(0) += 1;
+            }
+            *leads.entry(p.replicas[0]).or_insert(0) += 1;
+        }
+        assert_eq!(load.values().copied().collect::<Vec<_>>(), [12, 12, 12]);
+        assert_eq!(leads.values().copied().collect::<Vec<_>>(), [4, 4, 4]);
+        // Already balanced: nothing moves.
+        let parts: Vec<Placed> = vec![
+            ("t".into(), 0, vec![1, 2]),
+            ("t".into(), 1, vec![2, 3]),
+            ("t".into(), 2, vec![3, 1]),
+        ];
+        let plan = generate(&parts, &[1, 2, 3], &no_rack).unwrap();
+        let kept: Vec<Vec<i32>> = plan.iter().map(|p| p.replicas.clone()).collect();
+        assert_eq!(kept, [vec![1, 2], vec![2, 3], vec![3, 1]]);
+        // Racks: a new replica goes to a rack the partition does not use yet.
+        let rack = |b: i32| Some(if b <= 2 { "a" } else { "b" }.to_string());
+        let plan = generate(&[("t".into(), 0, vec![1, 9])], &[1, 2, 3], &rack).unwrap();
+        assert_eq!(plan[0].replicas, [1, 3]);
+        assert!(generate(&[("t".into(), 0, vec![1, 2, 3])], &[1, 2], &no_rack).is_err());
+        assert!(generate(&parts, &[], &no_rack).is_err());
     }
 
     #[test]
