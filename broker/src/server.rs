@@ -169,7 +169,12 @@ pub async fn serve(
             voters
         }
     };
-    let channels = ControllerChannels::new(&voters, &dialer).map_err(StartError::Voters)?;
+    // The voter set follows the quorum (KIP-853): a refresher asks the active controller and
+    // every set of channels below rebuilds itself from it.
+    let (voters_tx, voters_rx) = watch::channel(voters.clone());
+    let channels = ControllerChannels::new(&voters, &dialer)
+        .map_err(StartError::Voters)?
+        .following(voters_rx.clone());
     let snapshot_path = local_snapshot::path_in(&config.metadata_dir());
     let initial = load_local_snapshot(&snapshot_path);
     // The partition logs are opened only once the directory is known to be this cluster's
@@ -202,9 +207,16 @@ pub async fn serve(
         sink,
     );
     crate::observe::publish(tailer.images(), status_rx.clone());
+    // Stops with the shutdown flag; the task is detached.
+    drop(crate::lifecycle::controllers::spawn_voter_refresh(
+        channels.clone(),
+        voters_tx,
+        timing.request_timeout,
+        shutdown_rx.clone(),
+    ));
     let (lifecycle, lifecycle_done) = start_lifecycle(
         &config,
-        voters,
+        voters_rx,
         &dialer,
         cluster_id,
         timing,
@@ -311,7 +323,7 @@ fn record_cluster_id(
 /// ([`spawn_lifecycle`]); its thread failing to start is [`StartError::Serve`].
 fn start_lifecycle(
     config: &BrokerConfig,
-    voters: std::collections::BTreeMap<u64, String>,
+    voters: watch::Receiver<std::collections::BTreeMap<u64, String>>,
     dialer: &Dialer,
     cluster_id: String,
     timing: Timing,
@@ -332,7 +344,7 @@ fn start_lifecycle(
         listeners = %config.listeners,
         advertised_listeners = %config.advertised_listeners,
         kafka_listener = ?config.kafka_listener,
-        voters = ?voters,
+        voters = ?*voters.borrow(),
         "broker started"
     );
     spawn_lifecycle(
@@ -574,7 +586,7 @@ type LifecycleOutcome = Result<Result<ShutdownOutcome, manager::LifecycleError>,
 /// text if the thread died without one, a panic) and a receiver that fires when it ends.
 fn spawn_lifecycle(
     cfg: LifecycleConfig,
-    voters: std::collections::BTreeMap<u64, String>,
+    voters: watch::Receiver<std::collections::BTreeMap<u64, String>>,
     dialer: Dialer,
     request_timeout: Duration,
     images: watch::Receiver<MetadataImage>,
@@ -592,8 +604,10 @@ fn spawn_lifecycle(
         .name("keel-lifecycle".into())
         .spawn(move || {
             let outcome = rt.block_on(async move {
-                let channels =
-                    ControllerChannels::new(&voters, &dialer).map_err(manager::LifecycleError)?;
+                let now = voters.borrow().clone();
+                let channels = ControllerChannels::new(&now, &dialer)
+                    .map_err(manager::LifecycleError)?
+                    .following(voters);
                 let client = ActiveControllerClient::new(channels, request_timeout);
                 manager::run(cfg, client, images, status, shutdown).await
             });

@@ -81,7 +81,10 @@ pub fn resolve(path: &Path) -> Result<Target, String> {
             snapshots: has("snapshots").then(|| path.join("snapshots")),
             ..Target::default()
         }
-    } else if has("meta") || any(segment) {
+    } else if has("meta")
+        || any(segment)
+        || keel_metadata_log::store::engine_files::holds_sled(path)
+    {
         Target {
             raft: Some(path.to_path_buf()),
             ..Target::default()
@@ -221,7 +224,8 @@ pub fn dump(
     let Some(raft) = &target.raft else {
         return Ok(summary);
     };
-    if let Ok(None) = keel_metadata_log::data_dir::try_lock_dir(raft) {
+    let sled = keel_metadata_log::store::engine_files::holds_sled(raft);
+    if !sled && let Ok(None) = keel_metadata_log::data_dir::try_lock_dir(raft) {
         sink.warn(format!(
             "{} is in use by a running controller: this is a moment's view, and its last entry \
              may be a write in progress",
@@ -247,7 +251,8 @@ pub fn dump(
             break;
         }
         if !json {
-            sink.line(format!("Segment {}", path.display()));
+            let what = if sled { "Log (sled)" } else { "Segment" };
+            sink.line(format!("{what} {}", path.display()));
         }
         let mut stop = false;
         log.read_segment(*base, path, |item| {

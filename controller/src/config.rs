@@ -122,11 +122,14 @@ impl ControllerConfig {
                             .unwrap_or_default()
                     ),
                 },
-                QuorumContact::Bootstrap(_) => ConfigError::Invalid {
-                    key: "controller_quorum_bootstrap_servers",
-                    reason: "a controller of a dynamic quorum has no voter entry to take its \
-                             address from: set listeners and advertised_listeners"
-                        .into(),
+                QuorumContact::Bootstrap(_) => ConfigError::Missing {
+                    key: if s.get::<String>("listeners").is_none() {
+                        "listeners (a controller with controller_quorum_bootstrap_servers has \
+                         no voter entry to take it from; set listeners and advertised_listeners)"
+                    } else {
+                        "advertised_listeners (a controller with \
+                         controller_quorum_bootstrap_servers has no voter entry to take it from)"
+                    },
                 },
             });
         }

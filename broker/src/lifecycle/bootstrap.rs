@@ -142,6 +142,11 @@ async fn ask(addr: &str, dialer: &Dialer, request_timeout: Duration) -> Answer {
     .await
     {
         Err(_) => Answer::Retry(format!("no answer in {request_timeout:?}")),
+        Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => Answer::Retry(
+            "does not serve the controller API (is it a broker? list controllers in \
+             controller_quorum_bootstrap_servers)"
+                .into(),
+        ),
         Ok(Err(status)) => Answer::Retry(format!("{}: {}", status.code(), status.message())),
         Ok(Ok(reply)) => judge(reply.get_ref()),
     }

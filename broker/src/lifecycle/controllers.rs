@@ -4,10 +4,18 @@
 //! (RegisterBroker, BrokerHeartbeat): NOT_CONTROLLER with a hint -> the hinted voter; without a
 //! hint or on a transport error -> the next voter; a bounded number of attempts per call.
 //!
-//! A hint may name a controller this broker's `controller_quorum_voters` does not list (one
-//! added with `keelctl quorum add-controller`, KIP-853): the client then opens a channel to the
-//! hint's `leader_address` and follows it, as a Kafka broker follows the leader endpoint a
-//! controller returns; at most [`MAX_LEARNED_CONTROLLERS`] such controllers per client.
+//! A hint may name a controller this broker's controller list does not have (one added with
+//! `keelctl quorum add-controller`, KIP-853): the client then opens a channel to the hint's
+//! `leader_address` and follows it, as a Kafka broker follows the leader endpoint a controller
+//! returns; at most [`MAX_LEARNED_CONTROLLERS`] such controllers per client.
+//!
+//! The voter set itself follows the quorum: [`spawn_voter_refresh`] asks the active
+//! controller for it (DescribeQuorum) every [`VOTER_REFRESH`] and publishes changes on a watch;
+//! channels made [`following`](ControllerChannels::following) it rebuild themselves on their
+//! next use ([`ControllerChannels::refresh`]), keeping the connections of unchanged voters. So a
+//! broker reaches controllers added after it started, and stops asking removed ones, before
+//! the controllers it started with are gone (Kafka's brokers learn the voters from the
+//! metadata log's VotersRecord).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -20,9 +28,10 @@ use keel_proto::controller::controller_service_client::ControllerServiceClient;
 use keel_proto::controller::{
     AllocateProducerIdsReply, AlterPartitionReply, BrokerHeartbeatReply, ControllerLeader,
     CreateTopicsReply, DeleteTopicsReply, DescribeClusterReply, DescribeConfigsReply,
-    RegisterBrokerReply,
+    DescribeQuorumReply, DescribeQuorumRequest, RegisterBrokerReply,
 };
 use keel_runtime::tls::Dialer;
+use tokio::sync::watch;
 use tonic::transport::Channel;
 
 /// Connect timeout of a controller channel.
@@ -47,11 +56,16 @@ pub fn controller_client(
         .max_decoding_message_size(MAX_CONTROLLER_MESSAGE_BYTES))
 }
 
-/// One client per configured voter, in voter-id order. Cloning shares the channels.
+/// How often [`spawn_voter_refresh`] asks for the voter set (with up to 20% jitter).
+pub const VOTER_REFRESH: Duration = Duration::from_secs(5);
+
+/// One client per voter, in voter-id order. Cloning shares the channels.
 #[derive(Debug, Clone)]
 pub struct ControllerChannels {
     voters: Arc<Vec<(u64, String, ControllerServiceClient<Channel>)>>,
     dialer: Dialer,
+    /// The newest voter set, when these channels follow one ([`Self::following`]).
+    updates: Option<watch::Receiver<BTreeMap<u64, String>>>,
 }
 
 impl ControllerChannels {
@@ -67,7 +81,51 @@ impl ControllerChannels {
         Ok(Self {
             voters: Arc::new(out),
             dialer: dialer.clone(),
+            updates: None,
         })
+    }
+
+    /// These channels, rebuilt from `updates`' voter set on use whenever it differs
+    /// ([`Self::refresh`]).
+    pub fn following(mut self, updates: watch::Receiver<BTreeMap<u64, String>>) -> Self {
+        self.updates = Some(updates);
+        self
+    }
+
+    /// Rebuilds the channels from the newest voter set when it differs from the one they
+    /// serve (an empty set is ignored); connections to voters at an unchanged address are
+    /// kept, controllers learned from hints are dropped (the set is the quorum's own). Returns
+    /// whether anything changed.
+    pub fn refresh(&mut self) -> bool {
+        let Some(updates) = &self.updates else {
+            return false;
+        };
+        let newest = updates.borrow().clone();
+        let same = newest.len() == self.voters.len()
+            && self
+                .voters
+                .iter()
+                .all(|(id, addr, _)| newest.get(id) == Some(addr));
+        if newest.is_empty() || same {
+            return false;
+        }
+        let mut out = Vec::with_capacity(newest.len());
+        for (id, addr) in &newest {
+            let kept = self
+                .voters
+                .iter()
+                .find(|(i, a, _)| i == id && a == addr)
+                .map(|v| v.2.clone());
+            match kept.map_or_else(|| Self::client_for(*id, addr, &self.dialer), Ok) {
+                Ok(client) => out.push((*id, addr.clone(), client)),
+                Err(e) => tracing::warn!("cannot reach controller {id} at {addr}: {e}"),
+            }
+        }
+        if out.is_empty() {
+            return false;
+        }
+        self.voters = Arc::new(out);
+        true
     }
 
     fn client_for(
@@ -90,6 +148,7 @@ impl ControllerChannels {
         Some(Self {
             voters: Arc::new(voters),
             dialer: self.dialer.clone(),
+            updates: self.updates.clone(),
         })
     }
 
@@ -197,6 +256,7 @@ macro_rules! controller_reply {
 }
 
 controller_reply!(
+    DescribeQuorumReply,
     RegisterBrokerReply,
     BrokerHeartbeatReply,
     AlterPartitionReply,
@@ -260,8 +320,8 @@ impl ActiveControllerClient {
             tracing::info!(
                 controller = id,
                 address = %leader.leader_address,
-                "following an active controller that controller_quorum_voters does not list \
-                 (added with keelctl quorum add-controller?); list it there at the next restart"
+                "following an active controller this broker's controller list does not have \
+                 (added with keelctl quorum add-controller?)"
             );
             self.channels = channels;
             self.router.add(id);
@@ -277,6 +337,10 @@ impl ActiveControllerClient {
         F: FnMut(ControllerServiceClient<Channel>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
     {
+        if self.channels.refresh() {
+            self.router = ControllerRouter::new(self.channels.ids());
+            self.learned = 0;
+        }
         let attempts = 2 * self.channels.len();
         let mut last = String::from("nothing");
         for _ in 0..attempts {
@@ -315,6 +379,45 @@ impl ActiveControllerClient {
         }
         Err(NoActiveController { attempts, last })
     }
+}
+
+/// Asks the active controller for the voter set every [`VOTER_REFRESH`] (jittered) and
+/// publishes it on `voters` when it changed, until `stop` turns true. `channels` should follow
+/// `voters` themselves. A failed round is retried at the next interval (logged at DEBUG: the
+/// heartbeat and metadata paths report unreachable controllers already).
+pub fn spawn_voter_refresh(
+    channels: ControllerChannels,
+    voters: watch::Sender<BTreeMap<u64, String>>,
+    request_timeout: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut client = ActiveControllerClient::new(channels, request_timeout);
+        loop {
+            let pause = VOTER_REFRESH.mul_f64(1.0 + 0.2 * keel_runtime::backoff::jitter());
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            let reply = client
+                .call(|mut c| async move { c.describe_quorum(DescribeQuorumRequest {}).await })
+                .await;
+            match reply.as_ref().map(super::bootstrap::judge) {
+                Ok(super::bootstrap::Answer::Voters(newest)) => {
+                    voters.send_if_modified(|v| {
+                        let changed = *v != newest;
+                        if changed {
+                            tracing::info!(voters = ?newest, "the controller voters changed");
+                            *v = newest;
+                        }
+                        changed
+                    });
+                }
+                Ok(other) => tracing::debug!(?other, "voter refresh: no voter set"),
+                Err(e) => tracing::debug!(error = %e, "voter refresh failed"),
+            }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -134,7 +134,7 @@ impl Publisher {
 
 async fn tail_loop(
     cfg: TailerConfig,
-    channels: ControllerChannels,
+    mut channels: ControllerChannels,
     initial: MetadataImage,
     mut publisher: Publisher,
     mut stop: watch::Receiver<bool>,
@@ -144,6 +144,10 @@ async fn tail_loop(
     let mut index = 0usize;
     let mut failures = 0u32;
     loop {
+        // The voter set may have changed (a controller added or removed, KIP-853).
+        if channels.refresh() {
+            index = 0;
+        }
         let (voter, addr) = channels.voter(index);
         let addr = addr.to_string();
         let from = replayer.next_offset();

@@ -734,8 +734,8 @@ fn controller_identity(path: &std::path::Path) -> Result<NewVoter, String> {
             .and_then(|v| v.get(&(node_id as u64)).cloned())
             .ok_or_else(|| {
                 format!(
-                    "--controller-config {show}: sets no advertised_listeners and its \
-                     controller_quorum_voters does not list node_id {node_id}: give --endpoint"
+                    "--controller-config {show}: sets no advertised_listeners (and no \
+                     controller_quorum_voters entry for node_id {node_id}): give --endpoint"
                 )
             })?,
     };

@@ -370,6 +370,11 @@ pub fn parse_host_port_list(s: &str) -> Result<Vec<String>, String> {
                 "{s:?} has an empty entry (host:port,host:port,...)"
             ));
         }
+        if entry.contains('/') {
+            return Err(format!(
+                "{entry:?} is not host:port (give the address without a scheme or path)"
+            ));
+        }
         parse_host_port(entry)?;
         if out.iter().any(|e| e == entry) {
             return Err(format!("{entry:?} is listed twice"));
