@@ -233,29 +233,45 @@ pub fn alter_partition(req: &AlterPartitionRequest) -> Result<(), FieldError> {
     Ok(())
 }
 
-/// Bounds of an ElectLeaders: at most [`MAX_TOPICS_PER_REQUEST`] topics (names at most
-/// [`MAX_TOPIC_NAME_LEN`]) and [`MAX_PARTITIONS_PER_REQUEST`] partitions over all of them.
-pub fn elect_leaders(req: &ElectLeadersRequest) -> Result<(), FieldError> {
-    check_count(
-        || "topic_partitions".into(),
-        req.topic_partitions.len(),
-        MAX_TOPICS_PER_REQUEST,
-    )?;
+/// The bound shared by requests that name topics and partitions of them: at most
+/// [`MAX_TOPICS_PER_REQUEST`] topics in `list`, each name (field `name_field`) at most
+/// [`MAX_TOPIC_NAME_LEN`] bytes, and [`MAX_PARTITIONS_PER_REQUEST`] partitions (field
+/// `parts_field`) over all of them. `topics` gives each topic's name and partition count.
+fn topics_and_partitions<'a>(
+    list: &str,
+    name_field: &str,
+    parts_field: &str,
+    topics: impl ExactSizeIterator<Item = (&'a str, usize)>,
+) -> Result<(), FieldError> {
+    check_count(|| list.into(), topics.len(), MAX_TOPICS_PER_REQUEST)?;
     let mut partitions = 0usize;
-    for (t, tp) in req.topic_partitions.iter().enumerate() {
+    for (t, (name, count)) in topics.enumerate() {
         check_len(
-            || format!("topic_partitions[{t}].topic"),
-            &tp.topic,
+            || format!("{list}[{t}].{name_field}"),
+            name,
             MAX_TOPIC_NAME_LEN,
         )?;
-        partitions += tp.partitions.len();
+        partitions += count;
         check_count(
-            || format!("topic_partitions[{t}].partitions (over all topics)"),
+            || format!("{list}[{t}].{parts_field} (over all topics)"),
             partitions,
             MAX_PARTITIONS_PER_REQUEST,
         )?;
     }
     Ok(())
+}
+
+/// Bounds of an ElectLeaders: at most [`MAX_TOPICS_PER_REQUEST`] topics (names at most
+/// [`MAX_TOPIC_NAME_LEN`]) and [`MAX_PARTITIONS_PER_REQUEST`] partitions over all of them.
+pub fn elect_leaders(req: &ElectLeadersRequest) -> Result<(), FieldError> {
+    topics_and_partitions(
+        "topic_partitions",
+        "topic",
+        "partitions",
+        req.topic_partitions
+            .iter()
+            .map(|t| (t.topic.as_str(), t.partitions.len())),
+    )
 }
 
 /// Bounds of an AlterPartitionReassignments: at most [`MAX_TOPICS_PER_REQUEST`] topics (names
@@ -264,20 +280,15 @@ pub fn elect_leaders(req: &ElectLeadersRequest) -> Result<(), FieldError> {
 pub fn alter_partition_reassignments(
     req: &AlterPartitionReassignmentsRequest,
 ) -> Result<(), FieldError> {
-    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
-    let mut partitions = 0usize;
+    topics_and_partitions(
+        "topics",
+        "name",
+        "partitions",
+        req.topics
+            .iter()
+            .map(|t| (t.name.as_str(), t.partitions.len())),
+    )?;
     for (t, topic) in req.topics.iter().enumerate() {
-        check_len(
-            || format!("topics[{t}].name"),
-            &topic.name,
-            MAX_TOPIC_NAME_LEN,
-        )?;
-        partitions += topic.partitions.len();
-        check_count(
-            || format!("topics[{t}].partitions (over all topics)"),
-            partitions,
-            MAX_PARTITIONS_PER_REQUEST,
-        )?;
         for (p, part) in topic.partitions.iter().enumerate() {
             if let Some(r) = &part.replicas {
                 check_count(
@@ -296,22 +307,14 @@ pub fn alter_partition_reassignments(
 pub fn list_partition_reassignments(
     req: &ListPartitionReassignmentsRequest,
 ) -> Result<(), FieldError> {
-    check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
-    let mut partitions = 0usize;
-    for (t, topic) in req.topics.iter().enumerate() {
-        check_len(
-            || format!("topics[{t}].name"),
-            &topic.name,
-            MAX_TOPIC_NAME_LEN,
-        )?;
-        partitions += topic.partition_indexes.len();
-        check_count(
-            || format!("topics[{t}].partition_indexes (over all topics)"),
-            partitions,
-            MAX_PARTITIONS_PER_REQUEST,
-        )?;
-    }
-    Ok(())
+    topics_and_partitions(
+        "topics",
+        "name",
+        "partition_indexes",
+        req.topics
+            .iter()
+            .map(|t| (t.name.as_str(), t.partition_indexes.len())),
+    )
 }
 
 /// Bounds of an AlterConfigs: at most [`MAX_CONFIG_RESOURCES`] resources (names at most
@@ -687,6 +690,47 @@ mod tests {
         assert_eq!(
             elect_leaders(&req).unwrap_err().field,
             "topic_partitions[2].partitions (over all topics)"
+        );
+    }
+
+    #[test]
+    fn reassignment_requests_are_bounded() {
+        let part = |n: usize| ReassignablePartition {
+            partition_index: 0,
+            replicas: Some(keel_proto::metadata::ReplicaList { ids: vec![1; n] }),
+        };
+        let mut req = AlterPartitionReassignmentsRequest {
+            topics: vec![ReassignableTopic {
+                name: "t".into(),
+                partitions: vec![part(MAX_REPLICAS)],
+            }],
+        };
+        alter_partition_reassignments(&req).unwrap();
+        req.topics[0].partitions.push(part(MAX_REPLICAS + 1));
+        assert_eq!(
+            alter_partition_reassignments(&req).unwrap_err().field,
+            "topics[0].partitions[1].replicas"
+        );
+        req.topics[0].name = "x".repeat(MAX_TOPIC_NAME_LEN + 1);
+        assert_eq!(
+            alter_partition_reassignments(&req).unwrap_err().field,
+            "topics[0].name"
+        );
+        let list = ListPartitionReassignmentsRequest {
+            topics: vec![
+                ListPartitionReassignmentsTopics {
+                    name: "t".into(),
+                    partition_indexes: vec![0; MAX_PARTITIONS_PER_REQUEST],
+                },
+                ListPartitionReassignmentsTopics {
+                    name: "u".into(),
+                    partition_indexes: vec![0],
+                },
+            ],
+        };
+        assert_eq!(
+            list_partition_reassignments(&list).unwrap_err().field,
+            "topics[1].partition_indexes (over all topics)"
         );
     }
 
