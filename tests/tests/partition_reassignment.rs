@@ -158,3 +158,66 @@ async fn a_partition_moves_keeps_its_records_and_the_removed_broker_deletes_its_
         ErrorCode::None
     );
 }
+
+/// `keelctl broker decommission 4` on a running broker: every partition with a replica on
+/// broker 4 moves off it (the replica replaced in place by the least-loaded other broker), the
+/// records stay, broker 4 deletes its copies, and keelctl says to stop it before
+/// unregistering; once stopped, `keelctl broker unregister 4` removes its registration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_decommissioned_broker_is_emptied_then_unregistered() {
+    let mut c = InProcessCluster::start(3, 4);
+    c.wait_unfenced(&[1, 2, 3, 4], WAIT).await;
+    c.create_topic(assigned_topic("dec", &[&[4, 1], &[1, 2], &[2, 4]]), WAIT)
+        .await;
+    c.wait_leader_isr(4, "dec", &[1, 4], WAIT).await;
+    assert_eq!(
+        code(&c.produce(4, "dec", -1, &values("d", 0..5)).await),
+        ErrorCode::None
+    );
+    let bootstrap: Vec<String> = c.live_controllers().into_iter().map(|(_, a)| a).collect();
+    let keelctl = |args: &[&str]| {
+        let out = std::process::Command::new(keel_tests::process::binary("keelctl"))
+            .arg("--bootstrap-controllers")
+            .arg(bootstrap.join(","))
+            .args(args)
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "keelctl {args:?}: {text}");
+        text
+    };
+    let out = keelctl(&["broker", "decommission", "4", "--timeout-secs", "60"]);
+    assert!(
+        out.contains("moving 2 partition(s) off broker 4")
+            && out.contains("stop its process, then run `keelctl broker unregister 4`"),
+        "{out}"
+    );
+    let a = admin(&c);
+    let image = a.metadata_image().await.unwrap();
+    let t = image.topics().get_by_name("dec").unwrap();
+    let replicas: Vec<Vec<i32>> = t.partitions.values().map(|p| p.replicas.clone()).collect();
+    assert_eq!(replicas, [vec![3, 1], vec![1, 2], vec![2, 3]]);
+    // The records of dec-0 are on its new leader, the first target replica in the ISR.
+    c.wait_leader_isr(3, "dec", &[1, 3], WAIT).await;
+    let (recs, _, hw) = c.consume(3, "dec", 0, 0).await;
+    assert_eq!(hw, 5);
+    assert_eq!(
+        recs.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+        values("d", 0..5)
+    );
+    let dir = c.broker_data_dir(4);
+    c.wait_for("broker 4 deleted its copies", WAIT, || async {
+        (!dir.join("dec-0").exists() && !dir.join("dec-2").exists()).then_some(())
+    })
+    .await;
+
+    c.kill_broker(4);
+    let out = keelctl(&["broker", "unregister", "4"]);
+    assert!(out.contains("broker 4 unregistered"), "{out}");
+    let r = c.try_describe_cluster().await.unwrap();
+    assert!(r.brokers.iter().all(|b| b.broker_id != 4), "{r:?}");
+}

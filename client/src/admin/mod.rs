@@ -1193,6 +1193,23 @@ impl Admin {
         })
     }
 
+    /// Removes broker `broker_id`'s registration (UnregisterBroker, KIP-631): it leaves every
+    /// ISR and leadership first. A broker process still running registers again.
+    ///
+    /// Errors: BROKER_ID_NOT_REGISTERED (102), not authorized, no active controller.
+    pub async fn unregister_broker(&self, broker_id: i32) -> Result<()> {
+        let req = UnregisterBrokerRequest { broker_id };
+        let Answered {
+            value: reply,
+            uncertain,
+        } = self
+            .call(true, |mut c| async move { c.unregister_broker(req).await })
+            .await?;
+        check_write(&uncertain, reply.error.as_ref(), || {
+            format!("unregister broker {broker_id}")
+        })
+    }
+
     /// Raft quorum state and replication progress, from the active controller.
     pub async fn describe_quorum(&self) -> Result<DescribeQuorumReply> {
         let reply = self

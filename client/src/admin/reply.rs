@@ -77,6 +77,7 @@ controller_reply!(
     AlterUserScramCredentialsReply,
     AddRaftVoterReply,
     RemoveRaftVoterReply,
+    UnregisterBrokerReply,
 );
 
 // Reads of the metadata image: out of date on a controller out of contact.

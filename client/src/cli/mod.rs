@@ -348,6 +348,30 @@ pub enum BrokerCommand {
     /// Controlled shutdown of a broker of the local cluster (SIGTERM to its process, which
     /// then asks the controller for a controlled shutdown and waits for it).
     Shutdown(BrokerShutdownArgs),
+    /// Move every replica off a broker (one reassignment per partition, each replica to the
+    /// least-loaded other broker, racks spread), wait until none is left, then unregister it
+    /// if its process is stopped, else say to stop it and run `broker unregister`.
+    Decommission(BrokerDecommissionArgs),
+    /// Remove a stopped broker's registration (UnregisterBroker, KIP-631; kafka-cluster.sh
+    /// unregister). A running broker registers again.
+    Unregister(BrokerIdArg),
+}
+
+/// Arguments of `broker decommission`.
+#[derive(Debug, clap::Args)]
+pub struct BrokerDecommissionArgs {
+    /// Broker id.
+    pub id: u16,
+    /// How long to wait for the moves to complete, seconds.
+    #[arg(long, default_value_t = 600)]
+    pub timeout_secs: u64,
+}
+
+/// A broker id argument.
+#[derive(Debug, clap::Args)]
+pub struct BrokerIdArg {
+    /// Broker id.
+    pub id: u16,
 }
 
 /// Arguments of `broker shutdown`.
@@ -659,6 +683,14 @@ async fn run(command: Command, ctx: &Ctx) -> CliResult {
             }
         }
         Command::Broker(BrokerCommand::Shutdown(a)) => cluster::shutdown_broker(a, ctx).await,
+        Command::Broker(BrokerCommand::Decommission(a)) => {
+            reassign::decommission(i32::from(a.id), Duration::from_secs(a.timeout_secs), ctx).await
+        }
+        Command::Broker(BrokerCommand::Unregister(a)) => {
+            ctx.admin()?.unregister_broker(i32::from(a.id)).await?;
+            outln!("broker {} unregistered", a.id);
+            Ok(())
+        }
         Command::Quorum(q) => quorum(q, ctx).await,
         Command::Metadata(c) => metadata::run(c, ctx).await,
         Command::Log(c) => log::run(c, ctx),

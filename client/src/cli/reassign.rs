@@ -234,6 +234,156 @@ pub fn generate(
     Ok(out)
 }
 
+/// The moves that take every replica off broker `leaving` (pure): in each partition of
+/// `partitions` that has it, `leaving` is replaced, in place, by the broker of `targets` that
+/// the partition does not have, preferring racks the partition does not use yet, then the
+/// fewest replicas (`load`, counted over the whole cluster and updated as it goes), then the
+/// lower id. Partitions without `leaving` are left out.
+///
+/// Errors: a partition with no broker of `targets` left to take the replica.
+pub fn decommission_plan(
+    partitions: &[Placed],
+    leaving: i32,
+    targets: &[i32],
+    rack_of: &dyn Fn(i32) -> Option<String>,
+    load: &mut std::collections::BTreeMap<i32, usize>,
+) -> Result<Vec<PlanPartition>, String> {
+    let mut out = Vec::new();
+    for (topic, partition, replicas) in partitions {
+        let Some(slot) = replicas.iter().position(|b| *b == leaving) else {
+            continue;
+        };
+        let racks: Vec<Option<String>> = replicas
+            .iter()
+            .filter(|b| **b != leaving)
+            .map(|b| rack_of(*b))
+            .collect();
+        let pick = targets
+            .iter()
+            .copied()
+            .filter(|b| *b != leaving && !replicas.contains(b))
+            .min_by_key(|b| {
+                let rack = rack_of(*b);
+                let rack_used = rack.is_some() && racks.contains(&rack);
+                (rack_used, load.get(b).copied().unwrap_or(0), *b)
+            })
+            .ok_or_else(|| {
+                format!(
+                    "{topic}-{partition} (replicas {replicas:?}) has no other broker to move to"
+                )
+            })?;
+        *load.entry(pick).or_insert(0) += 1;
+        let mut target = replicas.clone();
+        target[slot] = pick;
+        out.push(PlanPartition {
+            topic: topic.clone(),
+            partition: *partition,
+            replicas: target,
+            log_dirs: None,
+        });
+    }
+    Ok(out)
+}
+
+/// `broker decommission ID`: moves every replica off the broker (a reassignment per partition
+/// that has it), waits until none is left (at most `timeout`), then unregisters it when its
+/// process is stopped (fenced), or says to stop it and run `broker unregister` (a running
+/// broker would register again).
+pub(super) async fn decommission(id: i32, timeout: std::time::Duration, ctx: &Ctx) -> CliResult {
+    let admin = ctx.admin()?;
+    let image = admin.metadata_image().await?;
+    let Some(me) = image.broker(id) else {
+        return Err(CliError::new(format!("broker {id} is not registered")));
+    };
+    let fenced_at_start = me.fenced;
+    let mut partitions: Vec<Placed> = Vec::new();
+    let mut load: std::collections::BTreeMap<i32, usize> = Default::default();
+    for (name, tid) in image.topics().by_name.iter() {
+        let Some(t) = image.topics().by_id.get(tid) else {
+            continue;
+        };
+        for (p, reg) in &t.partitions {
+            for b in &reg.replicas {
+                *load.entry(*b).or_insert(0) += 1;
+            }
+            if !reg.replicas.contains(&id) {
+                continue;
+            }
+            if !reg.adding_replicas.is_empty() || !reg.removing_replicas.is_empty() {
+                return Err(CliError::new(format!(
+                    "{name}-{p} is being reassigned: let it finish or cancel it (keelctl \
+                     partition reassign --list) first"
+                )));
+            }
+            partitions.push((name.clone(), *p, reg.replicas.clone()));
+        }
+    }
+    let targets: Vec<i32> = image
+        .brokers()
+        .values()
+        .filter(|b| b.id != id && !b.fenced && !b.in_controlled_shutdown)
+        .map(|b| b.id)
+        .collect();
+    let rack_of = |b: i32| image.broker(b).and_then(|r| r.rack.clone());
+    let plan =
+        decommission_plan(&partitions, id, &targets, &rack_of, &mut load).map_err(CliError::new)?;
+    if !plan.is_empty() {
+        let moves: Vec<(String, i32, Option<Vec<i32>>)> = plan
+            .iter()
+            .map(|p| (p.topic.clone(), p.partition, Some(p.replicas.clone())))
+            .collect();
+        let refused: Vec<String> = admin
+            .alter_partition_reassignments(&moves)
+            .await?
+            .into_iter()
+            .filter_map(|(t, p, e)| e.map(|e| format!("{t}-{p}: {}", e.message)))
+            .collect();
+        if !refused.is_empty() {
+            return Err(CliError::new(format!(
+                "moves refused: {}",
+                refused.join("; ")
+            )));
+        }
+        outln!("moving {} partition(s) off broker {id}", plan.len());
+    }
+    let deadline = std::time::Instant::now() + timeout;
+    let mut last_report = std::time::Instant::now();
+    let fenced = loop {
+        let image = admin.metadata_image().await?;
+        let left = image
+            .topics()
+            .by_id
+            .values()
+            .flat_map(|t| t.partitions.values())
+            .filter(|r| r.replicas.contains(&id))
+            .count();
+        if left == 0 {
+            break image.broker(id).is_none_or(|b| b.fenced);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(CliError::new(format!(
+                "{left} partition(s) still have a replica on broker {id} after {timeout:?} \
+                 (keelctl partition reassign --list shows them)"
+            )));
+        }
+        if last_report.elapsed() >= std::time::Duration::from_secs(10) {
+            outln!("{left} partition(s) still have a replica on broker {id}");
+            last_report = std::time::Instant::now();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    if fenced || fenced_at_start {
+        admin.unregister_broker(id).await?;
+        outln!("broker {id} holds no replica and is unregistered");
+    } else {
+        outln!(
+            "broker {id} holds no replica; stop its process, then run `keelctl broker \
+             unregister {id}` (a running broker registers again)"
+        );
+    }
+    Ok(())
+}
+
 pub(super) async fn run(a: ReassignArgs, ctx: &Ctx) -> CliResult {
     let admin = ctx.admin()?;
     if a.generate {
@@ -548,6 +698,32 @@ mod tests {
         assert_eq!(plan[0].replicas, [1, 3]);
         assert!(generate(&[("t".into(), 0, vec![1, 2, 3])], &[1, 2], &no_rack).is_err());
         assert!(generate(&parts, &[], &no_rack).is_err());
+    }
+
+    #[test]
+    fn a_decommission_replaces_the_broker_in_place_on_the_least_loaded_other_rack() {
+        let parts: Vec<Placed> = vec![
+            ("t".into(), 0, vec![4, 1]),
+            ("t".into(), 1, vec![1, 2]),
+            ("t".into(), 2, vec![2, 4]),
+        ];
+        let mut load: std::collections::BTreeMap<i32, usize> =
+            [(1, 2), (2, 2), (3, 0), (4, 2)].into();
+        let no_rack = |_: i32| None;
+        let plan = decommission_plan(&parts, 4, &[1, 2, 3], &no_rack, &mut load).unwrap();
+        let got: Vec<(i32, Vec<i32>)> = plan
+            .iter()
+            .map(|p| (p.partition, p.replicas.clone()))
+            .collect();
+        // 3 is the least loaded, then (3 has 1) 3 again beats 1 and 2 with 2 each.
+        assert_eq!(got, [(0, vec![3, 1]), (2, vec![2, 3])]);
+        // Racks first: t-0 keeps 1 (rack a), so the rack-b broker wins despite its load.
+        let rack = |b: i32| Some(if b == 3 { "b" } else { "a" }.to_string());
+        let mut load: std::collections::BTreeMap<i32, usize> = [(2, 0), (3, 9)].into();
+        let plan = decommission_plan(&parts[..1], 4, &[2, 3], &rack, &mut load).unwrap();
+        assert_eq!(plan[0].replicas, [3, 1]);
+        let e = decommission_plan(&parts[..1], 4, &[1], &no_rack, &mut load).unwrap_err();
+        assert!(e.contains("no other broker"), "{e}");
     }
 
     #[test]
