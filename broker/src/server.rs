@@ -208,7 +208,7 @@ pub async fn serve(
     );
     crate::observe::publish(tailer.images(), status_rx.clone());
     // Stops with the shutdown flag; the task is detached.
-    drop(crate::lifecycle::controllers::spawn_voter_refresh(
+    drop(crate::lifecycle::bootstrap::spawn_voter_refresh(
         channels.clone(),
         voters_tx,
         timing.request_timeout,

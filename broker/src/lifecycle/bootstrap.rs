@@ -10,7 +10,8 @@
 //! to the bootstrap servers.
 //!
 //! [`judge`] is the pure decision on one reply; [`discover_voters`] is the bounded-per-round,
-//! backed-off loop that runs until an answer or shutdown.
+//! backed-off loop that runs until an answer or shutdown. Once running, every broker (whatever
+//! its configuration) keeps the voter set current with [`spawn_voter_refresh`].
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,7 +22,9 @@ use keel_runtime::Backoff;
 use keel_runtime::tls::Dialer;
 use tokio::sync::watch;
 
-use super::controllers::controller_client;
+use super::controllers::{
+    ActiveControllerClient, ControllerChannels, VOTER_REFRESH, controller_client,
+};
 
 /// NOT_CONTROLLER hints followed from one bootstrap server before the next one is asked.
 pub const MAX_HINT_HOPS: usize = 2;
@@ -150,6 +153,45 @@ async fn ask(addr: &str, dialer: &Dialer, request_timeout: Duration) -> Answer {
         Ok(Err(status)) => Answer::Retry(format!("{}: {}", status.code(), status.message())),
         Ok(Ok(reply)) => judge(reply.get_ref()),
     }
+}
+
+/// Asks the active controller for the voter set every [`VOTER_REFRESH`] (jittered) and
+/// publishes it on `voters` when it changed, until `stop` turns true. `channels` should follow
+/// `voters` themselves. A failed round is retried at the next interval (logged at DEBUG: the
+/// heartbeat and metadata paths report unreachable controllers already).
+pub fn spawn_voter_refresh(
+    channels: ControllerChannels,
+    voters: watch::Sender<BTreeMap<u64, String>>,
+    request_timeout: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut client = ActiveControllerClient::new(channels, request_timeout);
+        loop {
+            let pause = VOTER_REFRESH.mul_f64(1.0 + 0.2 * keel_runtime::backoff::jitter());
+            tokio::select! {
+                _ = stop.wait_for(|s| *s) => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+            let reply = client
+                .call(|mut c| async move { c.describe_quorum(DescribeQuorumRequest {}).await })
+                .await;
+            match reply.as_ref().map(judge) {
+                Ok(Answer::Voters(newest)) => {
+                    voters.send_if_modified(|v| {
+                        let changed = *v != newest;
+                        if changed {
+                            tracing::info!(voters = ?newest, "the controller voters changed");
+                            *v = newest;
+                        }
+                        changed
+                    });
+                }
+                Ok(other) => tracing::debug!(?other, "voter refresh: no voter set"),
+                Err(e) => tracing::debug!(error = %e, "voter refresh failed"),
+            }
+        }
+    })
 }
 
 #[cfg(test)]

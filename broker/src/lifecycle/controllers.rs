@@ -9,8 +9,8 @@
 //! `leader_address` and follows it, as a Kafka broker follows the leader endpoint a controller
 //! returns; at most [`MAX_LEARNED_CONTROLLERS`] such controllers per client.
 //!
-//! The voter set itself follows the quorum: [`spawn_voter_refresh`] asks the active
-//! controller for it (DescribeQuorum) every [`VOTER_REFRESH`] and publishes changes on a watch;
+//! The voter set itself follows the quorum: [`super::bootstrap::spawn_voter_refresh`] asks
+//! the active controller for it (DescribeQuorum) every [`VOTER_REFRESH`] and publishes changes on a watch;
 //! channels made [`following`](ControllerChannels::following) it rebuild themselves on their
 //! next use ([`ControllerChannels::refresh`]), keeping the connections of unchanged voters. So a
 //! broker reaches controllers added after it started, and stops asking removed ones, before
@@ -28,7 +28,7 @@ use keel_proto::controller::controller_service_client::ControllerServiceClient;
 use keel_proto::controller::{
     AllocateProducerIdsReply, AlterPartitionReply, BrokerHeartbeatReply, ControllerLeader,
     CreateTopicsReply, DeleteTopicsReply, DescribeClusterReply, DescribeConfigsReply,
-    DescribeQuorumReply, DescribeQuorumRequest, RegisterBrokerReply,
+    DescribeQuorumReply, RegisterBrokerReply,
 };
 use keel_runtime::tls::Dialer;
 use tokio::sync::watch;
@@ -56,7 +56,8 @@ pub fn controller_client(
         .max_decoding_message_size(MAX_CONTROLLER_MESSAGE_BYTES))
 }
 
-/// How often [`spawn_voter_refresh`] asks for the voter set (with up to 20% jitter).
+/// How often [`super::bootstrap::spawn_voter_refresh`] asks for the voter set (with up to 20%
+/// jitter).
 pub const VOTER_REFRESH: Duration = Duration::from_secs(5);
 
 /// One client per voter, in voter-id order. Cloning shares the channels.
@@ -379,45 +380,6 @@ impl ActiveControllerClient {
         }
         Err(NoActiveController { attempts, last })
     }
-}
-
-/// Asks the active controller for the voter set every [`VOTER_REFRESH`] (jittered) and
-/// publishes it on `voters` when it changed, until `stop` turns true. `channels` should follow
-/// `voters` themselves. A failed round is retried at the next interval (logged at DEBUG: the
-/// heartbeat and metadata paths report unreachable controllers already).
-pub fn spawn_voter_refresh(
-    channels: ControllerChannels,
-    voters: watch::Sender<BTreeMap<u64, String>>,
-    request_timeout: Duration,
-    mut stop: watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut client = ActiveControllerClient::new(channels, request_timeout);
-        loop {
-            let pause = VOTER_REFRESH.mul_f64(1.0 + 0.2 * keel_runtime::backoff::jitter());
-            tokio::select! {
-                _ = stop.wait_for(|s| *s) => return,
-                _ = tokio::time::sleep(pause) => {}
-            }
-            let reply = client
-                .call(|mut c| async move { c.describe_quorum(DescribeQuorumRequest {}).await })
-                .await;
-            match reply.as_ref().map(super::bootstrap::judge) {
-                Ok(super::bootstrap::Answer::Voters(newest)) => {
-                    voters.send_if_modified(|v| {
-                        let changed = *v != newest;
-                        if changed {
-                            tracing::info!(voters = ?newest, "the controller voters changed");
-                            *v = newest;
-                        }
-                        changed
-                    });
-                }
-                Ok(other) => tracing::debug!(?other, "voter refresh: no voter set"),
-                Err(e) => tracing::debug!(error = %e, "voter refresh failed"),
-            }
-        }
-    })
 }
 
 #[cfg(test)]
