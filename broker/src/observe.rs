@@ -318,6 +318,20 @@ pub async fn start(addr: SocketAddr, broker_id: i32) -> Result<SocketAddr, Endpo
     let server = MetricsServer::bind(addr).await?;
     let bound = server.local_addr().unwrap_or(addr);
     let handle = keel_runtime::install_prometheus_recorder()?;
+    let ready_rx = start_sampling(broker_id)?;
+    server.spawn(handle, ready_rx, std::future::pending());
+    tracing::info!(metrics_listener = %bound, "serving /metrics and /health");
+    Ok(bound)
+}
+
+/// [`start`] without a listener, for a process that serves the metrics of several roles on
+/// one listener (the combined `keel-server`, KIP-833): installs the recorder (once per
+/// process), describes [`DEFS`] and [`RESERVED`] and starts sampling on the current runtime.
+/// Returns the broker's readiness ([`readiness`]), `starting` until [`publish`] is called.
+///
+/// Errors: another recorder is installed.
+pub fn start_sampling(broker_id: i32) -> Result<watch::Receiver<Readiness>, EndpointError> {
+    keel_runtime::install_prometheus_recorder()?;
     keel_runtime::describe_all(DEFS);
     keel_runtime::describe_all(RESERVED);
     keel_runtime::zero_counters(DEFS, &[]);
@@ -329,9 +343,7 @@ pub async fn start(addr: SocketAddr, broker_id: i32) -> Result<SocketAddr, Endpo
     }
     let (ready_tx, ready_rx) = watch::channel(Readiness::not_ready("starting"));
     tokio::spawn(sample(broker_id, ready_tx));
-    server.spawn(handle, ready_rx, std::future::pending());
-    tracing::info!(metrics_listener = %bound, "serving /metrics and /health");
-    Ok(bound)
+    Ok(ready_rx)
 }
 
 /// Refreshes gauges and readiness every [`SAMPLE_INTERVAL`] once [`publish`] was called.

@@ -4,9 +4,10 @@
 use std::future::Future;
 
 use keel_proto::controller::controller_service_server::ControllerServiceServer;
-use keel_runtime::MetricsServer;
 use keel_runtime::tls::Dialer;
+use keel_runtime::{MetricsServer, Readiness};
 use tokio::net::TcpListener;
+use tokio::sync::{oneshot, watch};
 
 use crate::config::ControllerConfig;
 use crate::node::{self, StartError};
@@ -32,6 +33,28 @@ pub async fn run(
     serve(listener, config, shutdown).await
 }
 
+/// [`run`] for a process that serves the metrics of several roles on one listener (the
+/// combined `keel-server`, KIP-833): `config.metrics_listener` must be `None`; once Raft has
+/// started, the controller's metrics are described and sampled into the process's global
+/// recorder (installed if needed) and the receiver of its readiness (as `/health/ready`
+/// would report it, [`crate::metrics::readiness`]) is sent on `readiness`. Errors as [`run`].
+pub async fn run_reporting_readiness(
+    config: ControllerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    readiness: oneshot::Sender<watch::Receiver<Readiness>>,
+) -> Result<(), StartError> {
+    let listener = node::bind(&config).await?;
+    serve_with(listener, config, shutdown, MetricsOut::Report(readiness)).await
+}
+
+/// Where the controller's metrics and readiness go.
+enum MetricsOut {
+    /// Served on `metrics_listener` when it is set.
+    Listener,
+    /// Handed to the process that serves them ([`run_reporting_readiness`]).
+    Report(oneshot::Sender<watch::Receiver<Readiness>>),
+}
+
 /// Runs a controller on an already bound `listener` (its address is the one peers and
 /// clients reach, so `config.listeners` is not bound again) until `shutdown` resolves. This
 /// is how a test process runs several controllers over real gRPC: bind every listener on
@@ -41,15 +64,29 @@ pub async fn serve(
     config: ControllerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), StartError> {
+    serve_with(listener, config, shutdown, MetricsOut::Listener).await
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    config: ControllerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    metrics_out: MetricsOut,
+) -> Result<(), StartError> {
     let metrics_server = match config.metrics_listener {
         Some(addr) => Some(MetricsServer::bind(addr).await?),
         None => None,
     };
     let tls = keel_runtime::tls::start(config.tls.as_ref())?;
     let raft_node = node::start_raft(&config, Dialer::new(tls.clone())).await?;
-    let metrics_guard = match metrics_server {
-        Some(server) => Some(start_metrics(server, &raft_node)?),
-        None => None,
+    let metrics_guard = match (metrics_server, metrics_out) {
+        (Some(server), _) => Some(start_metrics(Some(server), &raft_node)?.0),
+        (None, MetricsOut::Report(to)) => {
+            let (guard, readiness) = start_metrics(None, &raft_node)?;
+            let _ = to.send(readiness);
+            Some(guard)
+        }
+        (None, MetricsOut::Listener) => None,
     };
     let mut state = QuorumState::new(config.broker_session_timeout_ms).with_leader_rebalance(
         config
@@ -158,29 +195,35 @@ pub async fn serve(
     Ok(())
 }
 
-/// Installs the Prometheus recorder, describes the controller metrics and serves them with
-/// the readiness of [`crate::metrics::readiness`] (sampled every 500 ms). Dropping the
-/// returned guard stops the listener and the sampler.
+/// Installs the Prometheus recorder, describes the controller metrics and samples them with
+/// the readiness of [`crate::metrics::readiness`] (every 500 ms); serves both on `server`
+/// when given. Returns the readiness too. Dropping the returned guard stops the listener and
+/// the sampler.
 fn start_metrics(
-    server: MetricsServer,
+    server: Option<MetricsServer>,
     raft_node: &node::RaftNode,
-) -> Result<MetricsGuard, StartError> {
+) -> Result<(MetricsGuard, watch::Receiver<Readiness>), StartError> {
     let handle = keel_runtime::install_prometheus_recorder()?;
     keel_runtime::describe_all(crate::metrics::DEFS);
     keel_runtime::zero_counters(crate::metrics::DEFS, &[]);
     let (readiness, sampler) =
         crate::metrics::spawn_sampler(raft_node.clone(), std::time::Duration::from_millis(500));
-    if let Ok(addr) = server.local_addr() {
-        tracing::info!(metrics_listener = %addr, "serving /metrics and /health");
-    }
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    server.spawn(handle, readiness, async {
-        let _ = stopped.await;
-    });
-    Ok(MetricsGuard {
-        _stop: stop,
-        sampler,
-    })
+    if let Some(server) = server {
+        if let Ok(addr) = server.local_addr() {
+            tracing::info!(metrics_listener = %addr, "serving /metrics and /health");
+        }
+        server.spawn(handle, readiness.clone(), async {
+            let _ = stopped.await;
+        });
+    }
+    Ok((
+        MetricsGuard {
+            _stop: stop,
+            sampler,
+        },
+        readiness,
+    ))
 }
 
 /// Stops the metrics listener (its shutdown channel closes) and the sampler when dropped.

@@ -23,18 +23,48 @@ where
     F: Future<Output = Result<(), E>>,
     E: Display,
 {
-    let program = binary.program();
     let schema = Schema::of(binary);
-    let matches = crate::cli::matches_or_exit(schema.command(), program);
+    main_with(
+        binary.program(),
+        schema.command(),
+        |matches| {
+            schema
+                .load(matches)
+                .and_then(|s| config(&s))
+                .map_err(|e| e.to_string())
+        },
+        |c| (log_format(c), binary.default_log_filter()),
+        serve,
+    )
+}
+
+/// [`main`] for a program with its own command line (the combined `keel-server`): `command`
+/// is parsed (one-line errors, exit 2, [`crate::cli`]); `load` turns the matches into the
+/// typed config (its error is the one line printed, exit 1); `logging` gives the log format
+/// and the default log filter (used when `KEEL_LOG` is unset); `serve` runs on a
+/// multi-threaded tokio runtime. Exit codes as the module doc says.
+pub fn main_with<C, F, E>(
+    program: &'static str,
+    command: clap::Command,
+    load: impl FnOnce(&clap::ArgMatches) -> Result<C, String>,
+    logging: impl FnOnce(&C) -> (LogFormat, &'static str),
+    serve: impl FnOnce(C) -> F,
+) -> ExitCode
+where
+    F: Future<Output = Result<(), E>>,
+    E: Display,
+{
+    let matches = crate::cli::matches_or_exit(command, program);
     let fail = |e: &dyn Display| {
         eprintln!("{program}: {e}");
         ExitCode::FAILURE
     };
-    let config = match schema.load(&matches).and_then(|s| config(&s)) {
+    let config = match load(&matches) {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
-    if let Err(e) = crate::init_logging(log_format(&config), binary.default_log_filter()) {
+    let (format, filter) = logging(&config);
+    if let Err(e) = crate::init_logging(format, filter) {
         return fail(&e);
     }
     let rt = match tokio::runtime::Builder::new_multi_thread()
