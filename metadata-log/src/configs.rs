@@ -33,6 +33,26 @@ pub enum ConfigKind {
     /// `cleanup.policy`: a non-empty comma-separated list of `delete` and `compact` (Kafka's
     /// `ValidList`; the same rule as the broker's `keel_broker::log::CleanupPolicy::parse`).
     CleanupPolicy,
+    /// A throttled-replicas list (KIP-73; Kafka `ThrottledReplicaListValidator`): empty, `*`,
+    /// or comma-separated `partition:broker` pairs of non-negative integers
+    /// ([`ThrottledReplicas::parse`]).
+    ThrottledReplicas,
+}
+
+/// Which resources a key applies to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigScope {
+    /// A topic key (`name`) with a broker-level synonym (`broker_name`) that BROKER and
+    /// CLUSTER resources carry as the default of every topic (e.g. `retention.ms` /
+    /// `log.retention.ms`).
+    TopicAndBroker,
+    /// A topic key only, without a broker-level default (Kafka's
+    /// `*.replication.throttled.replicas`); `broker_name` equals `name` and is not used.
+    Topic,
+    /// A broker key only, on BROKER resources or the cluster-wide default (Kafka's
+    /// `*.replication.throttled.rate`, `DynamicConfig.Broker`); `name` equals `broker_name`
+    /// and is not a topic key.
+    Broker,
 }
 
 /// One known config key (Kafka: a `ConfigDef` entry of `LogConfig`).
@@ -42,6 +62,8 @@ pub struct ConfigDef {
     pub name: &'static str,
     /// The broker/cluster-level name, e.g. `log.retention.ms`.
     pub broker_name: &'static str,
+    /// Which resources take the key.
+    pub scope: ConfigScope,
     /// Kafka's default, as a string.
     pub default: &'static str,
     /// Type and range.
@@ -55,6 +77,7 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
     ConfigDef {
         name: "min.insync.replicas",
         broker_name: "min.insync.replicas",
+        scope: ConfigScope::TopicAndBroker,
         default: "1",
         kind: ConfigKind::Int { min: 1 },
         doc: "Minimum ISR size for acks=all writes to succeed; must not exceed the topic's \
@@ -63,6 +86,7 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
     ConfigDef {
         name: "unclean.leader.election.enable",
         broker_name: "unclean.leader.election.enable",
+        scope: ConfigScope::TopicAndBroker,
         default: "false",
         kind: ConfigKind::Bool,
         doc: "Allow a replica outside the ISR to become leader when no ISR member is live \
@@ -71,6 +95,7 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
     ConfigDef {
         name: "retention.ms",
         broker_name: "log.retention.ms",
+        scope: ConfigScope::TopicAndBroker,
         default: "604800000",
         kind: ConfigKind::Long { min: -1 },
         doc: "Delete segments older than this many milliseconds; -1 = no time limit.",
@@ -78,6 +103,7 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
     ConfigDef {
         name: "retention.bytes",
         broker_name: "log.retention.bytes",
+        scope: ConfigScope::TopicAndBroker,
         default: "-1",
         // Kafka accepts any long; values below -1 mean nothing, so Keel refuses them.
         kind: ConfigKind::Long { min: -1 },
@@ -87,6 +113,7 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
     ConfigDef {
         name: "segment.bytes",
         broker_name: "log.segment.bytes",
+        scope: ConfigScope::TopicAndBroker,
         default: "1073741824",
         // Kafka 3.x: at least LegacyRecord.RECORD_OVERHEAD_V0 (14); 4.0 raised it to 1 MiB.
         kind: ConfigKind::Int { min: 14 },
@@ -95,6 +122,7 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
     ConfigDef {
         name: "segment.ms",
         broker_name: "log.roll.ms",
+        scope: ConfigScope::TopicAndBroker,
         default: "604800000",
         kind: ConfigKind::Long { min: 1 },
         doc: "Roll a new segment after this many milliseconds even if it is not full.",
@@ -102,6 +130,7 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
     ConfigDef {
         name: "cleanup.policy",
         broker_name: "log.cleanup.policy",
+        scope: ConfigScope::TopicAndBroker,
         default: "delete",
         kind: ConfigKind::CleanupPolicy,
         doc: "Retention policy for old segments: `delete` (time/size retention), `compact` \
@@ -110,6 +139,7 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
     ConfigDef {
         name: "min.cleanable.dirty.ratio",
         broker_name: "log.cleaner.min.cleanable.ratio",
+        scope: ConfigScope::TopicAndBroker,
         default: "0.5",
         kind: ConfigKind::Double { min: 0.0, max: 1.0 },
         doc: "Compact a log when its uncleaned share of bytes reaches this ratio.",
@@ -117,6 +147,7 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
     ConfigDef {
         name: "min.compaction.lag.ms",
         broker_name: "log.cleaner.min.compaction.lag.ms",
+        scope: ConfigScope::TopicAndBroker,
         default: "0",
         kind: ConfigKind::Long { min: 0 },
         doc: "Records stay uncompacted for at least this many milliseconds; must not exceed \
@@ -125,6 +156,7 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
     ConfigDef {
         name: "max.compaction.lag.ms",
         broker_name: "log.cleaner.max.compaction.lag.ms",
+        scope: ConfigScope::TopicAndBroker,
         default: "9223372036854775807",
         kind: ConfigKind::Long { min: 1 },
         doc: "Compact records at most this many milliseconds after they were written, \
@@ -133,6 +165,7 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
     ConfigDef {
         name: "delete.retention.ms",
         broker_name: "log.cleaner.delete.retention.ms",
+        scope: ConfigScope::TopicAndBroker,
         default: "86400000",
         kind: ConfigKind::Long { min: 0 },
         doc: "How long a tombstone stays in a compacted log after the cleaner first kept it.",
@@ -140,6 +173,7 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
     ConfigDef {
         name: "max.message.bytes",
         broker_name: "message.max.bytes",
+        scope: ConfigScope::TopicAndBroker,
         default: "1048588",
         kind: ConfigKind::Int { min: 0 },
         doc: "Largest record batch the topic accepts, in bytes.",
@@ -147,20 +181,108 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
     ConfigDef {
         name: "flush.messages",
         broker_name: "log.flush.interval.messages",
+        scope: ConfigScope::TopicAndBroker,
         default: "9223372036854775807",
         kind: ConfigKind::Long { min: 1 },
         doc: "fsync the log after this many messages; 1 = before every acknowledgement.",
     },
+    ConfigDef {
+        name: "leader.replication.throttled.replicas",
+        broker_name: "leader.replication.throttled.replicas",
+        scope: ConfigScope::Topic,
+        default: "",
+        kind: ConfigKind::ThrottledReplicas,
+        doc: "Replicas throttled on the leader side while they catch up (KIP-73): \
+              `partition:broker` pairs, comma separated, or `*` for every replica of the \
+              topic; the leader's `leader.replication.throttled.rate` bounds what it sends \
+              them while they are outside the ISR.",
+    },
+    ConfigDef {
+        name: "follower.replication.throttled.replicas",
+        broker_name: "follower.replication.throttled.replicas",
+        scope: ConfigScope::Topic,
+        default: "",
+        kind: ConfigKind::ThrottledReplicas,
+        doc: "Replicas throttled on the follower side while they catch up (KIP-73): \
+              `partition:broker` pairs, comma separated, or `*`; the follower's \
+              `follower.replication.throttled.rate` bounds what it fetches for them while it \
+              is outside the ISR.",
+    },
+    ConfigDef {
+        name: "leader.replication.throttled.rate",
+        broker_name: "leader.replication.throttled.rate",
+        scope: ConfigScope::Broker,
+        default: "9223372036854775807",
+        kind: ConfigKind::Long { min: 0 },
+        doc: "Bytes per second a broker sends, as leader, to the throttled replicas of \
+              `leader.replication.throttled.replicas` (KIP-73), measured over the last 11 s.",
+    },
+    ConfigDef {
+        name: "follower.replication.throttled.rate",
+        broker_name: "follower.replication.throttled.rate",
+        scope: ConfigScope::Broker,
+        default: "9223372036854775807",
+        kind: ConfigKind::Long { min: 0 },
+        doc: "Bytes per second a broker fetches, as follower, for the throttled replicas of \
+              `follower.replication.throttled.replicas` (KIP-73), measured over the last 11 s.",
+    },
 ];
+
+/// Number of topic keys in [`CONFIG_DEFS`] (a topic created with every one set writes this
+/// many ConfigRecords).
+pub const TOPIC_CONFIG_COUNT: usize = {
+    let mut n = 0;
+    let mut i = 0;
+    while i < CONFIG_DEFS.len() {
+        if !matches!(CONFIG_DEFS[i].scope, ConfigScope::Broker) {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+};
+
+impl ConfigDef {
+    /// Whether TOPIC resources take the key (by [`ConfigDef::name`]).
+    pub fn is_topic_key(&self) -> bool {
+        self.scope != ConfigScope::Broker
+    }
+
+    /// Whether BROKER and CLUSTER resources take the key (by [`ConfigDef::broker_name`]).
+    pub fn is_broker_key(&self) -> bool {
+        self.scope != ConfigScope::Topic
+    }
+
+    /// The broker-level name whose BROKER / CLUSTER value is the default of this topic key,
+    /// if it has one ([`ConfigScope::TopicAndBroker`]).
+    pub fn broker_synonym(&self) -> Option<&'static str> {
+        (self.scope == ConfigScope::TopicAndBroker).then_some(self.broker_name)
+    }
+}
+
+/// The keys of one level: the topic keys, or (`broker_level`) the broker/cluster keys.
+pub fn config_defs(broker_level: bool) -> impl Iterator<Item = &'static ConfigDef> {
+    CONFIG_DEFS.iter().filter(move |d| {
+        if broker_level {
+            d.is_broker_key()
+        } else {
+            d.is_topic_key()
+        }
+    })
+}
 
 /// The definition of a topic-level key.
 pub fn topic_config_def(name: &str) -> Option<&'static ConfigDef> {
-    CONFIG_DEFS.iter().find(|d| d.name == name)
+    CONFIG_DEFS
+        .iter()
+        .find(|d| d.is_topic_key() && d.name == name)
 }
 
 /// The definition of a broker/cluster-level key.
 pub fn broker_config_def(name: &str) -> Option<&'static ConfigDef> {
-    CONFIG_DEFS.iter().find(|d| d.broker_name == name)
+    CONFIG_DEFS
+        .iter()
+        .find(|d| d.is_broker_key() && d.broker_name == name)
 }
 
 /// Checks `value` against the key's type and range. `Err` says why, in words.
@@ -194,6 +316,56 @@ pub fn validate_value(def: &ConfigDef, value: &str) -> Result<(), String> {
                 Err("value must be a list of `delete` and `compact` (e.g. `compact,delete`)".into())
             }
         }
+        ConfigKind::ThrottledReplicas => ThrottledReplicas::parse(v).map(|_| ()),
+    }
+}
+
+/// A parsed `leader.replication.throttled.replicas` / `follower.replication.throttled.replicas`
+/// value (KIP-73; Kafka `ThrottledReplicaListValidator`, `QuotaConfigHandler`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ThrottledReplicas {
+    /// `*`: every replica of the topic.
+    All,
+    /// The listed `(partition, broker)` pairs; empty: none.
+    Listed(Vec<(i32, i32)>),
+}
+
+impl ThrottledReplicas {
+    /// Parses a value: empty (none), `*` (all), or `partition:broker` pairs separated by
+    /// commas, each number a non-negative 32-bit integer, spaces around items ignored.
+    /// `Err` names the first bad item.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        let v = value.trim();
+        if v == "*" {
+            return Ok(Self::All);
+        }
+        let mut pairs = Vec::new();
+        for item in v.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let pair = item.split_once(':').and_then(|(p, b)| {
+                let p = p.trim().parse::<i32>().ok().filter(|n| *n >= 0)?;
+                let b = b.trim().parse::<i32>().ok().filter(|n| *n >= 0)?;
+                Some((p, b))
+            });
+            match pair {
+                Some(pair) => pairs.push(pair),
+                None => {
+                    return Err(format!(
+                        "value must be `*` or a comma-separated list of partition:broker pairs \
+                         (e.g. `0:1,0:2`); {:?} is not one",
+                        keel_proto::limits::clip(item)
+                    ));
+                }
+            }
+        }
+        Ok(Self::Listed(pairs))
+    }
+
+    /// Whether the replica of `partition` on `broker` is throttled.
+    pub fn throttles(&self, partition: i32, broker: i32) -> bool {
+        match self {
+            Self::All => true,
+            Self::Listed(pairs) => pairs.contains(&(partition, broker)),
+        }
     }
 }
 
@@ -224,10 +396,23 @@ pub fn dynamic_topic_value<'a>(
     if let Some(v) = image.config(&ConfigResource::Topic(topic.to_string()), name) {
         return Some(v);
     }
-    let broker_name = topic_config_def(name)?.broker_name;
+    let broker_name = topic_config_def(name)?.broker_synonym()?;
     image
         .config(&ConfigResource::Broker(broker_id), broker_name)
         .or_else(|| image.config(&ConfigResource::Cluster, broker_name))
+}
+
+/// The dynamic value of broker key `name` (e.g. `leader.replication.throttled.rate`) on
+/// broker `broker_id` (KIP-226): set on this broker, else cluster-wide. `None`: Kafka's
+/// default applies.
+pub fn dynamic_broker_value<'a>(
+    image: &'a MetadataImage,
+    broker_id: i32,
+    name: &str,
+) -> Option<&'a str> {
+    image
+        .config(&ConfigResource::Broker(broker_id), name)
+        .or_else(|| image.config(&ConfigResource::Cluster, name))
 }
 
 #[cfg(test)]
@@ -303,5 +488,68 @@ mod tests {
             dynamic_topic_value(&size, "t", 1, "max.message.bytes"),
             Some("5000")
         );
+    }
+
+    #[test]
+    fn throttled_replica_lists_parse_as_kafka_validates_them() {
+        assert_eq!(ThrottledReplicas::parse("*"), Ok(ThrottledReplicas::All));
+        assert_eq!(ThrottledReplicas::parse(" * "), Ok(ThrottledReplicas::All));
+        assert_eq!(
+            ThrottledReplicas::parse(""),
+            Ok(ThrottledReplicas::Listed(vec![]))
+        );
+        let l = ThrottledReplicas::parse("0:1, 0:2,3:4").unwrap();
+        assert_eq!(l, ThrottledReplicas::Listed(vec![(0, 1), (0, 2), (3, 4)]));
+        assert!(l.throttles(0, 2) && l.throttles(3, 4));
+        assert!(!l.throttles(0, 4) && !l.throttles(1, 1));
+        assert!(ThrottledReplicas::All.throttles(9, 9));
+        for bad in [
+            "0", "0:", ":1", "a:1", "0:-1", "-1:0", "0:1,*", "0:1:2", "0;1",
+        ] {
+            let e = ThrottledReplicas::parse(bad).unwrap_err();
+            assert!(e.contains("partition:broker"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn scopes_keep_topic_only_and_broker_only_keys_apart() {
+        let leader = "leader.replication.throttled.replicas";
+        let rate = "leader.replication.throttled.rate";
+        assert!(topic_config_def(leader).is_some());
+        assert!(
+            broker_config_def(leader).is_none(),
+            "no broker-level synonym"
+        );
+        assert!(broker_config_def(rate).is_some());
+        assert!(topic_config_def(rate).is_none(), "not a topic key");
+        assert_eq!(
+            topic_config_def("retention.ms").unwrap().broker_synonym(),
+            Some("log.retention.ms")
+        );
+        assert_eq!(topic_config_def(leader).unwrap().broker_synonym(), None);
+        assert!(config_defs(true).all(|d| d.name != leader));
+        assert!(config_defs(false).all(|d| d.name != rate));
+        let def = topic_config_def(leader).unwrap();
+        assert!(validate_value(def, "0:1,1:2").is_ok());
+        assert!(validate_value(def, "x").is_err());
+        // A cluster-wide value under the topic name is not a topic's default.
+        let image = MetadataImage::empty()
+            .with_records(
+                Provenance { offset: 1, term: 1 },
+                &[config(ConfigResourceType::Cluster, "", leader, "*")],
+            )
+            .unwrap();
+        assert_eq!(dynamic_topic_value(&image, "t", 1, leader), None);
+        let image = MetadataImage::empty()
+            .with_records(
+                Provenance { offset: 1, term: 1 },
+                &[
+                    config(ConfigResourceType::Cluster, "", rate, "100"),
+                    config(ConfigResourceType::Broker, "2", rate, "200"),
+                ],
+            )
+            .unwrap();
+        assert_eq!(dynamic_broker_value(&image, 1, rate), Some("100"));
+        assert_eq!(dynamic_broker_value(&image, 2, rate), Some("200"));
     }
 }

@@ -320,6 +320,26 @@ impl Cluster {
         self.brokers[id as usize - 1].start(cmd);
     }
 
+    /// Adds a broker to the running cluster (an operator adding a machine): the next id,
+    /// fresh ports and data directory, started at once. Returns its id.
+    pub fn add_broker(&mut self) -> i32 {
+        let id = self.brokers.len() as i32 + 1;
+        let metrics = usize::from(!self.broker_metrics_ports.is_empty());
+        let mut ports = free_ports(2 + metrics);
+        if metrics == 1 {
+            self.broker_metrics_ports
+                .push(ports.pop().expect("reserved"));
+        }
+        self.broker_kafka_ports.push(ports.pop().expect("reserved"));
+        self.broker_ports.push(ports.pop().expect("reserved"));
+        self.brokers.push(NodeProcess::new(
+            format!("broker {id}"),
+            self.dir.path().join(format!("broker-{id}.log")),
+        ));
+        self.start_broker(id);
+        id
+    }
+
     pub fn controller_running(&self, id: u64) -> bool {
         self.controllers[id as usize - 1].running()
     }

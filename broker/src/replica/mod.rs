@@ -17,6 +17,7 @@
 //!   AlterPartition request and answers, ISR events (log lines);
 //! - [`eligibility`]: may a broker join an ISR (from the metadata image);
 //! - [`waiters`]: bounded acks=all waiters;
+//! - [`quota`]: replication throttles (KIP-73): the measured rate and who waits;
 //! - [`partition`]: [`PartitionState`], roles and transitions from metadata;
 //! - [`leader_fetch`], [`isr_change`], [`produce`], [`consumer`], [`follower_fetch`]: the
 //!   operations, as `impl PartitionState` blocks.
@@ -72,6 +73,7 @@ pub mod isr_change;
 pub mod leader_fetch;
 pub mod partition;
 pub mod produce;
+pub mod quota;
 pub mod waiters;
 
 pub use config::ReplicaConfig;

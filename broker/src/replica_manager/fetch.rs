@@ -6,7 +6,9 @@
 //! and no partition failed or diverged, it waits for the next data change (append,
 //! truncation, HW change) or `max_wait_ms`, then reads again. A follower fetch is handled by
 //! [`crate::replica::PartitionState::handle_follower_fetch`] on every read, so the follower's
-//! LEO and caught-up time are those of its latest request.
+//! LEO and caught-up time are those of its latest request. A follower fetch of a throttled
+//! replica may get no records while the leader's replication quota is exceeded
+//! ([`super::throttle`], KIP-73).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,6 +26,7 @@ use keel_proto::broker::{
 use keel_proto::limits::clip;
 
 use super::produce::{check_topic_id, log_error_code};
+use super::throttle::{Side, Throttles};
 use super::{HostedPartition, PartitionInner, ReplicaManager};
 use crate::replica::{
     FollowerFetchRequest, LeaderFetchDecision, ListOffsetsAnswer, OffsetSpec, Role, epoch_from_wire,
@@ -301,12 +304,31 @@ impl ReplicaManager {
                 offsets_data(p.partition, high_watermark, log_start_offset),
             ),
         };
+        // KIP-73: a throttled replica's follower outside the ISR waits while the leader quota
+        // is exceeded; every throttled replica's bytes count.
+        let throttled = image.is_some_and(|img| {
+            Throttles::is_throttled(img, Side::Leader, &t.topic, p.partition, self.broker_id())
+        });
+        if let Some(img) = image.filter(|_| throttled) {
+            let in_isr = inner
+                .state
+                .isr()
+                .is_some_and(|isr| isr.contains(&req.replica_id));
+            let th = &self.shared.throttles;
+            if th.holds_back(img, Side::Leader, self.broker_id(), true, in_isr, now) {
+                return (data, false);
+            }
+        }
         let Some(max) = budget.limit(part_max) else {
             return (data, false);
         };
         match inner.log.read(from, max, upper) {
             Ok(info) => {
                 data.records = budget.take(info.records);
+                if throttled {
+                    let th = &self.shared.throttles;
+                    th.record(Side::Leader, now, data.records.len());
+                }
                 (data, false)
             }
             Err(e) => (

@@ -8,7 +8,9 @@
 //! follows the same leader in the same epoch from the same LEO, apply
 //! [`plan_follower_response`]: append then adopt the HW, truncate to the divergence point the
 //! leader reported (never to the local HW: KIP-101/279), restart the log at the leader's log
-//! start, or back off. Partitions are referred to by name only, so a fetch in flight never
+//! start, or back off. A throttled partition followed from outside the ISR is left out of a
+//! round while the follower quota is exceeded ([`super::throttle`], KIP-73). Partitions are
+//! referred to by name only, so a fetch in flight never
 //! keeps a deleted partition's log open.
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,6 +26,7 @@ use keel_proto::broker::{
 use tokio::sync::{Notify, watch};
 use tonic::transport::Channel;
 
+use super::throttle::{Side, Throttles};
 use super::{HostedPartition, PartitionInner, ReplicaManager};
 use crate::log::TopicPartition;
 use crate::replica::{FollowerAction, FollowerFetchResponse, Role, plan_follower_response};
@@ -118,6 +121,8 @@ struct Sent {
     tp: TopicPartition,
     leader_epoch: i32,
     fetch_offset: i64,
+    /// Throttled on the follower side (KIP-73): its appended bytes count.
+    throttled: bool,
 }
 
 async fn run(
@@ -252,10 +257,25 @@ fn build_request(
         .collect();
     let mut topics: BTreeMap<String, FetchTopic> = BTreeMap::new();
     let mut sent = Vec::new();
+    let image = rm.image();
+    let me = rm.broker_id();
     for (tp, e) in due {
         let Some(hp) = rm.partition(&tp.topic, tp.partition) else {
             continue;
         };
+        // KIP-73: a throttled partition followed from outside the ISR waits while the
+        // follower quota is exceeded (the fetcher polls again within 50 ms).
+        let throttled =
+            Throttles::is_throttled(&image, Side::Follower, &tp.topic, tp.partition, me);
+        if throttled {
+            let in_isr = image
+                .partition(hp.topic_id(), tp.partition)
+                .is_some_and(|p| p.isr.contains(&me));
+            let th = &rm.shared.throttles;
+            if th.holds_back(&image, Side::Follower, me, true, in_isr, now) {
+                continue;
+            }
+        }
         let inner = hp.lock();
         let Some((to, fr)) = inner.state.follower_fetch_request(inner.log.latest_epoch()) else {
             continue;
@@ -282,6 +302,7 @@ fn build_request(
             tp,
             leader_epoch: e.leader_epoch,
             fetch_offset: fr.fetch_offset,
+            throttled,
         });
     }
     let req = FetchRequest {
@@ -340,7 +361,14 @@ fn process(
     let retry = match action {
         FollowerAction::AppendThenAdoptHw {
             leader_high_watermark,
-        } => apply.append_then_adopt_hw(data.records, leader_high_watermark),
+        } => {
+            if s.throttled {
+                rm.shared
+                    .throttles
+                    .record(Side::Follower, now, data.records.len());
+            }
+            apply.append_then_adopt_hw(data.records, leader_high_watermark)
+        }
         FollowerAction::Truncate { offset, complete } => {
             apply.truncate(offset, complete, data.diverging_epoch.as_ref())
         }

@@ -31,6 +31,7 @@ pub mod fetcher;
 pub mod metrics;
 pub mod produce;
 pub mod producer_ids;
+pub mod throttle;
 pub mod topic_config;
 
 use std::collections::{BTreeMap, HashMap};
@@ -178,6 +179,8 @@ pub struct Shared {
     decompressions: tokio::sync::Semaphore,
     /// [`MonotonicClock`] reading when the last log cleaner pass completed (0 = none yet).
     cleaner_last_run_ms: AtomicU64,
+    /// The replication throttles' measured quotas (KIP-73).
+    throttles: throttle::Throttles,
 }
 
 /// The replica manager handle (cheap to clone).
@@ -232,6 +235,7 @@ impl ReplicaManager {
             next_token: AtomicU64::new(1),
             decompressions: tokio::sync::Semaphore::new(produce::MAX_CONCURRENT_DECOMPRESSIONS),
             cleaner_last_run_ms: AtomicU64::new(0),
+            throttles: throttle::Throttles::default(),
             producer_ids: producer_ids::ProducerIdManager::new(
                 config.broker_id,
                 channels.clone(),

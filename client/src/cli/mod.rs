@@ -343,7 +343,9 @@ pub enum Command {
 /// `keelctl broker ...`
 #[derive(Debug, Subcommand)]
 pub enum BrokerCommand {
-    /// List brokers: id, endpoint, rack, epoch, fenced/shutdown state, metadata lag.
+    /// List brokers: id, endpoint, rack, epoch, fenced/shutdown state, metadata lag, and
+    /// each broker's partitions and leaders (from the metadata) and bytes on disk (asked of
+    /// the broker; `-` when it does not answer).
     List,
     /// Controlled shutdown of a broker of the local cluster (SIGTERM to its process, which
     /// then asks the controller for a controlled shutdown and waits for it).
@@ -673,8 +675,32 @@ async fn run(command: Command, ctx: &Ctx) -> CliResult {
         Command::User(c) => user::run(c, ctx).await,
         Command::Group(c) => group::run(c, ctx).await,
         Command::Broker(BrokerCommand::List) => {
-            let reply = ctx.admin()?.describe_cluster().await?;
-            let rows = broker_rows(&reply);
+            let admin = ctx.admin()?;
+            let reply = admin.describe_cluster().await?;
+            let mut rows = broker_rows(&reply);
+            let image = admin.metadata_image().await?;
+            // Each broker's bytes on disk, as it reports them (best effort).
+            let addresses: Vec<(i32, String)> = rows
+                .iter()
+                .filter(|r| !r.endpoint.is_empty())
+                .map(|r| (r.id, r.endpoint.clone()))
+                .collect();
+            let answers =
+                topic::ask_replicas(ctx, addresses.iter().map(|(_, a)| a.clone()).collect()).await;
+            let sizes: std::collections::BTreeMap<i32, u64> = addresses
+                .iter()
+                .zip(answers)
+                .filter_map(|((id, _), (_, reply))| {
+                    let bytes = reply?
+                        .partitions
+                        .iter()
+                        .filter(|p| p.error.as_ref().is_none_or(|e| e.code == 0))
+                        .map(|p| u64::try_from(p.size_bytes).unwrap_or(0))
+                        .sum();
+                    Some((*id, bytes))
+                })
+                .collect();
+            crate::format::cluster::add_load(&mut rows, &image, &sizes);
             if ctx.json {
                 ctx.print_json(&rows)
             } else {

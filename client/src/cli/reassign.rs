@@ -11,7 +11,9 @@
 //! and none is moving. `--cancel` cancels the plan's moves in progress (the added replicas are
 //! dropped, the original replicas kept). `--list` shows every move in progress.
 //! `--generate --brokers 1,2,4 --topics t1,t2` proposes a plan ([`generate`]) and changes
-//! nothing.
+//! nothing. `--execute --throttle B` first throttles the moves (KIP-73, [`throttle_plan`]);
+//! a `--verify` that finds the plan complete removes the throttles (unless
+//! `--preserve-throttles`), as Kafka's tool does.
 
 use std::path::PathBuf;
 
@@ -50,6 +52,161 @@ pub struct ReassignArgs {
     /// replaces the old one).
     #[arg(long, requires = "execute")]
     pub additional: bool,
+    /// With --execute: throttle the moves to this many bytes per second (KIP-73): sets
+    /// `leader.replication.throttled.rate` and `follower.replication.throttled.rate` on every
+    /// broker of the moves and the topics' throttled-replicas lists, before the moves start;
+    /// replication of replicas already in sync is not throttled. `--verify` removes the
+    /// throttle once the plan is done. Run --execute --additional again to change it.
+    #[arg(long, value_name = "BYTES_PER_SEC", requires = "execute")]
+    pub throttle: Option<u64>,
+    /// With --verify: keep the throttles after the plan completed.
+    #[arg(long, requires = "verify")]
+    pub preserve_throttles: bool,
+}
+
+/// `(partition, broker)` pairs of a throttled-replicas list.
+pub type ReplicaPairs = Vec<(i32, i32)>;
+
+/// The throttle settings of a plan (Kafka `ReassignPartitionsCommand.calculateLeaderThrottles`
+/// / `calculateFollowerThrottles` / `modifyInterBrokerThrottle`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ThrottlePlan {
+    /// Per topic: `(leader list, follower list)` of `partition:broker` pairs, sorted; the
+    /// leader list names the replicas the partition has now (they send), the follower list
+    /// the replicas the move adds (they fetch).
+    pub topics: std::collections::BTreeMap<String, (ReplicaPairs, ReplicaPairs)>,
+    /// Every broker of a moving partition, now or in its target: they get the rates.
+    pub brokers: std::collections::BTreeSet<i32>,
+}
+
+/// The throttles of the partitions of `plan` that move: `current(topic, partition)` is the
+/// partition's replicas now (`None`: unknown partition, left to the controller's answer).
+/// Partitions whose target equals their replicas are left out.
+pub fn throttle_plan(
+    plan: &[PlanPartition],
+    current: &dyn Fn(&str, i32) -> Option<Vec<i32>>,
+) -> ThrottlePlan {
+    let mut out = ThrottlePlan::default();
+    for p in plan {
+        let Some(now) = current(&p.topic, p.partition) else {
+            continue;
+        };
+        if now == p.replicas {
+            continue;
+        }
+        let (leaders, followers) = out.topics.entry(p.topic.clone()).or_default();
+        leaders.extend(now.iter().map(|b| (p.partition, *b)));
+        followers.extend(
+            p.replicas
+                .iter()
+                .filter(|b| !now.contains(b))
+                .map(|b| (p.partition, *b)),
+        );
+        out.brokers.extend(now.iter().chain(&p.replicas));
+    }
+    for (leaders, followers) in out.topics.values_mut() {
+        leaders.sort_unstable();
+        leaders.dedup();
+        followers.sort_unstable();
+        followers.dedup();
+    }
+    out
+}
+
+/// A throttled-replicas value: `existing` (the topic's current value, if any) with `pairs`
+/// added; `*` stays `*`.
+pub fn merged_throttle_list(existing: Option<&str>, pairs: &[(i32, i32)]) -> String {
+    use keel_metadata_log::configs::ThrottledReplicas;
+    let mut all = match existing.map(ThrottledReplicas::parse) {
+        Some(Ok(ThrottledReplicas::All)) => return "*".into(),
+        Some(Ok(ThrottledReplicas::Listed(l))) => l,
+        _ => Vec::new(),
+    };
+    all.extend_from_slice(pairs);
+    all.sort_unstable();
+    all.dedup();
+    all.iter()
+        .map(|(p, b)| format!("{p}:{b}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The throttle keys `keelctl partition reassign` sets and clears (KIP-73).
+const LEADER_REPLICAS: &str = "leader.replication.throttled.replicas";
+const FOLLOWER_REPLICAS: &str = "follower.replication.throttled.replicas";
+const LEADER_RATE: &str = "leader.replication.throttled.rate";
+const FOLLOWER_RATE: &str = "follower.replication.throttled.rate";
+
+/// Sets the throttle of `tp` at `rate` bytes/s (before the moves start).
+async fn set_throttles(
+    admin: &crate::admin::Admin,
+    image: &keel_metadata_log::MetadataImage,
+    tp: &ThrottlePlan,
+    rate: u64,
+) -> Result<(), CliError> {
+    use crate::admin::ConfigTarget;
+    use keel_metadata_log::ConfigResource;
+    for (topic, (leaders, followers)) in &tp.topics {
+        let res = ConfigResource::Topic(topic.clone());
+        let set = vec![
+            (
+                LEADER_REPLICAS.to_string(),
+                merged_throttle_list(image.config(&res, LEADER_REPLICAS), leaders),
+            ),
+            (
+                FOLLOWER_REPLICAS.to_string(),
+                merged_throttle_list(image.config(&res, FOLLOWER_REPLICAS), followers),
+            ),
+        ];
+        admin
+            .alter_configs(&ConfigTarget::Topic(topic.clone()), &set, &[], false)
+            .await?;
+    }
+    let rates = vec![
+        (LEADER_RATE.to_string(), rate.to_string()),
+        (FOLLOWER_RATE.to_string(), rate.to_string()),
+    ];
+    for b in tp.brokers.iter().filter(|b| image.broker(**b).is_some()) {
+        admin
+            .alter_configs(&ConfigTarget::Broker(*b), &rates, &[], false)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Removes the throttles of a completed plan (Kafka `clearAllThrottles`): the rates of every
+/// registered broker that has one, the throttled-replicas lists of the plan's topics. Returns
+/// what it cleared, for the output.
+async fn clear_throttles(
+    admin: &crate::admin::Admin,
+    image: &keel_metadata_log::MetadataImage,
+    plan: &Plan,
+) -> Result<(Vec<i32>, Vec<String>), CliError> {
+    use crate::admin::ConfigTarget;
+    use keel_metadata_log::ConfigResource;
+    let rates = [LEADER_RATE.to_string(), FOLLOWER_RATE.to_string()];
+    let mut brokers = Vec::new();
+    for b in image.brokers().keys() {
+        let res = ConfigResource::Broker(*b);
+        if rates.iter().any(|k| image.config(&res, k).is_some()) {
+            admin
+                .alter_configs(&ConfigTarget::Broker(*b), &[], &rates, false)
+                .await?;
+            brokers.push(*b);
+        }
+    }
+    let lists = [LEADER_REPLICAS.to_string(), FOLLOWER_REPLICAS.to_string()];
+    let mut topics: Vec<String> = Vec::new();
+    for p in &plan.partitions {
+        let res = ConfigResource::Topic(p.topic.clone());
+        if !topics.contains(&p.topic) && lists.iter().any(|k| image.config(&res, k).is_some()) {
+            admin
+                .alter_configs(&ConfigTarget::Topic(p.topic.clone()), &[], &lists, false)
+                .await?;
+            topics.push(p.topic.clone());
+        }
+    }
+    Ok((brokers, topics))
 }
 
 /// Kafka's reassignment JSON.
@@ -484,6 +641,15 @@ pub(super) async fn run(a: ReassignArgs, ctx: &Ctx) -> CliResult {
                 all &= done;
                 outln!("{line}");
             }
+            if all && !a.preserve_throttles {
+                let (brokers, topics) = clear_throttles(&admin, &image, &plan).await?;
+                if !brokers.is_empty() && !ctx.json {
+                    outln!("Clearing broker-level throttles on brokers {brokers:?}");
+                }
+                for t in topics.iter().filter(|_| !ctx.json) {
+                    outln!("Clearing topic-level throttles on topic {t}");
+                }
+            }
             return if all {
                 Ok(())
             } else {
@@ -537,6 +703,25 @@ pub(super) async fn run(a: ReassignArgs, ctx: &Ctx) -> CliResult {
                  --additional to replace its target, or --cancel it first",
                 moving.join(", ")
             )));
+        }
+        if let Some(rate) = a.throttle {
+            let replicas_now = |topic: &str, partition: i32| {
+                image
+                    .topics()
+                    .get_by_name(topic)
+                    .and_then(|t| t.partitions.get(&partition))
+                    .map(|r| r.replicas.clone())
+            };
+            let tp = throttle_plan(&plan.partitions, &replicas_now);
+            set_throttles(&admin, &image, &tp, rate).await?;
+            if !ctx.json {
+                outln!(
+                    "Warning: You must run --verify periodically, until the reassignment \
+                     completes, to ensure the throttle is removed.\nThe inter-broker throttle \
+                     limit was set to {rate} B/s on brokers {:?}",
+                    tp.brokers
+                );
+            }
         }
         if !ctx.json {
             outln!(
@@ -740,5 +925,50 @@ mod tests {
         let (done, line) = verify_line(&p, Some((&[1, 2], false)));
         assert!(!done && line.contains("rather than [2, 3]"), "{line}");
         assert!(!verify_line(&p, None).0);
+    }
+
+    #[test]
+    fn throttles_name_the_senders_and_the_added_replicas_of_moving_partitions() {
+        let plan = vec![
+            PlanPartition {
+                topic: "t".into(),
+                partition: 0,
+                replicas: vec![2, 3, 4],
+                log_dirs: None,
+            },
+            PlanPartition {
+                topic: "t".into(),
+                partition: 1,
+                replicas: vec![2, 3, 1],
+                log_dirs: None,
+            },
+            PlanPartition {
+                topic: "u".into(),
+                partition: 0,
+                replicas: vec![9],
+                log_dirs: None,
+            },
+        ];
+        let current = |topic: &str, p: i32| match (topic, p) {
+            ("t", 0) => Some(vec![1, 2, 3]),
+            ("t", 1) => Some(vec![2, 3, 1]),
+            _ => None,
+        };
+        let tp = throttle_plan(&plan, &current);
+        assert_eq!(tp.topics.len(), 1, "t-1 does not move, u-0 is unknown");
+        let (leaders, followers) = &tp.topics["t"];
+        assert_eq!(leaders, &vec![(0, 1), (0, 2), (0, 3)]);
+        assert_eq!(followers, &vec![(0, 4)]);
+        assert_eq!(
+            tp.brokers.iter().copied().collect::<Vec<_>>(),
+            vec![1, 2, 3, 4]
+        );
+        assert_eq!(merged_throttle_list(None, &[(0, 4)]), "0:4");
+        assert_eq!(
+            merged_throttle_list(Some("1:2,0:4"), &[(0, 4), (0, 1)]),
+            "0:1,0:4,1:2"
+        );
+        assert_eq!(merged_throttle_list(Some("*"), &[(0, 4)]), "*");
+        assert_eq!(merged_throttle_list(Some("junk"), &[(0, 4)]), "0:4");
     }
 }

@@ -391,6 +391,45 @@ async fn describe(a: DescribeArgs, ctx: &Ctx, admin: &crate::admin::Admin) -> Cl
     Ok(())
 }
 
+/// Every hosted replica of each broker at `addresses` (DescribeReplicas), concurrently, each
+/// within `min(--request-timeout, 2 s)`; `None` for a broker that did not answer in time.
+/// Answers in the order of `addresses`.
+pub(super) async fn ask_replicas(
+    ctx: &Ctx,
+    addresses: Vec<String>,
+) -> Vec<(String, Option<keel_proto::broker::DescribeReplicasReply>)> {
+    let timeout = ctx.request_timeout.min(Duration::from_secs(2));
+    let tasks: Vec<_> = addresses
+        .into_iter()
+        .map(|addr| {
+            let dialer = ctx.dialer.clone();
+            let task = tokio::spawn({
+                let addr = addr.clone();
+                async move {
+                    let fut = async {
+                        let ep = keel_runtime::tls::Dialer::endpoint(&addr)
+                            .ok()?
+                            .connect_timeout(timeout);
+                        let ch = dialer.connect(&ep).await.ok()?;
+                        crate::grpc::broker(&dialer, ch)
+                            .describe_replicas(DescribeReplicasRequest::default())
+                            .await
+                            .ok()
+                            .map(|r| r.into_inner())
+                    };
+                    tokio::time::timeout(timeout, fut).await.ok().flatten()
+                }
+            });
+            (addr, task)
+        })
+        .collect();
+    let mut out = Vec::with_capacity(tasks.len());
+    for (addr, task) in tasks {
+        out.push((addr, task.await.ok().flatten()));
+    }
+    out
+}
+
 /// Asks brokers (the `--bootstrap-brokers`, else every registered endpoint) for their replica
 /// state and fills in each partition's HW and enforced `min.insync.replicas` as reported by
 /// its leader (and the topic's value when its leaders agree). Best effort: brokers that do not
@@ -413,31 +452,10 @@ async fn add_high_watermarks(
             })
             .collect(),
     };
-    let timeout = ctx.request_timeout.min(Duration::from_secs(2));
-    let tasks: Vec<_> = addresses
-        .into_iter()
-        .map(|addr| {
-            let dialer = ctx.dialer.clone();
-            tokio::spawn(async move {
-                let fut = async {
-                    let ep = keel_runtime::tls::Dialer::endpoint(&addr)
-                        .ok()?
-                        .connect_timeout(timeout);
-                    let ch = dialer.connect(&ep).await.ok()?;
-                    crate::grpc::broker(&dialer, ch)
-                        .describe_replicas(DescribeReplicasRequest::default())
-                        .await
-                        .ok()
-                        .map(|r| r.into_inner())
-                };
-                tokio::time::timeout(timeout, fut).await.ok().flatten()
-            })
-        })
-        .collect();
     // (high watermark, min.insync.replicas) as each partition's leader reports them.
     let mut led: HashMap<(String, i32), (i64, i32)> = HashMap::new();
-    for t in tasks {
-        if let Ok(Some(reply)) = t.await {
+    for (_, reply) in ask_replicas(ctx, addresses).await {
+        if let Some(reply) = reply {
             for p in reply.partitions {
                 let ok = p.error.as_ref().is_none_or(|e| e.code == 0);
                 if ok && p.role == ReplicaRole::Leader as i32 && p.high_watermark >= 0 {

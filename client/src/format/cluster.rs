@@ -33,6 +33,36 @@ pub struct BrokerRow {
     pub metadata_lag: Option<i64>,
     /// Last heartbeat, ms since the Unix epoch; `None` when unknown.
     pub last_heartbeat_timestamp_ms: Option<i64>,
+    /// Partitions with a replica on the broker, per the metadata ([`add_load`]); `None`
+    /// when not computed.
+    pub partitions: Option<usize>,
+    /// Partitions the broker leads, per the metadata; `None` when not computed.
+    pub leaders: Option<usize>,
+    /// Bytes of the partition logs on the broker's disk as it reports them (DescribeReplicas
+    /// `size_bytes` summed, replicas awaiting deletion included); `None` when the broker did
+    /// not answer or it was not asked.
+    pub size_bytes: Option<u64>,
+}
+
+/// Fills in each row's partitions and leaders from `image` and its bytes from `sizes` (by
+/// broker id; a broker missing there did not answer).
+pub fn add_load(
+    rows: &mut [BrokerRow],
+    image: &keel_metadata_log::MetadataImage,
+    sizes: &std::collections::BTreeMap<i32, u64>,
+) {
+    for r in rows.iter_mut() {
+        let (mut partitions, mut leaders) = (0, 0);
+        for t in image.topics().by_id.values() {
+            for p in t.partitions.values() {
+                partitions += usize::from(p.replicas.contains(&r.id));
+                leaders += usize::from(p.leader == r.id);
+            }
+        }
+        r.partitions = Some(partitions);
+        r.leaders = Some(leaders);
+        r.size_bytes = sizes.get(&r.id).copied();
+    }
 }
 
 /// Broker rows of a DescribeCluster reply, by id.
@@ -73,6 +103,9 @@ pub fn broker_rows(reply: &DescribeClusterReply) -> Vec<BrokerRow> {
                 metadata_lag: applied.map(|a| (reply.commit_index - a).max(0)),
                 last_heartbeat_timestamp_ms: (b.last_heartbeat_timestamp_ms >= 0)
                     .then_some(b.last_heartbeat_timestamp_ms),
+                partitions: None,
+                leaders: None,
+                size_bytes: None,
             }
         })
         .collect();
@@ -80,12 +113,14 @@ pub fn broker_rows(reply: &DescribeClusterReply) -> Vec<BrokerRow> {
     rows
 }
 
-/// `broker list` table.
+/// `broker list` table; the PARTITIONS, LEADERS and SIZE columns when [`add_load`] filled
+/// them in.
 pub fn brokers_text(rows: &[BrokerRow]) -> String {
+    let load = rows.iter().any(|r| r.partitions.is_some());
     let rows: Vec<Vec<String>> = rows
         .iter()
         .map(|r| {
-            vec![
+            let mut row = vec![
                 r.id.to_string(),
                 r.endpoint.clone(),
                 r.kafka_endpoint.clone().unwrap_or_else(|| "-".into()),
@@ -99,22 +134,29 @@ pub fn brokers_text(rows: &[BrokerRow]) -> String {
                 r.applied_metadata_offset
                     .map_or("-".into(), |v| v.to_string()),
                 r.metadata_lag.map_or("-".into(), |v| v.to_string()),
-            ]
+            ];
+            if load {
+                row.push(r.partitions.map_or("-".into(), |v| v.to_string()));
+                row.push(r.leaders.map_or("-".into(), |v| v.to_string()));
+                row.push(r.size_bytes.map_or("-".into(), super::data::bytes_text));
+            }
+            row
         })
         .collect();
-    table(
-        &[
-            "ID",
-            "ENDPOINT",
-            "KAFKA",
-            "RACK",
-            "EPOCH",
-            "STATE",
-            "APPLIED_OFFSET",
-            "METADATA_LAG",
-        ],
-        &rows,
-    )
+    let mut header = vec![
+        "ID",
+        "ENDPOINT",
+        "KAFKA",
+        "RACK",
+        "EPOCH",
+        "STATE",
+        "APPLIED_OFFSET",
+        "METADATA_LAG",
+    ];
+    if load {
+        header.extend(["PARTITIONS", "LEADERS", "SIZE"]);
+    }
+    table(&header, &rows)
 }
 
 /// `quorum status`, like `kafka-metadata-quorum describe --status`.
@@ -468,7 +510,11 @@ mod tests {
             ],
             ..Default::default()
         };
-        let rows = broker_rows(&reply);
+        let mut rows = broker_rows(&reply);
+        assert!(
+            rows.iter()
+                .all(|r| r.partitions.is_none() && r.size_bytes.is_none())
+        );
         assert_eq!(
             brokers_text(&rows),
             "ID  ENDPOINT        KAFKA  RACK  EPOCH  STATE          APPLIED_OFFSET  METADATA_LAG\n\
@@ -476,6 +522,73 @@ mod tests {
              2   127.0.0.1:9192  -      -     12     fenced         -               -\n\
              3   127.0.0.1:9193  -      -     13     shutting-down  50              0\n\
              4   127.0.0.1:9194  -      -     14     fenced         50              0\n"
+        );
+        // With the load: partitions and leaders from the image, bytes as answered.
+        use keel_proto::metadata::{
+            MetadataRecord, PartitionRecord, TopicRecord, metadata_record::Record,
+        };
+        let id = bytes::Bytes::copy_from_slice(&[7; 16]);
+        let mut records = vec![MetadataRecord {
+            record: Some(Record::Topic(TopicRecord {
+                name: "t".into(),
+                topic_id: id.clone(),
+            })),
+        }];
+        for (p, replicas) in [(0, vec![1, 2]), (1, vec![2, 3]), (2, vec![2, 1])] {
+            records.push(MetadataRecord {
+                record: Some(Record::Partition(PartitionRecord {
+                    topic_id: id.clone(),
+                    partition_id: p,
+                    leader: replicas[0],
+                    isr: replicas.clone(),
+                    replicas,
+                    ..Default::default()
+                })),
+            });
+        }
+        let image = keel_metadata_log::MetadataImage::empty()
+            .with_records(
+                keel_metadata_log::Provenance { offset: 1, term: 1 },
+                &records,
+            )
+            .unwrap();
+        let sizes = [(1, 3 * 1024 * 1024), (2, 512)].into_iter().collect();
+        add_load(&mut rows, &image, &sizes);
+        let load: Vec<_> = rows
+            .iter()
+            .map(|r| (r.id, r.partitions, r.leaders, r.size_bytes))
+            .collect();
+        assert_eq!(
+            load,
+            vec![
+                (1, Some(2), Some(1), Some(3 * 1024 * 1024)),
+                (2, Some(3), Some(2), Some(512)),
+                (3, Some(1), Some(0), None),
+                (4, Some(0), Some(0), None),
+            ]
+        );
+        let text = brokers_text(&rows);
+        assert!(text.starts_with("ID  ENDPOINT"), "{text}");
+        assert!(
+            text.lines()
+                .next()
+                .unwrap()
+                .ends_with("PARTITIONS  LEADERS  SIZE"),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .nth(1)
+                .unwrap()
+                .ends_with("2           1        3.0 MiB"),
+            "{text}"
+        );
+        assert!(
+            text.lines()
+                .nth(3)
+                .unwrap()
+                .ends_with("1           0        -"),
+            "{text}"
         );
     }
 }

@@ -28,8 +28,8 @@ use keel_proto::metadata::{
 use super::{ControllerResult, error, record};
 
 pub use keel_metadata_log::configs::{
-    CONFIG_DEFS, ConfigDef, ConfigKind, broker_config_def, parse_bool, topic_config_def,
-    validate_value,
+    CONFIG_DEFS, ConfigDef, ConfigKind, TOPIC_CONFIG_COUNT, broker_config_def, config_defs,
+    parse_bool, topic_config_def, validate_value,
 };
 
 /// The effective value of topic key `key` for topic `topic` and where it comes from (see the
@@ -43,7 +43,10 @@ pub fn effective_topic_config(
     if let Some(v) = image.config(&ConfigResource::Topic(topic.to_string()), key) {
         return Some((v.to_string(), ConfigSource::TopicConfig));
     }
-    if let Some(v) = image.config(&ConfigResource::Cluster, def.broker_name) {
+    if let Some(v) = def
+        .broker_synonym()
+        .and_then(|b| image.config(&ConfigResource::Cluster, b))
+    {
         return Some((v.to_string(), ConfigSource::DynamicDefaultBrokerConfig));
     }
     Some((def.default.to_string(), ConfigSource::DefaultConfig))
@@ -150,15 +153,14 @@ pub(crate) fn effective_configs_for_new_topic(
     image: &MetadataImage,
     overrides: &BTreeMap<String, String>,
 ) -> Vec<ConfigEntry> {
-    CONFIG_DEFS
-        .iter()
+    config_defs(false)
         .map(|d| {
             let value = overrides
                 .get(d.name)
                 .cloned()
                 .or_else(|| {
-                    image
-                        .config(&ConfigResource::Cluster, d.broker_name)
+                    d.broker_synonym()
+                        .and_then(|b| image.config(&ConfigResource::Cluster, b))
                         .map(str::to_string)
                 })
                 .unwrap_or_else(|| d.default.to_string());
@@ -238,8 +240,7 @@ fn resource_text(res: &ConfigResource) -> String {
 }
 
 fn known_names(broker_level: bool) -> String {
-    CONFIG_DEFS
-        .iter()
+    config_defs(broker_level)
         .map(|d| if broker_level { d.broker_name } else { d.name })
         .collect::<Vec<_>>()
         .join(", ")
@@ -371,10 +372,16 @@ fn alter_one(
                 topic_config_def(&c.name),
                 broker_config_def(&c.name),
             ) {
-                (true, Some(d), _) => {
-                    format!(" (brokers take the broker-level name {})", d.broker_name)
+                (true, Some(d), _) => match d.broker_synonym() {
+                    Some(b) => format!(" (brokers take the broker-level name {b})"),
+                    None => " (a topic-only key: set it on a topic)".to_string(),
+                },
+                (false, _, Some(d)) if d.is_topic_key() => {
+                    format!(" (topics take the topic-level name {})", d.name)
                 }
-                (false, _, Some(d)) => format!(" (topics take the topic-level name {})", d.name),
+                (false, _, Some(_)) => {
+                    " (a broker-only key: set it on a broker or the broker default)".to_string()
+                }
                 _ => String::new(),
             };
             (
@@ -403,14 +410,20 @@ fn alter_one(
                 Some(v.to_string())
             }
             Ok(AlterConfigOp::Delete) => None,
-            Ok(AlterConfigOp::Append | AlterConfigOp::Subtract) => {
-                return Err((
-                    ErrorCode::InvalidConfig,
-                    format!(
-                        "{} is not a list config: APPEND/SUBTRACT do not apply",
-                        keel_proto::limits::clip(&c.name)
-                    ),
-                ));
+            Ok(op @ (AlterConfigOp::Append | AlterConfigOp::Subtract)) => {
+                if !is_list(def) {
+                    return Err((
+                        ErrorCode::InvalidConfig,
+                        format!(
+                            "{} is not a list config: APPEND/SUBTRACT do not apply",
+                            keel_proto::limits::clip(&c.name)
+                        ),
+                    ));
+                }
+                let items = c.value.as_deref().unwrap_or_default();
+                let v = edit_list(current.unwrap_or(def.default), items, op);
+                check_topic_value(def, &c.name, &v, rf)?;
+                Some(v)
             }
             Err(_) => {
                 return Err((
@@ -454,6 +467,39 @@ fn alter_one(
     Ok(out)
 }
 
+/// Whether APPEND and SUBTRACT apply to the key (Kafka: `ConfigDef.Type.LIST` keys).
+fn is_list(def: &ConfigDef) -> bool {
+    matches!(
+        def.kind,
+        ConfigKind::CleanupPolicy | ConfigKind::ThrottledReplicas
+    )
+}
+
+/// IncrementalAlterConfigs APPEND / SUBTRACT of a list key (Kafka
+/// `ConfigurationControlManager.incrementalAlterConfigResource`): `items` (comma separated)
+/// are added to `base` (the current value, else the default) where missing, in order, or
+/// removed from it.
+fn edit_list(base: &str, items: &str, op: AlterConfigOp) -> String {
+    let split = |v: &str| -> Vec<String> {
+        v.split(',')
+            .map(str::trim)
+            .filter(|i| !i.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let mut list = split(base);
+    for item in split(items) {
+        if op == AlterConfigOp::Append {
+            if !list.contains(&item) {
+                list.push(item);
+            }
+        } else {
+            list.retain(|i| *i != item);
+        }
+    }
+    list.join(",")
+}
+
 /// `min.compaction.lag.ms` and `max.compaction.lag.ms`, checked together.
 const COMPACTION_LAG_KEYS: [&str; 2] = ["min.compaction.lag.ms", "max.compaction.lag.ms"];
 
@@ -490,7 +536,7 @@ pub fn describe_configs(
             Err((code, msg)) => result.error = error(code, msg),
             Ok(res) => {
                 let keys: Vec<&'static ConfigDef> = if r.configuration_keys.is_empty() {
-                    CONFIG_DEFS.iter().collect()
+                    config_defs(!matches!(res, ConfigResource::Topic(_))).collect()
                 } else {
                     r.configuration_keys
                         .iter()
@@ -541,7 +587,11 @@ fn describe_entry(
         }
         ConfigResource::Cluster => def.broker_name,
     };
-    if let Some(v) = image.config(&ConfigResource::Cluster, def.broker_name) {
+    let default_name = match res {
+        ConfigResource::Topic(_) => def.broker_synonym(),
+        _ => Some(def.broker_name),
+    };
+    if let Some(v) = default_name.and_then(|b| image.config(&ConfigResource::Cluster, b)) {
         sources.push((
             def.broker_name.into(),
             Some(v.into()),

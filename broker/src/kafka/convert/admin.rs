@@ -420,30 +420,17 @@ pub struct StaticBrokerConfig {
 /// Kafka's `ConfigDef.Type` id of a key Keel knows (DescribeConfigs v3+ `config_type`):
 /// BOOLEAN 1, INT 3, LONG 5, DOUBLE 6, LIST 7; 0 (UNKNOWN) for anything else.
 pub fn config_type(name: &str) -> i8 {
-    match name {
-        "unclean.leader.election.enable" => 1,
-        "min.insync.replicas"
-        | "segment.bytes"
-        | "log.segment.bytes"
-        | "max.message.bytes"
-        | "message.max.bytes" => 3,
-        "retention.ms"
-        | "log.retention.ms"
-        | "retention.bytes"
-        | "log.retention.bytes"
-        | "segment.ms"
-        | "log.roll.ms"
-        | "flush.messages"
-        | "log.flush.interval.messages"
-        | "min.compaction.lag.ms"
-        | "log.cleaner.min.compaction.lag.ms"
-        | "max.compaction.lag.ms"
-        | "log.cleaner.max.compaction.lag.ms"
-        | "delete.retention.ms"
-        | "log.cleaner.delete.retention.ms" => 5,
-        "min.cleanable.dirty.ratio" | "log.cleaner.min.cleanable.ratio" => 6,
-        "cleanup.policy" | "log.cleanup.policy" => 7,
-        _ => 0,
+    use keel_metadata_log::configs::{ConfigKind, broker_config_def, topic_config_def};
+    match topic_config_def(name)
+        .or_else(|| broker_config_def(name))
+        .map(|d| d.kind)
+    {
+        Some(ConfigKind::Bool) => 1,
+        Some(ConfigKind::Int { .. }) => 3,
+        Some(ConfigKind::Long { .. }) => 5,
+        Some(ConfigKind::Double { .. }) => 6,
+        Some(ConfigKind::CleanupPolicy | ConfigKind::ThrottledReplicas) => 7,
+        None => 0,
     }
 }
 

@@ -258,16 +258,48 @@ fn alter_configs_validation_table() {
             "retention.ms",
         ),
         (
-            "APPEND",
+            "APPEND to a key that is not a list",
             Topic,
             "t",
             vec![AlterableConfig {
-                name: "cleanup.policy".into(),
+                name: "retention.ms".into(),
                 op: AlterConfigOp::Append as i32,
-                value: Some("delete".into()),
+                value: Some("1".into()),
             }],
             ErrorCode::InvalidConfig,
-            "cleanup.policy",
+            "retention.ms is not a list config",
+        ),
+        (
+            "a bad throttled-replicas list",
+            Topic,
+            "t",
+            vec![set("leader.replication.throttled.replicas", Some("0:1,x"))],
+            ErrorCode::InvalidConfig,
+            "partition:broker",
+        ),
+        (
+            "a throttled rate on a topic",
+            Topic,
+            "t",
+            vec![set("leader.replication.throttled.rate", Some("100"))],
+            ErrorCode::InvalidConfig,
+            "a broker-only key",
+        ),
+        (
+            "throttled replicas on a broker",
+            Broker,
+            "1",
+            vec![set("follower.replication.throttled.replicas", Some("*"))],
+            ErrorCode::InvalidConfig,
+            "a topic-only key",
+        ),
+        (
+            "a negative throttled rate",
+            Broker,
+            "1",
+            vec![set("follower.replication.throttled.rate", Some("-1"))],
+            ErrorCode::InvalidConfig,
+            "at least 0",
         ),
         (
             "unknown op",
@@ -663,4 +695,119 @@ fn broker_configs_need_a_registered_broker() {
         );
         assert_eq!(r.records.len(), 1, "{ty:?} {name:?}");
     }
+}
+
+/// The replication throttle keys (KIP-73) and APPEND / SUBTRACT of list keys (Kafka
+/// IncrementalAlterConfigs on `ConfigDef.Type.LIST`).
+#[test]
+fn throttle_configs_and_list_operations() {
+    let mut c = setup();
+    let op = |name: &str, op: AlterConfigOp, value: &str| AlterableConfig {
+        name: name.into(),
+        op: op as i32,
+        value: Some(value.into()),
+    };
+    let key = "leader.replication.throttled.replicas";
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![set(key, Some("0:1,0:2"))],
+        false,
+    );
+    assert_eq!(code(&r.response.results[0].error), ErrorCode::None);
+    c.commit(r);
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![op(key, AlterConfigOp::Append, "1:3,0:2")],
+        false,
+    );
+    assert_eq!(code(&r.response.results[0].error), ErrorCode::None);
+    c.commit(r);
+    let topic = ConfigResource::Topic("t".into());
+    assert_eq!(c.image.config(&topic, key), Some("0:1,0:2,1:3"));
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![op(key, AlterConfigOp::Subtract, "0:1")],
+        false,
+    );
+    c.commit(r);
+    assert_eq!(c.image.config(&topic, key), Some("0:2,1:3"));
+    // APPEND to cleanup.policy starts from the default `delete`.
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![op("cleanup.policy", AlterConfigOp::Append, "compact")],
+        false,
+    );
+    c.commit(r);
+    assert_eq!(
+        c.image.config(&topic, "cleanup.policy"),
+        Some("delete,compact")
+    );
+    // APPEND of a bad item is refused and changes nothing.
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![op(key, AlterConfigOp::Append, "nope")],
+        false,
+    );
+    assert_eq!(code(&r.response.results[0].error), ErrorCode::InvalidConfig);
+    assert!(r.records.is_empty());
+    // Rates on a broker and as the cluster default; described with their sources.
+    let rate = "follower.replication.throttled.rate";
+    let r = alter(
+        &c,
+        ConfigResourceType::Broker,
+        "2",
+        vec![set(rate, Some("10485760"))],
+        false,
+    );
+    assert_eq!(code(&r.response.results[0].error), ErrorCode::None);
+    c.commit(r);
+    let d = describe_configs(
+        &c.image,
+        &DescribeConfigsRequest {
+            resources: vec![
+                DescribeConfigsResource {
+                    resource_type: ConfigResourceType::Broker as i32,
+                    resource_name: "2".into(),
+                    configuration_keys: vec![],
+                },
+                DescribeConfigsResource {
+                    resource_type: ConfigResourceType::Topic as i32,
+                    resource_name: "t".into(),
+                    configuration_keys: vec![],
+                },
+            ],
+            ..Default::default()
+        },
+    );
+    let broker = &d.results[0].configs;
+    let e = broker
+        .iter()
+        .find(|e| e.name == rate)
+        .expect("rate described");
+    assert_eq!(e.value.as_deref(), Some("10485760"));
+    assert_eq!(e.config_source, ConfigSource::DynamicBrokerConfig as i32);
+    assert!(
+        broker.iter().all(|e| e.name != key),
+        "topic-only key on a broker"
+    );
+    let topic = &d.results[1].configs;
+    let e = topic
+        .iter()
+        .find(|e| e.name == key)
+        .expect("list described");
+    assert_eq!(e.value.as_deref(), Some("0:2,1:3"));
+    assert!(
+        topic.iter().all(|e| e.name != rate),
+        "broker-only key on a topic"
+    );
 }

@@ -565,8 +565,7 @@ fn validate_only_reports_no_metadata_offset() {
 fn the_largest_topic_with_every_config_fits_in_one_operation() {
     let c = cluster(&[None]);
     let mut t = topic("widest", MAX_PARTITIONS_PER_TOPIC, 1);
-    t.configs = crate::logic::configs::CONFIG_DEFS
-        .iter()
+    t.configs = crate::logic::configs::config_defs(false)
         .map(|d| ConfigEntry {
             name: d.name.into(),
             value: Some(d.default.into()),
