@@ -15,6 +15,15 @@
 //! binaries read ([`setting_names`]) that were set at that first `up` (e.g. `KEEL_NUM_PARTITIONS`); every process
 //! a later `up` (re)starts gets them, so a restarted process keeps the cluster's settings.
 //!
+//! Combined mode (`cluster up --combined`, issue #25; Kafka's `process.roles=broker,controller`,
+//! KIP-833; for development only): 3 `keel-server` processes `server-<id>`, each a controller
+//! and a broker with the same ports as above (controller `base + id`, broker `base + 99 + id`,
+//! Kafka `base + 200 + id`) and one metrics listener, the controller's (`base + 300 + id`).
+//! Each reads `<data dir>/server-<id>.toml`, written at every start from the same values the
+//! split cluster passes as flags ([`Layout::server_config`]); its data is under
+//! `server-<id>/` (`controller/` and `broker/`). The first `up` records `combined = true`;
+//! a data dir keeps the mode it was created with.
+//!
 //! TLS (`cluster up --tls`, issue #23): `<data dir>/tls/` holds a development CA and a
 //! certificate per process and one for keelctl (`keelctl`), made by [`crate::dev_certs`];
 //! while `tls/ca.pem` exists every process is started with its certificate and
@@ -61,7 +70,7 @@ pub const TLS_ENV: [&str; 4] = [
     "KEEL_SSL_CLIENT_AUTH",
 ];
 
-/// Controller or broker.
+/// Controller, broker, or both in one process (combined mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
@@ -69,6 +78,8 @@ pub enum Role {
     Controller,
     /// A `keel-broker` process.
     Broker,
+    /// A `keel-server` process running a controller and a broker (combined mode, KIP-833).
+    Combined,
 }
 
 impl Role {
@@ -77,7 +88,13 @@ impl Role {
         match self {
             Role::Controller => "keel-controller",
             Role::Broker => "keel-broker",
+            Role::Combined => "keel-server",
         }
+    }
+
+    /// Whether processes of this role run a broker (and serve Kafka clients).
+    pub fn has_broker(self) -> bool {
+        matches!(self, Role::Broker | Role::Combined)
     }
 }
 
@@ -88,8 +105,10 @@ pub struct ProcessSpec {
     pub role: Role,
     /// Node id (1..=3).
     pub id: u16,
-    /// `host:port` it listens on.
+    /// `host:port` it listens on (a combined process's controller listener).
     pub address: String,
+    /// A combined process's broker (gRPC) listener, `host:port`; `None` otherwise.
+    pub broker_address: Option<String>,
     /// `host:port` of its HTTP `/metrics` and `/health` listener.
     pub metrics_address: String,
     /// A broker's Kafka-protocol (`PLAINTEXT`) listener, `host:port`; `None` for controllers.
@@ -108,6 +127,7 @@ impl ProcessSpec {
         let role = match self.role {
             Role::Controller => "controller",
             Role::Broker => "broker",
+            Role::Combined => "server",
         };
         format!("{role}-{}", self.id)
     }
@@ -121,6 +141,7 @@ impl ProcessSpec {
     pub fn taken_address(&self) -> Option<(String, io::Error)> {
         [&self.address, &self.metrics_address]
             .into_iter()
+            .chain(&self.broker_address)
             .chain(&self.kafka_address)
             .find_map(|a| match std::net::TcpListener::bind(a.as_str()) {
                 Ok(_) => None,
@@ -137,8 +158,11 @@ pub struct Layout {
     /// Base port.
     pub base_port: u16,
     /// `KEEL_*` environment variables given to every process started (recorded by the first
-    /// `cluster up`; see the module doc).
+    /// `cluster up`; see the module doc). A combined process gets them in its config file.
     pub settings: BTreeMap<String, String>,
+    /// Combined mode: 3 `keel-server` processes instead of 3 controllers and 3 brokers
+    /// (`cluster up --combined`, recorded as `combined = true`).
+    pub combined: bool,
 }
 
 impl Layout {
@@ -154,6 +178,7 @@ impl Layout {
             data_dir,
             base_port,
             settings: BTreeMap::new(),
+            combined: false,
         })
     }
 
@@ -188,6 +213,7 @@ impl Layout {
             ));
         }
         layout.settings = rec.settings;
+        layout.combined = rec.combined;
         Ok(Some(layout))
     }
 
@@ -198,6 +224,8 @@ impl Layout {
         #[derive(Serialize)]
         struct BasePort {
             base_port: u16,
+            #[serde(skip_serializing_if = "std::ops::Not::not")]
+            combined: bool,
         }
         #[derive(Serialize)]
         struct Settings<'a> {
@@ -212,6 +240,7 @@ impl Layout {
         text.push_str(
             &toml::to_string(&BasePort {
                 base_port: self.base_port,
+                combined: self.combined,
             })
             .map_err(io::Error::other)?,
         );
@@ -377,43 +406,82 @@ impl Layout {
         (1..=NODES).map(|id| self.broker_address(id)).collect()
     }
 
-    /// Every process, controllers first.
+    /// Every process, controllers first (in combined mode, the 3 `keel-server` processes).
     pub fn processes(&self) -> Vec<ProcessSpec> {
-        let spec = |role: Role, id: u16| {
-            let name = match role {
-                Role::Controller => format!("controller-{id}"),
-                Role::Broker => format!("broker-{id}"),
-            };
-            ProcessSpec {
-                role,
-                id,
-                address: match role {
-                    Role::Controller => self.controller_address(id),
-                    Role::Broker => self.broker_address(id),
-                },
-                metrics_address: match role {
-                    Role::Controller => format!("127.0.0.1:{}", self.base_port + 300 + id),
-                    Role::Broker => format!("127.0.0.1:{}", self.base_port + 310 + id),
-                },
-                kafka_address: match role {
-                    Role::Controller => None,
-                    Role::Broker => Some(self.kafka_address(id)),
-                },
-                data_dir: self.data_dir.join(&name),
-                log_file: self.data_dir.join(format!("{name}.log")),
-                pid_file: self.data_dir.join(format!("{name}.pid")),
-            }
-        };
+        if self.combined {
+            return (1..=NODES)
+                .map(|id| self.spec(Role::Combined, id))
+                .collect();
+        }
         (1..=NODES)
-            .map(|id| spec(Role::Controller, id))
-            .chain((1..=NODES).map(|id| spec(Role::Broker, id)))
+            .map(|id| self.spec(Role::Controller, id))
+            .chain((1..=NODES).map(|id| self.spec(Role::Broker, id)))
             .collect()
     }
 
-    /// The command line of one process.
+    /// Process `id` of `role`: a combined one has the controller's address and metrics
+    /// port, and the broker's listeners.
+    fn spec(&self, role: Role, id: u16) -> ProcessSpec {
+        let name = match role {
+            Role::Controller => format!("controller-{id}"),
+            Role::Broker => format!("broker-{id}"),
+            Role::Combined => format!("server-{id}"),
+        };
+        ProcessSpec {
+            role,
+            id,
+            address: match role {
+                Role::Controller | Role::Combined => self.controller_address(id),
+                Role::Broker => self.broker_address(id),
+            },
+            broker_address: (role == Role::Combined).then(|| self.broker_address(id)),
+            metrics_address: match role {
+                Role::Controller | Role::Combined => {
+                    format!("127.0.0.1:{}", self.base_port + 300 + id)
+                }
+                Role::Broker => format!("127.0.0.1:{}", self.base_port + 310 + id),
+            },
+            kafka_address: role.has_broker().then(|| self.kafka_address(id)),
+            data_dir: self.data_dir.join(&name),
+            log_file: self.data_dir.join(format!("{name}.log")),
+            pid_file: self.data_dir.join(format!("{name}.pid")),
+        }
+    }
+
+    /// The config file of combined process `p`: `<data dir>/server-<id>.toml`.
+    pub fn server_config_path(&self, p: &ProcessSpec) -> PathBuf {
+        self.data_dir.join(format!("{}.toml", p.name()))
+    }
+
+    /// The command line of one process (a combined one: `--config` its file, which
+    /// [`spawn`] writes first).
     pub fn args(&self, p: &ProcessSpec) -> Vec<String> {
+        match p.role {
+            Role::Combined => vec![
+                "--config".into(),
+                self.server_config_path(p).display().to_string(),
+            ],
+            Role::Controller | Role::Broker => self.flags(p, &p.name()),
+        }
+    }
+
+    /// The per-process values `up` sets for `p`, as `--key value` flags: its command line,
+    /// or for a combined process those its config file holds (both roles').
+    pub fn flag_args(&self, p: &ProcessSpec) -> Vec<String> {
+        match p.role {
+            Role::Combined => [Role::Controller, Role::Broker]
+                .into_iter()
+                .flat_map(|r| self.flags(&self.spec(r, p.id), &p.name()))
+                .collect(),
+            Role::Controller | Role::Broker => self.args(p),
+        }
+    }
+
+    /// The flags (`--key value` pairs) of a controller or broker `p` whose certificate is
+    /// `cert` (in combined mode the process's, shared by its roles).
+    fn flags(&self, p: &ProcessSpec, cert: &str) -> Vec<String> {
         let data_flag = match p.role {
-            Role::Controller => "--metadata-log-dir",
+            Role::Controller | Role::Combined => "--metadata-log-dir",
             Role::Broker => "--log-dirs",
         };
         let listeners = match &p.kafka_address {
@@ -442,9 +510,9 @@ impl Layout {
             let path = |f: PathBuf| f.display().to_string();
             args.extend([
                 "--tls-cert-file".into(),
-                path(crate::dev_certs::cert_path(&dir, &p.name())),
+                path(crate::dev_certs::cert_path(&dir, cert)),
                 "--tls-key-file".into(),
-                path(crate::dev_certs::key_path(&dir, &p.name())),
+                path(crate::dev_certs::key_path(&dir, cert)),
                 "--tls-ca-file".into(),
                 path(dir.join(crate::dev_certs::CA_FILE)),
                 "--ssl-client-auth".into(),
@@ -463,6 +531,102 @@ impl Layout {
         }
         args
     }
+
+    /// The config file of combined process `p` (`keel-server`'s format, README "Combined
+    /// mode"): the values a split cluster passes its controller and broker as flags
+    /// ([`Self::args`]), with the keys both roles share (node id, voters, the metrics
+    /// listener: the controller's port) at the top level, `data_dir` = `p.data_dir`, and the
+    /// recorded settings ([`Self::settings`]) in the table of each role that reads them.
+    pub fn server_config(&self, p: &ProcessSpec) -> String {
+        use keel_runtime::settings::{SETTINGS, UsedBy};
+        const SHARED: [&str; 5] = [
+            "node_id",
+            "controller_quorum_voters",
+            "controller_quorum_bootstrap_servers",
+            "log_format",
+            "metrics_listener",
+        ];
+        let mut top = vec![
+            "process_roles = [\"broker\", \"controller\"]".to_string(),
+            toml_line("data_dir", &p.data_dir.display().to_string()),
+        ];
+        let mut tables: [(Role, Vec<String>); 2] =
+            [(Role::Controller, Vec::new()), (Role::Broker, Vec::new())];
+        for (role, lines) in &mut tables {
+            let mut spec = self.spec(*role, p.id);
+            spec.data_dir = p.data_dir.clone();
+            let flags = self.flags(&spec, &p.name());
+            for pair in flags.chunks(2) {
+                let [flag, value] = pair else { continue };
+                let key = flag.trim_start_matches('-').replace('-', "_");
+                if matches!(key.as_str(), "metadata_log_dir" | "log_dirs") {
+                    continue; // Under data_dir by default.
+                }
+                if key == "metrics_listener" && *role == Role::Broker {
+                    continue; // One listener per process: the controller's port.
+                }
+                let line = toml_line(&key, value);
+                if SHARED.contains(&key.as_str()) {
+                    if !top.contains(&line) {
+                        top.push(line);
+                    }
+                } else {
+                    lines.push(line);
+                }
+            }
+        }
+        for (env, value) in &self.settings {
+            let Some(s) = SETTINGS.iter().find(|s| s.env() == *env) else {
+                continue;
+            };
+            let line = toml_line(s.name, value);
+            if SHARED.contains(&s.name) {
+                top.push(line);
+                continue;
+            }
+            for (role, lines) in &mut tables {
+                let reads = match s.used_by {
+                    UsedBy::Both => true,
+                    UsedBy::Controller => *role == Role::Controller,
+                    UsedBy::Broker => *role == Role::Broker,
+                };
+                if reads {
+                    lines.push(line.clone());
+                }
+            }
+        }
+        let mut text = format!(
+            "# Written by `keelctl cluster up --combined` at every start of {}; edits are \
+             overwritten (README \"Combined mode\").\n",
+            p.name()
+        );
+        text.push_str(&top.join("\n"));
+        for (role, lines) in &tables {
+            let name = if *role == Role::Controller {
+                "controller"
+            } else {
+                "broker"
+            };
+            text.push_str(&format!("\n\n[{name}]\n{}", lines.join("\n")));
+        }
+        text.push('\n');
+        text
+    }
+}
+
+/// `key = value` with the value typed as the setting `key` declares it: an integer or a
+/// boolean when it is one, else a TOML string.
+fn toml_line(key: &str, value: &str) -> String {
+    use keel_runtime::settings::{Kind, SETTINGS};
+    let kind = SETTINGS.iter().find(|s| s.name == key).map(|s| s.kind);
+    let typed = match kind {
+        Some(Kind::Duration(_) | Kind::Int { .. }) if value.parse::<i64>().is_ok() => {
+            value.to_string()
+        }
+        Some(Kind::Bool) if matches!(value, "true" | "false") => value.to_string(),
+        _ => toml::Value::String(value.to_string()).to_string(),
+    };
+    format!("{key} = {typed}")
 }
 
 /// The contents of [`LAYOUT_FILE`].
@@ -470,6 +634,8 @@ impl Layout {
 #[serde(deny_unknown_fields)]
 struct LayoutToml {
     base_port: u16,
+    #[serde(default)]
+    combined: bool,
     #[serde(default)]
     settings: BTreeMap<String, String>,
 }
@@ -592,13 +758,27 @@ pub fn resolve(data_dir: &Path, base_port: Option<u16>) -> Result<(Layout, Layou
 /// their command line (`/proc/<pid>/cmdline`); `None` when none runs or none tells.
 pub fn running_base_port(data_dir: &Path) -> Option<u16> {
     // Pid files and names do not depend on the base port.
-    let any = Layout {
+    let split = Layout {
         data_dir: data_dir.to_path_buf(),
         base_port: DEFAULT_BASE_PORT,
         settings: BTreeMap::new(),
+        combined: false,
     };
-    any.processes().iter().find_map(|p| {
-        let pid = running_pid(p)?;
+    let combined = Layout {
+        combined: true,
+        ..split.clone()
+    };
+    let procs = split.processes().into_iter().chain(combined.processes());
+    procs.into_iter().find_map(|p| {
+        let pid = running_pid(&p)?;
+        if p.role == Role::Combined {
+            // Its controller listener, from the config file it was started with.
+            let text = fs::read_to_string(combined.server_config_path(&p)).ok()?;
+            let table: toml::Table = toml::from_str(&text).ok()?;
+            let listeners = table.get("controller")?.get("listeners")?.as_str()?;
+            let port: u16 = listeners.rsplit_once(':')?.1.parse().ok()?;
+            return port.checked_sub(p.id);
+        }
         let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
         let args: Vec<String> = cmdline
             .split(|b| *b == 0)
@@ -612,7 +792,7 @@ pub fn running_base_port(data_dir: &Path) -> Option<u16> {
         let grpc = listener.split(',').next()?;
         let port: u16 = grpc.rsplit_once(':')?.1.parse().ok()?;
         match p.role {
-            Role::Controller => port.checked_sub(p.id),
+            Role::Controller | Role::Combined => port.checked_sub(p.id),
             Role::Broker => port.checked_sub(99 + p.id),
         }
     })
@@ -746,6 +926,12 @@ pub fn format_new_quorum(
 /// does not reach it), logging to its log file, and writes its pid file.
 pub fn spawn(layout: &Layout, p: &ProcessSpec, binary: &Path) -> io::Result<Child> {
     fs::create_dir_all(&p.data_dir)?;
+    if p.role == Role::Combined {
+        keel_runtime::fs::write_atomic(
+            &layout.server_config_path(p),
+            layout.server_config(p).as_bytes(),
+        )?;
+    }
     let log = OpenOptions::new()
         .create(true)
         .append(true)
@@ -823,6 +1009,46 @@ pub fn wait_exit(pid: i32, role: Role, timeout: Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_combined_layout_runs_three_servers_on_the_split_ports() {
+        let mut l = Layout::new(PathBuf::from("/d"), DEFAULT_BASE_PORT).unwrap();
+        l.combined = true;
+        l.settings.insert("KEEL_NUM_PARTITIONS".into(), "3".into());
+        l.settings
+            .insert("KEEL_REPLICA_LAG_TIME_MAX_MS".into(), "5000".into());
+        let procs = l.processes();
+        assert_eq!(
+            procs.iter().map(ProcessSpec::name).collect::<Vec<_>>(),
+            ["server-1", "server-2", "server-3"]
+        );
+        let p = &procs[1];
+        assert_eq!(p.address, "127.0.0.1:9094");
+        assert_eq!(p.broker_address.as_deref(), Some("127.0.0.1:9193"));
+        assert_eq!(p.kafka_address.as_deref(), Some("127.0.0.1:9294"));
+        assert_eq!(p.metrics_address, "127.0.0.1:9394");
+        assert_eq!(l.args(p), ["--config", "/d/server-2.toml"]);
+        let text = l.server_config(p);
+        let t: toml::Table = toml::from_str(&text).unwrap();
+        assert_eq!(t["node_id"].as_integer(), Some(2));
+        assert_eq!(t["data_dir"].as_str(), Some("/d/server-2"));
+        assert_eq!(t["metrics_listener"].as_str(), Some("127.0.0.1:9394"));
+        assert_eq!(
+            t["controller"]["listeners"].as_str(),
+            Some("127.0.0.1:9094")
+        );
+        assert_eq!(t["controller"]["num_partitions"].as_integer(), Some(3));
+        assert_eq!(
+            t["broker"]["listeners"].as_str(),
+            Some("GRPC://127.0.0.1:9193,PLAINTEXT://127.0.0.1:9294")
+        );
+        assert_eq!(
+            t["broker"]["replica_lag_time_max_ms"].as_integer(),
+            Some(5000)
+        );
+        assert!(t["broker"].get("num_partitions").is_none(), "{text}");
+        assert!(t["broker"].get("metrics_listener").is_none(), "{text}");
+    }
 
     #[test]
     fn default_layout_matches_the_readme_ports() {

@@ -22,8 +22,9 @@ use crate::local_cluster::{
 /// `keelctl cluster ...`
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
-    /// Start 3 controllers and 3 brokers in the background and wait until the quorum has a
-    /// leader and every broker is registered and unfenced. Restarting keeps the data.
+    /// Start 3 controllers and 3 brokers (with --combined: 3 keel-server processes, each a
+    /// controller and a broker) in the background and wait until the quorum has a leader
+    /// and every broker is registered and unfenced. Restarting keeps the data.
     Up(UpArgs),
     /// Stop the local cluster: SIGTERM (brokers first), SIGKILL after a timeout.
     Down(DownArgs),
@@ -70,6 +71,11 @@ pub struct UpArgs {
     /// they are User:NAME and need ACLs.
     #[arg(long)]
     pub sasl: bool,
+    /// Kafka's combined mode (KIP-833), for development only: 3 `keel-server` processes,
+    /// each running controller N and broker N on the same ports as the split cluster (once;
+    /// a data dir keeps the mode it was created with). Not with --authorizer.
+    #[arg(long, conflicts_with = "authorizer")]
+    pub combined: bool,
 }
 
 /// Arguments of `cluster down`.
@@ -200,6 +206,22 @@ async fn taken_address_after_exits<'a>(
 /// stops what it started.
 async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
     let (mut layout, source) = layout(&a.layout)?;
+    if a.combined && !layout.combined {
+        if source != LayoutSource::Given {
+            return Err(CliError::new(format!(
+                "the cluster in {} runs 3 controllers and 3 brokers: `cluster up --combined` \
+                 needs a new data dir (--data-dir), or stop this one and remove it first",
+                layout.data_dir.display()
+            )));
+        }
+        layout.combined = true;
+    }
+    if layout.combined && (a.authorizer || layout.authorizer_on()) {
+        return Err(CliError::new(
+            "a combined cluster runs without --authorizer (its processes would need a \
+             principal per role)",
+        ));
+    }
     create_data_dir(&layout)?;
     let procs = layout.processes();
     let missing: Vec<&ProcessSpec> = procs.iter().filter(|p| running_pid(p).is_none()).collect();
@@ -239,9 +261,11 @@ async fn up(a: UpArgs, ctx: &Ctx) -> CliResult {
         }
         layout.enable_sasl().map_err(CliError::new)?;
     }
-    let binaries = Binaries::find()?;
+    let binaries = Binaries::find(&layout)?;
     settle_settings(&mut layout, source, &procs)?;
-    if !already_running {
+    // A combined cluster's controllers start unformatted on their static voters, as a
+    // `keel-controller` may (keel-server has no `format` yet).
+    if !already_running && !layout.combined {
         let controllers: Vec<&ProcessSpec> = procs
             .iter()
             .filter(|p| p.role == Role::Controller)
@@ -314,25 +338,34 @@ async fn refuse_taken_ports(missing: &[&ProcessSpec]) -> CliResult {
 
 /// The executables of the cluster's processes, found next to keelctl or on the PATH.
 struct Binaries {
-    controller: PathBuf,
-    broker: PathBuf,
+    /// By role: only those the layout runs.
+    found: Vec<(Role, PathBuf)>,
 }
 
 impl Binaries {
-    /// Finds both executables ([`find_binary`]); an error names the one not found.
-    fn find() -> Result<Binaries, CliError> {
-        Ok(Binaries {
-            controller: find_binary(Role::Controller.binary()).map_err(CliError::new)?,
-            broker: find_binary(Role::Broker.binary()).map_err(CliError::new)?,
-        })
+    /// Finds the executables of `layout`'s processes ([`find_binary`]): `keel-controller`
+    /// and `keel-broker`, or `keel-server` for a combined cluster; an error names the one
+    /// not found.
+    fn find(layout: &Layout) -> Result<Binaries, CliError> {
+        let roles: &[Role] = if layout.combined {
+            &[Role::Combined]
+        } else {
+            &[Role::Controller, Role::Broker]
+        };
+        let found = roles
+            .iter()
+            .map(|r| Ok((*r, find_binary(r.binary()).map_err(CliError::new)?)))
+            .collect::<Result<_, CliError>>()?;
+        Ok(Binaries { found })
     }
 
-    /// The executable of processes of `role`.
+    /// The executable of processes of `role` (found by [`Self::find`] for the layout).
     fn of(&self, role: Role) -> &Path {
-        match role {
-            Role::Controller => &self.controller,
-            Role::Broker => &self.broker,
-        }
+        self.found
+            .iter()
+            .find(|(r, _)| *r == role)
+            .map(|(_, p)| p.as_path())
+            .expect("Binaries::find looked for every role of the layout")
     }
 }
 
@@ -393,7 +426,11 @@ fn recordable_settings(layout: &Layout, procs: &[ProcessSpec]) -> BTreeSet<Strin
         names.remove(key);
     }
     for p in procs {
-        for flag in layout.args(p).iter().filter_map(|a| a.strip_prefix("--")) {
+        for flag in layout
+            .flag_args(p)
+            .iter()
+            .filter_map(|a| a.strip_prefix("--"))
+        {
             names.remove(&format!("KEEL_{}", flag.to_uppercase().replace('-', "_")));
         }
     }
@@ -645,7 +682,7 @@ async fn health(
     if !want.iter().all(|id| ready.contains(id)) {
         return Err(format!("unfenced brokers so far: {ready:?}"));
     }
-    for (p, _) in started.iter().filter(|(p, _)| p.role == Role::Broker) {
+    for (p, _) in started.iter().filter(|(p, _)| p.role.has_broker()) {
         probe_ready(&p.metrics_address)
             .await
             .map_err(|why| format!("{} not ready yet: {why}", p.name()))?;
@@ -843,7 +880,7 @@ pub(super) async fn shutdown_broker(a: BrokerShutdownArgs, ctx: &Ctx) -> CliResu
     let p = layout
         .processes()
         .into_iter()
-        .find(|p| p.role == Role::Broker && p.id == a.id)
+        .find(|p| p.role.has_broker() && p.id == a.id)
         .ok_or_else(|| {
             CliError::new(format!(
                 "broker {} is not part of the local cluster (ids 1..={}); the controller API has no operator RPC for a controlled shutdown",
@@ -864,6 +901,12 @@ pub(super) async fn shutdown_broker(a: BrokerShutdownArgs, ctx: &Ctx) -> CliResu
         return ctx.print_json(&serde_json::json!({"broker": a.id, "outcome": outcome}));
     }
     match outcome {
+        StopOutcome::Terminated if p.role == Role::Combined => outln!(
+            "broker {} completed a controlled shutdown and exited, and so did controller {} \
+             (the same process: combined mode)",
+            a.id,
+            a.id
+        ),
         StopOutcome::Terminated => {
             outln!("broker {} completed a controlled shutdown and exited", a.id)
         }

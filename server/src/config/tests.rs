@@ -195,3 +195,20 @@ fn load_names_the_file() {
     let e = load(&path).unwrap_err();
     assert!(e.ends_with("[broker] unknown key bogus"), "{e}");
 }
+
+#[test]
+fn the_shipped_sample_files_are_valid_and_the_readme_shows_the_first() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    for id in 1..=3 {
+        let path = root.join(format!("deploy/combined/server-{id}.toml"));
+        let c = load(&path).unwrap();
+        assert_eq!(c.node_id, id);
+        assert_eq!(c.roles(), ProcessRole::ALL);
+    }
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let first = std::fs::read_to_string(root.join("deploy/combined/server-1.toml")).unwrap();
+    assert!(
+        readme.contains(&format!("```toml\n{first}```")),
+        "README \"Combined mode\" shows deploy/combined/server-1.toml byte for byte"
+    );
+}
