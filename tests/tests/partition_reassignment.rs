@@ -32,6 +32,23 @@ async fn assignment(a: &Admin, topic: &str) -> (Vec<i32>, Vec<i32>, Vec<i32>, i3
     )
 }
 
+/// Runs the `keelctl` binary against the cluster's controllers: (exit 0, stdout + stderr).
+fn keelctl(c: &InProcessCluster, args: &[&str]) -> (bool, String) {
+    let bootstrap: Vec<String> = c.live_controllers().into_iter().map(|(_, a)| a).collect();
+    let out = std::process::Command::new(keel_tests::process::binary("keelctl"))
+        .arg("--bootstrap-controllers")
+        .arg(bootstrap.join(","))
+        .args(args)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 /// The error code of each partition result, in request order.
 fn codes(results: &[(String, i32, Option<keel_proto::common::Error>)]) -> Vec<ErrorCode> {
     results
@@ -94,6 +111,16 @@ async fn a_partition_moves_keeps_its_records_and_the_removed_broker_deletes_its_
         .await
         .unwrap();
     assert_eq!(codes(&r), [ErrorCode::NoReassignmentInProgress]);
+    // A deleted topic: KRaft removes it at once (no "being deleted" state), so a move of it is
+    // UNKNOWN_TOPIC_OR_PARTITION, as in Kafka's ReplicationControlManager.
+    c.create_topic(assigned_topic("gone", &[&[1, 2]]), WAIT)
+        .await;
+    a.delete_topic("gone").await.unwrap();
+    let r = a
+        .alter_partition_reassignments(&[("gone".into(), 0, Some(vec![2, 3]))])
+        .await
+        .unwrap();
+    assert_eq!(codes(&r), [ErrorCode::UnknownTopicOrPartition]);
     assert_eq!(
         assignment(&a, "move").await,
         before,
@@ -146,6 +173,24 @@ async fn a_partition_moves_keeps_its_records_and_the_removed_broker_deletes_its_
     let moving = a.list_partition_reassignments(&[]).await.unwrap();
     assert_eq!(moving.len(), 1);
     assert_eq!(moving[0].partitions[0].adding_replicas, [1]);
+    // keelctl --execute of a plan naming the moving partition: refused without --additional
+    // (Kafka's tool), nothing changes.
+    let plan = c.broker_data_dir(2).with_file_name("again.json");
+    std::fs::write(
+        &plan,
+        r#"{"version": 1, "partitions": [{"topic": "move", "partition": 0, "replicas": [3, 2]}]}"#,
+    )
+    .unwrap();
+    let (ok, out) = keelctl(
+        &c,
+        &["partition", "reassign", "--execute", plan.to_str().unwrap()],
+    );
+    assert!(
+        !ok && out.contains("existing reassignment of move-0") && out.contains("--additional"),
+        "{out}"
+    );
+    let (replicas, adding, _, _) = assignment(&a, "move").await;
+    assert_eq!((replicas, adding), (vec![1, 2, 3], vec![1]));
     let r = a
         .alter_partition_reassignments(&[("move".into(), 0, None)])
         .await
