@@ -27,7 +27,7 @@ use keel_client::producer::{Producer, ProducerConfig};
 use keel_proto::broker::DescribeReplicasRequest;
 use keel_proto::controller::{ConfigEntry, CreatableReplicaAssignment, CreatableTopic};
 use keel_tests::Endpoints;
-use keel_tests::process::{Cluster, Options, binary};
+use keel_tests::process::{Cluster, Options};
 use keel_tests::stats::{ms, percentile};
 
 const PARTITIONS: i32 = 12;
@@ -46,18 +46,8 @@ fn preload_mib() -> u64 {
 }
 
 fn keelctl(controllers: &str, args: &[&str]) -> String {
-    let out = std::process::Command::new(binary("keelctl"))
-        .arg("--bootstrap-controllers")
-        .arg(controllers)
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "keelctl {args:?}: {text}");
+    let (ok, text) = keel_tests::process::keelctl(controllers, args);
+    assert!(ok, "keelctl {args:?}: {text}");
     text
 }
 

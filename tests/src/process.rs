@@ -45,6 +45,23 @@ pub fn binary(name: &str) -> PathBuf {
     bin
 }
 
+/// Runs the `keelctl` binary ([`binary`]) with `--bootstrap-controllers controllers` (a
+/// comma-separated list) and `args`; returns whether it exited 0 and its stdout then stderr.
+pub fn keelctl(controllers: &str, args: &[&str]) -> (bool, String) {
+    let out = Command::new(binary("keelctl"))
+        .arg("--bootstrap-controllers")
+        .arg(controllers)
+        .args(args)
+        .output()
+        .expect("keelctl runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
 /// The `keel-controller` binary ([`binary`]).
 pub fn controller_bin() -> PathBuf {
     binary("keel-controller")

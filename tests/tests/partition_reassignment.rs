@@ -35,18 +35,7 @@ async fn assignment(a: &Admin, topic: &str) -> (Vec<i32>, Vec<i32>, Vec<i32>, i3
 /// Runs the `keelctl` binary against the cluster's controllers: (exit 0, stdout + stderr).
 fn keelctl(c: &InProcessCluster, args: &[&str]) -> (bool, String) {
     let bootstrap: Vec<String> = c.live_controllers().into_iter().map(|(_, a)| a).collect();
-    let out = std::process::Command::new(keel_tests::process::binary("keelctl"))
-        .arg("--bootstrap-controllers")
-        .arg(bootstrap.join(","))
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
+    keel_tests::process::keelctl(&bootstrap.join(","), args)
 }
 
 /// The error code of each partition result, in request order.
@@ -220,19 +209,10 @@ async fn a_decommissioned_broker_is_emptied_then_unregistered() {
         ErrorCode::None
     );
     let bootstrap: Vec<String> = c.live_controllers().into_iter().map(|(_, a)| a).collect();
+    let bootstrap = bootstrap.join(",");
     let keelctl = |args: &[&str]| {
-        let out = std::process::Command::new(keel_tests::process::binary("keelctl"))
-            .arg("--bootstrap-controllers")
-            .arg(bootstrap.join(","))
-            .args(args)
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "keelctl {args:?}: {text}");
+        let (ok, text) = keel_tests::process::keelctl(&bootstrap, args);
+        assert!(ok, "keelctl {args:?}: {text}");
         text
     };
     let out = keelctl(&["broker", "decommission", "4", "--timeout-secs", "60"]);

@@ -19,7 +19,7 @@ use keel_client::producer::{Producer, ProducerConfig};
 use keel_metadata_log::ConfigResource;
 use keel_tests::Endpoints;
 use keel_tests::data::assigned_topic;
-use keel_tests::process::Cluster;
+use keel_tests::process::{Cluster, keelctl};
 
 const WAIT: Duration = Duration::from_secs(60);
 const TOPIC: &str = "moving";
@@ -30,21 +30,6 @@ const PRELOAD_RECORDS: usize = 1_536; // 24 MiB
 /// The throttle of the move, bytes/s: 24 MiB at 4 MiB/s take about 6 s, the time the kills
 /// need to land in the middle of the move.
 const THROTTLE: u64 = 4 << 20;
-
-fn keelctl(controllers: &str, args: &[&str]) -> (bool, String) {
-    let out = std::process::Command::new(keel_tests::process::binary("keelctl"))
-        .arg("--bootstrap-controllers")
-        .arg(controllers)
-        .args(args)
-        .output()
-        .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
 
 fn admin(c: &Cluster) -> Admin {
     let addrs = c.live_controllers().into_iter().map(|(_, a)| a).collect();
