@@ -135,6 +135,12 @@ async fn a_partition_moves_keeps_its_records_and_the_removed_broker_deletes_its_
             .is_empty()
     );
     c.wait_leader_isr(2, "move", &[2, 3], WAIT).await;
+    // A new leader's HW moves once its followers fetched in its epoch (its own follower HW
+    // may still be behind the old leader's): wait for it rather than read at once.
+    c.wait_for("broker 2's HW reached 5", WAIT, || async {
+        (c.replica(2, "move", 0).await?.high_watermark == 5).then_some(())
+    })
+    .await;
     let (recs, _, hw) = c.consume(2, "move", 0, 0).await;
     assert_eq!(hw, 5);
     assert_eq!(
@@ -228,6 +234,10 @@ async fn a_decommissioned_broker_is_emptied_then_unregistered() {
     assert_eq!(replicas, [vec![3, 1], vec![1, 2], vec![2, 3]]);
     // The records of dec-0 are on its new leader, the first target replica in the ISR.
     c.wait_leader_isr(3, "dec", &[1, 3], WAIT).await;
+    c.wait_for("broker 3's HW reached 5", WAIT, || async {
+        (c.replica(3, "dec", 0).await?.high_watermark == 5).then_some(())
+    })
+    .await;
     let (recs, _, hw) = c.consume(3, "dec", 0, 0).await;
     assert_eq!(hw, 5);
     assert_eq!(
