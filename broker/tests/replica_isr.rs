@@ -520,3 +520,66 @@ fn follower_fetch_needs_the_registered_broker_epoch() {
     );
     assert_eq!(follower_leo(&p, 2), Some(25));
 }
+
+/// A reassignment completed by the leader's own ISR expansion (KIP-455): the leader learns
+/// the new partition epoch from the AlterPartition answer, then the record of that epoch
+/// with the removed replica gone. Applying it (same epochs, other replicas) drops the removed
+/// broker from the followers, so a proposal to add it back (rejected by the controller) no
+/// longer holds the HW, which it did for as long as no newer metadata came: acks=all produce
+/// stalled after `keelctl partition reassign` in the bench.
+#[test]
+fn a_registration_of_the_applied_epoch_with_other_replicas_is_applied() {
+    // Moving 1,2,3 -> 1,2,4: replicas 1,2,4,3 with 4 adding, ISR 1,2,3.
+    let mut p = hosted(1, cfg(1), 10, 0);
+    p.become_leader(&reg(&[1, 2, 4, 3], &[1, 2, 3], 1, 1, 1), 10, 10, 0)
+        .unwrap();
+    fetch(&mut p, 2, 10, 1);
+    fetch(&mut p, 3, 10, 1);
+    assert_eq!(p.high_watermark(), 10);
+    // Broker 4 catches up: expansion proposed; the controller completes the move in the
+    // same change (ISR 1,2,4, replica 3 removed).
+    let req = read_effects(fetch(&mut p, 4, 10, 2))
+        .alter_partition
+        .expect("expansion proposed");
+    assert_eq!(req.new_isr_ids(), vec![1, 2, 3, 4]);
+    p.handle_alter_partition_response(
+        req.request_id,
+        AlterPartitionResponse::Committed {
+            leader_epoch: 1,
+            partition_epoch: 2,
+            isr: vec![1, 2, 4],
+        },
+        3,
+    );
+    // Broker 3 (still a follower in the leader's view) fetches: an expansion to add it back is
+    // proposed and rejected, which keeps the maximal ISR with 3 until metadata.
+    let req = read_effects(fetch(&mut p, 3, 10, 4))
+        .alter_partition
+        .expect("3 looks caught up");
+    assert_eq!(req.new_isr_ids(), vec![1, 2, 4, 3]);
+    p.handle_alter_partition_response(
+        req.request_id,
+        AlterPartitionResponse::Error(ErrorCode::InvalidRequest),
+        5,
+    );
+    assert_eq!(p.maximal_isr().unwrap(), vec![1, 2, 4, 3]);
+    // The record of partition epoch 2 arrives: replicas 1,2,4. Applied though its epochs
+    // equal the applied ones.
+    let t = p
+        .become_leader(&reg(&[1, 2, 4], &[1, 2, 4], 1, 1, 2), 10, 10, 6)
+        .expect("same epochs, other replicas: applied");
+    assert!(!t.leader_changed);
+    assert_eq!(p.replicas(), &[1, 2, 4]);
+    assert_eq!(p.maximal_isr().unwrap(), vec![1, 2, 4]);
+    assert!(!p.leader_state().unwrap().followers.contains_key(&3));
+    // The HW moves with 2 and 4 alone.
+    p.on_leader_append(20, 7);
+    fetch(&mut p, 2, 20, 8);
+    fetch(&mut p, 4, 20, 8);
+    assert_eq!(p.high_watermark(), 20);
+    // The same registration again changes nothing (stale).
+    assert!(matches!(
+        p.become_leader(&reg(&[1, 2, 4], &[1, 2, 4], 1, 1, 2), 20, 10, 9),
+        Err(TransitionError::Stale { .. })
+    ));
+}

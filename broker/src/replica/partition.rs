@@ -280,7 +280,28 @@ impl PartitionState {
             return Ok(());
         };
         let newer = reg.leader_epoch > le || (reg.leader_epoch == le && reg.partition_epoch > pe);
-        if newer {
+        // The registration of the partition epoch already applied, with other replicas or ISR:
+        // a leader learns the epoch of its own AlterPartition from the answer, before the
+        // record, and the record may also have changed the replicas (the change that
+        // completes a reassignment, KIP-455). Kafka's `Partition.makeLeader` skips only older
+        // partition epochs; without this the leader kept the removed replicas as followers.
+        let same_leader = match &self.role {
+            Role::Leader(_) => reg.leader == self.local_broker_id,
+            Role::Follower(f) => {
+                f.leader_id
+                    == if reg.leader < 0 {
+                        NO_LEADER
+                    } else {
+                        reg.leader
+                    }
+            }
+            Role::None => false,
+        };
+        let changed = reg.replicas != self.replicas
+            || self.isr().is_some_and(|isr| isr != reg.isr.as_slice());
+        let same_epoch_update =
+            reg.leader_epoch == le && reg.partition_epoch == pe && same_leader && changed;
+        if newer || same_epoch_update {
             Ok(())
         } else {
             Err(TransitionError::Stale {
@@ -332,8 +353,10 @@ impl PartitionState {
     /// AlterPartition is dropped.
     ///
     /// Errors: [`TransitionError::Stale`] if the registration is not newer than the applied
-    /// one; [`TransitionError::Invalid`] if it does not name this broker as an ISR member
-    /// and leader.
+    /// one (one of the same epochs is applied when it changes the replicas or the ISR: the
+    /// leader may have learnt the epoch from its AlterPartition answer first);
+    /// [`TransitionError::Invalid`] if it does not name this broker as an ISR member and
+    /// leader.
     pub fn become_leader(
         &mut self,
         reg: &PartitionRegistration,
