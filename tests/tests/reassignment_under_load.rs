@@ -54,8 +54,9 @@ async fn produce_until(
         pending.push_back((v, d.expect("queued")));
         if pending.len() >= 64 {
             let (v, d) = pending.pop_front().unwrap();
-            if d.await.is_ok() {
-                acked.push(v);
+            match d.await {
+                Ok(_) => acked.push(v),
+                Err(e) => panic!("{v} failed: {e}"),
             }
         }
         if n.is_multiple_of(16) {
@@ -63,8 +64,9 @@ async fn produce_until(
         }
     }
     for (v, d) in pending {
-        if d.await.is_ok() {
-            acked.push(v);
+        match d.await {
+            Ok(_) => acked.push(v),
+            Err(e) => eprintln!("{v} failed: {e}"),
         }
     }
     producer.close().await;

@@ -26,7 +26,7 @@ use keel_proto::broker::{
 use keel_proto::limits::clip;
 
 use super::produce::{check_topic_id, log_error_code};
-use super::throttle::{Side, Throttles};
+use super::throttle::{Side, Throttles, Verdict};
 use super::{HostedPartition, PartitionInner, ReplicaManager};
 use crate::replica::{
     FollowerFetchRequest, LeaderFetchDecision, ListOffsetsAnswer, OffsetSpec, Role, epoch_from_wire,
@@ -268,7 +268,7 @@ impl ReplicaManager {
             let message = format!("topic id of {}", clip(&t.topic));
             return (error_data(p.partition, code, message), true);
         }
-        let part_max = usize::try_from(p.partition_max_bytes).unwrap_or(0);
+        let mut part_max = usize::try_from(p.partition_max_bytes).unwrap_or(0);
         let now = self.now_ms();
         let mut inner = hp.lock();
         let inner = &mut *inner;
@@ -310,13 +310,18 @@ impl ReplicaManager {
             Throttles::is_throttled(img, Side::Leader, &t.topic, p.partition, self.broker_id())
         });
         if let Some(img) = image.filter(|_| throttled) {
-            let in_isr = inner
+            // In sync: in the maximal ISR (the HW may wait for it, KIP-497), or caught up
+            // to the HW (about to join it).
+            let in_sync = inner
                 .state
-                .isr()
-                .is_some_and(|isr| isr.contains(&req.replica_id));
+                .maximal_isr()
+                .is_some_and(|isr| isr.contains(&req.replica_id))
+                || p.fetch_offset >= inner.state.high_watermark();
             let th = &self.shared.throttles;
-            if th.holds_back(img, Side::Leader, self.broker_id(), true, in_isr, now) {
-                return (data, false);
+            match th.verdict(img, Side::Leader, self.broker_id(), true, in_sync, now) {
+                Verdict::Hold => return (data, false),
+                Verdict::Cap(cap) => part_max = part_max.min(cap),
+                Verdict::Free => {}
             }
         }
         let Some(max) = budget.limit(part_max) else {

@@ -26,7 +26,7 @@ use keel_proto::broker::{
 use tokio::sync::{Notify, watch};
 use tonic::transport::Channel;
 
-use super::throttle::{Side, Throttles};
+use super::throttle::{Side, Throttles, Verdict};
 use super::{HostedPartition, PartitionInner, ReplicaManager};
 use crate::log::TopicPartition;
 use crate::replica::{FollowerAction, FollowerFetchResponse, Role, plan_follower_response};
@@ -259,24 +259,34 @@ fn build_request(
     let mut sent = Vec::new();
     let image = rm.image();
     let me = rm.broker_id();
+    // Throttled partitions under the rate and their round's cap, shared among them below.
+    let mut capped: Vec<(String, i32, usize)> = Vec::new();
     for (tp, e) in due {
         let Some(hp) = rm.partition(&tp.topic, tp.partition) else {
             continue;
         };
-        // KIP-73: a throttled partition followed from outside the ISR waits while the
-        // follower quota is exceeded (the fetcher polls again within 50 ms).
+        let inner = hp.lock();
+        // KIP-73: a throttled partition followed out of sync waits while the follower quota
+        // is exceeded (the fetcher polls again within 50 ms). In sync: in the ISR, or caught
+        // up to the leader's HW (its leader may be adding it to the ISR and wait for it).
         let throttled =
             Throttles::is_throttled(&image, Side::Follower, &tp.topic, tp.partition, me);
         if throttled {
-            let in_isr = image
+            let in_sync = image
                 .partition(hp.topic_id(), tp.partition)
-                .is_some_and(|p| p.isr.contains(&me));
-            let th = &rm.shared.throttles;
-            if th.holds_back(&image, Side::Follower, me, true, in_isr, now) {
-                continue;
+                .is_some_and(|p| p.isr.contains(&me))
+                || (inner.last_leader_hw >= 0
+                    && inner.log.log_end_offset() >= inner.last_leader_hw);
+            match rm
+                .shared
+                .throttles
+                .verdict(&image, Side::Follower, me, true, in_sync, now)
+            {
+                Verdict::Hold => continue,
+                Verdict::Cap(cap) => capped.push((tp.topic.clone(), tp.partition, cap)),
+                Verdict::Free => {}
             }
         }
-        let inner = hp.lock();
         let Some((to, fr)) = inner.state.follower_fetch_request(inner.log.latest_epoch()) else {
             continue;
         };
@@ -304,6 +314,17 @@ fn build_request(
             fetch_offset: fr.fetch_offset,
             throttled,
         });
+    }
+    // The throttled partitions share one round's cap, so a round moves 50 ms worth of them
+    // whatever their number ([`super::throttle::round_cap`]).
+    let share = capped.len().max(1);
+    for (topic, partition, cap) in &capped {
+        if let Some(p) = topics
+            .get_mut(topic)
+            .and_then(|t| t.partitions.iter_mut().find(|p| p.partition == *partition))
+        {
+            p.partition_max_bytes = (cap / share).max(1) as i32;
+        }
     }
     let req = FetchRequest {
         replica_id: rm.broker_id(),
