@@ -345,12 +345,14 @@ pub fn parse_host_port(s: &str) -> Result<(String, u16), String> {
     let (host, port) = s
         .rsplit_once(':')
         .ok_or_else(|| format!("{s:?} has no :port"))?;
+    if host.is_empty() {
+        return Err(format!("{s:?} is not host:port (no host)"));
+    }
     let port: u16 = port
         .parse()
-        .map_err(|_| format!("{s:?} is not host:port"))?;
-    if host.is_empty() || port == 0 {
-        return Err(format!("{s:?} is not host:port"));
-    }
+        .ok()
+        .filter(|p| *p > 0)
+        .ok_or_else(|| format!("{s:?}: the port must be 1-65535"))?;
     Ok((host.trim_matches(['[', ']']).to_string(), port))
 }
 

@@ -186,7 +186,21 @@ fn each_kind_has_one_rule() {
     );
     assert_eq!(check("log_retention_ms", Value::Int(-1)), Ok(()));
     assert!(check("listeners", Value::Text("localhost".into())).is_err());
-    assert!(check("advertised_listeners", Value::Text("h:0".into())).is_err());
+    assert_eq!(
+        check("advertised_listeners", Value::Text("h:0".into())),
+        Err("GRPC: \"h:0\": the port must be 1-65535".into())
+    );
+    assert_eq!(
+        check(
+            "controller_quorum_bootstrap_servers",
+            Value::Text("127.0.0.1:0".into())
+        ),
+        Err("\"127.0.0.1:0\": the port must be 1-65535".into())
+    );
+    assert_eq!(
+        check("advertised_listeners", Value::Text(":9".into())),
+        Err("GRPC: \":9\" is not host:port (no host)".into())
+    );
     assert_eq!(
         check("advertised_listeners", Value::Text("h:1".into())),
         Ok(())
