@@ -323,7 +323,7 @@ fn build_request(
             .get_mut(topic)
             .and_then(|t| t.partitions.iter_mut().find(|p| p.partition == *partition))
         {
-            p.partition_max_bytes = (cap / share).max(1) as i32;
+            p.partition_max_bytes = (cap / share).clamp(1, PARTITION_MAX_BYTES) as i32;
         }
     }
     let req = FetchRequest {

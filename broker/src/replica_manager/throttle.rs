@@ -37,7 +37,7 @@ pub enum Verdict {
 }
 
 /// Bytes a throttled replica may move in one fetch round at `bound` bytes/s: 50 ms worth, at
-/// least 64 KiB (one batch always goes) and at most the fetchers' 4 MiB partition limit.
+/// least 64 KiB (one batch always goes); the fetch's own limits still apply on top.
 /// Kafka lets a throttled fetch take its whole size; here 16 MiB fetches moved more than a
 /// second's worth at once and the burst of copying and writing it showed in produce latency
 /// (`cargo bench -p keel-tests --bench reassignment`, 2 cores, 10 MiB/s throttle: produce p99
@@ -46,7 +46,7 @@ pub enum Verdict {
 pub fn round_cap(bound: u64) -> usize {
     usize::try_from(bound / 20)
         .unwrap_or(usize::MAX)
-        .clamp(64 << 10, super::fetcher::PARTITION_MAX_BYTES)
+        .max(64 << 10)
 }
 
 /// Which quota.
