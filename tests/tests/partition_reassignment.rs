@@ -186,11 +186,76 @@ async fn a_partition_moves_keeps_its_records_and_the_removed_broker_deletes_its_
     );
     let (replicas, adding, _, _) = assignment(&a, "move").await;
     assert_eq!((replicas, adding), (vec![1, 2, 3], vec![1]));
-    let r = a
-        .alter_partition_reassignments(&[("move".into(), 0, None)])
-        .await
-        .unwrap();
-    assert_eq!(codes(&r), [ErrorCode::None]);
+    // A plan naming an unregistered broker: refused by keelctl before anything changes, the
+    // throttles included (Kafka's tool checks the broker ids first).
+    let bad = c.broker_data_dir(2).with_file_name("bad.json");
+    std::fs::write(
+        &bad,
+        r#"{"version": 1, "partitions": [{"topic": "move", "partition": 0, "replicas": [2, 9]}]}"#,
+    )
+    .unwrap();
+    let (ok, out) = keelctl(
+        &c,
+        &[
+            "partition",
+            "reassign",
+            "--execute",
+            bad.to_str().unwrap(),
+            "--additional",
+            "--throttle",
+            "1000",
+        ],
+    );
+    assert!(!ok && out.contains("broker 9 is not registered"), "{out}");
+    let image = a.metadata_image().await.unwrap();
+    let topic = keel_metadata_log::ConfigResource::Topic("move".into());
+    let broker2 = keel_metadata_log::ConfigResource::Broker(2);
+    assert_eq!(
+        image.config(&topic, "follower.replication.throttled.replicas"),
+        None
+    );
+    assert_eq!(
+        image.config(&broker2, "leader.replication.throttled.rate"),
+        None
+    );
+    // keelctl --cancel cancels the move and removes the throttles (as Kafka's --cancel).
+    let set = |k: &str, v: &str| (k.to_string(), v.to_string());
+    use keel_client::admin::ConfigTarget;
+    a.alter_configs(
+        &ConfigTarget::Topic("move".into()),
+        &[set("follower.replication.throttled.replicas", "0:1")],
+        &[],
+        false,
+    )
+    .await
+    .unwrap();
+    a.alter_configs(
+        &ConfigTarget::Broker(2),
+        &[set("leader.replication.throttled.rate", "1000")],
+        &[],
+        false,
+    )
+    .await
+    .unwrap();
+    let (ok, out) = keelctl(
+        &c,
+        &["partition", "reassign", "--cancel", plan.to_str().unwrap()],
+    );
+    assert!(
+        ok && out.contains("Successfully started cancellation of 1 partition(s)")
+            && out.contains("Clearing broker-level throttles on brokers [2]")
+            && out.contains("Clearing topic-level throttles on topic move"),
+        "{out}"
+    );
+    let image = a.metadata_image().await.unwrap();
+    assert_eq!(
+        image.config(&topic, "follower.replication.throttled.replicas"),
+        None
+    );
+    assert_eq!(
+        image.config(&broker2, "leader.replication.throttled.rate"),
+        None
+    );
     let (replicas, adding, removing, _) = assignment(&a, "move").await;
     assert_eq!((replicas, adding, removing), (vec![2, 3], vec![], vec![]));
     assert_eq!(

@@ -12,8 +12,10 @@
 //! dropped, the original replicas kept). `--list` shows every move in progress.
 //! `--generate --brokers 1,2,4 --topics t1,t2` proposes a plan ([`generate`]) and changes
 //! nothing. `--execute --throttle B` first throttles the moves (KIP-73, [`throttle_plan`]);
-//! a `--verify` that finds the plan complete removes the throttles (unless
-//! `--preserve-throttles`), as Kafka's tool does.
+//! a `--verify` that finds the plan complete, and `--cancel`, remove the throttles (unless
+//! `--preserve-throttles`), as Kafka's tool does. `--execute` refuses a plan naming an
+//! unregistered broker, a broker twice or no replica before it changes anything (Kafka's tool
+//! checks the broker ids first too).
 
 use std::path::PathBuf;
 
@@ -56,11 +58,17 @@ pub struct ReassignArgs {
     /// `leader.replication.throttled.rate` and `follower.replication.throttled.rate` on every
     /// broker of the moves and the topics' throttled-replicas lists, before the moves start;
     /// replication of replicas already in sync is not throttled. `--verify` removes the
-    /// throttle once the plan is done. Run --execute --additional again to change it.
-    #[arg(long, value_name = "BYTES_PER_SEC", requires = "execute")]
+    /// throttle once the plan is done, `--cancel` when it cancels. Run --execute --additional
+    /// again to change it.
+    #[arg(
+        long,
+        value_name = "BYTES_PER_SEC",
+        requires = "execute",
+        allow_hyphen_values = true
+    )]
     pub throttle: Option<u64>,
-    /// With --verify: keep the throttles after the plan completed.
-    #[arg(long, requires = "verify")]
+    /// With --verify or --cancel: keep the throttles (Kafka's `--preserve-throttles`).
+    #[arg(long, conflicts_with_all = ["execute", "list", "generate"])]
     pub preserve_throttles: bool,
 }
 
@@ -697,6 +705,27 @@ pub(super) async fn run(a: ReassignArgs, ctx: &Ctx) -> CliResult {
                 });
             }
         }
+        // Kafka's tool refuses a plan naming an unknown broker (or a duplicate, or no replica)
+        // before it changes anything, throttles included.
+        for p in &plan.partitions {
+            let name = format!("{}-{}", p.topic, p.partition);
+            if p.replicas.is_empty() {
+                return Err(CliError::usage(format!(
+                    "{name}: the replica list is empty"
+                )));
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            if let Some(b) = p.replicas.iter().find(|b| !seen.insert(**b)) {
+                return Err(CliError::usage(format!(
+                    "{name}: broker {b} appears twice in its replicas"
+                )));
+            }
+            if let Some(b) = p.replicas.iter().find(|b| image.broker(**b).is_none()) {
+                return Err(CliError::usage(format!(
+                    "{name}: broker {b} is not registered (keelctl broker list); nothing changed"
+                )));
+            }
+        }
         if !moving.is_empty() && !a.additional {
             return Err(CliError::new(format!(
                 "cannot execute because there is an existing reassignment of {}: use \
@@ -721,6 +750,13 @@ pub(super) async fn run(a: ReassignArgs, ctx: &Ctx) -> CliResult {
                      limit was set to {rate} B/s on brokers {:?}",
                     tp.brokers
                 );
+                if rate == 0 {
+                    outln!(
+                        "Warning: a throttle of 0 B/s stops the throttled replicas: the moves \
+                         will not progress until it is raised (--execute --additional \
+                         --throttle N) or the plan is cancelled (--cancel clears it)."
+                    );
+                }
             }
         }
         if !ctx.json {
@@ -766,7 +802,21 @@ pub(super) async fn run(a: ReassignArgs, ctx: &Ctx) -> CliResult {
             "reassignment"
         };
         let ok = rows.len() - failed.len();
-        outln!("Successfully started {verb} of {ok} partition(s).");
+        if ok > 0 {
+            outln!("Successfully started {verb} of {ok} partition(s).");
+        }
+    }
+    if cancel && !a.preserve_throttles {
+        // Kafka's `--cancel` removes the throttles too (`cancelAssignment`): a cancelled plan
+        // never reaches a --verify that would.
+        let image = admin.metadata_image().await?;
+        let (brokers, topics) = clear_throttles(&admin, &image, &plan).await?;
+        if !brokers.is_empty() && !ctx.json {
+            outln!("Clearing broker-level throttles on brokers {brokers:?}");
+        }
+        for t in topics.iter().filter(|_| !ctx.json) {
+            outln!("Clearing topic-level throttles on topic {t}");
+        }
     }
     if failed.is_empty() {
         Ok(())
