@@ -58,6 +58,11 @@ pub struct ProduceArgs {
     /// Target batch size per partition, bytes (before compression).
     #[arg(long, default_value_t = 16384)]
     pub batch_size: usize,
+    /// Most batches of one partition in flight at once, 1-5 (Kafka
+    /// `max.in.flight.requests.per.connection`; order and deduplication are kept across
+    /// retries with acks all; acks 0 and 1 always use 1).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u8).range(1..=5))]
+    pub max_in_flight: u8,
     /// Compression codec of the batches (Kafka `compression.type`): none, gzip, snappy
     /// (xerial framing), lz4 (frame format) or zstd.
     #[arg(long, default_value = "none")]
@@ -271,6 +276,7 @@ pub(super) async fn produce(a: ProduceArgs, ctx: &Ctx) -> CliResult {
     cfg.linger_ms = a.linger_ms;
     cfg.delivery_timeout_ms = a.delivery_timeout_ms;
     cfg.batch_size_bytes = a.batch_size;
+    cfg.max_in_flight_requests_per_connection = usize::from(a.max_in_flight);
     cfg.compression = a.compression;
     // Checked above: delivery.timeout.ms >= linger.ms + request.timeout.ms.
     cfg.request_timeout_ms = request_timeout_ms;

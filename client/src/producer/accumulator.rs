@@ -2,15 +2,14 @@
 //!
 //! Records are appended to the open batch of their partition; a batch is *ready* to send
 //! when it reached `batch_size_bytes`, when its first record waited `linger` or when a flush
-//! is in progress. At most one batch per partition is in flight (the caller tracks that and
-//! passes the set in), which keeps records in order across retries without relying on the
-//! broker's 5-batch window.
+//! is in progress. How many batches of a partition may be in flight is the caller's rule
+//! ([`super::pipeline`]), passed in as a predicate.
 //!
 //! Sequence bookkeeping (idempotence, KIP-98): [`Sequences`] hands out the base sequence of
 //! each batch when it is sealed; a retry resends the sealed bytes, so the broker sees the same
 //! sequence and deduplicates.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// A topic partition.
@@ -100,17 +99,18 @@ impl<T> Accumulator<T> {
         self.records == 0
     }
 
-    /// Partitions whose first batch may be sent now: not in `in_flight`, and full (another
-    /// batch queued behind it, or at `batch_size_bytes`), lingered long enough, or `flush`.
+    /// Partitions whose first batch may be sent now: `sendable` (the caller's in-flight rule,
+    /// [`super::pipeline::Pipelines::sendable`]), and full (another batch queued behind it, or
+    /// at `batch_size_bytes`), lingered long enough, or `flush`.
     pub fn ready(
         &self,
         now: Instant,
-        in_flight: &HashSet<TopicPartition>,
+        sendable: impl Fn(&TopicPartition) -> bool,
         flush: bool,
     ) -> Vec<TopicPartition> {
         self.queues
             .iter()
-            .filter(|(tp, _)| !in_flight.contains(*tp))
+            .filter(|(tp, _)| sendable(tp))
             .filter(|(_, q)| {
                 let b = &q[0];
                 flush
@@ -122,12 +122,15 @@ impl<T> Accumulator<T> {
             .collect()
     }
 
-    /// When the earliest not-yet-ready batch of a partition not in flight becomes ready by
+    /// When the earliest not-yet-ready batch of a `sendable` partition becomes ready by
     /// lingering; `None` when nothing waits for that.
-    pub fn next_linger_deadline(&self, in_flight: &HashSet<TopicPartition>) -> Option<Instant> {
+    pub fn next_linger_deadline(
+        &self,
+        sendable: impl Fn(&TopicPartition) -> bool,
+    ) -> Option<Instant> {
         self.queues
             .iter()
-            .filter(|(tp, _)| !in_flight.contains(*tp))
+            .filter(|(tp, _)| sendable(tp))
             .map(|(_, q)| q[0].created + self.linger)
             .min()
     }
@@ -215,9 +218,9 @@ mod tests {
             a.append(tp(0), rec(40, i as u32), t0);
         }
         assert_eq!(a.len(), fit + 1);
-        let none = HashSet::new();
+        let none = |_: &TopicPartition| true;
         // Two batches queued: the first is full and ready before the linger.
-        assert_eq!(a.ready(t0, &none, false), vec![tp(0)]);
+        assert_eq!(a.ready(t0, none, false), vec![tp(0)]);
         let b = a.take(&tp(0)).unwrap();
         assert_eq!(b.records.len(), fit);
         assert_eq!(
@@ -225,20 +228,20 @@ mod tests {
             (0..fit as u32).collect::<Vec<_>>()
         );
         // The second is not full: ready only after linger, or on flush.
-        assert!(a.ready(t0, &none, false).is_empty());
+        assert!(a.ready(t0, none, false).is_empty());
         assert_eq!(
-            a.next_linger_deadline(&none),
+            a.next_linger_deadline(none),
             Some(t0 + Duration::from_millis(10))
         );
         assert!(
-            a.ready(t0 + Duration::from_millis(9), &none, false)
+            a.ready(t0 + Duration::from_millis(9), none, false)
                 .is_empty()
         );
         assert_eq!(
-            a.ready(t0 + Duration::from_millis(10), &none, false),
+            a.ready(t0 + Duration::from_millis(10), none, false),
             vec![tp(0)]
         );
-        assert_eq!(a.ready(t0, &none, true), vec![tp(0)]);
+        assert_eq!(a.ready(t0, none, true), vec![tp(0)]);
         assert_eq!(a.take(&tp(0)).unwrap().records.len(), 1);
         assert!(a.is_empty());
         assert!(a.take(&tp(0)).is_none());
@@ -250,9 +253,9 @@ mod tests {
         let mut a = Accumulator::new(100, Duration::ZERO);
         a.append(tp(0), rec(1, 0), t0);
         a.append(tp(1), rec(1, 1), t0);
-        let busy: HashSet<_> = [tp(0)].into();
-        assert_eq!(a.ready(t0, &busy, true), vec![tp(1)]);
-        assert_eq!(a.next_linger_deadline(&busy), Some(t0));
+        let busy = |t: &TopicPartition| *t != tp(0);
+        assert_eq!(a.ready(t0, busy, true), vec![tp(1)]);
+        assert_eq!(a.next_linger_deadline(busy), Some(t0));
     }
 
     #[test]

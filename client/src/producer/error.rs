@@ -47,6 +47,18 @@ pub enum ProduceError {
         /// The last transport error.
         last_error: String,
     },
+    /// An earlier batch of the same partition failed for good while this one was in flight:
+    /// it was not written after it, so the partition keeps the order the records were sent
+    /// in (idempotence with several batches in flight; Kafka fails such batches with
+    /// OutOfOrderSequenceException). As after a timeout, the records may be in the log if
+    /// the earlier batch's outcome was unknown too.
+    #[error("{topic}-{partition}: not written: an earlier batch of the partition failed")]
+    EarlierBatchFailed {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+    },
     /// A reply that breaks the API contract.
     #[error("unexpected reply from the broker: {0}")]
     Protocol(String),

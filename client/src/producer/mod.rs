@@ -10,10 +10,14 @@
 //!   is reached or after `linger_ms`; compressed with `compression` (Kafka
 //!   `compression.type`) when sealed.
 //! - **Idempotence** (default on, KIP-98): one InitProducerId, a sequence per partition, and
-//!   retries that resend the same bytes so the broker deduplicates them. **One batch in flight
-//!   per partition** (Kafka allows up to 5 with idempotence): simpler, and order is kept
-//!   across retries by construction. When a batch finally fails, the next batches use a fresh
-//!   producer id (their sequences restart at 0), as Kafka bumps the epoch (KIP-360).
+//!   retries that resend the same bytes so the broker deduplicates them. Up to
+//!   `max_in_flight_requests_per_connection` (default 5, as Kafka) batches of a partition are
+//!   in flight at once; [`pipeline`] keeps their order across retries and leader changes
+//!   (a batch is resent only after every earlier one of its partition is resolved). When a
+//!   batch finally fails, the later ones of its partition fail too and the next batches use a
+//!   fresh producer id (their sequences restart at 0), as Kafka bumps the epoch (KIP-360).
+//!   Without idempotence one batch per partition is in flight: nothing else would keep the
+//!   order (gRPC may run two requests in either order).
 //! - **Retries**: retriable errors (Kafka's classification, [`ErrorCode::retriable`]) and
 //!   transport errors are retried with exponential backoff until `delivery_timeout_ms` after
 //!   the record was handed to [`Producer::send`].
@@ -39,12 +43,13 @@
 pub mod accumulator;
 mod error;
 pub mod partitioner;
+pub mod pipeline;
 
 use keel_runtime::backoff::pause_within;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -61,6 +66,7 @@ pub use accumulator::TopicPartition;
 use accumulator::{Accumulator, Batch, PendingRecord, Sequences, record_size_bytes};
 pub use error::ProduceError;
 use partitioner::{StickyPartitioner, key_partition};
+use pipeline::{Pipelines, Position};
 
 use crate::brokers::{Brokers, MetadataError, now_ms};
 use crate::leader_epochs::{Failure, Reaction, react};
@@ -117,6 +123,12 @@ pub struct ProducerConfig {
     pub retry_backoff_max_ms: u64,
     /// Bytes of records that may wait or be in flight; default 32 MiB.
     pub buffer_memory_bytes: usize,
+    /// Most batches of one partition in flight at once with idempotence, 1..=5; default 5
+    /// (Kafka's `max.in.flight.requests.per.connection`, which must be at most 5 with
+    /// idempotence: the broker deduplicates against the last 5 batches of a producer).
+    /// Keel counts per partition, the unit whose order it keeps. Without idempotence the
+    /// producer keeps 1 whatever this says (see the module documentation).
+    pub max_in_flight_requests_per_connection: usize,
     /// How long `send` may wait for metadata of the topic or for buffer room, ms; default
     /// 10000 (Kafka: 60000; shorter so a CLI fails fast on an unknown topic).
     pub max_block_ms: u64,
@@ -145,12 +157,17 @@ impl ProducerConfig {
             retry_backoff_ms: 100,
             retry_backoff_max_ms: 1000,
             buffer_memory_bytes: 32 * 1024 * 1024,
+            max_in_flight_requests_per_connection: MAX_IN_FLIGHT_IDEMPOTENT,
             max_block_ms: 10_000,
             metadata_max_age_ms: 300_000,
             dialer: Default::default(),
         }
     }
 }
+
+/// Highest `max_in_flight_requests_per_connection` with idempotence (Kafka's
+/// `KafkaProducer.configureInflightRequests`; the broker keeps 5 batches per producer).
+pub const MAX_IN_FLIGHT_IDEMPOTENT: usize = 5;
 
 /// Where an acknowledged record was written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -193,7 +210,7 @@ struct Handle {
 #[derive(Debug)]
 struct State {
     acc: Accumulator<Handle>,
-    in_flight: HashSet<TopicPartition>,
+    pipelines: Pipelines,
     sticky: HashMap<String, StickyPartitioner>,
     /// `None` until the first InitProducerId, and again after a batch failed (a fresh id).
     sequences: Option<Sequences>,
@@ -214,6 +231,8 @@ struct Inner {
     memory: Arc<Semaphore>,
     /// Send attempts that were retried (Kafka metric `record-retry-total`, per batch).
     retries: AtomicU64,
+    /// The most batches of one partition seen in flight at once.
+    max_in_flight_seen: AtomicUsize,
 }
 
 /// An asynchronous producer; see the [module documentation](self). `send` takes `&self`:
@@ -229,8 +248,9 @@ impl Producer {
     /// runtime. Connects lazily.
     ///
     /// Errors ([`ProduceError::InvalidArgument`], nothing started): no bootstrap address,
-    /// idempotence without acks=all, or `delivery_timeout_ms` below `linger_ms +
-    /// request_timeout_ms` (Kafka's ConfigException for the same).
+    /// idempotence without acks=all, `max_in_flight_requests_per_connection` 0 or above 5
+    /// with idempotence, or `delivery_timeout_ms` below `linger_ms + request_timeout_ms`
+    /// (Kafka's ConfigException for the same).
     pub fn new(config: ProducerConfig) -> Result<Producer, ProduceError> {
         let brokers = Arc::new(
             Brokers::new(
@@ -272,6 +292,20 @@ impl Producer {
                 "idempotence requires acks=all (disable idempotence for acks 0 or 1)".into(),
             ));
         }
+        let in_flight = config.max_in_flight_requests_per_connection;
+        if in_flight == 0 || (config.enable_idempotence && in_flight > MAX_IN_FLIGHT_IDEMPOTENT) {
+            return Err(ProduceError::InvalidArgument(format!(
+                "max_in_flight_requests_per_connection {in_flight} must be 1-\
+                 {MAX_IN_FLIGHT_IDEMPOTENT} with idempotence (Kafka: \
+                 max.in.flight.requests.per.connection <= 5 for the idempotent producer), \
+                 at least 1 without"
+            )));
+        }
+        let in_flight = if config.enable_idempotence {
+            in_flight
+        } else {
+            1
+        };
         let permits = config.buffer_memory_bytes.clamp(1, Semaphore::MAX_PERMITS);
         let inner = Arc::new(Inner {
             brokers,
@@ -280,7 +314,7 @@ impl Producer {
                     config.batch_size_bytes,
                     Duration::from_millis(config.linger_ms),
                 ),
-                in_flight: HashSet::new(),
+                pipelines: Pipelines::new(in_flight),
                 sticky: HashMap::new(),
                 sequences: None,
                 flushing: 0,
@@ -290,6 +324,7 @@ impl Producer {
             progress: Notify::new(),
             memory: Arc::new(Semaphore::new(permits)),
             retries: AtomicU64::new(0),
+            max_in_flight_seen: AtomicUsize::new(0),
             config,
         });
         tokio::spawn(sender_loop(inner.clone()));
@@ -366,7 +401,7 @@ impl Producer {
             progress.as_mut().enable();
             {
                 let s = self.inner.state.lock().unwrap();
-                if s.acc.is_empty() && s.in_flight.is_empty() {
+                if s.acc.is_empty() && s.pipelines.is_idle() {
                     break;
                 }
             }
@@ -392,6 +427,12 @@ impl Producer {
     /// failure) since the producer started.
     pub fn retries(&self) -> u64 {
         self.inner.retries.load(Ordering::Relaxed)
+    }
+
+    /// The most batches of one partition that were in flight at once since the producer
+    /// started (1..=`max_in_flight_requests_per_connection` once anything was sent).
+    pub fn max_in_flight_seen(&self) -> usize {
+        self.inner.max_in_flight_seen.load(Ordering::Relaxed)
     }
 
     /// A start partition for the sticky partitioner that differs between producers.
@@ -445,19 +486,35 @@ impl Drop for Producer {
     }
 }
 
+/// The producer id new batches are sealed with: the current one, [`NO_ID_YET`] while a fresh
+/// one is to be asked for, -1 without idempotence.
+fn sealing_id(inner: &Inner, s: &State) -> i64 {
+    match &s.sequences {
+        _ if !inner.config.enable_idempotence => -1,
+        Some(q) => q.producer_id,
+        None => NO_ID_YET,
+    }
+}
+
+/// Stands for the producer id InitProducerId will give: differs from every id in flight, so
+/// a partition with batches of the old id waits for them ([`Pipelines::sendable`]).
+const NO_ID_YET: i64 = i64::MIN;
+
 /// Seals ready batches and starts one send task per batch, until closed and idle.
 async fn sender_loop(inner: Arc<Inner>) {
     loop {
         let (ready, deadline, need_id) = {
             let s = inner.state.lock().unwrap();
-            if s.closed && s.acc.is_empty() && s.in_flight.is_empty() {
+            if s.closed && s.acc.is_empty() && s.pipelines.is_idle() {
                 return;
             }
+            let id = sealing_id(&inner, &s);
+            let sendable = |tp: &TopicPartition| s.pipelines.sendable(tp, id);
             let ready = s
                 .acc
-                .ready(Instant::now(), &s.in_flight, s.flushing > 0 || s.closed);
+                .ready(Instant::now(), sendable, s.flushing > 0 || s.closed);
             let need_id = inner.config.enable_idempotence && s.sequences.is_none();
-            (ready, s.acc.next_linger_deadline(&s.in_flight), need_id)
+            (ready, s.acc.next_linger_deadline(sendable), need_id)
         };
         if !ready.is_empty() {
             if need_id {
@@ -472,7 +529,12 @@ async fn sender_loop(inner: Arc<Inner>) {
                 }
             }
             let mut s = inner.state.lock().unwrap();
+            let id = sealing_id(&inner, &s);
             for tp in ready {
+                // Checked again: the producer id may have changed since `ready`.
+                if !s.pipelines.sendable(&tp, id) {
+                    continue;
+                }
                 let Some(batch) = s.acc.take(&tp) else {
                     continue;
                 };
@@ -483,8 +545,12 @@ async fn sender_loop(inner: Arc<Inner>) {
                     }
                     _ => None,
                 };
-                s.in_flight.insert(tp.clone());
-                tokio::spawn(send_batch(inner.clone(), tp, batch, identity));
+                let opens = identity.is_some_and(|(_, _, seq)| seq == 0);
+                let ticket = s.pipelines.start(&tp, id, opens);
+                inner
+                    .max_in_flight_seen
+                    .fetch_max(s.pipelines.in_flight(&tp), Ordering::Relaxed);
+                tokio::spawn(send_batch(inner.clone(), tp, batch, identity, ticket));
             }
             continue;
         }
@@ -621,12 +687,42 @@ enum Attempt {
     Fail(ProduceError),
 }
 
-/// Sends one sealed batch until it succeeds, fails for good, or the delivery timeout ends.
+/// Waits until every batch of `tp` sent before `ticket` is resolved (or `deadline`):
+/// returns the position then (`Behind` only when the deadline came first) and whether it
+/// had to wait.
+async fn wait_for_head(
+    inner: &Inner,
+    tp: &TopicPartition,
+    ticket: u64,
+    deadline: Instant,
+) -> (Position, bool) {
+    let mut waited = false;
+    loop {
+        let progress = inner.progress.notified();
+        tokio::pin!(progress);
+        progress.as_mut().enable();
+        let position = inner.state.lock().unwrap().pipelines.position(tp, ticket);
+        if position != Position::Behind {
+            return (position, waited);
+        }
+        waited = true;
+        if tokio::time::timeout_at(deadline.into(), progress)
+            .await
+            .is_err()
+        {
+            return (Position::Behind, waited);
+        }
+    }
+}
+
+/// Sends one sealed batch (`ticket` in its partition's [`pipeline`]) until it succeeds, fails
+/// for good, or the delivery timeout ends.
 async fn send_batch(
     inner: Arc<Inner>,
     tp: TopicPartition,
     batch: Batch<Handle>,
     identity: Option<(i64, i16, i32)>,
+    ticket: u64,
 ) {
     let cfg = &inner.config;
     let records = encode(&batch, identity, cfg.compression);
@@ -636,11 +732,47 @@ async fn send_batch(
     let mut warned: Option<ErrorCode> = None;
     let outcome = loop {
         attempts += 1;
+        let head_at_send =
+            inner.state.lock().unwrap().pipelines.position(&tp, ticket) == Position::Head;
         let (code, last_error) = match attempt(&inner, &tp, records.clone()).await {
             Attempt::Done(base) => break Ok(base),
+            // Sent while an earlier batch was unresolved: that one may simply not be written
+            // yet (gRPC runs requests in any order, or it is being retried). Not the broker's
+            // last word: resend once it is resolved (pipeline rule 1).
+            Attempt::Fail(e)
+                if !head_at_send && e.code() == Some(ErrorCode::OutOfOrderSequenceNumber) =>
+            {
+                (e.code(), e.to_string())
+            }
             Attempt::Fail(e) => break Err(e),
             Attempt::Retry(code, msg) => (code, msg),
         };
+        inner.state.lock().unwrap().pipelines.retrying(&tp, ticket);
+        match wait_for_head(&inner, &tp, ticket, deadline).await {
+            (Position::Doomed, _) => {
+                break Err(ProduceError::EarlierBatchFailed {
+                    topic: tp.0.clone(),
+                    partition: tp.1,
+                });
+            }
+            (Position::Behind, _) => {
+                break Err(ProduceError::Timeout {
+                    topic: tp.0.clone(),
+                    partition: tp.1,
+                    attempts,
+                    last_error,
+                });
+            }
+            // An earlier batch went through meanwhile (or this one was refused only for
+            // coming first): resend at once, without a backoff.
+            (Position::Head, waited)
+                if waited || code == Some(ErrorCode::OutOfOrderSequenceNumber) =>
+            {
+                inner.retries.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            (Position::Head, _) => {}
+        }
         if let Some(c) = code
             && warned != Some(c)
         {
@@ -692,10 +824,12 @@ async fn send_batch(
     }
     {
         let mut s = inner.state.lock().unwrap();
-        s.in_flight.remove(&tp);
-        if failed && identity.is_some() {
+        s.pipelines.finish(&tp, ticket, !failed);
+        if let (true, Some((id, _, _))) = (failed, identity)
+            && s.sequences.as_ref().is_some_and(|q| q.producer_id == id)
+        {
             // The outcome of this batch is unknown: later batches of this partition would
-            // leave a sequence gap. Start over with a fresh producer id (KIP-360).
+            // leave a sequence gap. Start over with a fresh producer id (KIP-360), once.
             s.sequences = None;
         }
     }
