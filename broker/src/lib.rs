@@ -10,12 +10,14 @@
 //! - [`replica`]: the pure replication rules of a partition (HW, ISR, acks × min.insync);
 //! - [`replica_manager`]: the async layer that owns the partition logs and drives those rules
 //!   (produce, fetch, follower fetchers, AlterPartition, InitProducerId);
+//! - [`fd_limit`]: the open-files limit, raised and checked at start;
 //! - [`bounds`]: field bounds of every BrokerService request, checked before anything else;
 //! - [`observe`]: Prometheus metrics and readiness (served on `metrics_listener`).
 
 pub mod access;
 pub mod bounds;
 pub mod config;
+pub mod fd_limit;
 pub mod group;
 pub mod kafka;
 pub mod lifecycle;

@@ -70,6 +70,15 @@ pub enum StartError {
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
     Serve(String),
+    /// The open-files limit cannot hold the segment files of the log directory
+    /// ([`crate::fd_limit::check`]; the message says what to raise).
+    #[error("{0}")]
+    FdLimit(String),
+    /// The log directory failed while the broker ran (a partition's files could not be
+    /// created or opened); the broker stopped after its controlled shutdown (Kafka stops a
+    /// broker whose last log directory is offline).
+    #[error("{0}")]
+    LogDirFailed(String),
 }
 
 /// The broker's bound listeners.
@@ -149,6 +158,23 @@ pub async fn serve(
         _ => None,
     };
     let dialer = Dialer::new(tls.clone());
+    // A failed log directory stops the broker as a shutdown request does, and makes it exit
+    // with that reason.
+    let (dir_failed_tx, dir_failed) = watch::channel(None::<String>);
+    let shutdown = {
+        let mut failed = dir_failed.clone();
+        async move {
+            let failed = async move {
+                if failed.wait_for(Option::is_some).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            tokio::select! {
+                _ = shutdown => {}
+                _ = failed => {}
+            }
+        }
+    };
     let mut shutdown_rx = shutdown_flag(shutdown);
     let timing = Timing::of(&config);
     let voters = match &config.controller_quorum {
@@ -192,6 +218,7 @@ pub async fn serve(
         return Ok(());
     };
     record_cluster_id(&mut log_dir, &cluster_id, &initial, &snapshot_path)?;
+    check_fd_limit(&config.log_dir)?;
     let (status_tx, status_rx) = watch::channel(LifecycleStatus::default());
     let (sink, events) = LocalChangesSink::channel(crate::metadata::sink::DEFAULT_CAPACITY);
     let (replicas, replica_tasks) = ReplicaManager::start(
@@ -199,6 +226,7 @@ pub async fn serve(
         channels.clone(),
         status_rx.clone(),
         events,
+        dir_failed_tx,
     )?;
     let tailer = tailer::spawn(
         tailer_config(&config, timing, snapshot_path),
@@ -291,10 +319,44 @@ pub async fn serve(
     let outcome = lifecycle.await;
     tailer.stop().await;
     replica_tasks.shutdown(&replicas).await;
+    if let Some(reason) = dir_failed.borrow().clone() {
+        return Err(StartError::LogDirFailed(reason));
+    }
     stopped(config.node_id, outcome, served)?;
     // The lock is released only now, after every partition log is closed.
     drop(log_dir);
     Ok(())
+}
+
+/// Raises the open-files limit to the hard limit and checks it holds the segment files of
+/// `log_dir` ([`crate::fd_limit`]).
+fn check_fd_limit(log_dir: &std::path::Path) -> Result<(), StartError> {
+    let limit = match crate::fd_limit::raise_to_hard() {
+        Ok((before, after)) => {
+            if before.soft != after.soft {
+                tracing::info!(
+                    "open-files limit raised from {} to {} (the hard limit)",
+                    fmt_limit(before.soft),
+                    fmt_limit(after.soft)
+                );
+            }
+            after
+        }
+        Err(e) => {
+            tracing::warn!("cannot raise the open-files limit to the hard limit: {e}");
+            let r = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+            crate::fd_limit::FdLimit {
+                soft: r.current,
+                hard: r.maximum,
+            }
+        }
+    };
+    let segments = crate::fd_limit::count_segment_files(log_dir);
+    crate::fd_limit::check(segments, limit, log_dir).map_err(StartError::FdLimit)
+}
+
+fn fmt_limit(l: Option<u64>) -> String {
+    l.map_or_else(|| "unlimited".into(), |n| n.to_string())
 }
 
 /// Records the cluster id the controllers reported in the log directory's `meta.properties`

@@ -132,6 +132,9 @@ pub struct Cluster {
     dialer: keel_runtime::tls::Dialer,
     /// Whether the processes run with TLS ([`Options::tls`]).
     tls: bool,
+    /// The open-files limit (soft and hard) brokers start with (`prlimit --nofile`); `None` =
+    /// the harness's own. Read at each [`Cluster::start_broker`].
+    pub broker_nofile: Option<u64>,
 }
 
 /// Settings of a test cluster beyond the process counts.
@@ -151,6 +154,8 @@ pub struct Options {
     /// (`node` for every process, `client` for the harness), `ssl_client_auth = required`,
     /// and SSL Kafka listeners.
     pub tls: bool,
+    /// [`Cluster::broker_nofile`] at start.
+    pub broker_nofile: Option<u64>,
 }
 
 impl Drop for Cluster {
@@ -225,6 +230,7 @@ impl Cluster {
             broker_args,
             dialer,
             tls: opts.tls,
+            broker_nofile: opts.broker_nofile,
             session_timeout_ms: if opts.session_timeout_ms == 0 {
                 SESSION_TIMEOUT_MS
             } else {
@@ -306,7 +312,15 @@ impl Cluster {
     }
 
     pub fn start_broker(&mut self, id: i32) {
-        let mut cmd = Command::new(broker_bin());
+        let mut cmd = match self.broker_nofile {
+            // util-linux's prlimit sets the limit and execs the broker (same pid).
+            Some(n) => {
+                let mut c = Command::new("prlimit");
+                c.arg(format!("--nofile={n}:{n}")).arg(broker_bin());
+                c
+            }
+            None => Command::new(broker_bin()),
+        };
         cmd.arg("--node-id")
             .arg(id.to_string())
             .arg("--controller-quorum-voters")
@@ -402,6 +416,11 @@ impl Cluster {
     /// Whether broker `id` was started and not killed.
     pub fn broker_running(&self, id: i32) -> bool {
         self.brokers[id as usize - 1].running()
+    }
+
+    /// Waits up to `deadline` for broker `id` to exit on its own; its status, or `None`.
+    pub fn wait_broker_exit(&mut self, id: i32, deadline: Duration) -> Option<ExitStatus> {
+        self.brokers[id as usize - 1].wait_exit(deadline)
     }
 
     /// SIGKILL of broker `id`.

@@ -181,6 +181,10 @@ pub struct Shared {
     cleaner_last_run_ms: AtomicU64,
     /// The replication throttles' measured quotas (KIP-73).
     throttles: throttle::Throttles,
+    /// Set once the log directory failed (a partition's files could not be created or
+    /// opened): the broker stops (Kafka: `LogDirFailureChannel`; a broker whose last log
+    /// directory is offline shuts down). Never unset.
+    dir_failed: watch::Sender<Option<String>>,
 }
 
 /// The replica manager handle (cheap to clone).
@@ -202,6 +206,9 @@ impl ReplicaManager {
     /// Opens the data directory (recovering every log found there), and starts the tasks:
     /// applying `events` from the metadata tailer, the ticker and the AlterPartition sender.
     ///
+    /// `dir_failed` is set (once, with the reason) when the log directory fails later: a
+    /// partition's files cannot be created or opened; the caller stops the broker.
+    ///
     /// Errors: the directory or a log cannot be opened or recovered (`KAFKA_STORAGE_ERROR`
     /// class: the broker must not start).
     pub fn start(
@@ -209,6 +216,7 @@ impl ReplicaManager {
         channels: ControllerChannels,
         status: watch::Receiver<LifecycleStatus>,
         events: mpsc::Receiver<LocalChangesEvent>,
+        dir_failed: watch::Sender<Option<String>>,
     ) -> Result<(ReplicaManager, ReplicaManagerTasks), LogError> {
         let mut manager = LogManager::open(
             &config.data_dir,
@@ -236,6 +244,7 @@ impl ReplicaManager {
             decompressions: tokio::sync::Semaphore::new(produce::MAX_CONCURRENT_DECOMPRESSIONS),
             cleaner_last_run_ms: AtomicU64::new(0),
             throttles: throttle::Throttles::default(),
+            dir_failed,
             producer_ids: producer_ids::ProducerIdManager::new(
                 config.broker_id,
                 channels.clone(),
@@ -651,6 +660,9 @@ impl ReplicaManager {
                 return Ok(hp.clone());
             }
         }
+        if let Some(reason) = self.shared.dir_failed.borrow().as_ref() {
+            return Err(reason.clone());
+        }
         let logs = self.shared.logs.lock().unwrap_or_else(|e| e.into_inner());
         let Some(manager) = logs.as_ref() else {
             return Err("the replica manager is shut down".into());
@@ -667,8 +679,9 @@ impl ReplicaManager {
         }
         let log = manager
             .open_detached_log(&tp, self.log_config(image, &tp.topic))
-            .map_err(|e| e.to_string())?;
-        write_partition_metadata(log.dir(), tip.topic_id).map_err(|e| e.to_string())?;
+            .map_err(|e| self.fail_log_dir(&tp, e.to_string()))?;
+        write_partition_metadata(log.dir(), tip.topic_id)
+            .map_err(|e| self.fail_log_dir(&tp, e.to_string()))?;
         let hp = self.hosted(tp.clone(), tip.topic_id, log, 0);
         let _ = hp
             .lock()
@@ -676,6 +689,34 @@ impl ReplicaManager {
             .set_config(self.replica_config(image, &tp.topic), 0);
         parts.insert(tp, hp.clone());
         Ok(hp)
+    }
+
+    /// Marks the log directory failed because `tp`'s files could not be created or opened
+    /// (`EMFILE` once the open-files limit is reached, a full or read-only disk): a replica
+    /// this broker cannot host must not stay assigned to a broker that looks healthy. The
+    /// first reason is kept; returns the message.
+    fn fail_log_dir(&self, tp: &TopicPartition, error: String) -> String {
+        let reason = format!(
+            "log directory {} failed: cannot open partition {tp}: {error}",
+            self.shared.config.data_dir.display()
+        );
+        self.shared.dir_failed.send_if_modified(|f| {
+            if f.is_some() {
+                return false;
+            }
+            tracing::error!("{reason}; stopping the broker (controlled shutdown)");
+            *f = Some(reason.clone());
+            true
+        });
+        reason
+    }
+
+    /// Logs a partition that could not be opened, unless the log directory failure that
+    /// stops the broker was already reported (one line, not one per partition).
+    fn report_open_failure(&self, tip: &TopicIdPartition, error: &str) {
+        if self.shared.dir_failed.borrow().is_none() {
+            tracing::error!(partition = %tip, "cannot open the log: {error}");
+        }
     }
 
     fn make_leader(
@@ -688,7 +729,7 @@ impl ReplicaManager {
         let hp = match self.get_or_create(image, tip) {
             Ok(hp) => hp,
             Err(e) => {
-                tracing::error!(partition = %tip, "cannot open the log: {e}");
+                self.report_open_failure(tip, &e);
                 return;
             }
         };
@@ -744,7 +785,7 @@ impl ReplicaManager {
         let hp = match self.get_or_create(image, tip) {
             Ok(hp) => hp,
             Err(e) => {
-                tracing::error!(partition = %tip, "cannot open the log: {e}");
+                self.report_open_failure(tip, &e);
                 return;
             }
         };
