@@ -220,6 +220,36 @@ impl Brokers {
         }
     }
 
+    /// KIP-951: a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH answer named the partition's
+    /// leader (`current_leader`). When its epoch is newer than the cached one and the leader's
+    /// address is known from an earlier Metadata answer, the cached entry takes it (the rest
+    /// of the topic stays as cached) and the caller may retry at once; `false` otherwise
+    /// (refresh as before). Only ever moves to a newer epoch, so a lagging broker naming an
+    /// old leader changes nothing.
+    pub fn redirect(&self, topic: &str, partition: i32, leader: PartitionLeader) -> bool {
+        if leader.leader_id < 0 || leader.leader_epoch < 0 {
+            return false;
+        }
+        let mut guard = self.state.lock().unwrap();
+        let s = &mut *guard;
+        if !s.addresses.contains_key(&leader.leader_id) {
+            return false;
+        }
+        let Some(p) = s
+            .topics
+            .get_mut(topic)
+            .and_then(|t| t.meta.partitions.get_mut(partition as usize))
+        else {
+            return false;
+        };
+        if leader.leader_epoch <= p.leader_epoch {
+            return false;
+        }
+        *p = leader;
+        s.epochs.observe(topic, partition, leader.leader_epoch);
+        true
+    }
+
     /// The cached metadata of `topic`, or a fresh one from the brokers.
     pub async fn topic(&self, topic: &str) -> Result<TopicMetadata, MetadataError> {
         if let Some(t) = self.state.lock().unwrap().topics.get(topic)
@@ -557,6 +587,33 @@ mod tests {
             vec![(1, 0)]
         );
         assert_eq!(b.known_epoch("t", 0), Some(0));
+    }
+
+    /// KIP-951: a refusal naming the new leader moves the cached entry forward only.
+    #[test]
+    fn a_named_leader_is_taken_only_when_newer_and_known() {
+        let b = Brokers::new(vec!["a".into()], Duration::from_secs(1));
+        assert_eq!(
+            take(&b, &[("b1", reply(10, 1, &[(1, 4), (1, 2)]))]),
+            [(1, 4), (1, 2)]
+        );
+        let l = |leader_id, leader_epoch| PartitionLeader {
+            leader_id,
+            leader_epoch,
+        };
+        assert!(!b.redirect("t", 0, l(2, 4)), "same epoch");
+        assert!(!b.redirect("t", 0, l(2, 3)), "older epoch");
+        assert!(
+            !b.redirect("t", 0, l(7, 5)),
+            "broker 7's address is unknown"
+        );
+        assert!(!b.redirect("t", 0, l(-1, 5)), "no leader");
+        assert!(!b.redirect("t", 5, l(2, 5)), "no such partition");
+        assert!(!b.redirect("u", 0, l(2, 5)), "topic not cached");
+        assert!(b.redirect("t", 0, l(2, 5)));
+        let cached = b.state.lock().unwrap().topics["t"].meta.clone();
+        assert_eq!(leaders(&cached), [(2, 5), (1, 2)]);
+        assert_eq!(b.known_epoch("t", 0), Some(5));
     }
 
     #[test]

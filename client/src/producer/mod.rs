@@ -3,8 +3,9 @@
 //!
 //! - **Metadata**: partition leaders from the broker `Metadata` RPC, refreshed after
 //!   NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH and transport errors
-//!   (see [`crate::brokers`]). Each Produce carries the leader epoch it was routed by
-//!   (KIP-320 fencing).
+//!   (see [`crate::brokers`]); a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH that names a
+//!   newer leader (`current_leader`, KIP-951) is followed at once, without backoff or
+//!   refresh. Each Produce carries the leader epoch it was routed by (KIP-320 fencing).
 //! - **Partitioning**: [`partitioner`]: murmur2 of the key like Kafka, sticky without a key.
 //! - **Batching**: [`accumulator`]: one open batch per partition, sent when `batch_size_bytes`
 //!   is reached or after `linger_ms`; compressed with `compression` (Kafka
@@ -68,7 +69,7 @@ pub use error::ProduceError;
 use partitioner::{StickyPartitioner, key_partition};
 use pipeline::{Pipelines, Position};
 
-use crate::brokers::{Brokers, MetadataError, now_ms};
+use crate::brokers::{Brokers, MetadataError, PartitionLeader, now_ms};
 use crate::leader_epochs::{Failure, Reaction, react};
 use crate::rpc_error::{Api, status_line};
 
@@ -683,6 +684,9 @@ enum Attempt {
     Done(i64),
     /// Retry after backoff; the Kafka code if the broker answered with one.
     Retry(Option<ErrorCode>, String),
+    /// The leader moved and the answer named the new one (KIP-951), now cached: retry at
+    /// once.
+    Redirected(ErrorCode),
     /// Give up now.
     Fail(ProduceError),
 }
@@ -734,8 +738,13 @@ async fn send_batch(
         attempts += 1;
         let head_at_send =
             inner.state.lock().unwrap().pipelines.position(&tp, ticket) == Position::Head;
+        let mut redirected = false;
         let (code, last_error) = match attempt(&inner, &tp, records.clone()).await {
             Attempt::Done(base) => break Ok(base),
+            Attempt::Redirected(code) => {
+                redirected = true;
+                (Some(code), code.to_string())
+            }
             // Sent while an earlier batch was unresolved: that one may simply not be written
             // yet (gRPC runs requests in any order, or it is being retried). Not the broker's
             // last word: resend once it is resolved (pipeline rule 1).
@@ -763,10 +772,10 @@ async fn send_batch(
                     last_error,
                 });
             }
-            // An earlier batch went through meanwhile (or this one was refused only for
-            // coming first): resend at once, without a backoff.
+            // An earlier batch went through meanwhile, this one was refused only for coming
+            // first, or the answer named the new leader: resend at once, without a backoff.
             (Position::Head, waited)
-                if waited || code == Some(ErrorCode::OutOfOrderSequenceNumber) =>
+                if waited || redirected || code == Some(ErrorCode::OutOfOrderSequenceNumber) =>
             {
                 inner.retries.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -913,8 +922,17 @@ async fn attempt(inner: &Inner, tp: &TopicPartition, records: Bytes) -> Attempt 
             reply.error.as_ref().map(|e| e.message.clone()),
         ),
     };
+    let named_leader = p.and_then(|p| p.current_leader).map(|l| PartitionLeader {
+        leader_id: l.leader_id,
+        leader_epoch: l.leader_epoch,
+    });
     match code {
         Ok(ErrorCode::None) if p.is_some() => Attempt::Done(base),
+        Ok(code @ (ErrorCode::NotLeaderOrFollower | ErrorCode::FencedLeaderEpoch))
+            if named_leader.is_some_and(|l| inner.brokers.redirect(topic, partition, l)) =>
+        {
+            Attempt::Redirected(code)
+        }
         Ok(ErrorCode::None) => Attempt::Fail(ProduceError::Protocol(format!(
             "no answer for {topic}-{partition}"
         ))),
