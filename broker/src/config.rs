@@ -93,6 +93,9 @@ pub struct BrokerConfig {
     /// Memory of the log cleaner's offset map, bytes (Kafka:
     /// `log.cleaner.dedupe.buffer.size`, 128 MiB).
     pub log_cleaner_dedupe_buffer_size: u64,
+    /// Threads opening the partition logs at start, 1..=256 (Kafka:
+    /// `num.recovery.threads.per.data.dir`, 2).
+    pub num_recovery_threads_per_data_dir: u32,
     /// Optional offset-lag bound of ISR membership (Kafka's removed
     /// `replica.lag.max.messages`); `None` (default) = the time rule only. For deterministic
     /// experiments like seed 000's lab.
@@ -301,6 +304,7 @@ impl BrokerConfig {
                 .filter(|b| *b > 0),
             log_cleaner_backoff_ms: s.require("log_cleaner_backoff_ms"),
             log_cleaner_dedupe_buffer_size: s.require("log_cleaner_dedupe_buffer_size"),
+            num_recovery_threads_per_data_dir: s.require("num_recovery_threads_per_data_dir"),
             replica_lag_max_messages: s.get("replica_lag_max_messages"),
             replica_fetch_wait_max_ms: s.require("replica_fetch_wait_max_ms"),
             metrics_listener: s.get("metrics_listener"),
@@ -450,6 +454,10 @@ mod tests {
         assert_eq!(
             declared("log_drop_cache_behind_bytes"),
             DefaultValue::Int(log.drop_cache_behind_bytes.unwrap().into())
+        );
+        assert_eq!(
+            declared("num_recovery_threads_per_data_dir"),
+            DefaultValue::Int(crate::log::DEFAULT_RECOVERY_THREADS.into())
         );
         assert_eq!(
             declared("log_cleaner_backoff_ms"),

@@ -480,6 +480,7 @@ impl Timing {
 /// The replica manager's settings from the broker config.
 fn replica_manager_config(config: &BrokerConfig, dialer: Dialer) -> ReplicaManagerConfig {
     ReplicaManagerConfig {
+        recovery_threads: config.num_recovery_threads_per_data_dir as usize,
         dialer,
         broker_id: config.node_id,
         data_dir: config.log_dir.clone(),

@@ -988,3 +988,45 @@ proptest! {
         }
     }
 }
+
+/// `num.recovery.threads.per.data.dir`: several threads open the same logs as one does, and
+/// a log that cannot be opened fails the whole open.
+#[test]
+fn manager_opens_partitions_in_parallel_and_fails_on_a_bad_one() {
+    let data = tempfile::tempdir().unwrap();
+    let clock: Arc<ManualClock> = Arc::new(ManualClock::new(0));
+    let mut mgr =
+        LogManager::open(data.path(), small_config(), &BTreeMap::new(), clock.clone()).unwrap();
+    let mut ends = BTreeMap::new();
+    for p in 0..40 {
+        let tp = TopicPartition::new("many", p);
+        let log = mgr.get_or_create_log(&tp, None).unwrap();
+        for _ in 0..(p % 5) {
+            log.append_as_leader(batch(2, 300, 0), 1).unwrap();
+        }
+        ends.insert(tp, log.log_end_offset());
+    }
+    mgr.close().unwrap();
+    for threads in [1, 3, 64] {
+        let mgr = LogManager::open_parallel(
+            data.path(),
+            small_config(),
+            &BTreeMap::new(),
+            clock.clone(),
+            threads,
+        )
+        .unwrap();
+        assert_eq!(mgr.len(), 40, "{threads} threads");
+        for (tp, end) in &ends {
+            assert_eq!(mgr.log(tp).unwrap().log_end_offset(), *end, "{tp:?}");
+        }
+        drop(mgr);
+    }
+    // A segment file replaced by a directory cannot be opened: the open fails.
+    let bad = data.path().join("many-7").join(format!("{:020}.log", 0));
+    fs::remove_file(&bad).unwrap();
+    fs::create_dir(&bad).unwrap();
+    assert!(
+        LogManager::open_parallel(data.path(), small_config(), &BTreeMap::new(), clock, 3).is_err()
+    );
+}

@@ -418,6 +418,11 @@ impl Cluster {
         self.brokers[id as usize - 1].running()
     }
 
+    /// The process id of broker `id` while it runs.
+    pub fn broker_pid(&self, id: i32) -> Option<u32> {
+        self.brokers[id as usize - 1].pid()
+    }
+
     /// Waits up to `deadline` for broker `id` to exit on its own; its status, or `None`.
     pub fn wait_broker_exit(&mut self, id: i32, deadline: Duration) -> Option<ExitStatus> {
         self.brokers[id as usize - 1].wait_exit(deadline)

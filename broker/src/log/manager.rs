@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::checkpoint::{OffsetCheckpointFile, TopicPartition, fsync_dir, write_atomically};
 use super::config::{Clock, LogConfig};
@@ -23,6 +24,10 @@ pub const CLEAN_SHUTDOWN_FILE: &str = ".kafka_cleanshutdown";
 pub const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-offset-checkpoint";
 /// Per-directory high watermarks.
 pub const REPLICATION_OFFSET_CHECKPOINT: &str = "replication-offset-checkpoint";
+
+/// Default of [`LogManager::open_parallel`]'s threads (Kafka 4's
+/// `num.recovery.threads.per.data.dir` default).
+pub const DEFAULT_RECOVERY_THREADS: u32 = 2;
 
 /// Owner of a data directory's partition logs.
 #[derive(Debug)]
@@ -40,12 +45,27 @@ pub struct LogManager {
 impl LogManager {
     /// Opens `data_dir` (creating it), consumes the clean-shutdown marker and loads every
     /// partition directory with its recovery point (recovering it unless the shutdown was
-    /// clean). `configs` overrides `default_config` per partition.
+    /// clean). `configs` overrides `default_config` per partition. One thread; see
+    /// [`LogManager::open_parallel`].
     pub fn open(
         data_dir: &Path,
         default_config: LogConfig,
         configs: &BTreeMap<TopicPartition, LogConfig>,
         clock: Arc<dyn Clock>,
+    ) -> LogResult<LogManager> {
+        Self::open_parallel(data_dir, default_config, configs, clock, 1)
+    }
+
+    /// [`LogManager::open`] with the partition directories loaded by `threads` threads
+    /// (Kafka's `num.recovery.threads.per.data.dir`, default 2; at least 1, at most one per
+    /// partition). Each log is opened whole by one thread; the first error stops the others
+    /// from starting more and is returned (the broker must not start).
+    pub fn open_parallel(
+        data_dir: &Path,
+        default_config: LogConfig,
+        configs: &BTreeMap<TopicPartition, LogConfig>,
+        clock: Arc<dyn Clock>,
+        threads: usize,
     ) -> LogResult<LogManager> {
         fs::create_dir_all(data_dir).map_err(io_err(data_dir))?;
         let marker = data_dir.join(CLEAN_SHUTDOWN_FILE);
@@ -59,7 +79,7 @@ impl LogManager {
             OffsetCheckpointFile::new(data_dir.join(RECOVERY_POINT_CHECKPOINT));
         let hw_checkpoint = OffsetCheckpointFile::new(data_dir.join(REPLICATION_OFFSET_CHECKPOINT));
         let recovery_points = recovery_checkpoint.read()?;
-        let mut logs = BTreeMap::new();
+        let mut dirs = Vec::new();
         for e in fs::read_dir(data_dir).map_err(io_err(data_dir))? {
             let e = e.map_err(io_err(data_dir))?;
             if !e.file_type().map_err(io_err(e.path()))?.is_dir() {
@@ -72,16 +92,50 @@ impl LogManager {
             else {
                 continue;
             };
+            dirs.push((tp, e.path()));
+        }
+        let open_one = |(tp, path): &(TopicPartition, PathBuf)| {
             let config = configs
-                .get(&tp)
+                .get(tp)
                 .cloned()
                 .unwrap_or_else(|| default_config.clone());
             let opts = LogOpenOptions {
-                recovery_point: recovery_points.get(&tp).copied().unwrap_or(0),
+                recovery_point: recovery_points.get(tp).copied().unwrap_or(0),
                 clean_shutdown: had_clean_shutdown,
             };
-            let log = Log::open(&e.path(), config, clock.clone(), opts)?;
-            logs.insert(tp, log);
+            Log::open(path, config, clock.clone(), opts)
+        };
+        let threads = threads.clamp(1, dirs.len().max(1));
+        let next = AtomicUsize::new(0);
+        let failed = AtomicBool::new(false);
+        let opened: Vec<LogResult<Vec<(TopicPartition, Log)>>> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..threads)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut out = Vec::new();
+                        while !failed.load(Ordering::Relaxed) {
+                            let i = next.fetch_add(1, Ordering::Relaxed);
+                            let Some(d) = dirs.get(i) else { break };
+                            match open_one(d) {
+                                Ok(log) => out.push((d.0.clone(), log)),
+                                Err(e) => {
+                                    failed.store(true, Ordering::Relaxed);
+                                    return Err(e);
+                                }
+                            }
+                        }
+                        Ok(out)
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        let mut logs = BTreeMap::new();
+        for batch in opened {
+            logs.extend(batch?);
         }
         Ok(LogManager {
             data_dir: data_dir.to_path_buf(),
@@ -168,6 +222,16 @@ impl LogManager {
             n += usize::from(log.flush_if_due()?);
         }
         Ok(n)
+    }
+
+    /// Logs held (all those found on open until [`LogManager::take_logs`]).
+    pub fn len(&self) -> usize {
+        self.logs.len()
+    }
+
+    /// Whether no log is held.
+    pub fn is_empty(&self) -> bool {
+        self.logs.is_empty()
     }
 
     /// Moves every loaded log out of the manager, for an owner that locks each partition on

@@ -65,6 +65,6 @@ pub use cleaner::{CleanerConfig, CleanerStats};
 pub use config::{CleanupPolicy, Clock, LogConfig, ManualClock, SystemClock};
 pub use epoch_cache::{EpochEntry, LeaderEpochCache};
 pub use error::{LogError, LogResult};
-pub use manager::LogManager;
+pub use manager::{DEFAULT_RECOVERY_THREADS, LogManager};
 pub use partition_log::{AppendInfo, DeletedSegments, Log, LogFlush, LogOpenOptions, ReadInfo};
 pub use producer_state::{AppendCheck, ProducerEntry, check_append};

@@ -118,6 +118,8 @@ pub struct ReplicaManagerConfig {
     /// How often the ticker looks for a log to clean, ms (`log.cleaner.backoff.ms`,
     /// [`cleaning::CLEANER_BACKOFF_MS`] by default).
     pub cleaner_backoff_ms: u64,
+    /// Threads opening the partition logs at start (`num.recovery.threads.per.data.dir`).
+    pub recovery_threads: usize,
 }
 
 /// One hosted partition: the replication state and the log under one lock.
@@ -218,12 +220,20 @@ impl ReplicaManager {
         events: mpsc::Receiver<LocalChangesEvent>,
         dir_failed: watch::Sender<Option<String>>,
     ) -> Result<(ReplicaManager, ReplicaManagerTasks), LogError> {
-        let mut manager = LogManager::open(
+        let opening = std::time::Instant::now();
+        let mut manager = LogManager::open_parallel(
             &config.data_dir,
             config.log_defaults.clone(),
             &BTreeMap::new(),
             Arc::new(SystemClock),
+            config.recovery_threads,
         )?;
+        tracing::info!(
+            partitions = manager.len(),
+            threads = config.recovery_threads,
+            "partition logs opened in {} ms",
+            opening.elapsed().as_millis()
+        );
         let found = manager.take_logs();
         let hws = manager.read_high_watermarks().unwrap_or_else(|e| {
             tracing::warn!("ignoring the high-watermark checkpoint: {e}");

@@ -411,6 +411,15 @@ pub const SETTINGS: &[Setting] = &[
         UsedBy::Broker,
     ),
     Setting {
+        name: "num_recovery_threads_per_data_dir",
+        kafka: "num.recovery.threads.per.data.dir",
+        kind: int(IntType::U32, 1, 256, "threads"),
+        default: DefaultValue::Int(2),
+        doc: "threads that open (and, after an unclean stop, recover) the partition logs at \
+              start; more shortens the start of a broker with many partitions",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
         name: "log_cleaner_dedupe_buffer_size",
         kafka: "log.cleaner.dedupe.buffer.size",
         kind: int(IntType::U64, 1024, u64::MAX as i128, "bytes"),
