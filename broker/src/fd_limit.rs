@@ -1,13 +1,13 @@
 //! The open-files limit (`RLIMIT_NOFILE`) of the broker process.
 //!
-//! Every segment of every partition replica keeps its `.log` file open (the indexes are read
-//! into memory, DESIGN §5), so a broker hosting many partitions needs many descriptors. At
-//! start the broker raises its soft limit to the hard one, as the JVM does for Kafka
-//! (`-XX:+MaxFDLimit`, on by default), and refuses to start when the segment files found in
-//! its log directory plus [`RESERVED_DESCRIPTORS`] do not fit: a clear error then, instead of
-//! `Too many open files` from some partition later (Kafka's operations guide: raise
-//! `nofile` to at least 100,000 for brokers with many partitions). A partition that cannot be
-//! opened at run time stops the broker (see `ReplicaManager`'s log-directory failure).
+//! Segment files take one descriptor each while open. At start the broker raises its soft
+//! limit to the hard one, as the JVM does for Kafka (`-XX:+MaxFDLimit`, on by default), and
+//! gives the segment files the limit less [`RESERVED_DESCRIPTORS`]
+//! ([`crate::log::open_files::set_budget`]): within it every segment stays open as in Kafka;
+//! beyond it the files used least recently are closed and opened again on use, so a broker
+//! hosts more partitions than its limit (#26). A limit that leaves fewer than
+//! [`MIN_SEGMENT_FILES`] is refused at start with what to raise. A partition whose files
+//! cannot be opened at run time stops the broker (`ReplicaManager`'s log-directory failure).
 
 use std::path::Path;
 
@@ -60,21 +60,25 @@ pub fn count_segment_files(log_dir: &Path) -> u64 {
         .count() as u64
 }
 
-/// Whether `segment_files` open at once fit under `limit` with [`RESERVED_DESCRIPTORS`] to
-/// spare; the error says what to raise (pure).
-pub fn check(segment_files: u64, limit: FdLimit, log_dir: &Path) -> Result<(), String> {
+/// Fewest segment files the budget may leave (else the broker refuses to start).
+pub const MIN_SEGMENT_FILES: u64 = 256;
+
+/// How many segment files may be open at once under `limit` (`usize::MAX` when unlimited),
+/// or the error saying what to raise (pure).
+pub fn segment_budget(limit: FdLimit, log_dir: &Path) -> Result<usize, String> {
     let Some(soft) = limit.soft else {
-        return Ok(());
+        return Ok(usize::MAX);
     };
-    let needed = segment_files.saturating_add(RESERVED_DESCRIPTORS);
-    if needed <= soft {
-        return Ok(());
+    let budget = soft.saturating_sub(RESERVED_DESCRIPTORS);
+    if budget >= MIN_SEGMENT_FILES {
+        return Ok(usize::try_from(budget).unwrap_or(usize::MAX));
     }
+    let needed = RESERVED_DESCRIPTORS + MIN_SEGMENT_FILES;
     Err(format!(
-        "log_dirs {}: {segment_files} segment files need {needed} open files (1 per segment + \
-         {RESERVED_DESCRIPTORS} for connections), but the open-files limit is {soft}{}: raise \
-         it (ulimit -n, systemd LimitNOFILE=, docker --ulimit nofile=, compose `ulimits: \
-         nofile:`) to at least {needed}; Kafka's guide asks for 100000 or more",
+        "log_dirs {}: the open-files limit is {soft}{}, which leaves fewer than \
+         {MIN_SEGMENT_FILES} open segment files once {RESERVED_DESCRIPTORS} are kept for \
+         connections: raise it (ulimit -n, systemd LimitNOFILE=, docker --ulimit nofile=, \
+         compose `ulimits: nofile:`) to at least {needed}; Kafka's guide asks for 100000 or more",
         log_dir.display(),
         match limit.hard {
             Some(h) if h == soft => " (also the hard limit)".to_string(),
@@ -89,25 +93,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_check_leaves_room_for_connections() {
+    fn the_budget_leaves_room_for_connections() {
         let dir = Path::new("/data");
         let limit = |soft| FdLimit {
             soft: Some(soft),
             hard: Some(soft),
         };
-        assert!(check(1000, limit(2024), dir).is_ok());
-        let e = check(1001, limit(2024), dir).unwrap_err();
+        assert_eq!(segment_budget(limit(20_000), dir), Ok(18_976));
+        assert_eq!(segment_budget(limit(1280), dir), Ok(256));
+        let e = segment_budget(limit(1279), dir).unwrap_err();
         assert!(
-            e.contains("1001 segment files need 2025 open files")
-                && e.contains("limit is 2024 (also the hard limit)")
-                && e.contains("at least 2025"),
+            e.contains("the open-files limit is 1279 (also the hard limit)")
+                && e.contains("to at least 1280"),
             "{e}"
         );
         let unlimited = FdLimit {
             soft: None,
             hard: None,
         };
-        assert!(check(u64::MAX, unlimited, dir).is_ok());
+        assert_eq!(segment_budget(unlimited, dir), Ok(usize::MAX));
     }
 
     #[test]

@@ -70,8 +70,8 @@ pub enum StartError {
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
     Serve(String),
-    /// The open-files limit cannot hold the segment files of the log directory
-    /// ([`crate::fd_limit::check`]; the message says what to raise).
+    /// The open-files limit leaves too few descriptors for segment files
+    /// ([`crate::fd_limit::segment_budget`]; the message says what to raise).
     #[error("{0}")]
     FdLimit(String),
     /// The log directory failed while the broker ran (a partition's files could not be
@@ -328,8 +328,8 @@ pub async fn serve(
     Ok(())
 }
 
-/// Raises the open-files limit to the hard limit and checks it holds the segment files of
-/// `log_dir` ([`crate::fd_limit`]).
+/// Raises the open-files limit to the hard limit and gives the segment files their budget
+/// under it ([`crate::fd_limit`]); refuses a limit that leaves too few.
 fn check_fd_limit(log_dir: &std::path::Path) -> Result<(), StartError> {
     let limit = match crate::fd_limit::raise_to_hard() {
         Ok((before, after)) => {
@@ -351,8 +351,19 @@ fn check_fd_limit(log_dir: &std::path::Path) -> Result<(), StartError> {
             }
         }
     };
+    let budget = crate::fd_limit::segment_budget(limit, log_dir).map_err(StartError::FdLimit)?;
+    crate::log::open_files::set_budget(budget);
     let segments = crate::fd_limit::count_segment_files(log_dir);
-    crate::fd_limit::check(segments, limit, log_dir).map_err(StartError::FdLimit)
+    if u64::try_from(budget).is_ok_and(|b| segments > b) {
+        tracing::info!(
+            "{segments} segment files, at most {budget} open at once (open-files limit {} less \
+             {} for connections): the files used least recently are closed and opened again \
+             on use",
+            fmt_limit(limit.soft),
+            crate::fd_limit::RESERVED_DESCRIPTORS
+        );
+    }
+    Ok(())
 }
 
 fn fmt_limit(l: Option<u64>) -> String {

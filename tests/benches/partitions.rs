@@ -16,13 +16,12 @@
 //!   timeout + 2 s), then restarted until full ISR again.
 //!
 //! Per broker after each phase: open file descriptors (`/proc/<pid>/fd`), resident memory
-//! (`VmRSS`) and that memory per hosted partition. The brokers start with an open-files limit
-//! of [`nofile`] (`prlimit`, raising the hard limit needs root or CAP_SYS_RESOURCE): every
-//! segment keeps its file open.
+//! (`VmRSS`) and that memory per hosted partition. The brokers start with the bench's
+//! open-files limit, or `KEEL_BENCH_NOFILE` (`prlimit`; above the hard limit it needs
+//! CAP_SYS_RESOURCE).
 //!
 //! Run: `cargo bench -p keel-tests --bench partitions`. `KEEL_BENCH_PARTITIONS` sets the
-//! total (default 100000), `KEEL_BENCH_NOFILE` the brokers' open-files limit (default
-//! 262144).
+//! total (default 100000), `KEEL_BENCH_NOFILE` the brokers' open-files limit.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -51,8 +50,26 @@ fn partitions() -> u32 {
     env_u64("KEEL_BENCH_PARTITIONS", 100_000) as u32
 }
 
-fn nofile() -> u64 {
-    env_u64("KEEL_BENCH_NOFILE", 262_144)
+/// The brokers' open-files limit: `KEEL_BENCH_NOFILE`, else the bench's own (inherited).
+fn nofile() -> Option<u64> {
+    std::env::var("KEEL_BENCH_NOFILE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+}
+
+/// The open-files limit the brokers run with, for the table.
+fn nofile_shown() -> String {
+    match nofile() {
+        Some(n) => n.to_string(),
+        None => std::fs::read_to_string("/proc/self/limits")
+            .ok()
+            .and_then(|l| {
+                l.lines()
+                    .find(|l| l.starts_with("Max open files"))
+                    .and_then(|l| l.split_whitespace().nth(3).map(str::to_string))
+            })
+            .map_or_else(|| "unknown".into(), |n| format!("{n} (inherited)")),
+    }
 }
 
 /// One broker's gauges and process figures.
@@ -162,7 +179,7 @@ async fn main() {
         Options {
             broker_metrics: true,
             session_timeout_ms: SESSION_TIMEOUT_MS,
-            broker_nofile: Some(nofile()),
+            broker_nofile: nofile(),
             ..Options::default()
         },
     );
@@ -280,7 +297,7 @@ async fn main() {
     println!(
         "Partitions at scale: {total} partitions x RF 3 on {BROKERS} brokers (3 controllers), \
          session timeout {SESSION_TIMEOUT_MS} ms, nofile {}, {} CPUs",
-        nofile(),
+        nofile_shown(),
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!();

@@ -198,6 +198,9 @@ pub struct SegmentSnapshot {
     pub next_offset: i64,
     /// Kept on the cleaned segment.
     pub created_ms: i64,
+    /// The segment's [`super::open_files::LazyFile`]: the same one at install time means the
+    /// same segment.
+    identity: Arc<super::open_files::LazyFile>,
     file: Arc<File>,
     path: PathBuf,
 }
@@ -381,17 +384,26 @@ impl Log {
             .into_iter()
             .take_while(|s| s.base_offset() < cleanable.first_uncleanable)
             .map(|s| {
-                let (file, path) = s.sync_handle();
-                SegmentSnapshot {
+                let (file, path) = s.sync_handle()?;
+                Ok(SegmentSnapshot {
                     base_offset: s.base_offset(),
                     size_bytes: s.size_bytes(),
                     next_offset: s.next_offset(),
                     created_ms: s.created_ms(),
+                    identity: s.file_identity(),
                     file,
                     path,
-                }
+                })
             })
-            .collect();
+            .collect::<LogResult<Vec<_>>>();
+        let segments = match segments {
+            Ok(s) => s,
+            Err(e) => {
+                // A closed segment file that cannot be opened again: no pass this time.
+                tracing::warn!(dir = %self.dir().display(), "log cleaning skipped: {e}");
+                return None;
+            }
+        };
         Some(CleanPlan {
             dir: self.dir().to_path_buf(),
             cleanable,
@@ -425,8 +437,7 @@ impl Log {
             && group.iter().all(|old| {
                 active != Some(old.base_offset)
                     && self.segment(old.base_offset).is_some_and(|s| {
-                        Arc::ptr_eq(&s.sync_handle().0, &old.file)
-                            && s.size_bytes() == old.size_bytes
+                        s.same_file(&old.identity) && s.size_bytes() == old.size_bytes
                     })
             });
         if !unchanged {

@@ -56,6 +56,7 @@ pub mod error;
 pub mod fuzz;
 pub mod index;
 pub mod manager;
+pub mod open_files;
 mod partition_log;
 pub mod producer_state;
 pub mod segment;

@@ -19,6 +19,7 @@ use bytes::{Bytes, BytesMut};
 use super::cache_behind::CacheBehind;
 use super::error::{LogError, LogResult, io_err};
 use super::index::{OffsetIndex, TimeIndex};
+use super::open_files::LazyFile;
 use keel_record::{BatchHeader, HEADER_SIZE, MAX_LOG_END_OFFSET, NO_TIMESTAMP};
 
 /// Suffix of segment data files.
@@ -138,8 +139,10 @@ pub struct ScanOutcome {
 pub struct Segment {
     base_offset: i64,
     log_path: PathBuf,
-    /// Shared only with a flush running outside the partition lock ([`Segment::sync_handle`]).
-    file: Arc<File>,
+    /// Opened on demand within the process's budget of open segment files
+    /// ([`super::open_files`]); a handle is shared only with a flush or a cleaning pass
+    /// running outside the partition lock ([`Segment::sync_handle`]).
+    file: Arc<LazyFile>,
     size_bytes: u64,
     next_offset: i64,
     index: OffsetIndex,
@@ -175,7 +178,7 @@ impl Segment {
         Ok(Segment {
             base_offset,
             log_path,
-            file: Arc::new(file),
+            file: LazyFile::new(file),
             size_bytes: 0,
             next_offset: base_offset,
             index: OffsetIndex::default(),
@@ -205,7 +208,7 @@ impl Segment {
         Ok(Segment {
             base_offset,
             log_path,
-            file: Arc::new(file),
+            file: LazyFile::new(file),
             size_bytes: 0,
             next_offset: base_offset,
             index: OffsetIndex::default(),
@@ -222,7 +225,9 @@ impl Segment {
     /// Cleaner step 2: fdatasync the `.cleaned` file and rename it to `.log.swap`; from here
     /// a crash completes the swap on the next open. The caller fsyncs the directory.
     pub fn cleaned_to_swap(&mut self) -> LogResult<()> {
-        self.file.sync_data().map_err(io_err(&self.log_path))?;
+        self.handle()?.sync_data().map_err(io_err(&self.log_path))?;
+        // Renamed below: a handle opened again must name the new path.
+        self.file.close();
         let dir = self.dir();
         let swap = with_suffix(
             &segment_file(&dir, self.base_offset, LOG_SUFFIX),
@@ -239,6 +244,7 @@ impl Segment {
     /// later (roll, close); a crash before that rebuilds them on open.
     pub fn complete_swap(&mut self) -> LogResult<()> {
         let dir = self.dir();
+        self.file.close();
         complete_swap_file(&dir, self.base_offset)?;
         self.log_path = segment_file(&dir, self.base_offset, LOG_SUFFIX);
         self.index_dirty = true;
@@ -289,7 +295,7 @@ impl Segment {
         let mut seg = Segment {
             base_offset,
             log_path,
-            file: Arc::new(file),
+            file: LazyFile::new(file),
             size_bytes,
             next_offset: base_offset,
             index: OffsetIndex::default(),
@@ -518,7 +524,9 @@ impl Segment {
                 reason = reason.as_deref().unwrap_or(""),
                 "truncating invalid tail of segment"
             );
-            self.file.set_len(pos).map_err(io_err(&self.log_path))?;
+            self.handle()?
+                .set_len(pos)
+                .map_err(io_err(&self.log_path))?;
         }
         self.size_bytes = pos;
         Ok(ScanOutcome { truncated_bytes })
@@ -536,7 +544,7 @@ impl Segment {
         let len = want.min((file_len - pos) as usize);
         buf.clear();
         buf.resize(len, 0);
-        self.file
+        self.handle()?
             .read_exact_at(buf, pos)
             .map_err(io_err(&self.log_path))?;
         *buf_start = pos;
@@ -557,9 +565,16 @@ impl Segment {
         self.bytes_since_index_entry += h.size_bytes() as u64;
     }
 
+    /// The open data file (opened again if it was closed; [`super::open_files`]).
+    fn handle(&self) -> LogResult<Arc<File>> {
+        self.file
+            .get(&self.log_path)
+            .map_err(io_err(&self.log_path))
+    }
+
     /// Puts the file cursor (used by appends) at `size_bytes`.
     fn seek_to_end(&mut self) -> LogResult<()> {
-        (&*self.file)
+        (&*self.handle()?)
             .seek(SeekFrom::Start(self.size_bytes))
             .map_err(io_err(&self.log_path))?;
         Ok(())
@@ -576,7 +591,7 @@ impl Segment {
                 record_level: false,
             }));
         }
-        self.file
+        self.handle()?
             .read_exact_at(&mut h, position)
             .map_err(io_err(&self.log_path))?;
         Ok(BatchHeader::parse(&h, position)?)
@@ -597,17 +612,17 @@ impl Segment {
         let pos = self.size_bytes;
         // One writev at the file cursor (kept at `size_bytes`): the stamped prefix and the
         // untouched body go out in one syscall without copying the body.
+        let file = self.handle()?;
         let result = match prefix {
-            Some(p) => write_all_vectored(
-                &self.file,
-                &mut [IoSlice::new(p), IoSlice::new(&batch[16..])],
-            ),
-            None => write_all_vectored(&self.file, &mut [IoSlice::new(batch)]),
+            Some(p) => {
+                write_all_vectored(&file, &mut [IoSlice::new(p), IoSlice::new(&batch[16..])])
+            }
+            None => write_all_vectored(&file, &mut [IoSlice::new(batch)]),
         };
         if let Err(e) = result {
             // Best effort: the error already says the disk is in trouble.
-            let _ = self.file.set_len(pos);
-            let _ = (&*self.file).seek(SeekFrom::Start(pos));
+            let _ = file.set_len(pos);
+            let _ = (&*file).seek(SeekFrom::Start(pos));
             return Err(io_err(&self.log_path)(e));
         }
         self.index_batch(header, pos, index_interval_bytes);
@@ -625,11 +640,18 @@ impl Segment {
     /// to start the write-back of what lies more than `keep_dirty`) for the background thread.
     pub fn drop_cache_behind(&mut self, keep_cached: u64, keep_dirty: u64, step: u64) {
         let size = self.size_bytes;
-        for range in self
+        let ranges = self
             .cache_behind
-            .advise(size, keep_cached, keep_dirty, step)
-        {
-            super::cache_behind::drop_in_background(&self.file, range, &self.log_path);
+            .advise(size, keep_cached, keep_dirty, step);
+        if ranges.is_empty() {
+            return;
+        }
+        // Advice only: a file that cannot be opened now is skipped.
+        let Ok(file) = self.handle() else {
+            return;
+        };
+        for range in ranges {
+            super::cache_behind::drop_in_background(&file, range, &self.log_path);
         }
     }
 
@@ -676,7 +698,7 @@ impl Segment {
         let available = (self.size_bytes - pos) as usize;
         let len = available.min(max_bytes.max(first.size_bytes()));
         let mut buf = BytesMut::zeroed(len);
-        self.file
+        self.handle()?
             .read_exact_at(&mut buf, pos)
             .map_err(io_err(&self.log_path))?;
         // Keep whole batches below the upper bound.
@@ -702,7 +724,9 @@ impl Segment {
             return Ok(0);
         };
         let removed = self.size_bytes - pos;
-        self.file.set_len(pos).map_err(io_err(&self.log_path))?;
+        self.handle()?
+            .set_len(pos)
+            .map_err(io_err(&self.log_path))?;
         self.size_bytes = pos;
         let rel = (h.base_offset - self.base_offset) as u32;
         self.index.truncate_to(rel);
@@ -748,7 +772,7 @@ impl Segment {
     /// Reads `len` bytes at `position`.
     pub fn read_bytes(&self, position: u64, len: usize) -> LogResult<Bytes> {
         let mut buf = BytesMut::zeroed(len);
-        self.file
+        self.handle()?
             .read_exact_at(&mut buf, position)
             .map_err(io_err(&self.log_path))?;
         Ok(buf.freeze())
@@ -756,13 +780,24 @@ impl Segment {
 
     /// fdatasync of the data file.
     pub fn sync(&self) -> LogResult<()> {
-        self.file.sync_data().map_err(io_err(&self.log_path))
+        self.handle()?.sync_data().map_err(io_err(&self.log_path))
     }
 
-    /// The file and its path, for an fdatasync outside the partition lock (see
-    /// [`super::partition_log::LogFlush`]).
-    pub fn sync_handle(&self) -> (Arc<File>, PathBuf) {
-        (self.file.clone(), self.log_path.clone())
+    /// The file and its path, for an fdatasync or a read outside the partition lock (see
+    /// [`super::partition_log::LogFlush`]); the handle stays valid while held. Errors: the
+    /// file was closed and cannot be opened again.
+    pub fn sync_handle(&self) -> LogResult<(Arc<File>, PathBuf)> {
+        Ok((self.handle()?, self.log_path.clone()))
+    }
+
+    /// Whether `other` is this segment's file (the same [`LazyFile`], whether open or not).
+    pub fn same_file(&self, other: &Arc<LazyFile>) -> bool {
+        Arc::ptr_eq(&self.file, other)
+    }
+
+    /// This segment's file, for [`Segment::same_file`].
+    pub fn file_identity(&self) -> Arc<LazyFile> {
+        self.file.clone()
     }
 
     /// Writes the index files if they changed.
@@ -786,7 +821,7 @@ impl Segment {
             .parent()
             .unwrap_or(Path::new("."))
             .to_path_buf();
-        drop(self.file);
+        self.file.close();
         fs::remove_file(&self.log_path).map_err(io_err(&self.log_path))?;
         for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
             remove_if_exists(&segment_file(&dir, self.base_offset, suffix))?;
