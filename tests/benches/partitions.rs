@@ -8,9 +8,10 @@
 //!   hold) until the total is reached, then until every broker hosts every partition and
 //!   every leader has its full ISR (the brokers' `keel_broker_partition_count`,
 //!   `keel_broker_leader_count` and `keel_broker_under_replicated_partitions` gauges);
-//! - `restart broker N` (each in turn): SIGTERM (its controlled shutdown, target < 10 s),
-//!   start (open of every partition log, until unfenced), then until the whole cluster is
-//!   back to every partition hosted with full ISR;
+//! - `restart broker N` (each in turn): SIGTERM until the controller fenced it (its
+//!   controlled shutdown granted, target < 10 s) and until it exited (every log closed), start
+//!   (open of every partition log, until unfenced), then until the whole cluster is back to
+//!   every partition hosted with full ISR;
 //! - `kill -9 broker N`: SIGKILL of the broker leading the most partitions; until no
 //!   partition names it leader in the active controller's image (target: the broker session
 //!   timeout + 2 s), then restarted until full ISR again.
@@ -227,16 +228,36 @@ async fn main() {
     // Rolling restart.
     for id in 1..=BROKERS {
         let t = Instant::now();
-        let status = c.terminate_broker(id, STEP_LIMIT).await;
+        c.signal_broker(id, "TERM");
+        c.wait_for(
+            "the controlled shutdown granted (fenced)",
+            STEP_LIMIT,
+            || async {
+                let r = c.try_describe_cluster().await?;
+                r.brokers
+                    .iter()
+                    .any(|b| b.broker_id == id && b.fenced)
+                    .then_some(())
+            },
+        )
+        .await;
+        steps.push(Step {
+            name: format!("restart broker {id}: controlled shutdown (SIGTERM until fenced)"),
+            secs: t.elapsed().as_secs_f64(),
+            target: Some((10.0, "< 10 s")),
+        });
+        let status = c
+            .wait_broker_exit(id, STEP_LIMIT)
+            .unwrap_or_else(|| panic!("broker {id} did not exit\n{}", c.logs()));
         assert!(
             status.success(),
             "broker {id} exit {status:?}\n{}",
             c.logs()
         );
         steps.push(Step {
-            name: format!("restart broker {id}: controlled shutdown"),
+            name: format!("restart broker {id}: SIGTERM until exit (logs closed)"),
             secs: t.elapsed().as_secs_f64(),
-            target: Some((10.0, "< 10 s")),
+            target: None,
         });
         let t = Instant::now();
         c.start_broker(id);

@@ -140,15 +140,7 @@ impl LazyFile {
 
 impl Drop for LazyFile {
     fn drop(&mut self) {
-        if self
-            .handle
-            .get_mut()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-            .is_some()
-        {
-            registry().open.fetch_sub(1, Ordering::Relaxed);
-        }
+        self.close();
     }
 }
 

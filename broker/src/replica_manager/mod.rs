@@ -598,6 +598,9 @@ impl ReplicaManager {
         // Logs found on disk for partitions this broker does not host any more: deleted after
         // the loop, which holds every partition (a delete waits for the last holder).
         let mut strays = Vec::new();
+        // Settings per topic, not per partition: this loop visits every hosted partition on
+        // every delta (100,000 partitions made each delta cost a config build per partition).
+        let mut settings: HashMap<String, (ReplicaConfig, LogConfig)> = HashMap::new();
         for hp in self.partitions() {
             let assigned = image
                 .topics()
@@ -617,17 +620,23 @@ impl ReplicaManager {
                 }
                 continue;
             }
-            let config = self.replica_config(&image, &hp.tp.topic);
-            let log_config = self.log_config(&image, &hp.tp.topic);
+            if !settings.contains_key(&hp.tp.topic) {
+                let both = (
+                    self.replica_config(&image, &hp.tp.topic),
+                    self.log_config(&image, &hp.tp.topic),
+                );
+                settings.insert(hp.tp.topic.clone(), both);
+            }
+            let (config, log_config) = &settings[&hp.tp.topic];
             let mut inner = hp.lock();
-            if *inner.log.config() != log_config
-                && let Err(e) = inner.log.set_config(log_config)
+            if inner.log.config() != log_config
+                && let Err(e) = inner.log.set_config(log_config.clone())
             {
                 tracing::warn!(partition = %hp.tp, "keeping the previous log settings: {e}");
             }
-            if *inner.state.config() != config {
+            if inner.state.config() != config {
                 tracing::info!(partition = %hp.tp, min_insync_replicas = config.min_insync_replicas, "replication settings changed");
-                let eff = inner.state.set_config(config, now);
+                let eff = inner.state.set_config(*config, now);
                 self.execute(&hp, &mut inner, eff);
             }
         }
@@ -728,7 +737,7 @@ impl ReplicaManager {
     }
 
     /// Creates the logs of the partitions `changes` assigns here that this broker hosts
-    /// under no name yet, [`LOG_CREATION_THREADS`] at a time (each waits for a few fsyncs:
+    /// under no name yet, [`LOG_FSYNC_THREADS`] at a time (each waits for a few fsyncs:
     /// one at a time, a 10,000-partition topic took 25 s to be hosted). The transitions then find
     /// them hosted. Partitions hosted already, or under another topic id, are left to
     /// [`Self::get_or_create`]; a failure marks the log directory failed.
@@ -757,7 +766,7 @@ impl ReplicaManager {
         let Some(manager) = logs.as_ref() else {
             return;
         };
-        let threads = LOG_CREATION_THREADS.min(new.len());
+        let threads = LOG_FSYNC_THREADS.min(new.len());
         let next = std::sync::atomic::AtomicUsize::new(0);
         let opened: Vec<Vec<(&TopicIdPartition, Result<Log, String>)>> =
             std::thread::scope(|scope| {
@@ -1201,8 +1210,14 @@ impl ReplicaManagerTasks {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         if let Some(m) = manager {
-            match m.close_detached(logs, &hws) {
-                Ok(()) => tracing::info!("logs closed cleanly"),
+            let closing = std::time::Instant::now();
+            let count = logs.len();
+            match m.close_detached(logs, &hws, LOG_FSYNC_THREADS) {
+                Ok(()) => tracing::info!(
+                    partitions = count,
+                    "logs closed cleanly in {} ms",
+                    closing.elapsed().as_millis()
+                ),
                 Err(e) => tracing::error!(
                     "closing the logs failed (recovery runs on the next start): {e}"
                 ),
@@ -1280,9 +1295,9 @@ pub fn write_partition_metadata(dir: &std::path::Path, topic_id: Uuid) -> Result
     )
 }
 
-/// Threads creating the logs of one metadata delta's new partitions: the work waits on
-/// fsyncs, not on the CPU, so more threads than cores help.
-pub const LOG_CREATION_THREADS: usize = 8;
+/// Threads creating the logs of one metadata delta's new partitions, and closing every log
+/// at shutdown: the work waits on fsyncs, not on the CPU, so more threads than cores help.
+pub const LOG_FSYNC_THREADS: usize = 8;
 
 /// Longest wait for a deleted partition's last holder, ms.
 pub const DELETE_WAIT_MS: u64 = 200;
