@@ -31,16 +31,17 @@ pub const DEFAULT_RECOVERY_THREADS: u32 = 2;
 
 /// Runs `f` on every item with `threads` threads (at least 1, at most one per item); the
 /// results in no particular order. The first error stops the threads from taking more items
-/// and is returned; a panic in `f` is resumed here.
-fn in_parallel<T: Send, R: Send>(
+/// and is returned; a panic in `f` is resumed here. For work that waits on fsyncs (opening,
+/// closing, creating logs; leader epoch checkpoints), where threads overlap the waits.
+pub(crate) fn in_parallel<T: Send, R: Send, E: Send>(
     items: Vec<T>,
     threads: usize,
-    f: impl Fn(T) -> LogResult<R> + Sync,
-) -> LogResult<Vec<R>> {
+    f: impl Fn(T) -> Result<R, E> + Sync,
+) -> Result<Vec<R>, E> {
     let threads = threads.clamp(1, items.len().max(1));
     let queue = std::sync::Mutex::new(items.into_iter());
     let failed = AtomicBool::new(false);
-    let done: Vec<LogResult<Vec<R>>> = std::thread::scope(|scope| {
+    let done: Vec<Result<Vec<R>, E>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
@@ -295,7 +296,7 @@ impl LogManager {
             log.flush()?;
             let point = log.recovery_point();
             log.close()?;
-            Ok((tp, point))
+            LogResult::Ok((tp, point))
         })?
         .into_iter()
         .collect();
