@@ -21,6 +21,11 @@ use crate::write_path::{self, WritePathConfig};
 /// cutting what is still in flight loses nothing.
 pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis(400);
 
+/// How often the active controller looks for expired broker sessions (and runs its other
+/// periodic work), ms at most; Kafka's controller likewise checks for stale brokers far more
+/// often than brokers heartbeat.
+pub const SESSION_CHECK_INTERVAL_MS: u64 = 100;
+
 /// Runs a controller until `shutdown` resolves: binds `config.listeners`, then [`serve`].
 /// Errors are start-up failures, or [`StartError::RaftStopped`] when openraft stops on a fatal
 /// error while serving (one line each); a clean shutdown returns `Ok`.
@@ -104,9 +109,12 @@ async fn serve_with(
         WritePathConfig {
             node_id: config.node_id,
             noop_interval_ms: config.metadata_max_idle_interval_ms,
-            // Check sessions at the heartbeat interval: a dead broker is fenced within
-            // session timeout + one heartbeat interval.
-            tick_interval_ms: config.broker_heartbeat_interval_ms,
+            // A dead broker is fenced within its session timeout + one tick (the check is a
+            // walk over the broker sessions: cheap). At the heartbeat interval (2 s) a broker
+            // failure waited up to 2 s more for its partitions' new leaders.
+            tick_interval_ms: config
+                .broker_heartbeat_interval_ms
+                .min(SESSION_CHECK_INTERVAL_MS),
         },
     );
     let grpc = ControllerGrpc::new(

@@ -156,16 +156,22 @@ impl ControllerState for QuorumState {
         if let Some(interval) = self.rebalance_interval_ms
             && now_ms >= self.next_rebalance_ms
         {
-            self.next_rebalance_ms = now_ms.saturating_add(interval);
-            let (elections, waiting) =
-                logic::preferred_leader_rebalance(&view, logic::MAX_ELECTIONS_PER_IMBALANCE);
-            if !elections.is_empty() {
+            let run = logic::preferred_leader_rebalance(&view, logic::MAX_ELECTIONS_PER_IMBALANCE);
+            // More balanceable partitions than one run may move: the next run at the next
+            // tick, as Kafka reschedules its imbalance check immediately.
+            self.next_rebalance_ms = if run.deferred > 0 {
+                now_ms
+            } else {
+                now_ms.saturating_add(interval)
+            };
+            if !run.records.is_empty() {
                 tracing::info!(
-                    partitions = elections.len(),
-                    not_balanced = waiting,
+                    partitions = run.records.len(),
+                    deferred = run.deferred,
+                    not_balanceable = run.blocked,
                     "preferred leader rebalance: moving leadership back to preferred replicas"
                 );
-                records.extend(elections);
+                records.extend(run.records);
             }
         }
         records

@@ -274,9 +274,24 @@ pub(crate) fn elect_leaderless_with(
 }
 
 /// Partitions moved back to their preferred replica by one [`preferred_leader_rebalance`] run,
-/// at most (Kafka: `QuorumController.maxElectionsPerImbalance`, 1,000). The rest wait for the
-/// next check.
+/// at most (Kafka: `QuorumController.maxElectionsPerImbalance`, 1,000). When more are
+/// waiting the next run follows at once ([`RebalanceRun::deferred`]).
 pub const MAX_ELECTIONS_PER_IMBALANCE: usize = 1_000;
+
+/// One run of [`preferred_leader_rebalance`].
+#[derive(Debug, Default)]
+pub struct RebalanceRun {
+    /// The PREFERRED elections to write (at most the run's `max`).
+    pub records: Vec<MetadataRecord>,
+    /// Imbalanced partitions whose preferred replica could take leadership but were left for
+    /// the next run because the run reached its `max`: the caller runs again at once (Kafka's
+    /// `QuorumController` reschedules the imbalance check immediately when
+    /// `maxElectionsPerImbalance` was reached).
+    pub deferred: usize,
+    /// Imbalanced partitions that cannot be balanced now: the preferred replica is out of the
+    /// ISR or not eligible.
+    pub blocked: usize,
+}
 
 /// The automatic preferred-leader rebalance (Kafka: `auto.leader.rebalance.enable`,
 /// `ReplicationControlManager.maybeBalancePartitionLeaders`): for every partition whose
@@ -285,15 +300,11 @@ pub const MAX_ELECTIONS_PER_IMBALANCE: usize = 1_000;
 /// it leadership back with leader epoch + 1. Partitions whose preferred replica is out of the
 /// ISR or ineligible are left alone (leadership never moves to a replica that could not take
 /// it, and never off a valid leader otherwise). At most `max` changes, in topic-id then
-/// partition order; returns them with the number of imbalanced partitions that could not be
-/// balanced now.
-pub fn preferred_leader_rebalance(
-    image: &MetadataImage,
-    max: usize,
-) -> (Vec<MetadataRecord>, usize) {
+/// partition order; the balanceable rest is counted as deferred. Cost: one pass over every
+/// partition.
+pub fn preferred_leader_rebalance(image: &MetadataImage, max: usize) -> RebalanceRun {
     let eligible = |b: i32| is_eligible(image, b);
-    let mut records = Vec::new();
-    let mut not_balanced = 0;
+    let mut run = RebalanceRun::default();
     for t in image.topics().by_id.values() {
         for (&p, reg) in t.partitions.iter() {
             let Some(&preferred) = reg.replicas.first() else {
@@ -302,8 +313,12 @@ pub fn preferred_leader_rebalance(
             if reg.leader == preferred {
                 continue;
             }
-            if !reg.isr.contains(&preferred) || !eligible(preferred) || records.len() >= max {
-                not_balanced += 1;
+            if !reg.isr.contains(&preferred) || !eligible(preferred) {
+                run.blocked += 1;
+                continue;
+            }
+            if run.records.len() >= max {
+                run.deferred += 1;
                 continue;
             }
             let change = PartitionChangeBuilder::new(reg, t.id, p, &eligible)
@@ -311,11 +326,11 @@ pub fn preferred_leader_rebalance(
                 .build();
             match change {
                 Some(c) if c.leader == Some(preferred) => {
-                    records.push(record(Record::PartitionChange(c)))
+                    run.records.push(record(Record::PartitionChange(c)))
                 }
-                _ => not_balanced += 1,
+                _ => run.blocked += 1,
             }
         }
     }
-    (records, not_balanced)
+    run
 }

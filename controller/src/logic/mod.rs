@@ -55,7 +55,9 @@ pub use brokers::{
 };
 pub use configs::{alter_configs, describe_configs};
 pub use create_partitions::create_partitions;
-pub use election::{MAX_ELECTIONS_PER_IMBALANCE, elect_leaders, preferred_leader_rebalance};
+pub use election::{
+    MAX_ELECTIONS_PER_IMBALANCE, RebalanceRun, elect_leaders, preferred_leader_rebalance,
+};
 pub use partition_change::{Election, PartitionChangeBuilder};
 pub use producer_ids::allocate_producer_ids;
 pub use reassignment::{alter_partition_reassignments, list_partition_reassignments};

@@ -559,15 +559,17 @@ fn preferred_leader_rebalance_moves_only_to_an_eligible_isr_member() {
     ];
     for (name, fenced, shutting, replicas, isr, leader, want) in rows {
         let (image, _) = image_with(fenced, shutting, replicas, isr, leader);
-        let (records, not_balanced) = preferred_leader_rebalance(&image, 10);
+        let run = preferred_leader_rebalance(&image, 10);
+        let records = run.records;
+        assert_eq!(run.deferred, 0, "{name}");
         match want {
             None => {
                 assert!(records.is_empty(), "{name}: {records:?}");
-                assert_eq!(not_balanced, usize::from(leader != replicas[0]), "{name}");
+                assert_eq!(run.blocked, usize::from(leader != replicas[0]), "{name}");
             }
             Some(l) => {
                 assert_eq!(records.len(), 1, "{name}");
-                assert_eq!(not_balanced, 0, "{name}");
+                assert_eq!(run.blocked, 0, "{name}");
                 let Some(Record::PartitionChange(c)) = &records[0].record else {
                     panic!("{name}: {records:?}");
                 };
@@ -587,7 +589,8 @@ fn preferred_leader_rebalance_moves_only_to_an_eligible_isr_member() {
     }
 }
 
-/// At most `max` elections per run; the others are counted as not balanced yet.
+/// At most `max` elections per run; the others are counted as deferred (the next run follows
+/// at once).
 #[test]
 fn preferred_leader_rebalance_is_bounded_per_run() {
     use crate::logic::preferred_leader_rebalance;
@@ -615,8 +618,8 @@ fn preferred_leader_rebalance_is_bounded_per_run() {
     let image = image
         .with_records(Provenance { offset: 2, term: 1 }, &more)
         .expect("valid setup");
-    let (records, not_balanced) = preferred_leader_rebalance(&image, 3);
-    assert_eq!((records.len(), not_balanced), (3, 2));
-    let (records, not_balanced) = preferred_leader_rebalance(&image, 10);
-    assert_eq!((records.len(), not_balanced), (5, 0));
+    let run = preferred_leader_rebalance(&image, 3);
+    assert_eq!((run.records.len(), run.deferred, run.blocked), (3, 2, 0));
+    let run = preferred_leader_rebalance(&image, 10);
+    assert_eq!((run.records.len(), run.deferred, run.blocked), (5, 0, 0));
 }
