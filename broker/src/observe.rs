@@ -32,6 +32,9 @@ pub const METADATA_LAST_APPLIED_OFFSET: &str = "keel_broker_metadata_last_applie
 pub const METADATA_LAST_APPLIED_AGE: &str = "keel_broker_metadata_last_applied_age_ms";
 /// 1 while the controller reports this broker fenced (or it is not registered).
 pub const FENCED: &str = "keel_broker_fenced";
+/// Metadata propagation: from an entry's append by the active controller to its changes
+/// applied here.
+pub const METADATA_APPLY_LAG: &str = "keel_broker_metadata_apply_lag_seconds";
 
 /// Metrics this module records.
 pub const DEFS: &[MetricDef] = &[
@@ -47,6 +50,13 @@ pub const DEFS: &[MetricDef] = &[
         MetricKind::Gauge,
         Some(Unit::Milliseconds),
         "Time since this broker's metadata image last advanced, ms; the active controller writes a NoOpRecord every metadata_max_idle_interval_ms (500), so a connected broker stays near that (an upper bound of Kafka's lag, which uses record timestamps)",
+        "kafka.server:type=broker-metadata-metrics,name=last-applied-record-lag-ms",
+    ),
+    MetricDef::new(
+        METADATA_APPLY_LAG,
+        MetricKind::Histogram,
+        Some(Unit::Seconds),
+        "Metadata propagation, s: from the active controller's append of an entry (its wall clock when it proposed the entry, before the commit) until this broker built the image holding it and its replica manager applied the local changes (leadership, ISR, new partitions); one sample per image built while following the log live (caught up to the commit index), none while catching up. Compares two machines' clocks when controller and broker run apart",
         "kafka.server:type=broker-metadata-metrics,name=last-applied-record-lag-ms",
     ),
     MetricDef::new(
@@ -378,6 +388,16 @@ async fn sample(broker_id: i32, ready: watch::Sender<Readiness>) {
             changed
         });
     }
+}
+
+/// Records one metadata propagation sample ([`METADATA_APPLY_LAG`]) for an entry the active
+/// controller appended at `appended_ms` (its wall clock, ms) and that is applied now. A
+/// negative difference (clocks of two machines apart) counts as 0.
+pub fn record_metadata_apply_lag(appended_ms: i64) {
+    let lag_ms = keel_runtime::clock::wall_clock_ms()
+        .saturating_sub(appended_ms)
+        .max(0);
+    metrics::histogram!(METADATA_APPLY_LAG).record(lag_ms as f64 / 1e3);
 }
 
 #[cfg(test)]

@@ -12,9 +12,16 @@
 //!   controlled shutdown granted, target < 10 s) and until it exited (every log closed), start
 //!   (open of every partition log, until unfenced), then until the whole cluster is back to
 //!   every partition hosted with full ISR;
-//! - `kill -9 broker N`: SIGKILL of the broker leading the most partitions; until no
-//!   partition names it leader in the active controller's image (target: the broker session
-//!   timeout + 2 s), then restarted until full ISR again.
+//! - `kill -9 broker N`: SIGKILL of the broker leading the most partitions; until the
+//!   controller fenced it (DescribeCluster: the fence is the last record of the entries that
+//!   also move every leadership off it, so every new leader is committed then; target: the
+//!   broker session timeout + 2 s), until the surviving brokers' leader gauges add up to every
+//!   partition (they applied the new leaderships), the difference of the two (target: < 1 s),
+//!   then restarted until full ISR again;
+//! - metadata propagation: the p99 of `keel_broker_metadata_apply_lag_seconds` (from the
+//!   active controller's append of an entry to a broker having applied it; a bucket bound,
+//!   so the true p99 is at most the figure) over the entries of the create and kill -9 steps
+//!   on the brokers that ran through the step.
 //!
 //! Per broker after each phase: open file descriptors (`/proc/<pid>/fd`), resident memory
 //! (`VmRSS`) and that memory per hosted partition. The brokers start with the bench's
@@ -22,15 +29,15 @@
 //! CAP_SYS_RESOURCE).
 //!
 //! Run: `cargo bench -p keel-tests --bench partitions`. `KEEL_BENCH_PARTITIONS` sets the
-//! total (default 100000), `KEEL_BENCH_NOFILE` the brokers' open-files limit.
+//! total (default 100000), `KEEL_BENCH_NOFILE` the brokers' open-files limit,
+//! `KEEL_BENCH_RESTARTS=0` skips the rolling restart (a shorter run for the kill -9 step).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use keel_client::admin::{Admin, AdminConfig};
 use keel_proto::controller::CreatableTopic;
 use keel_tests::Endpoints;
-use keel_tests::http::{http_get, sample};
+use keel_tests::http::{bucket_delta, histogram_buckets, http_get, quantile_bound, sample};
 use keel_tests::process::{Cluster, Options};
 
 /// The most partitions one CreateTopics may create (its records fit one metadata batch).
@@ -136,19 +143,48 @@ async fn wait_full(c: &Cluster, total: u64, what: &str) -> Vec<BrokerState> {
     panic!("{what}: not every partition hosted with full ISR after {STEP_LIMIT:?}: {last:?}");
 }
 
-/// Partitions whose leader is `broker` in the active controller's image, or `None` when
-/// no controller answered.
-async fn led_by(admin: &Admin, broker: i32) -> Option<usize> {
-    let image = admin.metadata_image().await.ok()?;
-    Some(
-        image
-            .topics()
-            .by_id
-            .values()
-            .flat_map(|t| t.partitions.values())
-            .filter(|r| r.leader == broker)
-            .count(),
-    )
+/// The metadata propagation histogram of each broker in `ids` (empty when unreadable).
+async fn lag_buckets(c: &Cluster, ids: &[i32]) -> Vec<Vec<(f64, f64)>> {
+    let mut out = Vec::new();
+    for &id in ids {
+        let port = c.broker_metrics_ports[id as usize - 1];
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let text = match http_get(addr, "/metrics").await {
+            Some((200, text)) => text,
+            _ => String::new(),
+        };
+        out.push(histogram_buckets(
+            &text,
+            "keel_broker_metadata_apply_lag_seconds",
+        ));
+    }
+    out
+}
+
+/// A table row for the propagation p99 between two [`lag_buckets`] scrapes of the same
+/// brokers: the samples of all of them together.
+fn propagation_step(
+    name: &str,
+    before: &[Vec<(f64, f64)>],
+    after: &[Vec<(f64, f64)>],
+    target: Option<(f64, &'static str)>,
+) -> Step {
+    let mut sum: Vec<(f64, f64)> = Vec::new();
+    for (b, a) in before.iter().zip(after) {
+        for (bound, n) in bucket_delta(b, a) {
+            match sum.iter_mut().find(|(x, _)| *x == bound) {
+                Some((_, c)) => *c += n,
+                None => sum.push((bound, n)),
+            }
+        }
+    }
+    sum.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (secs, samples) = quantile_bound(&sum, 0.99).unwrap_or((f64::NAN, 0.0));
+    Step {
+        name: format!("metadata propagation p99 (append to applied), {name}: {samples} samples"),
+        secs,
+        target,
+    }
 }
 
 struct Step {
@@ -185,14 +221,12 @@ async fn main() {
         },
     );
     c.wait_unfenced(&[1, 2, 3], Duration::from_secs(60)).await;
-    let admin = Admin::new(AdminConfig::new(
-        c.live_controllers().into_iter().map(|(_, a)| a).collect(),
-    ))
-    .unwrap();
     let mut steps: Vec<Step> = Vec::new();
     let mut states_rows: Vec<String> = Vec::new();
 
     // Create.
+    let all: Vec<i32> = (1..=BROKERS).collect();
+    let lag_before = lag_buckets(&c, &all).await;
     let start = Instant::now();
     let mut created = 0u32;
     let mut topic = 0;
@@ -224,9 +258,20 @@ async fn main() {
         target: None,
     });
     fmt_states("created", &states, &mut states_rows);
+    steps.push(propagation_step(
+        "create",
+        &lag_before,
+        &lag_buckets(&c, &all).await,
+        None,
+    ));
 
     // Rolling restart.
-    for id in 1..=BROKERS {
+    let restarts = if env_u64("KEEL_BENCH_RESTARTS", 1) == 0 {
+        0
+    } else {
+        BROKERS
+    };
+    for id in 1..=restarts {
         let t = Instant::now();
         c.signal_broker(id, "TERM");
         c.wait_for(
@@ -279,31 +324,58 @@ async fn main() {
     }
 
     // kill -9 of the broker leading the most partitions.
-    let mut most = (0, 0);
+    let mut victim = (0, 0);
     for id in 1..=BROKERS {
-        let n = led_by(&admin, id).await.unwrap_or(0);
-        if n > most.1 {
-            most = (id, n);
+        let led = broker_state(&c, id).await.map_or(0, |s| s.leaders);
+        if led > victim.1 {
+            victim = (id, led);
         }
     }
-    let (victim, led) = most;
+    let (victim, led) = victim;
+    let survivors: Vec<i32> = all.iter().copied().filter(|&b| b != victim).collect();
+    let lag_before = lag_buckets(&c, &survivors).await;
+    let session_plus_2 = (SESSION_TIMEOUT_MS + 2_000) as f64 / 1e3;
     let t = Instant::now();
     c.kill_broker(victim);
-    loop {
-        if led_by(&admin, victim).await == Some(0) {
-            break;
-        }
-        assert!(t.elapsed() < STEP_LIMIT, "partitions still led by {victim}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    c.wait_for("the killed broker fenced", STEP_LIMIT, || async {
+        let r = c.try_describe_cluster().await?;
+        r.brokers
+            .iter()
+            .any(|b| b.broker_id == victim && b.fenced)
+            .then_some(())
+    })
+    .await;
+    let fenced = t.elapsed().as_secs_f64();
     steps.push(Step {
-        name: format!("kill -9 broker {victim} leading {led}: all re-led"),
-        secs: t.elapsed().as_secs_f64(),
-        target: Some((
-            (SESSION_TIMEOUT_MS + 2_000) as f64 / 1e3,
-            "< session timeout + 2 s",
-        )),
+        name: format!("kill -9 broker {victim} leading {led}: fenced, every new leader committed"),
+        secs: fenced,
+        target: Some((session_plus_2, "< session timeout + 2 s")),
     });
+    c.wait_for("the survivors lead every partition", STEP_LIMIT, || async {
+        let mut sum = 0;
+        for &id in &survivors {
+            sum += broker_state(&c, id).await?.leaders;
+        }
+        (sum == total as u64).then_some(())
+    })
+    .await;
+    let applied = t.elapsed().as_secs_f64();
+    steps.push(Step {
+        name: format!("kill -9 broker {victim}: the surviving brokers lead every partition"),
+        secs: applied,
+        target: Some((session_plus_2, "< session timeout + 2 s")),
+    });
+    steps.push(Step {
+        name: format!("kill -9 broker {victim}: brokers applied after the commit (difference)"),
+        secs: applied - fenced,
+        target: Some((1.0, "< 1 s")),
+    });
+    steps.push(propagation_step(
+        "kill -9",
+        &lag_before,
+        &lag_buckets(&c, &survivors).await,
+        Some((1.0, "< 1 s")),
+    ));
     let t = Instant::now();
     c.start_broker(victim);
     let states = wait_full(&c, total as u64, "after kill -9").await;
@@ -334,7 +406,15 @@ async fn main() {
             }
             None => "-".into(),
         };
-        println!("| {} | {:.1} | {target} |", s.name, s.secs);
+        let secs = if s.secs.is_infinite() {
+            // Above the histogram's largest bucket bound.
+            "> 10".to_string()
+        } else if s.secs < 1.0 {
+            format!("{:.3}", s.secs)
+        } else {
+            format!("{:.1}", s.secs)
+        };
+        println!("| {} | {secs} | {target} |", s.name);
     }
     println!();
     println!("| after | broker | partitions | leaders | open fds | RSS MiB | RSS KiB/partition |");

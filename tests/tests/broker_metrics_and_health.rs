@@ -7,7 +7,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use keel_tests::Endpoints;
-use keel_tests::http::{http_get, sample};
+use keel_tests::http::{histogram_buckets, http_get, quantile_bound, sample};
 use keel_tests::process::*;
 
 /// A broker process with a metrics listener, killed on drop.
@@ -89,6 +89,11 @@ async fn broker_readiness_and_metadata_gauges_over_http() {
                 sample(&text, "keel_broker_metadata_last_applied_age_ms").is_some(),
                 "{text}"
             );
+            // Metadata propagation: the NoOps followed live are sampled, and on an idle
+            // local cluster most are applied well within a second of their append.
+            let lag = histogram_buckets(&text, "keel_broker_metadata_apply_lag_seconds");
+            let (median, samples) = quantile_bound(&lag, 0.5).expect("propagation samples");
+            assert!(samples >= 1.0 && median <= 1.0, "{lag:?}");
             break;
         }
         assert!(

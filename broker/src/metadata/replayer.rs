@@ -61,6 +61,10 @@ pub struct Replayer {
     /// Offset of the last batch replayed (published or pending).
     replayed_offset: u64,
     snapshot: Option<SnapshotLoad>,
+    /// Append timestamp (the active controller's wall clock, ms) of the newest batch of
+    /// `image` when `image` was built because the stream reached the commit index (live);
+    /// `None` after a catch-up build, a snapshot or a flush.
+    live_append_ms: Option<i64>,
 }
 
 impl Replayer {
@@ -72,6 +76,7 @@ impl Replayer {
             pending: None,
             pending_batches: 0,
             snapshot: None,
+            live_append_ms: None,
         }
     }
 
@@ -85,9 +90,20 @@ impl Replayer {
         self.replayed_offset + 1
     }
 
+    /// When the last image built was live (its newest batch reached the serving controller's
+    /// commit index): that batch's append timestamp, the active controller's wall clock in ms
+    /// (taken when it proposed the entry, so before the commit). `None` after an image built
+    /// while catching up, from a snapshot or by [`Replayer::flush`], and for entries without a
+    /// timestamp. Feeds the metadata propagation lag (Kafka: `last-applied-record-lag-ms`,
+    /// KIP-835).
+    pub fn live_append_timestamp_ms(&self) -> Option<i64> {
+        self.live_append_ms
+    }
+
     /// Builds an image from the pending batches, if any (e.g. when the stream broke).
     pub fn flush(&mut self) -> Option<MetadataImage> {
         self.snapshot = None;
+        self.live_append_ms = None;
         let delta = self.pending.take()?;
         self.pending_batches = 0;
         self.image = delta.apply();
@@ -183,6 +199,7 @@ impl Replayer {
         }
         self.pending = None;
         self.pending_batches = 0;
+        self.live_append_ms = None;
         self.image = load.delta.apply();
         self.replayed_offset = load.provenance.offset;
         Ok(Some(self.image.clone()))
@@ -227,8 +244,12 @@ impl Replayer {
         }
         self.replayed_offset = offset;
         self.pending_batches += 1;
-        if offset >= commit_index || self.pending_batches >= MAX_PENDING_BATCHES {
-            return Ok(self.flush());
+        let live = offset >= commit_index;
+        if live || self.pending_batches >= MAX_PENDING_BATCHES {
+            let image = self.flush();
+            self.live_append_ms =
+                (live && b.append_timestamp_ms > 0).then_some(b.append_timestamp_ms);
+            return Ok(image);
         }
         Ok(None)
     }
@@ -254,7 +275,7 @@ mod tests {
             item: Some(Item::Batch(CommittedBatch {
                 offset,
                 term: 1,
-                append_timestamp_ms: 0,
+                append_timestamp_ms: 1_000 + offset,
                 batch: Some(MetadataBatch {
                     records,
                     append_timestamp_ms: 0,
@@ -282,6 +303,8 @@ mod tests {
         let img = r.apply(batch(3, 3, vec![noop()])).unwrap().unwrap();
         assert_eq!(img.provenance().offset, 3);
         assert!(img.topics().get_by_name("a").is_some());
+        // Live: the newest batch's append timestamp.
+        assert_eq!(r.live_append_timestamp_ms(), Some(1_003));
         // Overlap after a reconnect is skipped.
         assert_eq!(r.apply(batch(3, 3, vec![topic("a", 1)])).unwrap(), None);
         // A gap is an error and leaves the published image in place.
@@ -335,6 +358,7 @@ mod tests {
         assert_eq!(r.apply(header(10, 2)).unwrap(), None);
         assert_eq!(r.apply(chunk(vec![topic("x", 7)], false)).unwrap(), None);
         let img = r.apply(chunk(vec![topic("y", 8)], true)).unwrap().unwrap();
+        assert_eq!(r.live_append_timestamp_ms(), None, "a snapshot is not live");
         assert_eq!(
             img.provenance(),
             Provenance {
@@ -364,6 +388,9 @@ mod tests {
         for o in 1..=far {
             if r.apply(batch(o, far, vec![])).unwrap().is_some() {
                 built += 1;
+                // Catch-up builds are not live; the last one reached the commit index.
+                let live = (o == far).then_some(1_000 + far);
+                assert_eq!(r.live_append_timestamp_ms(), live, "offset {o}");
             }
         }
         assert_eq!(built, 3);

@@ -221,7 +221,13 @@ async fn follow(
             );
         }
         match replayer.apply(item) {
-            Ok(Some(image)) => publisher.publish(image).await,
+            Ok(Some(image)) => {
+                let appended = replayer.live_append_timestamp_ms();
+                publisher.publish(image).await;
+                if let Some(at) = appended {
+                    crate::observe::record_metadata_apply_lag(at);
+                }
+            }
             Ok(None) => {}
             Err(e) => {
                 tracing::error!("{e}");
