@@ -52,6 +52,14 @@ pub const QUEUE_CAPACITY: usize = 4096;
 pub const MAX_OPS_PER_BATCH: usize = 1024;
 /// Records one Raft entry carries at most: operations beyond it go into the next entry.
 pub const MAX_RECORDS_PER_ENTRY: usize = MAX_RECORDS_PER_OPERATION;
+/// Records per entry when the records of one non-atomic result are cut into several entries
+/// (session expiry, non-atomic operations). Each entry must reach a follower, be fsynced and
+/// be answered within one Raft heartbeat interval (100 ms), and an entry is never split: a
+/// broker failure at 100,000 partitions fenced in entries of 10,000 records (~300 KB each)
+/// that followers on a busy 2-core machine kept missing that deadline with, retried whole,
+/// for seconds. At 2,000 records (~60 KB) the AppendEntries byte budget
+/// ([`crate::append_budget`]) can shrink a request to what the follower manages.
+pub const MAX_RECORDS_PER_PIECE: usize = 2_000;
 /// How often a node that Raft made leader, with a confirmed quorum, tries again to become the
 /// active controller after a failed attempt (its leadership could not be confirmed, e.g. a
 /// follower busy installing a snapshot missed the confirming heartbeat round). Without the
@@ -708,7 +716,7 @@ impl<S: ControllerState> WriteTask<S> {
     }
 
     /// Proposes the records of one non-atomic operation as entries of at most
-    /// [`MAX_RECORDS_PER_ENTRY`] records, each replayed on the working image at its own
+    /// [`MAX_RECORDS_PER_PIECE`] records, each replayed on the working image at its own
     /// offset; `complete` and `hooks` go with the last entry. Earlier entries stay when a later
     /// one fails (a non-atomic result: every prefix is a valid state).
     async fn propose_in_pieces(
@@ -717,7 +725,7 @@ impl<S: ControllerState> WriteTask<S> {
         complete: Completion,
         hooks: Vec<StateHook<S>>,
     ) {
-        let mut pieces = chunks(records, MAX_RECORDS_PER_ENTRY);
+        let mut pieces = chunks(records, MAX_RECORDS_PER_PIECE);
         let last = pieces.pop();
         for piece in pieces {
             if !self.replay_on_working(&piece) {
@@ -756,12 +764,12 @@ impl<S: ControllerState> WriteTask<S> {
     }
 
     /// Proposes the controller's own records (bootstrap, session expiry). They are not atomic
-    /// (Kafka's non-atomic `ControllerResult`): beyond [`MAX_RECORDS_PER_ENTRY`] they go into
+    /// (Kafka's non-atomic `ControllerResult`): beyond [`MAX_RECORDS_PER_PIECE`] they go into
     /// several entries, each replayed on the working image at its own offset. Fencing a
     /// broker that leads 66,000 partitions used to be one entry of 66,000 records, which the
     /// followers could not take within the RPC timeout.
     async fn propose_internal(&mut self, records: Vec<MetadataRecord>) {
-        for chunk in chunks(records, MAX_RECORDS_PER_ENTRY) {
+        for chunk in chunks(records, MAX_RECORDS_PER_PIECE) {
             if !self.replay_on_working(&chunk) {
                 return;
             }
