@@ -6,10 +6,10 @@
 use std::time::{Duration, Instant};
 
 use keel_proto::ErrorCode;
-use keel_proto::broker::{InitProducerIdRequest, MetadataRequest};
+use keel_proto::broker::{InitProducerIdRequest, MetadataRequest, ReplicaRole};
 use keel_tests::Endpoints;
 use keel_tests::data::assigned_topic;
-use keel_tests::data::{code, idempotent_batch, values};
+use keel_tests::data::{batch, code, idempotent_batch, values};
 use keel_tests::process::{Cluster, Options, SESSION_TIMEOUT_MS};
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -420,4 +420,74 @@ async fn leader_of_an_empty_epoch_rejoins_the_isr_under_a_leader_without_it() {
         (r.log_end_offset == 5 && r.leader_epoch_cache == full.leader_epoch_cache).then_some(())
     })
     .await;
+}
+
+/// A broker taking over many leaderships in one metadata delta stages their leader epoch
+/// checkpoints and makes them durable with one file-system sync (#26) instead of two fsyncs
+/// each: every partition still records its new epoch at the log end offset it had when it
+/// took the leadership, and serves acks=all produce and consume in it, the records of the
+/// old epoch kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_leaderships_taken_at_once_record_each_epoch_start() {
+    // Broker 1 leads them all; when it dies, brokers 2 and 3 each take 48 (from 32 new
+    // leaderships in one delta on, the epochs are staged).
+    const PARTITIONS: i32 = 96;
+    let mut c = Cluster::start(3, 3);
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    let next = |p: i32| if p % 2 == 0 { 2 } else { 3 };
+    let assignments: Vec<Vec<i32>> = (0..PARTITIONS)
+        .map(|p| vec![1, next(p), 5 - next(p)])
+        .collect();
+    let refs: Vec<&[i32]> = assignments.iter().map(Vec::as_slice).collect();
+    c.create_topic(assigned_topic("many", &refs), WAIT).await;
+    for p in 0..PARTITIONS {
+        let vals = values(&format!("old{p}"), 0..3);
+        let r = c
+            .wait_for("the first produce acknowledged", WAIT, || async {
+                let r = c
+                    .produce_raw(1, "many", p, -1, 5000, batch(&vals), None)
+                    .await
+                    .ok()?;
+                (code(&r) == ErrorCode::None).then_some(r)
+            })
+            .await;
+        assert_eq!(r.base_offset, 0, "partition {p}");
+    }
+    c.kill_broker(1);
+    for p in 0..PARTITIONS {
+        let leader = next(p);
+        let r = c
+            .wait_for("the new leader took over", WAIT, || async {
+                let r = c.replica(leader, "many", p).await?;
+                (r.role == ReplicaRole::Leader as i32 && r.leader_epoch >= 1).then_some(r)
+            })
+            .await;
+        // The epoch checkpoint: `0`, the entry count, then `epoch start_offset` lines.
+        let path = c
+            .broker_data_dir(leader)
+            .join(format!("many-{p}"))
+            .join("leader-epoch-checkpoint");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let last = text.lines().last().unwrap_or_default().to_string();
+        assert_eq!(
+            last,
+            format!("{} 3", r.leader_epoch),
+            "partition {p}: {path:?} holds {text:?}"
+        );
+        let vals = values(&format!("new{p}"), 0..2);
+        let r = c
+            .produce_raw(leader, "many", p, -1, 5000, batch(&vals), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            (code(&r), r.base_offset),
+            (ErrorCode::None, 3),
+            "partition {p}"
+        );
+        let (records, _, hw) = c.consume(leader, "many", p, 0).await;
+        let got: Vec<String> = records.into_iter().map(|(_, v)| v).collect();
+        let mut want = values(&format!("old{p}"), 0..3);
+        want.extend(values(&format!("new{p}"), 0..2));
+        assert_eq!((got, hw), (want, 5), "partition {p}");
+    }
 }

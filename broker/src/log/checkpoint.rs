@@ -66,6 +66,15 @@ pub fn fsync_dir(dir: &Path) -> LogResult<()> {
     Ok(keel_runtime::fs::fsync_dir(dir)?)
 }
 
+/// Makes every write of the file system holding `dir` durable (Linux `syncfs(2)`): one call
+/// for what would otherwise be thousands of file and directory fsyncs (the leader epoch
+/// checkpoints of a broker taking over many leaderships at once). It also writes back every
+/// other dirty page of that file system, so it is used for batches only.
+pub fn sync_file_system(dir: &Path) -> LogResult<()> {
+    let f = std::fs::File::open(dir).map_err(io_err(dir))?;
+    rustix::fs::syncfs(&f).map_err(|e| io_err(dir)(std::io::Error::from(e)))
+}
+
 /// Writes `contents` to `path` atomically ([`keel_runtime::fs::write_atomic`]: temp file,
 /// fsync, rename, fsync of the directory).
 pub fn write_atomically(path: &Path, contents: &[u8]) -> LogResult<()> {

@@ -170,6 +170,23 @@ impl LeaderEpochCache {
     /// which keeps both columns strictly increasing. Negative arguments are ignored.
     /// Returns whether the cache changed (and was persisted).
     pub fn assign(&mut self, epoch: i32, start_offset: i64) -> LogResult<bool> {
+        self.assign_with(epoch, start_offset, true)
+    }
+
+    /// [`Self::assign`] with the checkpoint written (temp file and rename) but not fsynced:
+    /// for many new leaderships at once, made durable together by one file-system sync
+    /// ([`crate::log::checkpoint::sync_file_system`]) before any is used, or one by one with
+    /// [`Self::sync`] when that fails.
+    pub fn stage(&mut self, epoch: i32, start_offset: i64) -> LogResult<bool> {
+        self.assign_with(epoch, start_offset, false)
+    }
+
+    /// Rewrites the checkpoint durably (after a [`Self::stage`] whose sync failed).
+    pub fn sync(&self) -> LogResult<()> {
+        self.flush()
+    }
+
+    fn assign_with(&mut self, epoch: i32, start_offset: i64, durable: bool) -> LogResult<bool> {
         if epoch < 0 || start_offset < 0 {
             return Ok(false);
         }
@@ -198,7 +215,7 @@ impl LeaderEpochCache {
             epoch,
             start_offset,
         });
-        self.flush()?;
+        self.write_checkpoint(durable)?;
         Ok(true)
     }
 

@@ -1081,6 +1081,19 @@ impl Log {
         Ok(())
     }
 
+    /// [`Self::assign_epoch_start_offset`] with the checkpoint not yet fsynced
+    /// ([`LeaderEpochCache::stage`]): the caller syncs the file system, or calls
+    /// [`Self::sync_epoch_checkpoint`], before the epoch is used.
+    pub fn stage_epoch_start_offset(&mut self, leader_epoch: i32) -> LogResult<()> {
+        self.epoch_cache.stage(leader_epoch, self.log_end_offset)?;
+        Ok(())
+    }
+
+    /// Writes the leader epoch checkpoint durably.
+    pub fn sync_epoch_checkpoint(&self) -> LogResult<()> {
+        self.epoch_cache.sync()
+    }
+
     /// OffsetsForLeaderEpoch answer `(epoch, end_offset)` for `requested_epoch`
     /// ([`LeaderEpochCache::end_offset_for`] with this log's LEO).
     pub fn end_offset_for_epoch(&self, requested_epoch: i32) -> (i32, i64) {

@@ -419,7 +419,7 @@ fn process(
 /// request was sent at (else its answer is stale and ignored).
 fn still_current(inner: &PartitionInner, leader: i32, s: &Sent) -> bool {
     let current = matches!(inner.state.role(), Role::Follower(f) if f.leader_id == leader && f.leader_epoch == s.leader_epoch);
-    current && inner.log.log_end_offset() == s.fetch_offset
+    current && inner.log.log_end_offset() == s.fetch_offset && inner.staged_epoch.is_none()
 }
 
 /// The replication rules' view of a leader's answer for one partition.

@@ -167,6 +167,12 @@ pub struct PartitionInner {
     /// Follower: the leader's HW in its last fetch answer (-1 = none yet), for the fetcher
     /// lag gauge.
     last_leader_hw: i64,
+    /// A leader epoch whose start offset was staged in the epoch checkpoint (written, not yet
+    /// known durable) for a leadership about to be taken (`ReplicaManager::stage_leader_epochs`).
+    /// While set, the fetcher drops this partition's answers, so the log end offset the entry
+    /// records stays the log's until the leadership is taken, which clears it (as does a
+    /// follower transition).
+    staged_epoch: Option<i32>,
 }
 
 impl HostedPartition {
@@ -486,6 +492,7 @@ impl ReplicaManager {
                 waiters: HashMap::new(),
                 next_shrink_check_ms: 0,
                 last_leader_hw: -1,
+                staged_epoch: None,
             }),
         })
     }
@@ -632,14 +639,19 @@ impl ReplicaManager {
         // independent, so a broker taking over thousands of leaderships does them
         // LOG_FSYNC_THREADS at a time (one at a time, a broker failure at 100,000 partitions
         // left 16,700 partitions leaderless on their new leader for 44 s after the commit).
+        // From PARALLEL_TRANSITIONS_FROM new leaderships on, their epoch checkpoints are
+        // staged (written without fsync) and made durable by one file-system sync first.
         let leaders: Vec<_> = changes.became_leader.iter().collect();
-        let threads = if leaders.len() >= PARALLEL_TRANSITIONS_FROM {
-            LOG_FSYNC_THREADS
+        let (threads, epochs_synced) = if leaders.len() >= PARALLEL_TRANSITIONS_FROM {
+            (
+                LOG_FSYNC_THREADS,
+                self.stage_leader_epochs(&changes.became_leader),
+            )
         } else {
-            1
+            (1, false)
         };
         let _ = crate::log::manager::in_parallel(leaders, threads, |(tip, reg)| {
-            self.make_leader(&image, tip, reg, now);
+            self.make_leader(&image, tip, reg, now, epochs_synced);
             Ok::<(), std::convert::Infallible>(())
         });
         for (tip, reg) in &changes.became_follower {
@@ -887,12 +899,65 @@ impl ReplicaManager {
         }
     }
 
+    /// Stages the leader epoch start offsets of the hosted partitions, followers until now,
+    /// that `leaders` makes this broker lead in a newer epoch
+    /// ([`Log::stage_epoch_start_offset`], marking them [`PartitionInner::staged_epoch`]),
+    /// then syncs the data directory's file system once. Returns whether that sync
+    /// succeeded: then every staged entry is durable and [`Self::make_leader`] uses it as
+    /// is; otherwise each is synced on its own there. One sync replaces two fsyncs per
+    /// partition: a broker taking over 16,700 leaderships at 100,000 partitions did about
+    /// 2,000 a second with 8 threads of fsyncs.
+    fn stage_leader_epochs(&self, leaders: &[(TopicIdPartition, PartitionRegistration)]) -> bool {
+        let mut staged = 0usize;
+        for (tip, reg) in leaders {
+            let Some(hp) = self.partition(&tip.topic, tip.partition) else {
+                continue; // Created by the transition, which records its epoch itself.
+            };
+            // As make_leader: no fetcher may append below the epoch start once it is recorded.
+            self.fetchers().remove(&hp.tp);
+            let mut inner = hp.lock();
+            // A leader moving to a newer epoch of its own keeps appending produced batches
+            // until the transition: its epoch is recorded there, at the LEO of that moment.
+            if inner.state.is_leader()
+                || inner
+                    .state
+                    .leader_epoch()
+                    .is_some_and(|e| e >= reg.leader_epoch)
+            {
+                continue;
+            }
+            match inner.log.stage_epoch_start_offset(reg.leader_epoch) {
+                Ok(()) => {
+                    inner.staged_epoch = Some(reg.leader_epoch);
+                    staged += 1;
+                }
+                Err(e) => tracing::warn!(partition = %tip, "cannot stage the leader epoch: {e}"),
+            }
+        }
+        if staged == 0 {
+            return false;
+        }
+        match crate::log::checkpoint::sync_file_system(&self.shared.config.data_dir) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(
+                    partitions = staged,
+                    "cannot sync the file system ({e}); syncing each leader epoch checkpoint"
+                );
+                false
+            }
+        }
+    }
+
+    /// Takes or updates the leadership `reg` gives this broker. `epochs_synced`: the epoch
+    /// checkpoints staged by [`Self::stage_leader_epochs`] for this delta are durable.
     fn make_leader(
         &self,
         image: &MetadataImage,
         tip: &TopicIdPartition,
         reg: &PartitionRegistration,
         now: u64,
+        epochs_synced: bool,
     ) {
         let hp = match self.get_or_create(image, tip) {
             Ok(hp) => hp,
@@ -907,9 +972,32 @@ impl ReplicaManager {
             .state
             .leader_epoch()
             .is_none_or(|e| reg.leader_epoch > e);
-        if newer_epoch && let Err(e) = inner.log.assign_epoch_start_offset(reg.leader_epoch) {
-            tracing::error!(partition = %tip, "cannot record the leader epoch: {e}");
-            return;
+        let staged = inner.staged_epoch.take();
+        if newer_epoch {
+            let recorded = if staged == Some(reg.leader_epoch) {
+                // Written at this LEO (nothing appended since: the fetcher skipped the
+                // partition and it led nothing); durable unless the sync failed.
+                debug_assert_eq!(
+                    inner
+                        .log
+                        .epoch_cache()
+                        .entries()
+                        .last()
+                        .map(|e| (e.epoch, e.start_offset)),
+                    Some((reg.leader_epoch, inner.log.log_end_offset()))
+                );
+                if epochs_synced {
+                    Ok(())
+                } else {
+                    inner.log.sync_epoch_checkpoint()
+                }
+            } else {
+                inner.log.assign_epoch_start_offset(reg.leader_epoch)
+            };
+            if let Err(e) = recorded {
+                tracing::error!(partition = %tip, "cannot record the leader epoch: {e}");
+                return;
+            }
         }
         let leo = inner.log.log_end_offset();
         let epoch_start = inner
@@ -958,6 +1046,7 @@ impl ReplicaManager {
             }
         };
         let mut inner = hp.lock();
+        inner.staged_epoch = None;
         let leo = inner.log.log_end_offset();
         match inner.state.become_follower(reg, leo) {
             Ok(t) => {
