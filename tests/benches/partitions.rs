@@ -143,6 +143,18 @@ async fn wait_full(c: &Cluster, total: u64, what: &str) -> Vec<BrokerState> {
     panic!("{what}: not every partition hosted with full ISR after {STEP_LIMIT:?}: {last:?}");
 }
 
+/// Waits until the active controller reports broker `id` fenced (DescribeCluster).
+async fn wait_fenced(c: &Cluster, id: i32, what: &str) {
+    c.wait_for(what, STEP_LIMIT, || async {
+        let r = c.try_describe_cluster().await?;
+        r.brokers
+            .iter()
+            .any(|b| b.broker_id == id && b.fenced)
+            .then_some(())
+    })
+    .await;
+}
+
 /// The metadata propagation histogram of each broker in `ids` (empty when unreadable).
 async fn lag_buckets(c: &Cluster, ids: &[i32]) -> Vec<Vec<(f64, f64)>> {
     let mut out = Vec::new();
@@ -274,18 +286,7 @@ async fn main() {
     for id in 1..=restarts {
         let t = Instant::now();
         c.signal_broker(id, "TERM");
-        c.wait_for(
-            "the controlled shutdown granted (fenced)",
-            STEP_LIMIT,
-            || async {
-                let r = c.try_describe_cluster().await?;
-                r.brokers
-                    .iter()
-                    .any(|b| b.broker_id == id && b.fenced)
-                    .then_some(())
-            },
-        )
-        .await;
+        wait_fenced(&c, id, "the controlled shutdown granted (fenced)").await;
         steps.push(Step {
             name: format!("restart broker {id}: controlled shutdown (SIGTERM until fenced)"),
             secs: t.elapsed().as_secs_f64(),
@@ -337,14 +338,7 @@ async fn main() {
     let session_plus_2 = (SESSION_TIMEOUT_MS + 2_000) as f64 / 1e3;
     let t = Instant::now();
     c.kill_broker(victim);
-    c.wait_for("the killed broker fenced", STEP_LIMIT, || async {
-        let r = c.try_describe_cluster().await?;
-        r.brokers
-            .iter()
-            .any(|b| b.broker_id == victim && b.fenced)
-            .then_some(())
-    })
-    .await;
+    wait_fenced(&c, victim, "the killed broker fenced").await;
     let fenced = t.elapsed().as_secs_f64();
     steps.push(Step {
         name: format!("kill -9 broker {victim} leading {led}: fenced, every new leader committed"),

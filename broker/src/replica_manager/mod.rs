@@ -605,7 +605,7 @@ impl ReplicaManager {
         // The sweep over every hosted partition is needed when settings may have changed
         // (the configs part of the image is shared between images until a config record
         // changes it) and on the first image acted on (strays); not for a delta of
-        // partition changes only (a broker failure at 100,000 partitions is a dozen such
+        // partition changes only (a broker failure at 100,000 partitions is tens of such
         // deltas, each costing a visit of every partition).
         let sweep =
             !std::ptr::eq(acted_on.configs(), image.configs()) || acted_on.provenance().offset == 0;
