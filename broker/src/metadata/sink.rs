@@ -1,7 +1,8 @@
 //! [`LocalChangesSink`]: where the tailer hands local changes to the replica manager.
 //!
-//! A bounded channel: when the replica manager falls behind, the tailer waits (and stops
-//! reporting a higher applied offset in heartbeats), instead of queueing without limit.
+//! A bounded channel: when the replica manager falls behind, the tailer's publisher waits (and
+//! stops reporting a higher applied offset in heartbeats) and folds the images built meanwhile
+//! into one, instead of queueing without limit.
 
 use keel_metadata_log::MetadataImage;
 use tokio::sync::mpsc;

@@ -1,17 +1,31 @@
-//! The metadata tailer task (Kafka: `MetadataLoader` fed by the Raft client): one
-//! `FetchMetadata` stream from any live controller, replayed by [`Replayer`]; every new image
-//! is published on a `watch` channel and its [`local_changes`] go to the
-//! [`LocalChangesSink`]. A broken or silent stream moves to the next voter and resumes from
-//! the next offset. A second task writes the local snapshot every
-//! `metadata_snapshot_interval_ms` when the image moved, and once more on stop.
+//! The metadata tailer (Kafka: `MetadataLoader` fed by the Raft client), three tasks:
+//!
+//! - the tail task follows one `FetchMetadata` stream from any live controller and replays it
+//!   with [`Replayer`]; every image built goes to a latest-wins [`Handoff`]. A broken or
+//!   silent stream moves to the next voter and resumes from the next offset. It never waits
+//!   for the replica manager, so entries committed while the replica manager applies an
+//!   image are read and replayed meanwhile.
+//! - the publisher takes the newest image from the hand-off, sends its [`local_changes`]
+//!   (against the image it published before) to the [`LocalChangesSink`], waits until they
+//!   are applied, then publishes the image on a `watch` channel (whose offset the heartbeats
+//!   report as applied). Images built while an apply was running are folded into one: a
+//!   broker failure at 100,000 partitions is tens of metadata entries, and applying them one
+//!   by one cost one pass (and one file-system sync of the new leaders' epoch checkpoints)
+//!   per entry; Kafka's `MetadataLoader` likewise publishes one delta for all the batches
+//!   loaded since its publishers last ran. Local changes are a diff of two images, so skipping
+//!   intermediate images changes nothing (a partition appears when its partition epoch
+//!   increased, whatever happened between).
+//! - the saver writes the local snapshot every `metadata_snapshot_interval_ms` when the
+//!   published image moved, and once more on stop.
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use keel_metadata_log::MetadataImage;
 use keel_proto::controller::FetchMetadataRequest;
 use keel_proto::controller::fetch_metadata_item::Item;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::local_changes::local_changes;
@@ -45,6 +59,7 @@ pub struct TailerHandle {
     stop_tail: watch::Sender<bool>,
     stop_saver: watch::Sender<bool>,
     tail: JoinHandle<()>,
+    publish: JoinHandle<()>,
     saver: JoinHandle<()>,
 }
 
@@ -54,10 +69,12 @@ impl TailerHandle {
         self.images.clone()
     }
 
-    /// Stops tailing, then writes the final local snapshot.
+    /// Stops tailing and publishing (an image not yet published is dropped), then writes the
+    /// final local snapshot of the last published image.
     pub async fn stop(self) {
         self.stop_tail.send_replace(true);
         let _ = self.tail.await;
+        let _ = self.publish.await;
         self.stop_saver.send_replace(true);
         let _ = self.saver.await;
     }
@@ -81,20 +98,107 @@ pub fn spawn(
         sink,
         sink_alive: true,
     };
+    let handoff = Arc::new(Handoff::default());
     let tail = tokio::spawn(tail_loop(
         cfg.clone(),
         channels,
         initial,
-        publisher,
-        stop_rx,
+        handoff.clone(),
+        stop_rx.clone(),
     ));
+    let publish = tokio::spawn(publish_loop(publisher, handoff, stop_rx));
     let saver = tokio::spawn(save_loop(cfg, images.clone(), saved_offset, saver_stop_rx));
     TailerHandle {
         images,
         stop_tail,
         stop_saver,
         tail,
+        publish,
         saver,
+    }
+}
+
+/// Most append timestamps (lag samples) one publication records: the live entries folded
+/// into one image beyond this many are not sampled (the oldest are kept, so the samples
+/// never understate the lag).
+const MAX_LAG_SAMPLES: usize = 1024;
+
+/// An image built by the tail task and not yet taken by the publisher.
+#[derive(Debug)]
+struct Built {
+    image: MetadataImage,
+    /// Append timestamps (ms, the active controller's clock) of the live entries folded into
+    /// `image` since the publisher last took one, oldest first; at most [`MAX_LAG_SAMPLES`].
+    live_appends_ms: Vec<i64>,
+}
+
+/// The latest-wins hand-off from the tail task to the publisher: one slot (memory bounded
+/// to one unpublished image) and a wake-up.
+#[derive(Debug, Default)]
+struct Handoff {
+    slot: Mutex<Option<Built>>,
+    ready: Notify,
+}
+
+impl Handoff {
+    /// Puts `image` in the slot, replacing an image the publisher has not taken (images only
+    /// move forward: `image` contains every change of the one it replaces).
+    fn put(&self, image: MetadataImage, live_append_ms: Option<i64>) {
+        {
+            let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
+            match slot.as_mut() {
+                Some(b) => {
+                    debug_assert!(
+                        image.provenance().offset >= b.image.provenance().offset,
+                        "images only move forward"
+                    );
+                    b.image = image;
+                    if let Some(at) = live_append_ms
+                        && b.live_appends_ms.len() < MAX_LAG_SAMPLES
+                    {
+                        b.live_appends_ms.push(at);
+                    }
+                }
+                None => {
+                    *slot = Some(Built {
+                        image,
+                        live_appends_ms: live_append_ms.into_iter().collect(),
+                    })
+                }
+            }
+        }
+        // A permit is stored when the publisher is not waiting yet.
+        self.ready.notify_one();
+    }
+
+    /// Waits for an image and takes it.
+    async fn take(&self) -> Built {
+        loop {
+            if let Some(b) = self.slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                return b;
+            }
+            self.ready.notified().await;
+        }
+    }
+}
+
+/// The publisher task: takes the newest built image and publishes it (see the module doc).
+async fn publish_loop(
+    mut publisher: Publisher,
+    handoff: Arc<Handoff>,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = async {
+                let built = handoff.take().await;
+                publisher.publish(built.image).await;
+                for at in built.live_appends_ms {
+                    crate::observe::record_metadata_apply_lag(at);
+                }
+            } => {}
+        }
     }
 }
 
@@ -136,11 +240,11 @@ async fn tail_loop(
     cfg: TailerConfig,
     mut channels: ControllerChannels,
     initial: MetadataImage,
-    mut publisher: Publisher,
+    handoff: Arc<Handoff>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut replayer = Replayer::new(initial.clone());
-    publisher.publish(initial).await;
+    handoff.put(initial, None);
     let mut index = 0usize;
     let mut failures = 0u32;
     loop {
@@ -154,10 +258,10 @@ async fn tail_loop(
         let mut progressed = false;
         let result = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            r = follow(&cfg, &channels, index, &mut replayer, &mut publisher, &mut progressed) => r,
+            r = follow(&cfg, &channels, index, &mut replayer, &handoff, &mut progressed) => r,
         };
         if let Some(image) = replayer.flush() {
-            publisher.publish(image).await;
+            handoff.put(image, None);
         }
         failures = if progressed { 1 } else { failures + 1 };
         let delay = cfg.backoff.next(failures.saturating_sub(1));
@@ -182,7 +286,7 @@ async fn follow(
     channels: &ControllerChannels,
     index: usize,
     replayer: &mut Replayer,
-    publisher: &mut Publisher,
+    handoff: &Handoff,
     progressed: &mut bool,
 ) -> String {
     let req = FetchMetadataRequest {
@@ -221,13 +325,7 @@ async fn follow(
             );
         }
         match replayer.apply(item) {
-            Ok(Some(image)) => {
-                let appended = replayer.live_append_timestamp_ms();
-                publisher.publish(image).await;
-                if let Some(at) = appended {
-                    crate::observe::record_metadata_apply_lag(at);
-                }
-            }
+            Ok(Some(image)) => handoff.put(image, replayer.live_append_timestamp_ms()),
             Ok(None) => {}
             Err(e) => {
                 tracing::error!("{e}");
@@ -270,5 +368,73 @@ async fn save_loop(
         if stopping {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_metadata_log::{MetadataDelta, Provenance};
+
+    fn image_at(offset: u64) -> MetadataImage {
+        let mut delta = MetadataDelta::new(MetadataImage::empty());
+        delta.set_provenance(Provenance { offset, term: 1 });
+        delta.apply()
+    }
+
+    #[tokio::test]
+    async fn images_built_during_an_apply_are_published_as_one() {
+        let (sink, mut rx) = LocalChangesSink::channel(4);
+        let (images_tx, images) = watch::channel(MetadataImage::empty());
+        let publisher = Publisher {
+            broker_id: 1,
+            published: MetadataImage::empty(),
+            images: images_tx,
+            sink,
+            sink_alive: true,
+        };
+        let handoff = Arc::new(Handoff::default());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(publish_loop(publisher, handoff.clone(), stop_rx));
+
+        handoff.put(image_at(1), Some(10));
+        let first = rx.recv().await.expect("first event");
+        assert_eq!(first.image.provenance().offset, 1);
+        // While offset 1 is being applied, three more images are built.
+        handoff.put(image_at(2), Some(20));
+        handoff.put(image_at(3), None);
+        handoff.put(image_at(4), Some(40));
+        assert_eq!(
+            images.borrow().provenance().offset,
+            0,
+            "published only once applied"
+        );
+        drop(first.applied); // applied
+        let folded = rx.recv().await.expect("second event");
+        assert_eq!(folded.image.provenance().offset, 4, "2 and 3 folded into 4");
+        let mut seen = images.clone();
+        seen.wait_for(|i| i.provenance().offset == 1).await.unwrap();
+        drop(folded.applied);
+        seen.wait_for(|i| i.provenance().offset == 4).await.unwrap();
+        assert!(rx.try_recv().is_err(), "nothing else was published");
+
+        stop_tx.send_replace(true);
+        task.await.unwrap();
+    }
+
+    #[test]
+    fn the_slot_keeps_the_oldest_lag_samples_up_to_the_bound() {
+        let handoff = Handoff::default();
+        for o in 1..=(MAX_LAG_SAMPLES as u64 + 10) {
+            handoff.put(image_at(o), Some(o as i64));
+        }
+        let built = handoff.slot.lock().unwrap().take().unwrap();
+        assert_eq!(built.image.provenance().offset, MAX_LAG_SAMPLES as u64 + 10);
+        assert_eq!(built.live_appends_ms.len(), MAX_LAG_SAMPLES);
+        assert_eq!(built.live_appends_ms[0], 1);
+        assert_eq!(
+            *built.live_appends_ms.last().unwrap(),
+            MAX_LAG_SAMPLES as i64
+        );
     }
 }
