@@ -89,6 +89,14 @@ pub fn write_replaceable(path: &Path, contents: &[u8]) -> LogResult<()> {
     Ok(keel_runtime::fs::write_replaceable(path, contents)?)
 }
 
+/// Overwrites `path` with `contents` in place, without any fsync
+/// ([`keel_runtime::fs::overwrite_in_place`]): for files whose reader detects a torn file and
+/// rebuilds it, and whose contents a later sync makes durable before they matter (the leader
+/// epoch checkpoint's staged and retention rewrites).
+pub fn overwrite_in_place(path: &Path, contents: &[u8]) -> LogResult<()> {
+    Ok(keel_runtime::fs::overwrite_in_place(path, contents)?)
+}
+
 pub use keel_runtime::fs::tmp_path;
 
 /// Line number (1-based) in the file of entry `index` returned by

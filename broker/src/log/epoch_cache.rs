@@ -5,15 +5,19 @@
 //!
 //! Invariant: entries are sorted with strictly increasing epochs AND strictly increasing
 //! start offsets; every epoch and start offset is >= 0. Every change is written to the file
-//! before the call returns, through a temp file and a rename; all changes are fsynced (temp +
-//! fsync + rename + fsync dir) except [`LeaderEpochCache::truncate_from_start_without_fsync`],
-//! retention's, whose loss in a crash the log's load repairs (KAFKA-15046).
+//! before the call returns. Durable changes go through a temp file, fsync, a rename and a
+//! directory fsync (a crash leaves the old or the new file). Two are written in place without
+//! fsync ([`LeaderEpochCache::truncate_from_start_without_fsync`], retention's, whose loss in a
+//! crash the log's load repairs, KAFKA-15046; and [`LeaderEpochCache::stage`], made durable
+//! by the caller's file-system sync before the epoch is used): a crash may leave such a file
+//! torn, which the log's load detects and rebuilds from the batches' partition leader
+//! epochs.
 
 use std::path::{Path, PathBuf};
 
 use super::checkpoint::{
-    entry_line_number, format_checkpoint, read_checkpoint_lines, write_atomically,
-    write_replaceable,
+    entry_line_number, format_checkpoint, overwrite_in_place, read_checkpoint_lines,
+    write_atomically,
 };
 use super::error::{LogError, LogResult};
 
@@ -129,7 +133,8 @@ impl LeaderEpochCache {
         self.write_checkpoint(true)
     }
 
-    /// Writes the checkpoint through `<file>.tmp` and a rename, fsynced if `durable`.
+    /// Writes the checkpoint: through `<file>.tmp`, fsyncs and a rename if `durable`, else
+    /// in place without fsync (see the module doc).
     fn write_checkpoint(&self, durable: bool) -> LogResult<()> {
         self.check_invariant();
         let Some(path) = &self.path else {
@@ -144,7 +149,7 @@ impl LeaderEpochCache {
         if durable {
             write_atomically(path, contents.as_bytes())
         } else {
-            write_replaceable(path, contents.as_bytes())
+            overwrite_in_place(path, contents.as_bytes())
         }
     }
 
@@ -173,10 +178,10 @@ impl LeaderEpochCache {
         self.assign_with(epoch, start_offset, true)
     }
 
-    /// [`Self::assign`] with the checkpoint written (temp file and rename) but not fsynced:
-    /// for many new leaderships at once, made durable together by one file-system sync
-    /// ([`crate::log::checkpoint::sync_file_system`]) before any is used, or one by one with
-    /// [`Self::sync`] when that fails.
+    /// [`Self::assign`] with the checkpoint overwritten in place and not fsynced (a crash may
+    /// tear it; the load then rebuilds it): for many new leaderships at once, made durable
+    /// together by one file-system sync ([`crate::log::checkpoint::sync_file_system`]) before
+    /// any is used, or one by one with [`Self::sync`] when that fails.
     pub fn stage(&mut self, epoch: i32, start_offset: i64) -> LogResult<bool> {
         self.assign_with(epoch, start_offset, false)
     }
