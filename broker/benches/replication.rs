@@ -35,7 +35,10 @@
 //! Run: `cargo bench -p keel-broker --bench replication`. `KEEL_BENCH_SECONDS` sets the
 //! length of each run (default 5). `KEEL_BENCH_TRACE=DIR` writes each open-loop row's
 //! requests to `DIR/rate-<MiB/s>.csv` (`scheduled_ms,partition,latency_ms`) to see when
-//! stalls happen and whether they hit every partition at once. The cluster uses the
+//! stalls happen and whether they hit every partition at once. `KEEL_BENCH_RATES=50,100`
+//! runs only open-loop rows at those rates (MiB/s, 64 KiB batches) on the plaintext
+//! cluster, for a short measure-change-measure loop on tail latency (no baselines, no
+//! max-rate, Kafka or TLS rows). The cluster uses the
 //! product's 9 s broker session. The first failed request of each row is printed to stderr;
 //! the `errors` column counts them.
 
@@ -642,8 +645,59 @@ fn main() {
     rt.block_on(run());
 }
 
+/// The rates of `KEEL_BENCH_RATES` (comma-separated MiB/s), if set.
+fn only_rates() -> Option<Vec<f64>> {
+    let v = std::env::var("KEEL_BENCH_RATES").ok()?;
+    let rates: Vec<f64> = v
+        .split(',')
+        .map(|r| {
+            r.trim()
+                .parse()
+                .ok()
+                .filter(|r: &f64| *r > 0.0 && *r <= 10_000.0)
+                .unwrap_or_else(|| {
+                    panic!("KEEL_BENCH_RATES: {r:?} is not a rate in MiB/s (0, 10000]")
+                })
+        })
+        .collect();
+    Some(rates)
+}
+
+/// The open-loop rows of `KEEL_BENCH_RATES` only (see the module doc).
+async fn run_rates(rates: &[f64], secs: u64) {
+    let (_c, clients) = start_cluster(false).await;
+    let base = Instant::now();
+    println!(
+        "\nKeel replication benchmark, open-loop rows only (KEEL_BENCH_RATES): RF 3, \
+         min.insync.replicas 2, acks=all, 64 KiB batches, {secs} s per row after sync(1) and a \
+         1 s warm-up"
+    );
+    println!(
+        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>7} {:>10}",
+        "target", "MiB/s", "p50 ms", "p99 ms", "e2e p99", "errors", "hiccup p99/max"
+    );
+    for &rate in rates {
+        settle_page_cache();
+        let (r, e2e) = at_rate(&clients, base, rate, secs).await;
+        println!(
+            "{:<12} {:>9.1} {:>9.2} {:>9.2} {:>9.2} {:>7} {:>7.1}/{:.0}",
+            format!("{rate:.0} MiB/s"),
+            r.bytes as f64 / MIB / r.elapsed.as_secs_f64(),
+            ms(percentile(&r.latencies, 0.5)),
+            ms(percentile(&r.latencies, 0.99)),
+            ms(percentile(&e2e, 0.99)),
+            r.errors,
+            ms(percentile(&r.hiccups, 0.99)),
+            ms(r.hiccups.last().copied().unwrap_or_default()),
+        );
+    }
+}
+
 async fn run() {
     let secs = seconds();
+    if let Some(rates) = only_rates() {
+        return run_rates(&rates, secs).await;
+    }
     let idle = HiccupMeter::start();
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = idle.finish();
