@@ -68,11 +68,9 @@ const PARTITIONS: i32 = 3;
 const IN_FLIGHT: usize = 4;
 const TOPIC: &str = "bench";
 
+/// `KEEL_BENCH_SECONDS` (default 5); a bad value ends the bench naming it.
 fn seconds() -> u64 {
-    std::env::var("KEEL_BENCH_SECONDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5)
+    keel_tests::env::parsed_or("KEEL_BENCH_SECONDS", 1..=3_600, 5)
 }
 
 /// A batch of `batch_bytes / RECORD` records; the first record's key carries `stamp_ns`
@@ -647,20 +645,7 @@ fn main() {
 
 /// The rates of `KEEL_BENCH_RATES` (comma-separated MiB/s), if set.
 fn only_rates() -> Option<Vec<f64>> {
-    let v = std::env::var("KEEL_BENCH_RATES").ok()?;
-    let rates: Vec<f64> = v
-        .split(',')
-        .map(|r| {
-            r.trim()
-                .parse()
-                .ok()
-                .filter(|r: &f64| *r > 0.0 && *r <= 10_000.0)
-                .unwrap_or_else(|| {
-                    panic!("KEEL_BENCH_RATES: {r:?} is not a rate in MiB/s (0, 10000]")
-                })
-        })
-        .collect();
-    Some(rates)
+    keel_tests::env::parsed_list("KEEL_BENCH_RATES", 0.1..=10_000.0)
 }
 
 /// The open-loop rows of `KEEL_BENCH_RATES` only (see the module doc).

@@ -311,10 +311,8 @@ fn main() {
         .unwrap();
     rt.block_on(async {
         let quick = std::env::var("KEEL_BENCH_QUICK").is_ok_and(|v| v == "1");
-        let kills: usize = std::env::var("KEEL_BENCH_KILLS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(if quick { 0 } else { 20 });
+        let kills: usize =
+            keel_tests::env::parsed_or("KEEL_BENCH_KILLS", 0..=1_000, if quick { 0 } else { 20 });
         let client_counts: &[usize] = if quick { &[64] } else { &[1, 64] };
         let engines = std::env::var("KEEL_BENCH_ENGINES").unwrap_or("segments,sled".into());
         for (i, engine) in engines.split(',').enumerate() {

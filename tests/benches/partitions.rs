@@ -47,22 +47,14 @@ const SESSION_TIMEOUT_MS: u64 = 9_000;
 /// Bound of each wait: a step that takes longer fails the bench.
 const STEP_LIMIT: Duration = Duration::from_secs(900);
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
+/// `KEEL_BENCH_PARTITIONS` (default 100,000); a bad value ends the bench naming it.
 fn partitions() -> u32 {
-    env_u64("KEEL_BENCH_PARTITIONS", 100_000) as u32
+    keel_tests::env::parsed_or("KEEL_BENCH_PARTITIONS", 1..=1_000_000, 100_000)
 }
 
 /// The brokers' open-files limit: `KEEL_BENCH_NOFILE`, else the bench's own (inherited).
 fn nofile() -> Option<u64> {
-    std::env::var("KEEL_BENCH_NOFILE")
-        .ok()
-        .and_then(|v| v.parse().ok())
+    keel_tests::env::parsed("KEEL_BENCH_NOFILE", 64..=1 << 30)
 }
 
 /// The open-files limit the brokers run with, for the table.
@@ -278,7 +270,7 @@ async fn main() {
     ));
 
     // Rolling restart.
-    let restarts = if env_u64("KEEL_BENCH_RESTARTS", 1) == 0 {
+    let restarts = if keel_tests::env::parsed_or("KEEL_BENCH_RESTARTS", 0..=1u8, 1) == 0 {
         0
     } else {
         BROKERS

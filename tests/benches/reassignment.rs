@@ -40,11 +40,9 @@ const QUIET_SECONDS: u64 = 15;
 const THROTTLE: u64 = 10 << 20;
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// `KEEL_BENCH_PRELOAD_MIB` (default 96); a bad value ends the bench naming it.
 fn preload_mib() -> u64 {
-    std::env::var("KEEL_BENCH_PRELOAD_MIB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(96)
+    keel_tests::env::parsed_or("KEEL_BENCH_PRELOAD_MIB", 1..=1 << 20, 96)
 }
 
 fn keelctl(controllers: &str, args: &[&str]) -> String {

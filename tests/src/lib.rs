@@ -15,6 +15,7 @@
 //! - [`fault`]: TCP fault proxies per directed link that cut, drop or delay traffic;
 //! - [`rng`]: seeded randomness whose seed is printed, replayable with `KEEL_TEST_SEED`;
 //! - [`stats`]: percentiles and latency summaries for benches and scenarios;
+//! - [`env`]: settings from environment variables, refused with a clear message when bad;
 //! - [`data`]: record batches and values for produce and fetch, reply-code helpers;
 //! - [`http`]: GETs of the `/metrics` and `/health` listeners;
 //! - [`wait`]: polling a condition with a deadline (no fixed sleeps as synchronisation).
@@ -25,6 +26,7 @@
 
 pub mod api;
 pub mod data;
+pub mod env;
 pub mod fault;
 pub mod http;
 pub mod inprocess;
