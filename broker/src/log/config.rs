@@ -147,7 +147,9 @@ pub struct LogConfig {
     /// Bytes of the partition's newest data kept in the page cache (across segments): older
     /// data is written back and dropped from it as the log grows (see
     /// [`crate::log::cache_behind`]; HDFS `dfs.datanode.drop.cache.behind.writes`). `None` =
-    /// keep every written page, Kafka's behaviour. Broker-wide (`log_drop_cache_behind_bytes`),
+    /// keep every written page, Kafka's behaviour. Also how far ahead of its end the active
+    /// segment's blocks are kept allocated ([`crate::log::cache_behind::Advice::Allocate`]).
+    /// Broker-wide (`log_drop_cache_behind_bytes`),
     /// not a topic config. At least [`crate::log::cache_behind::MIN_LAG_BYTES`]. Default 32 MiB.
     pub drop_cache_behind_bytes: Option<u64>,
     /// `cleanup.policy`: Kafka default `delete`. With `compact` only, `retention.ms` and

@@ -661,19 +661,23 @@ impl Log {
     fn drop_cache_behind(&mut self, lag: u64) {
         let step = cache_behind::step_bytes(lag);
         let mut after = 0u64; // bytes in the segments newer than the current one
+        // The active segment is kept allocated up to `lag` ahead of the writer, never past
+        // the size at which it rolls.
+        let mut allocate = Some((lag, self.config.segment_bytes));
         for seg in self
             .segments
             .values_mut()
             .rev()
             .take(cache_behind::MAX_SEGMENTS_PER_PASS)
         {
-            if seg.drop_cache_behind_done() {
+            if seg.drop_cache_behind_done() && allocate.is_none() {
                 break;
             }
             seg.drop_cache_behind(
                 lag.saturating_sub(after),
                 (lag / 2).saturating_sub(after),
                 step,
+                allocate.take(),
             );
             after += seg.size_bytes();
         }
@@ -693,6 +697,7 @@ impl Log {
             return Ok(());
         }
         self.active_mut().write_indexes()?;
+        self.active_mut().release_allocated_past_end();
         self.producer_state.take_snapshot()?;
         self.bytes_since_snapshot = 0;
         let seg = Segment::create(&self.dir, base, self.clock.now_ms())?;
@@ -1785,6 +1790,11 @@ mod tests {
             written.push(i);
         }
         assert!(log.size_bytes() > 12 << 20, "{}", log.size_bytes());
+        // Blocks allocated ahead of the writer never change a file's size.
+        for seg in log.segments.values() {
+            let len = std::fs::metadata(seg.path()).unwrap().len();
+            assert_eq!(len, seg.size_bytes(), "{}", seg.path().display());
+        }
         if segment_bytes == 1 << 30 {
             assert_eq!(log.segment_count(), 1);
         } else {

@@ -638,20 +638,54 @@ impl Segment {
     /// Page-cache drop-behind ([`CacheBehind::advise`]): queues `fadvise(DONTNEED)` of the
     /// ranges due (to drop what lies more than `keep_cached` bytes before this file's end, and
     /// to start the write-back of what lies more than `keep_dirty`) for the background thread.
-    pub fn drop_cache_behind(&mut self, keep_cached: u64, keep_dirty: u64, step: u64) {
+    ///
+    /// `allocate` = `(max_ahead, limit)` for the active segment: also queues the allocation of
+    /// the blocks ahead of the writer ([`CacheBehind::allocate_ahead`]).
+    pub fn drop_cache_behind(
+        &mut self,
+        keep_cached: u64,
+        keep_dirty: u64,
+        step: u64,
+        allocate: Option<(u64, u64)>,
+    ) {
+        use super::cache_behind::{Advice, in_background};
         let size = self.size_bytes;
         let ranges = self
             .cache_behind
             .advise(size, keep_cached, keep_dirty, step);
-        if ranges.is_empty() {
+        let ahead = allocate.and_then(|(max_ahead, limit)| {
+            self.cache_behind.allocate_ahead(size, max_ahead, limit)
+        });
+        if ranges.is_empty() && ahead.is_none() {
             return;
         }
         // Advice only: a file that cannot be opened now is skipped.
         let Ok(file) = self.handle() else {
             return;
         };
+        if let Some(range) = ahead {
+            in_background(&file, Advice::Allocate, range, &self.log_path);
+        }
         for range in ranges {
-            super::cache_behind::drop_in_background(&file, range, &self.log_path);
+            in_background(&file, Advice::DontNeed, range, &self.log_path);
+        }
+    }
+
+    /// Gives back the blocks allocated past the end of the file ([`Advice::Allocate`]) when
+    /// the segment stops being the active one (ext4 frees blocks past the size on a
+    /// truncation to the same size); Kafka's `LogSegment.onBecomeInactiveSegment` trims a
+    /// preallocated segment likewise. Best effort: a failure only keeps the blocks until the
+    /// segment is deleted.
+    ///
+    /// [`Advice::Allocate`]: super::cache_behind::Advice::Allocate
+    pub fn release_allocated_past_end(&mut self) {
+        if !self.cache_behind.allocated_past(self.size_bytes) {
+            return;
+        }
+        if let Ok(file) = self.handle()
+            && let Err(e) = file.set_len(self.size_bytes)
+        {
+            tracing::debug!(segment = %self.log_path.display(), error = %e, "cannot free the blocks past the end");
         }
     }
 
