@@ -5,10 +5,10 @@
 //!   silent stream moves to the next voter and resumes from the next offset. It never waits
 //!   for the replica manager, so entries committed while the replica manager applies an
 //!   image are read and replayed meanwhile.
-//! - the publisher takes the newest image from the hand-off, sends its [`local_changes`]
-//!   (against the image it published before) to the [`LocalChangesSink`], waits until they
-//!   are applied, then publishes the image on a `watch` channel (whose offset the heartbeats
-//!   report as applied). Images built while an apply was running are folded into one: a
+//! - the publisher takes the newest image from the hand-off, sends it to the
+//!   [`LocalChangesSink`], waits until the replica manager applied it (the replica manager
+//!   computes its local changes against the last image it acted on), then publishes the image
+//!   on a `watch` channel (whose offset the heartbeats report as applied). Images built while an apply was running are folded into one: a
 //!   broker failure at 100,000 partitions is tens of metadata entries, and applying them one
 //!   by one cost one pass (and one file-system sync of the new leaders' epoch checkpoints)
 //!   per entry; Kafka's `MetadataLoader` likewise publishes one delta for all the batches
@@ -28,7 +28,6 @@ use keel_proto::controller::fetch_metadata_item::Item;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-use super::local_changes::local_changes;
 use super::local_snapshot;
 use super::replayer::Replayer;
 use super::sink::{LocalChangesEvent, LocalChangesSink};
@@ -38,7 +37,7 @@ use keel_runtime::Backoff;
 /// Settings of the tailer.
 #[derive(Debug, Clone)]
 pub struct TailerConfig {
-    /// This broker's id (for local changes and the request).
+    /// This broker's id (sent in the FetchMetadata request).
     pub broker_id: i32,
     /// Where the local snapshot is written.
     pub snapshot_path: PathBuf,
@@ -92,8 +91,6 @@ pub fn spawn(
     let (stop_saver, saver_stop_rx) = watch::channel(false);
     let saved_offset = initial.provenance().offset;
     let publisher = Publisher {
-        broker_id: cfg.broker_id,
-        published: MetadataImage::empty(),
         images: images_tx,
         sink,
         sink_alive: true,
@@ -202,12 +199,10 @@ async fn publish_loop(
     }
 }
 
-/// Publishes images: local changes first (bounded: waits for the replica manager), then the
-/// watch (whose offset the heartbeats report).
+/// Publishes images: to the replica manager first (bounded: waits until it applied the
+/// image), then on the watch (whose offset the heartbeats report).
 #[derive(Debug)]
 struct Publisher {
-    broker_id: i32,
-    published: MetadataImage,
     images: watch::Sender<MetadataImage>,
     sink: LocalChangesSink,
     sink_alive: bool,
@@ -215,12 +210,10 @@ struct Publisher {
 
 impl Publisher {
     async fn publish(&mut self, image: MetadataImage) {
-        let changes = local_changes(&self.published, &image, self.broker_id);
         if self.sink_alive {
             let (applied, done) = tokio::sync::oneshot::channel();
             let ev = LocalChangesEvent {
                 image: image.clone(),
-                changes,
                 applied: Some(applied),
             };
             if self.sink.send(ev).await {
@@ -231,7 +224,6 @@ impl Publisher {
                 self.sink_alive = false;
             }
         }
-        self.published = image.clone();
         self.images.send_replace(image);
     }
 }
@@ -387,8 +379,6 @@ mod tests {
         let (sink, mut rx) = LocalChangesSink::channel(4);
         let (images_tx, images) = watch::channel(MetadataImage::empty());
         let publisher = Publisher {
-            broker_id: 1,
-            published: MetadataImage::empty(),
             images: images_tx,
             sink,
             sink_alive: true,
