@@ -513,7 +513,10 @@ async fn at_rate(
     }
     let elapsed = measure_from.elapsed();
     let hiccups = hiccups.expect("the measured period has requests").finish();
-    if let Ok(dir) = std::env::var("KEEL_BENCH_TRACE") {
+    if let Some(dir) = std::env::var("KEEL_BENCH_TRACE")
+        .ok()
+        .filter(|d| !d.is_empty())
+    {
         let path = format!("{dir}/rate-{rate_mib:.0}.csv");
         if let Err(e) = std::fs::write(&path, trace) {
             eprintln!("replication bench: cannot write {path}: {e}");
@@ -678,7 +681,21 @@ async fn run_rates(rates: &[f64], secs: u64) {
     }
 }
 
+/// `KEEL_BENCH_TRACE`, created if missing; a directory that cannot be created ends the
+/// bench before it starts (exit code 2), rather than losing the trace after each row.
+fn check_trace_dir() {
+    let Some(dir) = std::env::var_os("KEEL_BENCH_TRACE").filter(|d| !d.is_empty()) else {
+        return;
+    };
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("error: KEEL_BENCH_TRACE={dir:?}: cannot create the directory: {e}");
+        std::process::exit(2);
+    }
+}
+
 async fn run() {
+    // Every setting is read before anything starts: a bad one ends the bench at once.
+    check_trace_dir();
     let secs = seconds();
     if let Some(rates) = only_rates() {
         return run_rates(&rates, secs).await;

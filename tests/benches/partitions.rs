@@ -213,14 +213,21 @@ fn fmt_states(phase: &str, states: &[BrokerState], rows: &mut Vec<String>) {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
+    // Every setting is read before anything starts: a bad one ends the bench at once.
     let total = partitions();
+    let restarts = if keel_tests::env::parsed_or("KEEL_BENCH_RESTARTS", 0..=1u8, 1) == 0 {
+        0
+    } else {
+        BROKERS
+    };
+    let broker_nofile = nofile();
     let mut c = Cluster::start_opts(
         3,
         BROKERS as usize,
         Options {
             broker_metrics: true,
             session_timeout_ms: SESSION_TIMEOUT_MS,
-            broker_nofile: nofile(),
+            broker_nofile,
             ..Options::default()
         },
     );
@@ -270,11 +277,6 @@ async fn main() {
     ));
 
     // Rolling restart.
-    let restarts = if keel_tests::env::parsed_or("KEEL_BENCH_RESTARTS", 0..=1u8, 1) == 0 {
-        0
-    } else {
-        BROKERS
-    };
     for id in 1..=restarts {
         let t = Instant::now();
         c.signal_broker(id, "TERM");

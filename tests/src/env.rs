@@ -3,7 +3,7 @@
 //! A value that does not parse, or is out of its range, ends the process with exit code 2
 //! and a message naming the variable, the value and what was expected: a typo in
 //! `KEEL_BENCH_PARTITIONS` must not start a full 100,000-partition run with the default.
-//! An unset (or empty) variable takes the default.
+//! An unset variable, or one set to the empty string, takes the default.
 
 use std::fmt::Display;
 use std::ops::RangeInclusive;
@@ -20,7 +20,7 @@ where
     if raw.trim().is_empty() {
         return None;
     }
-    Some(parse_or_exit(name, &raw, &range))
+    Some(parse_or_exit(name, &raw, &raw, &range))
 }
 
 /// The value of `name` parsed as a `T` within `range`, `default` when unset or empty.
@@ -47,19 +47,24 @@ where
     }
     Some(
         raw.split(',')
-            .map(|item| parse_or_exit(name, item, &range))
+            .map(|item| parse_or_exit(name, &raw, item, &range))
             .collect(),
     )
 }
 
-fn parse_or_exit<T>(name: &str, raw: &str, range: &RangeInclusive<T>) -> T
+/// `item` (all of `raw`, or one item of a list) parsed, or the process ends naming `name`.
+fn parse_or_exit<T>(name: &str, raw: &str, item: &str, range: &RangeInclusive<T>) -> T
 where
     T: FromStr + PartialOrd + Display,
 {
-    match check(raw, range) {
+    match check(item, range) {
         Ok(v) => v,
-        Err(expected) => {
+        Err(expected) if item == raw => {
             eprintln!("error: {name}={raw:?}: expected {expected}");
+            std::process::exit(2);
+        }
+        Err(expected) => {
+            eprintln!("error: {name}={raw:?}: {item:?} is not {expected}");
             std::process::exit(2);
         }
     }

@@ -32,14 +32,20 @@ pub const SNAPSHOT_INTERVAL_MS: u64 = 300;
 /// command.
 pub fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test executable path");
-    let bin = exe
+    let profile_dir = exe
         .parent()
         .and_then(Path::parent)
-        .expect("test executable in target/<profile>/deps")
-        .join(name);
+        .expect("test executable in target/<profile>/deps");
+    let bin = profile_dir.join(name);
+    // Benches run from target/release (the bench profile puts them there).
+    let build = if profile_dir.file_name().is_some_and(|n| n == "release") {
+        "`cargo build --release --workspace --bins`"
+    } else {
+        "`cargo build --workspace --bins`, as ./scripts/test does"
+    };
     assert!(
         bin.exists(),
-        "{} is missing: build the binaries first (`cargo build --workspace --bins`, as ./scripts/test does)",
+        "{} is missing: build the binaries first ({build})",
         bin.display()
     );
     bin

@@ -106,8 +106,7 @@ pub fn parse_listeners(s: &str, bind: bool) -> Result<Vec<Listener>, String> {
         };
         if !KNOWN.contains(&name) {
             return Err(format!(
-                "unknown listener name {:?} in {entry:?}: Keel serves {} (SASL listeners \
-                 are not supported yet)",
+                "unknown listener name {:?} in {entry:?}: Keel serves {}",
                 keel_proto::limits::clip(name),
                 KNOWN.join(", ")
             ));
