@@ -1,9 +1,10 @@
 """kafka-python with default settings against Keel's Kafka listener: a producer sends COUNT
-records to TOPIC (acks=1, the default) and waits for every future; a consumer without a
-group assigns every partition, seeks to the beginning and reads until it has COUNT records.
+records to TOPIC (acks=1, the default; batches compressed with COMPRESSION when given: gzip,
+lz4 or zstd) and waits for every future; a consumer without a group assigns every partition,
+seeks to the beginning and reads until it has COUNT records.
 Prints `produced <n>` and `consumed <n>` on stdout, then one `<partition> <offset> <value>`
 line per record read. Exits non-zero on any error or a mismatch.
-Usage: kafka_python_basic.py BOOTSTRAP TOPIC COUNT
+Usage: kafka_python_basic.py BOOTSTRAP TOPIC COUNT [COMPRESSION]
 """
 import sys
 import time
@@ -11,8 +12,9 @@ import time
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 bootstrap, topic, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+compression = sys.argv[4] if len(sys.argv) > 4 else None
 
-producer = KafkaProducer(bootstrap_servers=bootstrap)
+producer = KafkaProducer(bootstrap_servers=bootstrap, compression_type=compression)
 futures = [producer.send(topic, key=f"k{i % 7}".encode(), value=f"kp-{i:05d}".encode())
            for i in range(count)]
 producer.flush(timeout=60)

@@ -2,8 +2,9 @@
 //! acceptance): confluent-kafka (librdkafka bundled in its wheel) as an idempotent acks=all
 //! producer of 100,000 records to 3 partitions while the leader of partition 0 is killed with
 //! SIGKILL mid-stream, then a consumer by assignment (assign + seek + offsets_for_times); and
-//! kafka-python with its default settings, producing and consuming by assignment, and its
-//! `KafkaAdminClient` creating, describing and deleting a topic.
+//! kafka-python with its default settings, producing and consuming by assignment (also with
+//! gzip, lz4 and zstd batches), and its `KafkaAdminClient` creating, describing and deleting a
+//! topic.
 //!
 //! The interpreter is the venv `scripts/kafka-clients-venv` creates (`scripts/test` runs it),
 //! or `$KEEL_KAFKA_PYTHON`; without it the tests fail and say how to make it.
@@ -164,6 +165,37 @@ async fn kafka_python_defaults_produce_and_consume_by_assignment() {
         *want += 1;
     }
     assert_eq!(next.values().sum::<i64>(), 1000);
+}
+
+/// kafka-python producing gzip, lz4 and zstd batches (its `compression_type`) and reading
+/// them back: the broker validates and stores each codec's batches as sent, and the client
+/// decompresses what it fetches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_python_compressed_batches_round_trip() {
+    let c = Cluster::start(3, 3);
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    for codec in ["gzip", "lz4", "zstd"] {
+        let topic = format!("kafka-python-{codec}");
+        c.create_topic(
+            assigned_topic(&topic, &[&[1, 2, 3], &[2, 3, 1], &[3, 1, 2]]),
+            WAIT,
+        )
+        .await;
+        c.wait_leader_isr(1, &topic, &[1, 2, 3], WAIT).await;
+        let out = run_script(
+            &[
+                script("kafka_python_basic.py").to_str().unwrap(),
+                &c.kafka_bootstrap(),
+                &topic,
+                "500",
+                codec,
+            ],
+            Duration::from_secs(120),
+        );
+        let mut lines = out.lines();
+        assert_eq!(lines.next(), Some("produced 500"), "{codec}: {out}");
+        assert_eq!(lines.next(), Some("consumed 500"), "{codec}: {out}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
