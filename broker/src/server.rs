@@ -139,6 +139,9 @@ pub async fn serve(
     // Before anything reads or writes a partition file: the lock, and meta.properties must
     // name this node (Kafka: `LogManager` locks every log dir; `MetaProperties` check).
     let mut log_dir = LogDir::open(&config.log_dir, config.node_id)?;
+    // A local check: refused at once, before any controller is contacted (it counts the
+    // segment files; nothing is opened).
+    check_fd_limit(&config.log_dir)?;
     let tls = keel_runtime::tls::start(config.tls.as_ref())?;
     // The Kafka listener's TLS: the node's, except that a SASL_SSL listener asks for no
     // client certificate (KIP-684: `ssl.client.auth` applies to SASL_SSL listeners only when
@@ -218,7 +221,6 @@ pub async fn serve(
         return Ok(());
     };
     record_cluster_id(&mut log_dir, &cluster_id, &initial, &snapshot_path)?;
-    check_fd_limit(&config.log_dir)?;
     let (status_tx, status_rx) = watch::channel(LifecycleStatus::default());
     let (sink, events) = LocalChangesSink::channel(crate::metadata::sink::DEFAULT_CAPACITY);
     let (replicas, replica_tasks) = ReplicaManager::start(

@@ -47,6 +47,9 @@ use serde::{Deserialize, Serialize};
 
 /// Default base port: controllers listen on 9093..9095, brokers on 9192..9194.
 pub const DEFAULT_BASE_PORT: u16 = 9092;
+/// Lowest base port: the ports below 1024 are privileged (binding them needs root or
+/// CAP_NET_BIND_SERVICE, and `--base-port 0` put controllers on ports 1-3).
+pub const MIN_BASE_PORT: u16 = 1024;
 /// Number of controllers and of brokers.
 pub const NODES: u16 = 3;
 /// File in the data dir recording the layout chosen by the first `cluster up`.
@@ -168,6 +171,13 @@ pub struct Layout {
 impl Layout {
     /// The layout for `data_dir` and `base_port`. Fails when the ports would overflow.
     pub fn new(data_dir: PathBuf, base_port: u16) -> Result<Self, String> {
+        if base_port < MIN_BASE_PORT {
+            return Err(format!(
+                "--base-port {base_port} is too low: the local cluster's ports (base + 1 to \
+                 base + {}) must not be privileged ports (below {MIN_BASE_PORT})",
+                310 + NODES
+            ));
+        }
         if base_port.checked_add(310 + NODES).is_none() {
             return Err(format!(
                 "--base-port {base_port} is too high: the local cluster uses ports up to base + {}",
@@ -1086,6 +1096,10 @@ mod tests {
             ]
         );
         assert!(Layout::new(PathBuf::from("/d"), 65500).is_err());
+        let low = Layout::new(PathBuf::from("/d"), 0).unwrap_err();
+        assert!(low.contains("--base-port 0 is too low"), "{low}");
+        assert!(Layout::new(PathBuf::from("/d"), 1023).is_err());
+        assert!(Layout::new(PathBuf::from("/d"), 1024).is_ok());
     }
 
     #[test]

@@ -146,7 +146,18 @@ fn without_acls_nothing_is_allowed_and_acl_add_opens_exactly_what_it_names() {
         let t = if v.is_array() { v[0].clone() } else { v };
         t["partitions"][p as usize].clone()
     };
-    let before = describe(0);
+    // The brokers host the new partitions a moment after the controllers committed them
+    // (until then the describe has no high watermark from them): compare from there.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut before = describe(0);
+    while before["high_watermark"].is_null() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "partition 0 of orders not hosted: {before}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        before = describe(0);
+    }
     let line = refused(
         &alice(
             &[

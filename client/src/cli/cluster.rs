@@ -40,7 +40,7 @@ pub struct LayoutArgs {
     pub data_dir: PathBuf,
     /// Base port of a new cluster (default 9092): controllers listen on base+1..base+3,
     /// brokers on base+100..base+102. The first `up` records it in DIR/cluster.toml; later
-    /// commands on DIR use the recorded one and refuse a different one.
+    /// commands on DIR use the recorded one and refuse a different one. 1024 to 65222.
     #[arg(long)]
     pub base_port: Option<u16>,
 }

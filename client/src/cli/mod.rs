@@ -79,21 +79,25 @@ pub struct Cli {
     /// Print JSON instead of human-readable text.
     #[arg(long, global = true, help_heading = "Global options")]
     pub json: bool,
-    /// Deadline of one request to a controller or broker, ms (Kafka: request.timeout.ms).
+    /// Deadline of one request to a controller or broker, ms, 1 to 3,600,000 (Kafka:
+    /// request.timeout.ms).
     #[arg(
         long,
         global = true,
         help_heading = "Global options",
-        default_value_t = 10_000
+        default_value_t = 10_000,
+        value_parser = clap::value_parser!(u64).range(1..=3_600_000)
     )]
     pub request_timeout_ms: u64,
     /// Budget of one admin operation, retries included, ms (Kafka: default.api.timeout.ms):
-    /// unreachable controllers, NOT_CONTROLLER and elections are retried until it runs out.
+    /// unreachable controllers, NOT_CONTROLLER and elections are retried until it runs out;
+    /// 1 to 86,400,000.
     #[arg(
         long,
         global = true,
         help_heading = "Global options",
-        default_value_t = 60_000
+        default_value_t = 60_000,
+        value_parser = clap::value_parser!(u64).range(1..=86_400_000)
     )]
     pub api_timeout_ms: u64,
     /// Accept reads from a controller in contact with no active controller (cut off from the
@@ -633,7 +637,7 @@ pub fn main() -> ExitCode {
         json: cli.json,
         controllers,
         brokers,
-        request_timeout: Duration::from_millis(cli.request_timeout_ms.max(1)),
+        request_timeout: Duration::from_millis(cli.request_timeout_ms),
         api_timeout: Duration::from_millis(cli.api_timeout_ms.max(1)),
         allow_stale: cli.allow_stale,
     };

@@ -396,9 +396,10 @@ pub const SETTINGS: &[Setting] = &[
         kind: int(IntType::U64, 0, u64::MAX as i128, "bytes"),
         default: DefaultValue::Int(32 << 20),
         doc: "keep each partition's newest this-many bytes in the page cache and drop older \
-              written data from it as the log grows (its write-back starts then too); at least \
-              1 MiB; 0 keeps every written page, as Kafka does (HDFS: \
-              `dfs.datanode.drop.cache.behind.writes`). See below",
+              written data from it as the log grows (its write-back starts then too), and keep \
+              up to this many bytes allocated ahead of the active segment's end; at least \
+              1 MiB; 0 keeps every written page and allocates nothing ahead, as Kafka does \
+              (HDFS: `dfs.datanode.drop.cache.behind.writes`). See below",
         used_by: UsedBy::Broker,
     },
     ms(
