@@ -39,7 +39,7 @@
 //! it, 6.6-7.7 ms without).
 //!
 //! [`CacheBehind`] is the pure decision. The call itself runs on one background thread
-//! ([`drop_in_background`]), never under the partition lock: `fadvise` starts the range's
+//! ([`in_background`]), never under the partition lock: `fadvise` starts the range's
 //! write-back, which in ext4 allocates blocks and can wait for the journal (measured: 465
 //! calls over 2 ms in one benchmark run when it ran inline in append).
 
@@ -204,16 +204,10 @@ struct Job {
 /// could not be started (then no advice is given, which only costs page cache).
 static QUEUE: OnceLock<Option<SyncSender<Job>>> = OnceLock::new();
 
-/// Queues `fadvise(DONTNEED)` of `range` (bytes, end exclusive) of `file` for the
-/// drop-behind thread and returns at once. Never blocks: when the queue is full, or the
-/// descriptor cannot be duplicated, the advice is skipped (logged at debug level).
-pub fn drop_in_background(file: &File, range: Range<u64>, path: &std::path::Path) {
-    in_background(file, Advice::DontNeed, range, path)
-}
-
 /// Queues `advice` on `range` (bytes, end exclusive) of `file` for the drop-behind thread and
-/// returns at once; as [`drop_in_background`], never blocks and skips the advice when the
-/// queue is full.
+/// returns at once. Never blocks: when the queue is full, or the descriptor cannot be
+/// duplicated, the advice is skipped (logged at debug level; it only costs page cache or an
+/// allocation at write-back).
 pub fn in_background(file: &File, advice: Advice, range: Range<u64>, path: &std::path::Path) {
     if range.is_empty() {
         return;
