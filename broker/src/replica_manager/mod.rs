@@ -36,7 +36,7 @@ pub mod throttle;
 pub mod topic_config;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -207,6 +207,12 @@ pub struct Shared {
     decompressions: tokio::sync::Semaphore,
     /// [`MonotonicClock`] reading when the last log cleaner pass completed (0 = none yet).
     cleaner_last_run_ms: AtomicU64,
+    /// Set by an apply that changed partition roles or hosted partitions: the next tick
+    /// samples the gauges whatever [`metrics::GAUGE_INTERVAL_MS`] says, so the leader and
+    /// partition counts show a failover one tick after it is applied (up to
+    /// [`MAX_TICK_MS`]), not up to a gauge interval later. Kafka computes `LeaderCount` and
+    /// `PartitionCount` when they are read (`ReplicaManager` gauges).
+    roles_changed: AtomicBool,
     /// The replication throttles' measured quotas (KIP-73).
     throttles: throttle::Throttles,
     /// Set once the log directory failed (a partition's files could not be created or
@@ -279,6 +285,7 @@ impl ReplicaManager {
             next_token: AtomicU64::new(1),
             decompressions: tokio::sync::Semaphore::new(produce::MAX_CONCURRENT_DECOMPRESSIONS),
             cleaner_last_run_ms: AtomicU64::new(0),
+            roles_changed: AtomicBool::new(false),
             throttles: throttle::Throttles::default(),
             dir_failed,
             producer_ids: producer_ids::ProducerIdManager::new(
@@ -677,6 +684,9 @@ impl ReplicaManager {
                 (led - staged).as_millis(),
                 (started.elapsed() - led).as_millis(),
             );
+        }
+        if !changes.is_empty() {
+            self.shared.roles_changed.store(true, Ordering::Relaxed);
         }
         if !sweep {
             self.shared.data_changed.notify_waiters();
@@ -1246,7 +1256,9 @@ impl ReplicaManager {
             let epoch = self.broker_epoch();
             let epoch_changed = epoch != broker_epoch;
             broker_epoch = epoch;
-            let sample = now >= next_gauges;
+            // Swapped first so that an apply finishing during this pass is sampled by the next.
+            let roles_changed = self.shared.roles_changed.swap(false, Ordering::Relaxed);
+            let sample = roles_changed || now >= next_gauges;
             let mut roles = Vec::new();
             // `flush.ms` flushes: taken under each partition lock, synced after the loop
             // without any lock (produce and fetch go on meanwhile), then completed.
