@@ -70,20 +70,42 @@ pub fn parse_toml_seed<'de, S: DeserializeSeed<'de>>(
             let Some(at) = e.span().map(|s| s.start) else {
                 return e.message().to_string();
             };
-            let message = dotted_key_hint(text, at, e.message()).unwrap_or_else(|| {
-                // A wrong value type names only the type: say whose value it is.
-                match key_of_line(text, at) {
-                    Some(key) if !e.message().starts_with("unknown field") => {
-                        format!("{key}: {}", e.message())
+            let message = dotted_key_hint(text, at, e.message())
+                .or_else(|| unknown_key(e.message()))
+                .unwrap_or_else(|| {
+                    // A wrong value type names only the type: say whose value it is.
+                    match key_of_line(text, at) {
+                        Some(key) => format!("{key}: {}", e.message()),
+                        None => e.message().to_string(),
                     }
-                    _ => e.message().to_string(),
-                }
-            });
+                });
             let line = text
                 .get(..at)
                 .map_or(1, |before| before.matches('\n').count() + 1);
             format!("{message} (line {line})")
         })
+}
+
+/// serde's "unknown field `X`, expected one of `a`, `b`, ..." (every known key, 45 for the
+/// broker) shortened to `unknown key "X"` and the closest known key when one is near
+/// (Levenshtein distance at most a third of the key, at least 2: `log_retention_hour` ->
+/// `log_retention_ms`), else a pointer to the list. `None` for other messages.
+fn unknown_key(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (key, expected) = rest.split_once('`')?;
+    let known: Vec<&str> = expected.split('`').skip(1).step_by(2).collect();
+    let closest = known
+        .iter()
+        .map(|k| (strsim::levenshtein(key, k), *k))
+        .min()
+        .filter(|(d, _)| *d <= (key.len() / 3).max(2));
+    Some(match closest {
+        Some((_, k)) => format!("unknown key \"{key}\": did you mean {k}?"),
+        None => format!(
+            "unknown key \"{key}\" (the README's settings tables list every key, {} here)",
+            known.len()
+        ),
+    })
 }
 
 /// The key assigned on the line holding byte `at` (`key = value`), if that line is one.
@@ -143,14 +165,19 @@ mod tests {
         );
         let e = err("log.segment.bytes = 5\n");
         assert!(e.contains("use log_segment_bytes"), "{e}");
-        // A dotted key with no Keel counterpart keeps toml's message, naming the table.
-        let e = err("bogus.key = 5\n");
-        assert!(e.starts_with("unknown field `bogus`"), "{e}");
-        // Plain unknown keys and wrong types are toml's own one-line messages.
-        let e = err("node_idd = 1\n");
-        assert!(
-            e.starts_with("unknown field `node_idd`") && e.ends_with("(line 1)"),
-            "{e}"
+        // A dotted key with no Keel counterpart names the table toml saw.
+        assert_eq!(
+            err("bogus.key = 5\n"),
+            "unknown key \"bogus\" (the README's settings tables list every key, 3 here) (line 1)"
+        );
+        // An unknown key near a known one names it instead of listing every key.
+        assert_eq!(
+            err("node_id = 1\nnode_idd = 1\n"),
+            "unknown key \"node_idd\": did you mean node_id? (line 2)"
+        );
+        assert_eq!(
+            err("log_segment_byte = 1\n"),
+            "unknown key \"log_segment_byte\": did you mean log_segment_bytes? (line 1)"
         );
         // A value of the wrong type is named by its key.
         let e = err("node_id = 1\nlog_dirs = [\"/a\", \"/b\"]\n");

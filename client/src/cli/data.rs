@@ -53,10 +53,10 @@ pub struct ProduceArgs {
     #[arg(long)]
     pub file: Option<PathBuf>,
     /// How long a batch waits for more records, ms.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, allow_negative_numbers = true)]
     pub linger_ms: u64,
     /// Target batch size per partition, bytes (before compression).
-    #[arg(long, default_value_t = 16384)]
+    #[arg(long, default_value_t = 16384, allow_negative_numbers = true)]
     pub batch_size: usize,
     /// Most batches of one partition in flight at once, 1-5 (Kafka
     /// `max.in.flight.requests.per.connection`; order and deduplication are kept across
@@ -71,7 +71,7 @@ pub struct ProduceArgs {
     /// (Kafka `delivery.timeout.ms`), ms. With the ISR below min.insync.replicas, acks=all
     /// records retry NOT_ENOUGH_REPLICAS until then. Must be at least --linger-ms +
     /// --request-timeout-ms (as Kafka's producer requires).
-    #[arg(long, default_value_t = 120_000)]
+    #[arg(long, default_value_t = 120_000, allow_negative_numbers = true)]
     pub delivery_timeout_ms: u64,
 }
 

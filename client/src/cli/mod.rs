@@ -86,6 +86,9 @@ pub struct Cli {
         global = true,
         help_heading = "Global options",
         default_value_t = 10_000,
+        // `-5` is taken as this flag's value and refused naming the flag (not clap's
+        // "unexpected argument '-5'").
+        allow_negative_numbers = true,
         value_parser = clap::value_parser!(u64).range(1..=3_600_000)
     )]
     pub request_timeout_ms: u64,
@@ -97,6 +100,9 @@ pub struct Cli {
         global = true,
         help_heading = "Global options",
         default_value_t = 60_000,
+        // `-5` is taken as this flag's value and refused naming the flag (not clap's
+        // "unexpected argument '-5'").
+        allow_negative_numbers = true,
         value_parser = clap::value_parser!(u64).range(1..=86_400_000)
     )]
     pub api_timeout_ms: u64,
