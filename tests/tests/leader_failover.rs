@@ -422,11 +422,12 @@ async fn leader_of_an_empty_epoch_rejoins_the_isr_under_a_leader_without_it() {
     .await;
 }
 
-/// A broker taking over many leaderships in one metadata delta stages their leader epoch
-/// checkpoints and makes them durable with one file-system sync (#26) instead of two fsyncs
-/// each: every partition still records its new epoch at the log end offset it had when it
-/// took the leadership, and serves acks=all produce and consume in it, the records of the
-/// old epoch kept.
+/// A broker taking over many leaderships in one metadata delta stages their leader epochs
+/// and makes them durable with one append to its leader epoch journal (#26) instead of two
+/// fsyncs each: every partition still records its new epoch at the log end offset it had
+/// when it took the leadership, and serves acks=all produce and consume in it, the records of
+/// the old epoch kept. The checkpoint files are not rewritten then, so a kill -9 and restart
+/// of a new leader must find each epoch again from the journal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_leaderships_taken_at_once_record_each_epoch_start() {
     // Broker 1 leads them all; when it dies, brokers 2 and 3 each take 48 (from 32 new
@@ -454,6 +455,7 @@ async fn many_leaderships_taken_at_once_record_each_epoch_start() {
         assert_eq!(r.base_offset, 0, "partition {p}");
     }
     c.kill_broker(1);
+    let mut taken = Vec::new();
     for p in 0..PARTITIONS {
         let leader = next(p);
         let r = c
@@ -462,18 +464,12 @@ async fn many_leaderships_taken_at_once_record_each_epoch_start() {
                 (r.role == ReplicaRole::Leader as i32 && r.leader_epoch >= 1).then_some(r)
             })
             .await;
-        // The epoch checkpoint: `0`, the entry count, then `epoch start_offset` lines.
-        let path = c
-            .broker_data_dir(leader)
-            .join(format!("many-{p}"))
-            .join("leader-epoch-checkpoint");
-        let text = std::fs::read_to_string(&path).unwrap();
-        let last = text.lines().last().unwrap_or_default().to_string();
-        assert_eq!(
-            last,
-            format!("{} 3", r.leader_epoch),
-            "partition {p}: {path:?} holds {text:?}"
-        );
+        let last = r
+            .leader_epoch_cache
+            .last()
+            .map(|e| (e.epoch, e.start_offset));
+        assert_eq!(last, Some((r.leader_epoch, 3)), "partition {p}: {r:?}");
+        taken.push((p, leader, r.leader_epoch));
         let vals = values(&format!("new{p}"), 0..2);
         let r = c
             .produce_raw(leader, "many", p, -1, 5000, batch(&vals), None)
@@ -489,5 +485,32 @@ async fn many_leaderships_taken_at_once_record_each_epoch_start() {
         let mut want = values(&format!("old{p}"), 0..3);
         want.extend(values(&format!("new{p}"), 0..2));
         assert_eq!((got, hw), (want, 5), "partition {p}");
+    }
+    let journal = c.broker_data_dir(2).join("leader-epoch-journal");
+    assert!(
+        std::fs::metadata(&journal).is_ok_and(|m| m.len() > 0),
+        "{journal:?} holds the epochs broker 2 took"
+    );
+    // kill -9 of broker 2 (broker 3 takes its partitions over) and a restart: the epochs it
+    // journaled, whose records it holds, are in its caches again.
+    c.kill_broker(2);
+    c.start_broker(2);
+    c.wait_unfenced(&[2], WAIT).await;
+    for &(p, leader, epoch) in taken.iter().filter(|t| t.1 == 2) {
+        let r = c
+            .wait_for("broker 2 hosts the partition again", WAIT, || async {
+                let r = c.replica(leader, "many", p).await?;
+                (r.log_end_offset == 5).then_some(r)
+            })
+            .await;
+        let cache: Vec<(i32, i64)> = r
+            .leader_epoch_cache
+            .iter()
+            .map(|e| (e.epoch, e.start_offset))
+            .collect();
+        assert!(
+            cache.contains(&(epoch, 3)),
+            "partition {p}: epoch {epoch} from offset 3 lost in the restart: {cache:?}"
+        );
     }
 }

@@ -4,14 +4,16 @@
 //! diverges from the leader's.
 //!
 //! Invariant: entries are sorted with strictly increasing epochs AND strictly increasing
-//! start offsets; every epoch and start offset is >= 0. Every change is written to the file
-//! before the call returns. Durable changes go through a temp file, fsync, a rename and a
-//! directory fsync (a crash leaves the old or the new file). Two are written in place without
-//! fsync ([`LeaderEpochCache::truncate_from_start_without_fsync`], retention's, whose loss in a
-//! crash the log's load repairs, KAFKA-15046; and [`LeaderEpochCache::stage`], made durable
-//! by the caller's file-system sync before the epoch is used): a crash may leave such a file
-//! torn, which the log's load detects and rebuilds from the batches' partition leader
-//! epochs.
+//! start offsets; every epoch and start offset is >= 0. Every change but a staged one is
+//! written to the file before the call returns. Durable changes go through a temp file,
+//! fsync, a rename and a directory fsync (a crash leaves the old or the new file).
+//! Retention's ([`LeaderEpochCache::truncate_from_start_without_fsync`]) is written in place
+//! without fsync: its loss in a crash the log's load repairs (KAFKA-15046), and a torn file
+//! is detected at load and rebuilt from the batches' partition leader epochs.
+//! [`LeaderEpochCache::stage`] changes only memory: the caller makes the entry durable in the
+//! data directory's leader epoch journal ([`super::epoch_journal`]) before the epoch is used,
+//! and the file catches up at the cache's next write ([`LeaderEpochCache::write_staged`] or
+//! any other change, which writes every entry).
 
 use std::path::{Path, PathBuf};
 
@@ -43,6 +45,8 @@ pub struct LeaderEpochCache {
     /// `None` = in memory only (tests).
     path: Option<PathBuf>,
     entries: Vec<EpochEntry>,
+    /// The entries hold a staged change the file lacks (cleared by every write of the file).
+    staged: bool,
 }
 
 impl LeaderEpochCache {
@@ -51,6 +55,7 @@ impl LeaderEpochCache {
         Self {
             path: None,
             entries: Vec::new(),
+            staged: false,
         }
     }
 
@@ -63,6 +68,7 @@ impl LeaderEpochCache {
         let mut cache = Self {
             path: Some(dir.join(LEADER_EPOCH_CHECKPOINT)),
             entries: Vec::new(),
+            staged: false,
         };
         for (epoch, base_offset) in headers {
             let newer = cache.entries.last().is_none_or(|l| l.epoch < epoch);
@@ -110,6 +116,7 @@ impl LeaderEpochCache {
         let cache = Self {
             path: Some(path),
             entries,
+            staged: false,
         };
         cache.check_invariant();
         Ok(cache)
@@ -129,15 +136,16 @@ impl LeaderEpochCache {
     }
 
     /// Writes the checkpoint durably (fsynced).
-    fn flush(&self) -> LogResult<()> {
+    fn flush(&mut self) -> LogResult<()> {
         self.write_checkpoint(true)
     }
 
     /// Writes the checkpoint: through `<file>.tmp`, fsyncs and a rename if `durable`, else
-    /// in place without fsync (see the module doc).
-    fn write_checkpoint(&self, durable: bool) -> LogResult<()> {
+    /// in place without fsync (see the module doc). The file then holds every entry.
+    fn write_checkpoint(&mut self, durable: bool) -> LogResult<()> {
         self.check_invariant();
         let Some(path) = &self.path else {
+            self.staged = false;
             return Ok(());
         };
         let lines: Vec<String> = self
@@ -147,10 +155,12 @@ impl LeaderEpochCache {
             .collect();
         let contents = format_checkpoint(&lines);
         if durable {
-            write_atomically(path, contents.as_bytes())
+            write_atomically(path, contents.as_bytes())?;
         } else {
-            overwrite_in_place(path, contents.as_bytes())
+            overwrite_in_place(path, contents.as_bytes())?;
         }
+        self.staged = false;
+        Ok(())
     }
 
     /// All entries, oldest first.
@@ -175,23 +185,46 @@ impl LeaderEpochCache {
     /// which keeps both columns strictly increasing. Negative arguments are ignored.
     /// Returns whether the cache changed (and was persisted).
     pub fn assign(&mut self, epoch: i32, start_offset: i64) -> LogResult<bool> {
-        self.assign_with(epoch, start_offset, true)
+        self.assign_with(epoch, start_offset, Some(true))
     }
 
-    /// [`Self::assign`] with the checkpoint overwritten in place and not fsynced (a crash may
-    /// tear it; the load then rebuilds it): for many new leaderships at once, made durable
-    /// together by one file-system sync ([`crate::log::checkpoint::sync_file_system`]) before
-    /// any is used, or one by one with [`Self::sync`] when that fails.
+    /// [`Self::assign`] in memory only, the file left as it is: for many new leaderships at
+    /// once, whose entries the caller makes durable together in the leader epoch journal
+    /// ([`super::epoch_journal::EpochJournal::append`]) before any is used, or one by one
+    /// with [`Self::sync`] when that fails. Returns whether the cache changed.
     pub fn stage(&mut self, epoch: i32, start_offset: i64) -> LogResult<bool> {
-        self.assign_with(epoch, start_offset, false)
+        self.assign_with(epoch, start_offset, None)
     }
 
-    /// Rewrites the checkpoint durably (after a [`Self::stage`] whose sync failed).
-    pub fn sync(&self) -> LogResult<()> {
+    /// Rewrites the checkpoint durably (after a [`Self::stage`] whose journal append failed).
+    pub fn sync(&mut self) -> LogResult<()> {
         self.flush()
     }
 
-    fn assign_with(&mut self, epoch: i32, start_offset: i64, durable: bool) -> LogResult<bool> {
+    /// Whether a [`Self::stage`]d entry is not in the file yet.
+    pub fn has_staged(&self) -> bool {
+        self.staged
+    }
+
+    /// Writes the checkpoint in place, without fsync, if a staged entry is not in it yet;
+    /// returns whether it wrote. The caller syncs the file system before it drops the journal
+    /// entries this replaces.
+    pub fn write_staged(&mut self) -> LogResult<bool> {
+        if !self.staged {
+            return Ok(false);
+        }
+        self.write_checkpoint(false)?;
+        Ok(true)
+    }
+
+    /// `durable`: `Some(true)` fsynced write, `Some(false)` in place without fsync, `None`
+    /// staged (memory only).
+    fn assign_with(
+        &mut self,
+        epoch: i32,
+        start_offset: i64,
+        durable: Option<bool>,
+    ) -> LogResult<bool> {
         if epoch < 0 || start_offset < 0 {
             return Ok(false);
         }
@@ -220,7 +253,13 @@ impl LeaderEpochCache {
             epoch,
             start_offset,
         });
-        self.write_checkpoint(durable)?;
+        match durable {
+            Some(durable) => self.write_checkpoint(durable)?,
+            None => {
+                self.check_invariant();
+                self.staged = true;
+            }
+        }
         Ok(true)
     }
 
@@ -428,6 +467,42 @@ mod tests {
 
     /// Retention's variant changes the cache like `truncate_from_start` and still writes
     /// the file (only without fsync); the fsynced `assign` after it persists the whole list.
+    #[test]
+    fn staged_entries_reach_the_file_at_its_next_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = LeaderEpochCache::open(dir.path()).unwrap();
+        let on_disk = || {
+            LeaderEpochCache::open(dir.path())
+                .unwrap()
+                .entries()
+                .iter()
+                .map(|e| (e.epoch, e.start_offset))
+                .collect::<Vec<_>>()
+        };
+        c.assign(1, 0).unwrap();
+        assert!(!c.has_staged());
+        // Staged: in memory only.
+        assert!(c.stage(2, 5).unwrap());
+        assert!(c.has_staged());
+        assert_eq!(c.latest_epoch(), Some(2));
+        assert_eq!(on_disk(), [(1, 0)]);
+        // Same epoch at a later offset: nothing changes.
+        assert!(!c.stage(2, 9).unwrap());
+        // write_staged writes every entry once.
+        assert!(c.write_staged().unwrap());
+        assert!(!c.has_staged());
+        assert_eq!(on_disk(), [(1, 0), (2, 5)]);
+        assert!(!c.write_staged().unwrap());
+        // Any other write carries a staged entry with it.
+        assert!(c.stage(4, 12).unwrap());
+        c.truncate_from_start_without_fsync(3).unwrap();
+        assert!(!c.has_staged());
+        assert_eq!(on_disk(), [(1, 3), (2, 5), (4, 12)]);
+        assert!(c.stage(6, 20).unwrap());
+        c.sync().unwrap();
+        assert_eq!(on_disk(), [(1, 3), (2, 5), (4, 12), (6, 20)]);
+    }
+
     #[test]
     fn truncate_from_start_without_fsync_writes_the_checkpoint() {
         let dir = tempfile::tempdir().unwrap();

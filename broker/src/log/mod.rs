@@ -4,7 +4,8 @@
 //! A [`Log`] owns one partition directory `<data_dir>/<topic>-<partition>/`:
 //! - segment files `{base_offset:020}.log` with whole record batches ([`batch`]), each with
 //!   a sparse `.index` and `.timeindex` ([`index`], [`segment`]);
-//! - `leader-epoch-checkpoint` ([`epoch_cache`]);
+//! - `leader-epoch-checkpoint` ([`epoch_cache`]; new leader epochs of many partitions at once
+//!   are first journaled in the data directory's `leader-epoch-journal`, [`epoch_journal`]);
 //! - producer-state snapshots `{offset:020}.snapshot` ([`producer_state`]);
 //! - `cleaner-offset-checkpoint`, the end of the last log-cleaner pass, which also marks a
 //!   log that may hold offset gaps ([`cleaner`]).
@@ -52,6 +53,7 @@ pub mod checkpoint;
 pub mod cleaner;
 pub mod config;
 pub mod epoch_cache;
+pub mod epoch_journal;
 pub mod error;
 pub mod fuzz;
 pub mod index;

@@ -1086,17 +1086,68 @@ impl Log {
         Ok(())
     }
 
-    /// [`Self::assign_epoch_start_offset`] with the checkpoint not yet fsynced
-    /// ([`LeaderEpochCache::stage`]): the caller syncs the file system, or calls
+    /// [`Self::assign_epoch_start_offset`] in memory only ([`LeaderEpochCache::stage`]):
+    /// returns the start offset recorded (the LEO) when the cache changed, which the caller
+    /// appends to the leader epoch journal, or makes durable with
     /// [`Self::sync_epoch_checkpoint`], before the epoch is used.
-    pub fn stage_epoch_start_offset(&mut self, leader_epoch: i32) -> LogResult<()> {
-        self.epoch_cache.stage(leader_epoch, self.log_end_offset)?;
-        Ok(())
+    pub fn stage_epoch_start_offset(&mut self, leader_epoch: i32) -> LogResult<Option<i64>> {
+        let start = self.log_end_offset;
+        Ok(self
+            .epoch_cache
+            .stage(leader_epoch, start)?
+            .then_some(start))
     }
 
     /// Writes the leader epoch checkpoint durably.
-    pub fn sync_epoch_checkpoint(&self) -> LogResult<()> {
+    pub fn sync_epoch_checkpoint(&mut self) -> LogResult<()> {
         self.epoch_cache.sync()
+    }
+
+    /// Writes the leader epoch checkpoint in place without fsync if it lacks a staged entry
+    /// ([`LeaderEpochCache::write_staged`]); returns whether it wrote. The caller syncs the
+    /// file system before it clears the journal.
+    pub fn write_staged_epochs(&mut self) -> LogResult<bool> {
+        self.epoch_cache.write_staged()
+    }
+
+    /// Stages the journaled entry "`epoch` starts at `start_offset`"
+    /// ([`super::epoch_journal`]) when this log's own batches prove it and the cache does not
+    /// know it yet: the batch holding `start_offset` starts there and was written in `epoch`,
+    /// the batch before it (if any) in an older epoch, and every cached epoch is older and
+    /// starts earlier. Anything else (the log truncated or re-created since, no batch written
+    /// in that epoch: [`Log::open`] drops an epoch starting at the LEO anyway) leaves the
+    /// cache as it is. Returns whether it staged; the caller writes and syncs the checkpoint.
+    pub fn replay_journaled_epoch(&mut self, epoch: i32, start_offset: i64) -> LogResult<bool> {
+        if epoch < 0 || start_offset < self.log_start_offset || start_offset >= self.log_end_offset
+        {
+            return Ok(false);
+        }
+        if let Some(last) = self.epoch_cache.entries().last()
+            && (last.epoch >= epoch || last.start_offset >= start_offset)
+        {
+            return Ok(false);
+        }
+        let Some(at) = self.batch_header_at(start_offset)? else {
+            return Ok(false);
+        };
+        if at.base_offset != start_offset || at.partition_leader_epoch != epoch {
+            return Ok(false);
+        }
+        if start_offset > self.log_start_offset
+            && let Some(before) = self.batch_header_at(start_offset - 1)?
+            && before.partition_leader_epoch >= epoch
+        {
+            return Ok(false);
+        }
+        self.epoch_cache.stage(epoch, start_offset)
+    }
+
+    /// The header of the batch holding `offset` (its last offset >= `offset`), if any.
+    fn batch_header_at(&self, offset: i64) -> LogResult<Option<BatchHeader>> {
+        let Some((_, seg)) = self.segments.range(..=offset).next_back() else {
+            return Ok(None);
+        };
+        Ok(seg.find_batch(offset)?.map(|(_, h)| h))
     }
 
     /// OffsetsForLeaderEpoch answer `(epoch, end_offset)` for `requested_epoch`
@@ -1504,6 +1555,51 @@ mod tests {
         }
         assert!(log.segment_count() >= 4, "{:?}", log.segment_base_offsets());
         log
+    }
+
+    #[test]
+    fn journaled_epochs_are_replayed_only_where_the_batches_prove_them() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            // Epochs 1 and 2 recorded durably by the appends; epoch 5 staged at LEO 16 (only
+            // in memory and in the journal), then written in: a crash loses the cache's entry.
+            let mut log = open(dir.path());
+            for i in 0..8 {
+                log.append_as_leader(batch(), 1 + i / 4).unwrap();
+            }
+            assert_eq!(log.stage_epoch_start_offset(5).unwrap(), Some(16));
+            for _ in 0..4 {
+                log.append_as_leader(batch(), 5).unwrap();
+            }
+            assert_eq!(log.log_end_offset(), 24);
+        }
+        let entries = |log: &Log| {
+            log.epoch_cache()
+                .entries()
+                .iter()
+                .map(|e| (e.epoch, e.start_offset))
+                .collect::<Vec<_>>()
+        };
+        let mut log = open(dir.path());
+        assert_eq!(entries(&log), [(1, 0), (2, 8)]);
+        // Not proven: inside a batch, a batch of another epoch, an epoch the batch before
+        // also has, at or past the LEO, before the cached epochs, negative.
+        for (epoch, start) in [(5, 17), (4, 16), (5, 18), (5, 24), (5, 30), (2, 16), (1, 4)] {
+            assert!(
+                !log.replay_journaled_epoch(epoch, start).unwrap(),
+                "({epoch}, {start})"
+            );
+        }
+        assert!(!log.replay_journaled_epoch(-1, 16).unwrap());
+        assert_eq!(entries(&log), [(1, 0), (2, 8)]);
+        // Proven: the batch at 16 starts epoch 5 and the one before is epoch 2.
+        assert!(log.replay_journaled_epoch(5, 16).unwrap());
+        assert_eq!(entries(&log), [(1, 0), (2, 8), (5, 16)]);
+        assert!(!log.replay_journaled_epoch(5, 16).unwrap(), "known now");
+        assert_eq!(log.end_offset_for_epoch(2), (2, 16));
+        assert!(log.write_staged_epochs().unwrap());
+        drop(log);
+        assert_eq!(entries(&open(dir.path())), [(1, 0), (2, 8), (5, 16)]);
     }
 
     /// Sets `retention.bytes` so that exactly the `n` oldest segments are over it.
