@@ -17,7 +17,8 @@
 //!
 //! On a node that is not the active controller, operations are not run: they complete with
 //! `NOT_CONTROLLER` at once. When this node becomes leader it first waits until its state
-//! machine has applied everything committed by earlier terms (`ensure_linearizable`), then
+//! machine has applied everything committed by earlier terms (a quorum-confirmed read index,
+//! `get_read_log_id`, then a wait bounded by leadership), then
 //! calls [`ControllerState::on_become_leader`] (fresh broker session grace, DESIGN §4). An
 //! attempt that fails (leadership not confirmed, or lost while applying) is retried every
 //! [`LEADERSHIP_RETRY`] while Raft keeps this node leader.
@@ -433,9 +434,33 @@ impl<S: ControllerState> WriteTask<S> {
     /// Runs one membership change after every entry in flight, then rebases the working
     /// image on the applied one (the change's entries took log indexes).
     async fn change_membership(&mut self, change: MembershipChange) {
+        // Bounded by leadership: entries of a leader cut off from its quorum never commit, and
+        // waiting for them here kept this task from seeing the lost quorum, so every request
+        // hung instead of getting NOT_CONTROLLER (a leader isolated while it recorded its
+        // voters' directory ids).
         while !self.inflight.is_empty() {
-            let res = Self::front(&mut self.inflight).await;
-            self.complete_front(res).await;
+            let front = tokio::select! {
+                res = Self::front(&mut self.inflight) => Some(res),
+                // Err: the check-quorum task ended (shutting down); lost as well.
+                _ = self.quorum_confirmed.wait_for(|confirmed| !*confirmed) => None,
+            };
+            let lost = match front {
+                Some(res) => {
+                    self.complete_front(res).await;
+                    false
+                }
+                None => true,
+            };
+            if lost {
+                tracing::info!(
+                    node_id = self.config.node_id,
+                    "lost the quorum before a membership change: no longer the active controller"
+                );
+                self.step_down_locally();
+                // The caller gets `None` (not committed).
+                drop(change);
+                return;
+            }
         }
         // Only a leader that is still a voter (see ControllerGrpc::require_active); checked
         // again here, after the entries in flight, as late as this task can.
@@ -521,24 +546,36 @@ impl<S: ControllerState> WriteTask<S> {
     }
 
     async fn become_leader(&mut self) {
-        // Wait until everything committed by earlier terms is applied locally.
-        if let Err(e) = self.raft.ensure_linearizable().await {
-            // Retried every LEADERSHIP_RETRY while Raft keeps this node leader: log once.
-            if !self.confirm_failed {
-                tracing::warn!(error = %e, "could not confirm leadership; retrying");
-            } else {
-                tracing::debug!(error = %e, "could not confirm leadership");
+        // Confirm the leadership with a quorum (one heartbeat round, bounded by openraft's
+        // per-request deadline). openraft's `ensure_linearizable` would then wait for the
+        // read index to apply with no bound, which never happens on a leader cut off right
+        // after its election; the wait below is bounded by leadership instead.
+        let read_index = match self.raft.get_read_log_id().await {
+            Ok((read_log_id, _applied)) => read_log_id.map_or(0, |l| l.index),
+            Err(e) => {
+                // Retried every LEADERSHIP_RETRY while Raft keeps this node leader: log once.
+                if !self.confirm_failed {
+                    tracing::warn!(error = %e, "could not confirm leadership; retrying");
+                } else {
+                    tracing::debug!(error = %e, "could not confirm leadership");
+                }
+                self.confirm_failed = true;
+                return;
             }
-            self.confirm_failed = true;
-            return;
-        }
+        };
         self.confirm_failed = false;
         // And every entry already in this leader's log: requests are validated against the
         // applied image, so deciding before those entries are applied could commit a record
         // that contradicts one of them (a duplicate TopicRecord was seen in a break-it run).
         // They commit with this term's first entry; bounded by leadership: give up when
         // this node stops being the leader with a confirmed quorum.
-        let target = self.raft.metrics().borrow().last_log_index.unwrap_or(0);
+        let target = self
+            .raft
+            .metrics()
+            .borrow()
+            .last_log_index
+            .unwrap_or(0)
+            .max(read_index);
         while self.images.borrow().provenance().offset < target {
             let m = self.raft.metrics().borrow().clone();
             if m.current_leader != Some(self.config.node_id) || !*self.quorum_confirmed.borrow() {
