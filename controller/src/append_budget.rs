@@ -10,8 +10,12 @@
 //! with two test suites and a compile running: a restarted controller 150 large entries
 //! behind stayed behind for 20 s, and a leader with one follower down could not commit).
 //!
+//! The RPC itself is no longer cancelled at that deadline ([`crate::pending_append`]: a late
+//! answer still answers openraft's next request), but an answer after the deadline costs up to one
+//! more heartbeat interval of waiting, and heartbeats to that peer wait behind it.
+//!
 //! [`AppendBudget`] is the classic additive-increase/multiplicative-decrease answer: a request
-//! that got no answer in time halves the budget, an answered one grows it back by doubling
+//! that got no answer in time halves the budget, one answered in time grows it back by doubling
 //! (the cap is a size limit, not a rate, so growing back fast costs at most one more missed
 //! deadline). A single entry is always sent whole whatever the budget
 //! ([`crate::raft_network::entries_within`]), so the budget never stops replication.
@@ -42,15 +46,15 @@ impl AppendBudget {
         self.bytes
     }
 
-    /// The peer answered a request (any answer, a conflict or a higher vote too): the budget
-    /// doubles, up to the maximum.
+    /// The peer answered a request within openraft's deadline (any answer, a conflict or a
+    /// higher vote too): the budget doubles, up to the maximum.
     pub fn answered(&mut self) {
         self.bytes = self.bytes.saturating_mul(2).min(self.max);
         self.check();
     }
 
-    /// A request carrying more than one entry got no answer before its deadline (or failed
-    /// on the way): the budget halves, down to [`Self::MIN_BYTES`].
+    /// A request carrying more than one entry got no answer before openraft's deadline (it
+    /// was answered later, or failed): the budget halves, down to [`Self::MIN_BYTES`].
     pub fn missed(&mut self) {
         self.bytes = (self.bytes / 2).max(Self::MIN_BYTES);
         self.check();

@@ -29,6 +29,7 @@ pub mod meta_properties;
 pub mod metrics;
 pub mod node;
 pub mod peer_acks;
+pub mod pending_append;
 pub mod pre_vote;
 pub mod raft_network;
 pub mod reads;

@@ -8,8 +8,10 @@
 //!
 //! Failure mapping (client side): no reply from the peer (connect failure, reset, closed
 //! stream, deadline) is `Unreachable`, so openraft backs off before retrying; a reply that does
-//! not decode is a `NetworkError`; an error the remote Raft returned is a `RemoteError`. Every
-//! RPC is bounded by openraft's per-RPC TTL.
+//! not decode is a `NetworkError`; an error the remote Raft returned is a `RemoteError`. Votes
+//! and snapshot chunks are bounded by openraft's per-RPC TTL; an AppendEntries runs in its own
+//! task bounded by [`APPEND_RPC_DEADLINE`], and a reply that comes after openraft stopped
+//! waiting answers its next request from the same match point ([`crate::pending_append`]).
 //!
 //! Every request names the node it is for and the sender's cluster id ([`Identity`]); a
 //! receiver refuses one meant for another node or another cluster ([`misdirected`]). It also
@@ -41,6 +43,9 @@ use serde::de::DeserializeOwned;
 
 use crate::append_budget::AppendBudget;
 use crate::peer_acks::{AppendOutcome, PeerAcks};
+use crate::pending_append::{
+    APPEND_RPC_DEADLINE, AppendRange, PendingAppend, Reuse, answer_for, reuse,
+};
 use crate::pre_vote::{self, ElectionGate, PreVoteReply, PreVoteRequest, VoterView};
 use keel_metadata_log::MetadataImage;
 use keel_metadata_log::store::LogStore;
@@ -54,8 +59,9 @@ const PAYLOAD_VERSION: u32 = 1;
 pub const MAX_RAFT_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 /// Most bytes of entries sent in one AppendEntries (estimated before encoding, see
 /// [`entries_within`]); a slow peer gets less ([`AppendBudget`]). openraft bounds a request by entry count only (`max_payload_entries`),
-/// and the request must arrive, be fsynced and be answered within one heartbeat interval:
-/// 256 entries of a 10,000-partition topic creation are ~100 MB and would time out forever.
+/// and a request should arrive, be fsynced and be answered within one heartbeat interval
+/// (openraft's deadline; a later answer is still used, see [`crate::pending_append`]): 256
+/// entries of a 10,000-partition topic creation are ~100 MB.
 /// A single larger entry is still sent alone.
 pub const MAX_APPEND_ENTRIES_BYTES: usize = 1024 * 1024;
 /// Longest a snapshot install keeps this node's elections off when neither its RPC completes
@@ -253,6 +259,7 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
             reach: self.reach.clone(),
             dialer: self.dialer.clone(),
             budget: Arc::new(Mutex::new(AppendBudget::new(MAX_APPEND_ENTRIES_BYTES))),
+            pending: None,
         }
     }
 }
@@ -271,29 +278,22 @@ pub struct PeerClient {
     identity: Identity,
     reach: Reachability,
     dialer: Dialer,
-    /// Bytes the next AppendEntries may carry ([`AppendBudget`]); shared with the
-    /// [`InFlightAppend`] guard, which outlives a request openraft dropped at its deadline.
+    /// Bytes the next AppendEntries may carry ([`AppendBudget`]); shared with the pending
+    /// RPC's task, which reports its outcome.
     budget: Arc<Mutex<AppendBudget>>,
+    /// The last AppendEntries RPC, while openraft has not taken its answer
+    /// ([`crate::pending_append`]).
+    pending: Option<PendingAppend<Result<AppendEntriesResponse<u64>, RpcErr>>>,
 }
 
-/// Reports one AppendEntries' outcome to the budget when dropped: answered (any reply) or,
-/// when it carried more than one entry, missed, which includes openraft dropping the request
-/// future at its heartbeat-interval deadline (the only way that deadline is seen here).
-struct InFlightAppend {
-    budget: Arc<Mutex<AppendBudget>>,
-    several_entries: bool,
-    answered: bool,
-}
-
-impl Drop for InFlightAppend {
-    fn drop(&mut self) {
-        let mut b = self.budget.lock().unwrap_or_else(|e| e.into_inner());
-        if self.answered {
-            b.answered();
-        } else if self.several_entries {
-            b.missed();
-        }
-    }
+/// What an RPC needs once its request is built: cheap to clone, so that an AppendEntries can
+/// run in its own task ([`crate::pending_append`]).
+#[derive(Debug, Clone)]
+struct Link {
+    target: u64,
+    addr: String,
+    reach: Reachability,
+    learned: LearnedDirectories,
 }
 
 type RpcErr<E = openraft::error::Infallible> = RPCError<u64, ControllerNode, RaftError<u64, E>>;
@@ -315,12 +315,12 @@ impl PeerClient {
         })
     }
 
-    /// Records the directory id a reply presented.
-    fn learn(&self, reply: &RaftReply) {
-        if let Ok(d) = uuid::Uuid::from_slice(&reply.directory_id)
-            && !d.is_nil()
-        {
-            self.learned.record(self.target, d);
+    fn link(&self) -> Link {
+        Link {
+            target: self.target,
+            addr: self.addr.clone(),
+            reach: self.reach.clone(),
+            learned: self.learned.clone(),
         }
     }
 }
@@ -398,9 +398,80 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let mut client = self.client()?;
-        let mut request = tonic::Request::new(self.encode(req)?);
-        request.set_timeout(option.hard_ttl());
+        let client = self.client()?;
+        let request = self.encode(req)?;
+        self.link()
+            .exchange(client, method, request, option.hard_ttl())
+            .await
+    }
+
+    /// Starts the AppendEntries `rpc` (encoded as `request`) in its own task, bounded by
+    /// [`APPEND_RPC_DEADLINE`]. The
+    /// task records the reply in the peer's acks (contact and match, whenever it arrives) and
+    /// reports the outcome to the budget: answered within `in_time` (openraft's deadline),
+    /// or missed (late, or not at all) when it carried more than one entry.
+    fn spawn_append(
+        &self,
+        client: RaftServiceClient<Channel>,
+        rpc: &AppendEntriesRequest<TypeConfig>,
+        request: RaftRequest,
+        in_time: Duration,
+    ) -> tokio::task::JoinHandle<Result<AppendEntriesResponse<u64>, RpcErr>> {
+        let link = self.link();
+        let (budget, acks) = (self.budget.clone(), self.acks.clone());
+        let several_entries = rpc.entries.len() > 1;
+        let end = rpc
+            .entries
+            .last()
+            .map(|e| e.log_id.index)
+            .or(rpc.prev_log_id.map(|l| l.index));
+        tokio::spawn(async move {
+            let started = std::time::Instant::now();
+            let result: Result<AppendEntriesResponse<u64>, RpcErr> = link
+                .exchange(client, Method::AppendEntries, request, APPEND_RPC_DEADLINE)
+                .await;
+            {
+                let mut b = budget.lock().unwrap_or_else(|e| e.into_inner());
+                if result.is_ok() && started.elapsed() <= in_time {
+                    b.answered();
+                } else if several_entries {
+                    b.missed();
+                }
+            }
+            let outcome = match &result {
+                Ok(AppendEntriesResponse::Success) => {
+                    Some(AppendOutcome::Accepted { matched: end })
+                }
+                Ok(AppendEntriesResponse::PartialSuccess(m)) => Some(AppendOutcome::Accepted {
+                    matched: m.map(|l| l.index),
+                }),
+                Ok(AppendEntriesResponse::Conflict) => Some(AppendOutcome::Rejected),
+                // A higher vote or an error: the peer does not follow this node.
+                Ok(AppendEntriesResponse::HigherVote(_)) | Err(_) => None,
+            };
+            if let Some(outcome) = outcome {
+                acks.record(link.target, outcome);
+            }
+            result
+        })
+    }
+}
+
+impl Link {
+    /// Sends `request` and decodes the reply, within `deadline`.
+    async fn exchange<Resp, E>(
+        &self,
+        mut client: RaftServiceClient<Channel>,
+        method: Method,
+        request: RaftRequest,
+        deadline: Duration,
+    ) -> Result<Resp, RpcErr<E>>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
+        let mut request = tonic::Request::new(request);
+        request.set_timeout(deadline);
         let result = match method {
             Method::AppendEntries => client.append_entries(request).await,
             Method::Vote => client.vote(request).await,
@@ -445,6 +516,15 @@ impl PeerClient {
         }
         Ok(postcard::from_bytes(&reply.payload).map_err(|e| NetworkError::new(&e))?)
     }
+
+    /// Records the directory id a reply presented.
+    fn learn(&self, reply: &RaftReply) {
+        if let Ok(d) = uuid::Uuid::from_slice(&reply.directory_id)
+            && !d.is_nil()
+        {
+            self.learned.record(self.target, d);
+        }
+    }
 }
 
 /// `None` when `entries` are estimated to fit in `max_bytes`; otherwise how many of the first
@@ -476,49 +556,54 @@ enum Method {
 }
 
 impl RaftNetwork<TypeConfig> for PeerClient {
+    /// Runs the RPC in its own task, which openraft's deadline (one heartbeat interval) does
+    /// not cancel: a late reply answers openraft's next request from the same match point
+    /// instead of the entries being sent again ([`crate::pending_append`]).
     async fn append_entries(
         &mut self,
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<u64>, RpcErr> {
-        let budget = self
-            .budget
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .bytes();
-        if let Some(fit) = entries_within(&rpc.entries, budget) {
-            // openraft retries at once with this many entries and keeps the hint for the
-            // next few requests (`replication::update_hint`).
-            return Err(RPCError::PayloadTooLarge(
-                PayloadTooLarge::new_entries_hint(fit),
-            ));
+        let range = AppendRange::of(&rpc);
+        if let Some(pending) = &self.pending
+            && reuse(&pending.range, &range) == Reuse::Unrelated
+        {
+            self.pending = None;
         }
-        let end = rpc
-            .entries
-            .last()
-            .map(|e| e.log_id.index)
-            .or(rpc.prev_log_id.map(|l| l.index));
-        let mut in_flight = InFlightAppend {
-            budget: self.budget.clone(),
-            several_entries: rpc.entries.len() > 1,
-            answered: false,
-        };
-        let result = self.call(Method::AppendEntries, &rpc, &option).await;
-        in_flight.answered = result.is_ok();
-        drop(in_flight);
-        let outcome = match &result {
-            Ok(AppendEntriesResponse::Success) => Some(AppendOutcome::Accepted { matched: end }),
-            Ok(AppendEntriesResponse::PartialSuccess(m)) => Some(AppendOutcome::Accepted {
-                matched: m.map(|l| l.index),
-            }),
-            Ok(AppendEntriesResponse::Conflict) => Some(AppendOutcome::Rejected),
-            // A higher vote or an error: the peer does not follow this node.
-            Ok(AppendEntriesResponse::HigherVote(_)) | Err(_) => None,
-        };
-        if let Some(outcome) = outcome {
-            self.acks.record(self.target, outcome);
+        if self.pending.is_none() {
+            let budget = self
+                .budget
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .bytes();
+            if let Some(fit) = entries_within(&rpc.entries, budget) {
+                // openraft retries at once with this many entries and keeps the hint for the
+                // next few requests (`replication::update_hint`).
+                return Err(RPCError::PayloadTooLarge(
+                    PayloadTooLarge::new_entries_hint(fit),
+                ));
+            }
+            let client = self.client()?;
+            let request = self.encode(&rpc)?;
+            let task = self.spawn_append(client, &rpc, request, option.hard_ttl());
+            self.pending = Some(PendingAppend {
+                range: range.clone(),
+                task,
+            });
         }
-        result
+        let Some(pending) = self.pending.as_mut() else {
+            unreachable!("set above");
+        };
+        let pending_range = pending.range.clone();
+        // openraft's deadline drops this future here; the task stays in `self.pending`.
+        let joined = (&mut pending.task).await;
+        // Polled to completion: never polled again.
+        self.pending = None;
+        match joined {
+            Ok(Ok(reply)) => Ok(answer_for(reply, &pending_range, &range)),
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(RPCError::Unreachable(Unreachable::new(&e))),
+        }
     }
 
     async fn install_snapshot(
