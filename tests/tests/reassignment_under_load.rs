@@ -275,18 +275,28 @@ async fn a_topic_moves_onto_a_new_broker_under_load_through_controller_and_broke
         );
         assert!(reg.adding_replicas.is_empty() && reg.removing_replicas.is_empty());
     }
-    // --verify removed the throttles.
-    assert_eq!(
-        image.config(&res, "follower.replication.throttled.replicas"),
-        None
-    );
-    assert_eq!(
-        image.config(
-            &ConfigResource::Broker(4),
-            "follower.replication.throttled.rate"
-        ),
-        None
-    );
+    // --verify removed the throttles. The removal is committed when keelctl returns, but
+    // this fresh admin client reads the image from the first live controller, which may be
+    // a follower that learns the commit with the leader's next append (up to one heartbeat
+    // later): wait a bounded time for it to show, as any reader of a follower does.
+    c.wait_for(
+        "the throttles removed by --verify show in the image",
+        Duration::from_secs(10),
+        || {
+            let a = &a;
+            let res = &res;
+            async move {
+                let image = a.metadata_image().await.ok()?;
+                let topic = image.config(res, "follower.replication.throttled.replicas");
+                let rate = image.config(
+                    &ConfigResource::Broker(4),
+                    "follower.replication.throttled.rate",
+                );
+                (topic.is_none() && rate.is_none()).then_some(())
+            }
+        },
+    )
+    .await;
 
     // Stop the load; everything acknowledged is read back exactly once.
     tokio::time::sleep(Duration::from_secs(1)).await;
