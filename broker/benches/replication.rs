@@ -553,6 +553,7 @@ async fn fetch(
 ) -> (Bytes, i64) {
     let reply = c
         .fetch(FetchRequest {
+            session: None,
             replica_id: -1,
             broker_epoch: -1,
             max_wait_ms,

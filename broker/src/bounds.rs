@@ -70,6 +70,7 @@ pub fn produce(req: &ProduceRequest) -> Result<(), FieldError> {
 /// `partition_max_bytes` >= 0, `last_fetched_epoch` >= -1 and `log_start_offset` >= -1.
 /// `max_wait_ms` and `min_bytes` are not refused: <= 0 means "answer at once", and
 /// `max_wait_ms` is capped ([`crate::replica_manager::fetch::MAX_WAIT_MS`]), like Kafka.
+/// A `session` is checked by [`fetch_session`].
 pub fn fetch(req: &FetchRequest) -> Result<(), FieldError> {
     check_range(|| "replica_id".into(), req.replica_id, -1..=i32::MAX)?;
     check_range(|| "broker_epoch".into(), req.broker_epoch, -1..=i64::MAX)?;
@@ -103,6 +104,43 @@ pub fn fetch(req: &FetchRequest) -> Result<(), FieldError> {
                 -1..=i64::MAX,
             )?;
         }
+    }
+    if let Some(session) = &req.session {
+        fetch_session(req.replica_id, session)?;
+    }
+    Ok(())
+}
+
+/// Bounds of a fetch session (KIP-227, `broker.proto` FetchSessionRequest): follower fetches
+/// only (`replica_id` >= 0), `session_id` 0..=i32::MAX, `epoch` -1..=i32::MAX, at most
+/// [`MAX_TOPICS_PER_REQUEST`] forgotten topics (name at most [`MAX_TOPIC_NAME_LEN`]) and
+/// [`MAX_PARTITIONS_PER_REQUEST`] forgotten partitions.
+fn fetch_session(replica_id: i32, session: &FetchSessionRequest) -> Result<(), FieldError> {
+    check_range(
+        || "session (followers only): replica_id".into(),
+        replica_id,
+        0..=i32::MAX,
+    )?;
+    check_range(
+        || "session.session_id".into(),
+        session.session_id,
+        0..=i32::MAX,
+    )?;
+    check_range(|| "session.epoch".into(), session.epoch, -1..=i32::MAX)?;
+    check_count(
+        || "session.forgotten".into(),
+        session.forgotten.len(),
+        MAX_TOPICS_PER_REQUEST,
+    )?;
+    let mut partitions = 0usize;
+    for (t, topic) in session.forgotten.iter().enumerate() {
+        topic_name(|| format!("session.forgotten[{t}].topic"), &topic.topic)?;
+        partitions += topic.partitions.len();
+        check_count(
+            || format!("session.forgotten[{t}].partitions (over all topics)"),
+            partitions,
+            MAX_PARTITIONS_PER_REQUEST,
+        )?;
     }
     Ok(())
 }
@@ -434,6 +472,23 @@ mod tests {
                     partition_max_bytes: 1 << 20,
                 }],
             }],
+            session: None,
+        }
+    }
+
+    fn session_fetch(session_id: i32, epoch: i32) -> FetchRequest {
+        FetchRequest {
+            replica_id: 2,
+            broker_epoch: 10,
+            session: Some(FetchSessionRequest {
+                session_id,
+                epoch,
+                forgotten: vec![ForgottenTopic {
+                    topic: "t".into(),
+                    partitions: vec![1],
+                }],
+            }),
+            ..fetch_request()
         }
     }
 
@@ -518,9 +573,43 @@ mod tests {
                 "topics[0].partitions[0].log_start_offset",
                 Box::new(|r| r.topics[0].partitions[0].log_start_offset = -3),
             ),
+            (
+                "session (followers only): replica_id",
+                Box::new(|r| r.replica_id = -1),
+            ),
+            (
+                "session.session_id",
+                Box::new(|r| r.session.as_mut().unwrap().session_id = -1),
+            ),
+            (
+                "session.epoch",
+                Box::new(|r| r.session.as_mut().unwrap().epoch = -2),
+            ),
+            (
+                "session.forgotten",
+                Box::new(|r| {
+                    let s = r.session.as_mut().unwrap();
+                    s.forgotten = vec![s.forgotten[0].clone(); MAX_TOPICS_PER_REQUEST + 1]
+                }),
+            ),
+            (
+                "session.forgotten[0].topic",
+                Box::new(|r| r.session.as_mut().unwrap().forgotten[0].topic = "x".repeat(1 << 20)),
+            ),
+            (
+                "session.forgotten[0].partitions (over all topics)",
+                Box::new(|r| {
+                    r.session.as_mut().unwrap().forgotten[0].partitions =
+                        vec![0; MAX_PARTITIONS_PER_REQUEST + 1]
+                }),
+            ),
         ];
+        // Sessions of each kind pass.
+        for (id, epoch) in [(0, 0), (7, 3), (7, -1), (7, 0)] {
+            fetch(&session_fetch(id, epoch)).unwrap();
+        }
         for (field, mutate) in cases {
-            let mut req = fetch_request();
+            let mut req = session_fetch(7, 3);
             mutate(&mut req);
             let e = fetch(&req).unwrap_err();
             assert_eq!(e.field, field, "{e}");

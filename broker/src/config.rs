@@ -102,6 +102,9 @@ pub struct BrokerConfig {
     pub replica_lag_max_messages: Option<u64>,
     /// Follower fetch long-poll wait, ms (Kafka: `replica.fetch.wait.max.ms`, 500).
     pub replica_fetch_wait_max_ms: u64,
+    /// Incremental fetch sessions this broker keeps as a leader, 0..=100,000 (Kafka:
+    /// `max.incremental.fetch.session.cache.slots`, 1000; KIP-227); 0 = sessionless fetches.
+    pub max_incremental_fetch_session_cache_slots: u32,
     /// Address of the HTTP listener serving `/metrics`, `/health/live` and `/health/ready`,
     /// `ip:port`; `None` (unset) = no such listener.
     pub metrics_listener: Option<SocketAddr>,
@@ -307,6 +310,8 @@ impl BrokerConfig {
             num_recovery_threads_per_data_dir: s.require("num_recovery_threads_per_data_dir"),
             replica_lag_max_messages: s.get("replica_lag_max_messages"),
             replica_fetch_wait_max_ms: s.require("replica_fetch_wait_max_ms"),
+            max_incremental_fetch_session_cache_slots: s
+                .require("max_incremental_fetch_session_cache_slots"),
             metrics_listener: s.get("metrics_listener"),
             log_format: s.require("log_format"),
             tls: keel_runtime::tls::NodeTls::of(s)?,
@@ -458,6 +463,10 @@ mod tests {
         assert_eq!(
             declared("num_recovery_threads_per_data_dir"),
             DefaultValue::Int(crate::log::DEFAULT_RECOVERY_THREADS.into())
+        );
+        assert_eq!(
+            declared("max_incremental_fetch_session_cache_slots"),
+            DefaultValue::Int(crate::replica_manager::fetch_session::MAX_SESSIONS as i128)
         );
         assert_eq!(
             declared("log_cleaner_backoff_ms"),

@@ -494,6 +494,7 @@ impl Timing {
 fn replica_manager_config(config: &BrokerConfig, dialer: Dialer) -> ReplicaManagerConfig {
     ReplicaManagerConfig {
         recovery_threads: config.num_recovery_threads_per_data_dir as usize,
+        fetch_session_slots: config.max_incremental_fetch_session_cache_slots as usize,
         dialer,
         broker_id: config.node_id,
         data_dir: config.log_dir.clone(),

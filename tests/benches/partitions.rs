@@ -31,9 +31,14 @@
 //! open-files limit, or `KEEL_BENCH_NOFILE` (`prlimit`; above the hard limit it needs
 //! CAP_SYS_RESOURCE).
 //!
+//! After the create step, `idle`: each broker's CPU seconds (user + system) over 10 s at full
+//! ISR with nothing produced: the cost of following and leading every partition.
+//!
 //! Run: `cargo bench -p keel-tests --bench partitions`. `KEEL_BENCH_PARTITIONS` sets the
 //! total (default 100000), `KEEL_BENCH_NOFILE` the brokers' open-files limit,
-//! `KEEL_BENCH_RESTARTS=0` skips the rolling restart (a shorter run for the kill -9 step).
+//! `KEEL_BENCH_RESTARTS=0` skips the rolling restart (a shorter run for the kill -9 step),
+//! `KEEL_BENCH_FETCH_SESSION_SLOTS` the brokers' `max_incremental_fetch_session_cache_slots`
+//! (0: sessionless follower fetches, to compare with KIP-227 sessions).
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -53,6 +58,29 @@ const STEP_LIMIT: Duration = Duration::from_secs(900);
 /// `KEEL_BENCH_PARTITIONS` (default 100,000); a bad value ends the bench naming it.
 fn partitions() -> u32 {
     keel_tests::env::parsed_or("KEEL_BENCH_PARTITIONS", 1..=1_000_000, 100_000)
+}
+
+/// `KEEL_BENCH_FETCH_SESSION_SLOTS`: the brokers' `max_incremental_fetch_session_cache_slots`
+/// (0 = sessionless follower fetches, to compare with KIP-227 sessions); unset = default.
+fn fetch_session_slots() -> Option<u32> {
+    keel_tests::env::parsed("KEEL_BENCH_FETCH_SESSION_SLOTS", 0..=100_000)
+}
+
+/// How long the idle step measures the brokers' CPU.
+const IDLE_WINDOW: Duration = Duration::from_secs(10);
+/// Clock ticks per second of `/proc/<pid>/stat` times (Linux `USER_HZ`, 100 on x86-64 and
+/// arm64).
+const USER_HZ: f64 = 100.0;
+
+/// CPU seconds (user + system) process `pid` used so far (`/proc/<pid>/stat` fields 14
+/// and 15, after the parenthesised command name).
+fn cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / USER_HZ)
 }
 
 /// The brokers' open-files limit: `KEEL_BENCH_NOFILE`, else the bench's own (inherited).
@@ -250,6 +278,15 @@ async fn main() {
         BROKERS
     };
     let broker_nofile = nofile();
+    let session_slots = fetch_session_slots();
+    let broker_args = session_slots
+        .map(|n| {
+            vec![
+                "--max-incremental-fetch-session-cache-slots".to_string(),
+                n.to_string(),
+            ]
+        })
+        .unwrap_or_default();
     let mut c = Cluster::start_opts(
         3,
         BROKERS as usize,
@@ -261,6 +298,7 @@ async fn main() {
             // whenever the image changed, the failover included.
             snapshot_interval_ms: 60_000,
             broker_nofile,
+            broker_args,
             ..Options::default()
         },
     );
@@ -308,6 +346,24 @@ async fn main() {
         &lag_buckets(&c, &all).await,
         None,
     ));
+
+    // Idle at full ISR: what following and leading every partition costs each broker
+    // (replication fetch long polls, ticks), with nothing produced.
+    let pids: Vec<u32> = all.iter().filter_map(|&id| c.broker_pid(id)).collect();
+    let before: Vec<Option<f64>> = pids.iter().map(|&p| cpu_secs(p)).collect();
+    tokio::time::sleep(IDLE_WINDOW).await;
+    for ((id, &pid), before) in all.iter().zip(&pids).zip(before) {
+        if let (Some(b), Some(a)) = (before, cpu_secs(pid)) {
+            steps.push(Step {
+                name: format!(
+                    "idle {} s at full ISR: broker {id} CPU seconds",
+                    IDLE_WINDOW.as_secs()
+                ),
+                secs: a - b,
+                target: None,
+            });
+        }
+    }
 
     // Rolling restart.
     for id in 1..=restarts {
@@ -410,8 +466,9 @@ async fn main() {
     println!();
     println!(
         "Partitions at scale: {total} partitions x RF 3 on {BROKERS} brokers (3 controllers), \
-         session timeout {SESSION_TIMEOUT_MS} ms, nofile {}, {} CPUs",
+         session timeout {SESSION_TIMEOUT_MS} ms, nofile {}, fetch session slots {}, {} CPUs",
         nofile_shown(),
+        session_slots.map_or("default (1000)".to_string(), |n| n.to_string()),
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
     println!();

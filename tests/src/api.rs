@@ -338,6 +338,7 @@ pub trait Endpoints {
         let mut c = self.broker_client(id);
         let reply = c
             .fetch(FetchRequest {
+                session: None,
                 replica_id: -1,
                 broker_epoch: -1,
                 max_wait_ms: 0,

@@ -206,6 +206,7 @@ async fn under_replicated_and_isr_shrinks_follow_a_stopped_broker() {
     let mut client = c.broker_client(1);
     let long_poll = tokio::spawn(async move {
         let req = keel_proto::broker::FetchRequest {
+            session: None,
             replica_id: -1,
             broker_epoch: -1,
             max_wait_ms: 3_000,

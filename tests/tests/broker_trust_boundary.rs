@@ -9,9 +9,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use keel_proto::ErrorCode;
 use keel_proto::broker::{
-    FetchPartition, FetchPartitionData, FetchReply, FetchRequest, FetchTopic, InitProducerIdReply,
-    InitProducerIdRequest, MetadataRequest, ProducePartitionData, ProduceReply, ProduceRequest,
-    ProduceTopicData, ReplicaDescription,
+    FetchPartition, FetchPartitionData, FetchReply, FetchRequest, FetchSessionRequest, FetchTopic,
+    InitProducerIdReply, InitProducerIdRequest, MetadataRequest, ProducePartitionData,
+    ProduceReply, ProduceRequest, ProduceTopicData, ReplicaDescription,
 };
 use keel_tests::Endpoints;
 use keel_tests::data::assigned_topic;
@@ -67,6 +67,7 @@ async fn raw_fetch(
 ) -> FetchReply {
     c.broker_client(1)
         .fetch(FetchRequest {
+            session: None,
             replica_id,
             broker_epoch,
             max_wait_ms: 0,
@@ -454,4 +455,171 @@ async fn huge_topic_names_are_refused_without_echo() {
     assert_eq!(code_of(&reply.error), ErrorCode::InvalidRequest);
     assert!(message_of(&reply.error).len() < 300);
     assert_eq!(leader_view(&c, "tb").await.log_end_offset, 0);
+}
+
+/// A follower fetch in an incremental fetch session (KIP-227) with `session` =
+/// (session_id, epoch); `from` lists `topic`-0 at that fetch offset, or nothing.
+async fn session_fetch(
+    c: &Cluster,
+    topic: &str,
+    (replica_id, broker_epoch): (i32, i64),
+    (session_id, epoch): (i32, i32),
+    from: Option<(i64, i32)>,
+) -> FetchReply {
+    let topics = from
+        .map(|(fetch_offset, leader_epoch)| FetchTopic {
+            topic: topic.into(),
+            topic_id: Bytes::new(),
+            partitions: vec![FetchPartition {
+                partition: 0,
+                fetch_offset,
+                current_leader_epoch: Some(leader_epoch),
+                last_fetched_epoch: -1,
+                log_start_offset: 0,
+                partition_max_bytes: 1 << 20,
+            }],
+        })
+        .into_iter()
+        .collect();
+    c.broker_client(1)
+        .fetch(FetchRequest {
+            replica_id,
+            broker_epoch,
+            max_wait_ms: 0,
+            min_bytes: 0,
+            max_bytes: 1 << 20,
+            isolation_level: 0,
+            topics,
+            session: Some(FetchSessionRequest {
+                session_id,
+                epoch,
+                forgotten: Vec::new(),
+            }),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+/// KIP-227 on the wire: a session is for followers only; the leader keeps the partitions a
+/// session lists and answers only what changed; a wrong epoch closes the session and an
+/// unknown one is refused at the top level with nothing read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_sessions_answer_only_changes_and_refuse_bad_epochs() {
+    let c = cluster();
+    c.wait_unfenced(&[1, 2], WAIT).await;
+    c.create_topic(assigned_topic("ses", &[&[1, 2]]), WAIT)
+        .await;
+    c.wait_leader_isr(1, "ses", &[1, 2], WAIT).await;
+    let r = c.produce(1, "ses", -1, &values("v", 0..25)).await;
+    assert_eq!(code(&r), ErrorCode::None, "{r:?}");
+    let view = c
+        .wait_for("follower 2 at LEO 25 on the leader", WAIT, || async {
+            let v = c.replica(1, "ses", 0).await?;
+            (follower_leo(&v, 2) == 25).then_some(v)
+        })
+        .await;
+    let me = (2, c.try_describe_replicas(2).await.unwrap().broker_epoch);
+    let epoch = view.leader_epoch;
+    // The real follower stays out of the way (10 s session timeout).
+    c.signal_broker(2, "STOP");
+
+    // Consumers have no sessions.
+    let reply = session_fetch(&c, "ses", (-1, -1), (0, 0), Some((0, epoch))).await;
+    assert_eq!(
+        code_of(&reply.error),
+        ErrorCode::InvalidRequest,
+        "{reply:?}"
+    );
+    assert!(message_of(&reply.error).contains("replica_id"), "{reply:?}");
+    assert!(reply.responses.is_empty());
+
+    // Open: the full answer and a session id.
+    let reply = session_fetch(&c, "ses", me, (0, 0), Some((25, epoch))).await;
+    assert_eq!(code_of(&reply.error), ErrorCode::None, "{reply:?}");
+    let id = reply.session.expect("a session").session_id;
+    assert!(id > 0);
+    assert_eq!(partition(&reply).high_watermark, 25);
+    // Nothing listed, nothing changed: nothing answered.
+    let reply = session_fetch(&c, "ses", me, (id, 1), None).await;
+    assert_eq!(code_of(&reply.error), ErrorCode::None, "{reply:?}");
+    assert!(reply.responses.is_empty(), "{reply:?}");
+    assert_eq!(reply.session.unwrap().session_id, id);
+    // New records: the leader reads the partition from the offset it keeps for the session.
+    let r = c.produce(1, "ses", 1, &values("w", 0..5)).await;
+    assert_eq!(code(&r), ErrorCode::None, "{r:?}");
+    let reply = session_fetch(&c, "ses", me, (id, 2), None).await;
+    let p = partition(&reply);
+    assert_eq!(code_of(&p.error), ErrorCode::None, "{p:?}");
+    assert_eq!(decode(&p.records).0.first().map(|r| r.0), Some(25), "{p:?}");
+
+    // The same epoch again (a resent request): refused, nothing read, the session closed.
+    let reply = session_fetch(&c, "ses", me, (id, 2), None).await;
+    assert_eq!(
+        code_of(&reply.error),
+        ErrorCode::InvalidFetchSessionEpoch,
+        "{reply:?}"
+    );
+    assert!(reply.responses.is_empty() && reply.session.is_none());
+    let reply = session_fetch(&c, "ses", me, (id, 3), None).await;
+    assert_eq!(
+        code_of(&reply.error),
+        ErrorCode::FetchSessionIdNotFound,
+        "{reply:?}"
+    );
+    // Another replica cannot use a session it did not open.
+    let reply = session_fetch(&c, "ses", me, (0, 0), Some((25, epoch))).await;
+    let id = reply.session.unwrap().session_id;
+    let reply = session_fetch(&c, "ses", (3, me.1), (id, 1), None).await;
+    assert_eq!(
+        code_of(&reply.error),
+        ErrorCode::FetchSessionIdNotFound,
+        "{reply:?}"
+    );
+    assert!(reply.responses.is_empty());
+    c.signal_broker(2, "CONT");
+}
+
+/// `max_incremental_fetch_session_cache_slots = 0` (Kafka's way to turn sessions off): a
+/// follower's opening request is answered in full with session id 0, and replication runs on
+/// full fetches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_session_slots_followers_replicate_on_full_fetches() {
+    let c = Cluster::start_opts(
+        3,
+        2,
+        Options {
+            session_timeout_ms: 10_000,
+            broker_args: vec![
+                "--max-incremental-fetch-session-cache-slots".into(),
+                "0".into(),
+            ],
+            ..Options::default()
+        },
+    );
+    c.wait_unfenced(&[1, 2], WAIT).await;
+    c.create_topic(assigned_topic("full", &[&[1, 2]]), WAIT)
+        .await;
+    c.wait_leader_isr(1, "full", &[1, 2], WAIT).await;
+    for round in 0..3 {
+        let r = c
+            .produce(1, "full", -1, &values(&format!("r{round}"), 0..10))
+            .await;
+        assert_eq!(code(&r), ErrorCode::None, "{r:?}");
+    }
+    let view = c
+        .wait_for("follower 2 at LEO 30 on the leader", WAIT, || async {
+            let v = c.replica(1, "full", 0).await?;
+            (follower_leo(&v, 2) == 30).then_some(v)
+        })
+        .await;
+    let me = (2, c.try_describe_replicas(2).await.unwrap().broker_epoch);
+    let reply = session_fetch(&c, "full", me, (0, 0), Some((30, view.leader_epoch))).await;
+    assert_eq!(code_of(&reply.error), ErrorCode::None, "{reply:?}");
+    assert_eq!(
+        reply.session.map(|s| s.session_id),
+        Some(0),
+        "no session made"
+    );
+    assert_eq!(partition(&reply).high_watermark, 30);
 }

@@ -53,6 +53,7 @@ async fn consumer_fetch(
     let mut cl = c.broker_client(id);
     let r = cl
         .fetch(FetchRequest {
+            session: None,
             replica_id: -1,
             broker_epoch: -1,
             max_wait_ms: 0,
@@ -429,6 +430,7 @@ async fn breakit_huge_fetch_is_capped() {
         .max_decoding_message_size(usize::MAX);
     let r = cl
         .fetch(FetchRequest {
+            session: None,
             replica_id: -1,
             broker_epoch: -1,
             max_wait_ms: 0,
@@ -919,6 +921,7 @@ async fn breakit_bad_input_sweep() {
         let t = Instant::now();
         let _ = cl
             .fetch(FetchRequest {
+                session: None,
                 replica_id: -1,
                 broker_epoch: -1,
                 max_wait_ms: wait,
@@ -947,6 +950,7 @@ async fn breakit_bad_input_sweep() {
     // A follower-style fetch from a broker id that is not a replica.
     let r = cl
         .fetch(FetchRequest {
+            session: None,
             replica_id: 9,
             broker_epoch: 1,
             max_wait_ms: 0,

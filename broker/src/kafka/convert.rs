@@ -276,6 +276,7 @@ pub fn fetch_request(req: KFetchRequest) -> Result<keel::FetchRequest, FetchRefu
         return Err(FetchRefusal::SessionEpoch);
     }
     Ok(keel::FetchRequest {
+        session: None,
         replica_id: -1,
         broker_epoch: -1,
         max_wait_ms: req.max_wait_ms,

@@ -6,7 +6,9 @@
 //! and no partition failed or diverged, it waits for the next data change (append,
 //! truncation, HW change) or `max_wait_ms`, then reads again. A follower fetch is handled by
 //! [`crate::replica::PartitionState::handle_follower_fetch`] on every read, so the follower's
-//! LEO and caught-up time are those of its latest request. A follower fetch of a throttled
+//! LEO and caught-up time are those of its latest request. A follower fetch in an incremental
+//! fetch session (KIP-227, [`super::fetch_session`]) reads every partition of the session
+//! the same way and answers only those with something new. A follower fetch of a throttled
 //! replica may get no records while the leader's replication quota is exceeded
 //! ([`super::throttle`], KIP-73).
 
@@ -18,13 +20,14 @@ use keel_metadata_log::MetadataImage;
 use keel_proto::ErrorCode;
 use keel_proto::broker::{
     DescribeReplicasReply, EpochEndOffset, EpochEndOffsetResult, EpochStartOffset, FetchPartition,
-    FetchPartitionData, FetchReply, FetchRequest, FetchTopic, FetchableTopicResponse,
-    FollowerState, LeaderIdAndEpoch, ListOffsetsPartitionResponse, ListOffsetsReply,
-    ListOffsetsRequest, ListOffsetsTopicResponse, OffsetForLeaderTopicResult,
+    FetchPartitionData, FetchReply, FetchRequest, FetchSessionReply, FetchTopic,
+    FetchableTopicResponse, FollowerState, LeaderIdAndEpoch, ListOffsetsPartitionResponse,
+    ListOffsetsReply, ListOffsetsRequest, ListOffsetsTopicResponse, OffsetForLeaderTopicResult,
     OffsetsForLeaderEpochReply, OffsetsForLeaderEpochRequest, ReplicaRole,
 };
 use keel_proto::limits::clip;
 
+use super::fetch_session::{Begin, SessionCache};
 use super::produce::{check_topic_id, log_error_code};
 use super::throttle::{Side, Throttles, Verdict};
 use super::{HostedPartition, PartitionInner, ReplicaManager};
@@ -180,6 +183,36 @@ fn plan_consumer_read(
     }
 }
 
+/// A session taken from the cache by a fetch in progress: put back by
+/// [`BusySession::finish`], or dropped from the cache when the fetch ends without a reply
+/// (the client went away; its follower opens a new session).
+struct BusySession<'a> {
+    cache: &'a std::sync::Mutex<SessionCache>,
+    /// Cleared by `finish`.
+    id: Option<i32>,
+}
+
+impl BusySession<'_> {
+    fn finish(mut self, session: Box<super::fetch_session::Session>) {
+        self.id = None;
+        self.cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .finish(session);
+    }
+}
+
+impl Drop for BusySession<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            self.cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .release(id);
+        }
+    }
+}
+
 impl ReplicaManager {
     /// Serves a Fetch (see the module doc).
     pub async fn fetch(&self, req: FetchRequest) -> FetchReply {
@@ -194,7 +227,41 @@ impl ReplicaManager {
         reply
     }
 
+    /// Serves `req` sessionless or in its fetch session ([`super::fetch_session`], KIP-227).
     async fn fetch_inner(&self, req: &FetchRequest) -> FetchReply {
+        let begin = self
+            .shared
+            .fetch_sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .begin(req);
+        match begin {
+            Begin::Sessionless => self.long_poll(req, &req.topics).await,
+            Begin::Full => {
+                let mut reply = self.long_poll(req, &req.topics).await;
+                reply.session = Some(FetchSessionReply { session_id: 0 });
+                reply
+            }
+            Begin::Refuse(code, message) => FetchReply {
+                error: Some(code.to_proto(message)),
+                ..Default::default()
+            },
+            Begin::Session(mut session) => {
+                let busy = BusySession {
+                    cache: &self.shared.fetch_sessions,
+                    id: Some(session.id()),
+                };
+                let mut reply = self.long_poll(req, session.topics()).await;
+                session.answer(&mut reply);
+                busy.finish(session);
+                reply
+            }
+        }
+    }
+
+    /// Reads `topics` (the request's, or its session's) until `min_bytes` of records, an
+    /// error or a divergence, or `max_wait_ms`.
+    async fn long_poll(&self, req: &FetchRequest, topics: &[FetchTopic]) -> FetchReply {
         let max_wait = u64::try_from(req.max_wait_ms).unwrap_or(0).min(MAX_WAIT_MS);
         let deadline = tokio::time::Instant::now() + Duration::from_millis(max_wait);
         let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0).max(1);
@@ -202,7 +269,7 @@ impl ReplicaManager {
             let changed = self.data_changed();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            let (reply, bytes, done) = self.read_once(req);
+            let (reply, bytes, done) = self.read_once(req, topics);
             if done || bytes >= min_bytes || tokio::time::Instant::now() >= deadline {
                 return reply;
             }
@@ -213,16 +280,17 @@ impl ReplicaManager {
         }
     }
 
-    /// Reads every partition of `req` once. Returns the reply, the record bytes in it, and
-    /// whether it must be answered now (an error or a divergence).
-    fn read_once(&self, req: &FetchRequest) -> (FetchReply, usize, bool) {
+    /// Reads every partition of `topics` once, for `req`. Returns the reply (one answer per
+    /// partition, in order), the record bytes in it, and whether it must be answered now (an
+    /// error or a divergence).
+    fn read_once(&self, req: &FetchRequest, topics: &[FetchTopic]) -> (FetchReply, usize, bool) {
         let follower = req.replica_id >= 0;
         let mut budget = FetchBudget::new(usize::try_from(req.max_bytes).unwrap_or(0));
         let mut total = 0usize;
         let mut done = false;
         let image = follower.then(|| self.image());
-        let mut responses = Vec::with_capacity(req.topics.len());
-        for t in &req.topics {
+        let mut responses = Vec::with_capacity(topics.len());
+        for t in topics {
             let mut partitions = Vec::with_capacity(t.partitions.len());
             for p in &t.partitions {
                 let (data, answer_now) =
@@ -239,9 +307,8 @@ impl ReplicaManager {
         }
         (
             FetchReply {
-                error: None,
                 responses,
-                node_endpoints: Vec::new(),
+                ..Default::default()
             },
             total,
             done,

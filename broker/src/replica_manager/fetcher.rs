@@ -12,6 +12,13 @@
 //! round while the follower quota is exceeded ([`super::throttle`], KIP-73). Partitions are
 //! referred to by name only, so a fetch in flight never
 //! keeps a deleted partition's log open.
+//!
+//! Each fetcher keeps an incremental fetch session with its leader (KIP-227,
+//! [`FollowerSession`]): a request lists only the partitions whose fetch fields changed
+//! since the previous one (the leader keeps the others) and the reply only partitions with
+//! something new. A partition left out of a round (backing off, throttled) is forgotten by
+//! the session and listed again when it is fetched again. A failed, timed-out or refused
+//! request opens a new session with the next one.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -26,6 +33,7 @@ use keel_proto::broker::{
 use tokio::sync::{Notify, watch};
 use tonic::transport::Channel;
 
+use super::fetch_session::FollowerSession;
 use super::throttle::{Side, Throttles, Verdict};
 use super::{HostedPartition, PartitionInner, ReplicaManager};
 use crate::log::TopicPartition;
@@ -134,6 +142,10 @@ async fn run(
 ) {
     let mut client: Option<(String, BrokerServiceClient<Channel>)> = None;
     let mut failures = 0u32;
+    // KIP-227: the incremental fetch session with this leader.
+    let mut session = FollowerSession::default();
+    // The previous reply was a session error (a second one in a row backs off).
+    let mut session_refused = false;
     let wait_ms = rm.shared.config.replica_fetch_wait_max_ms;
     let backoff_ms = rm.shared.config.replica_fetch_backoff_ms;
     loop {
@@ -143,7 +155,7 @@ async fn run(
         let woken = wake.notified();
         tokio::pin!(woken);
         woken.as_mut().enable();
-        let (req, sent) = build_request(&rm, leader, &entries, wait_ms);
+        let (mut req, sent) = build_request(&rm, leader, &entries, wait_ms);
         if sent.is_empty() {
             tokio::select! {
                 _ = stop.wait_for(|s| *s) => return,
@@ -180,6 +192,9 @@ async fn run(
             }
         }
         let mut c = client.as_ref().expect("set above").1.clone();
+        let (topics, session_req) = session.build(std::mem::take(&mut req.topics));
+        req.topics = topics;
+        req.session = Some(session_req);
         let timeout = Duration::from_millis(wait_ms + 5_000);
         let result = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
@@ -187,24 +202,55 @@ async fn run(
         };
         match result {
             Ok(Ok(reply)) => {
+                let reply = reply.into_inner();
+                match ErrorCode::from_proto(reply.error.as_ref()) {
+                    Ok(ErrorCode::None) => {}
+                    Ok(
+                        code @ (ErrorCode::FetchSessionIdNotFound
+                        | ErrorCode::InvalidFetchSessionEpoch),
+                    ) if !session_refused => {
+                        // The next request opens a new session at once.
+                        tracing::debug!(leader, %code, "fetch session refused; opening a new one");
+                        session.reset();
+                        session_refused = true;
+                        continue;
+                    }
+                    other => {
+                        session.reset();
+                        session_refused = false;
+                        failures += 1;
+                        if failures == 1 || failures.is_multiple_of(20) {
+                            let message = reply.error.as_ref().map(|e| e.message.as_str());
+                            tracing::warn!(leader, address = %addr, failures, "fetch refused: {other:?} {}", message.unwrap_or(""));
+                        }
+                        sleep_or_stop(&mut stop, backoff_ms).await;
+                        continue;
+                    }
+                }
+                session_refused = false;
+                session.on_reply(reply.session.as_ref());
                 if failures > 0 {
                     tracing::info!(leader, address = %addr, "fetching from the leader again");
                 }
                 failures = 0;
-                let reply = reply.into_inner();
                 let mut by_tp = HashMap::new();
                 for t in reply.responses {
                     for p in t.partitions {
                         by_tp.insert(TopicPartition::new(t.topic.clone(), p.partition_index), p);
                     }
                 }
+                // An incremental reply names only the partitions with something new.
                 for s in sent {
+                    if by_tp.is_empty() {
+                        break;
+                    }
                     if let Some(data) = by_tp.remove(&s.tp) {
                         process(&rm, leader, &entries, &s, data);
                     }
                 }
             }
             Ok(Err(status)) => {
+                session.reset();
                 failures += 1;
                 if failures == 1 || failures.is_multiple_of(20) {
                     tracing::warn!(leader, address = %addr, failures, "fetch failed: {}", status.message());
@@ -212,6 +258,7 @@ async fn run(
                 sleep_or_stop(&mut stop, backoff_ms).await;
             }
             Err(_) => {
+                session.reset();
                 failures += 1;
                 if failures == 1 || failures.is_multiple_of(20) {
                     tracing::warn!(leader, address = %addr, failures, "fetch timed out after {timeout:?}");
@@ -334,6 +381,7 @@ fn build_request(
         max_bytes: FETCH_MAX_BYTES as i32,
         isolation_level: 0,
         topics: topics.into_values().collect(),
+        session: None,
     };
     (req, sent)
 }

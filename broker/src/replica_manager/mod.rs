@@ -27,6 +27,7 @@
 pub mod alter_isr;
 pub mod cleaning;
 pub mod fetch;
+pub mod fetch_session;
 pub mod fetcher;
 pub mod metrics;
 pub mod partition_map;
@@ -153,6 +154,9 @@ pub struct ReplicaManagerConfig {
     pub cleaner_backoff_ms: u64,
     /// Threads opening the partition logs at start (`num.recovery.threads.per.data.dir`).
     pub recovery_threads: usize,
+    /// Incremental fetch sessions kept for followers (`max.incremental.fetch.session.cache.slots`,
+    /// [`fetch_session::MAX_SESSIONS`] by default; 0 = none).
+    pub fetch_session_slots: usize,
 }
 
 /// One hosted partition: the replication state and the log under one lock.
@@ -215,6 +219,8 @@ pub struct Shared {
     data_changed: Notify,
     alter_tx: mpsc::Sender<(Arc<HostedPartition>, AlterPartitionRequest)>,
     fetchers: Mutex<fetcher::FetcherManager>,
+    /// Followers' incremental fetch sessions (KIP-227; bounded, see [`fetch_session`]).
+    fetch_sessions: Mutex<fetch_session::SessionCache>,
     next_token: AtomicU64,
     producer_ids: producer_ids::ProducerIdManager,
     /// Permits for validating a compressed produced batch ([`produce::MAX_CONCURRENT_DECOMPRESSIONS`]).
@@ -291,6 +297,7 @@ impl ReplicaManager {
         });
         let (alter_tx, alter_rx) = mpsc::channel(ALTER_QUEUE);
         let request_timeout = Duration::from_secs(2);
+        let fetch_sessions = fetch_session::SessionCache::new(config.fetch_session_slots);
         let shared = Arc::new(Shared {
             clock: MonotonicClock::new(),
             partitions: RwLock::new(PartitionMap::default()),
@@ -300,6 +307,7 @@ impl ReplicaManager {
             data_changed: Notify::new(),
             alter_tx,
             fetchers: Mutex::new(fetcher::FetcherManager::default()),
+            fetch_sessions: Mutex::new(fetch_sessions),
             next_token: AtomicU64::new(1),
             decompressions: tokio::sync::Semaphore::new(produce::MAX_CONCURRENT_DECOMPRESSIONS),
             cleaner_last_run_ms: AtomicU64::new(0),

@@ -919,6 +919,7 @@ impl Consumer {
                 });
         }
         FetchRequest {
+            session: None,
             replica_id: -1,
             broker_epoch: -1,
             max_wait_ms,

@@ -253,6 +253,17 @@ pub const SETTINGS: &[Setting] = &[
         UsedBy::Broker,
     ),
     Setting {
+        name: "max_incremental_fetch_session_cache_slots",
+        kafka: "max.incremental.fetch.session.cache.slots",
+        kind: int(IntType::U32, 0, 100_000, "sessions"),
+        default: DefaultValue::Int(1_000),
+        doc: "incremental fetch sessions (KIP-227) a leader keeps for the brokers following it \
+              (at most 4 per follower): a session's fetch lists and answers only the \
+              partitions that changed; 0 = none, every follower fetch lists and answers all \
+              its partitions",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
         name: "offsets_topic_num_partitions",
         kafka: "offsets.topic.num.partitions",
         kind: int(IntType::I32, 1, 10_000, "partitions"),
