@@ -37,6 +37,51 @@ impl IsrEligibility for MetadataImage {
     }
 }
 
+/// The metadata image with one broker's registration looked up in advance: a leader serving
+/// a follower's fetch asks for that broker's epoch and eligibility once per partition, and
+/// at 30,000 partitions per fetch the image lookups were ~5% of a leader's CPU
+/// (`perf`, partitions bench). Other brokers are looked up in the image.
+#[derive(Debug, Clone, Copy)]
+pub struct OneBroker<'a> {
+    image: &'a MetadataImage,
+    broker_id: i32,
+    /// `broker_id`'s registered epoch and whether it may join an ISR; `None`: unregistered.
+    registration: Option<(i64, bool)>,
+}
+
+impl<'a> OneBroker<'a> {
+    /// `image` with `broker_id`'s registration looked up now.
+    pub fn new(image: &'a MetadataImage, broker_id: i32) -> Self {
+        let registration = image
+            .broker(broker_id)
+            .map(|reg| (reg.epoch, reg.is_eligible()));
+        Self {
+            image,
+            broker_id,
+            registration,
+        }
+    }
+}
+
+impl IsrEligibility for OneBroker<'_> {
+    fn is_isr_eligible(&self, broker_id: i32, broker_epoch: Option<i64>) -> bool {
+        if broker_id != self.broker_id {
+            return self.image.is_isr_eligible(broker_id, broker_epoch);
+        }
+        match (self.registration, broker_epoch) {
+            (Some((epoch, eligible)), Some(fetched)) => eligible && epoch == fetched,
+            _ => false,
+        }
+    }
+
+    fn registered_epoch(&self, broker_id: i32) -> Option<i64> {
+        if broker_id != self.broker_id {
+            return self.image.registered_epoch(broker_id);
+        }
+        self.registration.map(|(epoch, _)| epoch)
+    }
+}
+
 /// Test and simulation helper: broker id -> registered broker epoch of eligible brokers,
 /// and of registered but ineligible ones (fenced or shutting down); absent from both =
 /// unregistered.
@@ -96,5 +141,45 @@ mod tests {
         assert_eq!(e.registered_epoch(2), Some(10), "fenced but registered");
         assert_eq!(e.registered_epoch(3), None);
         assert!(!MetadataImage::empty().is_isr_eligible(1, Some(1)));
+    }
+
+    #[test]
+    fn one_broker_answers_as_the_image_does() {
+        use keel_metadata_log::Provenance;
+        use keel_metadata_log::records::metadata_record::Record;
+        use keel_metadata_log::records::{MetadataRecord, RegisterBrokerRecord};
+        let broker = |id: i32, epoch: i64, fenced: bool| MetadataRecord {
+            record: Some(Record::RegisterBroker(RegisterBrokerRecord {
+                broker_id: id,
+                incarnation_id: bytes::Bytes::copy_from_slice(&[id as u8; 16]),
+                broker_epoch: epoch,
+                fenced,
+                ..Default::default()
+            })),
+        };
+        let image = MetadataImage::empty()
+            .with_records(
+                Provenance { offset: 5, term: 1 },
+                &[broker(1, 7, false), broker(2, 8, true)],
+            )
+            .unwrap();
+        for cached in [1, 2, 3] {
+            let one = OneBroker::new(&image, cached);
+            for id in [1, 2, 3] {
+                assert_eq!(one.registered_epoch(id), image.registered_epoch(id));
+                for epoch in [None, Some(7), Some(8), Some(9)] {
+                    assert_eq!(
+                        one.is_isr_eligible(id, epoch),
+                        image.is_isr_eligible(id, epoch),
+                        "cached {cached}, broker {id}, epoch {epoch:?}"
+                    );
+                }
+            }
+        }
+        assert!(OneBroker::new(&image, 1).is_isr_eligible(1, Some(7)));
+        assert!(
+            !OneBroker::new(&image, 2).is_isr_eligible(2, Some(8)),
+            "fenced"
+        );
     }
 }

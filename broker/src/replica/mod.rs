@@ -78,7 +78,7 @@ pub mod waiters;
 
 pub use config::ReplicaConfig;
 pub use consumer::{ConsumerRead, ListOffsetsAnswer, OffsetSpec};
-pub use eligibility::{EligibleBrokers, IsrEligibility};
+pub use eligibility::{EligibleBrokers, IsrEligibility, OneBroker};
 pub use epoch::{check_leader_epoch, epoch_from_wire};
 pub use follower::FollowerState;
 pub use follower_fetch::{FollowerAction, FollowerFetchResponse, plan_follower_response};

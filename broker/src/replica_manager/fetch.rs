@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use keel_metadata_log::MetadataImage;
+use keel_metadata_log::configs::ThrottledReplicas;
 use keel_proto::ErrorCode;
 use keel_proto::broker::{
     DescribeReplicasReply, EpochEndOffset, EpochEndOffsetResult, EpochStartOffset, FetchPartition,
@@ -32,7 +33,8 @@ use super::produce::{check_topic_id, log_error_code};
 use super::throttle::{Side, Throttles, Verdict};
 use super::{HostedPartition, PartitionInner, ReplicaManager};
 use crate::replica::{
-    FollowerFetchRequest, LeaderFetchDecision, ListOffsetsAnswer, OffsetSpec, Role, epoch_from_wire,
+    FollowerFetchRequest, IsrEligibility, LeaderFetchDecision, ListOffsetsAnswer, OffsetSpec,
+    OneBroker, Role, epoch_from_wire,
 };
 
 /// Longest long poll accepted, ms (a larger `max_wait_ms` is capped).
@@ -183,6 +185,16 @@ fn plan_consumer_read(
     }
 }
 
+/// What a follower's fetch reads each partition of one topic with: the latest metadata, the
+/// follower's registration looked up once ([`OneBroker`]) and the topic's leader-side
+/// throttled replicas (KIP-73), looked up once per topic.
+#[derive(Clone, Copy)]
+struct FollowerView<'a> {
+    image: &'a MetadataImage,
+    eligibility: &'a OneBroker<'a>,
+    throttles: Option<&'a ThrottledReplicas>,
+}
+
 /// A session taken from the cache by a fetch in progress: put back by
 /// [`BusySession::finish`], or dropped from the cache when the fetch ends without a reply
 /// (the client went away; its follower opens a new session).
@@ -260,7 +272,12 @@ impl ReplicaManager {
     }
 
     /// Reads `topics` (the request's, or its session's) until `min_bytes` of records, an
-    /// error or a divergence, or `max_wait_ms`.
+    /// error or a divergence, or `max_wait_ms`. Reading again needs a data change (append,
+    /// truncation, HW or role change: [`ReplicaManager::data_changed`]): when `max_wait_ms`
+    /// passes without one, the last read is the answer, as it would be read again. A
+    /// follower's fetch state (LEO, caught-up time) is thus taken when the request arrives and
+    /// at each change, as Kafka updates it once per request (`ReplicaManager.fetchMessages`);
+    /// reading 30,000 idle partitions again at every expiry doubled the leader's idle work.
     async fn long_poll(&self, req: &FetchRequest, topics: &[FetchTopic]) -> FetchReply {
         let max_wait = u64::try_from(req.max_wait_ms).unwrap_or(0).min(MAX_WAIT_MS);
         let deadline = tokio::time::Instant::now() + Duration::from_millis(max_wait);
@@ -275,7 +292,7 @@ impl ReplicaManager {
             }
             tokio::select! {
                 _ = changed => {}
-                _ = tokio::time::sleep_until(deadline) => {}
+                _ = tokio::time::sleep_until(deadline) => return reply,
             }
         }
     }
@@ -289,12 +306,26 @@ impl ReplicaManager {
         let mut total = 0usize;
         let mut done = false;
         let image = follower.then(|| self.image());
+        let eligibility = image
+            .as_ref()
+            .map(|img| OneBroker::new(img, req.replica_id));
         let mut responses = Vec::with_capacity(topics.len());
         for t in topics {
             let mut partitions = Vec::with_capacity(t.partitions.len());
+            let throttles = image.as_ref().and_then(|img| {
+                Throttles::topic_list(img, Side::Leader, &t.topic, self.broker_id())
+            });
+            let follower_view =
+                image
+                    .as_ref()
+                    .zip(eligibility.as_ref())
+                    .map(|(image, eligibility)| FollowerView {
+                        image,
+                        eligibility,
+                        throttles: throttles.as_ref(),
+                    });
             for p in &t.partitions {
-                let (data, answer_now) =
-                    self.read_partition(req, t, p, image.as_ref(), &mut budget);
+                let (data, answer_now) = self.read_partition(req, t, p, follower_view, &mut budget);
                 total += data.records.len();
                 done |= answer_now;
                 partitions.push(data);
@@ -316,14 +347,14 @@ impl ReplicaManager {
     }
 
     /// Reads partition `p` of `t` once under its lock, within `budget`: a follower's fetch
-    /// when `image` (the latest metadata, for ISR eligibility) is given, else a consumer's.
-    /// Returns its answer and whether the fetch must be answered now (an error or a divergence).
+    /// when `follower` is given, else a consumer's. Returns its answer and whether the fetch
+    /// must be answered now (an error or a divergence).
     fn read_partition(
         &self,
         req: &FetchRequest,
         t: &FetchTopic,
         p: &FetchPartition,
-        image: Option<&MetadataImage>,
+        follower: Option<FollowerView<'_>>,
         budget: &mut FetchBudget,
     ) -> (FetchPartitionData, bool) {
         let Some(hp) = self.partition(&t.topic, p.partition) else {
@@ -340,10 +371,10 @@ impl ReplicaManager {
         let mut inner = hp.lock();
         let inner = &mut *inner;
         let epoch = p.current_leader_epoch.and_then(epoch_from_wire);
-        let plan = match image {
-            Some(image) => {
+        let plan = match follower {
+            Some(view) => {
                 let fr = follower_fetch_request(req, p, epoch);
-                self.plan_follower_read(&hp, inner, &fr, image, now)
+                self.plan_follower_read(&hp, inner, &fr, view.eligibility, now)
             }
             None => plan_consumer_read(&inner.state, p.fetch_offset, epoch),
         };
@@ -373,10 +404,10 @@ impl ReplicaManager {
         };
         // KIP-73: a throttled replica's follower outside the ISR waits while the leader quota
         // is exceeded; every throttled replica's bytes count.
-        let throttled = image.is_some_and(|img| {
-            Throttles::is_throttled(img, Side::Leader, &t.topic, p.partition, self.broker_id())
-        });
-        if let Some(img) = image.filter(|_| throttled) {
+        let throttled = follower
+            .and_then(|v| v.throttles)
+            .is_some_and(|l| l.throttles(p.partition, self.broker_id()));
+        if let Some(img) = follower.map(|v| v.image).filter(|_| throttled) {
             // In sync: in the maximal ISR (the HW may wait for it, KIP-497), or caught up
             // to the HW (about to join it).
             let in_sync = inner
@@ -418,14 +449,16 @@ impl ReplicaManager {
         hp: &Arc<HostedPartition>,
         inner: &mut PartitionInner,
         fr: &FollowerFetchRequest,
-        image: &MetadataImage,
+        eligibility: &dyn IsrEligibility,
         now: u64,
     ) -> PartitionRead {
         let log = &inner.log;
-        match inner
-            .state
-            .handle_follower_fetch(fr, |e| log.end_offset_for_epoch(e), image, now)
-        {
+        match inner.state.handle_follower_fetch(
+            fr,
+            |e| log.end_offset_for_epoch(e),
+            eligibility,
+            now,
+        ) {
             Ok(LeaderFetchDecision::Diverging {
                 epoch,
                 end_offset,

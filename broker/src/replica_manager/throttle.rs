@@ -93,18 +93,18 @@ impl Throttles {
         .unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Whether the replica of `topic`-`partition` on `broker` (this broker) is throttled on
-    /// `side`. An unparsable list (the controller validates them) throttles nothing.
-    pub fn is_throttled(
+    /// The throttled-replicas list of `topic` on `side` for `broker` (this broker), if any:
+    /// looked up once per topic of a fetch rather than per partition (the lookup allocates
+    /// and reads up to three config maps). An unparsable list (the controller validates
+    /// them) is none.
+    pub fn topic_list(
         image: &MetadataImage,
         side: Side,
         topic: &str,
-        partition: i32,
         broker: i32,
-    ) -> bool {
+    ) -> Option<ThrottledReplicas> {
         dynamic_topic_value(image, topic, broker, side.replicas_key())
             .and_then(|v| ThrottledReplicas::parse(v).ok())
-            .is_some_and(|l| l.throttles(partition, broker))
     }
 
     /// What a throttled replica (`throttled`) out of sync (`in_sync` false: see the module
