@@ -78,15 +78,30 @@ pub trait Endpoints {
         wait_for(what, deadline, || self.diagnostics(), f).await
     }
 
-    /// DescribeCluster (fenced brokers included) from the active controller, if one answers.
+    /// DescribeCluster (fenced brokers included, no image digest) from the active controller,
+    /// if one answers.
     async fn try_describe_cluster(&self) -> Option<DescribeClusterReply> {
+        self.describe_cluster_with(false).await
+    }
+
+    /// [`Endpoints::try_describe_cluster`] with the image digest, which costs the controller
+    /// O(image) per request: for digest comparisons only, not for polling a large cluster
+    /// (the partitions bench polled with it and had the active controller hash 100,000
+    /// partitions every 20 ms during the fence it was timing).
+    async fn try_describe_cluster_with_digest(&self) -> Option<DescribeClusterReply> {
+        self.describe_cluster_with(true).await
+    }
+
+    /// DescribeCluster (fenced brokers included; the image digest if `digest`) from the
+    /// active controller, if one answers.
+    async fn describe_cluster_with(&self, digest: bool) -> Option<DescribeClusterReply> {
         for (_, addr) in self.live_controllers() {
             let mut c = ControllerServiceClient::new(self.channel(&addr));
             let r = tokio::time::timeout(
                 REQUEST_TIMEOUT,
                 c.describe_cluster(DescribeClusterRequest {
                     include_fenced_brokers: true,
-                    include_image_digest: true,
+                    include_image_digest: digest,
                 }),
             )
             .await;
@@ -230,13 +245,25 @@ pub trait Endpoints {
         .await
     }
 
-    /// Broker `id`'s DescribeReplicas, if it answers within the request timeout.
+    /// Broker `id`'s DescribeReplicas (no image digest), if it answers within the request
+    /// timeout.
     async fn try_describe_replicas(&self, id: i32) -> Option<DescribeReplicasReply> {
+        self.describe_replicas_with(id, false).await
+    }
+
+    /// [`Endpoints::try_describe_replicas`] with the image digest (O(image) on the broker).
+    async fn try_describe_replicas_with_digest(&self, id: i32) -> Option<DescribeReplicasReply> {
+        self.describe_replicas_with(id, true).await
+    }
+
+    /// Broker `id`'s DescribeReplicas (the image digest if `digest`), if it answers within
+    /// the request timeout.
+    async fn describe_replicas_with(&self, id: i32, digest: bool) -> Option<DescribeReplicasReply> {
         let mut c = self.broker_client(id);
         tokio::time::timeout(
             REQUEST_TIMEOUT,
             c.describe_replicas(DescribeReplicasRequest {
-                include_image_digest: true,
+                include_image_digest: digest,
                 ..Default::default()
             }),
         )
