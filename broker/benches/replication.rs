@@ -518,6 +518,12 @@ async fn at_rate(
         .filter(|d| !d.is_empty())
     {
         let path = format!("{dir}/rate-{rate_mib:.0}.csv");
+        // The wall clock of the trace's 0 ms, to line it up with the cluster's logs.
+        let zero = std::time::SystemTime::now() - measure_from.elapsed();
+        let zero_ms = zero
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        eprintln!("replication bench: {path}: 0 ms is {zero_ms} ms since the Unix epoch");
         if let Err(e) = std::fs::write(&path, trace) {
             eprintln!("replication bench: cannot write {path}: {e}");
         }
