@@ -84,16 +84,11 @@ pub trait Endpoints {
         self.describe_cluster_with(false).await
     }
 
-    /// [`Endpoints::try_describe_cluster`] with the image digest, which costs the controller
-    /// O(image) per request: for digest comparisons only, not for polling a large cluster
-    /// (the partitions bench polled with it and had the active controller hash 100,000
-    /// partitions every 20 ms during the fence it was timing).
-    async fn try_describe_cluster_with_digest(&self) -> Option<DescribeClusterReply> {
-        self.describe_cluster_with(true).await
-    }
-
     /// DescribeCluster (fenced brokers included; the image digest if `digest`) from the
-    /// active controller, if one answers.
+    /// active controller, if one answers. The digest costs the controller O(image) per
+    /// request: for digest comparisons only, not for polling a large cluster (the partitions
+    /// bench polled with it and had the active controller hash 100,000 partitions every
+    /// 20 ms during the fence it was timing).
     async fn describe_cluster_with(&self, digest: bool) -> Option<DescribeClusterReply> {
         for (_, addr) in self.live_controllers() {
             let mut c = ControllerServiceClient::new(self.channel(&addr));
@@ -251,13 +246,8 @@ pub trait Endpoints {
         self.describe_replicas_with(id, false).await
     }
 
-    /// [`Endpoints::try_describe_replicas`] with the image digest (O(image) on the broker).
-    async fn try_describe_replicas_with_digest(&self, id: i32) -> Option<DescribeReplicasReply> {
-        self.describe_replicas_with(id, true).await
-    }
-
-    /// Broker `id`'s DescribeReplicas (the image digest if `digest`), if it answers within
-    /// the request timeout.
+    /// Broker `id`'s DescribeReplicas (the image digest if `digest`, O(image) on the
+    /// broker), if it answers within the request timeout.
     async fn describe_replicas_with(&self, id: i32, digest: bool) -> Option<DescribeReplicasReply> {
         let mut c = self.broker_client(id);
         tokio::time::timeout(

@@ -538,9 +538,9 @@ impl Cluster {
         loop {
             // Controller, broker, controller: equal offsets around the broker's answer mean
             // the controller's digest is the one at that offset.
-            if let Some(c1) = self.try_describe_cluster_with_digest().await
-                && let Some(b) = self.try_describe_replicas_with_digest(id).await
-                && let Some(c2) = self.try_describe_cluster_with_digest().await
+            if let Some(c1) = self.describe_cluster_with(true).await
+                && let Some(b) = self.describe_replicas_with(id, true).await
+                && let Some(c2) = self.describe_cluster_with(true).await
             {
                 if c1.metadata_offset == b.metadata_offset
                     && c2.metadata_offset == b.metadata_offset
