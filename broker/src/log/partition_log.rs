@@ -14,11 +14,14 @@ use super::checkpoint::fsync_dir;
 use super::config::{Clock, LogConfig};
 use super::epoch_cache::{LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
 use super::error::{LogError, LogResult, io_err};
-use super::producer_state::{AppendCheck, ProducerEntry, ProducerStateManager, SNAPSHOT_SUFFIX};
+use super::producer_state::{
+    AppendCheck, ProducerEntry, ProducerStateManager, SNAPSHOT_SUFFIX,
+    is_deleted_snapshot_file_name,
+};
 use super::segment::{
     CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, Segment, TIME_INDEX_SUFFIX,
-    complete_swap_file, is_deleted_segment_file_name, parse_offset_file_name, remove_if_exists,
-    swap_file_end,
+    complete_swap_file, delete_in_steps, is_deleted_segment_file_name, parse_offset_file_name,
+    remove_if_exists, swap_file_end,
 };
 use keel_record::{
     BatchHeader, BatchIter, CONTROL_BIT, MAX_LOG_END_OFFSET, NO_TIMESTAMP, RecordBatch,
@@ -102,8 +105,9 @@ pub struct ReadInfo {
     pub next_offset: i64,
 }
 
-/// Segments that retention ([`Log::delete_old_segments`]) removed from a log: their files,
-/// renamed to `<name>.deleted` under the partition lock, still to be deleted. Kafka
+/// Segments that retention ([`Log::delete_old_segments`]) removed from a log: their files
+/// and the producer snapshots below the new log start, renamed to `<name>.deleted` under the
+/// partition lock, still to be deleted. Kafka
 /// (`UnifiedLog.deleteSegments` / `LocalLog.deleteSegmentFiles`) renames the same way and
 /// deletes `file.delete.delay.ms` later on its scheduler; Keel's replica manager deletes them
 /// on a blocking thread right after its retention pass, outside every partition lock.
@@ -140,15 +144,16 @@ impl DeletedSegments {
         self.files.append(&mut other.files);
     }
 
-    /// Deletes the files, blocking (unlinking a large file frees all its blocks): call it
-    /// off the async runtime and outside any partition lock. A file that is already gone
-    /// counts as deleted (a reopened log or a deleted partition directory removed it). Every
-    /// other failure is logged with its path and returned; the file stays and the next
-    /// [`Log::open`] deletes it.
+    /// Deletes the files, blocking (a large file is cut a step at a time before its unlink,
+    /// see [`delete_in_steps`], so that freeing its blocks never holds the file system for
+    /// long): call it off the async runtime and outside any partition lock. A file that is
+    /// already gone counts as deleted (a reopened log or a deleted partition directory
+    /// removed it). Every other failure is logged with its path and returned; the file stays
+    /// and the next [`Log::open`] deletes it.
     pub fn delete_files(self) -> Vec<LogError> {
         let mut errors = Vec::new();
         for path in self.files {
-            match remove_if_exists(&path) {
+            match delete_in_steps(&path) {
                 Ok(()) => tracing::debug!(file = %path.display(), "deleted segment file"),
                 Err(e) => {
                     tracing::error!(file = %path.display(), "could not delete segment file: {e}");
@@ -974,8 +979,11 @@ impl Log {
                 .epoch_cache
                 .truncate_from_start_without_fsync(self.log_start_offset)
                 .and_then(|()| self.producer_state.truncate_head(self.log_start_offset));
-            if let Err(e) = advanced {
-                failure.get_or_insert(e);
+            match advanced {
+                Ok(snapshots) => deleted.files.extend(snapshots),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
             }
         }
         self.check_invariants();
@@ -1157,7 +1165,9 @@ impl Log {
             .end_offset_for(requested_epoch, self.log_end_offset)
     }
 
-    /// Flushes, writes all indexes and a producer snapshot at the LEO (clean shutdown).
+    /// Flushes, writes the indexes that changed and a producer snapshot at the LEO unless the
+    /// state there is already saved (clean shutdown; an idle log writes nothing, see
+    /// [`ProducerStateManager::take_snapshot`]).
     pub fn close(mut self) -> LogResult<()> {
         self.flush()?;
         for seg in self.segments.values_mut() {
@@ -1362,10 +1372,12 @@ fn segment_bases(dir: &Path) -> LogResult<Vec<i64>> {
             && let Some(base) = parse_offset_file_name(target, LOG_SUFFIX)
         {
             swaps.push(base);
-        } else if is_deleted_segment_file_name(name) && is_file {
-            // A segment that retention removed from the log before a crash or shutdown
-            // (renamed under the lock, deleted later, see `delete_old_segments`); never
-            // loaded as a segment.
+        } else if (is_deleted_segment_file_name(name) || is_deleted_snapshot_file_name(name))
+            && is_file
+        {
+            // A segment (or a producer snapshot below the log start) that retention removed
+            // from the log before a crash or shutdown (renamed under the lock, deleted later,
+            // see `delete_old_segments`); never loaded.
             tracing::info!(file = %path.display(), "deleting leftover file of a segment removed by retention");
             fs::remove_file(&path).map_err(io_err(&path))?;
         } else if let Some(suffix) = OFFSET_FILE_SUFFIXES.iter().find(|s| name.ends_with(**s)) {
@@ -1665,19 +1677,35 @@ mod tests {
         let mut log = filled_log(dir.path());
         let bases = log.segment_base_offsets();
         retain_all_but_oldest(&mut log, 2);
+        // Producer snapshots below the new start (one per roll) go with the segments.
+        let snapshots_below: Vec<i64> = fs::read_dir(dir.path())
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().into_string().unwrap();
+                parse_offset_file_name(&name, SNAPSHOT_SUFFIX)
+            })
+            .filter(|o| *o < bases[2])
+            .collect();
+        assert!(!snapshots_below.is_empty());
         let deleted = log.delete_old_segments(log.log_end_offset()).unwrap();
 
         assert_eq!(deleted.segment_count(), 2);
         assert_eq!(log.segment_base_offsets(), bases[2..].to_vec());
         assert_eq!(log.log_start_offset(), bases[2]);
         assert_eq!(log_files(dir.path()), bases[2..].to_vec());
-        // The data files and the indexes written at each roll wait as `.deleted`.
+        // The data files, the indexes written at each roll and the producer snapshots below
+        // the new start wait as `.deleted`.
         let mut want: Vec<String> = bases[..2]
             .iter()
             .flat_map(|b| {
                 [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX]
                     .map(|s| format!("{b:020}{s}{DELETED_SUFFIX}"))
             })
+            .chain(
+                snapshots_below
+                    .iter()
+                    .map(|o| format!("{o:020}{SNAPSHOT_SUFFIX}{DELETED_SUFFIX}")),
+            )
             .collect();
         want.sort();
         assert_eq!(deleted_files(dir.path()), want);
@@ -1741,9 +1769,12 @@ mod tests {
                 fs::rename(&p, super::super::segment::deleted_path(&p)).unwrap();
             }
         }
+        // The producer snapshot at the second segment's base, below the new start.
+        let snapshot = super::super::producer_state::snapshot_path(dir.path(), bases[1]);
+        fs::rename(&snapshot, super::super::segment::deleted_path(&snapshot)).unwrap();
         let foreign = dir.path().join("notes.txt.deleted");
         fs::write(&foreign, b"not the log's").unwrap();
-        assert_eq!(deleted_files(dir.path()).len(), 7);
+        assert_eq!(deleted_files(dir.path()).len(), 8);
 
         let log = open(dir.path());
         assert_eq!(

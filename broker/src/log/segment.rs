@@ -949,6 +949,57 @@ fn write_all_vectored(mut file: &File, mut bufs: &mut [IoSlice<'_>]) -> std::io:
     Ok(())
 }
 
+/// Bytes freed per step by [`delete_in_steps`].
+pub const DELETE_STEP_BYTES: u64 = 4 << 20;
+
+/// Longest pause between two steps of [`delete_in_steps`].
+pub const MAX_DELETE_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The lengths a file of `len` bytes is cut to, one per step, before its unlink: each
+/// `step` bytes shorter, down to the last length at or below `step` (the unlink frees that
+/// rest). Empty when `len <= step`. `step` must be > 0.
+pub fn shrink_steps(len: u64, step: u64) -> impl Iterator<Item = u64> {
+    assert!(step > 0, "a delete step frees at least one byte");
+    let steps = len.saturating_sub(1) / step;
+    (1..=steps).map(move |i| len - i * step)
+}
+
+/// Deletes a file that may be large without holding the file system for the whole of it
+/// (what RocksDB's `DeleteScheduler` does with `bytes_max_delete_chunk`): cuts it from the
+/// end [`DELETE_STEP_BYTES`] at a time ([`shrink_steps`]), pausing after each cut as long as
+/// the cut took (at most [`MAX_DELETE_PAUSE`]), then unlinks it. A missing file counts as
+/// deleted.
+///
+/// Why: freeing blocks on ext4 locks the block group's bitmap and, on a file system mounted
+/// with `discard`, waits for the device to discard them. Measured in the replication bench
+/// at 100 MiB/s (perf sched, all three brokers deleting a retired 128 MiB segment at once):
+/// the three unlinks ran 480 ms, meanwhile the drop-behind thread's `fallocate` on an
+/// active segment waited for a block bitmap while holding that segment's inode lock, and
+/// the append's `writev` waited 376 ms for the inode lock: one all-partition produce stall
+/// of 200-450 ms per retired segment. In steps, a writer waits for one step at most, and
+/// the pause bounds deletion to half the device's discard rate only where discards are
+/// slow.
+///
+/// Blocking (sleeps between steps): call it off the async runtime, outside any lock.
+///
+/// Errors: `Io` naming the file and the failed step (open, truncate or unlink); the file
+/// then stays, possibly shorter (it is a `.deleted` file nobody reads).
+pub fn delete_in_steps(path: &Path) -> LogResult<()> {
+    let file = match fs::OpenOptions::new().write(true).open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    let len = file.metadata().map_err(io_err(path))?.len();
+    for cut in shrink_steps(len, DELETE_STEP_BYTES) {
+        let started = std::time::Instant::now();
+        file.set_len(cut).map_err(io_err(path))?;
+        std::thread::sleep(started.elapsed().min(MAX_DELETE_PAUSE));
+    }
+    drop(file);
+    remove_if_exists(path)
+}
+
 /// Removes a file, ignoring "not found".
 pub fn remove_if_exists(path: &Path) -> LogResult<()> {
     match fs::remove_file(path) {
@@ -961,6 +1012,33 @@ pub fn remove_if_exists(path: &Path) -> LogResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shrink_steps_cut_a_step_at_a_time_and_leave_the_rest_to_the_unlink() {
+        let steps = |len: u64| shrink_steps(len, 4).collect::<Vec<_>>();
+        assert!(steps(0).is_empty());
+        assert!(steps(4).is_empty());
+        assert_eq!(steps(5), vec![1]);
+        assert_eq!(steps(8), vec![4]);
+        assert_eq!(steps(13), vec![9, 5, 1]);
+        // A 128 MiB segment: 31 cuts, the last leaves 4 MiB for the unlink.
+        let cuts: Vec<u64> = shrink_steps(128 << 20, DELETE_STEP_BYTES).collect();
+        assert_eq!(cuts.len(), 31);
+        assert_eq!(cuts.last(), Some(&DELETE_STEP_BYTES));
+        assert!(cuts.windows(2).all(|w| w[0] - w[1] == DELETE_STEP_BYTES));
+    }
+
+    #[test]
+    fn delete_in_steps_removes_the_file_and_ignores_a_missing_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000000.log.deleted");
+        let f = fs::File::create(&path).unwrap();
+        f.set_len(3 * DELETE_STEP_BYTES + 17).unwrap();
+        drop(f);
+        delete_in_steps(&path).unwrap();
+        assert!(!path.exists());
+        delete_in_steps(&path).unwrap();
+    }
 
     #[test]
     fn only_canonical_offset_file_names_parse() {
