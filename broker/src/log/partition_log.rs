@@ -1036,9 +1036,19 @@ impl Log {
         } else {
             Vec::new()
         };
+        // A log that never held a record (start and end at 0) loses nothing with its
+        // segment's directory entry: after a crash that drops it, open creates the same empty
+        // segment at 0. Its directory stays dirty until a flush has data to protect. Measured
+        // at 100,000 fresh partitions per broker: the clean shutdown's flush fsynced 100,000
+        // directories, SIGTERM to exit 22-25 s.
+        let never_written = self.log_start_offset == 0 && self.log_end_offset == 0;
+        let sync_dir = self.dir_dirty && !never_written;
+        if sync_dir {
+            self.dir_dirty = false;
+        }
         LogFlush {
             files,
-            dir: std::mem::take(&mut self.dir_dirty).then(|| self.dir.clone()),
+            dir: sync_dir.then(|| self.dir.clone()),
             target: self.log_end_offset,
             messages: self.unflushed_messages,
             truncations: self.truncations,
@@ -1567,6 +1577,55 @@ mod tests {
         }
         assert!(log.segment_count() >= 4, "{:?}", log.segment_base_offsets());
         log
+    }
+
+    /// Closing a never-written log writes nothing (no index files, no producer snapshot),
+    /// and it reopens as the same empty log; once written, its close writes both.
+    #[test]
+    fn closing_a_never_written_log_writes_no_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let names = || {
+            let mut v: Vec<String> = fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|n| n != LEADER_EPOCH_CHECKPOINT)
+                .collect();
+            v.sort();
+            v
+        };
+        open(dir.path()).close().unwrap();
+        assert_eq!(names(), vec![format!("{:020}{LOG_SUFFIX}", 0)]);
+        let mut log = open(dir.path());
+        assert_eq!((log.log_start_offset(), log.log_end_offset()), (0, 0));
+        log.append_as_leader(batch(), 1).unwrap();
+        let leo = log.log_end_offset();
+        log.close().unwrap();
+        let want: Vec<String> = [INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX]
+            .iter()
+            .map(|s| format!("{:020}{s}", 0))
+            .chain([format!("{leo:020}{SNAPSHOT_SUFFIX}")])
+            .collect();
+        assert_eq!(names(), want);
+    }
+
+    /// A never-written log's flush leaves its directory alone (nothing to lose, see
+    /// `begin_flush`) but keeps it dirty: the first flush with data fsyncs it, once.
+    #[test]
+    fn a_never_written_log_defers_its_directory_fsync_to_the_first_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path());
+        let job = log.begin_flush();
+        assert!(job.dir.is_none() && job.files.is_empty());
+        let r = job.run();
+        log.finish_flush(job, r).unwrap();
+        assert!(log.dir_dirty);
+        log.append_as_leader(batch(), 1).unwrap();
+        let job = log.begin_flush();
+        assert_eq!(job.dir.as_deref(), Some(dir.path()));
+        let r = job.run();
+        log.finish_flush(job, r).unwrap();
+        assert!(!log.dir_dirty);
+        assert!(log.begin_flush().dir.is_none());
     }
 
     #[test]

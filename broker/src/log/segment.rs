@@ -187,7 +187,12 @@ impl Segment {
             first_batch_timestamp: None,
             created_ms: now_ms,
             bytes_since_index_entry: 0,
-            index_dirty: true,
+            // Empty indexes and no index files (removed above): a reopen loads the same
+            // empty indexes (`load_indexes` accepts missing ones for an empty segment), so
+            // there is nothing to write until the first entry. Closing a broker with 100,000
+            // never-written partitions wrote 200,000 empty index files (tmp + rename each),
+            // 23.6-25.0 s of its 'logs closed' time.
+            index_dirty: false,
             cache_behind: CacheBehind::default(),
         })
     }
