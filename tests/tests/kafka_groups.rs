@@ -145,12 +145,16 @@ async fn split_take_over_resume(script_name: &str, members: &[&str]) {
 /// The checks shared by the Python clients' runs: a split over both first members, the
 /// takeover by the one staying, every record read once, all three members reading.
 fn assert_split_takeover_resume(out: &str, records: usize, members: &[&str]) {
-    let split: Vec<usize> = out
+    let line = out
         .lines()
         .find_map(|l| l.strip_prefix("split "))
-        .expect("a split line")
+        .unwrap_or_else(|| panic!("no split line in:\n{out}"));
+    let split: Vec<usize> = line
         .split(' ')
-        .map(|n| n.parse().unwrap())
+        .map(|n| {
+            n.parse()
+                .unwrap_or_else(|e| panic!("split line {line:?}: {n:?}: {e}\n{out}"))
+        })
         .collect();
     assert_eq!(split.iter().sum::<usize>(), PARTITIONS as usize);
     assert!(split.iter().all(|n| *n > 0), "{split:?}");
