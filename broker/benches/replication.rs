@@ -158,9 +158,14 @@ impl Hiccups {
             "{:>7.1}/{:<3.0} {:>7}",
             ms(percentile(&self.sorted, 0.99)),
             ms(self.sorted.last().copied().unwrap_or_default()),
-            self.steal_pct
-                .map_or_else(|| "-".to_string(), |s| format!("{s:.1}"))
+            self.steal()
         )
+    }
+
+    /// The steal percentage with one decimal, `-` where it could not be read.
+    fn steal(&self) -> String {
+        self.steal_pct
+            .map_or_else(|| "-".to_string(), |s| format!("{s:.1}"))
     }
 }
 
@@ -800,8 +805,7 @@ async fn run() {
          with drop-behind ({disk_growing:.0} MiB/s into a growing page cache); scheduling hiccups at idle (2 s): p99 {:.1} ms, max {:.1} ms, CPU steal {}%\n",
         ms(percentile(&idle.sorted, 0.99)),
         ms(idle.sorted.last().copied().unwrap_or_default()),
-        idle.steal_pct
-            .map_or_else(|| "-".to_string(), |s| format!("{s:.1}")),
+        idle.steal(),
     );
     println!(
         "{:<38} {:>9} {:>11} {:>9} {:>9} {:>9} {:>7} {:>14} {:>7}",

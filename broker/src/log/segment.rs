@@ -987,8 +987,8 @@ pub fn shrink_steps(len: u64, step: u64) -> impl Iterator<Item = u64> {
 ///
 /// Blocking (sleeps between steps): call it off the async runtime, outside any lock.
 ///
-/// Errors: `Io` naming the file and the failed step (open, truncate or unlink); the file
-/// then stays, possibly shorter (it is a `.deleted` file nobody reads).
+/// Errors: `Io` naming the file (its open, a cut or the unlink failed); the file then
+/// stays, possibly shorter (it is a `.deleted` file nobody reads).
 pub fn delete_in_steps(path: &Path) -> LogResult<()> {
     let file = match fs::OpenOptions::new().write(true).open(path) {
         Ok(f) => f,
