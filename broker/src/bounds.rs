@@ -31,8 +31,11 @@ pub const PRODUCER_EPOCH_RANGE: std::ops::RangeInclusive<i32> = 0..=(i16::MAX as
 /// Why a transactional id is refused (Keel has no transaction coordinator). Answered with
 /// UNSUPPORTED_VERSION (35), Kafka's code for a feature the broker cannot serve
 /// (`KafkaApis.ensureInterBrokerVersion`, which refuses EndTxn/InitProducerId on a broker
-/// whose protocol predates transactions); TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53) would
-/// wrongly blame ACLs, and a retriable code would make a Kafka producer retry forever.
+/// whose protocol predates transactions); a retriable code would make a producer retry
+/// forever. A Kafka client's transactional producer never gets this far: it asks
+/// FindCoordinator with key type 1 first, and that step answers
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED (53), the only code librdkafka gives up on there
+/// (`kafka::groups`).
 pub const UNSUPPORTED_TRANSACTIONS: &str =
     "transactions are not supported: transactional_id must be empty";
 

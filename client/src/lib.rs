@@ -10,6 +10,7 @@
 //! - [`leader_epochs`]: the highest leader epoch seen per partition and the reactions to
 //!   leader errors (pure);
 //! - [`rpc_error`]: one human line for a failed gRPC call or connection;
+//! - [`kafka_probe`]: whether an address that dropped a gRPC connection is a Kafka listener;
 //! - [`verify`]: the lost/duplicated/reordered judgement of `keelctl verify`;
 //! - [`format`](mod@format): pure formatting of results as text tables and JSON rows;
 //! - [`local_cluster`]: the process and file layout of `keelctl cluster up|down|status`;
@@ -29,6 +30,7 @@ pub mod dev_certs;
 pub mod format;
 pub mod groups;
 pub mod grpc;
+pub mod kafka_probe;
 pub mod leader_epochs;
 pub mod local_cluster;
 pub mod log_dump;

@@ -52,6 +52,8 @@ pub const DEFAULT_BASE_PORT: u16 = 9092;
 pub const MIN_BASE_PORT: u16 = 1024;
 /// Number of controllers and of brokers.
 pub const NODES: u16 = 3;
+/// Highest base port: the local cluster uses ports up to base + 313 (the metrics listeners).
+pub const MAX_BASE_PORT: u16 = u16::MAX - 310 - NODES;
 /// File in the data dir recording the layout chosen by the first `cluster up`.
 pub const LAYOUT_FILE: &str = "cluster.toml";
 /// File in a TLS cluster's `tls/` directory whose presence turns the authorizer on.
@@ -178,7 +180,7 @@ impl Layout {
                 310 + NODES
             ));
         }
-        if base_port.checked_add(310 + NODES).is_none() {
+        if base_port > MAX_BASE_PORT {
             return Err(format!(
                 "--base-port {base_port} is too high: the local cluster uses ports up to base + {}",
                 310 + NODES

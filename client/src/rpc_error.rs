@@ -189,6 +189,21 @@ pub fn never_sent(err: &(dyn Error + 'static)) -> bool {
     false
 }
 
+/// Whether a one-line failure (from [`status_line`] or [`error_line`]) says the server end
+/// dropped a connection it had accepted: reset, aborted, broken pipe, or closed (hyper's
+/// "connection closed before message completed"). What a non-gRPC listener that reads the
+/// HTTP/2 preface as garbage does; refused connections and timeouts are not this.
+pub fn connection_dropped(line: &str) -> bool {
+    [
+        "connection reset",
+        "connection aborted",
+        "broken pipe",
+        "connection closed",
+    ]
+    .iter()
+    .any(|p| line.contains(p))
+}
+
 /// Whether a failed RPC is worth retrying (elsewhere or later): transport failures,
 /// timeouts and server-side hiccups, not refusals that would repeat (UNIMPLEMENTED,
 /// INVALID_ARGUMENT, message too large, ...).

@@ -154,6 +154,9 @@ fn refused_input_is_a_usage_error_and_sends_nothing() {
             vec!["partition", "elect", "--all", "--election-type", "bogus"],
             "",
         ),
+        // Privileged and overflowing base ports (`up` exited 1 here, session 34's trial).
+        (vec!["cluster", "up", "--base-port", "80"], ""),
+        (vec!["cluster", "status", "--base-port", "65223"], ""),
     ];
     for (args, want) in cases {
         let (code, stderr) = bait.run(&args);

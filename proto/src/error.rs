@@ -207,6 +207,11 @@ error_codes! {
     /// Idempotent produce / InitProducerId: the producer epoch is older than the one the
     /// partition has seen for this producer id.
     InvalidProducerEpoch = (47, "INVALID_PRODUCER_EPOCH", false);
+    /// FindCoordinator for a transactional id (key type 1) on the Kafka listener: Keel has no
+    /// transaction coordinator. Kafka's answer when the principal may not use the id; the one
+    /// non-retriable code both librdkafka and the Java producer treat as fatal at that step,
+    /// so `init_transactions()` fails at once instead of retrying until its timeout.
+    TransactionalIdAuthorizationFailed = (53, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", false);
     /// An ACL request reached a node without an authorizer configured
     /// (`authorizer = "standard"`).
     SecurityDisabled = (54, "SECURITY_DISABLED", false);

@@ -224,3 +224,31 @@ async fn kafka_python_admin_creates_describes_and_deletes_a_topic() {
     let m = c.try_metadata(1, &["admin-topic"]).await.unwrap();
     assert!(m.topics.iter().all(|t| t.partitions.is_empty()), "{m:?}");
 }
+
+/// Refusals reach Kafka's clients as clear errors at once (fresh-user trial, session 34): a
+/// topic name over 249 characters is INVALID_TOPIC_EXCEPTION for confluent-kafka's
+/// AdminClient (the result echoes the name as sent; a shortened one was a `_BAD_MSG` parse
+/// failure), and a transactional producer's `init_transactions()` fails with a fatal
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED in librdkafka and kafka-python (it used to retry
+/// FindCoordinator every 500 ms until its timeout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_clients_get_long_names_and_transactions_refused_at_once() {
+    let c = Cluster::start(3, 3);
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    let out = run_script(
+        &[
+            script("refusals.py").to_str().unwrap(),
+            &c.kafka_bootstrap(),
+        ],
+        Duration::from_secs(240),
+    );
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "create TOPIC_EXCEPTION", // librdkafka's name for INVALID_TOPIC_EXCEPTION (17)
+            "txn TRANSACTIONAL_ID_AUTHORIZATION_FAILED fatal=True",
+            "kp-txn TransactionalIdAuthorizationFailedError",
+        ],
+        "{out}"
+    );
+}

@@ -135,6 +135,20 @@ async fn locate(
             Some(msg),
         )
     };
+    if key_type == 1 {
+        // A transactional producer looks for its coordinator first. Keel has none, and the
+        // refusal must be one clients give up on: librdkafka retries every other code of
+        // this step every 500 ms until `init_transactions()` times out (its
+        // `rd_kafka_txn_handle_FindCoordinator` makes only TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        // fatal), so that is the code, with a message that says what is really missing.
+        return fail(
+            ErrorCode::TransactionalIdAuthorizationFailed,
+            format!(
+                "transactions are not supported by Keel (no transaction coordinator for transactional id {:?}); use an idempotent producer without transactional.id",
+                clip(key)
+            ),
+        );
+    }
     if key_type != 0 {
         // Kafka's key types: 0 group, 1 transaction, 2 share group. Keel coordinates
         // classic groups only.

@@ -393,6 +393,8 @@ impl Admin {
         // This round: addresses asked, and those that could not be reached.
         let mut tried: HashSet<String> = HashSet::new();
         let mut down: HashSet<String> = HashSet::new();
+        // Addresses already asked whether they are a Kafka listener (once per operation).
+        let mut probed: HashSet<String> = HashSet::new();
         // A hint to an address already asked this round: where the next round starts.
         let mut next_round: Option<String> = None;
         let mut uncertain: Option<String> = None;
@@ -496,6 +498,7 @@ impl Admin {
                     }
                 }
             };
+            let step = self.unless_kafka_listener(&addr, step, &mut probed).await;
             match step {
                 Step::Done(value) => return Ok(Answered { value, uncertain }),
                 Step::NotActive {
@@ -535,6 +538,32 @@ impl Admin {
                 Step::Fatal(e) => return Err(e),
             }
         }
+    }
+
+    /// `step`, or [`Step::Unusable`] when it is a dropped plaintext connection and `addr`
+    /// turns out to be a Kafka listener ([`crate::kafka_probe`]): a broker's Kafka port given
+    /// as a controller resets every gRPC connection, and retrying it for the whole API
+    /// timeout would end in "connection reset by peer" instead of naming the mistake. Probes
+    /// each address at most once per operation (`probed`).
+    async fn unless_kafka_listener<T>(
+        &self,
+        addr: &str,
+        step: Step<T>,
+        probed: &mut HashSet<String>,
+    ) -> Step<T> {
+        let Step::Retry { detail, .. } = &step else {
+            return step;
+        };
+        if self.config.dialer.is_tls()
+            || !rpc_error::connection_dropped(detail)
+            || !probed.insert(addr.to_string())
+            || !crate::kafka_probe::speaks_kafka(addr).await
+        {
+            return step;
+        }
+        Step::Unusable(format!(
+            "{addr} is a Kafka listener, not the controller API (is it a broker's Kafka port?)"
+        ))
     }
 
     /// Runs `rpc` against the active controller (or any controller for reads when

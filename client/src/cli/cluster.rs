@@ -40,8 +40,11 @@ pub struct LayoutArgs {
     pub data_dir: PathBuf,
     /// Base port of a new cluster (default 9092): controllers listen on base+1..base+3,
     /// brokers on base+100..base+102. The first `up` records it in DIR/cluster.toml; later
-    /// commands on DIR use the recorded one and refuse a different one. 1024 to 65222.
-    #[arg(long)]
+    /// commands on DIR use the recorded one and refuse a different one. 1024 to 65222 (a
+    /// value outside is a usage error, exit status 2).
+    #[arg(long, value_parser = clap::value_parser!(u16).range(
+        i64::from(crate::local_cluster::MIN_BASE_PORT)..=i64::from(crate::local_cluster::MAX_BASE_PORT)
+    ))]
     pub base_port: Option<u16>,
 }
 

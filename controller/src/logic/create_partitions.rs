@@ -22,8 +22,7 @@ use keel_proto::metadata::MetadataRecord;
 
 use super::result::{exceeds_operation_limits, operation_limits_message};
 use super::topics::{
-    MAX_TOPIC_NAME_LEN, Refusal, ReplicasAndIsr, check_assignment, new_partition_record,
-    place_replicas, usable_brokers,
+    Refusal, ReplicasAndIsr, check_assignment, new_partition_record, place_replicas, usable_brokers,
 };
 use super::{ControllerResult, error};
 
@@ -69,11 +68,7 @@ pub fn create_partitions(
             Err((code, msg)) => error(code, msg),
         };
         results.push(CreatePartitionsTopicResult {
-            name: if t.name.len() > MAX_TOPIC_NAME_LEN {
-                keel_proto::limits::clip(&t.name).into_owned()
-            } else {
-                t.name.clone()
-            },
+            name: t.name.clone(),
             error,
             metadata_offset: -1,
         });

@@ -248,12 +248,9 @@ pub fn create_topics(
                 results.push(result);
             }
             Err((code, msg)) => results.push(CreatableTopicResult {
-                // A name too long to be a topic's is not echoed whole (issue #18, item 6).
-                name: if t.name.len() > MAX_TOPIC_NAME_LEN {
-                    keel_proto::limits::clip(&t.name).into_owned()
-                } else {
-                    t.name.clone()
-                },
+                // The name as sent, however long: clients pair results with their request by
+                // name (Kafka's CreateTopicsResponse); messages quote it clipped (#18 item 6).
+                name: t.name.clone(),
                 topic_id: bytes::Bytes::new(),
                 error: error(code, msg),
                 num_partitions: -1,
@@ -648,11 +645,7 @@ pub fn delete_topics(
                 });
             }
             Err((code, msg)) => results.push(DeletableTopicResult {
-                name: if t.name.len() > MAX_TOPIC_NAME_LEN {
-                    keel_proto::limits::clip(&t.name).into_owned()
-                } else {
-                    t.name.clone()
-                },
+                name: t.name.clone(),
                 topic_id: t.topic_id.clone(),
                 error: error(code, msg),
             }),
