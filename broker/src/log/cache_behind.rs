@@ -159,10 +159,10 @@ impl CacheBehind {
         Some(from..end)
     }
 
-    /// Whether blocks were asked for past `size`, which [`Segment`](super::segment::Segment)
-    /// gives back when the segment rolls.
-    pub fn allocated_past(&self, size: u64) -> bool {
-        self.allocated_to > size
+    /// Bytes of blocks asked for past `size` (0 if none), which
+    /// [`Segment`](super::segment::Segment) may give back when the segment rolls.
+    pub fn allocated_past(&self, size: u64) -> u64 {
+        self.allocated_to.saturating_sub(size)
     }
 }
 
@@ -383,12 +383,12 @@ mod tests {
                 "at {size} MiB"
             );
         }
-        assert!(c.allocated_past(99 * MIB));
-        assert!(!c.allocated_past(100 * MIB));
+        assert_eq!(c.allocated_past(99 * MIB), MIB);
+        assert_eq!(c.allocated_past(100 * MIB), 0);
         // An empty file, or a loaded one, asks for nothing until it grows.
         assert_eq!(CacheBehind::default().allocate_ahead(0, max, limit), None);
         let mut loaded = CacheBehind::done_at(50 * MIB);
-        assert!(!loaded.allocated_past(50 * MIB));
+        assert_eq!(loaded.allocated_past(50 * MIB), 0);
         assert_eq!(
             loaded.allocate_ahead(54 * MIB, max, limit),
             Some(54 * MIB..86 * MIB)

@@ -134,7 +134,8 @@ pub struct LogConfig {
     pub flush_interval_messages: Option<u64>,
     /// `flush.ms` / `log.flush.interval.ms`: fdatasync when the last flush is this old (ms),
     /// checked by the periodic flusher ([`crate::log::Log::begin_flush_if_due`], every
-    /// replica-manager tick), not on append (as Kafka's log flusher). `None` = never.
+    /// replica-manager tick), not on append (as Kafka's log flusher). `None` = never by time;
+    /// a roll still flushes the log at the next tick, as Kafka's roll does.
     pub flush_interval_ms: Option<i64>,
     /// `producer.id.expiration.ms`: forget a producer whose newest batch timestamp is this
     /// old (ms), see [`crate::log::Log::remove_expired_producers`]; `None` = never. Kafka

@@ -14,7 +14,7 @@
 use std::fs;
 use std::path::Path;
 
-use super::checkpoint::write_atomically;
+use super::checkpoint::write_replaceable;
 use super::error::{LogResult, io_err};
 
 /// One offset index entry.
@@ -77,14 +77,17 @@ impl OffsetIndex {
         self.entries.is_empty()
     }
 
-    /// Writes the index file atomically.
+    /// Replaces the index file (`<path>.tmp` and a rename), without fsync: the caller makes
+    /// it durable with the next flush of its log ([`crate::log::Log::begin_flush`]). A crash
+    /// before that leaves the old file, none, or a shorter one, which the load validates
+    /// (rebuilt when invalid).
     pub fn write(&self, path: &Path) -> LogResult<()> {
         let mut buf = Vec::with_capacity(self.entries.len() * 8);
         for e in &self.entries {
             buf.extend_from_slice(&e.relative_offset.to_be_bytes());
             buf.extend_from_slice(&e.position.to_be_bytes());
         }
-        write_atomically(path, &buf)
+        write_replaceable(path, &buf)
     }
 
     /// Reads an index file; `Ok(None)` if it is missing or fails the structural checks
@@ -175,14 +178,17 @@ impl TimeIndex {
         self.entries.last().copied()
     }
 
-    /// Writes the index file atomically.
+    /// Replaces the index file (`<path>.tmp` and a rename), without fsync: the caller makes
+    /// it durable with the next flush of its log ([`crate::log::Log::begin_flush`]). A crash
+    /// before that leaves the old file, none, or a shorter one, which the load validates
+    /// (rebuilt when invalid).
     pub fn write(&self, path: &Path) -> LogResult<()> {
         let mut buf = Vec::with_capacity(self.entries.len() * 12);
         for e in &self.entries {
             buf.extend_from_slice(&e.timestamp_ms.to_be_bytes());
             buf.extend_from_slice(&e.relative_offset.to_be_bytes());
         }
-        write_atomically(path, &buf)
+        write_replaceable(path, &buf)
     }
 
     /// Reads a time index file; `Ok(None)` if missing or structurally invalid (relative

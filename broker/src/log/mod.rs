@@ -44,7 +44,10 @@
 //!   one a new leader records before its first write, KAFKA-7415);
 //! - a failed append or follower append leaves the LEO and the segment bytes unchanged;
 //! - `0 <= log_start_offset <= log_end_offset <= MAX_LOG_END_OFFSET`; the log start offset
-//!   only moves forward, except by an explicit [`Log::truncate_fully_and_start_at`].
+//!   only moves forward, except by an explicit [`Log::truncate_fully_and_start_at`];
+//! - below the recovery point, segment data and the index files written for it are fsynced:
+//!   a roll writes the old segment's indexes without fsync and the flush that follows every
+//!   roll (Kafka's `flush-log` after `roll`) syncs them before it moves the recovery point.
 
 #![warn(missing_docs)]
 

@@ -1,7 +1,7 @@
 //! [`Log`]: one partition's segments, epoch cache and producer state (Kafka `UnifiedLog`).
 //! See the module doc of [`crate::log`] for the invariants.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,7 +21,7 @@ use super::producer_state::{
 use super::segment::{
     CLEANED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_SUFFIX, Segment, TIME_INDEX_SUFFIX,
     complete_swap_file, delete_in_steps, is_deleted_segment_file_name, parse_offset_file_name,
-    remove_if_exists, swap_file_end,
+    remove_if_exists, segment_file, swap_file_end,
 };
 use keel_record::{
     BatchHeader, BatchIter, CONTROL_BIT, MAX_LOG_END_OFFSET, NO_TIMESTAMP, RecordBatch,
@@ -187,6 +187,20 @@ pub struct Log {
     /// [`Log::flush`] fsyncs the directory too, so the recovery point covers the new file's
     /// directory entry (rolls do not fsync on the append path).
     dir_dirty: bool,
+    /// Base offsets of the segments whose index files were written since the last flush
+    /// took them (a roll writes the old active segment's indexes without fsync, see
+    /// [`Segment::write_indexes`]): the next [`LogFlush`] fsyncs them with the segments, so
+    /// the recovery point never passes a segment whose index files are not durable, as
+    /// before; only the syncs left the append path. Kafka's roll likewise leaves the old
+    /// segment's flush, indexes included, to an asynchronous `flush-log` task. Invariant:
+    /// a subset of `segments`' keys (pruned when segments go), so bounded by their number.
+    unsynced_indexes: BTreeSet<i64>,
+    /// A segment was rolled since the last flush was taken: the periodic flusher flushes the
+    /// log now rather than at `flush.ms` (Kafka's roll schedules `flush-log`, a flush up to
+    /// the new segment's base offset, on its scheduler), so the recovery point follows the
+    /// rolls and a crash recovers (CRC-scans) about one segment per partition, not every
+    /// segment written since the last clean shutdown.
+    rolled_since_flush: bool,
     /// Bytes appended since the last page-cache drop-behind pass.
     bytes_since_drop_behind: u64,
     /// Counts truncations (of the tail or the whole log): a [`LogFlush`] taken before one
@@ -209,6 +223,12 @@ pub struct LogFlush {
     /// Segments from the one holding the recovery point to the active one (or why one of
     /// them could not be opened: the flush then fails with it).
     files: Vec<LogResult<(Arc<std::fs::File>, PathBuf)>>,
+    /// Index files written since the last flush (`Log::unsynced_indexes`), two per segment.
+    indexes: Vec<PathBuf>,
+    /// Their segments' base offsets, given back if the flush fails.
+    index_bases: Vec<i64>,
+    /// `Log::rolled_since_flush` when taken, given back if the flush fails.
+    rolled: bool,
     /// The partition directory, when a segment file was created since its last fsync.
     dir: Option<PathBuf>,
     /// The LEO when taken: every offset below it is durable once `run` succeeded.
@@ -220,7 +240,9 @@ pub struct LogFlush {
 }
 
 impl LogFlush {
-    /// fdatasync of the segments, then fsync of the directory if a file was created.
+    /// fdatasync of the segments and of the index files written since the last flush (one
+    /// that is gone, its segment deleted meanwhile, is skipped), then fsync of the directory
+    /// if a file was created or renamed into it.
     ///
     /// Errors: the first failed sync ([`LogError::Io`] naming the file).
     pub fn run(&self) -> LogResult<()> {
@@ -239,6 +261,14 @@ impl LogFlush {
                         source: std::io::Error::other(e.to_string()),
                     });
                 }
+            }
+        }
+        for path in &self.indexes {
+            match std::fs::File::open(path).and_then(|f| f.sync_data()) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(io_err(path)(e));
+                }
+                _ => {}
             }
         }
         if let Some(dir) = &self.dir {
@@ -300,6 +330,8 @@ impl Log {
             last_flush_ms: now_ms,
             bytes_since_snapshot: 0,
             dir_dirty: created,
+            unsynced_indexes: BTreeSet::new(),
+            rolled_since_flush: false,
             truncations: 0,
             bytes_since_drop_behind: 0,
             cleaner_checkpoint: Log::load_cleaner_checkpoint(dir),
@@ -701,7 +733,10 @@ impl Log {
         if self.active().base_offset() == base {
             return Ok(());
         }
-        self.active_mut().write_indexes()?;
+        if self.active_mut().write_indexes()? {
+            let base = self.active().base_offset();
+            self.note_unsynced_indexes(base);
+        }
         self.active_mut().release_allocated_past_end();
         self.producer_state.take_snapshot()?;
         self.bytes_since_snapshot = 0;
@@ -709,8 +744,19 @@ impl Log {
         self.segments.insert(base, seg);
         self.log_end_offset = base;
         self.dir_dirty = true;
+        self.rolled_since_flush = true;
         self.check_invariants();
         Ok(())
+    }
+
+    /// Records that [`Segment::write_indexes`] wrote segment `base`'s index files, for the
+    /// next flush to fsync, and that their renames dirtied the directory. Forgets segments
+    /// that are gone (retention, truncation, cleaning) on the way.
+    fn note_unsynced_indexes(&mut self, base: i64) {
+        let segments = &self.segments;
+        self.unsynced_indexes.retain(|b| segments.contains_key(b));
+        self.unsynced_indexes.insert(base);
+        self.dir_dirty = true;
     }
 
     /// Reads whole batches from `from_offset` (Kafka `UnifiedLog.read`): the batch containing
@@ -1046,8 +1092,21 @@ impl Log {
         if sync_dir {
             self.dir_dirty = false;
         }
+        let index_bases: Vec<i64> = std::mem::take(&mut self.unsynced_indexes)
+            .into_iter()
+            .filter(|b| self.segments.contains_key(b))
+            .collect();
+        let indexes = index_bases
+            .iter()
+            .flat_map(|&b| {
+                [INDEX_SUFFIX, TIME_INDEX_SUFFIX].map(|suffix| segment_file(&self.dir, b, suffix))
+            })
+            .collect();
         LogFlush {
             files,
+            indexes,
+            index_bases,
+            rolled: std::mem::take(&mut self.rolled_since_flush),
             dir: sync_dir.then(|| self.dir.clone()),
             target: self.log_end_offset,
             messages: self.unflushed_messages,
@@ -1063,6 +1122,13 @@ impl Log {
     pub fn finish_flush(&mut self, job: LogFlush, result: LogResult<()>) -> LogResult<()> {
         if let Err(e) = result {
             self.dir_dirty |= job.dir.is_some();
+            let segments = &self.segments;
+            self.unsynced_indexes.extend(
+                job.index_bases
+                    .into_iter()
+                    .filter(|b| segments.contains_key(b)),
+            );
+            self.rolled_since_flush |= job.rolled;
             return Err(e);
         }
         if job.truncations == self.truncations {
@@ -1075,18 +1141,22 @@ impl Log {
         Ok(())
     }
 
-    /// [`Log::begin_flush`] if `flush.ms` has passed since the last flush and something is
-    /// unflushed (Kafka's log flusher); `None` otherwise.
+    /// [`Log::begin_flush`] if something is unflushed and either a segment was rolled since
+    /// the last flush (Kafka's flush after a roll, see `rolled_since_flush`) or `flush.ms`
+    /// has passed since the last flush (Kafka's log flusher); `None` otherwise.
     pub fn begin_flush_if_due(&mut self) -> Option<LogFlush> {
-        let due = self
-            .config
-            .flush_interval_ms
-            .is_some_and(|ms| self.clock.now_ms().saturating_sub(self.last_flush_ms) >= ms);
-        (due && self.recovery_point < self.log_end_offset).then(|| self.begin_flush())
+        let due = self.rolled_since_flush
+            || self
+                .config
+                .flush_interval_ms
+                .is_some_and(|ms| self.clock.now_ms().saturating_sub(self.last_flush_ms) >= ms);
+        let unsynced =
+            self.recovery_point < self.log_end_offset || !self.unsynced_indexes.is_empty();
+        (due && unsynced).then(|| self.begin_flush())
     }
 
-    /// Flushes if `flush.ms` has passed since the last flush, under the caller's lock.
-    /// Returns whether it flushed.
+    /// Flushes if [`Log::begin_flush_if_due`] says so (a roll, or `flush.ms`), under the
+    /// caller's lock. Returns whether it flushed.
     pub fn flush_if_due(&mut self) -> LogResult<bool> {
         match self.begin_flush_if_due() {
             Some(job) => {
@@ -1175,16 +1245,22 @@ impl Log {
             .end_offset_for(requested_epoch, self.log_end_offset)
     }
 
-    /// Flushes, writes the indexes that changed and a producer snapshot at the LEO unless the
-    /// state there is already saved (clean shutdown; an idle log writes nothing, see
+    /// Writes the indexes that changed and a producer snapshot at the LEO unless the state
+    /// there is already saved, then flushes, which fsyncs those index files with the
+    /// segments (clean shutdown; an idle log writes nothing, see
     /// [`ProducerStateManager::take_snapshot`]).
     pub fn close(mut self) -> LogResult<()> {
-        self.flush()?;
-        for seg in self.segments.values_mut() {
-            seg.write_indexes()?;
+        let mut written = Vec::new();
+        for (base, seg) in self.segments.iter_mut() {
+            if seg.write_indexes()? {
+                written.push(*base);
+            }
+        }
+        for base in written {
+            self.note_unsynced_indexes(base);
         }
         self.producer_state.take_snapshot()?;
-        Ok(())
+        self.flush()
     }
 
     /// Deletes the whole partition directory.
@@ -1626,6 +1702,60 @@ mod tests {
         log.finish_flush(job, r).unwrap();
         assert!(!log.dir_dirty);
         assert!(log.begin_flush().dir.is_none());
+    }
+
+    /// A roll writes the old segment's index files without fsync and makes a flush due; the
+    /// flush takes them (with the directory) and moves the recovery point, a failed flush
+    /// gives them back, and a segment that is gone (retention) is dropped from the list
+    /// instead of being synced.
+    #[test]
+    fn a_roll_leaves_its_index_fsyncs_to_the_next_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = open(dir.path());
+        for _ in 0..3 {
+            log.append_as_leader(batch(), 1).unwrap();
+        }
+        let bases = log.segment_base_offsets();
+        assert_eq!(bases.len(), 2, "{bases:?}");
+        let old = bases[0];
+        let paths = [INDEX_SUFFIX, TIME_INDEX_SUFFIX].map(|s| segment_file(dir.path(), old, s));
+        assert!(paths.iter().all(|p| p.exists()), "written at the roll");
+        assert_eq!(log.unsynced_indexes, BTreeSet::from([old]));
+        // Without `flush.ms`, the roll alone makes the flush due (Kafka's flush after a
+        // roll); the flush moves the recovery point to the end.
+        assert_eq!(log.config.flush_interval_ms, None);
+        assert!(log.rolled_since_flush);
+        assert_eq!(log.recovery_point(), 0);
+        // A failed flush gives the index files and the roll back; a successful one syncs
+        // them and forgets them.
+        let job = log.begin_flush_if_due().expect("due after a roll");
+        assert!(!log.rolled_since_flush);
+        assert_eq!(job.indexes, paths.to_vec());
+        assert_eq!(job.dir.as_deref(), Some(dir.path()));
+        let failed = Err(LogError::Io {
+            path: paths[0].clone(),
+            source: std::io::Error::other("injected"),
+        });
+        assert!(log.finish_flush(job, failed).is_err());
+        assert_eq!(log.unsynced_indexes, BTreeSet::from([old]));
+        assert!(log.dir_dirty && log.rolled_since_flush);
+        assert_eq!(log.recovery_point(), 0);
+        let job = log.begin_flush_if_due().expect("still due");
+        assert_eq!(job.indexes, paths.to_vec());
+        let r = job.run();
+        log.finish_flush(job, r).unwrap();
+        assert!(log.unsynced_indexes.is_empty());
+        assert_eq!(log.recovery_point(), log.log_end_offset());
+        assert!(log.begin_flush_if_due().is_none(), "nothing new: not due");
+        assert!(log.begin_flush().indexes.is_empty());
+        // The next roll: its segment goes before a flush, so its files are not synced.
+        log.append_as_leader(batch(), 1).unwrap();
+        log.append_as_leader(batch(), 1).unwrap();
+        assert_eq!(log.unsynced_indexes.len(), 1);
+        let gone = *log.unsynced_indexes.first().unwrap();
+        log.segments.remove(&gone);
+        let job = log.begin_flush();
+        assert!(job.indexes.is_empty(), "{:?}", job.indexes);
     }
 
     #[test]

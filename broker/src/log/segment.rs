@@ -682,9 +682,17 @@ impl Segment {
     /// preallocated segment likewise. Best effort: a failure only keeps the blocks until the
     /// segment is deleted.
     ///
+    /// Only a tail over [`MIN_RELEASE_BYTES`] is given back: freeing blocks on a file system
+    /// mounted with `discard` waits for the device, and this runs under the partition lock
+    /// in the roll. A roll by size leaves less than one batch allocated past the end (the
+    /// allocation stops at `segment.bytes`), which then stays with the segment until it is
+    /// deleted (the file's size does not include it, so nothing reads it). Measured in the
+    /// replication bench at 100 MiB/s (perf sched): the cut of such a tail held a partition
+    /// lock for 13 ms waiting for `blkdev_issue_discard`.
+    ///
     /// [`Advice::Allocate`]: super::cache_behind::Advice::Allocate
     pub fn release_allocated_past_end(&mut self) {
-        if !self.cache_behind.allocated_past(self.size_bytes) {
+        if self.cache_behind.allocated_past(self.size_bytes) <= MIN_RELEASE_BYTES {
             return;
         }
         if let Ok(file) = self.handle()
@@ -839,10 +847,14 @@ impl Segment {
         self.file.clone()
     }
 
-    /// Writes the index files if they changed.
-    pub fn write_indexes(&mut self) -> LogResult<()> {
+    /// Writes the index files if they changed, without fsync (tmp + rename each, see
+    /// [`OffsetIndex::write`]); the caller must fsync them (with the directory) before it
+    /// counts them durable. Returns whether it wrote.
+    ///
+    /// Errors: `Io` naming the file (the indexes then stay dirty).
+    pub fn write_indexes(&mut self) -> LogResult<bool> {
         if !self.index_dirty {
-            return Ok(());
+            return Ok(false);
         }
         let dir = self.log_path.parent().unwrap_or(Path::new("."));
         self.index
@@ -850,7 +862,7 @@ impl Segment {
         self.time_index
             .write(&segment_file(dir, self.base_offset, TIME_INDEX_SUFFIX))?;
         self.index_dirty = false;
-        Ok(())
+        Ok(true)
     }
 
     /// Deletes the data and index files.
@@ -1004,6 +1016,13 @@ pub fn delete_in_steps(path: &Path) -> LogResult<()> {
     drop(file);
     remove_if_exists(path)
 }
+
+/// Smallest tail of blocks allocated past a segment's end that a roll gives back (see
+/// [`Segment::release_allocated_past_end`]): 4 MiB, four times Kafka's default
+/// `max.message.bytes`, so a roll by size (which leaves less than one batch) never pays a
+/// discard under the partition lock, while a roll by time or offsets with up to the
+/// drop-behind lag allocated ahead still returns its space.
+pub const MIN_RELEASE_BYTES: u64 = 4 << 20;
 
 /// Removes a file, ignoring "not found".
 pub fn remove_if_exists(path: &Path) -> LogResult<()> {

@@ -1395,8 +1395,9 @@ impl ReplicaManager {
             let roles_changed = self.shared.roles_changed.swap(false, Ordering::Relaxed);
             let sample = roles_changed || now >= next_gauges;
             let mut roles = Vec::new();
-            // `flush.ms` flushes: taken under each partition lock, synced after the loop
-            // without any lock (produce and fetch go on meanwhile), then completed.
+            // Flushes after a roll and `flush.ms` flushes: taken under each partition lock,
+            // synced after the loop without any lock (produce and fetch go on meanwhile),
+            // then completed.
             let mut flushes = Vec::new();
             let partitions = self.partitions();
             period = tick_period_ms(partitions.len());
@@ -1496,7 +1497,8 @@ impl ReplicaManager {
         ))
     }
 
-    /// Runs `flush.ms` flushes (from [`crate::log::Log::begin_flush_if_due`]) on one
+    /// Runs the periodic flushes (after a roll, `flush.ms`; from
+    /// [`crate::log::Log::begin_flush_if_due`]) on one
     /// blocking thread, off the runtime and outside every partition lock, then completes
     /// each under its partition's lock. Bounded by the number of hosted partitions.
     async fn run_flushes(flushes: Vec<(Arc<HostedPartition>, crate::log::LogFlush)>) {
