@@ -695,6 +695,70 @@ fn truncate_fully_and_start_at() {
 
 /// Checkpoint files, the clean-shutdown marker (skips the CRC scan), recovery after an
 /// unclean stop, and index rebuild when index files are lost.
+/// A deleted log's directory is renamed to `<topic>-<partition>.<id>-delete` at once (Kafka
+/// `LogManager.asyncDelete`): the partition can be created again right away, a restart does
+/// not load the old log but hands the directory out for deletion, and the deletion service
+/// removes it with its files.
+#[test]
+fn manager_deletes_a_log_by_renaming_its_directory_first() {
+    let data = tempfile::tempdir().unwrap();
+    let clock: Arc<ManualClock> = Arc::new(ManualClock::new(0));
+    let tp = TopicPartition::new("gone", 0);
+    let mut mgr =
+        LogManager::open(data.path(), small_config(), &BTreeMap::new(), clock.clone()).unwrap();
+    let log = mgr.get_or_create_log(&tp, None).unwrap();
+    for _ in 0..30 {
+        log.append_as_leader(batch(2, 300, 0), 1).unwrap();
+    }
+    let doomed = mgr.delete_log(&tp).unwrap().expect("the log existed");
+    assert!(mgr.delete_log(&tp).unwrap().is_none());
+    let renamed = doomed.dirs().to_vec();
+    assert_eq!(renamed.len(), 1);
+    let name = renamed[0]
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        name.starts_with("gone-0.") && name.ends_with("-delete"),
+        "{name}"
+    );
+    assert!(!data.path().join("gone-0").exists());
+    assert!(renamed[0].join("00000000000000000000.log").exists());
+    // Created again at once, in a fresh directory.
+    mgr.get_or_create_log(&tp, None)
+        .unwrap()
+        .append_as_leader(batch(1, 10, 0), 1)
+        .unwrap();
+    drop(doomed); // a crash before the deletion: the next open finds the directory
+    mgr.close().unwrap();
+    let mut mgr =
+        LogManager::open(data.path(), small_config(), &BTreeMap::new(), clock.clone()).unwrap();
+    assert_eq!(
+        mgr.partitions(),
+        vec![tp.clone()],
+        "the renamed log is not loaded"
+    );
+    assert_eq!(mgr.log(&tp).unwrap().log_end_offset(), 1);
+    let pending = mgr.take_pending_deletions();
+    assert_eq!(pending.dirs(), renamed.as_slice());
+    assert!(mgr.take_pending_deletions().is_empty());
+    // A broker shutting down stops before the next file; the next open finds the rest.
+    assert!(pending.delete_files_while(|| false).is_empty());
+    assert!(renamed[0].join("00000000000000000000.log").exists());
+    mgr.close().unwrap();
+    let mut mgr =
+        LogManager::open(data.path(), small_config(), &BTreeMap::new(), clock.clone()).unwrap();
+    let pending = mgr.take_pending_deletions();
+    assert_eq!(pending.dirs(), renamed.as_slice());
+    assert!(pending.delete_files().is_empty());
+    assert!(!renamed[0].exists());
+    mgr.close().unwrap();
+    let mut mgr = LogManager::open(data.path(), small_config(), &BTreeMap::new(), clock).unwrap();
+    assert!(mgr.take_pending_deletions().is_empty());
+}
+
 #[test]
 fn manager_checkpoints_clean_marker_and_recovery() {
     let data = tempfile::tempdir().unwrap();

@@ -97,8 +97,15 @@ async fn restarted_broker_catches_up_through_a_controller_snapshot() {
             .then_some(())
     })
     .await;
+    // Renamed to `gone-0.<id>-delete` at once (Kafka `LogManager.asyncDelete`), then deleted
+    // with its files by the broker's deletion service.
     c.wait_for("gone-0's directory removed", STEP, || async {
-        (!c.broker_data_dir(1).join("gone-0").exists()).then_some(())
+        let dir = c.broker_data_dir(1);
+        let renamed = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy().starts_with("gone-0."));
+        (!dir.join("gone-0").exists() && !renamed).then_some(())
     })
     .await;
 }

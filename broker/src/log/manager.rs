@@ -1,7 +1,10 @@
 //! [`LogManager`]: owner of one data directory and every partition log in it (Kafka
 //! `LogManager`). It reads the per-directory `recovery-point-offset-checkpoint` and the
 //! clean-shutdown marker on open, loads each `<topic>-<partition>` directory, and writes the
-//! checkpoints (recovery points, and high watermarks handed in by the replica manager).
+//! checkpoints (recovery points, and high watermarks handed in by the replica manager). A
+//! deleted log's directory is renamed to `<topic>-<partition>.<id>-delete` and deleted later
+//! by the caller (Kafka `LogManager.asyncDelete`); such directories found on open are handed
+//! out by [`LogManager::take_pending_deletions`].
 //!
 //! The marker `.kafka_cleanshutdown` is written last on a clean close and deleted (durably)
 //! first on open, so its presence proves that every log was flushed and closed.
@@ -15,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use super::checkpoint::{OffsetCheckpointFile, TopicPartition, fsync_dir, write_atomically};
 use super::config::{Clock, LogConfig};
 use super::error::{LogResult, io_err};
-use super::partition_log::{Log, LogOpenOptions};
+use super::partition_log::{DeletedSegments, Log, LogOpenOptions, is_deletion_dir_name};
 use super::segment::remove_if_exists;
 
 /// Clean-shutdown marker file (Kafka's `.kafka_cleanshutdown`).
@@ -84,6 +87,8 @@ pub struct LogManager {
     hw_checkpoint: OffsetCheckpointFile,
     /// Whether the previous shutdown was clean (marker found on open).
     had_clean_shutdown: bool,
+    /// Directories of deleted logs found on open, until [`LogManager::take_pending_deletions`].
+    pending_deletions: DeletedSegments,
 }
 
 impl LogManager {
@@ -124,16 +129,19 @@ impl LogManager {
         let hw_checkpoint = OffsetCheckpointFile::new(data_dir.join(REPLICATION_OFFSET_CHECKPOINT));
         let recovery_points = recovery_checkpoint.read()?;
         let mut dirs = Vec::new();
+        let mut pending_deletions = DeletedSegments::default();
         for e in fs::read_dir(data_dir).map_err(io_err(data_dir))? {
             let e = e.map_err(io_err(data_dir))?;
             if !e.file_type().map_err(io_err(e.path()))?.is_dir() {
                 continue;
             }
-            let Some(tp) = e
-                .file_name()
-                .to_str()
-                .and_then(TopicPartition::from_dir_name)
-            else {
+            let name = e.file_name();
+            if name.to_str().is_some_and(is_deletion_dir_name) {
+                // A deleted log whose directory's deletion a crash or shutdown cut short.
+                pending_deletions.append(DeletedSegments::directory(e.path()));
+                continue;
+            }
+            let Some(tp) = name.to_str().and_then(TopicPartition::from_dir_name) else {
                 continue;
             };
             dirs.push((tp, e.path()));
@@ -159,7 +167,15 @@ impl LogManager {
             recovery_checkpoint,
             hw_checkpoint,
             had_clean_shutdown,
+            pending_deletions,
         })
+    }
+
+    /// The directories of deleted logs found on open (`<topic>-<partition>.<id>-delete`,
+    /// see [`Log::rename_for_deletion`]), for the caller's deletion service; empty after the
+    /// first call.
+    pub fn take_pending_deletions(&mut self) -> DeletedSegments {
+        std::mem::take(&mut self.pending_deletions)
     }
 
     /// Whether the previous shutdown left the clean-shutdown marker.
@@ -193,14 +209,14 @@ impl LogManager {
         Ok(self.logs.get_mut(tp).expect("inserted"))
     }
 
-    /// Deletes the log of `tp` and its directory.
-    pub fn delete_log(&mut self, tp: &TopicPartition) -> LogResult<bool> {
+    /// Removes the log of `tp`: its directory is renamed for deletion (durably, see
+    /// [`LogManager::delete_detached_log`]) and returned for the caller to delete; `None`
+    /// when there is no such log.
+    pub fn delete_log(&mut self, tp: &TopicPartition) -> LogResult<Option<DeletedSegments>> {
         let Some(log) = self.logs.remove(tp) else {
-            return Ok(false);
+            return Ok(None);
         };
-        log.delete()?;
-        fsync_dir(&self.data_dir)?;
-        Ok(true)
+        self.delete_detached_log(log).map(Some)
     }
 
     /// Partitions present, sorted.
@@ -287,11 +303,19 @@ impl LogManager {
         fsync_dir(&self.data_dir)
     }
 
-    /// Deletes a log handed out by [`LogManager::take_logs`] or
-    /// [`LogManager::open_detached_log`], with its directory.
-    pub fn delete_detached_log(&self, log: Log) -> LogResult<()> {
-        log.delete()?;
-        fsync_dir(&self.data_dir)
+    /// Removes a log handed out by [`LogManager::take_logs`] or
+    /// [`LogManager::open_detached_log`] (Kafka `LogManager.asyncDelete`): its directory is
+    /// renamed to `<topic>-<partition>.<id>-delete` ([`Log::rename_for_deletion`]) and the
+    /// data directory fsynced, so the log is gone for good (a restart does not load it, a
+    /// re-created partition gets a fresh directory at once); the files are deleted later by
+    /// the caller, off every lock ([`DeletedSegments::delete_files`], large files in steps),
+    /// or by the next open.
+    ///
+    /// Errors: `Io` naming the directory when the rename or the fsync failed.
+    pub fn delete_detached_log(&self, log: Log) -> LogResult<DeletedSegments> {
+        let renamed = log.rename_for_deletion()?;
+        fsync_dir(&self.data_dir)?;
+        Ok(DeletedSegments::directory(renamed))
     }
 
     /// Writes `recovery-point-offset-checkpoint` from the given recovery points.

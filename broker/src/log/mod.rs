@@ -72,5 +72,8 @@ pub use config::{CleanupPolicy, Clock, LogConfig, ManualClock, SystemClock};
 pub use epoch_cache::{EpochEntry, LeaderEpochCache};
 pub use error::{LogError, LogResult};
 pub use manager::{DEFAULT_RECOVERY_THREADS, LogManager};
-pub use partition_log::{AppendInfo, DeletedSegments, Log, LogFlush, LogOpenOptions, ReadInfo};
+pub use partition_log::{
+    AppendInfo, DELETE_DIR_SUFFIX, DeletedSegments, Log, LogFlush, LogOpenOptions, ReadInfo,
+    deletion_dir_name, is_deletion_dir_name,
+};
 pub use producer_state::{AppendCheck, ProducerEntry, check_append};

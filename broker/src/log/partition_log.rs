@@ -105,21 +105,27 @@ pub struct ReadInfo {
     pub next_offset: i64,
 }
 
-/// Segments that retention ([`Log::delete_old_segments`]) removed from a log: their files
-/// and the producer snapshots below the new log start, renamed to `<name>.deleted` under the
-/// partition lock, still to be deleted. Kafka
-/// (`UnifiedLog.deleteSegments` / `LocalLog.deleteSegmentFiles`) renames the same way and
-/// deletes `file.delete.delay.ms` later on its scheduler; Keel's replica manager deletes them
-/// on a blocking thread right after its retention pass, outside every partition lock.
+/// What the broker's one deletion service still has to delete, off every lock: segments that
+/// retention ([`Log::delete_old_segments`]) removed from a log (their files and the producer
+/// snapshots below the new log start, renamed to `<name>.deleted` under the partition lock),
+/// and whole partition directories renamed to `<topic>-<partition>.<id>-delete` when their
+/// log was deleted ([`Log::rename_for_deletion`]: topic deletion, a stale log). Kafka
+/// (`UnifiedLog.deleteSegments` / `LocalLog.deleteSegmentFiles`, `LogManager.asyncDelete`)
+/// renames the same way and deletes `file.delete.delay.ms` later on its scheduler; Keel's
+/// replica manager deletes them on one blocking thread right after, outside every partition
+/// lock, each large file in steps ([`delete_in_steps`]).
 ///
-/// Dropping the value without [`DeletedSegments::delete_files`] leaves the `.deleted` files
-/// on disk until the next [`Log::open`] of the directory, which deletes them (the same
-/// happens after a crash).
+/// Dropping the value without [`DeletedSegments::delete_files`] leaves the files on disk
+/// until the next [`Log::open`] of the partition directory (`.deleted` files) or
+/// [`crate::log::LogManager::open`] of the data directory (`-delete` directories), which
+/// delete them (the same happens after a crash).
 #[derive(Debug, Default)]
-#[must_use = "the .deleted files stay on disk until delete_files (or the next Log::open)"]
+#[must_use = "the files stay on disk until delete_files (or the next open)"]
 pub struct DeletedSegments {
     segments: usize,
     files: Vec<PathBuf>,
+    /// Partition directories renamed for deletion.
+    dirs: Vec<PathBuf>,
 }
 
 impl DeletedSegments {
@@ -128,9 +134,22 @@ impl DeletedSegments {
         self.segments
     }
 
-    /// No segment was removed.
+    /// No segment was removed and no directory is to be deleted.
     pub fn is_empty(&self) -> bool {
-        self.segments == 0
+        self.segments == 0 && self.dirs.is_empty()
+    }
+
+    /// A partition directory renamed for deletion ([`Log::rename_for_deletion`]).
+    pub fn directory(dir: PathBuf) -> DeletedSegments {
+        DeletedSegments {
+            dirs: vec![dir],
+            ..DeletedSegments::default()
+        }
+    }
+
+    /// The partition directories to delete.
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
     }
 
     /// The `.deleted` files to delete (data and index files).
@@ -138,27 +157,68 @@ impl DeletedSegments {
         &self.files
     }
 
-    /// Adds `other`'s segments and files (one deletion pass for many partitions).
+    /// Adds `other`'s segments, files and directories (one deletion pass for many
+    /// partitions).
     pub fn append(&mut self, mut other: DeletedSegments) {
         self.segments += other.segments;
         self.files.append(&mut other.files);
+        self.dirs.append(&mut other.dirs);
     }
 
-    /// Deletes the files, blocking (a large file is cut a step at a time before its unlink,
-    /// see [`delete_in_steps`], so that freeing its blocks never holds the file system for
-    /// long): call it off the async runtime and outside any partition lock. A file that is
-    /// already gone counts as deleted (a reopened log or a deleted partition directory
-    /// removed it). Every other failure is logged with its path and returned; the file stays
-    /// and the next [`Log::open`] deletes it.
+    /// Deletes the files, then each directory's files and the directory, blocking (a large
+    /// file is cut a step at a time before its unlink, see [`delete_in_steps`], so that
+    /// freeing its blocks never holds the file system for long): call it off the async
+    /// runtime and outside any partition lock. A file or directory that is already gone
+    /// counts as deleted (a reopened log or a deleted partition directory removed it). Every
+    /// other failure is logged with its path and returned; what failed stays and the next
+    /// open deletes it.
     pub fn delete_files(self) -> Vec<LogError> {
+        self.delete_files_while(|| true)
+    }
+
+    /// [`DeletedSegments::delete_files`], stopping before the next file once `keep_going`
+    /// says no (a broker shutting down: what is left is deleted by the next open, and the
+    /// process exit does not wait for gigabytes of deletion steps).
+    pub fn delete_files_while(self, keep_going: impl Fn() -> bool) -> Vec<LogError> {
         let mut errors = Vec::new();
+        let mut note = |path: &Path, r: LogResult<()>| match r {
+            Ok(()) => tracing::debug!(path = %path.display(), "deleted"),
+            Err(e) => {
+                tracing::error!(path = %path.display(), "could not delete: {e}");
+                errors.push(e);
+            }
+        };
         for path in self.files {
-            match delete_in_steps(&path) {
-                Ok(()) => tracing::debug!(file = %path.display(), "deleted segment file"),
+            if !keep_going() {
+                return errors;
+            }
+            note(&path, delete_in_steps(&path));
+        }
+        for dir in self.dirs {
+            let entries = match fs::read_dir(&dir) {
+                Ok(entries) => entries,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => {
-                    tracing::error!(file = %path.display(), "could not delete segment file: {e}");
-                    errors.push(e);
+                    note(&dir, Err(io_err(&dir)(e)));
+                    continue;
                 }
+            };
+            // The directory's own files only (a partition directory has no subdirectories;
+            // anything else goes with remove_dir_all below).
+            for entry in entries.flatten() {
+                if !keep_going() {
+                    return errors;
+                }
+                if entry.file_type().is_ok_and(|t| t.is_file()) {
+                    let path = entry.path();
+                    note(&path, delete_in_steps(&path));
+                }
+            }
+            match fs::remove_dir_all(&dir) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    note(&dir, Err(io_err(&dir)(e)))
+                }
+                _ => tracing::info!(dir = %dir.display(), "deleted partition directory"),
             }
         }
         errors
@@ -237,6 +297,27 @@ pub struct LogFlush {
     messages: u64,
     /// [`Log`]'s `truncations` when taken.
     truncations: u64,
+}
+
+/// Suffix of a partition directory renamed for deletion (Kafka `LocalLog.DeleteDirSuffix`).
+pub const DELETE_DIR_SUFFIX: &str = "-delete";
+
+/// `<name>.<id>-delete` for partition directory `name` (Kafka `LocalLog.logDeleteDirName`:
+/// `id` as 32 hex digits; the name is cut, at a character boundary, so that the result stays
+/// within 255 bytes, the usual file name limit). Never a partition directory name: its part
+/// after the last `-` is `delete`, not a partition number.
+pub fn deletion_dir_name(name: &str, id: uuid::Uuid) -> String {
+    let suffix = format!(".{}{DELETE_DIR_SUFFIX}", id.simple());
+    let mut keep = name.len().min(255 - suffix.len());
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    format!("{}{suffix}", &name[..keep])
+}
+
+/// Whether `name` is a directory name [`deletion_dir_name`] made.
+pub fn is_deletion_dir_name(name: &str) -> bool {
+    name.ends_with(DELETE_DIR_SUFFIX)
 }
 
 impl LogFlush {
@@ -1263,11 +1344,36 @@ impl Log {
         self.flush()
     }
 
-    /// Deletes the whole partition directory.
+    /// Deletes the whole partition directory at once (tests and benches; the broker uses
+    /// [`Log::rename_for_deletion`]).
     pub fn delete(self) -> LogResult<()> {
         let dir = self.dir.clone();
         drop(self);
         fs::remove_dir_all(&dir).map_err(io_err(&dir))
+    }
+
+    /// Closes the log and renames its directory to [`deletion_dir_name`] in the same parent,
+    /// which is no longer a partition directory: what Kafka's `LogManager.asyncDelete` does
+    /// before its scheduler deletes the directory `file.delete.delay.ms` later. Returns the
+    /// new path, for [`DeletedSegments::directory`]. The caller fsyncs the parent; a crash
+    /// before the deletion leaves the renamed directory, which
+    /// [`crate::log::LogManager::open`] deletes.
+    ///
+    /// Errors: `Io` naming the directory (the log is then closed but still in place, and the
+    /// next open loads it).
+    pub fn rename_for_deletion(self) -> LogResult<PathBuf> {
+        let dir = self.dir.clone();
+        drop(self);
+        let name = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .ok_or_else(|| LogError::Io {
+                path: dir.clone(),
+                source: std::io::Error::other("not a partition directory name"),
+            })?;
+        let target = dir.with_file_name(deletion_dir_name(name, uuid::Uuid::new_v4()));
+        fs::rename(&dir, &target).map_err(io_err(&dir))?;
+        Ok(target)
     }
 
     /// First offset held (inclusive).
@@ -1702,6 +1808,24 @@ mod tests {
         log.finish_flush(job, r).unwrap();
         assert!(!log.dir_dirty);
         assert!(log.begin_flush().dir.is_none());
+    }
+
+    /// A deletion directory name keeps within 255 bytes, is never a partition directory
+    /// name, and is recognised as one.
+    #[test]
+    fn deletion_dir_names_fit_and_never_parse_as_a_partition() {
+        use crate::log::checkpoint::TopicPartition;
+        let id = uuid::Uuid::from_u128(0xabc);
+        let short = deletion_dir_name("orders-3", id);
+        assert_eq!(short, format!("orders-3.{}-delete", id.simple()));
+        let long_topic = "t".repeat(249);
+        let long = deletion_dir_name(&format!("{long_topic}-2147483647"), id);
+        assert_eq!(long.len(), 255);
+        for name in [&short, &long] {
+            assert!(is_deletion_dir_name(name));
+            assert_eq!(TopicPartition::from_dir_name(name), None, "{name}");
+        }
+        assert!(!is_deletion_dir_name("orders-delete-0"));
     }
 
     /// A roll writes the old segment's index files without fsync and makes a flush due; the

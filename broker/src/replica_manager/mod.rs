@@ -243,6 +243,10 @@ pub struct Shared {
     /// opened): the broker stops (Kafka: `LogDirFailureChannel`; a broker whose last log
     /// directory is offline shuts down). Never unset.
     dir_failed: watch::Sender<Option<String>>,
+    /// What the tick loop's deletion service still has to delete: directories of deleted
+    /// logs, renamed under the logs lock ([`LogManager::delete_detached_log`]). The tick
+    /// loop moves them to its own list each pass; retention's `.deleted` files join there.
+    doomed: Mutex<DeletedSegments>,
 }
 
 /// The replica manager handle (cheap to clone).
@@ -291,6 +295,7 @@ impl ReplicaManager {
             opening.elapsed().as_millis()
         );
         let found = manager.take_logs();
+        let pending_deletions = manager.take_pending_deletions();
         let hws = manager.read_high_watermarks().unwrap_or_else(|e| {
             tracing::warn!("ignoring the high-watermark checkpoint: {e}");
             BTreeMap::new()
@@ -315,6 +320,7 @@ impl ReplicaManager {
             epoch_journal: Mutex::new(None),
             throttles: throttle::Throttles::default(),
             dir_failed,
+            doomed: Mutex::new(pending_deletions),
             producer_ids: producer_ids::ProducerIdManager::new(
                 config.broker_id,
                 channels.clone(),
@@ -829,7 +835,7 @@ impl ReplicaManager {
             let Some(log) = sole_log(stale) else {
                 return Err(format!("the log of the deleted topic {tp} is still in use"));
             };
-            delete_log(manager, &tp, log);
+            self.delete_log(manager, &tp, log);
         }
         let log = self
             .open_new_log(manager, image, tip)
@@ -1355,7 +1361,22 @@ impl ReplicaManager {
         let logs = self.shared.logs.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(manager) = logs.as_ref() {
             tracing::info!(partition = %tp, "local replica {tp}: deleted");
-            delete_log(manager, &tp, log);
+            self.delete_log(manager, &tp, log);
+        }
+    }
+
+    /// Removes `log` (of partition `tp`): its directory is renamed for deletion at once
+    /// and deleted by the tick loop's deletion service, off every lock; an I/O error is
+    /// logged (the log then stays on disk, and the next start sees it again).
+    fn delete_log(&self, manager: &LogManager, tp: &TopicPartition, log: Log) {
+        match manager.delete_detached_log(log) {
+            Ok(doomed) => self
+                .shared
+                .doomed
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .append(doomed),
+            Err(e) => tracing::error!(partition = %tp, "cannot delete the log: {e}"),
         }
     }
 
@@ -1372,10 +1393,12 @@ impl ReplicaManager {
         let mut next_retention = RETENTION_INTERVAL_MS;
         let mut next_gauges = 0;
         let mut broker_epoch = self.broker_epoch();
-        // Files of segments removed by retention (renamed to `.deleted` under the partition
-        // locks), deleted by one blocking task at a time, off the runtime and outside every
-        // partition lock: unlinking a large segment can wait for the file system's journal.
-        // Not awaited; while a deletion runs, newly removed files wait for the next tick.
+        // The broker's one deletion service: files of segments removed by retention
+        // (renamed to `.deleted` under the partition locks) and directories of deleted logs
+        // (renamed to `-delete`, from `Shared::doomed`), deleted by one blocking task at a
+        // time, off the runtime and outside every lock, large files in steps: freeing blocks
+        // can wait for the file system's journal and the device's discard. Not awaited;
+        // while a deletion runs, newly removed files wait for the next tick.
         let mut doomed_files = DeletedSegments::default();
         let mut deleter: Option<tokio::task::JoinHandle<()>> = None;
         // One log cleaner pass at a time, on a blocking thread (see `cleaning`).
@@ -1448,11 +1471,16 @@ impl ReplicaManager {
             if !flushes.is_empty() {
                 Self::run_flushes(flushes).await;
             }
+            doomed_files.append(std::mem::take(
+                &mut *self.shared.doomed.lock().unwrap_or_else(|e| e.into_inner()),
+            ));
             if !doomed_files.is_empty() && deleter.as_ref().is_none_or(|d| d.is_finished()) {
                 let files = std::mem::take(&mut doomed_files);
+                let stop = stop.clone();
                 deleter = Some(tokio::task::spawn_blocking(move || {
-                    // Failures are logged with their paths; the next open deletes them.
-                    let _ = files.delete_files();
+                    // Failures are logged with their paths, and what a shutdown leaves is
+                    // deleted by the next open (the process exit does not wait for it).
+                    let _ = files.delete_files_while(|| !*stop.borrow());
                 }));
             }
             if now >= next_clean && cleaner.as_ref().is_none_or(|c| c.is_finished()) {
@@ -1666,13 +1694,6 @@ fn sole_log(mut hp: Arc<HostedPartition>) -> Option<Log> {
     }
     tracing::error!(partition = %tp, "log still in use after {DELETE_WAIT_MS} ms; not deleted");
     None
-}
-
-/// Deletes `log` (of partition `tp`) with its directory; an I/O error is logged.
-fn delete_log(manager: &LogManager, tp: &TopicPartition, log: Log) {
-    if let Err(e) = manager.delete_detached_log(log) {
-        tracing::error!(partition = %tp, "cannot delete the log: {e}");
-    }
 }
 
 /// Name of the file in a partition directory that records the topic id the log belongs to
