@@ -390,10 +390,19 @@ impl Brokers {
                 }
                 Err(status) => {
                     self.forget(&addr);
+                    let mut line = status_line(&addr, Api::Broker, &status);
                     if status.code() == Code::Unimplemented {
                         round.not_a_broker += 1;
+                    } else if !self.dialer.is_tls()
+                        && crate::rpc_error::connection_dropped(&line)
+                        && crate::kafka_probe::speaks_kafka(&addr).await
+                    {
+                        // A broker's Kafka port given as a gRPC address: it drops every
+                        // gRPC connection, which would be retried until the deadline.
+                        round.not_a_broker += 1;
+                        line = crate::rpc_error::kafka_listener_line(&addr, Api::Broker);
                     }
-                    round.errors.push(status_line(&addr, Api::Broker, &status));
+                    round.errors.push(line);
                     failed += 1;
                 }
             }

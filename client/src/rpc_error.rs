@@ -38,9 +38,20 @@ impl Api {
 }
 
 /// `addr: what went wrong` for a failed RPC (UNIMPLEMENTED: `addr does not serve the
-/// controller API (is it a broker?)`).
+/// controller API (is it a broker?)`; from a server that answered plain HTTP, such as a
+/// metrics listener: `... (it answered HTTP 404, not gRPC: is it a metrics port?)`).
 pub fn status_line(addr: &str, api: Api, status: &Status) -> String {
     if status.code() == Code::Unimplemented {
+        // tonic's text when the reply had no grpc-status (Status::from_header_map).
+        if let Some(http) = status
+            .message()
+            .strip_prefix("grpc-status header missing, mapped from HTTP status code ")
+        {
+            return format!(
+                "{addr} does not serve the {} API (it answered HTTP {http}, not gRPC: is it a metrics port?)",
+                api.name()
+            );
+        }
         return format!(
             "{addr} does not serve the {} API (is it a {}?)",
             api.name(),
@@ -48,6 +59,15 @@ pub fn status_line(addr: &str, api: Api, status: &Status) -> String {
         );
     }
     format!("{addr}: {}", status_detail(status))
+}
+
+/// `addr is a Kafka listener, not the controller API (is it a broker's Kafka port?)`: what
+/// to say once [`crate::kafka_probe::speaks_kafka`] found one where `api` was expected.
+pub fn kafka_listener_line(addr: &str, api: Api) -> String {
+    format!(
+        "{addr} is a Kafka listener, not the {} API (is it a broker's Kafka port?)",
+        api.name()
+    )
 }
 
 /// `addr: what went wrong` for a failed connection (e.g. `tonic::transport::Error`).
@@ -410,6 +430,13 @@ mod tests {
             "127.0.0.1:41501 does not serve the broker API (is it a controller?)"
         );
         assert!(!retriable(&s));
+        // A plain HTTP server (a metrics listener) answering 404 without grpc-status.
+        let http =
+            Status::unimplemented("grpc-status header missing, mapped from HTTP status code 404");
+        assert_eq!(
+            status_line("127.0.0.1:41301", Api::Controller, &http),
+            "127.0.0.1:41301 does not serve the controller API (it answered HTTP 404, not gRPC: is it a metrics port?)"
+        );
     }
 
     #[test]

@@ -160,5 +160,27 @@ fn admin_writes_succeed_right_after_a_kill9_of_the_active_controller() {
             "keelctl: no controller at the bootstrap addresses: {kafka} is a Kafka listener, not the controller API (is it a broker's Kafka port?)"
         )
     );
-    assert!(started.elapsed() < Duration::from_secs(8));
+    let err = f.fails(&[
+        "--bootstrap-brokers",
+        &kafka,
+        "consume",
+        "--topic",
+        "after-kill-1",
+    ]);
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "keelctl: no broker at {kafka}: {kafka} is a Kafka listener, not the broker API (is it a broker's Kafka port?)"
+        )
+    );
+    // A metrics listener (plain HTTP; broker 1's, `base + 310 + id`) given as a controller.
+    let metrics = format!("127.0.0.1:{}", f.base + 311);
+    let err = f.fails(&["--bootstrap-controllers", &metrics, "topic", "list"]);
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "keelctl: no controller at the bootstrap addresses: {metrics} does not serve the controller API (it answered HTTP 404, not gRPC: is it a metrics port?)"
+        )
+    );
+    assert!(started.elapsed() < Duration::from_secs(12));
 }

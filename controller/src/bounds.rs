@@ -156,19 +156,16 @@ pub fn create_topics(req: &CreateTopicsRequest) -> Result<(), FieldError> {
     Ok(())
 }
 
-/// Bounds of a CreatePartitions: at most [`MAX_TOPICS_PER_REQUEST`] topics, names of at most
-/// [`MAX_TOPIC_NAME_LEN`] (no longer name can exist), at most [`MAX_PARTITIONS_PER_REQUEST`]
-/// assignments over all topics, each of at most [`MAX_REPLICAS`] brokers. Counts are judged
-/// per topic by logic (INVALID_PARTITIONS, Kafka's code).
+/// Bounds of a CreatePartitions: at most [`MAX_TOPICS_PER_REQUEST`] topics, at most
+/// [`MAX_PARTITIONS_PER_REQUEST`] assignments over all topics, each of at most
+/// [`MAX_REPLICAS`] brokers. Counts are judged per topic by logic (INVALID_PARTITIONS,
+/// Kafka's code), and so are names: one that cannot exist (over [`MAX_TOPIC_NAME_LEN`]) is
+/// that topic's UNKNOWN_TOPIC_OR_PARTITION, as in Kafka, not a refusal of the whole request
+/// (the request's size bounds it).
 pub fn create_partitions(req: &CreatePartitionsRequest) -> Result<(), FieldError> {
     check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
     let mut partitions = 0usize;
     for (t, topic) in req.topics.iter().enumerate() {
-        check_len(
-            || format!("topics[{t}].name"),
-            &topic.name,
-            MAX_TOPIC_NAME_LEN,
-        )?;
         partitions += topic.assignments.len();
         check_count(
             || format!("topics[{t}].assignments (over all topics)"),
@@ -186,16 +183,13 @@ pub fn create_partitions(req: &CreatePartitionsRequest) -> Result<(), FieldError
     Ok(())
 }
 
-/// Bounds of a DeleteTopics: at most [`MAX_TOPICS_PER_REQUEST`] topics, names of at most
-/// [`MAX_TOPIC_NAME_LEN`] (no longer name can exist), topic ids empty or 16 bytes.
+/// Bounds of a DeleteTopics: at most [`MAX_TOPICS_PER_REQUEST`] topics, topic ids empty or
+/// 16 bytes. A name that cannot exist (over [`MAX_TOPIC_NAME_LEN`]) is judged per topic by
+/// logic (UNKNOWN_TOPIC_OR_PARTITION, Kafka's answer for a name it does not know; the
+/// request's size bounds it), not a refusal of the whole request.
 pub fn delete_topics(req: &DeleteTopicsRequest) -> Result<(), FieldError> {
     check_count(|| "topics".into(), req.topics.len(), MAX_TOPICS_PER_REQUEST)?;
     for (t, topic) in req.topics.iter().enumerate() {
-        check_len(
-            || format!("topics[{t}].name"),
-            &topic.name,
-            MAX_TOPIC_NAME_LEN,
-        )?;
         check_topic_id(|| format!("topics[{t}].topic_id"), &topic.topic_id)?;
     }
     Ok(())

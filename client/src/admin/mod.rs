@@ -561,9 +561,7 @@ impl Admin {
         {
             return step;
         }
-        Step::Unusable(format!(
-            "{addr} is a Kafka listener, not the controller API (is it a broker's Kafka port?)"
-        ))
+        Step::Unusable(rpc_error::kafka_listener_line(addr, Api::Controller))
     }
 
     /// Runs `rpc` against the active controller (or any controller for reads when

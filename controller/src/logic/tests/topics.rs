@@ -476,6 +476,8 @@ fn delete_topics_by_name_and_id() {
                 del("b", None),
                 del("nope", None),
                 del("", Some(topic_uuid(999))),
+                // A name no topic can have (over 249): unknown, like any other (Kafka).
+                del(&"n".repeat(250), None),
             ],
         },
     );
@@ -486,10 +488,12 @@ fn delete_topics_by_name_and_id() {
             ErrorCode::None,
             ErrorCode::None,
             ErrorCode::UnknownTopicOrPartition,
-            ErrorCode::UnknownTopicId
+            ErrorCode::UnknownTopicId,
+            ErrorCode::UnknownTopicOrPartition,
         ]
     );
     assert_eq!(r.response.topics[0].name, "a");
+    assert_eq!(r.response.topics[4].name, "n".repeat(250));
     assert_eq!(r.records.len(), 2);
     c.commit(r);
     assert!(c.image.topics().by_id.is_empty());
