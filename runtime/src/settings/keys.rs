@@ -398,7 +398,11 @@ pub const SETTINGS: &[Setting] = &[
         default: DefaultValue::Unset("never"),
         doc: "fdatasync a partition log whose last flush is this old (the periodic flusher, \
               every 10 ms, outside the partition lock so produce and fetch go on; \
-              `keel_broker_log_flush_duration_seconds`)",
+              `keel_broker_log_flush_duration_seconds`). Unset or not, a roll flushes the log \
+              at the flusher's next pass (Kafka flushes up to the new segment after every \
+              roll), so the recovery point follows the rolls and a restart after a crash \
+              CRC-scans about one segment per partition; a rolled segment's index files are \
+              fsynced by that flush, not on the append path",
         used_by: UsedBy::Broker,
     },
     Setting {
