@@ -1249,13 +1249,16 @@ impl Admin {
         Ok(reply)
     }
 
-    /// One page of decoded committed records (any controller may answer).
+    /// One page of decoded committed records, from the active controller: a follower learns
+    /// of a commit only with the leader's next append or heartbeat, so a change that another
+    /// process (`keelctl partition alter-isr`) just had acknowledged could be missing from
+    /// its log (seen under load). With `allow_stale`, any controller may answer.
     pub async fn read_metadata_log(
         &self,
         req: ReadMetadataLogRequest,
     ) -> Result<ReadMetadataLogReply> {
         let reply = self
-            .call(false, |mut c| {
+            .call(!self.config.allow_stale, |mut c| {
                 let req = req.clone();
                 async move { c.read_metadata_log(req).await }
             })
