@@ -252,8 +252,10 @@ pub struct Log {
     /// [`Segment::write_indexes`]): the next [`LogFlush`] fsyncs them with the segments, so
     /// the recovery point never passes a segment whose index files are not durable, as
     /// before; only the syncs left the append path. Kafka's roll likewise leaves the old
-    /// segment's flush, indexes included, to an asynchronous `flush-log` task. Invariant:
-    /// a subset of `segments`' keys (pruned when segments go), so bounded by their number.
+    /// segment's flush, indexes included, to an asynchronous `flush-log` task. Bounded:
+    /// pruned of segments that are gone whenever a base is added or a flush takes them, so
+    /// it holds at most the segments' count plus those removed since (and a roll makes the
+    /// next flush due, which empties it).
     unsynced_indexes: BTreeSet<i64>,
     /// A segment was rolled since the last flush was taken: the periodic flusher flushes the
     /// log now rather than at `flush.ms` (Kafka's roll schedules `flush-log`, a flush up to
