@@ -60,6 +60,10 @@ pub const EVENT_QUEUE_TIME: &str = "keel_controller_event_queue_time_seconds";
 /// Time the write task spent deciding one operation.
 pub const EVENT_QUEUE_PROCESSING_TIME: &str = "keel_controller_event_queue_processing_time_seconds";
 
+/// Time from the active controller's append of an entry (its proposal to Raft) to the entry
+/// being committed and applied on the active controller.
+pub const COMMIT_LATENCY: &str = "keel_controller_raft_commit_latency_seconds";
+
 /// Every controller metric.
 pub const DEFS: &[MetricDef] = &[
     MetricDef::new(
@@ -180,6 +184,13 @@ pub const DEFS: &[MetricDef] = &[
         Some(Unit::Seconds),
         "Time the write task spent deciding one write request (validation + records, before Raft)",
         "kafka.controller:type=ControllerEventManager,name=EventQueueProcessingTimeMs",
+    ),
+    MetricDef::new(
+        COMMIT_LATENCY,
+        MetricKind::Histogram,
+        Some(Unit::Seconds),
+        "Time from the active controller's append of an entry to its commit (a quorum wrote it) and apply on the active controller; a burst of entries (a fenced broker's thousands of partition changes) queues, so later entries of the burst wait for earlier ones",
+        "kafka.server:type=raft-metrics,name=commit-latency-avg / commit-latency-max",
     ),
 ];
 

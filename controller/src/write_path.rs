@@ -258,6 +258,8 @@ struct InFlight<S> {
     hooks: Vec<StateHook<S>>,
     /// Unclean leader elections among the entry's records (counted once committed).
     unclean_elections: u64,
+    /// When the entry was handed to Raft (its append), for [`crate::metrics::COMMIT_LATENCY`].
+    proposed_at: Instant,
 }
 
 /// Settings of the write task.
@@ -411,6 +413,10 @@ impl<S: ControllerState> WriteTask<S> {
         let expected = done.expected_offset;
         let unclean_elections = done.unclean_elections;
         let committed = self.finish(res, done.completions, done.hooks);
+        if committed.is_some() {
+            metrics::histogram!(crate::metrics::COMMIT_LATENCY)
+                .record(done.proposed_at.elapsed().as_secs_f64());
+        }
         if committed.is_some() && unclean_elections > 0 {
             metrics::counter!(crate::metrics::UNCLEAN_LEADER_ELECTIONS)
                 .increment(unclean_elections);
@@ -839,6 +845,7 @@ impl<S: ControllerState> WriteTask<S> {
             records,
             append_timestamp_ms: keel_runtime::clock::wall_clock_ms(),
         };
+        let proposed_at = Instant::now();
         match self.raft.client_write_ff(batch).await {
             Ok(rx) => {
                 self.working_offset += 1;
@@ -849,6 +856,7 @@ impl<S: ControllerState> WriteTask<S> {
                     hooks,
                     completions,
                     unclean_elections,
+                    proposed_at,
                 });
             }
             Err(fatal) => {
