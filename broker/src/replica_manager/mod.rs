@@ -643,7 +643,9 @@ impl ReplicaManager {
     }
 
     fn act_on(&self, acted_on: &mut MetadataImage, image: MetadataImage) {
+        let diffing = std::time::Instant::now();
         let changes = crate::metadata::local_changes(acted_on, &image, self.broker_id());
+        let diffed = diffing.elapsed();
         // The sweep over every hosted partition is needed when settings may have changed
         // (the configs part of the image is shared between images until a config record
         // changes it) and on the first image acted on (strays); not for a delta of
@@ -651,7 +653,7 @@ impl ReplicaManager {
         // deltas, each costing a visit of every partition).
         let sweep =
             !std::ptr::eq(acted_on.configs(), image.configs()) || acted_on.provenance().offset == 0;
-        self.apply_changes(&image, &changes, sweep);
+        self.apply_changes(&image, &changes, sweep, diffed);
         *acted_on = image;
     }
 
@@ -659,16 +661,17 @@ impl ReplicaManager {
     /// follower (DESIGN §5), then refreshes every partition's settings from the image's
     /// configs.
     pub fn apply(&self, image: &MetadataImage, changes: &crate::metadata::LocalChanges) {
-        self.apply_changes(image, changes, true);
+        self.apply_changes(image, changes, true, std::time::Duration::ZERO);
     }
 
     /// [`Self::apply`]; the settings refresh and stray check over every hosted partition
-    /// only when `sweep`.
+    /// only when `sweep`. `diffed`: how long finding `changes` took (logged with the phases).
     fn apply_changes(
         &self,
         image: &MetadataImage,
         changes: &crate::metadata::LocalChanges,
         sweep: bool,
+        diffed: std::time::Duration,
     ) {
         let image = image.clone();
         let now = self.now_ms();
@@ -714,9 +717,10 @@ impl ReplicaManager {
                 deleted = changes.deleted.len(),
                 leaders = changes.became_leader.len(),
                 followers = changes.became_follower.len(),
-                "applied local changes in {} ms (deletes and new logs {} ms, leader epochs \
-                 staged {} ms, leaders {} ms, followers {} ms){}",
+                "applied local changes in {} ms (found in {} ms; deletes and new logs {} ms, \
+                 leader epochs staged {} ms, leaders {} ms, followers {} ms){}",
                 started.elapsed().as_millis(),
+                diffed.as_millis(),
                 created.as_millis(),
                 (staged - created).as_millis(),
                 (led - staged).as_millis(),
@@ -791,6 +795,14 @@ impl ReplicaManager {
         image: &MetadataImage,
         tip: &TopicIdPartition,
     ) -> Result<Arc<HostedPartition>, String> {
+        // The common case (a hosted partition whose leadership or ISR changed) under the read
+        // lock: a broker failure at 100,000 partitions is tens of thousands of these calls,
+        // on several threads, while the fetch paths read the map.
+        if let Some(hp) = self.partition(&tip.topic, tip.partition)
+            && *hp.topic_id.lock().unwrap_or_else(|e| e.into_inner()) == tip.topic_id
+        {
+            return Ok(hp);
+        }
         let tp = TopicPartition::new(tip.topic.clone(), tip.partition);
         let mut parts = self
             .shared
