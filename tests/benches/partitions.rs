@@ -21,7 +21,9 @@
 //! - metadata propagation: the p99 of `keel_broker_metadata_apply_lag_seconds` (from the
 //!   active controller's append of an entry to a broker having applied it; a bucket bound,
 //!   so the true p99 is at most the figure) over the entries of the create and kill -9 steps
-//!   on the brokers that ran through the step (target for the kill -9 step: at most 1 s).
+//!   on the brokers that ran through the step (target for the kill -9 step: at most 1 s);
+//!   next to it, the part of it before the commit: the p99 of the active controller's
+//!   `keel_controller_raft_commit_latency_seconds` over the kill -9 step's entries.
 //!
 //! The brokers write their local metadata snapshot at the default interval (60 s), not the
 //! test clusters' 300 ms.
@@ -206,18 +208,33 @@ async fn wait_fenced(c: &Cluster, id: i32, what: &str) {
 
 /// The metadata propagation histogram of each broker in `ids` (empty when unreadable).
 async fn lag_buckets(c: &Cluster, ids: &[i32]) -> Vec<Vec<(f64, f64)>> {
+    let ports: Vec<u16> = ids
+        .iter()
+        .map(|&id| c.broker_metrics_ports[id as usize - 1])
+        .collect();
+    histograms(&ports, "keel_broker_metadata_apply_lag_seconds").await
+}
+
+/// The commit latency histogram of every controller (only the active one records: the
+/// samples of all of them together are the active controllers' entries).
+async fn commit_buckets(c: &Cluster) -> Vec<Vec<(f64, f64)>> {
+    histograms(
+        &c.controller_metrics_ports,
+        "keel_controller_raft_commit_latency_seconds",
+    )
+    .await
+}
+
+/// Histogram `name` from the metrics endpoint on each of `ports` (empty when unreadable).
+async fn histograms(ports: &[u16], name: &str) -> Vec<Vec<(f64, f64)>> {
     let mut out = Vec::new();
-    for &id in ids {
-        let port = c.broker_metrics_ports[id as usize - 1];
+    for port in ports {
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let text = match http_get(addr, "/metrics").await {
             Some((200, text)) => text,
             _ => String::new(),
         };
-        out.push(histogram_buckets(
-            &text,
-            "keel_broker_metadata_apply_lag_seconds",
-        ));
+        out.push(histogram_buckets(&text, name));
     }
     out
 }
@@ -230,6 +247,18 @@ fn propagation_step(
     after: &[Vec<(f64, f64)>],
     target: Option<(f64, &'static str)>,
 ) -> Step {
+    let (secs, samples) = p99_between(before, after);
+    Step {
+        name: format!("metadata propagation p99 (append to applied), {name}: {samples} samples"),
+        secs,
+        target,
+        at_most: true,
+    }
+}
+
+/// The p99 (a bucket bound) and sample count of the samples recorded between two scrapes of
+/// the same histograms, all of them together.
+fn p99_between(before: &[Vec<(f64, f64)>], after: &[Vec<(f64, f64)>]) -> (f64, f64) {
     let mut sum: Vec<(f64, f64)> = Vec::new();
     for (b, a) in before.iter().zip(after) {
         for (bound, n) in bucket_delta(b, a) {
@@ -240,13 +269,7 @@ fn propagation_step(
         }
     }
     sum.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (secs, samples) = quantile_bound(&sum, 0.99).unwrap_or((f64::NAN, 0.0));
-    Step {
-        name: format!("metadata propagation p99 (append to applied), {name}: {samples} samples"),
-        secs,
-        target,
-        at_most: true,
-    }
+    quantile_bound(&sum, 0.99).unwrap_or((f64::NAN, 0.0))
 }
 
 struct Step {
@@ -296,6 +319,7 @@ async fn main() {
         BROKERS as usize,
         Options {
             broker_metrics: true,
+            controller_metrics: true,
             session_timeout_ms: SESSION_TIMEOUT_MS,
             // The default (60 s), as a deployment runs: the test clusters' 300 ms had every
             // broker rewrite its local snapshot of 100,000 partitions ~3 times a second
@@ -429,6 +453,7 @@ async fn main() {
     let (victim, led) = victim;
     let survivors: Vec<i32> = all.iter().copied().filter(|&b| b != victim).collect();
     let lag_before = lag_buckets(&c, &survivors).await;
+    let commit_before = commit_buckets(&c).await;
     let session_plus_2 = (SESSION_TIMEOUT_MS + 2_000) as f64 / 1e3;
     let t = Instant::now();
     c.kill_broker(victim);
@@ -460,6 +485,15 @@ async fn main() {
         secs: applied - fenced,
         target: Some((1.0, "< 1 s")),
         at_most: false,
+    });
+    let (commit_p99, entries) = p99_between(&commit_before, &commit_buckets(&c).await);
+    steps.push(Step {
+        name: format!(
+            "kill -9: the active controller's commit latency p99 (append to commit), {entries} entries"
+        ),
+        secs: commit_p99,
+        target: None,
+        at_most: true,
     });
     steps.push(propagation_step(
         "kill -9",

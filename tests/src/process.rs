@@ -131,6 +131,9 @@ pub struct Cluster {
     session_timeout_ms: u64,
     /// Per broker: the port of its `--metrics-listener`, when [`Options::broker_metrics`].
     pub broker_metrics_ports: Vec<u16>,
+    /// Per controller: the port of its `--metrics-listener`, when
+    /// [`Options::controller_metrics`].
+    pub controller_metrics_ports: Vec<u16>,
     /// Per broker: the port of its Kafka-protocol (`PLAINTEXT`, or `SSL` with TLS) listener.
     pub broker_kafka_ports: Vec<u16>,
     snapshot_interval_ms: u64,
@@ -154,6 +157,8 @@ pub struct Options {
     pub session_timeout_ms: u64,
     /// Give every broker a `--metrics-listener` on a free loopback port.
     pub broker_metrics: bool,
+    /// Give every controller a `--metrics-listener` on a free loopback port.
+    pub controller_metrics: bool,
     /// `metadata_snapshot_interval_ms` of the brokers; 0 = [`SNAPSHOT_INTERVAL_MS`].
     pub snapshot_interval_ms: u64,
     /// TLS on every connection (#23): a development CA and a certificate in `<dir>/tls/`
@@ -204,7 +209,13 @@ impl Cluster {
         let bin = controller_bin();
         // One call: ports released by one call could come back from the next.
         let metrics = if opts.broker_metrics { brokers } else { 0 };
-        let mut ports = free_ports(controllers + 2 * brokers + metrics);
+        let controller_metrics = if opts.controller_metrics {
+            controllers
+        } else {
+            0
+        };
+        let mut ports = free_ports(controllers + 2 * brokers + metrics + controller_metrics);
+        let controller_metrics_ports = ports.split_off(controllers + 2 * brokers + metrics);
         let broker_metrics_ports = ports.split_off(controllers + 2 * brokers);
         let broker_kafka_ports = ports.split_off(controllers + brokers);
         let broker_ports = ports.split_off(controllers);
@@ -243,6 +254,7 @@ impl Cluster {
                 opts.session_timeout_ms
             },
             broker_metrics_ports,
+            controller_metrics_ports,
             broker_kafka_ports,
             snapshot_interval_ms: if opts.snapshot_interval_ms == 0 {
                 SNAPSHOT_INTERVAL_MS
@@ -294,6 +306,12 @@ impl Cluster {
             .arg("--broker-session-timeout-ms")
             .arg(self.session_timeout_ms.to_string())
             .args(&self.controller_args)
+            .args(
+                self.controller_metrics_ports
+                    .get(id as usize - 1)
+                    .map(|p| vec!["--metrics-listener".to_string(), format!("127.0.0.1:{p}")])
+                    .unwrap_or_default(),
+            )
             .env("KEEL_LOG", "info,openraft=warn");
         self.controllers[id as usize - 1].start(cmd);
     }
