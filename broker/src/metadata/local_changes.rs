@@ -40,10 +40,10 @@ pub struct LocalChanges {
     /// Partitions this broker leads in the new image and whose registration is new or has a
     /// higher partition epoch (new leadership, or an ISR/assignment change the leader must
     /// adopt). Sorted by partition.
-    pub became_leader: Vec<(TopicIdPartition, PartitionRegistration)>,
+    pub became_leader: Vec<(TopicIdPartition, Arc<PartitionRegistration>)>,
     /// Partitions this broker is a non-leader replica of (including leaderless ones) whose
     /// registration is new or has a higher partition epoch. Sorted by partition.
-    pub became_follower: Vec<(TopicIdPartition, PartitionRegistration)>,
+    pub became_follower: Vec<(TopicIdPartition, Arc<PartitionRegistration>)>,
 }
 
 impl LocalChanges {
@@ -134,7 +134,7 @@ fn partition_changed(
         }
         return;
     }
-    let entry = (tip(t, p), reg.as_ref().clone());
+    let entry = (tip(t, p), Arc::clone(reg));
     if reg.leader == broker_id {
         out.became_leader.push(entry);
     } else {
@@ -214,7 +214,7 @@ mod tests {
             .unwrap_or_else(|(i, e)| panic!("record {i}: {e}"))
     }
 
-    fn names(v: &[(TopicIdPartition, PartitionRegistration)]) -> Vec<String> {
+    fn names(v: &[(TopicIdPartition, Arc<PartitionRegistration>)]) -> Vec<String> {
         v.iter().map(|(t, _)| t.to_string()).collect()
     }
 

@@ -78,11 +78,9 @@ pub struct FetcherManager {
 }
 
 impl FetcherManager {
-    /// Starts fetching `hp` from `leader` (its current leader epoch), spawning the fetcher
-    /// for `leader` if needed. The caller removed it from any other fetcher first.
-    pub fn add(&mut self, rm: &ReplicaManager, hp: Arc<HostedPartition>, leader: i32) {
-        let epoch = hp.lock().state.leader_epoch().unwrap_or(-1);
-        let f = self.fetchers.entry(leader).or_insert_with(|| {
+    /// The fetcher for `leader`, spawned if there is none.
+    fn fetcher(&mut self, rm: &ReplicaManager, leader: i32) -> &Fetcher {
+        self.fetchers.entry(leader).or_insert_with(|| {
             let entries: Entries = Arc::default();
             let wake = Arc::new(Notify::new());
             let (stop, stop_rx) = watch::channel(false);
@@ -99,15 +97,45 @@ impl FetcherManager {
                 stop,
                 task,
             }
-        });
-        f.entries.lock().unwrap_or_else(|e| e.into_inner()).insert(
-            hp.tp.clone(),
-            Entry {
-                leader_epoch: epoch,
-                retry_at_ms: 0,
-            },
-        );
-        f.wake.notify_one();
+        })
+    }
+
+    /// Starts fetching each partition of `moves` from its leader (at the partition's current
+    /// leader epoch), spawning the fetcher of a leader that has none; each fetcher's map is
+    /// locked once for all of its partitions. The caller removed them from every fetcher first.
+    pub fn add_all(
+        &mut self,
+        rm: &ReplicaManager,
+        moves: impl IntoIterator<Item = (Arc<HostedPartition>, i32)>,
+    ) {
+        let mut by_leader: HashMap<i32, Vec<Arc<HostedPartition>>> = HashMap::new();
+        for (hp, leader) in moves {
+            by_leader.entry(leader).or_default().push(hp);
+        }
+        for (leader, parts) in by_leader {
+            // The leader epoch of each, read before the fetcher's map is locked (a partition
+            // lock is never taken under it).
+            let epochs: Vec<(TopicPartition, i32)> = parts
+                .iter()
+                .map(|hp| {
+                    let epoch = hp.lock().state.leader_epoch().unwrap_or(-1);
+                    (hp.tp.clone(), epoch)
+                })
+                .collect();
+            let f = self.fetcher(rm, leader);
+            let mut entries = f.entries.lock().unwrap_or_else(|e| e.into_inner());
+            for (tp, leader_epoch) in epochs {
+                entries.insert(
+                    tp,
+                    Entry {
+                        leader_epoch,
+                        retry_at_ms: 0,
+                    },
+                );
+            }
+            drop(entries);
+            f.wake.notify_one();
+        }
     }
 
     /// Stops fetching `tp` (from whichever broker).
@@ -117,6 +145,19 @@ impl FetcherManager {
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .remove(tp);
+        }
+    }
+
+    /// Stops fetching every partition of `tps` (from whichever broker): each fetcher's map is
+    /// locked once for all of them, where [`Self::remove`] takes it once per partition (a
+    /// broker taking over thousands of leaderships waited for the fetchers' own rounds, which
+    /// hold the map while they build a request, once per partition).
+    pub fn remove_all(&mut self, tps: &[TopicPartition]) {
+        for f in self.fetchers.values() {
+            let mut entries = f.entries.lock().unwrap_or_else(|e| e.into_inner());
+            for tp in tps {
+                entries.remove(tp);
+            }
         }
     }
 

@@ -688,6 +688,14 @@ impl ReplicaManager {
         // left 16,700 partitions leaderless on their new leader for 44 s after the commit).
         // From PARALLEL_TRANSITIONS_FROM new leaderships on, their epoch checkpoints are
         // staged (written without fsync) and made durable by one file-system sync first.
+        // No fetcher may append to a new leadership's log once its epoch is recorded: every
+        // new leader leaves the fetchers first, in one pass over each fetcher.
+        let leader_tps: Vec<TopicPartition> = changes
+            .became_leader
+            .iter()
+            .map(|(tip, _)| TopicPartition::new(tip.topic.clone(), tip.partition))
+            .collect();
+        self.fetchers().remove_all(&leader_tps);
         let leaders: Vec<_> = changes.became_leader.iter().collect();
         let (threads, epochs_synced) = if leaders.len() >= PARALLEL_TRANSITIONS_FROM {
             (
@@ -706,8 +714,19 @@ impl ReplicaManager {
         });
         self.compact_epoch_journal_if_due();
         let led = started.elapsed();
+        // Followers whose leader changed move between fetchers after the loop, each fetcher's
+        // map locked once for all of them (see `FetcherManager::remove_all`).
+        let mut refetch = Vec::new();
         for (tip, reg) in &changes.became_follower {
-            self.make_follower(&image, tip, reg, each_at_info);
+            if let Some(moved) = self.make_follower(&image, tip, reg, each_at_info) {
+                refetch.push(moved);
+            }
+        }
+        if !refetch.is_empty() {
+            let tps: Vec<TopicPartition> = refetch.iter().map(|(hp, _)| hp.tp.clone()).collect();
+            let mut fetchers = self.fetchers();
+            fetchers.remove_all(&tps);
+            fetchers.add_all(self, refetch.into_iter().filter(|(_, leader)| *leader >= 0));
         }
         if !changes.is_empty() {
             // Kafka logs each transition batch with its duration (`ReplicaManager`
@@ -1056,8 +1075,12 @@ impl ReplicaManager {
     /// append succeeded: then every staged entry is durable and [`Self::make_leader`] uses it
     /// as is; otherwise each is synced on its own there. A broker taking over 11,700
     /// leaderships at 100,000 partitions spent 0.6-0.9 s writing that many checkpoint files
-    /// in place and syncing the file system (partitions bench, two kill -9 runs).
-    fn stage_leader_epochs(&self, leaders: &[(TopicIdPartition, PartitionRegistration)]) -> bool {
+    /// in place and syncing the file system (partitions bench, two kill -9 runs). The caller
+    /// took `leaders` out of every fetcher first.
+    fn stage_leader_epochs(
+        &self,
+        leaders: &[(TopicIdPartition, Arc<PartitionRegistration>)],
+    ) -> bool {
         let started = std::time::Instant::now();
         let hosted: Vec<_> = leaders
             .iter()
@@ -1065,13 +1088,8 @@ impl ReplicaManager {
             // epoch itself.
             .filter_map(|(tip, reg)| Some((self.partition(&tip.topic, tip.partition)?, reg)))
             .collect();
-        {
-            // As make_leader: no fetcher may append below the epoch start once it is recorded.
-            let mut fetchers = self.fetchers();
-            for (hp, _) in &hosted {
-                fetchers.remove(&hp.tp);
-            }
-        }
+        // The caller took every one of them out of the fetchers: no fetcher appends below the
+        // epoch start once it is recorded.
         // In memory only: one partition lock at a time, microseconds each.
         let mut staged = Vec::new();
         for (hp, reg) in hosted {
@@ -1218,7 +1236,8 @@ impl ReplicaManager {
         }
     }
 
-    /// Takes or updates the leadership `reg` gives this broker. `epochs_synced`: the epochs
+    /// Takes or updates the leadership `reg` gives this broker; the caller took the partition
+    /// out of every fetcher first ([`fetcher::FetcherManager::remove_all`]). `epochs_synced`: the epochs
     /// staged by [`Self::stage_leader_epochs`] for this delta are durable (journaled).
     /// `at_info`: the transition is logged at INFO, else DEBUG ([`TRANSITION_LINES_UP_TO`]).
     fn make_leader(
@@ -1237,7 +1256,6 @@ impl ReplicaManager {
                 return;
             }
         };
-        self.fetchers().remove(&hp.tp);
         let mut inner = hp.lock();
         let newer_epoch = inner
             .state
@@ -1304,18 +1322,21 @@ impl ReplicaManager {
         }
     }
 
+    /// Makes this broker a follower as `reg` says. Returns the partition and its new leader
+    /// (-1: none) when the leader changed: the caller moves it to that leader's fetcher (or
+    /// stops fetching it), [`fetcher::FetcherManager::remove_all`] then `add_all`.
     fn make_follower(
         &self,
         image: &MetadataImage,
         tip: &TopicIdPartition,
         reg: &PartitionRegistration,
         at_info: bool,
-    ) {
+    ) -> Option<(Arc<HostedPartition>, i32)> {
         let hp = match self.get_or_create(image, tip) {
             Ok(hp) => hp,
             Err(e) => {
                 self.report_open_failure(tip, &e);
-                return;
+                return None;
             }
         };
         let mut inner = hp.lock();
@@ -1337,18 +1358,16 @@ impl ReplicaManager {
                 }
                 self.execute(&hp, &mut inner, t.effects);
                 drop(inner);
-                if t.leader_changed {
-                    let mut f = self.fetchers();
-                    f.remove(&hp.tp);
-                    if reg.leader >= 0 {
-                        f.add(self, hp.clone(), reg.leader);
-                    }
-                }
+                t.leader_changed.then(|| (hp.clone(), reg.leader))
             }
             Err(TransitionError::Stale { .. }) => {
                 tracing::debug!(partition = %tip, "ignoring a stale follower registration");
+                None
             }
-            Err(e) => tracing::error!(partition = %tip, "cannot become follower: {e}"),
+            Err(e) => {
+                tracing::error!(partition = %tip, "cannot become follower: {e}");
+                None
+            }
         }
     }
 
