@@ -86,6 +86,13 @@ pub fn applied_offset(node: &RaftNode) -> u64 {
     node.images.borrow().provenance().offset
 }
 
+/// Committed offset of this node, inclusive: the highest index its log store made durable as
+/// committed ([`keel_metadata_log::store::LogStore::committed`]), never below the applied
+/// offset (a snapshot installed or loaded at start is applied without a commit record).
+pub fn committed_offset(node: &RaftNode, committed: &tokio::sync::watch::Receiver<u64>) -> u64 {
+    (*committed.borrow()).max(applied_offset(node))
+}
+
 /// First offset still in the Raft log (entries below were purged into a snapshot).
 pub fn log_start_offset(node: &RaftNode) -> u64 {
     node.raft
@@ -559,12 +566,20 @@ async fn stream_committed(
     mut next: u64,
     tx: &ItemSender,
 ) -> Result<(), tonic::Status> {
+    // Entries are sent once committed, not once this node's state machine applied them: a
+    // follower controller serving brokers applied a burst of large entries 60-200 ms after
+    // learning of their commit, and brokers waited for that (a kill -9 at 100,000 partitions).
+    let mut committed_rx = node.log.committed();
     let mut images = node.images.clone();
     loop {
-        let committed = applied_offset(node);
+        let committed = committed_offset(node, &committed_rx);
         if next > committed {
-            // Wait for the next commit (or the client to leave).
+            // Wait for the next commit (or an applied snapshot beyond it, or the client to
+            // leave).
             tokio::select! {
+                r = committed_rx.wait_for(|c| *c >= next) => {
+                    if r.is_err() { return Ok(()); }
+                }
                 r = images.wait_for(|i| i.provenance().offset >= next) => {
                     if r.is_err() { return Ok(()); }
                 }
@@ -599,7 +614,7 @@ async fn stream_committed(
                     }),
                 })),
                 commit_index: committed as i64,
-                source: Some(read_source(node.node_id, &hint, committed)),
+                source: Some(read_source(node.node_id, &hint, applied_offset(node))),
                 leader: Some(hint),
             };
             if tx.send(Ok(item)).await.is_err() {

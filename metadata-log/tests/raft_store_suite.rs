@@ -38,3 +38,42 @@ fn openraft_storage_suite_passes_on_the_sled_engine() {
         panic!("openraft storage suite failed on sled: {e}");
     }
 }
+
+/// `LogStore::committed` follows `save_committed` once it returned (so the metadata stream
+/// may serve up to it), is read back at start, and is never lowered.
+#[test]
+fn the_committed_watermark_follows_saved_commits_and_never_falls() {
+    use openraft::storage::RaftLogStorage;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let open = || {
+        let disk = RaftDisk::open_with(&dir.path().join("raft"), DiskOptions::default())
+            .expect("open the log");
+        LogStore::new(disk, DurableSnapshot::unbounded())
+    };
+    let log_id = |index| openraft::LogId::new(openraft::CommittedLeaderId::new(1, 1), index);
+    rt.block_on(async {
+        let mut log = open();
+        let watermark = log.committed();
+        assert_eq!(*watermark.borrow(), 0, "nothing committed yet");
+        log.save_committed(Some(log_id(7))).await.expect("save");
+        assert_eq!(*watermark.borrow(), 7);
+        // A clone (the controller's read handle) sees the same watermark.
+        assert_eq!(*log.clone().committed().borrow(), 7);
+        log.save_committed(Some(log_id(5))).await.expect("save");
+        assert_eq!(*watermark.borrow(), 7, "the watermark never falls");
+        log.save_committed(None).await.expect("save");
+        assert_eq!(*watermark.borrow(), 7, "the watermark never falls");
+        log.save_committed(Some(log_id(9))).await.expect("save");
+        drop(log);
+        // Reopened: the stored committed index raises the watermark when openraft reads it.
+        let mut log = open();
+        assert_eq!(*log.committed().borrow(), 0, "not read back yet");
+        let read = log.read_committed().await.expect("read");
+        assert_eq!(read.map(|l| l.index), Some(9));
+        assert_eq!(*log.committed().borrow(), 9);
+    });
+}

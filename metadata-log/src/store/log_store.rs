@@ -12,10 +12,12 @@
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
 use openraft::{AnyError, ErrorSubject, ErrorVerb, OptionalSend, StorageIOError, Vote};
+use tokio::sync::watch;
 
 use crate::raft_types::{Entry, LogId, StorageError, TypeConfig};
 use crate::store::DurableSnapshot;
@@ -38,6 +40,9 @@ pub struct LogStore {
     durable_snapshot: DurableSnapshot,
     /// How long a purge waits for the snapshot that covers it before failing.
     purge_wait: Duration,
+    /// The highest index known committed whose entry is durable here (see
+    /// [`Self::committed`]). Never lowered.
+    committed: Arc<watch::Sender<u64>>,
 }
 
 /// Default of how long a purge waits for the state machine to write the snapshot covering it.
@@ -55,7 +60,31 @@ impl LogStore {
             disk,
             durable_snapshot,
             purge_wait: PURGE_WAIT,
+            committed: Arc::new(watch::channel(0).0),
         }
+    }
+
+    /// The highest log index (inclusive) known committed, raised once openraft's
+    /// `save_committed` has made it durable here (and at start from the stored value), 0
+    /// before any. Every entry up to it is final and in this log (or, below its start, in a
+    /// snapshot), so it may be served before the state machine applies it (the metadata
+    /// stream sends committed entries as they commit, as Kafka's Raft leader answers an
+    /// observer's Fetch up to its high watermark, KIP-595). Never lowered.
+    pub fn committed(&self) -> watch::Receiver<u64> {
+        self.committed.subscribe()
+    }
+
+    fn raise_committed(&self, committed: Option<LogId>) {
+        let Some(index) = committed.map(|l| l.index) else {
+            return;
+        };
+        self.committed.send_if_modified(|v| {
+            let higher = index > *v;
+            if higher {
+                *v = index;
+            }
+            higher
+        });
     }
 
     /// Sets how long a purge waits for the snapshot covering it (default [`PURGE_WAIT`]).
@@ -225,11 +254,14 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .flush()
             .await
             .map_err(|e| StorageIOError::write(&e))?;
+        self.raise_committed(committed);
         Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        Ok(self.get::<Option<LogId>>(KEY_COMMITTED)?.flatten())
+        let committed = self.get::<Option<LogId>>(KEY_COMMITTED)?.flatten();
+        self.raise_committed(committed);
+        Ok(committed)
     }
 
     async fn append<I>(
