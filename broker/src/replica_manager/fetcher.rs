@@ -138,21 +138,14 @@ impl FetcherManager {
         }
     }
 
-    /// Stops fetching `tp` (from whichever broker).
-    pub fn remove(&mut self, tp: &TopicPartition) {
-        for f in self.fetchers.values() {
-            f.entries
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(tp);
-        }
-    }
-
     /// Stops fetching every partition of `tps` (from whichever broker): each fetcher's map is
-    /// locked once for all of them, where [`Self::remove`] takes it once per partition (a
-    /// broker taking over thousands of leaderships waited for the fetchers' own rounds, which
-    /// hold the map while they build a request, once per partition).
+    /// locked once for all of them, not once per partition (a broker taking over thousands of
+    /// leaderships waited for the fetchers' own rounds, which hold the map while they build a
+    /// request, once per partition). Nothing is locked for an empty `tps`.
     pub fn remove_all(&mut self, tps: &[TopicPartition]) {
+        if tps.is_empty() {
+            return;
+        }
         for f in self.fetchers.values() {
             let mut entries = f.entries.lock().unwrap_or_else(|e| e.into_inner());
             for tp in tps {
