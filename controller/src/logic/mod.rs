@@ -86,4 +86,4 @@ pub fn is_eligible(image: &MetadataImage, id: i32) -> bool {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -7,7 +7,7 @@
 mod alter_partition;
 mod brokers;
 mod change_log;
-mod common;
+pub(crate) mod common;
 mod configs;
 mod create_partitions;
 mod election;
