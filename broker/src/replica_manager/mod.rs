@@ -101,6 +101,11 @@ pub fn tick_period_ms(partitions: usize) -> u64 {
     ((partitions / PARTITIONS_PER_TICK_MS) as u64).clamp(TICK_MS, MAX_TICK_MS)
 }
 
+/// The name-keyed form of `tip` (fetchers and the partition map are keyed by name).
+fn topic_partition(tip: &TopicIdPartition) -> TopicPartition {
+    TopicPartition::new(tip.topic.clone(), tip.partition)
+}
+
 /// Milliseconds since the replica manager started (monotonic).
 #[derive(Debug, Clone, Copy)]
 pub struct MonotonicClock(Instant);
@@ -691,7 +696,7 @@ impl ReplicaManager {
         let leader_tps: Vec<TopicPartition> = changes
             .became_leader
             .iter()
-            .map(|(tip, _)| TopicPartition::new(tip.topic.clone(), tip.partition))
+            .map(|(tip, _)| topic_partition(tip))
             .collect();
         self.fetchers().remove_all(&leader_tps);
         let leaders: Vec<_> = changes.became_leader.iter().collect();
@@ -824,7 +829,7 @@ impl ReplicaManager {
         {
             return Ok(hp);
         }
-        let tp = TopicPartition::new(tip.topic.clone(), tip.partition);
+        let tp = topic_partition(tip);
         let mut parts = self
             .shared
             .partitions
@@ -900,7 +905,7 @@ impl ReplicaManager {
         tip: &TopicIdPartition,
         durable: bool,
     ) -> Result<Log, String> {
-        let tp = TopicPartition::new(tip.topic.clone(), tip.partition);
+        let tp = topic_partition(tip);
         let log = manager
             .open_detached_log_with(&tp, self.log_config(image, &tp.topic), durable)
             .map_err(|e| e.to_string())?;
@@ -930,7 +935,7 @@ impl ReplicaManager {
         tip: &TopicIdPartition,
         log: Log,
     ) -> Arc<HostedPartition> {
-        let tp = TopicPartition::new(tip.topic.clone(), tip.partition);
+        let tp = topic_partition(tip);
         let hp = self.hosted(tp.clone(), tip.topic_id, log, 0);
         let _ = hp
             .lock()
@@ -1034,7 +1039,7 @@ impl ReplicaManager {
                     parts.insert(hp.tp.clone(), hp);
                 }
                 Err(e) => {
-                    let tp = TopicPartition::new(tip.topic.clone(), tip.partition);
+                    let tp = topic_partition(tip);
                     self.fail_log_dir(&tp, e);
                 }
             }
@@ -1379,10 +1384,7 @@ impl ReplicaManager {
         if tips.is_empty() {
             return;
         }
-        let tps: Vec<TopicPartition> = tips
-            .iter()
-            .map(|tip| TopicPartition::new(tip.topic.clone(), tip.partition))
-            .collect();
+        let tps: Vec<TopicPartition> = tips.iter().map(topic_partition).collect();
         self.fetchers().remove_all(&tps);
         for tp in tps {
             self.delete_partition(tp);
