@@ -35,6 +35,9 @@ pub const FENCED: &str = "keel_broker_fenced";
 /// Metadata propagation: from an entry's append by the active controller to its changes
 /// applied here.
 pub const METADATA_APPLY_LAG: &str = "keel_broker_metadata_apply_lag_seconds";
+/// Metadata propagation from the commit: from the active controller's commit of an entry to
+/// its changes applied here.
+pub const METADATA_COMMIT_LAG: &str = "keel_broker_metadata_commit_lag_seconds";
 
 /// Metrics this module records.
 pub const DEFS: &[MetricDef] = &[
@@ -50,6 +53,13 @@ pub const DEFS: &[MetricDef] = &[
         MetricKind::Gauge,
         Some(Unit::Milliseconds),
         "Time since this broker's metadata image last advanced, ms; the active controller writes a NoOpRecord every metadata_max_idle_interval_ms (500), so a connected broker stays near that (an upper bound of Kafka's lag, which uses record timestamps)",
+        "kafka.server:type=broker-metadata-metrics,name=last-applied-record-lag-ms",
+    ),
+    MetricDef::new(
+        METADATA_COMMIT_LAG,
+        MetricKind::Histogram,
+        Some(Unit::Seconds),
+        "Metadata propagation from the commit, s: from the active controller learning that an entry is committed (a majority of the controllers hold it) until this broker built the image holding it and its replica manager applied the local changes; one sample per image built while following the log live from the active controller (a follower controller does not send the commit time), none while catching up. The append-to-applied lag minus the controllers' replication and commit. Compares two machines' clocks when controller and broker run apart",
         "kafka.server:type=broker-metadata-metrics,name=last-applied-record-lag-ms",
     ),
     MetricDef::new(
@@ -390,14 +400,20 @@ async fn sample(broker_id: i32, ready: watch::Sender<Readiness>) {
     }
 }
 
-/// Records one metadata propagation sample ([`METADATA_APPLY_LAG`]) for an entry the active
-/// controller appended at `appended_ms` (its wall clock, ms) and that is applied now. A
-/// negative difference (clocks of two machines apart) counts as 0.
-pub fn record_metadata_apply_lag(appended_ms: i64) {
-    let lag_ms = keel_runtime::clock::wall_clock_ms()
-        .saturating_sub(appended_ms)
-        .max(0);
-    metrics::histogram!(METADATA_APPLY_LAG).record(lag_ms as f64 / 1e3);
+/// Records the metadata propagation samples of an entry applied now: [`METADATA_APPLY_LAG`]
+/// from `appended_ms`, when the active controller proposed it, and [`METADATA_COMMIT_LAG`]
+/// from `committed_ms`, when it learned it committed (both its wall clock, ms since the Unix
+/// epoch; `None`: not known, no sample). A negative difference (clocks of two machines
+/// apart) counts as 0.
+pub fn record_metadata_lags(appended_ms: Option<i64>, committed_ms: Option<i64>) {
+    let now_ms = keel_runtime::clock::wall_clock_ms();
+    let secs_since = |at_ms: i64| now_ms.saturating_sub(at_ms).max(0) as f64 / 1e3;
+    if let Some(at) = appended_ms {
+        metrics::histogram!(METADATA_APPLY_LAG).record(secs_since(at));
+    }
+    if let Some(at) = committed_ms {
+        metrics::histogram!(METADATA_COMMIT_LAG).record(secs_since(at));
+    }
 }
 
 #[cfg(test)]

@@ -603,11 +603,18 @@ async fn stream_committed(
                 _ => (Vec::new(), 0),
             };
             let hint = leader_hint(node);
+            // Only the active controller's commit time is the commit (see the proto field).
+            let commit_timestamp_ms = if node.is_active() {
+                node.log.commit_time_ms(e.log_id.index).unwrap_or(-1)
+            } else {
+                -1
+            };
             let item = FetchMetadataItem {
                 item: Some(Item::Batch(CommittedBatch {
                     offset: e.log_id.index as i64,
                     term: e.log_id.leader_id.term as i64,
                     append_timestamp_ms: ts,
+                    commit_timestamp_ms,
                     batch: Some(MetadataBatch {
                         records,
                         append_timestamp_ms: ts,

@@ -59,8 +59,19 @@ fn the_committed_watermark_follows_saved_commits_and_never_falls() {
         let mut log = open();
         let watermark = log.committed();
         assert_eq!(*watermark.borrow(), 0, "nothing committed yet");
+        assert_eq!(log.commit_time_ms(1), None);
+        let before = keel_runtime::clock::wall_clock_ms();
         log.save_committed(Some(log_id(7))).await.expect("save");
+        let after = keel_runtime::clock::wall_clock_ms();
         assert_eq!(*watermark.borrow(), 7);
+        // Every index the rise covered has its time; the next one is not committed.
+        let at = log.commit_time_ms(1).expect("a commit time");
+        assert!(
+            (before..=after).contains(&at),
+            "{before} <= {at} <= {after}"
+        );
+        assert_eq!(log.commit_time_ms(7), Some(at));
+        assert_eq!(log.commit_time_ms(8), None);
         // A clone (the controller's read handle) sees the same watermark.
         assert_eq!(*log.clone().committed().borrow(), 7);
         log.save_committed(Some(log_id(5))).await.expect("save");
@@ -75,5 +86,10 @@ fn the_committed_watermark_follows_saved_commits_and_never_falls() {
         let read = log.read_committed().await.expect("read");
         assert_eq!(read.map(|l| l.index), Some(9));
         assert_eq!(*log.committed().borrow(), 9);
+        // Committed before this process: when is not known.
+        assert_eq!(log.commit_time_ms(9), None);
+        log.save_committed(Some(log_id(10))).await.expect("save");
+        assert!(log.commit_time_ms(10).is_some());
+        assert_eq!(log.commit_time_ms(9), None);
     });
 }

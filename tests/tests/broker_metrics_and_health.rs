@@ -1,6 +1,7 @@
 //! Multi-process: a real broker's `/health/ready` and `/metrics` (issue #7). Readiness turns
 //! 200 once the broker is registered and unfenced; the metadata gauges follow its image; a
-//! taken `metrics_listener` port stops the start with one line naming the key.
+//! taken `metrics_listener` port stops the start with one line naming the key. The broker
+//! follows the metadata log from the active controller, which sends each entry's commit time.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command};
@@ -84,7 +85,11 @@ async fn broker_readiness_and_metadata_gauges_over_http() {
     loop {
         let (_, text) = http_get(metrics, "/metrics").await.unwrap();
         let offset = sample(&text, "keel_broker_metadata_last_applied_offset").unwrap();
-        if offset > offset0 && sample(&text, "keel_broker_fenced") == Some(0.0) {
+        // Only the active controller sends commit times: samples from the commit mean the
+        // broker follows the log from it, wherever its stream started (KIP-595 observers).
+        let from_commit = histogram_buckets(&text, "keel_broker_metadata_commit_lag_seconds");
+        let followed_active = quantile_bound(&from_commit, 0.5).is_some();
+        if offset > offset0 && sample(&text, "keel_broker_fenced") == Some(0.0) && followed_active {
             assert!(
                 sample(&text, "keel_broker_metadata_last_applied_age_ms").is_some(),
                 "{text}"
@@ -94,11 +99,15 @@ async fn broker_readiness_and_metadata_gauges_over_http() {
             let lag = histogram_buckets(&text, "keel_broker_metadata_apply_lag_seconds");
             let (median, samples) = quantile_bound(&lag, 0.5).expect("propagation samples");
             assert!(samples >= 1.0 && median <= 1.0, "{lag:?}");
+            let (median, _) = quantile_bound(&from_commit, 0.5).unwrap();
+            assert!(median <= 1.0, "{from_commit:?}");
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "offset stuck at {offset0}: {text}"
+            "offset stuck at {offset0}, or no lag samples from the commit (not following \
+             the active controller): {text}\n{}",
+            log_text()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -61,10 +61,30 @@ pub struct Replayer {
     /// Offset of the last batch replayed (published or pending).
     replayed_offset: u64,
     snapshot: Option<SnapshotLoad>,
-    /// Append timestamp (the active controller's wall clock, ms) of the newest batch of
-    /// `image` when `image` was built because the stream reached the commit index (live);
-    /// `None` after a catch-up build, a snapshot or a flush.
-    live_append_ms: Option<i64>,
+    /// Timestamps of the newest batch of `image` when `image` was built because the stream
+    /// reached the commit index (live); none after a catch-up build, a snapshot or a flush.
+    live: LiveTimes,
+}
+
+/// The timestamps of the newest entry of an image built live (the stream had reached the
+/// serving controller's commit index): the start points of the metadata propagation lags
+/// (Kafka: `last-applied-record-lag-ms`, KIP-835). Both are the active controller's wall
+/// clock, ms since the Unix epoch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LiveTimes {
+    /// When the active controller proposed the entry (before its replication and commit);
+    /// `None` for entries without one.
+    pub appended_ms: Option<i64>,
+    /// When the active controller learned it committed (`CommittedBatch.commit_timestamp_ms`,
+    /// sent only by the active controller); `None` when the serving controller did not say.
+    pub committed_ms: Option<i64>,
+}
+
+impl LiveTimes {
+    /// Neither time is known.
+    pub fn is_empty(&self) -> bool {
+        self.appended_ms.is_none() && self.committed_ms.is_none()
+    }
 }
 
 impl Replayer {
@@ -76,7 +96,7 @@ impl Replayer {
             pending: None,
             pending_batches: 0,
             snapshot: None,
-            live_append_ms: None,
+            live: LiveTimes::default(),
         }
     }
 
@@ -91,19 +111,21 @@ impl Replayer {
     }
 
     /// When the last image built was live (its newest batch reached the serving controller's
-    /// commit index): that batch's append timestamp, the active controller's wall clock in ms
-    /// (taken when it proposed the entry, so before the commit). `None` after an image built
-    /// while catching up, from a snapshot or by [`Replayer::flush`], and for entries without a
-    /// timestamp. Feeds the metadata propagation lag (Kafka: `last-applied-record-lag-ms`,
-    /// KIP-835).
-    pub fn live_append_timestamp_ms(&self) -> Option<i64> {
-        self.live_append_ms
+    /// commit index): that batch's [`LiveTimes`]. Empty after an image built while catching
+    /// up, from a snapshot or by [`Replayer::flush`].
+    pub fn live_times(&self) -> LiveTimes {
+        self.live
+    }
+
+    /// Whether a snapshot is being received (its header came, its last chunk not yet).
+    pub fn loading_snapshot(&self) -> bool {
+        self.snapshot.is_some()
     }
 
     /// Builds an image from the pending batches, if any (e.g. when the stream broke).
     pub fn flush(&mut self) -> Option<MetadataImage> {
         self.snapshot = None;
-        self.live_append_ms = None;
+        self.live = LiveTimes::default();
         let delta = self.pending.take()?;
         self.pending_batches = 0;
         self.image = delta.apply();
@@ -199,7 +221,7 @@ impl Replayer {
         }
         self.pending = None;
         self.pending_batches = 0;
-        self.live_append_ms = None;
+        self.live = LiveTimes::default();
         self.image = load.delta.apply();
         self.replayed_offset = load.provenance.offset;
         Ok(Some(self.image.clone()))
@@ -247,8 +269,12 @@ impl Replayer {
         let live = offset >= commit_index;
         if live || self.pending_batches >= MAX_PENDING_BATCHES {
             let image = self.flush();
-            self.live_append_ms =
-                (live && b.append_timestamp_ms > 0).then_some(b.append_timestamp_ms);
+            if live {
+                self.live = LiveTimes {
+                    appended_ms: (b.append_timestamp_ms > 0).then_some(b.append_timestamp_ms),
+                    committed_ms: (b.commit_timestamp_ms > 0).then_some(b.commit_timestamp_ms),
+                };
+            }
             return Ok(image);
         }
         Ok(None)
@@ -276,6 +302,7 @@ mod tests {
                 offset,
                 term: 1,
                 append_timestamp_ms: 1_000 + offset,
+                commit_timestamp_ms: if offset % 2 == 0 { 2_000 + offset } else { -1 },
                 batch: Some(MetadataBatch {
                     records,
                     append_timestamp_ms: 0,
@@ -303,20 +330,34 @@ mod tests {
         let img = r.apply(batch(3, 3, vec![noop()])).unwrap().unwrap();
         assert_eq!(img.provenance().offset, 3);
         assert!(img.topics().get_by_name("a").is_some());
-        // Live: the newest batch's append timestamp.
-        assert_eq!(r.live_append_timestamp_ms(), Some(1_003));
+        // Live: the newest batch's append timestamp; its server sent no commit time.
+        let appended_only = LiveTimes {
+            appended_ms: Some(1_003),
+            committed_ms: None,
+        };
+        assert_eq!(r.live_times(), appended_only);
         // Overlap after a reconnect is skipped.
         assert_eq!(r.apply(batch(3, 3, vec![topic("a", 1)])).unwrap(), None);
+        assert_eq!(r.live_times(), appended_only);
+        // From the active controller: its commit time too.
+        r.apply(batch(4, 4, vec![])).unwrap().unwrap();
+        assert_eq!(
+            r.live_times(),
+            LiveTimes {
+                appended_ms: Some(1_004),
+                committed_ms: Some(2_004),
+            }
+        );
         // A gap is an error and leaves the published image in place.
-        let e = r.apply(batch(5, 5, vec![])).unwrap_err();
+        let e = r.apply(batch(6, 6, vec![])).unwrap_err();
         assert_eq!(
             e,
             ReplayerError::Gap {
-                expected_after: 3,
-                got: 5
+                expected_after: 4,
+                got: 6
             }
         );
-        assert_eq!(r.next_offset(), 4);
+        assert_eq!(r.next_offset(), 5);
     }
 
     #[test]
@@ -358,7 +399,7 @@ mod tests {
         assert_eq!(r.apply(header(10, 2)).unwrap(), None);
         assert_eq!(r.apply(chunk(vec![topic("x", 7)], false)).unwrap(), None);
         let img = r.apply(chunk(vec![topic("y", 8)], true)).unwrap().unwrap();
-        assert_eq!(r.live_append_timestamp_ms(), None, "a snapshot is not live");
+        assert!(r.live_times().is_empty(), "a snapshot is not live");
         assert_eq!(
             img.provenance(),
             Provenance {
@@ -389,8 +430,15 @@ mod tests {
             if r.apply(batch(o, far, vec![])).unwrap().is_some() {
                 built += 1;
                 // Catch-up builds are not live; the last one reached the commit index.
-                let live = (o == far).then_some(1_000 + far);
-                assert_eq!(r.live_append_timestamp_ms(), live, "offset {o}");
+                let live = if o == far {
+                    LiveTimes {
+                        appended_ms: Some(1_000 + far),
+                        committed_ms: (far % 2 == 0).then_some(2_000 + far),
+                    }
+                } else {
+                    LiveTimes::default()
+                };
+                assert_eq!(r.live_times(), live, "offset {o}");
             }
         }
         assert_eq!(built, 3);

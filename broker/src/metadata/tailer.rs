@@ -2,9 +2,14 @@
 //!
 //! - the tail task follows one `FetchMetadata` stream from any live controller and replays it
 //!   with [`Replayer`]; every image built goes to a latest-wins [`Handoff`]. A broken or
-//!   silent stream moves to the next voter and resumes from the next offset. It never waits
-//!   for the replica manager, so entries committed while the replica manager applies an
-//!   image are read and replayed meanwhile.
+//!   silent stream moves to the next voter and resumes from the next offset. A stream from a
+//!   follower controller that names another voter as active moves to the active one
+//!   ([`LeaderPreference`]): as Kafka's brokers fetch the metadata log from the Raft leader
+//!   (KIP-595 observers), it then gets each entry as the leader commits it, where a follower
+//!   learns of a commit a replication round later, and the entries carry their commit time
+//!   (`keel_broker_metadata_commit_lag_seconds`). It never waits for the replica manager, so
+//!   entries committed while the replica manager applies an image are read and replayed
+//!   meanwhile.
 //! - the publisher takes the newest image from the hand-off, sends it to the
 //!   [`LocalChangesSink`], waits until the replica manager applied it (the replica manager
 //!   computes its local changes against the last image it acted on), then publishes the image
@@ -22,6 +27,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use keel_metadata_log::MetadataImage;
 use keel_proto::controller::FetchMetadataRequest;
 use keel_proto::controller::fetch_metadata_item::Item;
@@ -29,7 +36,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use super::local_snapshot;
-use super::replayer::Replayer;
+use super::replayer::{LiveTimes, Replayer};
 use super::sink::{LocalChangesEvent, LocalChangesSink};
 use crate::lifecycle::ControllerChannels;
 use keel_runtime::Backoff;
@@ -115,18 +122,18 @@ pub fn spawn(
     }
 }
 
-/// Most append timestamps (lag samples) one publication records: the live entries folded
-/// into one image beyond this many are not sampled (the oldest are kept, so the samples
-/// never understate the lag).
+/// Most lag samples ([`LiveTimes`]) one publication records: the live entries folded into
+/// one image beyond this many are not sampled (the oldest are kept, so the samples never
+/// understate the lag).
 const MAX_LAG_SAMPLES: usize = 1024;
 
 /// An image built by the tail task and not yet taken by the publisher.
 #[derive(Debug)]
 struct Built {
     image: MetadataImage,
-    /// Append timestamps (ms, the active controller's clock) of the live entries folded into
-    /// `image` since the publisher last took one, oldest first; at most [`MAX_LAG_SAMPLES`].
-    live_appends_ms: Vec<i64>,
+    /// The times of the live entries folded into `image` since the publisher last took one,
+    /// oldest first, none empty; at most [`MAX_LAG_SAMPLES`].
+    live: Vec<LiveTimes>,
 }
 
 /// The latest-wins hand-off from the tail task to the publisher: one slot (memory bounded
@@ -140,7 +147,7 @@ struct Handoff {
 impl Handoff {
     /// Puts `image` in the slot, replacing an image the publisher has not taken (images only
     /// move forward: `image` contains every change of the one it replaces).
-    fn put(&self, image: MetadataImage, live_append_ms: Option<i64>) {
+    fn put(&self, image: MetadataImage, live: LiveTimes) {
         {
             let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
             match slot.as_mut() {
@@ -150,16 +157,14 @@ impl Handoff {
                         "images only move forward"
                     );
                     b.image = image;
-                    if let Some(at) = live_append_ms
-                        && b.live_appends_ms.len() < MAX_LAG_SAMPLES
-                    {
-                        b.live_appends_ms.push(at);
+                    if !live.is_empty() && b.live.len() < MAX_LAG_SAMPLES {
+                        b.live.push(live);
                     }
                 }
                 None => {
                     *slot = Some(Built {
                         image,
-                        live_appends_ms: live_append_ms.into_iter().collect(),
+                        live: Some(live).filter(|l| !l.is_empty()).into_iter().collect(),
                     })
                 }
             }
@@ -191,8 +196,8 @@ async fn publish_loop(
             () = async {
                 let built = handoff.take().await;
                 publisher.publish(built.image).await;
-                for at in built.live_appends_ms {
-                    crate::observe::record_metadata_apply_lag(at);
+                for times in built.live {
+                    crate::observe::record_metadata_lags(times.appended_ms, times.committed_ms);
                 }
             } => {}
         }
@@ -236,9 +241,12 @@ async fn tail_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let mut replayer = Replayer::new(initial.clone());
-    handoff.put(initial, None);
+    handoff.put(initial, LiveTimes::default());
     let mut index = 0usize;
     let mut failures = 0u32;
+    let mut preference = LeaderPreference::default();
+    // Whether the current stream was opened to follow the active controller's hint.
+    let mut to_leader = false;
     loop {
         // The voter set may have changed (a controller added or removed, KIP-853).
         if channels.refresh() {
@@ -248,13 +256,32 @@ async fn tail_loop(
         let addr = addr.to_string();
         let from = replayer.next_offset();
         let mut progressed = false;
-        let result = tokio::select! {
+        let end = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            r = follow(&cfg, &channels, index, &mut replayer, &handoff, &mut progressed) => r,
+            r = follow(&cfg, &channels, index, &mut preference, &mut replayer, &handoff, &mut progressed) => r,
         };
         if let Some(image) = replayer.flush() {
-            handoff.put(image, None);
+            handoff.put(image, LiveTimes::default());
         }
+        let result = match end {
+            StreamEnd::ToActive { index: active, id } => {
+                tracing::info!(
+                    controller = voter,
+                    from_offset = from,
+                    applied_offset = replayer.image().provenance().offset,
+                    "controller {id} is the active controller; following the metadata log from it"
+                );
+                index = active;
+                to_leader = true;
+                failures = 0;
+                continue;
+            }
+            StreamEnd::Failed(why) => why,
+        };
+        if to_leader && !progressed {
+            preference.leader_failed(Instant::now());
+        }
+        to_leader = false;
         failures = if progressed { 1 } else { failures + 1 };
         let delay = cfg.backoff.next(failures.saturating_sub(1));
         tracing::info!(
@@ -272,15 +299,68 @@ async fn tail_loop(
     }
 }
 
-/// Follows one stream until it fails; returns why it ended.
+/// Why a stream ended.
+#[derive(Debug, PartialEq, Eq)]
+enum StreamEnd {
+    /// It failed, was closed or went silent (why).
+    Failed(String),
+    /// It named another voter as the active controller: voter number `index`, node `id`.
+    ToActive { index: usize, id: u64 },
+}
+
+/// Least time between two moves to the controller a stream named active, so controllers
+/// naming each other during an election cannot make the broker hop on every item.
+const LEADER_SWITCH_SPACING: Duration = Duration::from_secs(1);
+/// How long the tailer stays with the other controllers after the named active controller
+/// gave no stream (down, or cut off from this broker but not from the quorum: its followers
+/// still serve the committed log).
+const LEADER_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// When the tail task moves to the controller its stream names active (pure; see the module
+/// doc). Moves are spaced by [`LEADER_SWITCH_SPACING`]; after a move that gave no stream,
+/// none for [`LEADER_RETRY_AFTER`].
+#[derive(Debug, Default)]
+struct LeaderPreference {
+    /// No move before this instant.
+    not_before: Option<Instant>,
+}
+
+impl LeaderPreference {
+    /// The voter number to move to when the stream from node `serving` names `leader_id`
+    /// (-1 unknown) active at `now`: a voter among `ids` (in voter order) other than
+    /// `serving`, when no move happened within the spacing. Records the move.
+    fn move_to(
+        &mut self,
+        serving: u64,
+        leader_id: i32,
+        ids: &[u64],
+        now: Instant,
+    ) -> Option<usize> {
+        let leader = u64::try_from(leader_id).ok().filter(|&l| l != serving)?;
+        if self.not_before.is_some_and(|t| now < t) {
+            return None;
+        }
+        let index = ids.iter().position(|&id| id == leader)?;
+        self.not_before = Some(now + LEADER_SWITCH_SPACING);
+        Some(index)
+    }
+
+    /// The controller moved to gave no stream: stay with the others for a while.
+    fn leader_failed(&mut self, now: Instant) {
+        self.not_before = Some(now + LEADER_RETRY_AFTER);
+    }
+}
+
+/// Follows one stream until it fails or names another voter as the active controller.
 async fn follow(
     cfg: &TailerConfig,
     channels: &ControllerChannels,
     index: usize,
+    preference: &mut LeaderPreference,
     replayer: &mut Replayer,
     handoff: &Handoff,
     progressed: &mut bool,
-) -> String {
+) -> StreamEnd {
     let req = FetchMetadataRequest {
         from_offset: replayer.next_offset() as i64,
         broker_id: Some(cfg.broker_id),
@@ -289,10 +369,13 @@ async fn follow(
     let mut client = channels.client(index);
     let mut stream = match tokio::time::timeout(cfg.idle_timeout, client.fetch_metadata(req)).await
     {
-        Err(_) => return format!("no answer in {:?}", cfg.idle_timeout),
-        Ok(Err(status)) => return format!("{}: {}", status.code(), status.message()),
+        Err(_) => return StreamEnd::Failed(format!("no answer in {:?}", cfg.idle_timeout)),
+        Ok(Err(status)) => {
+            return StreamEnd::Failed(format!("{}: {}", status.code(), status.message()));
+        }
         Ok(Ok(r)) => r.into_inner(),
     };
+    let ids = channels.ids();
     let (voter, addr) = channels.voter(index);
     tracing::info!(
         controller = voter,
@@ -302,12 +385,17 @@ async fn follow(
     );
     loop {
         let item = match tokio::time::timeout(cfg.idle_timeout, stream.message()).await {
-            Err(_) => return format!("nothing received for {:?}", cfg.idle_timeout),
-            Ok(Err(status)) => return format!("{}: {}", status.code(), status.message()),
-            Ok(Ok(None)) => return "closed by the controller".to_string(),
+            Err(_) => {
+                return StreamEnd::Failed(format!("nothing received for {:?}", cfg.idle_timeout));
+            }
+            Ok(Err(status)) => {
+                return StreamEnd::Failed(format!("{}: {}", status.code(), status.message()));
+            }
+            Ok(Ok(None)) => return StreamEnd::Failed("closed by the controller".to_string()),
             Ok(Ok(Some(item))) => item,
         };
         *progressed = true;
+        let leader_id = item.leader.as_ref().map_or(-1, |l| l.leader_id);
         if let Some(Item::SnapshotHeader(h)) = &item.item {
             tracing::info!(
                 controller = voter,
@@ -317,12 +405,22 @@ async fn follow(
             );
         }
         match replayer.apply(item) {
-            Ok(Some(image)) => handoff.put(image, replayer.live_append_timestamp_ms()),
+            Ok(Some(image)) => handoff.put(image, replayer.live_times()),
             Ok(None) => {}
             Err(e) => {
                 tracing::error!("{e}");
-                return e.to_string();
+                return StreamEnd::Failed(e.to_string());
             }
+        }
+        // Moves only between items: the item just received is replayed, and the next
+        // stream starts after it.
+        if !replayer.loading_snapshot()
+            && let Some(index) = preference.move_to(voter, leader_id, &ids, Instant::now())
+        {
+            return StreamEnd::ToActive {
+                index,
+                id: ids[index],
+            };
         }
     }
 }
@@ -368,6 +466,13 @@ mod tests {
     use super::*;
     use keel_metadata_log::{MetadataDelta, Provenance};
 
+    fn appended(ms: i64) -> LiveTimes {
+        LiveTimes {
+            appended_ms: Some(ms),
+            committed_ms: None,
+        }
+    }
+
     fn image_at(offset: u64) -> MetadataImage {
         let mut delta = MetadataDelta::new(MetadataImage::empty());
         delta.set_provenance(Provenance { offset, term: 1 });
@@ -387,13 +492,13 @@ mod tests {
         let (stop_tx, stop_rx) = watch::channel(false);
         let task = tokio::spawn(publish_loop(publisher, handoff.clone(), stop_rx));
 
-        handoff.put(image_at(1), Some(10));
+        handoff.put(image_at(1), appended(10));
         let first = rx.recv().await.expect("first event");
         assert_eq!(first.image.provenance().offset, 1);
         // While offset 1 is being applied, three more images are built.
-        handoff.put(image_at(2), Some(20));
-        handoff.put(image_at(3), None);
-        handoff.put(image_at(4), Some(40));
+        handoff.put(image_at(2), appended(20));
+        handoff.put(image_at(3), LiveTimes::default());
+        handoff.put(image_at(4), appended(40));
         assert_eq!(
             images.borrow().provenance().offset,
             0,
@@ -413,18 +518,39 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_moves_to_the_named_active_controller_spaced_and_not_back_after_a_failure() {
+        let ids = [1, 2, 3];
+        let t0 = Instant::now();
+        let mut p = LeaderPreference::default();
+        // Unknown leader, the serving controller itself, or one not among the voters: stay.
+        assert_eq!(p.move_to(1, -1, &ids, t0), None);
+        assert_eq!(p.move_to(1, 1, &ids, t0), None);
+        assert_eq!(p.move_to(1, 7, &ids, t0), None);
+        // A follower names voter 3 (index 2).
+        assert_eq!(p.move_to(1, 3, &ids, t0), Some(2));
+        // Hints naming each other (an election) move at most once per spacing.
+        assert_eq!(p.move_to(3, 2, &ids, t0 + Duration::from_millis(10)), None);
+        let later = t0 + LEADER_SWITCH_SPACING;
+        assert_eq!(p.move_to(3, 2, &ids, later), Some(1));
+        // The controller moved to gave no stream: the others serve for a while.
+        p.leader_failed(later);
+        assert_eq!(p.move_to(1, 2, &ids, later + LEADER_SWITCH_SPACING), None);
+        assert_eq!(p.move_to(1, 2, &ids, later + LEADER_RETRY_AFTER), Some(1));
+    }
+
+    #[test]
     fn the_slot_keeps_the_oldest_lag_samples_up_to_the_bound() {
         let handoff = Handoff::default();
         for o in 1..=(MAX_LAG_SAMPLES as u64 + 10) {
-            handoff.put(image_at(o), Some(o as i64));
+            handoff.put(image_at(o), appended(o as i64));
         }
         let built = handoff.slot.lock().unwrap().take().unwrap();
         assert_eq!(built.image.provenance().offset, MAX_LAG_SAMPLES as u64 + 10);
-        assert_eq!(built.live_appends_ms.len(), MAX_LAG_SAMPLES);
-        assert_eq!(built.live_appends_ms[0], 1);
+        assert_eq!(built.live.len(), MAX_LAG_SAMPLES);
+        assert_eq!(built.live[0], appended(1));
         assert_eq!(
-            *built.live_appends_ms.last().unwrap(),
-            MAX_LAG_SAMPLES as i64
+            *built.live.last().unwrap(),
+            appended(MAX_LAG_SAMPLES as i64)
         );
     }
 }

@@ -251,6 +251,7 @@ impl ControllerService for Fake {
                 offset: 1,
                 term: 1,
                 append_timestamp_ms: -1,
+                commit_timestamp_ms: -1,
                 batch: Some(keel_proto::metadata::MetadataBatch {
                     records: vec![noop],
                     append_timestamp_ms: -1,

@@ -12,7 +12,7 @@
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::storage::{LogFlushed, LogState, RaftLogReader, RaftLogStorage};
@@ -21,6 +21,7 @@ use tokio::sync::watch;
 
 use crate::raft_types::{Entry, LogId, StorageError, TypeConfig};
 use crate::store::DurableSnapshot;
+use crate::store::commit_times::CommitTimes;
 use crate::store::raft_disk::RaftDisk;
 
 pub(super) const KEY_VOTE: &str = "vote";
@@ -43,6 +44,8 @@ pub struct LogStore {
     /// The highest index known committed whose entry is durable here (see
     /// [`Self::committed`]). Never lowered.
     committed: Arc<watch::Sender<u64>>,
+    /// When each recent rise of `committed` happened ([`Self::commit_time_ms`]).
+    commit_times: Arc<Mutex<CommitTimes>>,
 }
 
 /// Default of how long a purge waits for the state machine to write the snapshot covering it.
@@ -61,6 +64,7 @@ impl LogStore {
             durable_snapshot,
             purge_wait: PURGE_WAIT,
             committed: Arc::new(watch::channel(0).0),
+            commit_times: Arc::default(),
         }
     }
 
@@ -74,10 +78,32 @@ impl LogStore {
         self.committed.subscribe()
     }
 
-    fn raise_committed(&self, committed: Option<LogId>) {
+    /// When this node learned `index` committed, ms since the Unix epoch: the wall-clock time
+    /// at which openraft handed a commit index covering it to `save_committed`. On the active
+    /// controller that is the commit (a majority holds the entry); elsewhere it is when the
+    /// leader's commit index reached this node. `None` for entries committed before this
+    /// process started, not committed yet, or older than the last
+    /// [`MAX_RISES`](super::commit_times::MAX_RISES) rises of the commit index.
+    pub fn commit_time_ms(&self, index: u64) -> Option<i64> {
+        self.commit_times
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .commit_time_ms(index)
+    }
+
+    /// Raises [`Self::committed`] to `committed`, which rose at `at_ms` (`None`: read back at
+    /// start, time unknown).
+    fn raise_committed(&self, committed: Option<LogId>, at_ms: Option<i64>) {
         let Some(index) = committed.map(|l| l.index) else {
             return;
         };
+        {
+            let mut times = self.commit_times.lock().unwrap_or_else(|e| e.into_inner());
+            match at_ms {
+                Some(at) => times.rise(index, at),
+                None => times.forget_through(index),
+            }
+        }
         self.committed.send_if_modified(|v| {
             let higher = index > *v;
             if higher {
@@ -242,6 +268,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
+        // The commit was decided before this call; its time is taken before the flush.
+        let decided_ms = keel_runtime::clock::wall_clock_ms();
         // Durable before it returns: openraft applies (and the controller then reports and
         // serves) entries only after this call, and at start re-applies the log up to the
         // committed log id read back. Saved lazily (as before #24), a node restarted while
@@ -254,13 +282,13 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             .flush()
             .await
             .map_err(|e| StorageIOError::write(&e))?;
-        self.raise_committed(committed);
+        self.raise_committed(committed, Some(decided_ms));
         Ok(())
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
         let committed = self.get::<Option<LogId>>(KEY_COMMITTED)?.flatten();
-        self.raise_committed(committed);
+        self.raise_committed(committed, None);
         Ok(committed)
     }
 

@@ -13,6 +13,7 @@
 // helpers would only add conversions at every trait boundary.
 #![allow(clippy::result_large_err)]
 
+pub mod commit_times;
 pub mod disk;
 pub mod engine_files;
 pub mod log_store;
