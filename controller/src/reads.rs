@@ -597,17 +597,24 @@ async fn stream_committed(
                 "offset {next} is no longer in the log; fetch again from 0 to get the snapshot"
             )));
         }
+        // This node's term while it is the active controller: it committed the entries of
+        // that term itself (earlier terms' entries it may have learned of as a follower).
+        let leader_term = node
+            .is_active()
+            .then(|| node.raft.metrics().borrow().current_term);
         for e in entries {
             let (records, ts) = match e.payload {
                 EntryPayload::Normal(b) => (b.records, b.append_timestamp_ms),
                 _ => (Vec::new(), 0),
             };
             let hint = leader_hint(node);
-            // Only the active controller's commit time is the commit (see the proto field).
-            let commit_timestamp_ms = if node.is_active() {
-                node.log.commit_time_ms(e.log_id.index).unwrap_or(-1)
-            } else {
-                -1
+            // Only the active controller's commit time of an entry of its own term is the
+            // commit (see the proto field).
+            let commit_timestamp_ms = match leader_term {
+                Some(term) if e.log_id.leader_id.term == term => {
+                    node.log.commit_time_ms(e.log_id.index).unwrap_or(-1)
+                }
+                _ => -1,
             };
             let item = FetchMetadataItem {
                 item: Some(Item::Batch(CommittedBatch {

@@ -592,3 +592,72 @@ async fn describe_quorum_lists_brokers_as_observers_and_an_unreached_voter_as_un
     assert!(o.lag >= 0 && o.last_fetch_timestamp_ms > 0, "{o:?}");
     drop(broker);
 }
+
+/// The live metadata batches (at or beyond the commit index the item reports; Raft's blank
+/// and membership entries, which carry no records and no append time, left out) of
+/// controller `id`'s FetchMetadata stream from offset 1, until `n` of them, each with the
+/// wall-clock time it arrived (ms) and the standing the controller reported.
+async fn live_batches(
+    q: &Quorum,
+    id: u64,
+    n: usize,
+) -> Vec<(keel_proto::controller::CommittedBatch, i64, i32)> {
+    use keel_proto::controller::FetchMetadataRequest;
+    use keel_proto::controller::fetch_metadata_item::Item;
+    let mut stream = q
+        .client(id)
+        .await
+        .fetch_metadata(FetchMetadataRequest {
+            from_offset: 1,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut out = Vec::new();
+    while out.len() < n {
+        let item = tokio::time::timeout(Duration::from_secs(10), stream.message())
+            .await
+            .expect("an item within 10 s (NoOps every 500 ms)")
+            .unwrap()
+            .expect("the stream stays open");
+        let arrived = keel_tests::data::now_ms();
+        let role = item.source.as_ref().map_or(0, |s| s.role);
+        if let Some(Item::Batch(b)) = item.item
+            && b.offset >= item.commit_index
+            && b.append_timestamp_ms > 0
+        {
+            out.push((b, arrived, role));
+        }
+    }
+    out
+}
+
+/// FetchMetadata carries each entry's commit time from the active controller only, for the
+/// entries of its own term (issue #26: brokers measure metadata propagation from the commit;
+/// a follower learns of a commit a replication round later and sends -1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_active_controller_sends_the_commit_times_of_its_entries() {
+    use keel_proto::controller::ReadSourceRole;
+    let q = Quorum::start(3);
+    let leader = q.wait_leader(Duration::from_secs(20)).await;
+    let (_, term) = cluster_and_term(&q, leader).await;
+    let follower = q.ids().into_iter().find(|&i| i != leader).unwrap();
+
+    let from_leader = live_batches(&q, leader, 3).await;
+    for (b, arrived, role) in &from_leader {
+        assert_eq!(*role, ReadSourceRole::Active as i32, "{b:?}\n{}", q.logs());
+        assert_eq!(b.term, term, "one term throughout: {b:?}");
+        // Committed after its append, before it arrived here (one machine, one clock).
+        assert!(
+            b.append_timestamp_ms <= b.commit_timestamp_ms && b.commit_timestamp_ms <= *arrived,
+            "append {} <= commit {} <= arrival {arrived}: {b:?}",
+            b.append_timestamp_ms,
+            b.commit_timestamp_ms
+        );
+    }
+    for (b, _, role) in live_batches(&q, follower, 3).await {
+        assert_eq!(role, ReadSourceRole::Follower as i32, "{b:?}");
+        assert_eq!(b.commit_timestamp_ms, -1, "a follower sends none: {b:?}");
+    }
+}
