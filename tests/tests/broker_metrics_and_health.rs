@@ -21,19 +21,24 @@ impl Drop for MetricsBroker {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn broker_readiness_and_metadata_gauges_over_http() {
-    let c = Cluster::start(3, 0);
+/// Starts broker `id` of cluster `c` with `voters` as its controller list and a metrics
+/// listener (returned), logging to `broker-<id>.log` in the cluster's directory.
+fn spawn_metrics_broker(c: &Cluster, id: i32, voters: &str) -> (MetricsBroker, SocketAddr) {
     let ports = free_ports(2);
     let metrics = SocketAddr::from(([127, 0, 0, 1], ports[1]));
-    let log = std::fs::File::create(c.dir.path().join("broker-7.log")).unwrap();
-    let _broker = MetricsBroker(
+    let log = std::fs::File::create(c.dir.path().join(format!("broker-{id}.log"))).unwrap();
+    let broker = MetricsBroker(
         Command::new(broker_bin())
-            .args(["--node-id", "7", "--controller-quorum-voters", &c.voters()])
+            .args([
+                "--node-id",
+                &id.to_string(),
+                "--controller-quorum-voters",
+                voters,
+            ])
             .arg("--listeners")
             .arg(format!("127.0.0.1:{}", ports[0]))
             .arg("--log-dirs")
-            .arg(c.dir.path().join("broker-7"))
+            .arg(c.dir.path().join(format!("broker-{id}")))
             .arg("--broker-heartbeat-interval-ms")
             .arg(HEARTBEAT_INTERVAL_MS.to_string())
             .arg("--broker-session-timeout-ms")
@@ -46,6 +51,49 @@ async fn broker_readiness_and_metadata_gauges_over_http() {
             .spawn()
             .unwrap(),
     );
+    (broker, metrics)
+}
+
+/// A broker started with only a follower controller in its list learns the voter set and
+/// follows the metadata log from the active controller, which sends the commit times.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_knowing_only_a_follower_moves_to_the_active_controller() {
+    let c = Cluster::start(3, 0);
+    let active = c.active_controller(Duration::from_secs(20)).await;
+    let follower = (1..=3u64).find(|&i| i != active).unwrap();
+    let (_broker, metrics) = spawn_metrics_broker(
+        &c,
+        8,
+        &format!("{follower}@{}", c.controller_addr(follower)),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = http_get(metrics, "/metrics").await.map(|(_, t)| t);
+        let from_commit = text.as_deref().map_or_else(Vec::new, |t| {
+            histogram_buckets(t, "keel_broker_metadata_commit_lag_seconds")
+        });
+        if quantile_bound(&from_commit, 0.5).is_some() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "broker 8 never followed the active controller {active}:\n{}",
+            c.broker_log(8)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let log = c.broker_log(8);
+    // It moved when it learned the voters (the active controller may have changed since).
+    assert!(
+        log.contains("the controller voters changed; moving the metadata stream to controller"),
+        "{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_readiness_and_metadata_gauges_over_http() {
+    let c = Cluster::start(3, 0);
+    let (_broker, metrics) = spawn_metrics_broker(&c, 7, &c.voters());
     let log_text =
         || std::fs::read_to_string(c.dir.path().join("broker-7.log")).unwrap_or_default();
 

@@ -98,18 +98,9 @@ impl ControllerChannels {
     /// kept, controllers learned from hints are dropped (the set is the quorum's own). Returns
     /// whether anything changed.
     pub fn refresh(&mut self) -> bool {
-        let Some(updates) = &self.updates else {
+        let Some(newest) = self.newer_voters() else {
             return false;
         };
-        let newest = updates.borrow().clone();
-        let same = newest.len() == self.voters.len()
-            && self
-                .voters
-                .iter()
-                .all(|(id, addr, _)| newest.get(id) == Some(addr));
-        if newest.is_empty() || same {
-            return false;
-        }
         let mut out = Vec::with_capacity(newest.len());
         for (id, addr) in &newest {
             let kept = self
@@ -127,6 +118,24 @@ impl ControllerChannels {
         }
         self.voters = Arc::new(out);
         true
+    }
+
+    /// Whether the voter set these channels follow differs from the one they serve, so that
+    /// [`Self::refresh`] would rebuild them.
+    pub fn is_stale(&self) -> bool {
+        self.newer_voters().is_some()
+    }
+
+    /// The newest voter set when it is not empty and differs from the one served.
+    fn newer_voters(&self) -> Option<BTreeMap<u64, String>> {
+        let updates = self.updates.as_ref()?;
+        let newest = updates.borrow();
+        let same = newest.len() == self.voters.len()
+            && self
+                .voters
+                .iter()
+                .all(|(id, addr, _)| newest.get(id) == Some(addr));
+        (!newest.is_empty() && !same).then(|| newest.clone())
     }
 
     fn client_for(
@@ -385,6 +394,28 @@ impl ActiveControllerClient {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn channels_are_stale_until_refreshed_from_a_changed_voter_set() {
+        let one: BTreeMap<u64, String> = [(1, "127.0.0.1:1".to_string())].into();
+        let (tx, rx) = watch::channel(one.clone());
+        let mut channels = ControllerChannels::new(&one, &Dialer::new(None))
+            .unwrap()
+            .following(rx);
+        assert!(!channels.is_stale());
+        assert!(!channels.refresh());
+        // A controller added (KIP-853): stale until refreshed.
+        let mut two = one.clone();
+        two.insert(3, "127.0.0.1:3".to_string());
+        tx.send_replace(two);
+        assert!(channels.is_stale());
+        assert!(channels.refresh());
+        assert!(!channels.is_stale());
+        assert_eq!(channels.ids(), vec![1, 3]);
+        // An empty set is ignored.
+        tx.send_replace(BTreeMap::new());
+        assert!(!channels.is_stale());
+    }
 
     #[test]
     fn router_follows_hints_and_rotates_on_errors() {

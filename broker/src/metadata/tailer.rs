@@ -266,13 +266,30 @@ async fn tail_loop(
         let result = match end {
             StreamEnd::ToActive { index: active, id } => {
                 tracing::info!(
-                    controller = voter,
+                    leaving = voter,
                     from_offset = from,
                     applied_offset = replayer.image().provenance().offset,
                     "controller {id} is the active controller; following the metadata log from it"
                 );
                 index = active;
                 to_leader = true;
+                failures = 0;
+                continue;
+            }
+            StreamEnd::VotersChanged { leader } => {
+                // The active controller is one these channels do not have yet (added with
+                // `quorum add-controller`, or missing from this broker's list).
+                channels.refresh();
+                let ids = channels.ids();
+                index = ids.iter().position(|&id| id == leader).unwrap_or(0);
+                tracing::info!(
+                    leaving = voter,
+                    from_offset = from,
+                    applied_offset = replayer.image().provenance().offset,
+                    "the controller voters changed; moving the metadata stream to controller {}",
+                    ids[index]
+                );
+                to_leader = ids[index] == leader;
                 failures = 0;
                 continue;
             }
@@ -306,6 +323,9 @@ enum StreamEnd {
     Failed(String),
     /// It named another voter as the active controller: voter number `index`, node `id`.
     ToActive { index: usize, id: u64 },
+    /// It named as active controller node `leader`, which these channels do not have, and the
+    /// voter set they follow changed since they were built.
+    VotersChanged { leader: u64 },
 }
 
 /// Least time between two moves to the controller a stream named active, so controllers
@@ -414,13 +434,20 @@ async fn follow(
         }
         // Moves only between items: the item just received is replayed, and the next
         // stream starts after it.
-        if !replayer.loading_snapshot()
-            && let Some(index) = preference.move_to(voter, leader_id, &ids, Instant::now())
-        {
+        if replayer.loading_snapshot() {
+            continue;
+        }
+        if let Some(index) = preference.move_to(voter, leader_id, &ids, Instant::now()) {
             return StreamEnd::ToActive {
                 index,
                 id: ids[index],
             };
+        }
+        if let Ok(leader) = u64::try_from(leader_id)
+            && !ids.contains(&leader)
+            && channels.is_stale()
+        {
+            return StreamEnd::VotersChanged { leader };
         }
     }
 }
