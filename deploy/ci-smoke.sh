@@ -64,8 +64,11 @@ finish() {
     if [ "$rc" -eq 0 ]; then
         say "PASS"
     else
-        echo "ci-smoke.sh: FAIL (exit $rc)" >&2
+        local why=""
+        [ -n "${SMOKE_OUT:-}" ] && why="$(grep -m1 '^smoke.sh: FAIL' "$SMOKE_OUT" || true)"
+        echo "ci-smoke.sh: FAIL (exit $rc) in phase $phase${why:+: $why}" >&2
     fi
+    [ -n "${SMOKE_OUT:-}" ] && rm -f "$SMOKE_OUT"
     exit "$rc"
 }
 trap finish EXIT
@@ -80,6 +83,9 @@ t_up=$((SECONDS - t))
 
 phase=smoke
 t=$SECONDS
-"$ROOT/deploy/smoke.sh"
+# smoke.sh's output is kept as well, so that its failed check, printed before the containers'
+# logs, is repeated as the last line (CI may show only the tail of the run).
+SMOKE_OUT="$(mktemp)"
+"$ROOT/deploy/smoke.sh" 2>&1 | tee "$SMOKE_OUT"
 t_smoke=$((SECONDS - t))
 phase=finished
