@@ -18,6 +18,10 @@ pub enum RegisterDecision {
     Retry {
         /// The error, for the log.
         reason: String,
+        /// The refusal was DUPLICATE_BROKER_REGISTRATION: a live registration holds this node
+        /// id (another process with the same id, or this broker's previous incarnation until
+        /// its session expires).
+        duplicate_id: bool,
     },
     /// The controller will never accept this broker as configured (wrong cluster id, invalid
     /// request, unsupported version): stop the process.
@@ -35,6 +39,7 @@ pub fn on_register_reply(reply: &RegisterBrokerReply) -> RegisterDecision {
         },
         Ok(ErrorCode::None) => RegisterDecision::Retry {
             reason: format!("no broker epoch in the reply ({})", reply.broker_epoch),
+            duplicate_id: false,
         },
         Ok(
             c @ (ErrorCode::InconsistentClusterId
@@ -45,9 +50,11 @@ pub fn on_register_reply(reply: &RegisterBrokerReply) -> RegisterDecision {
         },
         Ok(c) => RegisterDecision::Retry {
             reason: describe(c, reply.error.as_ref()),
+            duplicate_id: c == ErrorCode::DuplicateBrokerRegistration,
         },
         Err(raw) => RegisterDecision::Retry {
             reason: format!("unknown error code {raw}"),
+            duplicate_id: false,
         },
     }
 }
@@ -148,10 +155,18 @@ mod tests {
                 ..Default::default()
             };
             let got = match on_register_reply(&r) {
-                RegisterDecision::Retry { reason } => {
+                RegisterDecision::Retry {
+                    reason,
+                    duplicate_id,
+                } => {
                     assert!(
                         reason.contains(c.name()) && reason.contains("why"),
                         "{reason}"
+                    );
+                    assert_eq!(
+                        duplicate_id,
+                        c == ErrorCode::DuplicateBrokerRegistration,
+                        "{c}"
                     );
                     "retry"
                 }

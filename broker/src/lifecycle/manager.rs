@@ -344,13 +344,16 @@ async fn register(
                 async move { c.register_broker(req).await }
             }) => r,
         };
-        let reason = match outcome {
+        let (reason, duplicate_id) = match outcome {
             Ok(reply) => match on_register_reply(&reply) {
                 RegisterDecision::Registered { broker_epoch } => return Ok(Some(broker_epoch)),
                 RegisterDecision::Fatal { reason } => return Err(LifecycleError(reason)),
-                RegisterDecision::Retry { reason } => reason,
+                RegisterDecision::Retry {
+                    reason,
+                    duplicate_id,
+                } => (reason, duplicate_id),
             },
-            Err(e) => e.to_string(),
+            Err(e) => (e.to_string(), false),
         };
         failures += 1;
         let delay = cfg.backoff.next(failures.saturating_sub(1));
@@ -358,10 +361,8 @@ async fn register(
             tracing::warn!(
                 broker_id = cfg.broker_id,
                 failures,
-                "registration refused {failures} times ({reason}); retrying in {delay:?}. If \
-                 another broker runs with node_id {}, stop one of them: node ids are unique \
-                 across brokers and controllers",
-                cfg.broker_id
+                "registration refused {failures} times ({reason}); retrying in {delay:?}. {}",
+                registration_hint(duplicate_id, cfg.broker_id)
             );
         } else {
             tracing::info!(
@@ -373,6 +374,23 @@ async fn register(
         if shutdown_during(shutdown, delay).await {
             return Ok(None);
         }
+    }
+}
+
+/// What an operator should check when registrations keep failing: with `duplicate_id` (the
+/// controller answered DUPLICATE_BROKER_REGISTRATION) another process holding `broker_id`;
+/// otherwise (no active controller answered: connect errors, timeouts, NOT_CONTROLLER
+/// everywhere) the controllers' addresses and the quorum.
+pub fn registration_hint(duplicate_id: bool, broker_id: i32) -> String {
+    if duplicate_id {
+        format!(
+            "If another broker runs with node_id {broker_id}, stop one of them: node ids are \
+             unique across brokers and controllers"
+        )
+    } else {
+        "Check that controller_quorum_voters (or controller_quorum_bootstrap_servers) names \
+         the controllers' listeners and that a quorum of them is up: keelctl quorum status"
+            .to_string()
     }
 }
 
@@ -473,6 +491,17 @@ mod tests {
             .collect();
         let q = QUIET_REGISTRATION_REFUSALS;
         assert_eq!(warned, [q + 1, q + 11, q + 21]);
+    }
+
+    #[test]
+    fn only_a_duplicate_registration_names_another_broker_with_the_same_id() {
+        let dup = registration_hint(true, 7);
+        assert!(dup.contains("node_id 7"), "{dup}");
+        let unreachable = registration_hint(false, 7);
+        assert!(
+            !unreachable.contains("node_id 7") && unreachable.contains("controller_quorum_voters"),
+            "{unreachable}"
+        );
     }
 
     #[test]
