@@ -235,6 +235,7 @@ pub async fn serve(
         channels.clone(),
         initial.clone(),
         sink,
+        status_rx.clone(),
     );
     crate::observe::publish(tailer.images(), status_rx.clone());
     // Stops with the shutdown flag; the task is detached.

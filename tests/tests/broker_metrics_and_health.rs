@@ -22,8 +22,20 @@ impl Drop for MetricsBroker {
 }
 
 /// Starts broker `id` of cluster `c` with `voters` as its controller list and a metrics
-/// listener (returned), logging to `broker-<id>.log` in the cluster's directory.
+/// listener (returned), logging to `broker-<id>.log` in the cluster's directory. Its
+/// `broker_session_timeout_ms` is [`SESSION_TIMEOUT_MS`] (which also bounds the silence of
+/// its metadata stream, at least 2 s).
 fn spawn_metrics_broker(c: &Cluster, id: i32, voters: &str) -> (MetricsBroker, SocketAddr) {
+    spawn_metrics_broker_with_session(c, id, voters, SESSION_TIMEOUT_MS)
+}
+
+/// [`spawn_metrics_broker`] with `broker_session_timeout_ms = session_ms`.
+fn spawn_metrics_broker_with_session(
+    c: &Cluster,
+    id: i32,
+    voters: &str,
+    session_ms: u64,
+) -> (MetricsBroker, SocketAddr) {
     let ports = free_ports(2);
     let metrics = SocketAddr::from(([127, 0, 0, 1], ports[1]));
     let log = std::fs::File::create(c.dir.path().join(format!("broker-{id}.log"))).unwrap();
@@ -42,7 +54,7 @@ fn spawn_metrics_broker(c: &Cluster, id: i32, voters: &str) -> (MetricsBroker, S
             .arg("--broker-heartbeat-interval-ms")
             .arg(HEARTBEAT_INTERVAL_MS.to_string())
             .arg("--broker-session-timeout-ms")
-            .arg(SESSION_TIMEOUT_MS.to_string())
+            .arg(session_ms.to_string())
             .arg("--metrics-listener")
             .arg(metrics.to_string())
             .env("KEEL_LOG", "info")
@@ -66,6 +78,18 @@ async fn a_broker_knowing_only_a_follower_moves_to_the_active_controller() {
         8,
         &format!("{follower}@{}", c.controller_addr(follower)),
     );
+    wait_following_active(&c, 8, metrics).await;
+    let log = c.broker_log(8);
+    // It moved when it learned the voters (the active controller may have changed since).
+    assert!(
+        log.contains("the controller voters changed; moving the metadata stream to controller"),
+        "{log}"
+    );
+}
+
+/// Waits (30 s at most) until broker `id` has samples of the lag from the commit, which only
+/// the active controller's stream gives: it follows the metadata log from the active one.
+async fn wait_following_active(c: &Cluster, id: i32, metrics: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let text = http_get(metrics, "/metrics").await.map(|(_, t)| t);
@@ -73,21 +97,64 @@ async fn a_broker_knowing_only_a_follower_moves_to_the_active_controller() {
             histogram_buckets(t, "keel_broker_metadata_commit_lag_seconds")
         });
         if quantile_bound(&from_commit, 0.5).is_some() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "broker {id} never followed the active controller:\n{}",
+            c.broker_log(id)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The metadata offset broker `metrics` has applied (its gauge), if it answers.
+async fn applied_offset(metrics: SocketAddr) -> Option<f64> {
+    let (_, text) = http_get(metrics, "/metrics").await?;
+    sample(&text, "keel_broker_metadata_last_applied_offset")
+}
+
+/// A paused (SIGSTOP) active controller does not close the streams it serves: they go
+/// silent. The broker moves its stream to the controller that accepts its heartbeats once
+/// the quorum elected one, instead of waiting for the silence to reach its idle timeout (the
+/// broker's session timeout, 9 s here, as by default), which stalled the metadata of every
+/// broker that long (found by the fresh-user trial of session 38). Kafka's observers give up
+/// on a fetch after `controller.quorum.fetch.timeout.ms` and ask the leader the quorum names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_leaves_a_paused_active_controller_for_the_one_its_heartbeats_reach() {
+    let c = Cluster::start(3, 0);
+    let (_broker, metrics) = spawn_metrics_broker_with_session(&c, 9, &c.voters(), 9_000);
+    wait_following_active(&c, 9, metrics).await;
+    let paused = c.active_controller(Duration::from_secs(10)).await;
+    c.pause_controller(paused);
+    let moved = "is the active controller (it accepts this broker's heartbeats)";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.broker_log(9).contains(moved) {
+        assert!(
+            Instant::now() < deadline,
+            "broker 9 did not move off the paused controller {paused}:\n{}",
+            c.broker_log(9)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The paused controller sends nothing: entries applied from now on come from the stream
+    // the broker moved to (the new active controller's NoOps, every 500 ms).
+    let at_move = applied_offset(metrics).await.expect("an applied offset");
+    loop {
+        if applied_offset(metrics).await.is_some_and(|o| o > at_move) {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "broker 8 never followed the active controller {active}:\n{}",
-            c.broker_log(8)
+            "broker 9 applied nothing after its move (offset {at_move}):\n{}",
+            c.broker_log(9)
         );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let log = c.broker_log(8);
-    // It moved when it learned the voters (the active controller may have changed since).
-    assert!(
-        log.contains("the controller voters changed; moving the metadata stream to controller"),
-        "{log}"
-    );
+    c.resume_controller(paused);
+    // It moved on the heartbeats, not after the silence reached the idle timeout.
+    let log = c.broker_log(9);
+    assert!(!log.contains("nothing received for"), "{log}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

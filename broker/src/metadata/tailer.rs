@@ -7,7 +7,13 @@
 //!   ([`LeaderPreference`]): as Kafka's brokers fetch the metadata log from the Raft leader
 //!   (KIP-595 observers), it then gets each entry as the leader commits it, where a follower
 //!   learns of a commit a replication round later, and the entries carry their commit time
-//!   (`keel_broker_metadata_commit_lag_seconds`). It never waits for the replica manager, so
+//!   (`keel_broker_metadata_commit_lag_seconds`). It also moves when the broker's heartbeats
+//!   are accepted by a controller other than the one it streams from: when the active
+//!   controller stops (paused, cut off), the stream from it only goes silent, and waiting for
+//!   the idle timeout (the session timeout) would stall every broker's metadata that long,
+//!   while the heartbeats find the new active controller within an election (Kafka's
+//!   observers likewise give up on a fetch after `controller.quorum.fetch.timeout.ms` and
+//!   ask the leader the quorum names). It never waits for the replica manager, so
 //!   entries committed while the replica manager applies an image are read and replayed
 //!   meanwhile.
 //! - the publisher takes the newest image from the hand-off, sends it to the
@@ -38,7 +44,7 @@ use tokio::task::JoinHandle;
 use super::local_snapshot;
 use super::replayer::{LiveTimes, Replayer};
 use super::sink::{LocalChangesEvent, LocalChangesSink};
-use crate::lifecycle::ControllerChannels;
+use crate::lifecycle::{ControllerChannels, LifecycleStatus};
 use keel_runtime::Backoff;
 
 /// Settings of the tailer.
@@ -86,12 +92,16 @@ impl TailerHandle {
     }
 }
 
-/// Starts tailing from `initial` (empty or the local snapshot). Must run inside a runtime.
+/// Starts tailing from `initial` (empty or the local snapshot). `heartbeats` is the broker
+/// lifecycle's status: its `controller_id` (the controller that last accepted a heartbeat,
+/// that is the active one) is where the stream moves when it differs from the controller
+/// streamed from. Must run inside a runtime.
 pub fn spawn(
     cfg: TailerConfig,
     channels: ControllerChannels,
     initial: MetadataImage,
     sink: LocalChangesSink,
+    heartbeats: watch::Receiver<LifecycleStatus>,
 ) -> TailerHandle {
     let (images_tx, images) = watch::channel(MetadataImage::empty());
     let (stop_tail, stop_rx) = watch::channel(false);
@@ -108,6 +118,7 @@ pub fn spawn(
         channels,
         initial,
         handoff.clone(),
+        heartbeats,
         stop_rx.clone(),
     ));
     let publish = tokio::spawn(publish_loop(publisher, handoff, stop_rx));
@@ -238,6 +249,7 @@ async fn tail_loop(
     mut channels: ControllerChannels,
     initial: MetadataImage,
     handoff: Arc<Handoff>,
+    mut heartbeats: watch::Receiver<LifecycleStatus>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut replayer = Replayer::new(initial.clone());
@@ -258,18 +270,33 @@ async fn tail_loop(
         let mut progressed = false;
         let end = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
-            r = follow(&cfg, &channels, index, &mut preference, &mut replayer, &handoff, &mut progressed) => r,
+            r = follow(
+                &cfg,
+                &channels,
+                index,
+                &mut preference,
+                &mut heartbeats,
+                &mut replayer,
+                &handoff,
+                &mut progressed,
+            ) => r,
         };
         if let Some(image) = replayer.flush() {
             handoff.put(image, LiveTimes::default());
         }
         let result = match end {
-            StreamEnd::ToActive { index: active, id } => {
+            StreamEnd::ToActive {
+                index: active,
+                id,
+                hint,
+            } => {
                 tracing::info!(
                     leaving = voter,
                     from_offset = from,
                     applied_offset = replayer.image().provenance().offset,
-                    "controller {id} is the active controller; following the metadata log from it"
+                    "controller {id} is the active controller ({}); following the metadata log \
+                     from it",
+                    hint.describe()
                 );
                 index = active;
                 to_leader = true;
@@ -321,11 +348,35 @@ async fn tail_loop(
 enum StreamEnd {
     /// It failed, was closed or went silent (why).
     Failed(String),
-    /// It named another voter as the active controller: voter number `index`, node `id`.
-    ToActive { index: usize, id: u64 },
+    /// Another voter is the active controller: voter number `index`, node `id`, as `hint`
+    /// says.
+    ToActive {
+        index: usize,
+        id: u64,
+        hint: ActiveHint,
+    },
     /// It named as active controller node `leader`, which these channels do not have, and the
     /// voter set they follow changed since they were built.
     VotersChanged { leader: u64 },
+}
+
+/// Who named the active controller a stream moves to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ActiveHint {
+    /// An item of the stream (the serving controller's view of the leader).
+    Stream,
+    /// The broker's heartbeats: that controller accepted the last one.
+    Heartbeat,
+}
+
+impl ActiveHint {
+    /// For the move's log line.
+    fn describe(self) -> &'static str {
+        match self {
+            ActiveHint::Stream => "named by the controller streamed from",
+            ActiveHint::Heartbeat => "it accepts this broker's heartbeats",
+        }
+    }
 }
 
 /// Least time between two moves to the controller a stream named active, so controllers
@@ -371,12 +422,15 @@ impl LeaderPreference {
     }
 }
 
-/// Follows one stream until it fails or names another voter as the active controller.
+/// Follows one stream until it fails, or names another voter as the active controller, or
+/// the broker's heartbeats are accepted by another voter (see the module doc).
+#[allow(clippy::too_many_arguments)]
 async fn follow(
     cfg: &TailerConfig,
     channels: &ControllerChannels,
     index: usize,
     preference: &mut LeaderPreference,
+    heartbeats: &mut watch::Receiver<LifecycleStatus>,
     replayer: &mut Replayer,
     handoff: &Handoff,
     progressed: &mut bool,
@@ -386,17 +440,27 @@ async fn follow(
         broker_id: Some(cfg.broker_id),
         max_bytes_per_item: 0,
     };
-    let mut client = channels.client(index);
-    let mut stream = match tokio::time::timeout(cfg.idle_timeout, client.fetch_metadata(req)).await
-    {
-        Err(_) => return StreamEnd::Failed(format!("no answer in {:?}", cfg.idle_timeout)),
-        Ok(Err(status)) => {
-            return StreamEnd::Failed(format!("{}: {}", status.code(), status.message()));
-        }
-        Ok(Ok(r)) => r.into_inner(),
-    };
     let ids = channels.ids();
     let (voter, addr) = channels.voter(index);
+    // Only heartbeats accepted from now on count: the one that named this voter, or a stale
+    // one from before a failed stream, must not move the stream back at once.
+    heartbeats.borrow_and_update();
+    let to_heartbeat_leader = |index: usize| StreamEnd::ToActive {
+        index,
+        id: ids[index],
+        hint: ActiveHint::Heartbeat,
+    };
+    let mut client = channels.client(index);
+    let mut stream = tokio::select! {
+        r = tokio::time::timeout(cfg.idle_timeout, client.fetch_metadata(req)) => match r {
+            Err(_) => return StreamEnd::Failed(format!("no answer in {:?}", cfg.idle_timeout)),
+            Ok(Err(status)) => {
+                return StreamEnd::Failed(format!("{}: {}", status.code(), status.message()));
+            }
+            Ok(Ok(r)) => r.into_inner(),
+        },
+        i = heartbeat_leader(heartbeats, voter, &ids, preference) => return to_heartbeat_leader(i),
+    };
     tracing::info!(
         controller = voter,
         address = %addr,
@@ -404,7 +468,15 @@ async fn follow(
         replayer.next_offset()
     );
     loop {
-        let item = match tokio::time::timeout(cfg.idle_timeout, stream.message()).await {
+        // Between items only when no snapshot is being received (it would start over).
+        let may_move = !replayer.loading_snapshot();
+        let next = tokio::select! {
+            r = tokio::time::timeout(cfg.idle_timeout, stream.message()) => r,
+            i = heartbeat_leader(heartbeats, voter, &ids, preference), if may_move => {
+                return to_heartbeat_leader(i);
+            }
+        };
+        let item = match next {
             Err(_) => {
                 return StreamEnd::Failed(format!("nothing received for {:?}", cfg.idle_timeout));
             }
@@ -441,6 +513,7 @@ async fn follow(
             return StreamEnd::ToActive {
                 index,
                 id: ids[index],
+                hint: ActiveHint::Stream,
             };
         }
         if let Ok(leader) = u64::try_from(leader_id)
@@ -448,6 +521,26 @@ async fn follow(
             && channels.is_stale()
         {
             return StreamEnd::VotersChanged { leader };
+        }
+    }
+}
+
+/// Resolves with the voter number (in `ids`) of the controller that accepts the broker's
+/// heartbeats, once a heartbeat is accepted by a voter other than `serving` and `preference`
+/// allows the move (it records it). Never resolves once the lifecycle is gone.
+async fn heartbeat_leader(
+    heartbeats: &mut watch::Receiver<LifecycleStatus>,
+    serving: u64,
+    ids: &[u64],
+    preference: &mut LeaderPreference,
+) -> usize {
+    loop {
+        if heartbeats.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+        let active = heartbeats.borrow_and_update().controller_id;
+        if let Some(index) = preference.move_to(serving, active, ids, Instant::now()) {
+            return index;
         }
     }
 }
