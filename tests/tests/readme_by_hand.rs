@@ -3,8 +3,9 @@
 //! shell block (controllers, then brokers, from a directory holding `deploy/by-hand/`), its
 //! `keelctl` lines, the documented stop order (brokers one at a time, then controllers, the
 //! active one last, each exiting 0 on SIGTERM) and a restart in the same order that keeps the
-//! data. It runs on the README's fixed ports (9093-9095, 9192-9194, 9401-9413) and fails at
-//! once, naming the port, when one is taken.
+//! data; the brokers' Kafka listeners its kcat lines use answer the Kafka protocol. It runs on
+//! the README's fixed ports (9093-9095, 9192-9194, 9293-9295, 9401-9413) and fails at once,
+//! naming the port, when one is taken.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -177,7 +178,7 @@ async fn the_readme_by_hand_section_works_as_written() {
     );
 
     for port in [
-        9093, 9094, 9095, 9192, 9193, 9194, 9401, 9402, 9403, 9411, 9412, 9413,
+        9093, 9094, 9095, 9192, 9193, 9194, 9293, 9294, 9295, 9401, 9402, 9403, 9411, 9412, 9413,
     ] {
         assert!(
             std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
@@ -228,6 +229,19 @@ async fn the_readme_by_hand_section_works_as_written() {
         }
     }
     assert!(consumed.contains("hello"), "{consumed:?}");
+    // The kcat lines' listener, and every broker's, speaks the Kafka protocol.
+    let kcat_block = sh
+        .iter()
+        .find(|b| b.contains("kcat "))
+        .expect("a shell block with kcat lines");
+    assert!(kcat_block.contains("-b 127.0.0.1:9293"), "{kcat_block}");
+    for port in [9293, 9294, 9295] {
+        assert!(
+            keel_client::kafka_probe::speaks_kafka(&format!("127.0.0.1:{port}")).await,
+            "no Kafka listener on port {port}:\n{}",
+            c.diagnostics()
+        );
+    }
 
     // The documented stop order: brokers one at a time, then controllers, the active last.
     for b in &mut c.brokers {
