@@ -47,9 +47,20 @@ pub struct QuorumState {
     /// What the active controller knows of each broker's session, published for
     /// DescribeCluster (empty when this node is not active).
     session_views: tokio::sync::watch::Sender<BTreeMap<i32, SessionView>>,
+    /// Milliseconds this process has stalled so far (never decreasing;
+    /// [`keel_runtime::clock::StallMeter`]).
+    stalled_ms: fn() -> u64,
+    /// `stalled_ms` as of the last session-expiry check: the stall since then is forgiven to
+    /// every broker session before the next check.
+    stall_seen_ms: u64,
 }
 
 pub use crate::reads::SessionView;
+
+/// The process's stall meter as a plain function ([`QuorumState::stalled_ms`]).
+fn process_stalled_ms() -> u64 {
+    keel_runtime::clock::StallMeter::process().stalled_ms()
+}
 
 impl QuorumState {
     /// Fresh state, with the preferred-leader rebalance off ([`Self::with_leader_rebalance`]).
@@ -63,7 +74,16 @@ impl QuorumState {
             rebalance_interval_ms: None,
             next_rebalance_ms: 0,
             session_views: tokio::sync::watch::channel(BTreeMap::new()).0,
+            stalled_ms: process_stalled_ms,
+            stall_seen_ms: 0,
         }
+    }
+
+    /// Reads this process's stalls from `stalled_ms` (a never-decreasing count of ms) instead
+    /// of the process's meter (tests).
+    pub fn with_stall_source(mut self, stalled_ms: fn() -> u64) -> Self {
+        self.stalled_ms = stalled_ms;
+        self
     }
 
     /// Enables the automatic preferred-leader rebalance every `interval_ms` (Kafka:
@@ -109,6 +129,7 @@ impl QuorumState {
 impl ControllerState for QuorumState {
     fn on_become_leader(&mut self, image: &MetadataImage, now_ms: u64) -> Vec<MetadataRecord> {
         self.sessions.reset_all(image, now_ms);
+        self.stall_seen_ms = (self.stalled_ms)();
         self.publish_sessions(image, now_ms);
         if let Some(interval) = self.rebalance_interval_ms {
             self.next_rebalance_ms = now_ms.saturating_add(interval);
@@ -129,6 +150,21 @@ impl ControllerState for QuorumState {
         // Heartbeats that arrived while the write task was busy count before any expiry.
         self.sessions
             .note_contacts(self.tracker.take_contacts(image));
+        // Time this controller did not run is not the brokers' silence: after a pause
+        // (SIGSTOP, a frozen VM) every session would look expired, and a deposed active
+        // controller that resumes fenced every broker in its log before it learned of its
+        // successor (nothing committed, but misleading lines).
+        let stalled = (self.stalled_ms)();
+        let stall = stalled.saturating_sub(self.stall_seen_ms);
+        self.stall_seen_ms = stalled;
+        if stall > 0 {
+            tracing::warn!(
+                stall_ms = stall,
+                "this controller did not run for {stall} ms (paused, or starved of CPU); \
+                 broker sessions are extended by as much"
+            );
+            self.sessions.forgive_stall(stall, now_ms);
+        }
         // Fence every broker whose session expired (DESIGN §4), composing the changes so
         // that later fences (and the rebalance) see earlier ones. The last fence that nothing
         // here reads after is not replayed on `view`: the write task replays every record on
@@ -1329,5 +1365,44 @@ mod tests {
         }
         // Nothing expires at the next tick: both are fenced in the sessions too.
         assert!(state.tick(&after, 2_100).is_empty());
+    }
+
+    static STALLED_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    /// An active controller that did not run for longer than the session timeout (SIGSTOP)
+    /// fences nobody at its next tick: the stall is forgiven to every session. Brokers that
+    /// stay silent after it are fenced a whole timeout later.
+    #[test]
+    fn a_stalled_active_controller_fences_nobody_for_its_own_stall() {
+        use std::sync::atomic::Ordering;
+        let mut c = Cluster::new();
+        for b in 1..=2 {
+            c.add_broker(b, None);
+        }
+        c.create_topic("t", &[&[1, 2]]);
+        STALLED_MS.store(500, Ordering::Relaxed);
+        let mut state =
+            QuorumState::new(1_000).with_stall_source(|| STALLED_MS.load(Ordering::Relaxed));
+        // The stall before leadership is not forgiven again.
+        state.on_become_leader(&c.image, 0);
+        state.sessions.touch(1, c.epoch(1), 900);
+        state.sessions.touch(2, c.epoch(2), 900);
+        assert!(state.tick(&c.image, 950).is_empty());
+        // Paused from 950 to 20,950.
+        STALLED_MS.fetch_add(20_000, Ordering::Relaxed);
+        assert!(
+            state.tick(&c.image, 20_950).is_empty(),
+            "nobody fenced for the controller's own stall"
+        );
+        // Broker 2 heartbeats after the resume, broker 1 stays silent.
+        state.sessions.touch(2, c.epoch(2), 21_500);
+        assert!(state.tick(&c.image, 21_800).is_empty());
+        let records = state.tick(&c.image, 21_901);
+        let after = c
+            .image
+            .with_records(c.image.provenance(), &records)
+            .expect("the fence replays");
+        assert!(after.broker(1).is_some_and(|b| b.fenced), "broker 1 fenced");
+        assert!(after.broker(2).is_some_and(|b| !b.fenced), "broker 2 live");
     }
 }

@@ -19,3 +19,82 @@ pub fn wall_clock_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
 }
+
+/// How often the stall detector's thread wakes, ms.
+const STALL_PROBE_MS: u64 = 100;
+/// Lateness of one wake-up below which it is not a stall (scheduling noise, a busy machine),
+/// ms.
+const STALL_TOLERANCE_MS: u64 = 500;
+
+/// The stall one wake-up of the detector reveals, ms: its lateness (`took_ms` beyond the
+/// `asked_ms` it slept for) when that exceeds `tolerance_ms`, else 0 (pure).
+pub fn stall_of(asked_ms: u64, took_ms: u64, tolerance_ms: u64) -> u64 {
+    let late = took_ms.saturating_sub(asked_ms);
+    if late > tolerance_ms { late } else { 0 }
+}
+
+/// Time this process did not run: stopped (SIGSTOP, a frozen VM) or starved of CPU for more
+/// than half a second at a time. A thread of its own wakes every 100 ms on the monotonic
+/// clock (which runs on while the process is stopped) and adds every wake-up late by more
+/// than 500 ms to the total; a wake-up still pending counts as soon as it is that late, so a
+/// reader that runs first after the process resumes already sees the stall.
+///
+/// Used by the active controller so that broker sessions do not expire over time in which it
+/// could not receive their heartbeats (the pause of a controller is not the brokers'
+/// failure).
+#[derive(Debug)]
+pub struct StallMeter {
+    /// (total stalled ms before the current sleep, monotonic ms the current sleep began).
+    state: std::sync::Mutex<(u64, u64)>,
+}
+
+impl StallMeter {
+    /// The process's meter; the first call starts its thread.
+    pub fn process() -> &'static StallMeter {
+        static METER: std::sync::OnceLock<&'static StallMeter> = std::sync::OnceLock::new();
+        METER.get_or_init(|| {
+            let meter: &'static StallMeter = Box::leak(Box::new(StallMeter {
+                state: std::sync::Mutex::new((0, monotonic_ms())),
+            }));
+            let spawned = std::thread::Builder::new()
+                .name("stall-meter".into())
+                .spawn(move || {
+                    loop {
+                        std::thread::sleep(std::time::Duration::from_millis(STALL_PROBE_MS));
+                        let now = monotonic_ms();
+                        let mut s = meter.state.lock().unwrap_or_else(|e| e.into_inner());
+                        s.0 +=
+                            stall_of(STALL_PROBE_MS, now.saturating_sub(s.1), STALL_TOLERANCE_MS);
+                        s.1 = now;
+                    }
+                });
+            if let Err(e) = spawned {
+                // Without the thread nothing is ever counted: sessions behave as before.
+                tracing::warn!("cannot start the stall meter thread: {e}");
+            }
+            meter
+        })
+    }
+
+    /// Milliseconds this process stalled since its meter started (never decreases).
+    pub fn stalled_ms(&self) -> u64 {
+        let now = monotonic_ms();
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.0 + stall_of(STALL_PROBE_MS, now.saturating_sub(s.1), STALL_TOLERANCE_MS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_wake_ups_late_beyond_the_tolerance_are_stalls() {
+        assert_eq!(stall_of(100, 100, 500), 0);
+        assert_eq!(stall_of(100, 600, 500), 0);
+        assert_eq!(stall_of(100, 601, 500), 501);
+        assert_eq!(stall_of(100, 10_100, 500), 10_000);
+        // A clock read before the sleep began (cannot happen; no underflow).
+        assert_eq!(stall_of(100, 0, 500), 0);
+    }
+}

@@ -287,6 +287,12 @@ impl Cluster {
         std::fs::read_to_string(self.broker_log_path(id)).unwrap_or_default()
     }
 
+    /// Everything controller `id` logged so far.
+    pub fn controller_log(&self, id: u64) -> String {
+        std::fs::read_to_string(self.dir.path().join(format!("controller-{id}.log")))
+            .unwrap_or_default()
+    }
+
     pub fn broker_data_dir(&self, id: i32) -> PathBuf {
         self.dir.path().join(format!("broker-{id}"))
     }

@@ -180,6 +180,20 @@ impl BrokerHeartbeatManager {
         }
     }
 
+    /// Moves every session's last contact `stall_ms` later (at most to `now_ms`): this
+    /// controller did not run for that long (paused, starved of CPU), so it could not have
+    /// received the brokers' heartbeats, and that time must not count towards their session
+    /// timeout. Sessions that were still live before the stall stay live after it.
+    pub fn forgive_stall(&mut self, stall_ms: u64, now_ms: u64) {
+        for s in self.sessions.values_mut() {
+            s.last_contact_ms = s
+                .last_contact_ms
+                .saturating_add(stall_ms)
+                .min(now_ms)
+                .max(s.last_contact_ms);
+        }
+    }
+
     /// Sets the metadata offset `broker_id` reported. No-op without a session.
     pub fn set_metadata_offset(&mut self, broker_id: i32, offset: i64) {
         if let Some(s) = self.sessions.get_mut(&broker_id) {

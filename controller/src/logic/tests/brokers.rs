@@ -359,6 +359,51 @@ fn new_active_controller_gives_a_fresh_grace_period() {
     );
 }
 
+/// A stall of the controller itself moves every session's last contact by the stall, never
+/// past now and never back: a session live before the stall is live after it, one expired
+/// for longer than the stall stays expired.
+#[test]
+fn a_controller_stall_is_not_counted_against_the_sessions() {
+    let mut c = Cluster::new();
+    c.add_broker(1, None);
+    c.add_broker(2, None);
+    let start = c.now_ms;
+    // Broker 1 was heard just before the stall; broker 2 had been silent a whole timeout.
+    c.sessions.touch(1, c.epoch(1), start + SESSION_TIMEOUT_MS);
+    let before_stall = start + SESSION_TIMEOUT_MS + 1;
+    assert_eq!(
+        c.sessions.expired(before_stall, SESSION_TIMEOUT_MS),
+        vec![2]
+    );
+    let stall = 10 * SESSION_TIMEOUT_MS;
+    let resumed = before_stall + stall;
+    assert_eq!(
+        c.sessions.expired(resumed, SESSION_TIMEOUT_MS),
+        vec![1, 2],
+        "without forgiving the stall, both look expired"
+    );
+    c.sessions.forgive_stall(stall, resumed);
+    assert_eq!(c.sessions.expired(resumed, SESSION_TIMEOUT_MS), vec![2]);
+    assert_eq!(
+        c.sessions.session(1).unwrap().last_contact_ms,
+        start + SESSION_TIMEOUT_MS + stall
+    );
+    // Never past now: a stall longer than the time since the last contact (both sessions
+    // then count from the resume, as if heard then).
+    c.sessions.forgive_stall(100 * stall, resumed);
+    assert_eq!(c.sessions.session(1).unwrap().last_contact_ms, resumed);
+    assert!(
+        c.sessions
+            .expired(resumed + SESSION_TIMEOUT_MS, SESSION_TIMEOUT_MS)
+            .is_empty()
+    );
+    assert_eq!(
+        c.sessions
+            .expired(resumed + SESSION_TIMEOUT_MS + 1, SESSION_TIMEOUT_MS),
+        vec![1, 2]
+    );
+}
+
 /// Heartbeats recorded as they arrive (Kafka's `BrokerHeartbeatTracker`) keep a session alive
 /// while the write task has not decided them yet; only heartbeats of the registered epoch
 /// count, and they never revive another epoch's session.
