@@ -597,9 +597,15 @@ pub fn reported_cluster_id(reply: &DescribeClusterReply) -> Option<&str> {
     (!failed && !reply.cluster_id.is_empty()).then_some(reply.cluster_id.as_str())
 }
 
+/// How long a broker waits for the cluster id logging at INFO; after it, at WARN with what to
+/// check (the controllers may still be starting before; about the 15 s of
+/// [`manager::QUIET_REGISTRATION_REFUSALS`]).
+const CLUSTER_ID_QUIET_PERIOD: Duration = Duration::from_secs(15);
+
 /// Asks the voters in turn (DescribeCluster, a read any controller serves) until one reports
 /// the cluster id, backing off after each round without an answer. Returns `None` if
-/// `shutdown` turns true first. Logs every failed round at most once per 10 s.
+/// `shutdown` turns true first. Logs every failed round at most once per 10 s: at INFO
+/// during [`CLUSTER_ID_QUIET_PERIOD`], then at WARN naming what to check.
 async fn learn_cluster_id(
     channels: &ControllerChannels,
     backoff: Backoff,
@@ -608,6 +614,7 @@ async fn learn_cluster_id(
 ) -> Option<String> {
     let mut failures = 0u32;
     let mut last_log: Option<std::time::Instant> = None;
+    let started = std::time::Instant::now();
     loop {
         for index in 0..channels.len() {
             let mut client = channels.client(index);
@@ -632,12 +639,25 @@ async fn learn_cluster_id(
             };
             if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {
                 let (voter, addr) = channels.voter(index);
-                tracing::info!(
-                    controller = voter,
-                    address = %addr,
-                    "waiting for the controllers to report the cluster id before opening the \
-                     partition logs ({why})"
-                );
+                // Expected while the controllers start; past the quiet period someone should
+                // look (the same period as refused registrations before their first WARN).
+                if started.elapsed() >= CLUSTER_ID_QUIET_PERIOD {
+                    tracing::warn!(
+                        controller = voter,
+                        address = %addr,
+                        "no controller reported the cluster id after {:.0} s ({why}); the \
+                         partition logs stay closed until one does. {}",
+                        started.elapsed().as_secs_f64(),
+                        manager::CONTROLLERS_UNREACHABLE_HINT
+                    );
+                } else {
+                    tracing::info!(
+                        controller = voter,
+                        address = %addr,
+                        "waiting for the controllers to report the cluster id before opening \
+                         the partition logs ({why})"
+                    );
+                }
                 last_log = Some(std::time::Instant::now());
             }
         }

@@ -388,11 +388,14 @@ pub fn registration_hint(duplicate_id: bool, broker_id: i32) -> String {
              unique across brokers and controllers"
         )
     } else {
-        "Check that controller_quorum_voters (or controller_quorum_bootstrap_servers) names \
-         the controllers' listeners and that a quorum of them is up: keelctl quorum status"
-            .to_string()
+        CONTROLLERS_UNREACHABLE_HINT.to_string()
     }
 }
+
+/// What to check when no controller answers a broker (start-up or registration).
+pub const CONTROLLERS_UNREACHABLE_HINT: &str = "Check that controller_quorum_voters (or \
+     controller_quorum_bootstrap_servers) names the controllers' listeners and that a quorum \
+     of them is up: keelctl quorum status";
 
 /// Whether the `failures`-th failed heartbeat in a row is logged at WARN: the first, then
 /// every 10th (about every 10 s while no controller answers: the quorum down or out of
