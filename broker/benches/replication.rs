@@ -29,6 +29,11 @@
 //!   the machine's CPU time that the hypervisor gave to other guests during the row
 //!   (`/proc/stat`, all CPUs; `-` where it cannot be read): on a VM that loses 10-20% of its
 //!   CPU under load, the same code gives a slower max rate and a longer tail.
+//! - CPU: column `busy %` is the share of the machine's CPU time its processes ran in the
+//!   row (not idle, iowait or steal; 100 is both cores saturated, where queueing sets the
+//!   tail), and `CPU ms/MiB` the three brokers' user + system CPU time per MiB produced
+//!   (`/proc/<pid>/stat`, 10 ms ticks). The second is the cost of the data path: it
+//!   compares two builds where the p99 of one row on a noisy machine cannot.
 //!
 //! - TLS (#23): after those rows, the 64 KiB max-rate row and the 50 MiB/s row again on a
 //!   second cluster with TLS on every connection (certificates from the harness,
@@ -61,7 +66,7 @@ use keel_proto::controller::{ConfigEntry, CreatableReplicaAssignment, CreatableT
 use keel_record::{BatchIter, RecordBatchBuilder};
 use keel_tests::Endpoints;
 use keel_tests::process::{Cluster, Options};
-use keel_tests::stats::{ms, percentile};
+use keel_tests::stats::{cpu_time, ms, percentile};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::transport::Channel;
 
@@ -107,6 +112,8 @@ struct HiccupMeter {
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: std::thread::JoinHandle<Vec<Duration>>,
     cpu: Option<CpuTimes>,
+    /// The brokers' process ids and their CPU time at the start.
+    brokers: Vec<(u32, Duration)>,
 }
 
 /// The machine's CPU time so far, summed over all CPUs (first line of `/proc/stat`, in
@@ -115,6 +122,8 @@ struct HiccupMeter {
 struct CpuTimes {
     /// Time a runnable vCPU waited for the hypervisor (the `steal` column).
     steal: u64,
+    /// Time no process wanted the CPU (the `idle` and `iowait` columns).
+    idle: u64,
     /// All columns up to and including `steal` (user, nice, system, idle, iowait, irq,
     /// softirq, steal; guest time is already inside user and nice).
     total: u64,
@@ -132,6 +141,7 @@ impl CpuTimes {
             .collect::<Option<_>>()?;
         (ticks.len() == 8).then(|| CpuTimes {
             steal: ticks[7],
+            idle: ticks[3] + ticks[4],
             total: ticks.iter().sum(),
         })
     }
@@ -142,23 +152,43 @@ impl CpuTimes {
         let total = later.total.checked_sub(self.total).filter(|&t| t > 0)?;
         Some(later.steal.saturating_sub(self.steal) as f64 * 100.0 / total as f64)
     }
+
+    /// The share of the CPU time between `self` and `later` that this machine's processes
+    /// ran (neither idle, iowait nor stolen), in percent (`None` when no tick passed).
+    fn busy_pct(self, later: CpuTimes) -> Option<f64> {
+        let total = later.total.checked_sub(self.total).filter(|&t| t > 0)?;
+        let idle = later.idle.saturating_sub(self.idle);
+        let steal = later.steal.saturating_sub(self.steal);
+        Some(total.saturating_sub(idle + steal) as f64 * 100.0 / total as f64)
+    }
 }
 
-/// A [`HiccupMeter`]'s result: sorted wake-up overshoots and the CPU steal over the same
-/// period.
+/// A [`HiccupMeter`]'s result: sorted wake-up overshoots, the CPU steal and the machine's
+/// busy share over the same period, and the CPU time the brokers used in it.
 struct Hiccups {
     sorted: Vec<Duration>,
     steal_pct: Option<f64>,
+    busy_pct: Option<f64>,
+    /// User + system CPU time of the three broker processes together.
+    broker_cpu: Duration,
 }
 
 impl Hiccups {
-    /// `p99/max ms` and the steal percentage, as the tables print them.
-    fn columns(&self) -> String {
+    /// `p99/max ms`, the steal and busy percentages and the brokers' CPU milliseconds per
+    /// MiB of `bytes` produced in the row, as the tables print them. The CPU column is the
+    /// cost of the data path independent of the machine's noise: it compares builds where
+    /// one row's p99 cannot (the brokers also serve the consumers and followers, so it is
+    /// the cost of every byte's produce, two follower fetches and one consumer fetch).
+    fn columns(&self, bytes: u64) -> String {
+        let cpu_per_mib = (bytes > 0).then(|| ms(self.broker_cpu) / (bytes as f64 / MIB));
         format!(
-            "{:>7.1}/{:<3.0} {:>7}",
+            "{:>7.1}/{:<3.0} {:>7} {:>6} {:>8}",
             ms(percentile(&self.sorted, 0.99)),
             ms(self.sorted.last().copied().unwrap_or_default()),
-            self.steal()
+            self.steal(),
+            self.busy_pct
+                .map_or_else(|| "-".to_string(), |b| format!("{b:.0}")),
+            cpu_per_mib.map_or_else(|| "-".to_string(), |c| format!("{c:.2}")),
         )
     }
 
@@ -170,8 +200,13 @@ impl Hiccups {
 }
 
 impl HiccupMeter {
-    fn start() -> Self {
+    /// Starts measuring; `brokers` are the broker processes whose CPU time is counted.
+    fn start(brokers: &[u32]) -> Self {
         let cpu = CpuTimes::now();
+        let brokers = brokers
+            .iter()
+            .map(|&pid| (pid, cpu_time(&pid.to_string())))
+            .collect();
         let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
@@ -185,17 +220,31 @@ impl HiccupMeter {
             overshoots.sort();
             overshoots
         });
-        Self { stop, thread, cpu }
+        Self {
+            stop,
+            thread,
+            cpu,
+            brokers,
+        }
     }
 
     fn finish(self) -> Hiccups {
         self.stop.store(true, Ordering::Relaxed);
         let sorted = self.thread.join().unwrap();
-        let steal_pct = self
-            .cpu
-            .zip(CpuTimes::now())
-            .and_then(|(a, b)| a.steal_pct(b));
-        Hiccups { sorted, steal_pct }
+        let now = CpuTimes::now();
+        let steal_pct = self.cpu.zip(now).and_then(|(a, b)| a.steal_pct(b));
+        let busy_pct = self.cpu.zip(now).and_then(|(a, b)| a.busy_pct(b));
+        let broker_cpu = self
+            .brokers
+            .iter()
+            .map(|&(pid, at_start)| cpu_time(&pid.to_string()).saturating_sub(at_start))
+            .sum();
+        Hiccups {
+            sorted,
+            steal_pct,
+            busy_pct,
+            broker_cpu,
+        }
     }
 }
 
@@ -254,6 +303,8 @@ struct Clients {
     leaders: Vec<BrokerServiceClient<Channel>>,
     /// `plaintext` or `tls`: names the cluster in trace file names.
     cluster: &'static str,
+    /// The broker processes, whose CPU time the rows report.
+    pids: Vec<u32>,
 }
 
 async fn produce(
@@ -396,7 +447,12 @@ async fn closed_loop_result(
 
 /// Closed loop through the Kafka listeners: like [`max_rate`], each of the `IN_FLIGHT`
 /// producers per partition with its own connection to the leader's Kafka listener.
-async fn max_rate_kafka(leaders: &[String], batch_bytes: usize, secs: u64) -> RunResult {
+async fn max_rate_kafka(
+    leaders: &[String],
+    pids: &[u32],
+    batch_bytes: usize,
+    secs: u64,
+) -> RunResult {
     let records = batch(batch_bytes, 0);
     let n = (batch_bytes / RECORD).max(1) as u64;
     let mut conns = Vec::new();
@@ -406,7 +462,7 @@ async fn max_rate_kafka(leaders: &[String], batch_bytes: usize, secs: u64) -> Ru
         }
     }
     let deadline = Instant::now() + Duration::from_secs(secs);
-    let hiccups = HiccupMeter::start();
+    let hiccups = HiccupMeter::start(pids);
     let start = Instant::now();
     let mut tasks = Vec::new();
     for (p, mut conn) in conns {
@@ -450,7 +506,7 @@ async fn max_rate(clients: &Clients, batch_bytes: usize, secs: u64) -> RunResult
     let records = batch(batch_bytes, 0);
     let n = (batch_bytes / RECORD).max(1) as u64;
     let deadline = Instant::now() + Duration::from_secs(secs);
-    let hiccups = HiccupMeter::start();
+    let hiccups = HiccupMeter::start(&clients.pids);
     let start = Instant::now();
     let mut tasks = Vec::new();
     for p in 0..PARTITIONS {
@@ -544,7 +600,7 @@ async fn at_rate(
         tokio::time::sleep_until(next.into()).await;
         let scheduled = next;
         if hiccups.is_none() && scheduled >= measure_from {
-            hiccups = Some(HiccupMeter::start());
+            hiccups = Some(HiccupMeter::start(&clients.pids));
         }
         let p = (i % PARTITIONS as u64) as i32;
         let stamp = scheduled.duration_since(base).as_nanos() as u64;
@@ -722,7 +778,15 @@ async fn start_cluster(tls: bool) -> (Cluster, Clients) {
     }
     let leaders = (1..=3).map(|id| c.broker_client(id)).collect();
     let cluster = if tls { "tls" } else { "plaintext" };
-    (c, Clients { leaders, cluster })
+    let pids = (1..=3).filter_map(|id| c.broker_pid(id)).collect();
+    (
+        c,
+        Clients {
+            leaders,
+            cluster,
+            pids,
+        },
+    )
 }
 
 fn main() {
@@ -749,8 +813,17 @@ async fn run_rates(rates: &[f64], secs: u64) {
          1 s warm-up"
     );
     println!(
-        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>7} {:>14} {:>7}",
-        "target", "MiB/s", "p50 ms", "p99 ms", "e2e p99", "errors", "hiccup p99/max", "steal %"
+        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>7} {:>14} {:>7} {:>6} {:>8}",
+        "target",
+        "MiB/s",
+        "p50 ms",
+        "p99 ms",
+        "e2e p99",
+        "errors",
+        "hiccup p99/max",
+        "steal %",
+        "busy %",
+        "CPU ms/MiB"
     );
     for &rate in rates {
         settle_page_cache();
@@ -763,7 +836,7 @@ async fn run_rates(rates: &[f64], secs: u64) {
             ms(percentile(&r.latencies, 0.99)),
             ms(percentile(&e2e, 0.99)),
             r.errors,
-            r.hiccups.columns(),
+            r.hiccups.columns(r.bytes),
         );
     }
 }
@@ -787,7 +860,7 @@ async fn run() {
     if let Some(rates) = only_rates() {
         return run_rates(&rates, secs).await;
     }
-    let idle = HiccupMeter::start();
+    let idle = HiccupMeter::start(&[]);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = idle.finish();
     let loopback = loopback_bandwidth().await;
@@ -814,7 +887,7 @@ async fn run() {
         idle.steal(),
     );
     println!(
-        "{:<38} {:>9} {:>11} {:>9} {:>9} {:>9} {:>7} {:>14} {:>7}",
+        "{:<38} {:>9} {:>11} {:>9} {:>9} {:>9} {:>7} {:>14} {:>7} {:>6} {:>8}",
         "run",
         "MiB/s",
         "records/s",
@@ -823,7 +896,9 @@ async fn run() {
         "e2e p99",
         "errors",
         "hiccup p99/max",
-        "steal %"
+        "steal %",
+        "busy %",
+        "CPU ms/MiB"
     );
     let print = |name: &str, r: &RunResult, e2e: Option<Duration>| {
         let s = r.elapsed.as_secs_f64();
@@ -836,7 +911,7 @@ async fn run() {
             ms(percentile(&r.latencies, 0.99)),
             e2e.map_or("-".to_string(), |d| format!("{:.2}", ms(d))),
             r.errors,
-            r.hiccups.columns(),
+            r.hiccups.columns(r.bytes),
         );
     };
     // Closed loop, each batch size through gRPC and then through the Kafka listeners
@@ -856,7 +931,7 @@ async fn run() {
         }
         print(&format!("max rate, {kib} KiB batches"), &r, None);
         settle_page_cache();
-        let r = max_rate_kafka(&kafka_leaders, kib * 1024, secs).await;
+        let r = max_rate_kafka(&kafka_leaders, &clients.pids, kib * 1024, secs).await;
         let rate = r.bytes as f64 / MIB / r.elapsed.as_secs_f64();
         kafka_ratios.push((kib, rate / grpc_rate));
         print(&format!("max rate, {kib} KiB, Kafka protocol"), &r, None);

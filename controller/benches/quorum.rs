@@ -35,7 +35,7 @@ use keel_proto::controller::{
     CreatableReplicaAssignment, CreatableTopic, CreateTopicsRequest, DescribeConfigsRequest,
 };
 use keel_tests::quorum::*;
-use keel_tests::stats::percentile;
+use keel_tests::stats::{cpu_time, percentile};
 
 const RUN_SECS: u64 = 5;
 /// Partitions per request in the batched rows (a broker's AlterPartition sender puts every
@@ -103,26 +103,6 @@ async fn create_topics(clients: &Clients, prefix: &str, n: usize, partitions: i3
             .await
             .expect("topic created");
     }
-}
-
-/// CPU time (user + system) used so far by process `pid` ("self" = this process), from
-/// `/proc/<pid>/stat` (clock ticks of 10 ms, Linux's USER_HZ). Zero when unreadable.
-fn cpu_time(pid: &str) -> Duration {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return Duration::ZERO;
-    };
-    // Fields after the command name (which may hold spaces) start at field 3 (state);
-    // utime and stime are fields 14 and 15.
-    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-        return Duration::ZERO;
-    };
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    Duration::from_millis(f.iter().sum::<u64>() * 10)
 }
 
 /// CPU time of the leader, the two followers (together) and this benchmark process, as a

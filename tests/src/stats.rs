@@ -17,6 +17,27 @@ pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
+/// CPU time (user + system) used so far by process `pid` ("self" = this process), from
+/// `/proc/<pid>/stat` (clock ticks of 10 ms, Linux's USER_HZ). Zero when unreadable (the
+/// process is gone, or no procfs).
+pub fn cpu_time(pid: &str) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    // Fields after the command name (which may hold spaces) start at field 3 (state);
+    // utime and stime are fields 14 and 15.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return Duration::ZERO;
+    };
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    Duration::from_millis(f.iter().sum::<u64>() * 10)
+}
+
 /// Milliseconds of `d` as a float, for tables.
 pub fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
