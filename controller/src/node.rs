@@ -729,8 +729,15 @@ pub fn spawn_check_quorum(
         // Monotonic ms (`peer_acks::monotonic_ms`) at which this node was first seen leading
         // in its current term.
         let mut leading_since: Option<(u64, i64)> = None;
+        let meter = keel_runtime::clock::StallMeter::process();
+        // The stall meter's count at the previous check: a step-down right after a stall
+        // names it (a pause of this process, not the network, lost the contact).
+        let mut stall_seen = meter.stalled_ms();
         loop {
             ticker.tick().await;
+            let stalled = meter.stalled_ms();
+            let stall = stalled.saturating_sub(stall_seen);
+            stall_seen = stalled;
             let (is_leader, term, voters) = {
                 let m = raft.metrics();
                 let m = m.borrow();
@@ -763,11 +770,22 @@ pub fn spawn_check_quorum(
             );
             let changed = tx.send_if_modified(|ok| std::mem::replace(ok, confirmed) != confirmed);
             if changed && !confirmed {
-                tracing::warn!(
-                    node_id,
-                    timeout_ms,
-                    "lost contact with a quorum of controllers: no longer acting as the active controller"
-                );
+                if stall > 0 {
+                    tracing::warn!(
+                        node_id,
+                        timeout_ms,
+                        stall_ms = stall,
+                        "this controller did not run for {stall} ms (paused, or starved of \
+                         CPU) and has no contact with a quorum of controllers since: no longer \
+                         acting as the active controller (another one is likely elected)"
+                    );
+                } else {
+                    tracing::warn!(
+                        node_id,
+                        timeout_ms,
+                        "lost contact with a quorum of controllers: no longer acting as the active controller"
+                    );
+                }
             } else if changed {
                 tracing::info!(node_id, "quorum contact restored");
             }

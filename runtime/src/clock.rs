@@ -84,9 +84,32 @@ impl StallMeter {
     }
 }
 
+/// What a timeout message adds when this process itself stalled for `stalled_ms` while it
+/// waited (pure): `""` for 0, else a clause naming the pause, so that an operator reading
+/// "fetch timed out" after a SIGSTOP or a frozen VM looks at this process, not at the network
+/// or the peer.
+pub fn stall_note(stalled_ms: u64) -> String {
+    if stalled_ms == 0 {
+        String::new()
+    } else {
+        format!(
+            " (this process did not run for {stalled_ms} ms meanwhile: paused, or starved of CPU)"
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_names_the_stall_only_when_there_was_one() {
+        assert_eq!(stall_note(0), "");
+        assert_eq!(
+            stall_note(20_000),
+            " (this process did not run for 20000 ms meanwhile: paused, or starved of CPU)"
+        );
+    }
 
     #[test]
     fn only_wake_ups_late_beyond_the_tolerance_are_stalls() {

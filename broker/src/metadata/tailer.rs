@@ -467,9 +467,12 @@ async fn follow(
         "following the metadata log from controller {voter} at offset {}",
         replayer.next_offset()
     );
+    // Names this broker's own pause when the stream goes quiet (a resumed SIGSTOPped broker).
+    let meter = keel_runtime::clock::StallMeter::process();
     loop {
         // Between items only when no snapshot is being received (it would start over).
         let may_move = !replayer.loading_snapshot();
+        let stalled_before = meter.stalled_ms();
         let next = tokio::select! {
             r = tokio::time::timeout(cfg.idle_timeout, stream.message()) => r,
             i = heartbeat_leader(heartbeats, voter, &ids, preference), if may_move => {
@@ -478,7 +481,12 @@ async fn follow(
         };
         let item = match next {
             Err(_) => {
-                return StreamEnd::Failed(format!("nothing received for {:?}", cfg.idle_timeout));
+                let stall = meter.stalled_ms().saturating_sub(stalled_before);
+                return StreamEnd::Failed(format!(
+                    "nothing received for {:?}{}",
+                    cfg.idle_timeout,
+                    keel_runtime::clock::stall_note(stall)
+                ));
             }
             Ok(Err(status)) => {
                 return StreamEnd::Failed(format!("{}: {}", status.code(), status.message()));

@@ -195,6 +195,8 @@ async fn run(
     // commit waited for).
     let retry =
         keel_runtime::Backoff::from_millis(backoff_ms, FAILED_FETCH_BACKOFF_MAX_MS.max(backoff_ms));
+    // Names this broker's own pause in a timeout's message (a resumed SIGSTOPped follower).
+    let meter = keel_runtime::clock::StallMeter::process();
     loop {
         if *stop.borrow() {
             return;
@@ -243,6 +245,7 @@ async fn run(
         req.topics = topics;
         req.session = Some(session_req);
         let timeout = Duration::from_millis(wait_ms + 5_000);
+        let stalled_before = meter.stalled_ms();
         let result = tokio::select! {
             _ = stop.wait_for(|s| *s) => return,
             r = tokio::time::timeout(timeout, c.fetch(req)) => r,
@@ -308,7 +311,9 @@ async fn run(
                 session.reset();
                 failures += 1;
                 if failures == 1 || failures.is_multiple_of(20) {
-                    tracing::warn!(leader, address = %addr, failures, "fetch timed out after {timeout:?}");
+                    let stall = meter.stalled_ms().saturating_sub(stalled_before);
+                    let note = keel_runtime::clock::stall_note(stall);
+                    tracing::warn!(leader, address = %addr, failures, "fetch timed out after {timeout:?}{note}");
                 }
                 sleep_for_or_stop(&mut stop, retry.next(failures - 1)).await;
             }
