@@ -17,7 +17,7 @@
 //! the controllers it started with are gone (Kafka's brokers learn the voters from the
 //! metadata log's VotersRecord).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +67,10 @@ pub struct ControllerChannels {
     dialer: Dialer,
     /// The newest voter set, when these channels follow one ([`Self::following`]).
     updates: Option<watch::Receiver<BTreeMap<u64, String>>>,
+    /// Hinted controllers (id, address) whose use was logged at INFO already, shared by
+    /// every clone: the broker's several clients learn the same hint, and the line is worth
+    /// reading once. At most [`MAX_LEARNED_CONTROLLERS`] entries; later ones log at DEBUG.
+    announced: Arc<std::sync::Mutex<BTreeSet<(u64, String)>>>,
 }
 
 impl ControllerChannels {
@@ -83,6 +87,7 @@ impl ControllerChannels {
             voters: Arc::new(out),
             dialer: dialer.clone(),
             updates: None,
+            announced: Arc::default(),
         })
     }
 
@@ -159,7 +164,15 @@ impl ControllerChannels {
             voters: Arc::new(voters),
             dialer: self.dialer.clone(),
             updates: self.updates.clone(),
+            announced: self.announced.clone(),
         })
+    }
+
+    /// Whether controller `id` at `addr` is announced for the first time by this broker
+    /// (then recorded; see the field `announced`).
+    fn first_announcement(&self, id: u64, addr: &str) -> bool {
+        let mut seen = self.announced.lock().unwrap_or_else(|e| e.into_inner());
+        seen.len() < MAX_LEARNED_CONTROLLERS && seen.insert((id, addr.to_string()))
     }
 
     /// Number of voters.
@@ -327,12 +340,25 @@ impl ActiveControllerClient {
             return;
         }
         if let Some(channels) = self.channels.with_learned(id, &leader.leader_address) {
-            tracing::info!(
-                controller = id,
-                address = %leader.leader_address,
-                "following an active controller this broker's controller list does not have \
-                 (added with keelctl quorum add-controller?)"
-            );
+            if channels.first_announcement(id, &leader.leader_address) {
+                tracing::info!(
+                    controller = id,
+                    address = %leader.leader_address,
+                    "following active controller {id} at {}, which this broker's controller \
+                     list does not have: the list (controller_quorum_voters) is incomplete or \
+                     out of date, or the controller was added since (keelctl quorum \
+                     add-controller); the broker takes the quorum's own voter set at its next \
+                     voter refresh (every {} s)",
+                    leader.leader_address,
+                    VOTER_REFRESH.as_secs()
+                );
+            } else {
+                tracing::debug!(
+                    controller = id,
+                    address = %leader.leader_address,
+                    "following a hinted active controller outside the controller list"
+                );
+            }
             self.channels = channels;
             self.router.add(id);
             self.learned += 1;
@@ -415,6 +441,26 @@ mod tests {
         // An empty set is ignored.
         tx.send_replace(BTreeMap::new());
         assert!(!channels.is_stale());
+    }
+
+    #[tokio::test]
+    async fn a_hinted_controller_is_announced_once_for_every_client() {
+        let one: BTreeMap<u64, String> = [(1, "127.0.0.1:1".to_string())].into();
+        let channels = ControllerChannels::new(&one, &Dialer::new(None)).unwrap();
+        // Two clients of the same channels (the heartbeat and the AlterPartition ones) learn
+        // the same hint: one announcement between them.
+        let a = channels.with_learned(3, "127.0.0.1:3").unwrap();
+        let b = channels.clone().with_learned(3, "127.0.0.1:3").unwrap();
+        assert!(a.first_announcement(3, "127.0.0.1:3"));
+        assert!(!b.first_announcement(3, "127.0.0.1:3"));
+        // Another address for the same id is news.
+        assert!(b.first_announcement(3, "127.0.0.1:4"));
+        // Bounded: past MAX_LEARNED_CONTROLLERS entries nothing more is recorded.
+        for id in 10..10 + MAX_LEARNED_CONTROLLERS as u64 {
+            a.first_announcement(id, "127.0.0.1:5");
+        }
+        assert!(!a.first_announcement(99, "127.0.0.1:5"));
+        assert_eq!(a.announced.lock().unwrap().len(), MAX_LEARNED_CONTROLLERS);
     }
 
     #[test]
