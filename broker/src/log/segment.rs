@@ -14,7 +14,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 use super::cache_behind::CacheBehind;
 use super::error::{LogError, LogResult, io_err};
@@ -744,10 +744,7 @@ impl Segment {
         }
         let available = (self.size_bytes - pos) as usize;
         let len = available.min(max_bytes.max(first.size_bytes()));
-        let mut buf = BytesMut::zeroed(len);
-        self.handle()?
-            .read_exact_at(&mut buf, pos)
-            .map_err(io_err(&self.log_path))?;
+        let buf = read_at(&*self.handle()?, pos, len).map_err(io_err(&self.log_path))?;
         // Keep whole batches below the upper bound.
         let mut end = first.size_bytes();
         let mut next_offset = first.next_offset();
@@ -760,8 +757,9 @@ impl Segment {
             end += h.size_bytes();
             next_offset = h.next_offset();
         }
+        let mut buf = Bytes::from(buf);
         buf.truncate(end);
-        Ok(Some((buf.freeze(), next_offset)))
+        Ok(Some((buf, next_offset)))
     }
 
     /// Removes every batch whose last offset is >= `offset` (so a batch containing `offset`
@@ -818,11 +816,8 @@ impl Segment {
 
     /// Reads `len` bytes at `position`.
     pub fn read_bytes(&self, position: u64, len: usize) -> LogResult<Bytes> {
-        let mut buf = BytesMut::zeroed(len);
-        self.handle()?
-            .read_exact_at(&mut buf, position)
-            .map_err(io_err(&self.log_path))?;
-        Ok(buf.freeze())
+        let buf = read_at(&*self.handle()?, position, len).map_err(io_err(&self.log_path))?;
+        Ok(Bytes::from(buf))
     }
 
     /// fdatasync of the data file.
@@ -1033,9 +1028,52 @@ pub fn remove_if_exists(path: &Path) -> LogResult<()> {
     }
 }
 
+/// Reads exactly `len` bytes of `file` at `position` into a new buffer, without filling the
+/// buffer with zeros first (`pread` into the vector's spare capacity): on the Fetch path
+/// this buffer is the page-cache copy of every byte a follower or consumer reads, and the
+/// fill was one more pass over it. Errors: the file's read error, or `UnexpectedEof` when
+/// the file ends before `len` bytes.
+fn read_at(file: &File, position: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    let mut buf = Vec::with_capacity(len);
+    // Each iteration reads at least one byte or ends the loop: bounded by `len`.
+    while buf.len() < len {
+        let at = position + buf.len() as u64;
+        match rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("the file ends before byte {at} (read at {position}, {len} bytes)"),
+                ));
+            }
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // The allocator may give more capacity than asked; a read into it goes past `len`.
+    buf.truncate(len);
+    Ok(buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_at_reads_exactly_the_range_or_names_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let bytes: Vec<u8> = (0..=255u8).cycle().take(100_000).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let f = File::open(&path).unwrap();
+        assert_eq!(read_at(&f, 0, 100_000).unwrap(), bytes);
+        assert_eq!(read_at(&f, 1_000, 70_000).unwrap(), bytes[1_000..71_000]);
+        assert_eq!(read_at(&f, 99_999, 1).unwrap(), [bytes[99_999]]);
+        assert!(read_at(&f, 5, 0).unwrap().is_empty());
+        let e = read_at(&f, 99_000, 2_000).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+        assert!(e.to_string().contains("before byte 100000"), "{e}");
+    }
 
     #[test]
     fn shrink_steps_cut_a_step_at_a_time_and_leave_the_rest_to_the_unlink() {
