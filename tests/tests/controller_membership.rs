@@ -757,7 +757,7 @@ async fn a_broker_follows_an_added_controller_it_was_not_configured_with() {
     // active controller reports (whichever came first).
     let log = broker.log();
     assert!(
-        log.contains("following an active controller this broker's controller list does not have")
+        log.contains("which this broker's controller list does not have")
             || log.contains("the controller voters changed"),
         "{log}"
     );
