@@ -174,6 +174,14 @@ struct Hiccups {
 }
 
 impl Hiccups {
+    /// The headers of [`Self::columns`].
+    fn header() -> String {
+        format!(
+            "{:>14} {:>7} {:>6} {:>8}",
+            "hiccup p99/max", "steal %", "busy %", "CPU ms/MiB"
+        )
+    }
+
     /// `p99/max ms`, the steal and busy percentages and the brokers' CPU milliseconds per
     /// MiB of `bytes` produced in the row, as the tables print them. The CPU column is the
     /// cost of the data path independent of the machine's noise: it compares builds where
@@ -813,17 +821,14 @@ async fn run_rates(rates: &[f64], secs: u64) {
          1 s warm-up"
     );
     println!(
-        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>7} {:>14} {:>7} {:>6} {:>8}",
+        "{:<12} {:>9} {:>9} {:>9} {:>9} {:>7} {}",
         "target",
         "MiB/s",
         "p50 ms",
         "p99 ms",
         "e2e p99",
         "errors",
-        "hiccup p99/max",
-        "steal %",
-        "busy %",
-        "CPU ms/MiB"
+        Hiccups::header()
     );
     for &rate in rates {
         settle_page_cache();
@@ -887,7 +892,7 @@ async fn run() {
         idle.steal(),
     );
     println!(
-        "{:<38} {:>9} {:>11} {:>9} {:>9} {:>9} {:>7} {:>14} {:>7} {:>6} {:>8}",
+        "{:<38} {:>9} {:>11} {:>9} {:>9} {:>9} {:>7} {}",
         "run",
         "MiB/s",
         "records/s",
@@ -895,10 +900,7 @@ async fn run() {
         "p99 ms",
         "e2e p99",
         "errors",
-        "hiccup p99/max",
-        "steal %",
-        "busy %",
-        "CPU ms/MiB"
+        Hiccups::header()
     );
     let print = |name: &str, r: &RunResult, e2e: Option<Duration>| {
         let s = r.elapsed.as_secs_f64();
