@@ -33,7 +33,9 @@
 //!   row (not idle, iowait or steal; 100 is both cores saturated, where queueing sets the
 //!   tail), and `CPU ms/MiB` the three brokers' user + system CPU time per MiB produced
 //!   (`/proc/<pid>/stat`, 10 ms ticks). The second is the cost of the data path: it
-//!   compares two builds where the p99 of one row on a noisy machine cannot.
+//!   compares two builds where the p99 of one row on a noisy machine cannot. `bench ms/MiB`
+//!   is this process's own CPU per MiB (its producers, consumers and batch building, which
+//!   share the machine with the cluster).
 //!
 //! - TLS (#23): after those rows, the 64 KiB max-rate row and the 50 MiB/s row again on a
 //!   second cluster with TLS on every connection (certificates from the harness,
@@ -114,6 +116,8 @@ struct HiccupMeter {
     cpu: Option<CpuTimes>,
     /// The brokers' process ids and their CPU time at the start.
     brokers: Vec<(u32, Duration)>,
+    /// This process's CPU time at the start.
+    bench_cpu: Duration,
 }
 
 /// The machine's CPU time so far, summed over all CPUs (first line of `/proc/stat`, in
@@ -171,32 +175,41 @@ struct Hiccups {
     busy_pct: Option<f64>,
     /// User + system CPU time of the three broker processes together.
     broker_cpu: Duration,
+    /// User + system CPU time of this benchmark process (the load it generates).
+    bench_cpu: Duration,
 }
 
 impl Hiccups {
     /// The headers of [`Self::columns`].
     fn header() -> String {
         format!(
-            "{:>14} {:>7} {:>6} {:>8}",
-            "hiccup p99/max", "steal %", "busy %", "CPU ms/MiB"
+            "{:>14} {:>7} {:>6} {:>10} {:>12}",
+            "hiccup p99/max", "steal %", "busy %", "CPU ms/MiB", "bench ms/MiB"
         )
     }
 
-    /// `p99/max ms`, the steal and busy percentages and the brokers' CPU milliseconds per
-    /// MiB of `bytes` produced in the row, as the tables print them. The CPU column is the
+    /// `p99/max ms`, the steal and busy percentages and the brokers' and this process's CPU
+    /// milliseconds per MiB of `bytes` produced in the row, as the tables print them. The CPU column is the
     /// cost of the data path independent of the machine's noise: it compares builds where
     /// one row's p99 cannot (the brokers also serve the consumers and followers, so it is
     /// the cost of every byte's produce, two follower fetches and one consumer fetch).
     fn columns(&self, bytes: u64) -> String {
-        let cpu_per_mib = (bytes > 0).then(|| ms(self.broker_cpu) / (bytes as f64 / MIB));
+        let per_mib = |cpu: Duration| {
+            if bytes == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.2}", ms(cpu) / (bytes as f64 / MIB))
+            }
+        };
         format!(
-            "{:>7.1}/{:<3.0} {:>7} {:>6} {:>8}",
+            "{:>7.1}/{:<3.0} {:>7} {:>6} {:>10} {:>12}",
             ms(percentile(&self.sorted, 0.99)),
             ms(self.sorted.last().copied().unwrap_or_default()),
             self.steal(),
             self.busy_pct
                 .map_or_else(|| "-".to_string(), |b| format!("{b:.0}")),
-            cpu_per_mib.map_or_else(|| "-".to_string(), |c| format!("{c:.2}")),
+            per_mib(self.broker_cpu),
+            per_mib(self.bench_cpu),
         )
     }
 
@@ -233,6 +246,7 @@ impl HiccupMeter {
             thread,
             cpu,
             brokers,
+            bench_cpu: cpu_time("self"),
         }
     }
 
@@ -252,6 +266,7 @@ impl HiccupMeter {
             steal_pct,
             busy_pct,
             broker_cpu,
+            bench_cpu: cpu_time("self").saturating_sub(self.bench_cpu),
         }
     }
 }
