@@ -85,7 +85,8 @@ impl StallMeter {
 }
 
 /// What a timeout message adds when this process itself stalled for `stalled_ms` while it
-/// waited (pure): `""` for 0, else a clause naming the pause, so that an operator reading
+/// waited (pure): `""` for 0, else a clause naming the pause (no parentheses: the message
+/// may sit inside another's), so that an operator reading
 /// "fetch timed out" after a SIGSTOP or a frozen VM looks at this process, not at the network
 /// or the peer.
 pub fn stall_note(stalled_ms: u64) -> String {
@@ -93,7 +94,7 @@ pub fn stall_note(stalled_ms: u64) -> String {
         String::new()
     } else {
         format!(
-            " (this process did not run for {stalled_ms} ms meanwhile: paused, or starved of CPU)"
+            "; this process itself did not run for {stalled_ms} ms meanwhile, paused or starved of CPU"
         )
     }
 }
@@ -107,7 +108,7 @@ mod tests {
         assert_eq!(stall_note(0), "");
         assert_eq!(
             stall_note(20_000),
-            " (this process did not run for 20000 ms meanwhile: paused, or starved of CPU)"
+            "; this process itself did not run for 20000 ms meanwhile, paused or starved of CPU"
         );
     }
 
