@@ -67,10 +67,6 @@ pub struct ControllerChannels {
     dialer: Dialer,
     /// The newest voter set, when these channels follow one ([`Self::following`]).
     updates: Option<watch::Receiver<BTreeMap<u64, String>>>,
-    /// Hinted controllers (id, address) whose use was logged at INFO already, shared by
-    /// every clone: the broker's several clients learn the same hint, and the line is worth
-    /// reading once. At most [`MAX_LEARNED_CONTROLLERS`] entries; later ones log at DEBUG.
-    announced: Arc<std::sync::Mutex<BTreeSet<(u64, String)>>>,
 }
 
 impl ControllerChannels {
@@ -87,7 +83,6 @@ impl ControllerChannels {
             voters: Arc::new(out),
             dialer: dialer.clone(),
             updates: None,
-            announced: Arc::default(),
         })
     }
 
@@ -164,15 +159,7 @@ impl ControllerChannels {
             voters: Arc::new(voters),
             dialer: self.dialer.clone(),
             updates: self.updates.clone(),
-            announced: self.announced.clone(),
         })
-    }
-
-    /// Whether controller `id` at `addr` is announced for the first time by this broker
-    /// (then recorded; see the field `announced`).
-    fn first_announcement(&self, id: u64, addr: &str) -> bool {
-        let mut seen = self.announced.lock().unwrap_or_else(|e| e.into_inner());
-        seen.len() < MAX_LEARNED_CONTROLLERS && seen.insert((id, addr.to_string()))
     }
 
     /// Number of voters.
@@ -290,6 +277,18 @@ controller_reply!(
     DescribeClusterReply
 );
 
+/// Whether hinted controller `id` at `addr` is announced for the first time in this process
+/// (then recorded). The broker's several clients (registration and heartbeats, AlterPartition,
+/// producer ids, the lifecycle thread's own channels) learn the same hint, and the line is
+/// worth reading once. At most [`MAX_LEARNED_CONTROLLERS`] entries are kept; past them
+/// nothing is new (logged at DEBUG).
+fn first_announcement(id: u64, addr: &str) -> bool {
+    static ANNOUNCED: std::sync::Mutex<BTreeSet<(u64, String)>> =
+        std::sync::Mutex::new(BTreeSet::new());
+    let mut seen = ANNOUNCED.lock().unwrap_or_else(|e| e.into_inner());
+    seen.len() < MAX_LEARNED_CONTROLLERS && seen.insert((id, addr.to_string()))
+}
+
 /// No voter answered as the active controller within the attempts of one call.
 #[derive(Debug, thiserror::Error)]
 #[error("no active controller answered after {attempts} attempts (last: {last})")]
@@ -340,7 +339,7 @@ impl ActiveControllerClient {
             return;
         }
         if let Some(channels) = self.channels.with_learned(id, &leader.leader_address) {
-            if channels.first_announcement(id, &leader.leader_address) {
+            if first_announcement(id, &leader.leader_address) {
                 tracing::info!(
                     controller = id,
                     address = %leader.leader_address,
@@ -443,24 +442,19 @@ mod tests {
         assert!(!channels.is_stale());
     }
 
-    #[tokio::test]
-    async fn a_hinted_controller_is_announced_once_for_every_client() {
-        let one: BTreeMap<u64, String> = [(1, "127.0.0.1:1".to_string())].into();
-        let channels = ControllerChannels::new(&one, &Dialer::new(None)).unwrap();
-        // Two clients of the same channels (the heartbeat and the AlterPartition ones) learn
-        // the same hint: one announcement between them.
-        let a = channels.with_learned(3, "127.0.0.1:3").unwrap();
-        let b = channels.clone().with_learned(3, "127.0.0.1:3").unwrap();
-        assert!(a.first_announcement(3, "127.0.0.1:3"));
-        assert!(!b.first_announcement(3, "127.0.0.1:3"));
+    #[test]
+    fn a_hinted_controller_is_announced_once_per_process() {
+        // Addresses no other test uses (TEST-NET-1): the record is process-wide.
+        // Every client of the broker learning the same hint: one announcement between them.
+        assert!(first_announcement(3, "192.0.2.1:3"));
+        assert!(!first_announcement(3, "192.0.2.1:3"));
         // Another address for the same id is news.
-        assert!(b.first_announcement(3, "127.0.0.1:4"));
-        // Bounded: past MAX_LEARNED_CONTROLLERS entries nothing more is recorded.
+        assert!(first_announcement(3, "192.0.2.1:4"));
+        // Bounded: past MAX_LEARNED_CONTROLLERS entries nothing is new.
         for id in 10..10 + MAX_LEARNED_CONTROLLERS as u64 {
-            a.first_announcement(id, "127.0.0.1:5");
+            first_announcement(id, "192.0.2.1:5");
         }
-        assert!(!a.first_announcement(99, "127.0.0.1:5"));
-        assert_eq!(a.announced.lock().unwrap().len(), MAX_LEARNED_CONTROLLERS);
+        assert!(!first_announcement(99, "192.0.2.1:5"));
     }
 
     #[test]
