@@ -182,6 +182,16 @@ pub fn spawn_voter_refresh(
                         let changed = *v != newest;
                         if changed {
                             tracing::info!(voters = ?newest, "the controller voters changed");
+                            for (id, was, now) in moved_voters(v, &newest) {
+                                tracing::warn!(
+                                    controller = id,
+                                    "the quorum has controller {id} at {now}, not at {was} as \
+                                     this broker's controller list had it: following the \
+                                     quorum's address; correct controller_quorum_voters (or \
+                                     the bootstrap servers) so that a restart does not start \
+                                     from the wrong one"
+                                );
+                            }
                             *v = newest;
                         }
                         changed
@@ -192,6 +202,22 @@ pub fn spawn_voter_refresh(
             }
         }
     })
+}
+
+/// Controllers in both voter sets whose address differs: `(id, old address, new address)`,
+/// in id order (pure). A broker whose list names a controller at a wrong address is told
+/// once the quorum's own set arrives, instead of being corrected silently.
+fn moved_voters<'a>(
+    old: &'a BTreeMap<u64, String>,
+    new: &'a BTreeMap<u64, String>,
+) -> Vec<(u64, &'a str, &'a str)> {
+    old.iter()
+        .filter_map(|(id, was)| {
+            new.get(id)
+                .filter(|now| *now != was)
+                .map(|now| (*id, was.as_str(), now.as_str()))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -207,6 +233,20 @@ mod tests {
             address: address.into(),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_voter_at_another_address_is_named_and_added_or_removed_ones_are_not() {
+        let set = |v: &[(u64, &str)]| -> BTreeMap<u64, String> {
+            v.iter().map(|(i, a)| (*i, a.to_string())).collect()
+        };
+        let configured = set(&[(1, "c1:9093"), (2, "wrong:9999"), (4, "gone:9093")]);
+        let quorum = set(&[(1, "c1:9093"), (2, "c2:9093"), (3, "c3:9093")]);
+        assert_eq!(
+            moved_voters(&configured, &quorum),
+            vec![(2, "wrong:9999", "c2:9093")]
+        );
+        assert!(moved_voters(&quorum, &quorum).is_empty());
     }
 
     #[test]
