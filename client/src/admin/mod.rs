@@ -5,12 +5,15 @@
 //! retries every retriable failure (a controller unreachable or timing out, NOT_CONTROLLER,
 //! no active controller during an election) until the operation's budget
 //! ([`AdminConfig::api_timeout`], Kafka's `default.api.timeout.ms`) runs out: it follows
-//! hints, tries every bootstrap controller, and backs off between rounds. Errors that would
+//! hints, tries every bootstrap controller, and backs off between rounds; an attempt at a
+//! controller that answers nothing, not even a probe, is given up early once another
+//! controller names the active one (`scout.rs`: a paused controller). Errors that would
 //! repeat are not retried. Kafka-level refusals come back as [`AdminError::Kafka`] carrying
 //! the [`ErrorCode`].
 
 mod error;
 mod reply;
+mod scout;
 #[cfg(test)]
 mod tests;
 
@@ -182,6 +185,10 @@ enum Step<T> {
     },
     /// A retriable failure: unreachable, timed out, connection lost.
     Retry { detail: String, maybe_applied: bool },
+    /// The controller answered nothing, not even a probe, while another one named `leader`
+    /// as the active controller ([`scout`]): `leader` is asked next. The request may have
+    /// been applied (it was sent).
+    Silent { detail: String, leader: String },
     /// The address does not serve the controller API: skipped for the rest of the operation.
     Unusable(String),
     /// A failure that retrying cannot fix.
@@ -477,24 +484,39 @@ impl Admin {
             tried.insert(addr.clone());
             let budget = self.config.request_timeout.min(deadline - now);
             let mut cut_short_timeout = false;
-            let step = match self.client(&addr, budget).await {
-                Err(detail) if rpc_error::is_tls_failure(&detail) => {
-                    Step::Fatal(AdminError::Tls(detail))
-                }
-                Err(detail) => Step::Retry {
-                    detail,
-                    maybe_applied: false,
-                },
-                Ok(client) => {
-                    match tokio::time::timeout(budget, attempt(addr.clone(), client)).await {
-                        Ok(step) => step,
-                        Err(_) => {
-                            cut_short_timeout = budget < self.config.request_timeout;
-                            Step::Retry {
-                                detail: format!("{addr}: no answer within {}", secs(budget)),
-                                maybe_applied: true,
+            let asked = Instant::now();
+            let work = async {
+                match self.client(&addr, budget).await {
+                    Err(detail) if rpc_error::is_tls_failure(&detail) => {
+                        Step::Fatal(AdminError::Tls(detail))
+                    }
+                    Err(detail) => Step::Retry {
+                        detail,
+                        maybe_applied: false,
+                    },
+                    Ok(client) => {
+                        match tokio::time::timeout(budget, attempt(addr.clone(), client)).await {
+                            Ok(step) => step,
+                            Err(_) => {
+                                cut_short_timeout = budget < self.config.request_timeout;
+                                Step::Retry {
+                                    detail: format!("{addr}: no answer within {}", secs(budget)),
+                                    maybe_applied: true,
+                                }
                             }
                         }
+                    }
+                }
+            };
+            // A paused controller accepts connections and requests and answers nothing: the
+            // scout gives the attempt up once another controller names a different active
+            // one (scout.rs).
+            let step = tokio::select! {
+                step = work => step,
+                (by, leader) = self.scout(&addr, scout::interval(self.config.request_timeout)) => {
+                    Step::Silent {
+                        detail: scout::silent_detail(&addr, asked.elapsed(), &by, &leader),
+                        leader,
                     }
                 }
             };
@@ -529,6 +551,16 @@ impl Admin {
                     } else {
                         errors.note(&addr, detail);
                     }
+                }
+                Step::Silent { detail, leader } => {
+                    tracing::warn!("{detail}: asking {leader}");
+                    answered = true;
+                    self.forget(&addr);
+                    down.insert(addr.clone());
+                    uncertain = Some(detail.clone());
+                    errors.note(&addr, detail);
+                    self.set_active(Some(leader.clone()));
+                    next = Some(leader);
                 }
                 Step::Unusable(detail) => {
                     self.forget(&addr);

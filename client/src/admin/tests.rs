@@ -73,25 +73,14 @@ impl ControllerService for Fake {
         let name = request.into_inner().topics[0].name.clone();
         let reply = match role {
             Role::NotAController => return Err(Status::unimplemented("")),
-            Role::Follower(hint) => CreateTopicsReply {
-                error: Some(ErrorCode::NotController.to_proto(match &hint {
-                    Some((id, _)) => format!("the active controller is node {id}"),
-                    None => "no active controller is known (election in progress)".into(),
-                })),
-                leader: Some(match hint {
-                    Some((id, addr)) => ControllerLeader {
-                        leader_id: id,
-                        leader_address: addr,
-                        term: 1,
-                    },
-                    None => ControllerLeader {
-                        leader_id: -1,
-                        leader_address: String::new(),
-                        term: 1,
-                    },
-                }),
-                ..Default::default()
-            },
+            Role::Follower(hint) => {
+                let (error, leader) = not_controller(hint);
+                CreateTopicsReply {
+                    error: Some(error),
+                    leader: Some(leader),
+                    ..Default::default()
+                }
+            }
             Role::Leader { id, addr, exists } => CreateTopicsReply {
                 topics: vec![CreatableTopicResult {
                     error: exists.then(|| {
@@ -220,11 +209,33 @@ impl ControllerService for Fake {
         Err(Status::unimplemented(""))
     }
 
+    /// The probe of the admin's scout: NOT_CONTROLLER with the hint from a follower, the
+    /// leader naming itself.
     async fn describe_quorum(
         &self,
         _: Request<DescribeQuorumRequest>,
     ) -> Result<Response<DescribeQuorumReply>, Status> {
-        Err(Status::unimplemented(""))
+        let role = self.0.lock().unwrap().role.clone();
+        let (error, leader) = match role {
+            Role::NotAController => return Err(Status::unimplemented("")),
+            Role::Follower(hint) => {
+                let (error, leader) = not_controller(hint);
+                (Some(error), leader)
+            }
+            Role::Leader { id, addr, .. } => (
+                None,
+                ControllerLeader {
+                    leader_id: id,
+                    leader_address: addr,
+                    term: 2,
+                },
+            ),
+        };
+        Ok(Response::new(DescribeQuorumReply {
+            error,
+            leader: Some(leader),
+            ..Default::default()
+        }))
     }
 
     async fn fetch_metadata(
@@ -312,6 +323,28 @@ impl ControllerService for Fake {
     ) -> Result<Response<ScramAuthenticateReply>, Status> {
         Err(Status::unimplemented(""))
     }
+}
+
+/// What a follower answers: NOT_CONTROLLER, and the leader hint (`hint`, or none during an
+/// election).
+fn not_controller(hint: Option<(i32, String)>) -> (keel_proto::common::Error, ControllerLeader) {
+    let error = ErrorCode::NotController.to_proto(match &hint {
+        Some((id, _)) => format!("the active controller is node {id}"),
+        None => "no active controller is known (election in progress)".into(),
+    });
+    let leader = match hint {
+        Some((id, addr)) => ControllerLeader {
+            leader_id: id,
+            leader_address: addr,
+            term: 1,
+        },
+        None => ControllerLeader {
+            leader_id: -1,
+            leader_address: String::new(),
+            term: 1,
+        },
+    };
+    (error, leader)
 }
 
 /// A listener on a free loopback port; its address.
@@ -531,4 +564,71 @@ async fn a_metadata_stream_cut_by_a_purge_is_read_again() {
     let image = admin.metadata_image().await.unwrap();
     assert_eq!(image.provenance().offset, 1, "{image:?}");
     assert_eq!(a.0.lock().unwrap().fetches, 3);
+}
+
+/// A controller process that is paused (SIGSTOP): its socket listens and the kernel accepts
+/// connections into the backlog, but nothing ever answers. The listener is returned to keep
+/// it open.
+async fn paused() -> (tokio::net::TcpListener, String) {
+    listener().await
+}
+
+/// With the request timeout at 10 s, an attempt at a paused bootstrap controller is given up
+/// once the others name the active controller (about one probe interval, 1 s), instead of
+/// after the 10 s.
+#[tokio::test]
+async fn a_paused_controller_is_left_for_the_active_one_the_others_name() {
+    let (_held, p) = paused().await;
+    let (l, l_addr) = fake(
+        Role::Leader {
+            id: 3,
+            addr: String::new(),
+            exists: false,
+        },
+        None,
+    )
+    .await;
+    l.set(Role::Leader {
+        id: 3,
+        addr: l_addr.clone(),
+        exists: false,
+    });
+    let (_, f_addr) = fake(Role::Follower(Some((3, l_addr.clone()))), None).await;
+    let mut cfg = AdminConfig::new(vec![p.clone(), f_addr, l_addr.clone()]);
+    cfg.api_timeout = Duration::from_secs(30);
+    assert_eq!(cfg.request_timeout, Duration::from_secs(10));
+    let admin = Admin::new(cfg).unwrap();
+    let started = Instant::now();
+    let created = admin.create_topic(topic("t")).await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(created.name, "t");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(l.calls(), 1);
+    assert_eq!(admin.active_controller(), Some(l_addr));
+}
+
+/// A controller that is slow to answer but answers its probes is waited for up to the
+/// request timeout, even while another controller names a different active one (a stale
+/// hint must not cut a long commit short).
+#[tokio::test]
+async fn a_slow_controller_that_answers_probes_is_waited_for() {
+    let (l, l_addr) = fake(
+        Role::Leader {
+            id: 1,
+            addr: String::new(),
+            exists: false,
+        },
+        Some(Duration::from_millis(2500)),
+    )
+    .await;
+    let elsewhere = dead().await;
+    let (_, f_addr) = fake(Role::Follower(Some((2, elsewhere))), None).await;
+    let mut cfg = AdminConfig::new(vec![l_addr, f_addr]);
+    cfg.api_timeout = Duration::from_secs(30);
+    let admin = Admin::new(cfg).unwrap();
+    let started = Instant::now();
+    let created = admin.create_topic(topic("t")).await.unwrap();
+    assert_eq!(created.name, "t");
+    assert!(started.elapsed() >= Duration::from_millis(2500));
+    assert_eq!(l.calls(), 1);
 }
