@@ -634,7 +634,11 @@ async fn learn_cluster_id(
                     Some(id) => return Some(id.to_string()),
                     None => "no cluster id yet".to_string(),
                 },
-                Ok(Err(status)) => format!("{}: {}", status.code(), status.message()),
+                Ok(Err(status)) => format!(
+                    "{}: {}",
+                    status.code(),
+                    keel_runtime::status::status_line(&status)
+                ),
                 Err(_) => format!("no answer in {request_timeout:?}"),
             };
             if last_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(10)) {

@@ -337,21 +337,18 @@ fn directory_field(b: &[u8]) -> Option<uuid::Uuid> {
 /// ("tcp connect error; source: tcp connect error; source: ..."), several times a second
 /// while a peer is down; this error has no source.
 fn concise(addr: &str, status: &tonic::Status) -> openraft::AnyError {
-    let mut parts: Vec<String> = Vec::new();
-    let mut push = |s: String| {
-        if !s.is_empty() && !parts.iter().any(|p| p.contains(s.as_str())) {
-            parts.push(s);
-        }
-    };
-    push(status.message().to_string());
-    let mut source = std::error::Error::source(status);
-    // Bounded: a cause chain is a handful of layers.
-    for _ in 0..8 {
-        let Some(e) = source else { break };
-        push(e.to_string());
-        source = e.source();
-    }
-    openraft::AnyError::error(format!("{addr}: {}", parts.join(": ")))
+    openraft::AnyError::error(format!(
+        "{addr}: {}",
+        keel_runtime::status::status_line(status)
+    ))
+}
+
+/// Whether `status` is the RPC's own deadline passing (tonic's `Timeout expired`, or
+/// DEADLINE_EXCEEDED), not a refusal or a broken connection.
+fn timed_out(status: &tonic::Status) -> bool {
+    status.code() == tonic::Code::DeadlineExceeded
+        || (status.code() == tonic::Code::Cancelled
+            && status.message() == tonic::TimeoutExpired(()).to_string())
 }
 
 impl PeerClient {
@@ -472,6 +469,8 @@ impl Link {
     {
         let mut request = tonic::Request::new(request);
         request.set_timeout(deadline);
+        let meter = keel_runtime::clock::StallMeter::process();
+        let stalled_before = meter.stalled_ms();
         let result = match method {
             Method::AppendEntries => client.append_entries(request).await,
             Method::Vote => client.vote(request).await,
@@ -499,6 +498,19 @@ impl Link {
                 // instead of retrying in a tight loop (a half-open link that accepts and
                 // closes connections would otherwise burn a core).
                 let cause = concise(&self.addr, &status);
+                let stalled = meter.stalled_ms().saturating_sub(stalled_before);
+                if stalled > 0 && timed_out(&status) {
+                    // This process did not run for part of the wait (paused, or starved of
+                    // CPU): the deadline passed while it stood still, which says nothing of
+                    // the peer. Not counted against it (a resumed controller blamed its
+                    // healthy peers, found by a fresh-user trial).
+                    tracing::debug!(
+                        "controller {}: {cause}{}",
+                        self.target,
+                        keel_runtime::clock::stall_note(stalled)
+                    );
+                    return Err(RPCError::Unreachable(Unreachable::from(cause)));
+                }
                 if self.reach.record(self.target, false) == Some(ReachChange::Lost) {
                     tracing::warn!(
                         "controller {} does not answer Raft requests ({cause}); retrying, \

@@ -161,7 +161,8 @@ impl ControllerState for QuorumState {
             tracing::warn!(
                 stall_ms = stall,
                 "this controller did not run for {stall} ms (paused, or starved of CPU); \
-                 broker sessions are extended by as much"
+                 while it stays active, the broker sessions it tracks are extended by as \
+                 much, so that its own pause fences no broker"
             );
             self.sessions.forgive_stall(stall, now_ms);
         }

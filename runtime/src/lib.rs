@@ -13,6 +13,7 @@
 //!   `metrics_listener`, serving `/metrics`, `/health/live` and `/health/ready`;
 //! - [`fs`]: durable replacement of a small file (temp file, fsync, rename, directory fsync);
 //! - [`clock`]: the monotonic clock decisions are timed by and the wall clock shown to people;
+//! - [`status`]: one line for a failed RPC, with the causes tonic keeps out of the message;
 //! - [`tls`]: TLS on gRPC listeners and channels (rustls), reloadable certificates;
 //! - [`principal`]: principals of client certificates (Kafka's mapping rules) and node identity;
 //! - [`describe`]: metric definitions (name, kind, unit, help, Kafka counterpart) that each
@@ -33,6 +34,7 @@ pub mod metrics_endpoint;
 pub mod principal;
 pub mod process;
 pub mod settings;
+pub mod status;
 pub mod tls;
 
 pub use backoff::Backoff;

@@ -150,7 +150,11 @@ async fn ask(addr: &str, dialer: &Dialer, request_timeout: Duration) -> Answer {
              controller_quorum_bootstrap_servers)"
                 .into(),
         ),
-        Ok(Err(status)) => Answer::Retry(format!("{}: {}", status.code(), status.message())),
+        Ok(Err(status)) => Answer::Retry(format!(
+            "{}: {}",
+            status.code(),
+            keel_runtime::status::status_line(&status)
+        )),
         Ok(Ok(reply)) => judge(reply.get_ref()),
     }
 }

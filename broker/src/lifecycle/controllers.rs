@@ -390,7 +390,10 @@ impl ActiveControllerClient {
                     self.router.on_transport_error();
                 }
                 Ok(Err(status)) => {
-                    last = format!("controller {id} at {addr}: {}", status.message());
+                    last = format!(
+                        "controller {id} at {addr}: {}",
+                        keel_runtime::status::status_line(&status)
+                    );
                     self.router.on_transport_error();
                 }
                 Ok(Ok(resp)) => {

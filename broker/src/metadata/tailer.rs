@@ -2,7 +2,9 @@
 //!
 //! - the tail task follows one `FetchMetadata` stream from any live controller and replays it
 //!   with [`Replayer`]; every image built goes to a latest-wins [`Handoff`]. A broken or
-//!   silent stream moves to the next voter and resumes from the next offset. A stream from a
+//!   silent stream moves to the next voter and resumes from the next offset, unless this
+//!   broker itself did not run for part of the silence (the stall meter): then the same
+//!   controller is asked again. A stream from a
 //!   follower controller that names another voter as active moves to the active one
 //!   ([`LeaderPreference`]): as Kafka's brokers fetch the metadata log from the Raft leader
 //!   (KIP-595 observers), it then gets each entry as the leader commits it, where a follower
@@ -320,6 +322,19 @@ async fn tail_loop(
                 failures = 0;
                 continue;
             }
+            StreamEnd::Stalled(why) => {
+                // The silence was this broker's own pause: the controller is as good as
+                // before, and moving to another one would move straight back to the active
+                // controller (found by a fresh-user trial).
+                tracing::info!(
+                    controller = voter,
+                    address = %addr,
+                    from_offset = from,
+                    applied_offset = replayer.image().provenance().offset,
+                    "metadata stream ended ({why}); reconnecting to the same controller"
+                );
+                continue;
+            }
             StreamEnd::Failed(why) => why,
         };
         if to_leader && !progressed {
@@ -348,6 +363,9 @@ async fn tail_loop(
 enum StreamEnd {
     /// It failed, was closed or went silent (why).
     Failed(String),
+    /// It went silent while this process itself did not run (paused, or starved of CPU):
+    /// the silence says nothing of the controller, which is asked again (why).
+    Stalled(String),
     /// Another voter is the active controller: voter number `index`, node `id`, as `hint`
     /// says.
     ToActive {
@@ -455,7 +473,7 @@ async fn follow(
         r = tokio::time::timeout(cfg.idle_timeout, client.fetch_metadata(req)) => match r {
             Err(_) => return StreamEnd::Failed(format!("no answer in {:?}", cfg.idle_timeout)),
             Ok(Err(status)) => {
-                return StreamEnd::Failed(format!("{}: {}", status.code(), status.message()));
+                return StreamEnd::Failed(format!("{}: {}", status.code(), keel_runtime::status::status_line(&status)));
             }
             Ok(Ok(r)) => r.into_inner(),
         },
@@ -482,14 +500,23 @@ async fn follow(
         let item = match next {
             Err(_) => {
                 let stall = meter.stalled_ms().saturating_sub(stalled_before);
-                return StreamEnd::Failed(format!(
+                let why = format!(
                     "nothing received for {:?}{}",
                     cfg.idle_timeout,
                     keel_runtime::clock::stall_note(stall)
-                ));
+                );
+                return if stall > 0 {
+                    StreamEnd::Stalled(why)
+                } else {
+                    StreamEnd::Failed(why)
+                };
             }
             Ok(Err(status)) => {
-                return StreamEnd::Failed(format!("{}: {}", status.code(), status.message()));
+                return StreamEnd::Failed(format!(
+                    "{}: {}",
+                    status.code(),
+                    keel_runtime::status::status_line(&status)
+                ));
             }
             Ok(Ok(None)) => return StreamEnd::Failed("closed by the controller".to_string()),
             Ok(Ok(Some(item))) => item,

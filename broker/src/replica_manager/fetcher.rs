@@ -303,7 +303,7 @@ async fn run(
                 session.reset();
                 failures += 1;
                 if failures == 1 || failures.is_multiple_of(20) {
-                    tracing::warn!(leader, address = %addr, failures, "fetch failed: {}", status.message());
+                    tracing::warn!(leader, address = %addr, failures, "fetch failed: {}", keel_runtime::status::status_line(&status));
                 }
                 sleep_for_or_stop(&mut stop, retry.next(failures - 1)).await;
             }
