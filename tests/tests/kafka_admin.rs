@@ -1,17 +1,23 @@
 //! The admin APIs on the Kafka listener (#21), over real TCP with requests encoded by
-//! `kafka-protocol`: CreateTopics, DescribeConfigs, DeleteTopics and DescribeCluster are
-//! forwarded to the active controller, and what they did is checked with Metadata on another
+//! `kafka-protocol`: CreateTopics, DescribeConfigs, DeleteTopics, DescribeCluster,
+//! CreatePartitions and IncrementalAlterConfigs are forwarded to the active controller, and what they did is checked with Metadata on another
 //! broker's listener; the forwarding follows a new active controller after the old one dies.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::create_partitions_request::{
+    CreatePartitionsAssignment, CreatePartitionsTopic,
+};
 use kafka_protocol::messages::create_topics_request::{
     CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
 };
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::incremental_alter_configs_request::{
+    AlterConfigsResource, AlterableConfig,
+};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
@@ -441,4 +447,223 @@ async fn kafka_admin_follows_a_new_active_controller() {
     .await;
     assert_eq!(d.error_code, 0, "{:?}", d.error_message);
     assert_eq!(d.brokers.len(), 2);
+}
+
+/// The retention.ms of `topic` as DescribeConfigs on `addr` reports it: (value, source).
+async fn retention_ms(addr: SocketAddr, topic: &str) -> (Option<String>, i8) {
+    let d: DescribeConfigsResponse = call(
+        addr,
+        ApiKey::DescribeConfigs,
+        4,
+        &DescribeConfigsRequest::default().with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(2)
+                .with_resource_name(s(topic))
+                .with_configuration_keys(Some(vec![s("retention.ms")])),
+        ]),
+    )
+    .await;
+    let r = &d.results[0];
+    assert_eq!(r.error_code, 0, "{:?}", r.error_message);
+    let c = &r.configs[0];
+    (c.value.as_ref().map(|v| v.to_string()), c.config_source)
+}
+
+/// CreatePartitions (KIP-195) and IncrementalAlterConfigs (KIP-339), as `kafka-topics.sh
+/// --alter --partitions` and `kafka-configs.sh --alter` send them: forwarded to the active
+/// controller, per-topic and per-resource errors with Kafka's codes, and the result seen in
+/// Metadata and DescribeConfigs on other brokers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_admin_create_partitions_and_incremental_alter_configs() {
+    let c = InProcessCluster::start(3, 3);
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    let (k1, k2, k3) = (c.kafka_addr(1), c.kafka_addr(2), c.kafka_addr(3));
+
+    let versions: ApiVersionsResponse =
+        call(k1, ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
+    for (key, min, max) in [
+        (ApiKey::CreatePartitions, 0, 3),
+        (ApiKey::IncrementalAlterConfigs, 0, 1),
+    ] {
+        let v = versions
+            .api_keys
+            .iter()
+            .find(|v| v.api_key == key as i16)
+            .unwrap_or_else(|| panic!("{key:?} not advertised"));
+        assert_eq!((v.min_version, v.max_version), (min, max), "{key:?}");
+    }
+
+    let created: CreateTopicsResponse = call(
+        k1,
+        ApiKey::CreateTopics,
+        7,
+        &CreateTopicsRequest::default()
+            .with_timeout_ms(15_000)
+            .with_topics(vec![
+                topic("kp")
+                    .with_num_partitions(2)
+                    .with_replication_factor(2),
+            ]),
+    )
+    .await;
+    assert_eq!(created.topics[0].error_code, 0);
+    wait_topic(k2, "kp", "creation", |t| t.partitions.len() == 2).await;
+
+    // CreatePartitions v3: placed by the controller; an unknown topic fails alone.
+    let grow = |n: &str, count: i32| {
+        CreatePartitionsTopic::default()
+            .with_name(name(n))
+            .with_count(count)
+            .with_assignments(None)
+    };
+    let r: CreatePartitionsResponse = call(
+        k2,
+        ApiKey::CreatePartitions,
+        3,
+        &CreatePartitionsRequest::default()
+            .with_timeout_ms(15_000)
+            .with_topics(vec![grow("kp", 4), grow("kp-missing", 3)]),
+    )
+    .await;
+    let got: Vec<(&str, i16)> = r
+        .results
+        .iter()
+        .map(|t| (t.name.0.as_str(), t.error_code))
+        .collect();
+    assert_eq!(got, vec![("kp", 0), ("kp-missing", 3)], "{r:?}");
+    assert_eq!(r.results[0].error_message, None);
+    let kp = wait_topic(k3, "kp", "4 partitions", |t| t.partitions.len() == 4).await;
+    assert!(
+        kp.partitions.iter().all(|p| p.replica_nodes.len() == 2),
+        "new partitions keep the replication factor: {kp:?}"
+    );
+
+    // v0: a smaller count is INVALID_PARTITIONS (37); validate_only writes nothing.
+    let r: CreatePartitionsResponse = call(
+        k1,
+        ApiKey::CreatePartitions,
+        0,
+        &CreatePartitionsRequest::default()
+            .with_timeout_ms(15_000)
+            .with_topics(vec![grow("kp", 2)]),
+    )
+    .await;
+    assert_eq!(r.results[0].error_code, 37, "{r:?}");
+    assert!(r.results[0].error_message.is_some());
+    let r: CreatePartitionsResponse = call(
+        k1,
+        ApiKey::CreatePartitions,
+        1,
+        &CreatePartitionsRequest::default()
+            .with_timeout_ms(15_000)
+            .with_validate_only(true)
+            .with_topics(vec![grow("kp", 8)]),
+    )
+    .await;
+    assert_eq!(r.results[0].error_code, 0, "{r:?}");
+
+    // v2: an explicit assignment of the one new partition; the count seen afterwards is 5,
+    // not the validate_only request's 8.
+    let r: CreatePartitionsResponse = call(
+        k3,
+        ApiKey::CreatePartitions,
+        2,
+        &CreatePartitionsRequest::default()
+            .with_timeout_ms(15_000)
+            .with_topics(vec![grow("kp", 5).with_assignments(Some(vec![
+                    CreatePartitionsAssignment::default()
+                        .with_broker_ids(vec![BrokerId(3), BrokerId(1)]),
+                ]))]),
+    )
+    .await;
+    assert_eq!(r.results[0].error_code, 0, "{r:?}");
+    let kp = wait_topic(k1, "kp", "5 partitions", |t| t.partitions.len() == 5).await;
+    let p4 = kp
+        .partitions
+        .iter()
+        .find(|p| p.partition_index == 4)
+        .expect("partition 4");
+    assert_eq!(p4.replica_nodes, vec![BrokerId(3), BrokerId(1)]);
+
+    // IncrementalAlterConfigs v1: SET on the topic, an unsupported resource type refused
+    // alone, and SET of the cluster-wide default (a BROKER resource with an empty name).
+    let config = |n: &str, op: i8, v: Option<&str>| {
+        AlterableConfig::default()
+            .with_name(s(n))
+            .with_config_operation(op)
+            .with_value(v.map(s))
+    };
+    let resource = |t: i8, n: &str, configs: Vec<AlterableConfig>| {
+        AlterConfigsResource::default()
+            .with_resource_type(t)
+            .with_resource_name(s(n))
+            .with_configs(configs)
+    };
+    let r: IncrementalAlterConfigsResponse = call(
+        k2,
+        ApiKey::IncrementalAlterConfigs,
+        1,
+        &IncrementalAlterConfigsRequest::default().with_resources(vec![
+            resource(2, "kp", vec![config("retention.ms", 0, Some("60000"))]),
+            resource(8, "1", vec![config("kafka.server", 0, Some("DEBUG"))]),
+            resource(4, "", vec![config("log.retention.ms", 0, Some("7200000"))]),
+        ]),
+    )
+    .await;
+    let got: Vec<(i8, &str, i16)> = r
+        .responses
+        .iter()
+        .map(|x| (x.resource_type, x.resource_name.as_str(), x.error_code))
+        .collect();
+    assert_eq!(got, vec![(2, "kp", 0), (8, "1", 42), (4, "", 0)], "{r:?}");
+    let start = Instant::now();
+    while retention_ms(k3, "kp").await != (Some("60000".into()), 1) {
+        assert!(
+            start.elapsed() < WAIT,
+            "retention.ms=60000 not seen on broker 3"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // v0: an invalid value is INVALID_CONFIG (40) and changes nothing; DELETE restores the
+    // default (now the cluster-wide one set above).
+    let r: IncrementalAlterConfigsResponse = call(
+        k1,
+        ApiKey::IncrementalAlterConfigs,
+        0,
+        &IncrementalAlterConfigsRequest::default().with_resources(vec![resource(
+            2,
+            "kp",
+            vec![config("retention.ms", 0, Some("soon"))],
+        )]),
+    )
+    .await;
+    assert_eq!(r.responses[0].error_code, 40, "{r:?}");
+    assert!(r.responses[0].error_message.is_some());
+    assert_eq!(retention_ms(k1, "kp").await.0.as_deref(), Some("60000"));
+    let r: IncrementalAlterConfigsResponse = call(
+        k1,
+        ApiKey::IncrementalAlterConfigs,
+        0,
+        &IncrementalAlterConfigsRequest::default().with_resources(vec![resource(
+            2,
+            "kp",
+            vec![config("retention.ms", 1, None)],
+        )]),
+    )
+    .await;
+    assert_eq!(r.responses[0].error_code, 0, "{r:?}");
+    let start = Instant::now();
+    loop {
+        let (value, source) = retention_ms(k2, "kp").await;
+        if value.as_deref() == Some("7200000") {
+            assert_ne!(source, 1, "no longer a topic override");
+            break;
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "retention.ms still {value:?} on broker 2"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -353,7 +353,9 @@ async fn kafka_unsupported_versions_get_kafka_errors() {
             (ApiKey::OffsetForLeaderEpoch as i16, 2, 4),
             (ApiKey::DescribeConfigs as i16, 1, 4),
             (ApiKey::SaslAuthenticate as i16, 0, 2),
+            (ApiKey::CreatePartitions as i16, 0, 3),
             (ApiKey::DeleteGroups as i16, 0, 2),
+            (ApiKey::IncrementalAlterConfigs as i16, 0, 1),
             (ApiKey::DescribeCluster as i16, 0, 2),
         ],
         "the advertised ranges"

@@ -4,7 +4,7 @@
 //! SIGKILL mid-stream, then a consumer by assignment (assign + seek + offsets_for_times); and
 //! kafka-python with its default settings, producing and consuming by assignment (also with
 //! gzip, lz4 and zstd batches), and its `KafkaAdminClient` creating, describing and deleting a
-//! topic.
+//! topic; both admin clients adding partitions and changing a topic config.
 //!
 //! The interpreter is the venv `scripts/kafka-clients-venv` creates (`scripts/test` runs it),
 //! or `$KEEL_KAFKA_PYTHON`; without it the tests fail and say how to make it.
@@ -223,6 +223,37 @@ async fn kafka_python_admin_creates_describes_and_deletes_a_topic() {
     // Keel's own view agrees: the topic is gone.
     let m = c.try_metadata(1, &["admin-topic"]).await.unwrap();
     assert!(m.topics.iter().all(|t| t.partitions.is_empty()), "{m:?}");
+}
+
+/// confluent-kafka's and kafka-python's admin clients add partitions (CreatePartitions) and
+/// change a topic config (IncrementalAlterConfigs) through the Kafka listener, and a shrink
+/// is refused with INVALID_PARTITIONS; Keel's own view agrees afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_clients_add_partitions_and_alter_configs() {
+    let c = Cluster::start(3, 3);
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    let out = run_script(
+        &[
+            script("admin_alter.py").to_str().unwrap(),
+            &c.kafka_bootstrap(),
+            "alter-topic",
+        ],
+        Duration::from_secs(120),
+    );
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "created partitions=2",
+            "confluent create_partitions 4",
+            "confluent incremental_alter_configs retention.ms=60000",
+            "confluent shrink refused INVALID_PARTITIONS",
+            "kafka-python create_partitions 6",
+            "kafka-python alter_configs retention.ms=120000",
+        ],
+        "{out}"
+    );
+    let m = c.try_metadata(1, &["alter-topic"]).await.unwrap();
+    assert_eq!(m.topics[0].partitions.len(), 6, "{m:?}");
 }
 
 /// Refusals reach Kafka's clients as clear errors at once (fresh-user trial, session 34): a

@@ -1,12 +1,14 @@
 //! The admin APIs of the Kafka listener, forwarded to the active controller over Keel's gRPC
 //! controller API (Kafka: a broker forwards CreateTopics/DeleteTopics to the controller,
-//! `ForwardingManager`): CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster. This
+//! `ForwardingManager`): CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster,
+//! CreatePartitions, IncrementalAlterConfigs. This
 //! file only sends; what is sent and how the answer reads is in [`super::convert::admin`].
 //!
 //! Waiting: each call follows the active controller like the broker's other controller
 //! requests ([`ActiveControllerClient`]: NOT_CONTROLLER with a hint goes to the hinted voter,
 //! a transport error to the next, each attempt bounded by the broker's controller request
-//! timeout, at most two rounds over the voters). CreateTopics and DeleteTopics are also
+//! timeout, at most two rounds over the voters). CreateTopics, DeleteTopics and
+//! CreatePartitions are also
 //! bounded by their request's `timeout_ms` when it is positive (Kafka's controller treats it
 //! as the operation's deadline, `ControllerRequestContext`); running out answers
 //! REQUEST_TIMED_OUT, and the operation may still complete (as in Kafka). No controller
@@ -19,9 +21,10 @@ use super::convert::admin::{self as conv, StaticBrokerConfig};
 use super::forwarder::ControllerForwarder;
 use crate::config::BrokerConfig;
 use kafka_protocol::messages::{
-    CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse,
-    DescribeClusterRequest, DescribeClusterResponse, DescribeConfigsRequest,
-    DescribeConfigsResponse,
+    CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
+    DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse,
+    DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
 };
 
 /// The bound of an operation with Kafka's `timeout_ms`: positive = that many ms, else none
@@ -184,6 +187,75 @@ pub async fn describe_configs(
         ctx.broker_id,
         &ctx.static_configs,
     )
+}
+
+/// CreatePartitions (v0-3), see [`conv::create_partitions_response`]: ALTER on every topic
+/// named (Kafka: `ControllerApis.createPartitions`), bounded by the request's `timeout_ms`
+/// like CreateTopics.
+pub async fn create_partitions(
+    ctx: &KafkaContext,
+    req: &CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let forward = conv::create_partitions_request(req);
+    let allowed = ctx.check(|a, c, img| {
+        forward.topics.iter().try_for_each(|t| {
+            a.check(
+                img.acls(),
+                c,
+                keel_metadata_log::acl::Action::topic(
+                    keel_metadata_log::acl::Operation::Alter,
+                    &t.name,
+                ),
+            )
+        })
+    });
+    let reply = if let Err(d) = allowed {
+        Err(denied(d))
+    } else if forward.topics.is_empty() {
+        Ok(Default::default())
+    } else {
+        ctx.controller
+            .call(forward, deadline(req.timeout_ms), |mut c, r| async move {
+                c.create_partitions(r).await
+            })
+            .await
+    };
+    conv::create_partitions_response(reply, req)
+}
+
+/// IncrementalAlterConfigs (v0-1), see [`conv::alter_configs_response`]: ALTER_CONFIGS on
+/// each resource (the topic, or the cluster for broker resources; Kafka:
+/// `AuthHelper.authorizeConfigResources`), forwarded to the controller (Kafka's brokers
+/// forward it too, `ForwardingManager`).
+pub async fn incremental_alter_configs(
+    ctx: &KafkaContext,
+    req: &IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let plan = conv::alter_configs_plan(req);
+    let allowed = ctx.check(|a, c, img| {
+        keel_metadata_log::authz::check_config_resources(
+            a,
+            c,
+            img.acls(),
+            keel_metadata_log::acl::Operation::AlterConfigs,
+            plan.forward
+                .resources
+                .iter()
+                .map(|r| (r.resource_type, r.resource_name.as_str())),
+        )
+    });
+    let reply = if let Err(d) = allowed {
+        Err(denied(d))
+    } else if plan.forward.resources.is_empty() {
+        Ok(Default::default())
+    } else {
+        ctx.controller
+            .call(plan.forward.clone(), None, |mut c, r| async move {
+                c.alter_configs(r).await
+            })
+            .await
+    };
+    conv::alter_configs_response(&plan, req, reply)
 }
 
 /// DescribeCluster (v0-2), see [`conv::describe_cluster_response`].

@@ -8,12 +8,13 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest,
-    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest,
-    FindCoordinatorRequest, HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest,
-    LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader,
-    ResponseKind, SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
+    ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest,
+    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    FetchRequest, FindCoordinatorRequest, HeartbeatRequest, IncrementalAlterConfigsRequest,
+    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+    ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest,
+    OffsetForLeaderEpochRequest, ProduceRequest, RequestHeader, ResponseHeader, ResponseKind,
+    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable};
 use keel_proto::ErrorCode;
@@ -367,6 +368,14 @@ async fn handle(
         ApiKey::DescribeCluster => {
             let req = decode::<DescribeClusterRequest>(&mut body, key, version)?;
             ResponseKind::DescribeCluster(admin::describe_cluster(ctx, &req, version).await)
+        }
+        ApiKey::CreatePartitions => {
+            let req = decode::<CreatePartitionsRequest>(&mut body, key, version)?;
+            ResponseKind::CreatePartitions(admin::create_partitions(ctx, &req).await)
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let req = decode::<IncrementalAlterConfigsRequest>(&mut body, key, version)?;
+            ResponseKind::IncrementalAlterConfigs(admin::incremental_alter_configs(ctx, &req).await)
         }
         other => return Err(format!("{other:?} has no handler")),
     };

@@ -482,6 +482,39 @@ const DESCRIBE_CONFIGS: &[Field] = &[
     f("include_documentation", Bool, from(3)),
 ];
 
+// CreatePartitionsRequest.json (KIP-195): v2 is the first flexible version.
+const CREATE_PARTITIONS_ASSIGNMENT: &[Field] = &[f("broker_ids", INT32S, ALL)];
+const CREATE_PARTITIONS_TOPIC: &[Field] = &[
+    f("name", Str, ALL),
+    f("count", Int32, ALL),
+    f("assignments", Structs(CREATE_PARTITIONS_ASSIGNMENT), ALL).nullable(ALL),
+];
+const CREATE_PARTITIONS: &[Field] = &[
+    f("topics", Structs(CREATE_PARTITIONS_TOPIC), ALL),
+    f("timeout_ms", Int32, ALL),
+    f("validate_only", Bool, ALL),
+];
+
+// IncrementalAlterConfigsRequest.json (KIP-339): v1 is the first flexible version.
+const INCREMENTAL_ALTERABLE_CONFIG: &[Field] = &[
+    f("name", Str, ALL),
+    f("config_operation", Int8, ALL),
+    f("value", Str, ALL).nullable(ALL),
+];
+const INCREMENTAL_ALTER_CONFIGS_RESOURCE: &[Field] = &[
+    f("resource_type", Int8, ALL),
+    f("resource_name", Str, ALL),
+    f("configs", Structs(INCREMENTAL_ALTERABLE_CONFIG), ALL),
+];
+const INCREMENTAL_ALTER_CONFIGS: &[Field] = &[
+    f(
+        "resources",
+        Structs(INCREMENTAL_ALTER_CONFIGS_RESOURCE),
+        ALL,
+    ),
+    f("validate_only", Bool, ALL),
+];
+
 // FindCoordinatorRequest.json: v1 adds KeyType, v3 is the first flexible version, v4
 // replaces Key by CoordinatorKeys (KIP-699, batched lookups).
 const FIND_COORDINATOR: &[Field] = &[
@@ -663,6 +696,20 @@ pub static APIS: &[Api] = &[
         range(0, 2),
         0,
         DESCRIBE_CLUSTER,
+    ),
+    api(
+        37,
+        "CreatePartitionsRequest",
+        range(0, 3),
+        2,
+        CREATE_PARTITIONS,
+    ),
+    api(
+        44,
+        "IncrementalAlterConfigsRequest",
+        range(0, 1),
+        1,
+        INCREMENTAL_ALTER_CONFIGS,
     ),
     api(8, "OffsetCommitRequest", range(2, 8), 8, OFFSET_COMMIT),
     api(9, "OffsetFetchRequest", range(1, 8), 6, OFFSET_FETCH),
@@ -1002,12 +1049,18 @@ impl<'a> Walker<'a> {
 mod tests {
     use super::*;
     use bytes::{Buf, Bytes as Blob};
+    use kafka_protocol::messages::create_partitions_request::{
+        CreatePartitionsAssignment, CreatePartitionsTopic,
+    };
     use kafka_protocol::messages::create_topics_request::{
         CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
     };
     use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource as IncrementalAlterConfigsResource, AlterableConfig,
+    };
     use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
     use kafka_protocol::messages::leave_group_request::MemberIdentity;
     use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
@@ -1024,13 +1077,14 @@ mod tests {
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
     use kafka_protocol::messages::{
-        ApiKey, ApiVersionsRequest, BrokerId, CreateTopicsRequest, DeleteGroupsRequest,
-        DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
-        FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest, InitProducerIdRequest,
-        JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest,
-        MetadataRequest, OffsetCommitRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
-        ProduceRequest, ProducerId, SaslAuthenticateRequest, SaslHandshakeRequest,
-        SyncGroupRequest, TopicName, TransactionalId,
+        ApiKey, ApiVersionsRequest, BrokerId, CreatePartitionsRequest, CreateTopicsRequest,
+        DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
+        DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
+        IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+        ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+        OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, ProducerId,
+        SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest, TopicName,
+        TransactionalId,
     };
     use kafka_protocol::protocol::{
         Decodable, Encodable, HeaderVersion, Message, StrBytes, VersionRange,
@@ -1345,6 +1399,59 @@ mod tests {
         req
     }
 
+    fn create_partitions(v: i16, rich: bool) -> CreatePartitionsRequest {
+        let placed = CreatePartitionsTopic::default()
+            .with_name(topic("orders"))
+            .with_count(5)
+            .with_assignments(Some(vec![
+                CreatePartitionsAssignment::default()
+                    .with_broker_ids(vec![BrokerId(1), BrokerId(2)]),
+                CreatePartitionsAssignment::default(),
+            ]));
+        let auto = CreatePartitionsTopic::default()
+            .with_name(topic("x"))
+            .with_count(2)
+            .with_assignments(None);
+        let mut req = CreatePartitionsRequest::default()
+            .with_topics(if rich { vec![placed, auto] } else { vec![] })
+            .with_timeout_ms(30_000)
+            .with_validate_only(rich);
+        if v >= 2 && rich {
+            req = req.with_unknown_tagged_field(5, blob());
+        }
+        req
+    }
+
+    fn incremental_alter_configs(v: i16, rich: bool) -> IncrementalAlterConfigsRequest {
+        let topic_resource = IncrementalAlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(s("orders"))
+            .with_configs(vec![
+                AlterableConfig::default()
+                    .with_name(s("retention.ms"))
+                    .with_config_operation(0)
+                    .with_value(Some(s("60000"))),
+                AlterableConfig::default()
+                    .with_name(s("cleanup.policy"))
+                    .with_config_operation(1)
+                    .with_value(None),
+            ]);
+        let cluster = IncrementalAlterConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(s(""));
+        let mut req = IncrementalAlterConfigsRequest::default()
+            .with_resources(if rich {
+                vec![topic_resource, cluster]
+            } else {
+                vec![]
+            })
+            .with_validate_only(rich);
+        if v >= 1 && rich {
+            req = req.with_unknown_tagged_field(3, blob());
+        }
+        req
+    }
+
     fn describe_cluster(v: i16, rich: bool) -> DescribeClusterRequest {
         let mut req =
             DescribeClusterRequest::default().with_include_cluster_authorized_operations(rich);
@@ -1642,6 +1749,8 @@ mod tests {
             20 => encode(&delete_topics(v, rich), v),
             32 => encode(&describe_configs(v, rich), v),
             60 => encode(&describe_cluster(v, rich), v),
+            37 => encode(&create_partitions(v, rich), v),
+            44 => encode(&incremental_alter_configs(v, rich), v),
             8 => encode(&offset_commit(v, rich), v),
             9 => encode(&offset_fetch(v, rich), v),
             11 => encode(&join_group(v, rich), v),
@@ -1686,6 +1795,8 @@ mod tests {
             20 => decode_as::<DeleteTopicsRequest>(v, body),
             32 => decode_as::<DescribeConfigsRequest>(v, body),
             60 => decode_as::<DescribeClusterRequest>(v, body),
+            37 => decode_as::<CreatePartitionsRequest>(v, body),
+            44 => decode_as::<IncrementalAlterConfigsRequest>(v, body),
             8 => decode_as::<OffsetCommitRequest>(v, body),
             9 => decode_as::<OffsetFetchRequest>(v, body),
             11 => decode_as::<JoinGroupRequest>(v, body),
@@ -1719,6 +1830,8 @@ mod tests {
             20 => m::<DeleteTopicsRequest>(),
             32 => m::<DescribeConfigsRequest>(),
             60 => m::<DescribeClusterRequest>(),
+            37 => m::<CreatePartitionsRequest>(),
+            44 => m::<IncrementalAlterConfigsRequest>(),
             8 => m::<OffsetCommitRequest>(),
             9 => m::<OffsetFetchRequest>(),
             11 => m::<JoinGroupRequest>(),
@@ -1796,6 +1909,8 @@ mod tests {
             (20, 1, 6),
             (32, 1, 4),
             (60, 0, 2),
+            (37, 0, 3),
+            (44, 0, 1),
             (8, 2, 8),
             (9, 1, 8),
             (11, 0, 9),
@@ -1851,8 +1966,9 @@ mod tests {
             assert_eq!(again.as_ref(), Ok(&s.body), "{what}: re-encoding differs");
             count += 1;
         }
-        // 141 api versions (75 + 61 of the consumer-group APIs + 5 of SASL), rich and sparse.
-        assert_eq!(count, 2 * 141);
+        // 147 api versions (75 + 61 of the consumer-group APIs + 5 of SASL + 4 of
+        // CreatePartitions + 2 of IncrementalAlterConfigs), rich and sparse.
+        assert_eq!(count, 2 * 147);
     }
 
     #[test]

@@ -63,7 +63,9 @@ pub const SERVED: &[Served] = &[
     api(ApiKey::OffsetForLeaderEpoch, 2, 4),
     api(ApiKey::DescribeConfigs, 1, 4),
     api(ApiKey::SaslAuthenticate, 0, 2),
+    api(ApiKey::CreatePartitions, 0, 3),
     api(ApiKey::DeleteGroups, 0, 2),
+    api(ApiKey::IncrementalAlterConfigs, 0, 1),
     api(ApiKey::DescribeCluster, 0, 2),
 ];
 
@@ -116,6 +118,8 @@ mod tests {
                 ApiKey::DeleteTopics => DeleteTopicsRequest::VERSIONS,
                 ApiKey::DescribeConfigs => DescribeConfigsRequest::VERSIONS,
                 ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
+                ApiKey::CreatePartitions => CreatePartitionsRequest::VERSIONS,
+                ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
                 ApiKey::OffsetCommit => OffsetCommitRequest::VERSIONS,
                 ApiKey::OffsetFetch => OffsetFetchRequest::VERSIONS,
                 ApiKey::JoinGroup => JoinGroupRequest::VERSIONS,

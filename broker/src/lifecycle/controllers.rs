@@ -26,9 +26,9 @@ use keel_proto::ErrorCode;
 use keel_proto::common::Error as WireError;
 use keel_proto::controller::controller_service_client::ControllerServiceClient;
 use keel_proto::controller::{
-    AllocateProducerIdsReply, AlterPartitionReply, BrokerHeartbeatReply, ControllerLeader,
-    CreateTopicsReply, DeleteTopicsReply, DescribeClusterReply, DescribeConfigsReply,
-    DescribeQuorumReply, RegisterBrokerReply,
+    AllocateProducerIdsReply, AlterConfigsReply, AlterPartitionReply, BrokerHeartbeatReply,
+    ControllerLeader, CreatePartitionsReply, CreateTopicsReply, DeleteTopicsReply,
+    DescribeClusterReply, DescribeConfigsReply, DescribeQuorumReply, RegisterBrokerReply,
 };
 use keel_runtime::tls::Dialer;
 use tokio::sync::watch;
@@ -274,7 +274,9 @@ controller_reply!(
     CreateTopicsReply,
     DeleteTopicsReply,
     DescribeConfigsReply,
-    DescribeClusterReply
+    DescribeClusterReply,
+    CreatePartitionsReply,
+    AlterConfigsReply
 );
 
 /// Whether hinted controller `id` at `addr` is announced for the first time in this process

@@ -1,5 +1,6 @@
 //! The admin APIs the Kafka listener forwards to the active controller (#21): CreateTopics
-//! (v2-7), DeleteTopics (v1-6), DescribeConfigs (v1-4) and DescribeCluster (v0-2), as pure
+//! (v2-7), DeleteTopics (v1-6), DescribeConfigs (v1-4), DescribeCluster (v0-2),
+//! CreatePartitions (v0-3) and IncrementalAlterConfigs (v0-1), as pure
 //! conversions between `kafka-protocol`'s structs and Keel's controller messages
 //! (`keel.controller`, whose shapes and error numbers are Kafka's). The async layer
 //! ([`crate::kafka::admin`]) only sends what these functions build and hands back what the
@@ -19,6 +20,11 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::BrokerId;
+use kafka_protocol::messages::create_partitions_request::CreatePartitionsRequest as KCreatePartitionsRequest;
+use kafka_protocol::messages::create_partitions_response::{
+    CreatePartitionsResponse as KCreatePartitionsResponse,
+    CreatePartitionsTopicResult as KCreatePartitionsTopicResult,
+};
 use kafka_protocol::messages::create_topics_request::CreateTopicsRequest as KCreateTopicsRequest;
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult, CreateTopicsResponse,
@@ -35,6 +41,11 @@ use kafka_protocol::messages::describe_configs_request::DescribeConfigsRequest a
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult,
     DescribeConfigsSynonym,
+};
+use kafka_protocol::messages::incremental_alter_configs_request::IncrementalAlterConfigsRequest as KIncrementalAlterConfigsRequest;
+use kafka_protocol::messages::incremental_alter_configs_response::{
+    AlterConfigsResourceResponse as KAlterConfigsResourceResponse,
+    IncrementalAlterConfigsResponse as KIncrementalAlterConfigsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use keel_proto::ErrorCode;
@@ -813,6 +824,195 @@ pub fn describe_cluster_response(
     out.with_cluster_id(str_bytes(reply.cluster_id))
         .with_controller_id(BrokerId(controller_id))
         .with_brokers(brokers)
+}
+
+// ---------------------------------------------------------------------------------------------
+// CreatePartitions (Kafka: CreatePartitionsRequest/Response v0-3, KIP-195)
+// ---------------------------------------------------------------------------------------------
+
+/// Keel's CreatePartitions from Kafka's, field for field: `count` is the topic's new total
+/// partition count, `assignments` the replicas of each new partition in order (null = the
+/// controller places them, as Kafka's `ReplicationControlManager.createPartitions` does),
+/// `validate_only` writes nothing. `timeout_ms` is not forwarded: the broker bounds its wait
+/// with it ([`crate::kafka::admin`]).
+pub fn create_partitions_request(req: &KCreatePartitionsRequest) -> ctl::CreatePartitionsRequest {
+    ctl::CreatePartitionsRequest {
+        validate_only: req.validate_only,
+        topics: req
+            .topics
+            .iter()
+            .map(|t| ctl::CreatePartitionsTopic {
+                name: t.name.0.to_string(),
+                count: t.count,
+                assignments: t
+                    .assignments
+                    .iter()
+                    .flatten()
+                    .map(|a| ctl::CreatePartitionsAssignment {
+                        broker_ids: a.broker_ids.iter().map(|b| b.0).collect(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// Kafka's CreatePartitions response: one result per requested topic in request order, with
+/// the controller's error for that topic (null message on success), or `failure` (and a
+/// request-level error of the reply) for every topic.
+pub fn create_partitions_response(
+    reply: Result<ctl::CreatePartitionsReply, Failure>,
+    req: &KCreatePartitionsRequest,
+) -> KCreatePartitionsResponse {
+    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
+        Some(f) => Err(f),
+        None => Ok(r),
+    });
+    let results = req
+        .topics
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let result = KCreatePartitionsTopicResult::default().with_name(t.name.clone());
+            match &reply {
+                Err(f) => result
+                    .with_error_code(f.code)
+                    .with_error_message(Some(str_bytes(f.message.clone()))),
+                Ok(r) => match r.results.get(i).filter(|x| x.name == t.name.0.as_str()) {
+                    Some(x) => result
+                        .with_error_code(code(x.error.as_ref()))
+                        .with_error_message(message(x.error.as_ref())),
+                    None => result
+                        .with_error_code(ErrorCode::UnknownServerError.code())
+                        .with_error_message(Some(str_bytes(
+                            "the controller's reply has no result for this topic",
+                        ))),
+                },
+            }
+        })
+        .collect();
+    KCreatePartitionsResponse::default().with_results(results)
+}
+
+// ---------------------------------------------------------------------------------------------
+// IncrementalAlterConfigs (Kafka: IncrementalAlterConfigsRequest/Response v0-1, KIP-339)
+// ---------------------------------------------------------------------------------------------
+
+/// What an IncrementalAlterConfigs request becomes: the resources forwarded, and for each
+/// requested resource either its index among them or its own refusal.
+#[derive(Debug, Clone)]
+pub struct AlterConfigsPlan {
+    /// What goes to the controller (Keel's AlterConfigs is Kafka's IncrementalAlterConfigs).
+    pub forward: ctl::AlterConfigsRequest,
+    /// Per requested resource: `Ok(index into forward.resources)` or its refusal.
+    pub slots: Vec<Result<usize, Failure>>,
+}
+
+/// Keel's AlterConfigs from Kafka's IncrementalAlterConfigs. TOPIC (2) and BROKER (4)
+/// resources go to the controller as they are (a BROKER with an empty name is the
+/// cluster-wide default, a broker id one broker; the controller validates names, keys,
+/// values and operations: SET 0, DELETE 1, APPEND 2 and SUBTRACT 3 with Kafka's numbers).
+/// Other types (BROKER_LOGGER 8, CLIENT_METRICS 16, GROUP 32) are refused with
+/// INVALID_REQUEST for that resource only, and so is an operation outside 0..=3 (Kafka's
+/// `AlterConfigOp.OpType.forId` fails the request's parsing for it).
+pub fn alter_configs_plan(req: &KIncrementalAlterConfigsRequest) -> AlterConfigsPlan {
+    let mut forward = ctl::AlterConfigsRequest {
+        resources: Vec::new(),
+        validate_only: req.validate_only,
+    };
+    let slots = req
+        .resources
+        .iter()
+        .map(|r| {
+            let resource_type = match r.resource_type {
+                RESOURCE_TOPIC => keel_proto::metadata::ConfigResourceType::Topic,
+                RESOURCE_BROKER => keel_proto::metadata::ConfigResourceType::Broker,
+                other => {
+                    return Err(Failure::new(
+                        ErrorCode::InvalidRequest,
+                        format!(
+                            "config resource type {other} is not supported (TOPIC 2 and \
+                             BROKER 4 are)"
+                        ),
+                    ));
+                }
+            };
+            let configs =
+                r.configs
+                    .iter()
+                    .map(|c| {
+                        let op = ctl::AlterConfigOp::try_from(i32::from(c.config_operation))
+                            .map_err(|_| {
+                                Failure::new(
+                                    ErrorCode::InvalidRequest,
+                                    format!(
+                                        "config {:?}: unknown operation {} (SET 0, DELETE 1, \
+                                     APPEND 2, SUBTRACT 3)",
+                                        keel_proto::limits::clip(c.name.as_str()),
+                                        c.config_operation
+                                    ),
+                                )
+                            })?;
+                        Ok(ctl::AlterableConfig {
+                            name: c.name.to_string(),
+                            op: op as i32,
+                            value: c.value.as_ref().map(|v| v.to_string()),
+                        })
+                    })
+                    .collect::<Result<Vec<_>, Failure>>()?;
+            forward.resources.push(ctl::AlterConfigsResource {
+                resource_type: resource_type as i32,
+                resource_name: r.resource_name.to_string(),
+                configs,
+            });
+            Ok(forward.resources.len() - 1)
+        })
+        .collect();
+    AlterConfigsPlan { forward, slots }
+}
+
+/// Kafka's IncrementalAlterConfigs response: one per requested resource in request order,
+/// with its type and name as asked, and the controller's error for it, its own refusal from
+/// the plan, or `failure` (and a request-level error of the reply) for every forwarded one.
+pub fn alter_configs_response(
+    plan: &AlterConfigsPlan,
+    req: &KIncrementalAlterConfigsRequest,
+    reply: Result<ctl::AlterConfigsReply, Failure>,
+) -> KIncrementalAlterConfigsResponse {
+    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
+        Some(f) => Err(f),
+        None => Ok(r),
+    });
+    let responses = req
+        .resources
+        .iter()
+        .zip(&plan.slots)
+        .map(|(asked, slot)| {
+            let response = KAlterConfigsResourceResponse::default()
+                .with_resource_type(asked.resource_type)
+                .with_resource_name(asked.resource_name.clone());
+            let failed = |f: &Failure| {
+                response
+                    .clone()
+                    .with_error_code(f.code)
+                    .with_error_message(Some(str_bytes(f.message.clone())))
+            };
+            match (slot, &reply) {
+                (Err(f), _) | (Ok(_), Err(f)) => failed(f),
+                (Ok(i), Ok(r)) => match r.results.get(*i) {
+                    Some(x) => response
+                        .clone()
+                        .with_error_code(code(x.error.as_ref()))
+                        .with_error_message(message(x.error.as_ref())),
+                    None => failed(&Failure::new(
+                        ErrorCode::UnknownServerError,
+                        "the controller's reply has no result for this resource",
+                    )),
+                },
+            }
+        })
+        .collect();
+    KIncrementalAlterConfigsResponse::default().with_responses(responses)
 }
 
 #[cfg(test)]

@@ -733,3 +733,209 @@ fn grpc_describe_configs_puts_in_the_broker_file_values_for_topics_and_itself_on
     overlay_static_configs(&req, &mut reply, 1, &statics);
     assert_eq!(reply.results[0].configs[0].synonyms.len(), 1);
 }
+
+fn create_partitions_req() -> KCreatePartitionsRequest {
+    use kafka_protocol::messages::create_partitions_request::{
+        CreatePartitionsAssignment, CreatePartitionsTopic,
+    };
+    KCreatePartitionsRequest::default()
+        .with_timeout_ms(5_000)
+        .with_validate_only(true)
+        .with_topics(vec![
+            CreatePartitionsTopic::default()
+                .with_name(name("placed"))
+                .with_count(3)
+                .with_assignments(Some(vec![
+                    CreatePartitionsAssignment::default().with_broker_ids(vec![
+                        kafka_protocol::messages::BrokerId(2),
+                        kafka_protocol::messages::BrokerId(1),
+                    ]),
+                ])),
+            CreatePartitionsTopic::default()
+                .with_name(name("auto"))
+                .with_count(6)
+                .with_assignments(None),
+        ])
+}
+
+#[test]
+fn create_partitions_request_maps_every_field() {
+    let forward = create_partitions_request(&create_partitions_req());
+    assert!(forward.validate_only);
+    assert_eq!(forward.topics.len(), 2);
+    assert_eq!(forward.topics[0].name, "placed");
+    assert_eq!(forward.topics[0].count, 3);
+    assert_eq!(forward.topics[0].assignments.len(), 1);
+    assert_eq!(forward.topics[0].assignments[0].broker_ids, vec![2, 1]);
+    assert_eq!(forward.topics[1].name, "auto");
+    assert_eq!(forward.topics[1].count, 6);
+    assert!(forward.topics[1].assignments.is_empty());
+}
+
+#[test]
+fn create_partitions_response_per_topic_and_whole_request_failures() {
+    let req = create_partitions_req();
+    let reply = ctl::CreatePartitionsReply {
+        results: vec![
+            ctl::CreatePartitionsTopicResult {
+                name: "placed".into(),
+                error: None,
+                metadata_offset: -1,
+            },
+            ctl::CreatePartitionsTopicResult {
+                name: "auto".into(),
+                error: err(
+                    ErrorCode::InvalidPartitions,
+                    "topic \"auto\" has 8 partitions",
+                ),
+                metadata_offset: -1,
+            },
+        ],
+        ..Default::default()
+    };
+    for v in range(ApiKey::CreatePartitions) {
+        let resp = round_trip(&create_partitions_response(Ok(reply.clone()), &req), v);
+        assert_eq!(resp.results.len(), 2, "v{v}");
+        assert_eq!(resp.results[0].name, name("placed"));
+        assert_eq!(resp.results[0].error_code, 0);
+        assert_eq!(resp.results[0].error_message, None);
+        assert_eq!(
+            resp.results[1].error_code,
+            ErrorCode::InvalidPartitions.code()
+        );
+        assert_eq!(
+            resp.results[1].error_message.as_deref(),
+            Some("topic \"auto\" has 8 partitions")
+        );
+    }
+    // A request-level error of the reply, and a controller that could not be asked: every
+    // topic carries it.
+    let refused = ctl::CreatePartitionsReply {
+        error: err(ErrorCode::InvalidRequest, "topics: 10001 entries"),
+        ..Default::default()
+    };
+    for reply in [Ok(refused), Err(timed_out("no controller answered"))] {
+        let resp = create_partitions_response(reply, &req);
+        assert_eq!(resp.results.len(), 2);
+        assert!(resp.results.iter().all(|r| r.error_code != 0));
+    }
+}
+
+fn alter_configs_req() -> KIncrementalAlterConfigsRequest {
+    use kafka_protocol::messages::incremental_alter_configs_request::{
+        AlterConfigsResource, AlterableConfig,
+    };
+    let config = |n: &str, op: i8, v: Option<&str>| {
+        AlterableConfig::default()
+            .with_name(s(n))
+            .with_config_operation(op)
+            .with_value(v.map(s))
+    };
+    KIncrementalAlterConfigsRequest::default().with_resources(vec![
+        AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(s("orders"))
+            .with_configs(vec![
+                config("retention.ms", 0, Some("60000")),
+                config("cleanup.policy", 1, None),
+            ]),
+        // BROKER_LOGGER: not supported.
+        AlterConfigsResource::default()
+            .with_resource_type(8)
+            .with_resource_name(s("1")),
+        // The cluster-wide default.
+        AlterConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(s(""))
+            .with_configs(vec![config("log.retention.ms", 0, Some("1000"))]),
+        // An operation Kafka does not define.
+        AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(s("x"))
+            .with_configs(vec![config("retention.ms", 9, Some("1"))]),
+    ])
+}
+
+#[test]
+fn incremental_alter_configs_forwards_topics_and_brokers_and_refuses_the_rest_locally() {
+    let plan = alter_configs_plan(&alter_configs_req());
+    assert_eq!(plan.forward.resources.len(), 2);
+    let topic = &plan.forward.resources[0];
+    assert_eq!(
+        topic.resource_type,
+        keel_proto::metadata::ConfigResourceType::Topic as i32
+    );
+    assert_eq!(topic.resource_name, "orders");
+    assert_eq!(topic.configs.len(), 2);
+    assert_eq!(topic.configs[0].op, ctl::AlterConfigOp::Set as i32);
+    assert_eq!(topic.configs[0].value.as_deref(), Some("60000"));
+    assert_eq!(topic.configs[1].op, ctl::AlterConfigOp::Delete as i32);
+    assert_eq!(topic.configs[1].value, None);
+    let cluster = &plan.forward.resources[1];
+    assert_eq!(
+        cluster.resource_type,
+        keel_proto::metadata::ConfigResourceType::Broker as i32
+    );
+    assert_eq!(cluster.resource_name, "");
+    assert_eq!(plan.slots[0], Ok(0));
+    assert_eq!(plan.slots[2], Ok(1));
+    let logger = plan.slots[1].as_ref().unwrap_err();
+    assert_eq!(logger.code, ErrorCode::InvalidRequest.code());
+    assert!(
+        logger.message.contains("config resource type 8"),
+        "{logger:?}"
+    );
+    let op = plan.slots[3].as_ref().unwrap_err();
+    assert!(op.message.contains("unknown operation 9"), "{op:?}");
+}
+
+#[test]
+fn incremental_alter_configs_response_in_request_order() {
+    let req = alter_configs_req();
+    let plan = alter_configs_plan(&req);
+    let reply = ctl::AlterConfigsReply {
+        results: vec![
+            ctl::AlterConfigsResourceResult {
+                error: err(ErrorCode::InvalidConfig, "retention.ms: not a number"),
+                resource_type: keel_proto::metadata::ConfigResourceType::Topic as i32,
+                resource_name: "orders".into(),
+            },
+            ctl::AlterConfigsResourceResult {
+                error: None,
+                resource_type: keel_proto::metadata::ConfigResourceType::Cluster as i32,
+                resource_name: String::new(),
+            },
+        ],
+        ..Default::default()
+    };
+    for v in range(ApiKey::IncrementalAlterConfigs) {
+        let resp = round_trip(&alter_configs_response(&plan, &req, Ok(reply.clone())), v);
+        let got: Vec<(i8, &str, i16)> = resp
+            .responses
+            .iter()
+            .map(|r| (r.resource_type, r.resource_name.as_str(), r.error_code))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (2, "orders", ErrorCode::InvalidConfig.code()),
+                (8, "1", ErrorCode::InvalidRequest.code()),
+                (4, "", 0),
+                (2, "x", ErrorCode::InvalidRequest.code()),
+            ],
+            "v{v}"
+        );
+        assert_eq!(resp.responses[2].error_message, None);
+    }
+    let resp = alter_configs_response(&plan, &req, Err(timed_out("no controller answered")));
+    assert!(
+        resp.responses
+            .iter()
+            .all(|r| r.error_code == ErrorCode::RequestTimedOut.code()
+                || r.error_code == ErrorCode::InvalidRequest.code())
+    );
+    assert_eq!(
+        resp.responses[0].error_code,
+        ErrorCode::RequestTimedOut.code()
+    );
+}

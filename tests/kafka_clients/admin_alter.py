@@ -1,0 +1,79 @@
+"""confluent-kafka's and kafka-python's admin clients changing a topic through Keel's Kafka
+listener, as `kafka-topics.sh --alter --partitions` and `kafka-configs.sh --alter` do:
+CreatePartitions (KIP-195) and IncrementalAlterConfigs (KIP-339). Creates TOPIC with 2
+partitions (replication factor 3), then with confluent-kafka grows it to 4 partitions, sets
+retention.ms=60000 and reads it back, and is refused a shrink to 2; then with kafka-python
+grows it to 6 and sets retention.ms=120000. Prints one line per step; exits non-zero on any
+error or mismatch.
+Usage: admin_alter.py BOOTSTRAP TOPIC
+"""
+import sys
+import time
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                   NewPartitions, NewTopic)
+from kafka.admin import ConfigResource as KpConfigResource
+from kafka.admin import ConfigResourceType, KafkaAdminClient
+from kafka.admin import NewPartitions as KpNewPartitions
+
+bootstrap, topic = sys.argv[1], sys.argv[2]
+admin = AdminClient({"bootstrap.servers": bootstrap})
+
+
+def wait_partitions(count):
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        t = admin.list_topics(topic, timeout=10).topics.get(topic)
+        if t is not None and t.error is None and len(t.partitions) == count:
+            return
+        time.sleep(0.2)
+    sys.exit(f"{topic}: {count} partitions not seen: {admin.list_topics(topic).topics}")
+
+
+def retention_ms():
+    resource = ConfigResource("topic", topic)
+    configs = admin.describe_configs([resource])[resource].result(timeout=30)
+    return configs["retention.ms"].value
+
+
+admin.create_topics([NewTopic(topic, 2, 3)])[topic].result(timeout=30)
+wait_partitions(2)
+print("created partitions=2")
+
+admin.create_partitions([NewPartitions(topic, 4)])[topic].result(timeout=30)
+wait_partitions(4)
+print("confluent create_partitions 4")
+
+resource = ConfigResource("topic", topic, incremental_configs=[
+    ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
+for f in admin.incremental_alter_configs([resource]).values():
+    f.result(timeout=30)
+deadline = time.time() + 30
+while retention_ms() != "60000":
+    if time.time() > deadline:
+        sys.exit(f"retention.ms is {retention_ms()}, not 60000")
+    time.sleep(0.2)
+print("confluent incremental_alter_configs retention.ms=60000")
+
+try:
+    admin.create_partitions([NewPartitions(topic, 2)])[topic].result(timeout=30)
+    sys.exit("a shrink to 2 partitions was accepted")
+except KafkaException as e:
+    print(f"confluent shrink refused {e.args[0].name()}")
+
+kp = KafkaAdminClient(bootstrap_servers=bootstrap)
+kp.create_partitions({topic: KpNewPartitions(total_count=6)})
+wait_partitions(6)
+print("kafka-python create_partitions 6")
+result = kp.alter_configs([KpConfigResource(ConfigResourceType.TOPIC, topic,
+                                            configs={"retention.ms": "120000"})])
+if result.get("topic", {}).get(topic) != "OK":
+    sys.exit(f"kafka-python alter_configs: {result}")
+deadline = time.time() + 30
+while retention_ms() != "120000":
+    if time.time() > deadline:
+        sys.exit(f"retention.ms is {retention_ms()}, not 120000")
+    time.sleep(0.2)
+print("kafka-python alter_configs retention.ms=120000")
+kp.close()
