@@ -1,7 +1,8 @@
 """confluent-kafka's and kafka-python's admin clients changing a topic through Keel's Kafka
 listener, as `kafka-topics.sh --alter --partitions` and `kafka-configs.sh --alter` do:
 CreatePartitions (KIP-195) and IncrementalAlterConfigs (KIP-339). Creates TOPIC with 2
-partitions (replication factor 3), then with confluent-kafka grows it to 4 partitions, sets
+partitions (replication factor 3), then with confluent-kafka grows it to 4 partitions, asks
+for a preferred leader election that is not needed (ElectLeaders, KIP-460), sets
 retention.ms=60000 and reads it back, and is refused a shrink to 2; then with kafka-python
 grows it to 6 and sets retention.ms=120000. Prints one line per step; exits non-zero on any
 error or mismatch.
@@ -10,7 +11,7 @@ Usage: admin_alter.py BOOTSTRAP TOPIC
 import sys
 import time
 
-from confluent_kafka import KafkaException
+from confluent_kafka import ElectionType, KafkaException, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    NewPartitions, NewTopic)
 from kafka.admin import ConfigResource as KpConfigResource
@@ -44,6 +45,12 @@ print("created partitions=2")
 admin.create_partitions([NewPartitions(topic, 4)])[topic].result(timeout=30)
 wait_partitions(4)
 print("confluent create_partitions 4")
+
+# Every partition is led by its preferred replica: nothing to elect (KIP-460).
+elected = admin.elect_leaders(ElectionType.PREFERRED,
+                              [TopicPartition(topic, 0), TopicPartition(topic, 3)]).result(timeout=30)
+codes = sorted({e.name() for e in elected.values() if e is not None})
+print(f"confluent elect_leaders {','.join(codes) or 'none'}")
 
 resource = ConfigResource("topic", topic, incremental_configs=[
     ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])

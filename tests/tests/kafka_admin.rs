@@ -1,6 +1,6 @@
 //! The admin APIs on the Kafka listener (#21), over real TCP with requests encoded by
 //! `kafka-protocol`: CreateTopics, DescribeConfigs, DeleteTopics, DescribeCluster,
-//! CreatePartitions and IncrementalAlterConfigs are forwarded to the active controller, and what they did is checked with Metadata on another
+//! CreatePartitions, ElectLeaders and IncrementalAlterConfigs are forwarded to the active controller, and what they did is checked with Metadata on another
 //! broker's listener; the forwarding follows a new active controller after the old one dies.
 
 use std::net::SocketAddr;
@@ -15,6 +15,7 @@ use kafka_protocol::messages::create_topics_request::{
 };
 use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
 use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::elect_leaders_request;
 use kafka_protocol::messages::incremental_alter_configs_request::{
     AlterConfigsResource, AlterableConfig,
 };
@@ -469,12 +470,13 @@ async fn retention_ms(addr: SocketAddr, topic: &str) -> (Option<String>, i8) {
     (c.value.as_ref().map(|v| v.to_string()), c.config_source)
 }
 
-/// CreatePartitions (KIP-195) and IncrementalAlterConfigs (KIP-339), as `kafka-topics.sh
-/// --alter --partitions` and `kafka-configs.sh --alter` send them: forwarded to the active
+/// CreatePartitions (KIP-195), ElectLeaders (KIP-460) and IncrementalAlterConfigs (KIP-339),
+/// as `kafka-topics.sh --alter --partitions`, `kafka-leader-election.sh` and
+/// `kafka-configs.sh --alter` send them: forwarded to the active
 /// controller, per-topic and per-resource errors with Kafka's codes, and the result seen in
 /// Metadata and DescribeConfigs on other brokers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kafka_admin_create_partitions_and_incremental_alter_configs() {
+async fn kafka_admin_create_partitions_elect_leaders_and_incremental_alter_configs() {
     let c = InProcessCluster::start(3, 3);
     c.wait_unfenced(&[1, 2, 3], WAIT).await;
     let (k1, k2, k3) = (c.kafka_addr(1), c.kafka_addr(2), c.kafka_addr(3));
@@ -483,6 +485,7 @@ async fn kafka_admin_create_partitions_and_incremental_alter_configs() {
         call(k1, ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
     for (key, min, max) in [
         (ApiKey::CreatePartitions, 0, 3),
+        (ApiKey::ElectLeaders, 0, 2),
         (ApiKey::IncrementalAlterConfigs, 0, 1),
     ] {
         let v = versions
@@ -584,6 +587,62 @@ async fn kafka_admin_create_partitions_and_incremental_alter_configs() {
         .find(|p| p.partition_index == 4)
         .expect("partition 4");
     assert_eq!(p4.replica_nodes, vec![BrokerId(3), BrokerId(1)]);
+
+    // ElectLeaders (kafka-leader-election.sh): every partition of kp is led by its preferred
+    // replica, so a preferred election is not needed (84); an unknown topic is 3; v2 with
+    // null partitions (every partition) answers only partitions that needed an election.
+    let elect = |partitions: Option<Vec<(&str, Vec<i32>)>>| {
+        ElectLeadersRequest::default()
+            .with_timeout_ms(15_000)
+            .with_topic_partitions(partitions.map(|ts| {
+                ts.into_iter()
+                    .map(|(t, ps)| {
+                        elect_leaders_request::TopicPartitions::default()
+                            .with_topic(name(t))
+                            .with_partitions(ps)
+                    })
+                    .collect()
+            }))
+    };
+    wait_topic(k1, "kp", "preferred leaders", |t| {
+        t.partitions
+            .iter()
+            .all(|p| Some(&p.leader_id) == p.replica_nodes.first())
+    })
+    .await;
+    for version in 0..=2 {
+        let r: ElectLeadersResponse = call(
+            k2,
+            ApiKey::ElectLeaders,
+            version,
+            &elect(Some(vec![("kp", vec![0, 4]), ("kp-missing", vec![0])])),
+        )
+        .await;
+        assert_eq!(r.error_code, 0, "v{version}: {r:?}");
+        let mut got: Vec<(&str, i32, i16)> = r
+            .replica_election_results
+            .iter()
+            .flat_map(|t| {
+                t.partition_result
+                    .iter()
+                    .map(move |p| (t.topic.0.as_str(), p.partition_id, p.error_code))
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![("kp", 0, 84), ("kp", 4, 84), ("kp-missing", 0, 3)],
+            "v{version}: {r:?}"
+        );
+    }
+    let r: ElectLeadersResponse = call(k3, ApiKey::ElectLeaders, 2, &elect(None)).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert!(
+        r.replica_election_results
+            .iter()
+            .all(|t| t.partition_result.is_empty()),
+        "{r:?}"
+    );
 
     // IncrementalAlterConfigs v1: SET on the topic, an unsupported resource type refused
     // alone, and SET of the cluster-wide default (a BROKER resource with an empty name).

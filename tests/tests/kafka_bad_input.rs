@@ -355,6 +355,7 @@ async fn kafka_unsupported_versions_get_kafka_errors() {
             (ApiKey::SaslAuthenticate as i16, 0, 2),
             (ApiKey::CreatePartitions as i16, 0, 3),
             (ApiKey::DeleteGroups as i16, 0, 2),
+            (ApiKey::ElectLeaders as i16, 0, 2),
             (ApiKey::IncrementalAlterConfigs as i16, 0, 1),
             (ApiKey::DescribeCluster as i16, 0, 2),
         ],

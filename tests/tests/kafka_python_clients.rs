@@ -245,6 +245,7 @@ async fn kafka_clients_add_partitions_and_alter_configs() {
         [
             "created partitions=2",
             "confluent create_partitions 4",
+            "confluent elect_leaders ELECTION_NOT_NEEDED",
             "confluent incremental_alter_configs retention.ms=60000",
             "confluent shrink refused INVALID_PARTITIONS",
             "kafka-python create_partitions 6",

@@ -1,14 +1,14 @@
 //! The admin APIs of the Kafka listener, forwarded to the active controller over Keel's gRPC
 //! controller API (Kafka: a broker forwards CreateTopics/DeleteTopics to the controller,
 //! `ForwardingManager`): CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster,
-//! CreatePartitions, IncrementalAlterConfigs. This
+//! CreatePartitions, IncrementalAlterConfigs, ElectLeaders. This
 //! file only sends; what is sent and how the answer reads is in [`super::convert::admin`].
 //!
 //! Waiting: each call follows the active controller like the broker's other controller
 //! requests ([`ActiveControllerClient`]: NOT_CONTROLLER with a hint goes to the hinted voter,
 //! a transport error to the next, each attempt bounded by the broker's controller request
-//! timeout, at most two rounds over the voters). CreateTopics, DeleteTopics and
-//! CreatePartitions are also
+//! timeout, at most two rounds over the voters). CreateTopics, DeleteTopics,
+//! CreatePartitions and ElectLeaders are also
 //! bounded by their request's `timeout_ms` when it is positive (Kafka's controller treats it
 //! as the operation's deadline, `ControllerRequestContext`); running out answers
 //! REQUEST_TIMED_OUT, and the operation may still complete (as in Kafka). No controller
@@ -26,6 +26,7 @@ use kafka_protocol::messages::{
     DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 };
+use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
 
 /// The bound of an operation with Kafka's `timeout_ms`: positive = that many ms, else none
 /// beyond the forwarder's own retries.
@@ -256,6 +257,36 @@ pub async fn incremental_alter_configs(
             .await
     };
     conv::alter_configs_response(&plan, req, reply)
+}
+
+/// ElectLeaders (v0-2, KIP-183/KIP-460; `kafka-leader-election.sh`), see
+/// [`conv::elect_leaders_response`]: ALTER on the cluster (Kafka:
+/// `KafkaApis.handleElectLeaders`), bounded by the request's `timeout_ms`.
+pub async fn elect_leaders(
+    ctx: &KafkaContext,
+    req: &ElectLeadersRequest,
+    version: i16,
+) -> ElectLeadersResponse {
+    let forward = conv::elect_leaders_request(req);
+    let allowed = ctx.check(|a, c, img| {
+        a.check(
+            img.acls(),
+            c,
+            keel_metadata_log::acl::Action::cluster(keel_metadata_log::acl::Operation::Alter),
+        )
+    });
+    let reply = if let Err(d) = allowed {
+        Err(denied(d))
+    } else if !forward.all_partitions && forward.topic_partitions.is_empty() {
+        Ok(Default::default())
+    } else {
+        ctx.controller
+            .call(forward, deadline(req.timeout_ms), |mut c, r| async move {
+                c.elect_leaders(r).await
+            })
+            .await
+    };
+    conv::elect_leaders_response(reply, req, version)
 }
 
 /// DescribeCluster (v0-2), see [`conv::describe_cluster_response`].

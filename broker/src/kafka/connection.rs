@@ -373,6 +373,11 @@ async fn handle(
             let req = decode::<CreatePartitionsRequest>(&mut body, key, version)?;
             ResponseKind::CreatePartitions(admin::create_partitions(ctx, &req).await)
         }
+        ApiKey::ElectLeaders => {
+            let req =
+                decode::<kafka_protocol::messages::ElectLeadersRequest>(&mut body, key, version)?;
+            ResponseKind::ElectLeaders(admin::elect_leaders(ctx, &req, version).await)
+        }
         ApiKey::IncrementalAlterConfigs => {
             let req = decode::<IncrementalAlterConfigsRequest>(&mut body, key, version)?;
             ResponseKind::IncrementalAlterConfigs(admin::incremental_alter_configs(ctx, &req).await)

@@ -515,6 +515,15 @@ const INCREMENTAL_ALTER_CONFIGS: &[Field] = &[
     f("validate_only", Bool, ALL),
 ];
 
+// ElectLeadersRequest.json (KIP-183, KIP-460): v1 adds ElectionType, v2 is the first flexible
+// version.
+const ELECT_TOPIC_PARTITIONS: &[Field] = &[f("topic", Str, ALL), f("partitions", INT32S, ALL)];
+const ELECT_LEADERS: &[Field] = &[
+    f("election_type", Int8, from(1)),
+    f("topic_partitions", Structs(ELECT_TOPIC_PARTITIONS), ALL).nullable(ALL),
+    f("timeout_ms", Int32, ALL),
+];
+
 // FindCoordinatorRequest.json: v1 adds KeyType, v3 is the first flexible version, v4
 // replaces Key by CoordinatorKeys (KIP-699, batched lookups).
 const FIND_COORDINATOR: &[Field] = &[
@@ -704,6 +713,7 @@ pub static APIS: &[Api] = &[
         2,
         CREATE_PARTITIONS,
     ),
+    api(43, "ElectLeadersRequest", range(0, 2), 2, ELECT_LEADERS),
     api(
         44,
         "IncrementalAlterConfigsRequest",
@@ -1049,6 +1059,7 @@ impl<'a> Walker<'a> {
 mod tests {
     use super::*;
     use bytes::{Buf, Bytes as Blob};
+    use kafka_protocol::messages::ElectLeadersRequest;
     use kafka_protocol::messages::create_partitions_request::{
         CreatePartitionsAssignment, CreatePartitionsTopic,
     };
@@ -1057,6 +1068,7 @@ mod tests {
     };
     use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::elect_leaders_request::TopicPartitions as ElectTopicPartitions;
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
     use kafka_protocol::messages::incremental_alter_configs_request::{
         AlterConfigsResource as IncrementalAlterConfigsResource, AlterableConfig,
@@ -1452,6 +1464,26 @@ mod tests {
         req
     }
 
+    fn elect_leaders(v: i16, rich: bool) -> ElectLeadersRequest {
+        let mut req = ElectLeadersRequest::default()
+            .with_topic_partitions(rich.then(|| {
+                vec![
+                    ElectTopicPartitions::default()
+                        .with_topic(topic("orders"))
+                        .with_partitions(vec![0, 2]),
+                    ElectTopicPartitions::default().with_topic(topic("x")),
+                ]
+            }))
+            .with_timeout_ms(60_000);
+        if v >= 1 && rich {
+            req = req.with_election_type(1);
+        }
+        if v >= 2 && rich {
+            req = req.with_unknown_tagged_field(4, blob());
+        }
+        req
+    }
+
     fn describe_cluster(v: i16, rich: bool) -> DescribeClusterRequest {
         let mut req =
             DescribeClusterRequest::default().with_include_cluster_authorized_operations(rich);
@@ -1751,6 +1783,7 @@ mod tests {
             60 => encode(&describe_cluster(v, rich), v),
             37 => encode(&create_partitions(v, rich), v),
             44 => encode(&incremental_alter_configs(v, rich), v),
+            43 => encode(&elect_leaders(v, rich), v),
             8 => encode(&offset_commit(v, rich), v),
             9 => encode(&offset_fetch(v, rich), v),
             11 => encode(&join_group(v, rich), v),
@@ -1797,6 +1830,7 @@ mod tests {
             60 => decode_as::<DescribeClusterRequest>(v, body),
             37 => decode_as::<CreatePartitionsRequest>(v, body),
             44 => decode_as::<IncrementalAlterConfigsRequest>(v, body),
+            43 => decode_as::<ElectLeadersRequest>(v, body),
             8 => decode_as::<OffsetCommitRequest>(v, body),
             9 => decode_as::<OffsetFetchRequest>(v, body),
             11 => decode_as::<JoinGroupRequest>(v, body),
@@ -1832,6 +1866,7 @@ mod tests {
             60 => m::<DescribeClusterRequest>(),
             37 => m::<CreatePartitionsRequest>(),
             44 => m::<IncrementalAlterConfigsRequest>(),
+            43 => m::<ElectLeadersRequest>(),
             8 => m::<OffsetCommitRequest>(),
             9 => m::<OffsetFetchRequest>(),
             11 => m::<JoinGroupRequest>(),
@@ -1910,6 +1945,7 @@ mod tests {
             (32, 1, 4),
             (60, 0, 2),
             (37, 0, 3),
+            (43, 0, 2),
             (44, 0, 1),
             (8, 2, 8),
             (9, 1, 8),
@@ -1966,9 +2002,10 @@ mod tests {
             assert_eq!(again.as_ref(), Ok(&s.body), "{what}: re-encoding differs");
             count += 1;
         }
-        // 147 api versions (75 + 61 of the consumer-group APIs + 5 of SASL + 4 of
-        // CreatePartitions + 2 of IncrementalAlterConfigs), rich and sparse.
-        assert_eq!(count, 2 * 147);
+        // 150 api versions (75 + 61 of the consumer-group APIs + 5 of SASL + 4 of
+        // CreatePartitions + 3 of ElectLeaders + 2 of IncrementalAlterConfigs), rich and
+        // sparse.
+        assert_eq!(count, 2 * 150);
     }
 
     #[test]

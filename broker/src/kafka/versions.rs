@@ -65,6 +65,7 @@ pub const SERVED: &[Served] = &[
     api(ApiKey::SaslAuthenticate, 0, 2),
     api(ApiKey::CreatePartitions, 0, 3),
     api(ApiKey::DeleteGroups, 0, 2),
+    api(ApiKey::ElectLeaders, 0, 2),
     api(ApiKey::IncrementalAlterConfigs, 0, 1),
     api(ApiKey::DescribeCluster, 0, 2),
 ];
@@ -120,6 +121,7 @@ mod tests {
                 ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
                 ApiKey::CreatePartitions => CreatePartitionsRequest::VERSIONS,
                 ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
+                ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS,
                 ApiKey::OffsetCommit => OffsetCommitRequest::VERSIONS,
                 ApiKey::OffsetFetch => OffsetFetchRequest::VERSIONS,
                 ApiKey::JoinGroup => JoinGroupRequest::VERSIONS,

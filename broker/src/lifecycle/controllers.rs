@@ -28,7 +28,8 @@ use keel_proto::controller::controller_service_client::ControllerServiceClient;
 use keel_proto::controller::{
     AllocateProducerIdsReply, AlterConfigsReply, AlterPartitionReply, BrokerHeartbeatReply,
     ControllerLeader, CreatePartitionsReply, CreateTopicsReply, DeleteTopicsReply,
-    DescribeClusterReply, DescribeConfigsReply, DescribeQuorumReply, RegisterBrokerReply,
+    DescribeClusterReply, DescribeConfigsReply, DescribeQuorumReply, ElectLeadersReply,
+    RegisterBrokerReply,
 };
 use keel_runtime::tls::Dialer;
 use tokio::sync::watch;
@@ -276,7 +277,8 @@ controller_reply!(
     DescribeConfigsReply,
     DescribeClusterReply,
     CreatePartitionsReply,
-    AlterConfigsReply
+    AlterConfigsReply,
+    ElectLeadersReply
 );
 
 /// Whether hinted controller `id` at `addr` is announced for the first time in this process

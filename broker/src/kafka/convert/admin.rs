@@ -1,6 +1,6 @@
 //! The admin APIs the Kafka listener forwards to the active controller (#21): CreateTopics
 //! (v2-7), DeleteTopics (v1-6), DescribeConfigs (v1-4), DescribeCluster (v0-2),
-//! CreatePartitions (v0-3) and IncrementalAlterConfigs (v0-1), as pure
+//! CreatePartitions (v0-3), IncrementalAlterConfigs (v0-1) and ElectLeaders (v0-2), as pure
 //! conversions between `kafka-protocol`'s structs and Keel's controller messages
 //! (`keel.controller`, whose shapes and error numbers are Kafka's). The async layer
 //! ([`crate::kafka::admin`]) only sends what these functions build and hands back what the
@@ -41,6 +41,11 @@ use kafka_protocol::messages::describe_configs_request::DescribeConfigsRequest a
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult,
     DescribeConfigsSynonym,
+};
+use kafka_protocol::messages::elect_leaders_request::ElectLeadersRequest as KElectLeadersRequest;
+use kafka_protocol::messages::elect_leaders_response::{
+    ElectLeadersResponse as KElectLeadersResponse, PartitionResult as KElectPartitionResult,
+    ReplicaElectionResult as KReplicaElectionResult,
 };
 use kafka_protocol::messages::incremental_alter_configs_request::IncrementalAlterConfigsRequest as KIncrementalAlterConfigsRequest;
 use kafka_protocol::messages::incremental_alter_configs_response::{
@@ -1013,6 +1018,96 @@ pub fn alter_configs_response(
         })
         .collect();
     KIncrementalAlterConfigsResponse::default().with_responses(responses)
+}
+
+// ---------------------------------------------------------------------------------------------
+// ElectLeaders (Kafka: ElectLeadersRequest/Response v0-2, KIP-183, KIP-460)
+// ---------------------------------------------------------------------------------------------
+
+/// Keel's ElectLeaders from Kafka's: `election_type` as is (PREFERRED 0, UNCLEAN 1; v0 has
+/// none and is PREFERRED), null `topic_partitions` = every partition (`all_partitions`, whose
+/// answer leaves out the partitions that needed no election, as Kafka's does). A topic listed
+/// with no partitions asks for none, as in Kafka, and is not forwarded (Keel's own API reads an
+/// empty list as every partition of the topic). `timeout_ms` bounds the broker's wait.
+pub fn elect_leaders_request(req: &KElectLeadersRequest) -> ctl::ElectLeadersRequest {
+    ctl::ElectLeadersRequest {
+        election_type: i32::from(req.election_type),
+        all_partitions: req.topic_partitions.is_none(),
+        topic_partitions: req
+            .topic_partitions
+            .iter()
+            .flatten()
+            .filter(|t| !t.partitions.is_empty())
+            .map(|t| ctl::ElectTopicPartitions {
+                topic: t.topic.0.to_string(),
+                partitions: t.partitions.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// Kafka's ElectLeaders response: the controller's result per topic and partition (null
+/// message on success; ELECTION_NOT_NEEDED 84, PREFERRED_LEADER_NOT_AVAILABLE 80,
+/// ELIGIBLE_LEADERS_NOT_AVAILABLE 83, UNKNOWN_TOPIC_OR_PARTITION 3 as it decided). A failure
+/// of the whole request (not authorized, no controller answered, a request-level error of
+/// the reply) is the top-level `error_code` (v1+) and, as Kafka answers, the error of every
+/// partition the request named.
+pub fn elect_leaders_response(
+    reply: Result<ctl::ElectLeadersReply, Failure>,
+    req: &KElectLeadersRequest,
+    version: i16,
+) -> KElectLeadersResponse {
+    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
+        Some(f) => Err(f),
+        None => Ok(r),
+    });
+    match reply {
+        Ok(r) => KElectLeadersResponse::default().with_replica_election_results(
+            r.results
+                .into_iter()
+                .map(|t| {
+                    KReplicaElectionResult::default()
+                        .with_topic(topic_name(t.topic))
+                        .with_partition_result(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    KElectPartitionResult::default()
+                                        .with_partition_id(p.partition_id)
+                                        .with_error_code(code(p.error.as_ref()))
+                                        .with_error_message(message(p.error.as_ref()))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+        Err(f) => {
+            let results = req
+                .topic_partitions
+                .iter()
+                .flatten()
+                .map(|t| {
+                    KReplicaElectionResult::default()
+                        .with_topic(t.topic.clone())
+                        .with_partition_result(
+                            t.partitions
+                                .iter()
+                                .map(|&p| {
+                                    KElectPartitionResult::default()
+                                        .with_partition_id(p)
+                                        .with_error_code(f.code)
+                                        .with_error_message(Some(str_bytes(f.message.clone())))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect();
+            KElectLeadersResponse::default()
+                .with_error_code(if version >= 1 { f.code } else { 0 })
+                .with_replica_election_results(results)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -939,3 +939,86 @@ fn incremental_alter_configs_response_in_request_order() {
         ErrorCode::RequestTimedOut.code()
     );
 }
+
+fn elect_req(partitions: Option<Vec<(&str, Vec<i32>)>>) -> KElectLeadersRequest {
+    use kafka_protocol::messages::elect_leaders_request::TopicPartitions;
+    KElectLeadersRequest::default()
+        .with_election_type(1)
+        .with_timeout_ms(1_000)
+        .with_topic_partitions(partitions.map(|ts| {
+            ts.into_iter()
+                .map(|(t, ps)| {
+                    TopicPartitions::default()
+                        .with_topic(name(t))
+                        .with_partitions(ps)
+                })
+                .collect()
+        }))
+}
+
+#[test]
+fn elect_leaders_request_null_is_every_partition_and_empty_lists_ask_for_none() {
+    let all = elect_leaders_request(&elect_req(None));
+    assert!(all.all_partitions);
+    assert!(all.topic_partitions.is_empty());
+    assert_eq!(all.election_type, ctl::ElectionType::Unclean as i32);
+    let some = elect_leaders_request(&elect_req(Some(vec![("a", vec![0, 2]), ("b", vec![])])));
+    assert!(!some.all_partitions);
+    assert_eq!(some.topic_partitions.len(), 1);
+    assert_eq!(some.topic_partitions[0].topic, "a");
+    assert_eq!(some.topic_partitions[0].partitions, vec![0, 2]);
+}
+
+#[test]
+fn elect_leaders_response_per_partition_and_whole_request_failures() {
+    let req = elect_req(Some(vec![("a", vec![0, 2])]));
+    let reply = ctl::ElectLeadersReply {
+        results: vec![ctl::ElectTopicResult {
+            topic: "a".into(),
+            partitions: vec![
+                ctl::ElectPartitionResult {
+                    partition_id: 0,
+                    error: None,
+                    leader_id: 2,
+                    leader_epoch: 3,
+                },
+                ctl::ElectPartitionResult {
+                    partition_id: 2,
+                    error: err(ErrorCode::ElectionNotNeeded, "partition a-2 has a leader"),
+                    leader_id: 1,
+                    leader_epoch: 0,
+                },
+            ],
+        }],
+        ..Default::default()
+    };
+    for v in range(ApiKey::ElectLeaders) {
+        let resp = round_trip(&elect_leaders_response(Ok(reply.clone()), &req, v), v);
+        assert_eq!(resp.error_code, 0);
+        let t = &resp.replica_election_results[0];
+        assert_eq!(t.topic, name("a"));
+        let got: Vec<(i32, i16)> = t
+            .partition_result
+            .iter()
+            .map(|p| (p.partition_id, p.error_code))
+            .collect();
+        assert_eq!(got, vec![(0, 0), (2, ErrorCode::ElectionNotNeeded.code())]);
+        assert_eq!(t.partition_result[0].error_message, None);
+    }
+    for v in range(ApiKey::ElectLeaders) {
+        let failure = Failure::new(ErrorCode::ClusterAuthorizationFailed, "no ALTER");
+        let resp = round_trip(&elect_leaders_response(Err(failure), &req, v), v);
+        let top = if v >= 1 {
+            ErrorCode::ClusterAuthorizationFailed.code()
+        } else {
+            0
+        };
+        assert_eq!(resp.error_code, top, "v{v}");
+        let codes: Vec<i16> = resp.replica_election_results[0]
+            .partition_result
+            .iter()
+            .map(|p| p.error_code)
+            .collect();
+        assert_eq!(codes, vec![ErrorCode::ClusterAuthorizationFailed.code(); 2]);
+    }
+}
