@@ -4,7 +4,8 @@ CreatePartitions (KIP-195) and IncrementalAlterConfigs (KIP-339). Creates TOPIC 
 partitions (replication factor 3), then with confluent-kafka grows it to 4 partitions, asks
 for a preferred leader election that is not needed (ElectLeaders, KIP-460), sets
 retention.ms=60000 and reads it back, and is refused a shrink to 2; then with kafka-python
-grows it to 6 and sets retention.ms=120000. Prints one line per step; exits non-zero on any
+grows it to 6, sets retention.ms=120000 and reverses partition 0's replicas
+(AlterPartitionReassignments, ListPartitionReassignments; KIP-455). Prints one line per step; exits non-zero on any
 error or mismatch.
 Usage: admin_alter.py BOOTSTRAP TOPIC
 """
@@ -17,6 +18,7 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kafka.admin import NewPartitions as KpNewPartitions
+from kafka.structs import TopicPartition as KpTopicPartition
 
 bootstrap, topic = sys.argv[1], sys.argv[2]
 admin = AdminClient({"bootstrap.servers": bootstrap})
@@ -83,4 +85,22 @@ while retention_ms() != "120000":
         sys.exit(f"retention.ms is {retention_ms()}, not 120000")
     time.sleep(0.2)
 print("kafka-python alter_configs retention.ms=120000")
+
+# kafka-python's reassignment API (KIP-455): partition 0's replicas in reverse order, which
+# moves its preferred leader; then nothing is left moving.
+before = admin.list_topics(topic, timeout=10).topics[topic].partitions[0].replicas
+after = list(reversed(before))
+errors = kp.alter_partition_reassignments({KpTopicPartition(topic, 0): after})
+if any(e is not None for e in errors.values()):
+    sys.exit(f"alter_partition_reassignments: {errors}")
+deadline = time.time() + 30
+while admin.list_topics(topic, timeout=10).topics[topic].partitions[0].replicas != after:
+    if time.time() > deadline:
+        sys.exit(f"partition 0 still on {admin.list_topics(topic).topics[topic].partitions[0]}")
+    time.sleep(0.2)
+while kp.list_partition_reassignments():
+    if time.time() > deadline:
+        sys.exit(f"still moving: {kp.list_partition_reassignments()}")
+    time.sleep(0.2)
+print("kafka-python alter_partition_reassignments reversed partition 0")
 kp.close()

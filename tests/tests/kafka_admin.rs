@@ -1,12 +1,14 @@
 //! The admin APIs on the Kafka listener (#21), over real TCP with requests encoded by
 //! `kafka-protocol`: CreateTopics, DescribeConfigs, DeleteTopics, DescribeCluster,
-//! CreatePartitions, ElectLeaders and IncrementalAlterConfigs are forwarded to the active controller, and what they did is checked with Metadata on another
+//! CreatePartitions, ElectLeaders, Alter/ListPartitionReassignments and
+//! IncrementalAlterConfigs are forwarded to the active controller, and what they did is checked with Metadata on another
 //! broker's listener; the forwarding follows a new active controller after the old one dies.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::alter_partition_reassignments_request;
 use kafka_protocol::messages::create_partitions_request::{
     CreatePartitionsAssignment, CreatePartitionsTopic,
 };
@@ -470,13 +472,14 @@ async fn retention_ms(addr: SocketAddr, topic: &str) -> (Option<String>, i8) {
     (c.value.as_ref().map(|v| v.to_string()), c.config_source)
 }
 
-/// CreatePartitions (KIP-195), ElectLeaders (KIP-460) and IncrementalAlterConfigs (KIP-339),
-/// as `kafka-topics.sh --alter --partitions`, `kafka-leader-election.sh` and
-/// `kafka-configs.sh --alter` send them: forwarded to the active
+/// CreatePartitions (KIP-195), ElectLeaders (KIP-460), Alter/ListPartitionReassignments
+/// (KIP-455) and IncrementalAlterConfigs (KIP-339), as `kafka-topics.sh --alter --partitions`,
+/// `kafka-leader-election.sh`, `kafka-reassign-partitions.sh` and `kafka-configs.sh --alter`
+/// send them: forwarded to the active
 /// controller, per-topic and per-resource errors with Kafka's codes, and the result seen in
 /// Metadata and DescribeConfigs on other brokers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kafka_admin_create_partitions_elect_leaders_and_incremental_alter_configs() {
+async fn kafka_admin_alters_partitions_leaders_assignments_and_configs() {
     let c = InProcessCluster::start(3, 3);
     c.wait_unfenced(&[1, 2, 3], WAIT).await;
     let (k1, k2, k3) = (c.kafka_addr(1), c.kafka_addr(2), c.kafka_addr(3));
@@ -487,6 +490,8 @@ async fn kafka_admin_create_partitions_elect_leaders_and_incremental_alter_confi
         (ApiKey::CreatePartitions, 0, 3),
         (ApiKey::ElectLeaders, 0, 2),
         (ApiKey::IncrementalAlterConfigs, 0, 1),
+        (ApiKey::AlterPartitionReassignments, 0, 0),
+        (ApiKey::ListPartitionReassignments, 0, 0),
     ] {
         let v = versions
             .api_keys
@@ -643,6 +648,85 @@ async fn kafka_admin_create_partitions_elect_leaders_and_incremental_alter_confi
             .all(|t| t.partition_result.is_empty()),
         "{r:?}"
     );
+
+    // AlterPartitionReassignments (kafka-reassign-partitions --execute): partition 4 moves
+    // from [3, 1] to [2, 3]; cancelling a partition that is not moving is 85, an unknown
+    // topic 3, a duplicate broker 39. ListPartitionReassignments answers (the move of an
+    // empty partition may already be over).
+    let target = |index: i32, replicas: Option<Vec<i32>>| {
+        alter_partition_reassignments_request::ReassignablePartition::default()
+            .with_partition_index(index)
+            .with_replicas(replicas.map(|r| r.into_iter().map(BrokerId).collect()))
+    };
+    let reassign = |n: &str, partitions| {
+        alter_partition_reassignments_request::ReassignableTopic::default()
+            .with_name(name(n))
+            .with_partitions(partitions)
+    };
+    let r: AlterPartitionReassignmentsResponse = call(
+        k1,
+        ApiKey::AlterPartitionReassignments,
+        0,
+        &AlterPartitionReassignmentsRequest::default()
+            .with_timeout_ms(15_000)
+            .with_topics(vec![
+                reassign(
+                    "kp",
+                    vec![
+                        target(4, Some(vec![2, 3])),
+                        target(0, None),
+                        target(1, Some(vec![1, 1])),
+                    ],
+                ),
+                reassign("kp-missing", vec![target(0, Some(vec![1]))]),
+            ]),
+    )
+    .await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let mut got: Vec<(&str, i32, i16)> = r
+        .responses
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| (t.name.0.as_str(), p.partition_index, p.error_code))
+        })
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            ("kp", 0, 85),
+            ("kp", 1, 39),
+            ("kp", 4, 0),
+            ("kp-missing", 0, 3)
+        ],
+        "{r:?}"
+    );
+    let listed: ListPartitionReassignmentsResponse = call(
+        k2,
+        ApiKey::ListPartitionReassignments,
+        0,
+        &ListPartitionReassignmentsRequest::default().with_timeout_ms(15_000),
+    )
+    .await;
+    assert_eq!(listed.error_code, 0, "{listed:?}");
+    for t in &listed.topics {
+        for p in &t.partitions {
+            assert_eq!(
+                (t.name.0.as_str(), p.partition_index),
+                ("kp", 4),
+                "{listed:?}"
+            );
+            assert_eq!(&p.replicas[..2], &[BrokerId(2), BrokerId(3)], "{listed:?}");
+        }
+    }
+    wait_topic(k3, "kp", "partition 4 on [2, 3]", |t| {
+        t.partitions
+            .iter()
+            .any(|p| p.partition_index == 4 && p.replica_nodes == [BrokerId(2), BrokerId(3)])
+    })
+    .await;
 
     // IncrementalAlterConfigs v1: SET on the topic, an unsupported resource type refused
     // alone, and SET of the cluster-wide default (a BROKER resource with an empty name).

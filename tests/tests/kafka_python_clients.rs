@@ -225,11 +225,12 @@ async fn kafka_python_admin_creates_describes_and_deletes_a_topic() {
     assert!(m.topics.iter().all(|t| t.partitions.is_empty()), "{m:?}");
 }
 
-/// confluent-kafka's and kafka-python's admin clients add partitions (CreatePartitions) and
-/// change a topic config (IncrementalAlterConfigs) through the Kafka listener, and a shrink
-/// is refused with INVALID_PARTITIONS; Keel's own view agrees afterwards.
+/// confluent-kafka's and kafka-python's admin clients add partitions (CreatePartitions),
+/// change a topic config (IncrementalAlterConfigs), ask for a leader election (ElectLeaders)
+/// and reassign a partition (Alter/ListPartitionReassignments) through the Kafka listener, and
+/// a shrink is refused with INVALID_PARTITIONS; Keel's own view agrees afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kafka_clients_add_partitions_and_alter_configs() {
+async fn kafka_clients_alter_partitions_leaders_assignments_and_configs() {
     let c = Cluster::start(3, 3);
     c.wait_unfenced(&[1, 2, 3], WAIT).await;
     let out = run_script(
@@ -250,6 +251,7 @@ async fn kafka_clients_add_partitions_and_alter_configs() {
             "confluent shrink refused INVALID_PARTITIONS",
             "kafka-python create_partitions 6",
             "kafka-python alter_configs retention.ms=120000",
+            "kafka-python alter_partition_reassignments reversed partition 0",
         ],
         "{out}"
     );

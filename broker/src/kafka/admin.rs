@@ -1,14 +1,15 @@
 //! The admin APIs of the Kafka listener, forwarded to the active controller over Keel's gRPC
 //! controller API (Kafka: a broker forwards CreateTopics/DeleteTopics to the controller,
 //! `ForwardingManager`): CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster,
-//! CreatePartitions, IncrementalAlterConfigs, ElectLeaders. This
+//! CreatePartitions, IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments,
+//! ListPartitionReassignments. This
 //! file only sends; what is sent and how the answer reads is in [`super::convert::admin`].
 //!
 //! Waiting: each call follows the active controller like the broker's other controller
 //! requests ([`ActiveControllerClient`]: NOT_CONTROLLER with a hint goes to the hinted voter,
 //! a transport error to the next, each attempt bounded by the broker's controller request
 //! timeout, at most two rounds over the voters). CreateTopics, DeleteTopics,
-//! CreatePartitions and ElectLeaders are also
+//! CreatePartitions, ElectLeaders and the reassignment APIs are also
 //! bounded by their request's `timeout_ms` when it is positive (Kafka's controller treats it
 //! as the operation's deadline, `ControllerRequestContext`); running out answers
 //! REQUEST_TIMED_OUT, and the operation may still complete (as in Kafka). No controller
@@ -21,12 +22,15 @@ use super::convert::admin::{self as conv, StaticBrokerConfig};
 use super::forwarder::ControllerForwarder;
 use crate::config::BrokerConfig;
 use kafka_protocol::messages::{
+    AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ElectLeadersRequest,
+    ElectLeadersResponse, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
+};
+use kafka_protocol::messages::{
     CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
     DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse,
     DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 };
-use kafka_protocol::messages::{ElectLeadersRequest, ElectLeadersResponse};
 
 /// The bound of an operation with Kafka's `timeout_ms`: positive = that many ms, else none
 /// beyond the forwarder's own retries.
@@ -287,6 +291,65 @@ pub async fn elect_leaders(
             .await
     };
     conv::elect_leaders_response(reply, req, version)
+}
+
+/// AlterPartitionReassignments (v0, KIP-455; `kafka-reassign-partitions --execute` and
+/// `--cancel`), see [`conv::alter_reassignments_response`]: ALTER on the cluster (Kafka:
+/// `ControllerApis.handleAlterPartitionReassignments`), bounded by `timeout_ms`.
+pub async fn alter_partition_reassignments(
+    ctx: &KafkaContext,
+    req: &AlterPartitionReassignmentsRequest,
+) -> AlterPartitionReassignmentsResponse {
+    let forward = conv::alter_reassignments_request(req);
+    let reply = if let Err(d) = ctx.check(|a, c, img| {
+        a.check(
+            img.acls(),
+            c,
+            keel_metadata_log::acl::Action::cluster(keel_metadata_log::acl::Operation::Alter),
+        )
+    }) {
+        Err(denied(d))
+    } else if forward.topics.is_empty() {
+        Ok(Default::default())
+    } else {
+        ctx.controller
+            .call(forward, deadline(req.timeout_ms), |mut c, r| async move {
+                c.alter_partition_reassignments(r).await
+            })
+            .await
+    };
+    conv::alter_reassignments_response(reply, req)
+}
+
+/// ListPartitionReassignments (v0, KIP-455; `kafka-reassign-partitions --verify` and
+/// `--list`), see [`conv::list_reassignments_response`]: DESCRIBE on the cluster (Kafka:
+/// `ControllerApis.handleListPartitionReassignments`).
+pub async fn list_partition_reassignments(
+    ctx: &KafkaContext,
+    req: &ListPartitionReassignmentsRequest,
+) -> ListPartitionReassignmentsResponse {
+    let forward = conv::list_reassignments_request(req);
+    let reply = if let Err(d) = ctx.check(|a, c, img| {
+        a.check(
+            img.acls(),
+            c,
+            keel_metadata_log::acl::Action::cluster(keel_metadata_log::acl::Operation::Describe),
+        )
+    }) {
+        Err(denied(d))
+    } else {
+        match forward {
+            None => Ok(Default::default()),
+            Some(forward) => {
+                ctx.controller
+                    .call(forward, deadline(req.timeout_ms), |mut c, r| async move {
+                        c.list_partition_reassignments(r).await
+                    })
+                    .await
+            }
+        }
+    };
+    conv::list_reassignments_response(reply)
 }
 
 /// DescribeCluster (v0-2), see [`conv::describe_cluster_response`].

@@ -378,6 +378,22 @@ async fn handle(
                 decode::<kafka_protocol::messages::ElectLeadersRequest>(&mut body, key, version)?;
             ResponseKind::ElectLeaders(admin::elect_leaders(ctx, &req, version).await)
         }
+        ApiKey::AlterPartitionReassignments => {
+            let req = decode::<kafka_protocol::messages::AlterPartitionReassignmentsRequest>(
+                &mut body, key, version,
+            )?;
+            ResponseKind::AlterPartitionReassignments(
+                admin::alter_partition_reassignments(ctx, &req).await,
+            )
+        }
+        ApiKey::ListPartitionReassignments => {
+            let req = decode::<kafka_protocol::messages::ListPartitionReassignmentsRequest>(
+                &mut body, key, version,
+            )?;
+            ResponseKind::ListPartitionReassignments(
+                admin::list_partition_reassignments(ctx, &req).await,
+            )
+        }
         ApiKey::IncrementalAlterConfigs => {
             let req = decode::<IncrementalAlterConfigsRequest>(&mut body, key, version)?;
             ResponseKind::IncrementalAlterConfigs(admin::incremental_alter_configs(ctx, &req).await)

@@ -524,6 +524,30 @@ const ELECT_LEADERS: &[Field] = &[
     f("timeout_ms", Int32, ALL),
 ];
 
+// AlterPartitionReassignmentsRequest.json (KIP-455): flexible from v0 (v1's
+// AllowReplicationFactorChange, KIP-860, is not served).
+const REASSIGNABLE_PARTITION: &[Field] = &[
+    f("partition_index", Int32, ALL),
+    f("replicas", INT32S, ALL).nullable(ALL),
+];
+const REASSIGNABLE_TOPIC: &[Field] = &[
+    f("name", Str, ALL),
+    f("partitions", Structs(REASSIGNABLE_PARTITION), ALL),
+];
+const ALTER_PARTITION_REASSIGNMENTS: &[Field] = &[
+    f("timeout_ms", Int32, ALL),
+    f("allow_replication_factor_change", Bool, from(1)),
+    f("topics", Structs(REASSIGNABLE_TOPIC), ALL),
+];
+
+// ListPartitionReassignmentsRequest.json (KIP-455): flexible from v0.
+const LIST_REASSIGNMENTS_TOPIC: &[Field] =
+    &[f("name", Str, ALL), f("partition_indexes", INT32S, ALL)];
+const LIST_PARTITION_REASSIGNMENTS: &[Field] = &[
+    f("timeout_ms", Int32, ALL),
+    f("topics", Structs(LIST_REASSIGNMENTS_TOPIC), ALL).nullable(ALL),
+];
+
 // FindCoordinatorRequest.json: v1 adds KeyType, v3 is the first flexible version, v4
 // replaces Key by CoordinatorKeys (KIP-699, batched lookups).
 const FIND_COORDINATOR: &[Field] = &[
@@ -714,6 +738,20 @@ pub static APIS: &[Api] = &[
         CREATE_PARTITIONS,
     ),
     api(43, "ElectLeadersRequest", range(0, 2), 2, ELECT_LEADERS),
+    api(
+        45,
+        "AlterPartitionReassignmentsRequest",
+        range(0, 0),
+        0,
+        ALTER_PARTITION_REASSIGNMENTS,
+    ),
+    api(
+        46,
+        "ListPartitionReassignmentsRequest",
+        range(0, 0),
+        0,
+        LIST_PARTITION_REASSIGNMENTS,
+    ),
     api(
         44,
         "IncrementalAlterConfigsRequest",
@@ -1059,7 +1097,9 @@ impl<'a> Walker<'a> {
 mod tests {
     use super::*;
     use bytes::{Buf, Bytes as Blob};
-    use kafka_protocol::messages::ElectLeadersRequest;
+    use kafka_protocol::messages::alter_partition_reassignments_request::{
+        ReassignablePartition, ReassignableTopic,
+    };
     use kafka_protocol::messages::create_partitions_request::{
         CreatePartitionsAssignment, CreatePartitionsTopic,
     };
@@ -1076,6 +1116,7 @@ mod tests {
     use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
     use kafka_protocol::messages::leave_group_request::MemberIdentity;
     use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+    use kafka_protocol::messages::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
     use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
     use kafka_protocol::messages::offset_commit_request::{
         OffsetCommitRequestPartition, OffsetCommitRequestTopic,
@@ -1088,6 +1129,9 @@ mod tests {
     };
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    use kafka_protocol::messages::{
+        AlterPartitionReassignmentsRequest, ElectLeadersRequest, ListPartitionReassignmentsRequest,
+    };
     use kafka_protocol::messages::{
         ApiKey, ApiVersionsRequest, BrokerId, CreatePartitionsRequest, CreateTopicsRequest,
         DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
@@ -1484,6 +1528,38 @@ mod tests {
         req
     }
 
+    fn alter_partition_reassignments(rich: bool) -> AlterPartitionReassignmentsRequest {
+        let moved = ReassignableTopic::default()
+            .with_name(topic("orders"))
+            .with_partitions(vec![
+                ReassignablePartition::default()
+                    .with_partition_index(0)
+                    .with_replicas(Some(vec![BrokerId(3), BrokerId(1)])),
+                ReassignablePartition::default()
+                    .with_partition_index(1)
+                    .with_replicas(None),
+            ]);
+        let mut req = AlterPartitionReassignmentsRequest::default()
+            .with_timeout_ms(60_000)
+            .with_topics(if rich { vec![moved] } else { vec![] });
+        if rich {
+            req = req.with_unknown_tagged_field(2, blob());
+        }
+        req
+    }
+
+    fn list_partition_reassignments(rich: bool) -> ListPartitionReassignmentsRequest {
+        ListPartitionReassignmentsRequest::default()
+            .with_timeout_ms(60_000)
+            .with_topics(rich.then(|| {
+                vec![
+                    ListPartitionReassignmentsTopics::default()
+                        .with_name(topic("orders"))
+                        .with_partition_indexes(vec![0, 1]),
+                ]
+            }))
+    }
+
     fn describe_cluster(v: i16, rich: bool) -> DescribeClusterRequest {
         let mut req =
             DescribeClusterRequest::default().with_include_cluster_authorized_operations(rich);
@@ -1784,6 +1860,8 @@ mod tests {
             37 => encode(&create_partitions(v, rich), v),
             44 => encode(&incremental_alter_configs(v, rich), v),
             43 => encode(&elect_leaders(v, rich), v),
+            45 => encode(&alter_partition_reassignments(rich), v),
+            46 => encode(&list_partition_reassignments(rich), v),
             8 => encode(&offset_commit(v, rich), v),
             9 => encode(&offset_fetch(v, rich), v),
             11 => encode(&join_group(v, rich), v),
@@ -1831,6 +1909,8 @@ mod tests {
             37 => decode_as::<CreatePartitionsRequest>(v, body),
             44 => decode_as::<IncrementalAlterConfigsRequest>(v, body),
             43 => decode_as::<ElectLeadersRequest>(v, body),
+            45 => decode_as::<AlterPartitionReassignmentsRequest>(v, body),
+            46 => decode_as::<ListPartitionReassignmentsRequest>(v, body),
             8 => decode_as::<OffsetCommitRequest>(v, body),
             9 => decode_as::<OffsetFetchRequest>(v, body),
             11 => decode_as::<JoinGroupRequest>(v, body),
@@ -1867,6 +1947,8 @@ mod tests {
             37 => m::<CreatePartitionsRequest>(),
             44 => m::<IncrementalAlterConfigsRequest>(),
             43 => m::<ElectLeadersRequest>(),
+            45 => m::<AlterPartitionReassignmentsRequest>(),
+            46 => m::<ListPartitionReassignmentsRequest>(),
             8 => m::<OffsetCommitRequest>(),
             9 => m::<OffsetFetchRequest>(),
             11 => m::<JoinGroupRequest>(),
@@ -1946,6 +2028,8 @@ mod tests {
             (60, 0, 2),
             (37, 0, 3),
             (43, 0, 2),
+            (45, 0, 0),
+            (46, 0, 0),
             (44, 0, 1),
             (8, 2, 8),
             (9, 1, 8),
@@ -2002,10 +2086,10 @@ mod tests {
             assert_eq!(again.as_ref(), Ok(&s.body), "{what}: re-encoding differs");
             count += 1;
         }
-        // 150 api versions (75 + 61 of the consumer-group APIs + 5 of SASL + 4 of
-        // CreatePartitions + 3 of ElectLeaders + 2 of IncrementalAlterConfigs), rich and
-        // sparse.
-        assert_eq!(count, 2 * 150);
+        // 152 api versions (75 + 61 of the consumer-group APIs + 5 of SASL + 4 of
+        // CreatePartitions + 3 of ElectLeaders + 2 of IncrementalAlterConfigs + 1 each of
+        // Alter/ListPartitionReassignments), rich and sparse.
+        assert_eq!(count, 2 * 152);
     }
 
     #[test]

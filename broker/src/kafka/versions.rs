@@ -67,6 +67,10 @@ pub const SERVED: &[Served] = &[
     api(ApiKey::DeleteGroups, 0, 2),
     api(ApiKey::ElectLeaders, 0, 2),
     api(ApiKey::IncrementalAlterConfigs, 0, 1),
+    // v0 only: v1's AllowReplicationFactorChange (KIP-860) is not served; Kafka's clients send
+    // v0 unless asked to refuse a replication factor change.
+    api(ApiKey::AlterPartitionReassignments, 0, 0),
+    api(ApiKey::ListPartitionReassignments, 0, 0),
     api(ApiKey::DescribeCluster, 0, 2),
 ];
 
@@ -122,6 +126,8 @@ mod tests {
                 ApiKey::CreatePartitions => CreatePartitionsRequest::VERSIONS,
                 ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
                 ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS,
+                ApiKey::AlterPartitionReassignments => AlterPartitionReassignmentsRequest::VERSIONS,
+                ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::VERSIONS,
                 ApiKey::OffsetCommit => OffsetCommitRequest::VERSIONS,
                 ApiKey::OffsetFetch => OffsetFetchRequest::VERSIONS,
                 ApiKey::JoinGroup => JoinGroupRequest::VERSIONS,

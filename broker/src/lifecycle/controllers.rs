@@ -278,7 +278,9 @@ controller_reply!(
     DescribeClusterReply,
     CreatePartitionsReply,
     AlterConfigsReply,
-    ElectLeadersReply
+    ElectLeadersReply,
+    keel_proto::controller::AlterPartitionReassignmentsReply,
+    keel_proto::controller::ListPartitionReassignmentsReply
 );
 
 /// Whether hinted controller `id` at `addr` is announced for the first time in this process

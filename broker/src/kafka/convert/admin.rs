@@ -1,6 +1,7 @@
 //! The admin APIs the Kafka listener forwards to the active controller (#21): CreateTopics
 //! (v2-7), DeleteTopics (v1-6), DescribeConfigs (v1-4), DescribeCluster (v0-2),
-//! CreatePartitions (v0-3), IncrementalAlterConfigs (v0-1) and ElectLeaders (v0-2), as pure
+//! CreatePartitions (v0-3), IncrementalAlterConfigs (v0-1), ElectLeaders (v0-2),
+//! AlterPartitionReassignments (v0) and ListPartitionReassignments (v0), as pure
 //! conversions between `kafka-protocol`'s structs and Keel's controller messages
 //! (`keel.controller`, whose shapes and error numbers are Kafka's). The async layer
 //! ([`crate::kafka::admin`]) only sends what these functions build and hands back what the
@@ -20,6 +21,12 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::BrokerId;
+use kafka_protocol::messages::alter_partition_reassignments_request::AlterPartitionReassignmentsRequest as KAlterPartitionReassignmentsRequest;
+use kafka_protocol::messages::alter_partition_reassignments_response::{
+    AlterPartitionReassignmentsResponse as KAlterPartitionReassignmentsResponse,
+    ReassignablePartitionResponse as KReassignablePartitionResponse,
+    ReassignableTopicResponse as KReassignableTopicResponse,
+};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsRequest as KCreatePartitionsRequest;
 use kafka_protocol::messages::create_partitions_response::{
     CreatePartitionsResponse as KCreatePartitionsResponse,
@@ -51,6 +58,12 @@ use kafka_protocol::messages::incremental_alter_configs_request::IncrementalAlte
 use kafka_protocol::messages::incremental_alter_configs_response::{
     AlterConfigsResourceResponse as KAlterConfigsResourceResponse,
     IncrementalAlterConfigsResponse as KIncrementalAlterConfigsResponse,
+};
+use kafka_protocol::messages::list_partition_reassignments_request::ListPartitionReassignmentsRequest as KListPartitionReassignmentsRequest;
+use kafka_protocol::messages::list_partition_reassignments_response::{
+    ListPartitionReassignmentsResponse as KListPartitionReassignmentsResponse,
+    OngoingPartitionReassignment as KOngoingPartitionReassignment,
+    OngoingTopicReassignment as KOngoingTopicReassignment,
 };
 use kafka_protocol::protocol::StrBytes;
 use keel_proto::ErrorCode;
@@ -1107,6 +1120,147 @@ pub fn elect_leaders_response(
                 .with_error_code(if version >= 1 { f.code } else { 0 })
                 .with_replica_election_results(results)
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// AlterPartitionReassignments / ListPartitionReassignments (Kafka: v0, KIP-455)
+// ---------------------------------------------------------------------------------------------
+
+/// Keel's AlterPartitionReassignments from Kafka's: each partition's target replicas, or null
+/// to cancel the move in progress (Keel's absent `replicas`). `timeout_ms` bounds the
+/// broker's wait.
+pub fn alter_reassignments_request(
+    req: &KAlterPartitionReassignmentsRequest,
+) -> ctl::AlterPartitionReassignmentsRequest {
+    ctl::AlterPartitionReassignmentsRequest {
+        topics: req
+            .topics
+            .iter()
+            .map(|t| ctl::ReassignableTopic {
+                name: t.name.0.to_string(),
+                partitions: t
+                    .partitions
+                    .iter()
+                    .map(|p| ctl::ReassignablePartition {
+                        partition_index: p.partition_index,
+                        replicas: p
+                            .replicas
+                            .as_ref()
+                            .map(|r| keel_proto::metadata::ReplicaList {
+                                ids: r.iter().map(|b| b.0).collect(),
+                            }),
+                    })
+                    .collect(),
+            })
+            .collect(),
+    }
+}
+
+/// Kafka's AlterPartitionReassignments response: the controller's result per topic and
+/// partition (null message on success; INVALID_REPLICA_ASSIGNMENT 39,
+/// NO_REASSIGNMENT_IN_PROGRESS 85, UNKNOWN_TOPIC_OR_PARTITION 3 as it decided), or a failure
+/// of the whole request as the top-level error with no per-partition results (Kafka's
+/// `ControllerApis` answers an unauthorized request that way).
+pub fn alter_reassignments_response(
+    reply: Result<ctl::AlterPartitionReassignmentsReply, Failure>,
+    req: &KAlterPartitionReassignmentsRequest,
+) -> KAlterPartitionReassignmentsResponse {
+    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
+        Some(f) => Err(f),
+        None => Ok(r),
+    });
+    match reply {
+        Err(f) => KAlterPartitionReassignmentsResponse::default()
+            .with_error_code(f.code)
+            .with_error_message(Some(str_bytes(f.message))),
+        Ok(r) if r.responses.is_empty() && !req.topics.is_empty() => {
+            KAlterPartitionReassignmentsResponse::default()
+                .with_error_code(ErrorCode::UnknownServerError.code())
+                .with_error_message(Some(str_bytes(
+                    "the controller's reply has no results for this request",
+                )))
+        }
+        Ok(r) => KAlterPartitionReassignmentsResponse::default().with_responses(
+            r.responses
+                .into_iter()
+                .map(|t| {
+                    KReassignableTopicResponse::default()
+                        .with_name(topic_name(t.name))
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    KReassignablePartitionResponse::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_error_code(code(p.error.as_ref()))
+                                        .with_error_message(message(p.error.as_ref()))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Keel's ListPartitionReassignments from Kafka's: null topics = every moving partition
+/// (Keel's empty list). A topic listed with no partitions asks for none, as in Kafka (Keel's
+/// own API reads it as every partition of the topic), so it is left out; `None` when nothing
+/// is left to ask (the answer is then empty without asking the controller).
+pub fn list_reassignments_request(
+    req: &KListPartitionReassignmentsRequest,
+) -> Option<ctl::ListPartitionReassignmentsRequest> {
+    let Some(topics) = &req.topics else {
+        return Some(ctl::ListPartitionReassignmentsRequest { topics: Vec::new() });
+    };
+    let topics: Vec<_> = topics
+        .iter()
+        .filter(|t| !t.partition_indexes.is_empty())
+        .map(|t| ctl::ListPartitionReassignmentsTopics {
+            name: t.name.0.to_string(),
+            partition_indexes: t.partition_indexes.clone(),
+        })
+        .collect();
+    (!topics.is_empty()).then_some(ctl::ListPartitionReassignmentsRequest { topics })
+}
+
+/// Kafka's ListPartitionReassignments response: every moving partition asked for, with its
+/// replicas (the target followed by the replicas being removed), adding and removing
+/// replicas; a whole-request failure as the top-level error.
+pub fn list_reassignments_response(
+    reply: Result<ctl::ListPartitionReassignmentsReply, Failure>,
+) -> KListPartitionReassignmentsResponse {
+    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
+        Some(f) => Err(f),
+        None => Ok(r),
+    });
+    let brokers = |ids: &[i32]| ids.iter().map(|&b| BrokerId(b)).collect::<Vec<_>>();
+    match reply {
+        Err(f) => KListPartitionReassignmentsResponse::default()
+            .with_error_code(f.code)
+            .with_error_message(Some(str_bytes(f.message))),
+        Ok(r) => KListPartitionReassignmentsResponse::default().with_topics(
+            r.topics
+                .into_iter()
+                .map(|t| {
+                    KOngoingTopicReassignment::default()
+                        .with_name(topic_name(t.name))
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    KOngoingPartitionReassignment::default()
+                                        .with_partition_index(p.partition_index)
+                                        .with_replicas(brokers(&p.replicas))
+                                        .with_adding_replicas(brokers(&p.adding_replicas))
+                                        .with_removing_replicas(brokers(&p.removing_replicas))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
     }
 }
 

@@ -1022,3 +1022,112 @@ fn elect_leaders_response_per_partition_and_whole_request_failures() {
         assert_eq!(codes, vec![ErrorCode::ClusterAuthorizationFailed.code(); 2]);
     }
 }
+
+#[test]
+fn reassignments_map_targets_cancellations_and_results() {
+    use kafka_protocol::messages::alter_partition_reassignments_request::{
+        ReassignablePartition, ReassignableTopic,
+    };
+    use kafka_protocol::messages::list_partition_reassignments_request::ListPartitionReassignmentsTopics;
+    let req = KAlterPartitionReassignmentsRequest::default().with_topics(vec![
+        ReassignableTopic::default()
+            .with_name(name("a"))
+            .with_partitions(vec![
+                ReassignablePartition::default()
+                    .with_partition_index(0)
+                    .with_replicas(Some(vec![BrokerId(3), BrokerId(1)])),
+                ReassignablePartition::default()
+                    .with_partition_index(1)
+                    .with_replicas(None),
+            ]),
+    ]);
+    let forward = alter_reassignments_request(&req);
+    let parts = &forward.topics[0].partitions;
+    assert_eq!(parts[0].replicas.as_ref().unwrap().ids, vec![3, 1]);
+    assert_eq!(parts[1].replicas, None, "null cancels");
+    let reply = ctl::AlterPartitionReassignmentsReply {
+        responses: vec![ctl::ReassignableTopicResult {
+            name: "a".into(),
+            partitions: vec![
+                ctl::ReassignablePartitionResult {
+                    partition_index: 0,
+                    error: None,
+                },
+                ctl::ReassignablePartitionResult {
+                    partition_index: 1,
+                    error: err(ErrorCode::NoReassignmentInProgress, "a-1 is not moving"),
+                },
+            ],
+        }],
+        ..Default::default()
+    };
+    for v in range(ApiKey::AlterPartitionReassignments) {
+        let resp = round_trip(&alter_reassignments_response(Ok(reply.clone()), &req), v);
+        assert_eq!(resp.error_code, 0);
+        let codes: Vec<(i32, i16)> = resp.responses[0]
+            .partitions
+            .iter()
+            .map(|p| (p.partition_index, p.error_code))
+            .collect();
+        assert_eq!(
+            codes,
+            vec![(0, 0), (1, ErrorCode::NoReassignmentInProgress.code())]
+        );
+    }
+    let denied = alter_reassignments_response(
+        Err(Failure::new(
+            ErrorCode::ClusterAuthorizationFailed,
+            "no ALTER",
+        )),
+        &req,
+    );
+    assert_eq!(
+        denied.error_code,
+        ErrorCode::ClusterAuthorizationFailed.code()
+    );
+    assert!(denied.responses.is_empty());
+
+    // List: null = every moving partition; a topic with no partitions asks for none.
+    let list = |topics: Option<Vec<(&str, Vec<i32>)>>| {
+        KListPartitionReassignmentsRequest::default().with_topics(topics.map(|ts| {
+            ts.into_iter()
+                .map(|(t, ps)| {
+                    ListPartitionReassignmentsTopics::default()
+                        .with_name(name(t))
+                        .with_partition_indexes(ps)
+                })
+                .collect()
+        }))
+    };
+    assert_eq!(
+        list_reassignments_request(&list(None)).unwrap().topics,
+        vec![]
+    );
+    assert_eq!(
+        list_reassignments_request(&list(Some(vec![("a", vec![])]))),
+        None
+    );
+    let some =
+        list_reassignments_request(&list(Some(vec![("a", vec![0]), ("b", vec![])]))).unwrap();
+    assert_eq!(some.topics.len(), 1);
+    assert_eq!(some.topics[0].partition_indexes, vec![0]);
+    let ongoing = ctl::ListPartitionReassignmentsReply {
+        topics: vec![ctl::OngoingTopicReassignment {
+            name: "a".into(),
+            partitions: vec![ctl::OngoingPartitionReassignment {
+                partition_index: 0,
+                replicas: vec![3, 1, 2],
+                adding_replicas: vec![3],
+                removing_replicas: vec![2],
+            }],
+        }],
+        ..Default::default()
+    };
+    for v in range(ApiKey::ListPartitionReassignments) {
+        let resp = round_trip(&list_reassignments_response(Ok(ongoing.clone())), v);
+        let p = &resp.topics[0].partitions[0];
+        assert_eq!(p.replicas, vec![BrokerId(3), BrokerId(1), BrokerId(2)]);
+        assert_eq!(p.adding_replicas, vec![BrokerId(3)]);
+        assert_eq!(p.removing_replicas, vec![BrokerId(2)]);
+    }
+}
