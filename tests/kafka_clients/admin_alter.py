@@ -40,6 +40,14 @@ def retention_ms():
     return configs["retention.ms"].value
 
 
+def wait_retention_ms(value):
+    deadline = time.time() + 30
+    while retention_ms() != value:
+        if time.time() > deadline:
+            sys.exit(f"retention.ms is {retention_ms()}, not {value}")
+        time.sleep(0.2)
+
+
 admin.create_topics([NewTopic(topic, 2, 3)])[topic].result(timeout=30)
 wait_partitions(2)
 print("created partitions=2")
@@ -58,11 +66,7 @@ resource = ConfigResource("topic", topic, incremental_configs=[
     ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
 for f in admin.incremental_alter_configs([resource]).values():
     f.result(timeout=30)
-deadline = time.time() + 30
-while retention_ms() != "60000":
-    if time.time() > deadline:
-        sys.exit(f"retention.ms is {retention_ms()}, not 60000")
-    time.sleep(0.2)
+wait_retention_ms("60000")
 print("confluent incremental_alter_configs retention.ms=60000")
 
 try:
@@ -79,11 +83,7 @@ result = kp.alter_configs([KpConfigResource(ConfigResourceType.TOPIC, topic,
                                             configs={"retention.ms": "120000"})])
 if result.get("topic", {}).get(topic) != "OK":
     sys.exit(f"kafka-python alter_configs: {result}")
-deadline = time.time() + 30
-while retention_ms() != "120000":
-    if time.time() > deadline:
-        sys.exit(f"retention.ms is {retention_ms()}, not 120000")
-    time.sleep(0.2)
+wait_retention_ms("120000")
 print("kafka-python alter_configs retention.ms=120000")
 
 # kafka-python's reassignment API (KIP-455): partition 0's replicas in reverse order, which

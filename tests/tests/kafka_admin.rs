@@ -75,6 +75,20 @@ async fn call<Req: Encodable, Resp: Decodable>(
     resp
 }
 
+/// ApiVersions v3 on `addr` advertises each `(key, min, max)` of `ranges`.
+async fn assert_advertised(addr: SocketAddr, ranges: &[(ApiKey, i16, i16)]) {
+    let versions: ApiVersionsResponse =
+        call(addr, ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
+    for &(key, min, max) in ranges {
+        let v = versions
+            .api_keys
+            .iter()
+            .find(|v| v.api_key == key as i16)
+            .unwrap_or_else(|| panic!("{key:?} not advertised"));
+        assert_eq!((v.min_version, v.max_version), (min, max), "{key:?}");
+    }
+}
+
 /// Metadata v12 for `topics` on `addr`.
 async fn metadata(addr: SocketAddr, topics: &[&str]) -> MetadataResponse {
     let req = MetadataRequest::default().with_topics(Some(
@@ -126,21 +140,16 @@ async fn kafka_admin_create_describe_delete_topics_and_describe_cluster() {
     let (k1, k2, k3) = (c.kafka_addr(1), c.kafka_addr(2), c.kafka_addr(3));
 
     // ApiVersions advertises the admin ranges.
-    let versions: ApiVersionsResponse =
-        call(k1, ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
-    for (key, min, max) in [
-        (ApiKey::CreateTopics, 2, 7),
-        (ApiKey::DeleteTopics, 1, 6),
-        (ApiKey::DescribeConfigs, 1, 4),
-        (ApiKey::DescribeCluster, 0, 2),
-    ] {
-        let v = versions
-            .api_keys
-            .iter()
-            .find(|v| v.api_key == key as i16)
-            .unwrap_or_else(|| panic!("{key:?} not advertised"));
-        assert_eq!((v.min_version, v.max_version), (min, max), "{key:?}");
-    }
+    assert_advertised(
+        k1,
+        &[
+            (ApiKey::CreateTopics, 2, 7),
+            (ApiKey::DeleteTopics, 1, 6),
+            (ApiKey::DescribeConfigs, 1, 4),
+            (ApiKey::DescribeCluster, 0, 2),
+        ],
+    )
+    .await;
 
     // DescribeCluster: every broker with its Kafka endpoint, a live broker as controller.
     for version in 0..=2 {
@@ -484,22 +493,17 @@ async fn kafka_admin_alters_partitions_leaders_assignments_and_configs() {
     c.wait_unfenced(&[1, 2, 3], WAIT).await;
     let (k1, k2, k3) = (c.kafka_addr(1), c.kafka_addr(2), c.kafka_addr(3));
 
-    let versions: ApiVersionsResponse =
-        call(k1, ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
-    for (key, min, max) in [
-        (ApiKey::CreatePartitions, 0, 3),
-        (ApiKey::ElectLeaders, 0, 2),
-        (ApiKey::IncrementalAlterConfigs, 0, 1),
-        (ApiKey::AlterPartitionReassignments, 0, 0),
-        (ApiKey::ListPartitionReassignments, 0, 0),
-    ] {
-        let v = versions
-            .api_keys
-            .iter()
-            .find(|v| v.api_key == key as i16)
-            .unwrap_or_else(|| panic!("{key:?} not advertised"));
-        assert_eq!((v.min_version, v.max_version), (min, max), "{key:?}");
-    }
+    assert_advertised(
+        k1,
+        &[
+            (ApiKey::CreatePartitions, 0, 3),
+            (ApiKey::ElectLeaders, 0, 2),
+            (ApiKey::IncrementalAlterConfigs, 0, 1),
+            (ApiKey::AlterPartitionReassignments, 0, 0),
+            (ApiKey::ListPartitionReassignments, 0, 0),
+        ],
+    )
+    .await;
 
     let created: CreateTopicsResponse = call(
         k1,

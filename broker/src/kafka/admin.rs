@@ -15,7 +15,11 @@
 //! REQUEST_TIMED_OUT, and the operation may still complete (as in Kafka). No controller
 //! answering is REQUEST_TIMED_OUT too (retriable).
 
+use std::future::Future;
 use std::time::Duration;
+
+use keel_proto::controller::controller_service_client::ControllerServiceClient;
+use tonic::transport::Channel;
 
 use super::context::KafkaContext;
 use super::convert::admin::{self as conv, StaticBrokerConfig};
@@ -112,6 +116,37 @@ fn denied(d: keel_metadata_log::authz::Denied) -> conv::Failure {
     conv::Failure::new(d.code, d.message)
 }
 
+/// The controller's reply to `forward`, asked on behalf of a client: the refusal when
+/// `allowed` failed, an empty reply without asking when there is nothing to ask (`None`), else
+/// the call through the broker's forwarder within `bound`.
+async fn forward_checked<Q, R, F, Fut>(
+    ctx: &KafkaContext,
+    allowed: Result<(), keel_metadata_log::authz::Denied>,
+    forward: Option<Q>,
+    bound: Option<Duration>,
+    send: F,
+) -> Result<R, conv::Failure>
+where
+    Q: prost::Message + Clone,
+    R: crate::lifecycle::ControllerReply + Default,
+    F: Fn(ControllerServiceClient<Channel>, Q) -> Fut,
+    Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
+{
+    allowed.map_err(denied)?;
+    match forward {
+        None => Ok(R::default()),
+        Some(q) => ctx.controller.call(q, bound, send).await,
+    }
+}
+
+/// `op` on the cluster for this connection's caller.
+fn on_cluster(
+    ctx: &KafkaContext,
+    op: keel_metadata_log::acl::Operation,
+) -> Result<(), keel_metadata_log::authz::Denied> {
+    ctx.check(|a, c, img| a.check(img.acls(), c, keel_metadata_log::acl::Action::cluster(op)))
+}
+
 /// CreateTopics sent through `controller` (also how `__consumer_offsets` is created).
 pub async fn forward_create_topics(
     controller: &ControllerForwarder,
@@ -149,19 +184,15 @@ pub async fn delete_topics(
             )
         })
     });
-    let reply = if let Err(d) = allowed {
-        Err(denied(d))
-    } else if plan.forward.topics.is_empty() {
-        Ok(Default::default())
-    } else {
-        ctx.controller
-            .call(
-                plan.forward.clone(),
-                deadline(req.timeout_ms),
-                |mut c, r| async move { c.delete_topics(r).await },
-            )
-            .await
-    };
+    let forward = (!plan.forward.topics.is_empty()).then(|| plan.forward.clone());
+    let reply = forward_checked(
+        ctx,
+        allowed,
+        forward,
+        deadline(req.timeout_ms),
+        |mut c, r| async move { c.delete_topics(r).await },
+    )
+    .await;
     conv::delete_topics_response(&plan, reply, version)
 }
 
@@ -173,17 +204,11 @@ pub async fn describe_configs(
 ) -> DescribeConfigsResponse {
     let plan = conv::describe_configs_plan(req, version, ctx.broker_id);
     let allowed = ctx.check(|a, c, img| crate::access::describe_configs(a, c, img, &plan.forward));
-    let reply = if let Err(d) = allowed {
-        Err(denied(d))
-    } else if plan.forward.resources.is_empty() {
-        Ok(Default::default())
-    } else {
-        ctx.controller
-            .call(plan.forward.clone(), None, |mut c, r| async move {
-                c.describe_configs(r).await
-            })
-            .await
-    };
+    let forward = (!plan.forward.resources.is_empty()).then(|| plan.forward.clone());
+    let reply = forward_checked(ctx, allowed, forward, None, |mut c, r| async move {
+        c.describe_configs(r).await
+    })
+    .await;
     conv::describe_configs_response(
         &plan,
         req,
@@ -214,17 +239,15 @@ pub async fn create_partitions(
             )
         })
     });
-    let reply = if let Err(d) = allowed {
-        Err(denied(d))
-    } else if forward.topics.is_empty() {
-        Ok(Default::default())
-    } else {
-        ctx.controller
-            .call(forward, deadline(req.timeout_ms), |mut c, r| async move {
-                c.create_partitions(r).await
-            })
-            .await
-    };
+    let forward = (!forward.topics.is_empty()).then_some(forward);
+    let reply = forward_checked(
+        ctx,
+        allowed,
+        forward,
+        deadline(req.timeout_ms),
+        |mut c, r| async move { c.create_partitions(r).await },
+    )
+    .await;
     conv::create_partitions_response(reply, req)
 }
 
@@ -249,17 +272,11 @@ pub async fn incremental_alter_configs(
                 .map(|r| (r.resource_type, r.resource_name.as_str())),
         )
     });
-    let reply = if let Err(d) = allowed {
-        Err(denied(d))
-    } else if plan.forward.resources.is_empty() {
-        Ok(Default::default())
-    } else {
-        ctx.controller
-            .call(plan.forward.clone(), None, |mut c, r| async move {
-                c.alter_configs(r).await
-            })
-            .await
-    };
+    let forward = (!plan.forward.resources.is_empty()).then(|| plan.forward.clone());
+    let reply = forward_checked(ctx, allowed, forward, None, |mut c, r| async move {
+        c.alter_configs(r).await
+    })
+    .await;
     conv::alter_configs_response(&plan, req, reply)
 }
 
@@ -272,24 +289,16 @@ pub async fn elect_leaders(
     version: i16,
 ) -> ElectLeadersResponse {
     let forward = conv::elect_leaders_request(req);
-    let allowed = ctx.check(|a, c, img| {
-        a.check(
-            img.acls(),
-            c,
-            keel_metadata_log::acl::Action::cluster(keel_metadata_log::acl::Operation::Alter),
-        )
-    });
-    let reply = if let Err(d) = allowed {
-        Err(denied(d))
-    } else if !forward.all_partitions && forward.topic_partitions.is_empty() {
-        Ok(Default::default())
-    } else {
-        ctx.controller
-            .call(forward, deadline(req.timeout_ms), |mut c, r| async move {
-                c.elect_leaders(r).await
-            })
-            .await
-    };
+    let forward =
+        (forward.all_partitions || !forward.topic_partitions.is_empty()).then_some(forward);
+    let reply = forward_checked(
+        ctx,
+        on_cluster(ctx, keel_metadata_log::acl::Operation::Alter),
+        forward,
+        deadline(req.timeout_ms),
+        |mut c, r| async move { c.elect_leaders(r).await },
+    )
+    .await;
     conv::elect_leaders_response(reply, req, version)
 }
 
@@ -301,23 +310,15 @@ pub async fn alter_partition_reassignments(
     req: &AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {
     let forward = conv::alter_reassignments_request(req);
-    let reply = if let Err(d) = ctx.check(|a, c, img| {
-        a.check(
-            img.acls(),
-            c,
-            keel_metadata_log::acl::Action::cluster(keel_metadata_log::acl::Operation::Alter),
-        )
-    }) {
-        Err(denied(d))
-    } else if forward.topics.is_empty() {
-        Ok(Default::default())
-    } else {
-        ctx.controller
-            .call(forward, deadline(req.timeout_ms), |mut c, r| async move {
-                c.alter_partition_reassignments(r).await
-            })
-            .await
-    };
+    let forward = (!forward.topics.is_empty()).then_some(forward);
+    let reply = forward_checked(
+        ctx,
+        on_cluster(ctx, keel_metadata_log::acl::Operation::Alter),
+        forward,
+        deadline(req.timeout_ms),
+        |mut c, r| async move { c.alter_partition_reassignments(r).await },
+    )
+    .await;
     conv::alter_reassignments_response(reply, req)
 }
 
@@ -328,27 +329,14 @@ pub async fn list_partition_reassignments(
     ctx: &KafkaContext,
     req: &ListPartitionReassignmentsRequest,
 ) -> ListPartitionReassignmentsResponse {
-    let forward = conv::list_reassignments_request(req);
-    let reply = if let Err(d) = ctx.check(|a, c, img| {
-        a.check(
-            img.acls(),
-            c,
-            keel_metadata_log::acl::Action::cluster(keel_metadata_log::acl::Operation::Describe),
-        )
-    }) {
-        Err(denied(d))
-    } else {
-        match forward {
-            None => Ok(Default::default()),
-            Some(forward) => {
-                ctx.controller
-                    .call(forward, deadline(req.timeout_ms), |mut c, r| async move {
-                        c.list_partition_reassignments(r).await
-                    })
-                    .await
-            }
-        }
-    };
+    let reply = forward_checked(
+        ctx,
+        on_cluster(ctx, keel_metadata_log::acl::Operation::Describe),
+        conv::list_reassignments_request(req),
+        deadline(req.timeout_ms),
+        |mut c, r| async move { c.list_partition_reassignments(r).await },
+    )
+    .await;
     conv::list_reassignments_response(reply)
 }
 

@@ -98,6 +98,14 @@ fn message(e: Option<&keel_proto::common::Error>) -> Option<StrBytes> {
         .map(|e| str_bytes(keel_proto::limits::cap_message(e.message.clone())))
 }
 
+/// `reply`, or its request-level error as the failure of the whole request.
+fn settled<R: crate::lifecycle::ControllerReply>(reply: Result<R, Failure>) -> Result<R, Failure> {
+    reply.and_then(|r| match request_error(r.error()) {
+        Some(f) => Err(f),
+        None => Ok(r),
+    })
+}
+
 /// The request-level error of a controller reply, if it failed as a whole.
 fn request_error(e: Option<&keel_proto::common::Error>) -> Option<Failure> {
     e.filter(|e| e.code != 0).map(|e| Failure {
@@ -189,13 +197,7 @@ pub fn create_topics_response(
     req: &KCreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
-    let reply = match reply {
-        Ok(r) => match request_error(r.error.as_ref()) {
-            Some(f) => Err(f),
-            None => Ok(r),
-        },
-        Err(f) => Err(f),
-    };
+    let reply = settled(reply);
     let topics = match reply {
         Err(f) => req
             .topics
@@ -355,10 +357,7 @@ pub fn delete_topics_response(
     reply: Result<ctl::DeleteTopicsReply, Failure>,
     version: i16,
 ) -> DeleteTopicsResponse {
-    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
-        Some(f) => Err(f),
-        None => Ok(r),
-    });
+    let reply = settled(reply);
     let name_of = |name: String| {
         if name.is_empty() && version >= 6 {
             None
@@ -553,10 +552,7 @@ pub fn describe_configs_response(
     self_id: i32,
     statics: &[StaticBrokerConfig],
 ) -> DescribeConfigsResponse {
-    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
-        Some(f) => Err(f),
-        None => Ok(r),
-    });
+    let reply = settled(reply);
     let results = req
         .resources
         .iter()
@@ -793,10 +789,7 @@ pub fn describe_cluster_response(
     listener: &str,
     self_id: i32,
 ) -> DescribeClusterResponse {
-    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
-        Some(f) => Err(f),
-        None => Ok(r),
-    });
+    let reply = settled(reply);
     let out = DescribeClusterResponse::default()
         .with_endpoint_type(ENDPOINT_TYPE_BROKER)
         .with_cluster_authorized_operations(if req.include_cluster_authorized_operations {
@@ -882,10 +875,7 @@ pub fn create_partitions_response(
     reply: Result<ctl::CreatePartitionsReply, Failure>,
     req: &KCreatePartitionsRequest,
 ) -> KCreatePartitionsResponse {
-    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
-        Some(f) => Err(f),
-        None => Ok(r),
-    });
+    let reply = settled(reply);
     let results = req
         .topics
         .iter()
@@ -997,10 +987,7 @@ pub fn alter_configs_response(
     req: &KIncrementalAlterConfigsRequest,
     reply: Result<ctl::AlterConfigsReply, Failure>,
 ) -> KIncrementalAlterConfigsResponse {
-    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
-        Some(f) => Err(f),
-        None => Ok(r),
-    });
+    let reply = settled(reply);
     let responses = req
         .resources
         .iter()
@@ -1070,10 +1057,7 @@ pub fn elect_leaders_response(
     req: &KElectLeadersRequest,
     version: i16,
 ) -> KElectLeadersResponse {
-    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
-        Some(f) => Err(f),
-        None => Ok(r),
-    });
+    let reply = settled(reply);
     match reply {
         Ok(r) => KElectLeadersResponse::default().with_replica_election_results(
             r.results
@@ -1166,10 +1150,7 @@ pub fn alter_reassignments_response(
     reply: Result<ctl::AlterPartitionReassignmentsReply, Failure>,
     req: &KAlterPartitionReassignmentsRequest,
 ) -> KAlterPartitionReassignmentsResponse {
-    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
-        Some(f) => Err(f),
-        None => Ok(r),
-    });
+    let reply = settled(reply);
     match reply {
         Err(f) => KAlterPartitionReassignmentsResponse::default()
             .with_error_code(f.code)
@@ -1231,10 +1212,7 @@ pub fn list_reassignments_request(
 pub fn list_reassignments_response(
     reply: Result<ctl::ListPartitionReassignmentsReply, Failure>,
 ) -> KListPartitionReassignmentsResponse {
-    let reply = reply.and_then(|r| match request_error(r.error.as_ref()) {
-        Some(f) => Err(f),
-        None => Ok(r),
-    });
+    let reply = settled(reply);
     let brokers = |ids: &[i32]| ids.iter().map(|&b| BrokerId(b)).collect::<Vec<_>>();
     match reply {
         Err(f) => KListPartitionReassignmentsResponse::default()
