@@ -423,6 +423,30 @@ fn without_acls_nothing_is_allowed_and_acl_add_opens_exactly_what_it_names() {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     );
+    // bob may write to `orders` but not alter it or the cluster: confluent-kafka's admin
+    // calls on the Kafka listener are refused with Kafka's codes, and nothing changes.
+    let o = Command::new(&python)
+        .args(["-c", CONFLUENT_SSL_ADMIN, &kafka])
+        .arg(tls.join("ca.pem"))
+        .arg(tls.join("bob.pem"))
+        .arg(tls.join("bob-key.pem"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "create_partitions TOPIC_AUTHORIZATION_FAILED",
+            "incremental_alter_configs TOPIC_AUTHORIZATION_FAILED",
+            "elect_leaders CLUSTER_AUTHORIZATION_FAILED",
+        ],
+        "{out}"
+    );
     // What they wrote is there, read by the super user over SSL.
     let (done, out, err) = kcat_as(
         "keelctl",
@@ -475,6 +499,37 @@ for i in range(10):
 left = p.flush(30)
 if errors or left:
     sys.exit("delivery failed: %s, %d not delivered" % (errors, left))
+"#;
+
+/// confluent-kafka's admin client over SSL: adds a partition to `orders`, sets its
+/// retention.ms and asks for a preferred election of `orders`-0, printing for each the error
+/// name it got (or `ok`); argv: bootstrap, CA, certificate, key.
+const CONFLUENT_SSL_ADMIN: &str = r#"
+import sys
+from confluent_kafka import ElectionType, KafkaException, TopicPartition
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                   NewPartitions)
+bootstrap, ca, cert, key = sys.argv[1:5]
+a = AdminClient({
+    "bootstrap.servers": bootstrap, "security.protocol": "SSL",
+    "ssl.ca.location": ca, "ssl.certificate.location": cert, "ssl.key.location": key,
+})
+def outcome(name, call):
+    try:
+        result = call()
+        errors = [e for e in result.values() if e is not None] if isinstance(result, dict) else []
+        print(name, errors[0].name() if errors else "ok")
+    except KafkaException as e:
+        print(name, e.args[0].name())
+outcome("create_partitions",
+        lambda: a.create_partitions([NewPartitions("orders", 3)])["orders"].result(timeout=30))
+resource = ConfigResource("topic", "orders", incremental_configs=[
+    ConfigEntry("retention.ms", "1000", incremental_operation=AlterConfigOpType.SET)])
+outcome("incremental_alter_configs",
+        lambda: a.incremental_alter_configs([resource])[resource].result(timeout=30))
+outcome("elect_leaders",
+        lambda: a.elect_leaders(ElectionType.PREFERRED,
+                                [TopicPartition("orders", 0)]).result(timeout=30))
 "#;
 
 #[test]
