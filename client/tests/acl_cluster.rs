@@ -447,6 +447,31 @@ fn without_acls_nothing_is_allowed_and_acl_add_opens_exactly_what_it_names() {
         ],
         "{out}"
     );
+    // The super user manages ACLs with confluent-kafka's admin client over the Kafka listener
+    // (CreateAcls, DescribeAcls, DeleteAcls).
+    let o = Command::new(&python)
+        .args(["-c", CONFLUENT_SSL_ACLS, &kafka])
+        .arg(tls.join("ca.pem"))
+        .arg(tls.join("keelctl.pem"))
+        .arg(tls.join("keelctl-key.pem"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "created",
+            "described TOPIC audit LITERAL User:dave * READ ALLOW",
+            "deleted 1",
+            "described 0",
+        ],
+        "{out}"
+    );
     // What they wrote is there, read by the super user over SSL.
     let (done, out, err) = kcat_as(
         "keelctl",
@@ -499,6 +524,31 @@ for i in range(10):
 left = p.flush(30)
 if errors or left:
     sys.exit("delivery failed: %s, %d not delivered" % (errors, left))
+"#;
+
+/// confluent-kafka's admin client over SSL: allows `User:dave` to READ topic `audit`, lists
+/// the ACLs of `User:dave`, deletes them and lists again, printing one line per step; argv:
+/// bootstrap, CA, certificate, key.
+const CONFLUENT_SSL_ACLS: &str = r#"
+import sys
+from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,
+                                   AdminClient, ResourcePatternType, ResourceType)
+bootstrap, ca, cert, key = sys.argv[1:5]
+a = AdminClient({
+    "bootstrap.servers": bootstrap, "security.protocol": "SSL",
+    "ssl.ca.location": ca, "ssl.certificate.location": cert, "ssl.key.location": key,
+})
+acl = AclBinding(ResourceType.TOPIC, "audit", ResourcePatternType.LITERAL, "User:dave", "*",
+                 AclOperation.READ, AclPermissionType.ALLOW)
+a.create_acls([acl])[acl].result(timeout=30)
+print("created")
+dave = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, "User:dave", None,
+                        AclOperation.ANY, AclPermissionType.ANY)
+for b in a.describe_acls(dave).result(timeout=30):
+    print("described", b.restype.name, b.name, b.resource_pattern_type.name, b.principal,
+          b.host, b.operation.name, b.permission_type.name)
+print("deleted", len(a.delete_acls([dave])[dave].result(timeout=30)))
+print("described", len(a.describe_acls(dave).result(timeout=30)))
 "#;
 
 /// confluent-kafka's admin client over SSL: adds a partition to `orders`, sets its

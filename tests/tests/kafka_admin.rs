@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::alter_partition_reassignments_request;
+use kafka_protocol::messages::create_acls_request;
 use kafka_protocol::messages::create_partitions_request::{
     CreatePartitionsAssignment, CreatePartitionsTopic,
 };
@@ -501,6 +502,9 @@ async fn kafka_admin_alters_partitions_leaders_assignments_and_configs() {
             (ApiKey::IncrementalAlterConfigs, 0, 1),
             (ApiKey::AlterPartitionReassignments, 0, 0),
             (ApiKey::ListPartitionReassignments, 0, 0),
+            (ApiKey::DescribeAcls, 1, 3),
+            (ApiKey::CreateAcls, 1, 3),
+            (ApiKey::DeleteAcls, 1, 3),
         ],
     )
     .await;
@@ -731,6 +735,39 @@ async fn kafka_admin_alters_partitions_leaders_assignments_and_configs() {
             .any(|p| p.partition_index == 4 && p.replica_nodes == [BrokerId(2), BrokerId(3)])
     })
     .await;
+
+    // The ACL APIs on a cluster without an authorizer: SECURITY_DISABLED (54), as Kafka
+    // answers without one.
+    let listed: DescribeAclsResponse = call(
+        k1,
+        ApiKey::DescribeAcls,
+        3,
+        &DescribeAclsRequest::default()
+            .with_resource_type_filter(1)
+            .with_pattern_type_filter(1)
+            .with_operation(1)
+            .with_permission_type(1),
+    )
+    .await;
+    assert_eq!(listed.error_code, 54, "{listed:?}");
+    let created: CreateAclsResponse = call(
+        k2,
+        ApiKey::CreateAcls,
+        1,
+        &CreateAclsRequest::default().with_creations(vec![
+            create_acls_request::AclCreation::default()
+                .with_resource_type(2)
+                .with_resource_name(s("kp"))
+                .with_resource_pattern_type(3)
+                .with_principal(s("User:alice"))
+                .with_host(s("*"))
+                .with_operation(3)
+                .with_permission_type(3),
+        ]),
+    )
+    .await;
+    assert_eq!(created.results.len(), 1);
+    assert_eq!(created.results[0].error_code, 54, "{created:?}");
 
     // IncrementalAlterConfigs v1: SET on the topic, an unsupported resource type refused
     // alone, and SET of the cluster-wide default (a BROKER resource with an empty name).

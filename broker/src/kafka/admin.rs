@@ -2,7 +2,7 @@
 //! controller API (Kafka: a broker forwards CreateTopics/DeleteTopics to the controller,
 //! `ForwardingManager`): CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster,
 //! CreatePartitions, IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments,
-//! ListPartitionReassignments. This
+//! ListPartitionReassignments, DescribeAcls, CreateAcls, DeleteAcls. This
 //! file only sends; what is sent and how the answer reads is in [`super::convert::admin`].
 //!
 //! Waiting: each call follows the active controller like the broker's other controller
@@ -30,11 +30,16 @@ use kafka_protocol::messages::{
     ElectLeadersResponse, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
 };
 use kafka_protocol::messages::{
+    CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse,
+    DescribeAclsRequest, DescribeAclsResponse,
+};
+use kafka_protocol::messages::{
     CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest, CreateTopicsResponse,
     DeleteTopicsRequest, DeleteTopicsResponse, DescribeClusterRequest, DescribeClusterResponse,
     DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 };
+use keel_proto::controller as ctl;
 
 /// The bound of an operation with Kafka's `timeout_ms`: positive = that many ms, else none
 /// beyond the forwarder's own retries.
@@ -338,6 +343,81 @@ pub async fn list_partition_reassignments(
     )
     .await;
     conv::list_reassignments_response(reply)
+}
+
+/// DescribeAcls (v1-3, KIP-140; `kafka-acls --list`), see [`conv::describe_acls_response`]:
+/// DESCRIBE on the cluster (Kafka: `AclApis.handleDescribeAcls`).
+pub async fn describe_acls(ctx: &KafkaContext, req: &DescribeAclsRequest) -> DescribeAclsResponse {
+    let forward = ctl::DescribeAclsRequest {
+        filter: Some(conv::acl_filter(conv::KafkaAclFilter {
+            resource_type: req.resource_type_filter,
+            resource_name: req.resource_name_filter.as_deref(),
+            pattern_type: req.pattern_type_filter,
+            principal: req.principal_filter.as_deref(),
+            host: req.host_filter.as_deref(),
+            operation: req.operation,
+            permission_type: req.permission_type,
+        })),
+    };
+    let reply = forward_checked(
+        ctx,
+        on_cluster(ctx, keel_metadata_log::acl::Operation::Describe),
+        Some(forward),
+        None,
+        |mut c, r| async move { c.describe_acls(r).await },
+    )
+    .await;
+    conv::describe_acls_response(reply)
+}
+
+/// CreateAcls (v1-3, KIP-140; `kafka-acls --add`), see [`conv::create_acls_response`]: ALTER
+/// on the cluster (Kafka: `AclApis.handleCreateAcls`).
+pub async fn create_acls(ctx: &KafkaContext, req: &CreateAclsRequest) -> CreateAclsResponse {
+    let forward = ctl::CreateAclsRequest {
+        creations: req.creations.iter().map(conv::acl_creation).collect(),
+    };
+    let forward = (!forward.creations.is_empty()).then_some(forward);
+    let reply = forward_checked(
+        ctx,
+        on_cluster(ctx, keel_metadata_log::acl::Operation::Alter),
+        forward,
+        None,
+        |mut c, r| async move { c.create_acls(r).await },
+    )
+    .await;
+    conv::create_acls_response(reply, req)
+}
+
+/// DeleteAcls (v1-3, KIP-140; `kafka-acls --remove`), see [`conv::delete_acls_response`]:
+/// ALTER on the cluster (Kafka: `AclApis.handleDeleteAcls`).
+pub async fn delete_acls(ctx: &KafkaContext, req: &DeleteAclsRequest) -> DeleteAclsResponse {
+    let forward = ctl::DeleteAclsRequest {
+        filters: req
+            .filters
+            .iter()
+            .map(|f| {
+                conv::acl_filter(conv::KafkaAclFilter {
+                    resource_type: f.resource_type_filter,
+                    resource_name: f.resource_name_filter.as_deref(),
+                    pattern_type: f.pattern_type_filter,
+                    principal: f.principal_filter.as_deref(),
+                    host: f.host_filter.as_deref(),
+                    operation: f.operation,
+                    permission_type: f.permission_type,
+                })
+            })
+            .collect(),
+    };
+    let forward = (!forward.filters.is_empty()).then_some(forward);
+    let reply = forward_checked(
+        ctx,
+        on_cluster(ctx, keel_metadata_log::acl::Operation::Alter),
+        forward,
+        None,
+        |mut c, r| async move { c.delete_acls(r).await },
+    )
+    .await;
+    conv::delete_acls_response(reply, req)
 }
 
 /// DescribeCluster (v0-2), see [`conv::describe_cluster_response`].

@@ -394,6 +394,21 @@ async fn handle(
                 admin::list_partition_reassignments(ctx, &req).await,
             )
         }
+        ApiKey::DescribeAcls => {
+            let req =
+                decode::<kafka_protocol::messages::DescribeAclsRequest>(&mut body, key, version)?;
+            ResponseKind::DescribeAcls(admin::describe_acls(ctx, &req).await)
+        }
+        ApiKey::CreateAcls => {
+            let req =
+                decode::<kafka_protocol::messages::CreateAclsRequest>(&mut body, key, version)?;
+            ResponseKind::CreateAcls(admin::create_acls(ctx, &req).await)
+        }
+        ApiKey::DeleteAcls => {
+            let req =
+                decode::<kafka_protocol::messages::DeleteAclsRequest>(&mut body, key, version)?;
+            ResponseKind::DeleteAcls(admin::delete_acls(ctx, &req).await)
+        }
         ApiKey::IncrementalAlterConfigs => {
             let req = decode::<IncrementalAlterConfigsRequest>(&mut body, key, version)?;
             ResponseKind::IncrementalAlterConfigs(admin::incremental_alter_configs(ctx, &req).await)

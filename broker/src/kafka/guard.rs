@@ -548,6 +548,29 @@ const LIST_PARTITION_REASSIGNMENTS: &[Field] = &[
     f("topics", Structs(LIST_REASSIGNMENTS_TOPIC), ALL).nullable(ALL),
 ];
 
+// CreateAclsRequest.json, DescribeAclsRequest.json, DeleteAclsRequest.json (KIP-140; the
+// pattern type of v1 is KIP-290's): v2 is the first flexible version of each.
+const ACL_CREATION: &[Field] = &[
+    f("resource_type", Int8, ALL),
+    f("resource_name", Str, ALL),
+    f("resource_pattern_type", Int8, from(1)),
+    f("principal", Str, ALL),
+    f("host", Str, ALL),
+    f("operation", Int8, ALL),
+    f("permission_type", Int8, ALL),
+];
+const CREATE_ACLS: &[Field] = &[f("creations", Structs(ACL_CREATION), ALL)];
+const ACL_FILTER: &[Field] = &[
+    f("resource_type_filter", Int8, ALL),
+    f("resource_name_filter", Str, ALL).nullable(ALL),
+    f("pattern_type_filter", Int8, from(1)),
+    f("principal_filter", Str, ALL).nullable(ALL),
+    f("host_filter", Str, ALL).nullable(ALL),
+    f("operation", Int8, ALL),
+    f("permission_type", Int8, ALL),
+];
+const DELETE_ACLS: &[Field] = &[f("filters", Structs(ACL_FILTER), ALL)];
+
 // FindCoordinatorRequest.json: v1 adds KeyType, v3 is the first flexible version, v4
 // replaces Key by CoordinatorKeys (KIP-699, batched lookups).
 const FIND_COORDINATOR: &[Field] = &[
@@ -738,6 +761,9 @@ pub static APIS: &[Api] = &[
         CREATE_PARTITIONS,
     ),
     api(43, "ElectLeadersRequest", range(0, 2), 2, ELECT_LEADERS),
+    api(29, "DescribeAclsRequest", range(1, 3), 2, ACL_FILTER),
+    api(30, "CreateAclsRequest", range(1, 3), 2, CREATE_ACLS),
+    api(31, "DeleteAclsRequest", range(1, 3), 2, DELETE_ACLS),
     api(
         45,
         "AlterPartitionReassignmentsRequest",
@@ -1100,12 +1126,14 @@ mod tests {
     use kafka_protocol::messages::alter_partition_reassignments_request::{
         ReassignablePartition, ReassignableTopic,
     };
+    use kafka_protocol::messages::create_acls_request::AclCreation;
     use kafka_protocol::messages::create_partitions_request::{
         CreatePartitionsAssignment, CreatePartitionsTopic,
     };
     use kafka_protocol::messages::create_topics_request::{
         CreatableReplicaAssignment, CreatableTopic, CreatableTopicConfig,
     };
+    use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
     use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
     use kafka_protocol::messages::elect_leaders_request::TopicPartitions as ElectTopicPartitions;
@@ -1142,6 +1170,7 @@ mod tests {
         SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest, TopicName,
         TransactionalId,
     };
+    use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest};
     use kafka_protocol::protocol::{
         Decodable, Encodable, HeaderVersion, Message, StrBytes, VersionRange,
     };
@@ -1560,6 +1589,55 @@ mod tests {
             }))
     }
 
+    fn describe_acls(v: i16, rich: bool) -> DescribeAclsRequest {
+        let mut req = DescribeAclsRequest::default()
+            .with_resource_type_filter(if rich { 2 } else { 1 })
+            .with_resource_name_filter(rich.then(|| s("orders")))
+            .with_pattern_type_filter(if rich { 2 } else { 1 })
+            .with_principal_filter(rich.then(|| s("User:alice")))
+            .with_host_filter(None)
+            .with_operation(1)
+            .with_permission_type(1);
+        if v >= 2 && rich {
+            req = req.with_unknown_tagged_field(1, blob());
+        }
+        req
+    }
+
+    fn create_acls(v: i16, rich: bool) -> CreateAclsRequest {
+        let acl = AclCreation::default()
+            .with_resource_type(2)
+            .with_resource_name(s("orders"))
+            .with_resource_pattern_type(3)
+            .with_principal(s("User:alice"))
+            .with_host(s("*"))
+            .with_operation(3)
+            .with_permission_type(3);
+        let mut req =
+            CreateAclsRequest::default().with_creations(if rich { vec![acl] } else { vec![] });
+        if v >= 2 && rich {
+            req = req.with_unknown_tagged_field(1, blob());
+        }
+        req
+    }
+
+    fn delete_acls(v: i16, rich: bool) -> DeleteAclsRequest {
+        let filter = DeleteAclsFilter::default()
+            .with_resource_type_filter(2)
+            .with_resource_name_filter(Some(s("orders")))
+            .with_pattern_type_filter(3)
+            .with_principal_filter(None)
+            .with_host_filter(Some(s("*")))
+            .with_operation(1)
+            .with_permission_type(1);
+        let mut req =
+            DeleteAclsRequest::default().with_filters(if rich { vec![filter] } else { vec![] });
+        if v >= 2 && rich {
+            req = req.with_unknown_tagged_field(1, blob());
+        }
+        req
+    }
+
     fn describe_cluster(v: i16, rich: bool) -> DescribeClusterRequest {
         let mut req =
             DescribeClusterRequest::default().with_include_cluster_authorized_operations(rich);
@@ -1860,6 +1938,9 @@ mod tests {
             37 => encode(&create_partitions(v, rich), v),
             44 => encode(&incremental_alter_configs(v, rich), v),
             43 => encode(&elect_leaders(v, rich), v),
+            29 => encode(&describe_acls(v, rich), v),
+            30 => encode(&create_acls(v, rich), v),
+            31 => encode(&delete_acls(v, rich), v),
             45 => encode(&alter_partition_reassignments(rich), v),
             46 => encode(&list_partition_reassignments(rich), v),
             8 => encode(&offset_commit(v, rich), v),
@@ -1909,6 +1990,9 @@ mod tests {
             37 => decode_as::<CreatePartitionsRequest>(v, body),
             44 => decode_as::<IncrementalAlterConfigsRequest>(v, body),
             43 => decode_as::<ElectLeadersRequest>(v, body),
+            29 => decode_as::<DescribeAclsRequest>(v, body),
+            30 => decode_as::<CreateAclsRequest>(v, body),
+            31 => decode_as::<DeleteAclsRequest>(v, body),
             45 => decode_as::<AlterPartitionReassignmentsRequest>(v, body),
             46 => decode_as::<ListPartitionReassignmentsRequest>(v, body),
             8 => decode_as::<OffsetCommitRequest>(v, body),
@@ -1947,6 +2031,9 @@ mod tests {
             37 => m::<CreatePartitionsRequest>(),
             44 => m::<IncrementalAlterConfigsRequest>(),
             43 => m::<ElectLeadersRequest>(),
+            29 => m::<DescribeAclsRequest>(),
+            30 => m::<CreateAclsRequest>(),
+            31 => m::<DeleteAclsRequest>(),
             45 => m::<AlterPartitionReassignmentsRequest>(),
             46 => m::<ListPartitionReassignmentsRequest>(),
             8 => m::<OffsetCommitRequest>(),
@@ -2028,6 +2115,9 @@ mod tests {
             (60, 0, 2),
             (37, 0, 3),
             (43, 0, 2),
+            (29, 1, 3),
+            (30, 1, 3),
+            (31, 1, 3),
             (45, 0, 0),
             (46, 0, 0),
             (44, 0, 1),
@@ -2086,10 +2176,11 @@ mod tests {
             assert_eq!(again.as_ref(), Ok(&s.body), "{what}: re-encoding differs");
             count += 1;
         }
-        // 152 api versions (75 + 61 of the consumer-group APIs + 5 of SASL + 4 of
+        // 161 api versions (75 + 61 of the consumer-group APIs + 5 of SASL + 4 of
         // CreatePartitions + 3 of ElectLeaders + 2 of IncrementalAlterConfigs + 1 each of
-        // Alter/ListPartitionReassignments), rich and sparse.
-        assert_eq!(count, 2 * 152);
+        // Alter/ListPartitionReassignments + 3 each of Describe/Create/DeleteAcls), rich and
+        // sparse.
+        assert_eq!(count, 2 * 161);
     }
 
     #[test]

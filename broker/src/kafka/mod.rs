@@ -16,8 +16,8 @@
 //!    manager call as over gRPC, and turns the reply back. Error codes are Kafka's on both
 //!    sides ([`keel_proto::ErrorCode`] uses Kafka's numbers), so they pass through unchanged.
 //!    The admin APIs (CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster,
-//!    CreatePartitions, IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments)
-//!    are
+//!    CreatePartitions, IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments,
+//!    Describe/Create/DeleteAcls) are
 //!    forwarded to the active controller instead ([`admin`], [`convert::admin`]); the
 //!    controller runs the same checks as for Keel's own gRPC clients.
 //! 5. [`connection`]: one task per connection; it reads one request, answers it, then reads

@@ -280,7 +280,10 @@ controller_reply!(
     AlterConfigsReply,
     ElectLeadersReply,
     keel_proto::controller::AlterPartitionReassignmentsReply,
-    keel_proto::controller::ListPartitionReassignmentsReply
+    keel_proto::controller::ListPartitionReassignmentsReply,
+    keel_proto::controller::CreateAclsReply,
+    keel_proto::controller::DescribeAclsReply,
+    keel_proto::controller::DeleteAclsReply
 );
 
 /// Whether hinted controller `id` at `addr` is announced for the first time in this process

@@ -1,7 +1,8 @@
 //! The admin APIs the Kafka listener forwards to the active controller (#21): CreateTopics
 //! (v2-7), DeleteTopics (v1-6), DescribeConfigs (v1-4), DescribeCluster (v0-2),
 //! CreatePartitions (v0-3), IncrementalAlterConfigs (v0-1), ElectLeaders (v0-2),
-//! AlterPartitionReassignments (v0) and ListPartitionReassignments (v0), as pure
+//! AlterPartitionReassignments (v0), ListPartitionReassignments (v0) and
+//! Describe/Create/DeleteAcls (v1-3), as pure
 //! conversions between `kafka-protocol`'s structs and Keel's controller messages
 //! (`keel.controller`, whose shapes and error numbers are Kafka's). The async layer
 //! ([`crate::kafka::admin`]) only sends what these functions build and hands back what the
@@ -27,6 +28,12 @@ use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse as KReassignablePartitionResponse,
     ReassignableTopicResponse as KReassignableTopicResponse,
 };
+use kafka_protocol::messages::create_acls_request::{
+    AclCreation as KAclCreation, CreateAclsRequest as KCreateAclsRequest,
+};
+use kafka_protocol::messages::create_acls_response::{
+    AclCreationResult as KAclCreationResult, CreateAclsResponse as KCreateAclsResponse,
+};
 use kafka_protocol::messages::create_partitions_request::CreatePartitionsRequest as KCreatePartitionsRequest;
 use kafka_protocol::messages::create_partitions_response::{
     CreatePartitionsResponse as KCreatePartitionsResponse,
@@ -36,9 +43,18 @@ use kafka_protocol::messages::create_topics_request::CreateTopicsRequest as KCre
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult, CreateTopicsResponse,
 };
+use kafka_protocol::messages::delete_acls_request::DeleteAclsRequest as KDeleteAclsRequest;
+use kafka_protocol::messages::delete_acls_response::{
+    DeleteAclsFilterResult as KDeleteAclsFilterResult,
+    DeleteAclsMatchingAcl as KDeleteAclsMatchingAcl, DeleteAclsResponse as KDeleteAclsResponse,
+};
 use kafka_protocol::messages::delete_topics_request::DeleteTopicsRequest as KDeleteTopicsRequest;
 use kafka_protocol::messages::delete_topics_response::{
     DeletableTopicResult, DeleteTopicsResponse,
+};
+use kafka_protocol::messages::describe_acls_response::{
+    AclDescription as KAclDescription, DescribeAclsResource as KDescribeAclsResource,
+    DescribeAclsResponse as KDescribeAclsResponse,
 };
 use kafka_protocol::messages::describe_cluster_request::DescribeClusterRequest as KDescribeClusterRequest;
 use kafka_protocol::messages::describe_cluster_response::{
@@ -1240,6 +1256,188 @@ pub fn list_reassignments_response(
                 .collect(),
         ),
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// ACLs (Kafka: DescribeAcls / CreateAcls / DeleteAcls v1-3, KIP-140, KIP-290)
+// ---------------------------------------------------------------------------------------------
+
+/// An ACL filter as Kafka's DescribeAcls and DeleteAcls requests carry it (null strings:
+/// any).
+#[derive(Debug, Clone, Copy)]
+pub struct KafkaAclFilter<'a> {
+    /// Kafka's `ResourceType` code (ANY 1, TOPIC 2, GROUP 3, CLUSTER 4, TRANSACTIONAL_ID 5).
+    pub resource_type: i8,
+    /// The resource name, `None` for any.
+    pub resource_name: Option<&'a str>,
+    /// Kafka's `PatternType` code (ANY 1, MATCH 2, LITERAL 3, PREFIXED 4).
+    pub pattern_type: i8,
+    /// `User:<name>`, `None` for any.
+    pub principal: Option<&'a str>,
+    /// A host, `None` for any.
+    pub host: Option<&'a str>,
+    /// Kafka's `AclOperation` code (ANY 1, ALL 2, READ 3, ...).
+    pub operation: i8,
+    /// Kafka's `AclPermissionType` code (ANY 1, DENY 2, ALLOW 3).
+    pub permission_type: i8,
+}
+
+/// Keel's ACL filter from Kafka's: the enums carry Kafka's numbers, so the codes pass as
+/// they are, and a null string (any) is Keel's empty one. The controller validates the
+/// filter (INVALID_REQUEST naming the field for an unknown code).
+pub fn acl_filter(f: KafkaAclFilter<'_>) -> ctl::AclBinding {
+    ctl::AclBinding {
+        resource_type: i32::from(f.resource_type),
+        resource_name: f.resource_name.unwrap_or_default().to_string(),
+        pattern_type: i32::from(f.pattern_type),
+        principal: f.principal.unwrap_or_default().to_string(),
+        host: f.host.unwrap_or_default().to_string(),
+        operation: i32::from(f.operation),
+        permission_type: i32::from(f.permission_type),
+    }
+}
+
+/// Keel's ACL from one of Kafka's CreateAcls creations, field for field (same codes).
+pub fn acl_creation(c: &KAclCreation) -> ctl::AclBinding {
+    ctl::AclBinding {
+        resource_type: i32::from(c.resource_type),
+        resource_name: c.resource_name.to_string(),
+        pattern_type: i32::from(c.resource_pattern_type),
+        principal: c.principal.to_string(),
+        host: c.host.to_string(),
+        operation: i32::from(c.operation),
+        permission_type: i32::from(c.permission_type),
+    }
+}
+
+/// A Keel enum value back as Kafka's `int8` code (every ACL enum value fits).
+fn acl_code(v: i32) -> i8 {
+    i8::try_from(v).unwrap_or(0)
+}
+
+/// Kafka's DescribeAcls response: the matching ACLs grouped by resource (type, name, pattern
+/// type; the controller sorts them so), or the whole request's error (SECURITY_DISABLED 54
+/// without an authorizer, CLUSTER_AUTHORIZATION_FAILED 31, INVALID_REQUEST 42 for a bad
+/// filter).
+pub fn describe_acls_response(
+    reply: Result<ctl::DescribeAclsReply, Failure>,
+) -> KDescribeAclsResponse {
+    let r = match settled(reply) {
+        Err(f) => {
+            return KDescribeAclsResponse::default()
+                .with_error_code(f.code)
+                .with_error_message(Some(str_bytes(f.message)));
+        }
+        Ok(r) => r,
+    };
+    let mut resources: Vec<KDescribeAclsResource> = Vec::new();
+    for acl in r.acls {
+        let key = (
+            acl_code(acl.resource_type),
+            acl.resource_name.as_str(),
+            acl_code(acl.pattern_type),
+        );
+        let description = KAclDescription::default()
+            .with_principal(str_bytes(acl.principal.clone()))
+            .with_host(str_bytes(acl.host.clone()))
+            .with_operation(acl_code(acl.operation))
+            .with_permission_type(acl_code(acl.permission_type));
+        match resources.last_mut() {
+            Some(last)
+                if (
+                    last.resource_type,
+                    last.resource_name.as_str(),
+                    last.pattern_type,
+                ) == key =>
+            {
+                last.acls.push(description)
+            }
+            _ => resources.push(
+                KDescribeAclsResource::default()
+                    .with_resource_type(key.0)
+                    .with_resource_name(str_bytes(acl.resource_name.clone()))
+                    .with_pattern_type(key.2)
+                    .with_acls(vec![description]),
+            ),
+        }
+    }
+    KDescribeAclsResponse::default().with_resources(resources)
+}
+
+/// Kafka's CreateAcls response: one result per creation in request order, the controller's
+/// error for it (INVALID_REQUEST naming the field for an invalid ACL, which alone is not
+/// added), or the whole request's failure for every creation.
+pub fn create_acls_response(
+    reply: Result<ctl::CreateAclsReply, Failure>,
+    req: &KCreateAclsRequest,
+) -> KCreateAclsResponse {
+    let reply = settled(reply);
+    let results = (0..req.creations.len())
+        .map(|i| {
+            let (code_, message_) = match &reply {
+                Err(f) => (f.code, Some(str_bytes(f.message.clone()))),
+                Ok(r) => match r.results.get(i) {
+                    Some(x) => (code(x.error.as_ref()), message(x.error.as_ref())),
+                    None => (
+                        ErrorCode::UnknownServerError.code(),
+                        Some(str_bytes(
+                            "the controller's reply has no result for this ACL",
+                        )),
+                    ),
+                },
+            };
+            KAclCreationResult::default()
+                .with_error_code(code_)
+                .with_error_message(message_)
+        })
+        .collect();
+    KCreateAclsResponse::default().with_results(results)
+}
+
+/// Kafka's DeleteAcls response: one result per filter in request order with the ACLs it
+/// deleted (each with error code 0), the controller's error for that filter, or the whole
+/// request's failure for every filter.
+pub fn delete_acls_response(
+    reply: Result<ctl::DeleteAclsReply, Failure>,
+    req: &KDeleteAclsRequest,
+) -> KDeleteAclsResponse {
+    let reply = settled(reply);
+    let results = (0..req.filters.len())
+        .map(|i| {
+            let result = KDeleteAclsFilterResult::default();
+            match &reply {
+                Err(f) => result
+                    .with_error_code(f.code)
+                    .with_error_message(Some(str_bytes(f.message.clone()))),
+                Ok(r) => match r.results.get(i) {
+                    Some(x) => result
+                        .with_error_code(code(x.error.as_ref()))
+                        .with_error_message(message(x.error.as_ref()))
+                        .with_matching_acls(
+                            x.matching_acls
+                                .iter()
+                                .map(|acl| {
+                                    KDeleteAclsMatchingAcl::default()
+                                        .with_resource_type(acl_code(acl.resource_type))
+                                        .with_resource_name(str_bytes(acl.resource_name.clone()))
+                                        .with_pattern_type(acl_code(acl.pattern_type))
+                                        .with_principal(str_bytes(acl.principal.clone()))
+                                        .with_host(str_bytes(acl.host.clone()))
+                                        .with_operation(acl_code(acl.operation))
+                                        .with_permission_type(acl_code(acl.permission_type))
+                                })
+                                .collect(),
+                        ),
+                    None => result
+                        .with_error_code(ErrorCode::UnknownServerError.code())
+                        .with_error_message(Some(str_bytes(
+                            "the controller's reply has no result for this filter",
+                        ))),
+                },
+            }
+        })
+        .collect();
+    KDeleteAclsResponse::default().with_filter_results(results)
 }
 
 #[cfg(test)]

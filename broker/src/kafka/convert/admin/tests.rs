@@ -1131,3 +1131,166 @@ fn reassignments_map_targets_cancellations_and_results() {
         assert_eq!(p.removing_replicas, vec![BrokerId(2)]);
     }
 }
+
+fn binding(ty: i32, name: &str, pattern: i32, principal: &str, op: i32) -> ctl::AclBinding {
+    ctl::AclBinding {
+        resource_type: ty,
+        resource_name: name.into(),
+        pattern_type: pattern,
+        principal: principal.into(),
+        host: "*".into(),
+        operation: op,
+        permission_type: 3,
+    }
+}
+
+#[test]
+fn acl_filters_and_creations_keep_kafka_codes_and_null_is_any() {
+    let f = acl_filter(KafkaAclFilter {
+        resource_type: 2,
+        resource_name: None,
+        pattern_type: 2,
+        principal: Some("User:alice"),
+        host: None,
+        operation: 1,
+        permission_type: 3,
+    });
+    assert_eq!(
+        f,
+        ctl::AclBinding {
+            resource_type: 2,
+            resource_name: String::new(),
+            pattern_type: 2,
+            principal: "User:alice".into(),
+            host: String::new(),
+            operation: 1,
+            permission_type: 3,
+        }
+    );
+    let c = acl_creation(
+        &KAclCreation::default()
+            .with_resource_type(3)
+            .with_resource_name(s("billing-"))
+            .with_resource_pattern_type(4)
+            .with_principal(s("User:bob"))
+            .with_host(s("10.0.0.1"))
+            .with_operation(3)
+            .with_permission_type(2),
+    );
+    assert_eq!(
+        (
+            c.resource_type,
+            c.pattern_type,
+            c.operation,
+            c.permission_type
+        ),
+        (3, 4, 3, 2)
+    );
+    assert_eq!(
+        (
+            c.resource_name.as_str(),
+            c.principal.as_str(),
+            c.host.as_str()
+        ),
+        ("billing-", "User:bob", "10.0.0.1")
+    );
+}
+
+#[test]
+fn described_acls_are_grouped_by_resource() {
+    let reply = ctl::DescribeAclsReply {
+        acls: vec![
+            binding(2, "orders", 3, "User:alice", 3),
+            binding(2, "orders", 3, "User:bob", 4),
+            binding(2, "orders", 4, "User:carol", 3),
+            binding(4, "kafka-cluster", 3, "User:ops", 7),
+        ],
+        ..Default::default()
+    };
+    for v in range(ApiKey::DescribeAcls) {
+        let resp = round_trip(&describe_acls_response(Ok(reply.clone())), v);
+        assert_eq!(resp.error_code, 0);
+        let groups: Vec<(i8, &str, i8, usize)> = resp
+            .resources
+            .iter()
+            .map(|r| {
+                (
+                    r.resource_type,
+                    r.resource_name.as_str(),
+                    r.pattern_type,
+                    r.acls.len(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            groups,
+            vec![
+                (2, "orders", 3, 2),
+                (2, "orders", 4, 1),
+                (4, "kafka-cluster", 3, 1)
+            ],
+            "v{v}"
+        );
+        assert_eq!(resp.resources[0].acls[1].principal.as_str(), "User:bob");
+        assert_eq!(resp.resources[0].acls[1].operation, 4);
+    }
+    let disabled = describe_acls_response(Ok(ctl::DescribeAclsReply {
+        error: err(ErrorCode::SecurityDisabled, "no authorizer is configured"),
+        ..Default::default()
+    }));
+    assert_eq!(disabled.error_code, ErrorCode::SecurityDisabled.code());
+    assert!(disabled.resources.is_empty());
+}
+
+#[test]
+fn created_and_deleted_acls_answer_in_request_order() {
+    use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
+    let create = KCreateAclsRequest::default()
+        .with_creations(vec![KAclCreation::default(), KAclCreation::default()]);
+    let reply = ctl::CreateAclsReply {
+        results: vec![
+            ctl::AclCreationResult { error: None },
+            ctl::AclCreationResult {
+                error: err(ErrorCode::InvalidRequest, "creations[1].host: not an IP"),
+            },
+        ],
+        ..Default::default()
+    };
+    for v in range(ApiKey::CreateAcls) {
+        let resp = round_trip(&create_acls_response(Ok(reply.clone()), &create), v);
+        let codes: Vec<i16> = resp.results.iter().map(|r| r.error_code).collect();
+        assert_eq!(codes, vec![0, ErrorCode::InvalidRequest.code()]);
+        assert_eq!(resp.results[0].error_message, None);
+    }
+    let failed = create_acls_response(Err(timed_out("no controller answered")), &create);
+    assert!(
+        failed
+            .results
+            .iter()
+            .all(|r| r.error_code == ErrorCode::RequestTimedOut.code())
+    );
+
+    let delete = KDeleteAclsRequest::default().with_filters(vec![DeleteAclsFilter::default()]);
+    let reply = ctl::DeleteAclsReply {
+        results: vec![ctl::DeleteAclsFilterResult {
+            error: None,
+            matching_acls: vec![binding(3, "g", 3, "User:alice", 3)],
+        }],
+        ..Default::default()
+    };
+    for v in range(ApiKey::DeleteAcls) {
+        let resp = round_trip(&delete_acls_response(Ok(reply.clone()), &delete), v);
+        let r = &resp.filter_results[0];
+        assert_eq!(r.error_code, 0);
+        assert_eq!(r.matching_acls.len(), 1);
+        let m = &r.matching_acls[0];
+        assert_eq!(
+            (
+                m.resource_type,
+                m.resource_name.as_str(),
+                m.principal.as_str()
+            ),
+            (3, "g", "User:alice")
+        );
+    }
+}
