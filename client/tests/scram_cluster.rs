@@ -227,6 +227,49 @@ fn scram_users_produce_and_consume_over_sasl_ssl_with_acls() {
     let (done, _, err) = produce(bob, "b0");
     assert!(!done && err.contains("authorization failed"), "{err}");
 
+    // Kafka's own way to manage SCRAM users (KIP-554): alice, granted ALTER and DESCRIBE on
+    // the cluster, sets carol's credential with confluent-kafka's admin client over the
+    // SASL_SSL Kafka listener (it sends the salted password, never the password), reads it
+    // back, and carol then logs in with kcat.
+    for op in ["Alter", "Describe"] {
+        ok(
+            &admin(&[
+                "acl",
+                "add",
+                "--allow-principal",
+                "User:alice",
+                "--operation",
+                op,
+                "--cluster",
+            ]),
+            &f,
+        );
+    }
+    let o = Command::new(&python)
+        .args(["-c", CONFLUENT_SCRAM_ADMIN, &kafka])
+        .arg(tls.join("ca.pem"))
+        .args([alice.0, alice.1, alice.2])
+        .output()
+        .unwrap();
+    let got = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "confluent-kafka admin over SASL_SSL: {got}{}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        f.logs()
+    );
+    assert_eq!(
+        got.lines().collect::<Vec<_>>(),
+        ["altered carol", "described carol SCRAM_SHA_256 8192"],
+        "{got}"
+    );
+    let carol = ("carol", "carol-secret", "SCRAM-SHA-256");
+    let (done, out, err) = kcat(&tls, &kafka, carol, &["-L", "-m", "10"], "");
+    assert!(
+        done && out.contains("brokers:"),
+        "carol's login: {out}{err}"
+    );
+
     // A client that does not do SASL gets nothing from the SASL_SSL listener.
     let mut plain_ssl = Command::new("kcat")
         .args(["-L", "-b", &kafka, "-m", "5", "-X", "security.protocol=SSL"])
@@ -409,6 +452,29 @@ fn scram_users_produce_and_consume_over_sasl_ssl_with_acls() {
 
 /// confluent-kafka: reads `orders` from the beginning in group g1 over SASL_SSL until three
 /// records came, printing each value; argv: bootstrap, CA, user, password, mechanism.
+/// confluent-kafka's admin client over SASL_SSL as argv's user: sets user carol's
+/// SCRAM-SHA-256 credential (password `carol-secret`, 8192 iterations) and describes it;
+/// argv: bootstrap, CA, user, password, mechanism.
+const CONFLUENT_SCRAM_ADMIN: &str = r#"
+import sys
+from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism,
+                                   UserScramCredentialUpsertion)
+bootstrap, ca, user, password, mechanism = sys.argv[1:6]
+a = AdminClient({
+    "bootstrap.servers": bootstrap, "security.protocol": "SASL_SSL", "ssl.ca.location": ca,
+    "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password,
+})
+upsert = UserScramCredentialUpsertion(
+    "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"carol-secret")
+for name, f in a.alter_user_scram_credentials([upsert]).items():
+    f.result(timeout=30)
+    print("altered", name)
+for name, f in a.describe_user_scram_credentials(["carol"]).items():
+    d = f.result(timeout=30)
+    for info in d.scram_credential_infos:
+        print("described", name, info.mechanism.name, info.iterations)
+"#;
+
 const CONFLUENT_SCRAM_CONSUME: &str = r#"
 import sys, time
 from confluent_kafka import Consumer

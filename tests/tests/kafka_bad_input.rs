@@ -362,6 +362,8 @@ async fn kafka_unsupported_versions_get_kafka_errors() {
             (ApiKey::IncrementalAlterConfigs as i16, 0, 1),
             (ApiKey::AlterPartitionReassignments as i16, 0, 0),
             (ApiKey::ListPartitionReassignments as i16, 0, 0),
+            (ApiKey::DescribeUserScramCredentials as i16, 0, 0),
+            (ApiKey::AlterUserScramCredentials as i16, 0, 0),
             (ApiKey::DescribeCluster as i16, 0, 2),
         ],
         "the advertised ranges"

@@ -2,7 +2,8 @@
 //! controller API (Kafka: a broker forwards CreateTopics/DeleteTopics to the controller,
 //! `ForwardingManager`): CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster,
 //! CreatePartitions, IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments,
-//! ListPartitionReassignments, DescribeAcls, CreateAcls, DeleteAcls. This
+//! ListPartitionReassignments, DescribeAcls, CreateAcls, DeleteAcls,
+//! Describe/AlterUserScramCredentials. This
 //! file only sends; what is sent and how the answer reads is in [`super::convert::admin`].
 //!
 //! Waiting: each call follows the active controller like the broker's other controller
@@ -28,6 +29,10 @@ use crate::config::BrokerConfig;
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ElectLeadersRequest,
     ElectLeadersResponse, ListPartitionReassignmentsRequest, ListPartitionReassignmentsResponse,
+};
+use kafka_protocol::messages::{
+    AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
+    DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
 };
 use kafka_protocol::messages::{
     CreateAclsRequest, CreateAclsResponse, DeleteAclsRequest, DeleteAclsResponse,
@@ -418,6 +423,55 @@ pub async fn delete_acls(ctx: &KafkaContext, req: &DeleteAclsRequest) -> DeleteA
     )
     .await;
     conv::delete_acls_response(reply, req)
+}
+
+/// DescribeUserScramCredentials (v0, KIP-554; `kafka-configs --describe --entity-type
+/// users`), see [`conv::describe_scram_response`]: DESCRIBE on the cluster (Kafka:
+/// `ControllerApis.handleDescribeUserScramCredentials`). Users' mechanisms and iterations
+/// only, never keys or salts.
+pub async fn describe_user_scram_credentials(
+    ctx: &KafkaContext,
+    req: &DescribeUserScramCredentialsRequest,
+) -> DescribeUserScramCredentialsResponse {
+    let forward = ctl::DescribeUserScramCredentialsRequest {
+        users: req
+            .users
+            .iter()
+            .flatten()
+            .map(|u| u.name.to_string())
+            .collect(),
+    };
+    let reply = forward_checked(
+        ctx,
+        on_cluster(ctx, keel_metadata_log::acl::Operation::Describe),
+        Some(forward),
+        None,
+        |mut c, r| async move { c.describe_user_scram_credentials(r).await },
+    )
+    .await;
+    conv::describe_scram_response(reply)
+}
+
+/// AlterUserScramCredentials (v0, KIP-554; `kafka-configs --alter --entity-type users
+/// --add-config 'SCRAM-SHA-256=[password=...]'`, whose admin client sends the salted password,
+/// never the password), see [`conv::alter_scram_response`]: ALTER on the cluster (Kafka:
+/// `ControllerApis.handleAlterUserScramCredentials`).
+pub async fn alter_user_scram_credentials(
+    ctx: &KafkaContext,
+    req: &AlterUserScramCredentialsRequest,
+) -> AlterUserScramCredentialsResponse {
+    let forward = conv::alter_scram_request(req);
+    let forward =
+        (!forward.deletions.is_empty() || !forward.upsertions.is_empty()).then_some(forward);
+    let reply = forward_checked(
+        ctx,
+        on_cluster(ctx, keel_metadata_log::acl::Operation::Alter),
+        forward,
+        None,
+        |mut c, r| async move { c.alter_user_scram_credentials(r).await },
+    )
+    .await;
+    conv::alter_scram_response(reply, req)
 }
 
 /// DescribeCluster (v0-2), see [`conv::describe_cluster_response`].

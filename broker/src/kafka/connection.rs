@@ -409,6 +409,22 @@ async fn handle(
                 decode::<kafka_protocol::messages::DeleteAclsRequest>(&mut body, key, version)?;
             ResponseKind::DeleteAcls(admin::delete_acls(ctx, &req).await)
         }
+        ApiKey::DescribeUserScramCredentials => {
+            let req = decode::<kafka_protocol::messages::DescribeUserScramCredentialsRequest>(
+                &mut body, key, version,
+            )?;
+            ResponseKind::DescribeUserScramCredentials(
+                admin::describe_user_scram_credentials(ctx, &req).await,
+            )
+        }
+        ApiKey::AlterUserScramCredentials => {
+            let req = decode::<kafka_protocol::messages::AlterUserScramCredentialsRequest>(
+                &mut body, key, version,
+            )?;
+            ResponseKind::AlterUserScramCredentials(
+                admin::alter_user_scram_credentials(ctx, &req).await,
+            )
+        }
         ApiKey::IncrementalAlterConfigs => {
             let req = decode::<IncrementalAlterConfigsRequest>(&mut body, key, version)?;
             ResponseKind::IncrementalAlterConfigs(admin::incremental_alter_configs(ctx, &req).await)

@@ -571,6 +571,24 @@ const ACL_FILTER: &[Field] = &[
 ];
 const DELETE_ACLS: &[Field] = &[f("filters", Structs(ACL_FILTER), ALL)];
 
+// DescribeUserScramCredentialsRequest.json, AlterUserScramCredentialsRequest.json (KIP-554):
+// v0 only, flexible.
+const SCRAM_USER: &[Field] = &[f("name", Str, ALL)];
+const DESCRIBE_USER_SCRAM_CREDENTIALS: &[Field] =
+    &[f("users", Structs(SCRAM_USER), ALL).nullable(ALL)];
+const SCRAM_DELETION: &[Field] = &[f("name", Str, ALL), f("mechanism", Int8, ALL)];
+const SCRAM_UPSERTION: &[Field] = &[
+    f("name", Str, ALL),
+    f("mechanism", Int8, ALL),
+    f("iterations", Int32, ALL),
+    f("salt", Bytes, ALL),
+    f("salted_password", Bytes, ALL),
+];
+const ALTER_USER_SCRAM_CREDENTIALS: &[Field] = &[
+    f("deletions", Structs(SCRAM_DELETION), ALL),
+    f("upsertions", Structs(SCRAM_UPSERTION), ALL),
+];
+
 // FindCoordinatorRequest.json: v1 adds KeyType, v3 is the first flexible version, v4
 // replaces Key by CoordinatorKeys (KIP-699, batched lookups).
 const FIND_COORDINATOR: &[Field] = &[
@@ -762,6 +780,20 @@ pub static APIS: &[Api] = &[
     ),
     api(43, "ElectLeadersRequest", range(0, 2), 2, ELECT_LEADERS),
     api(29, "DescribeAclsRequest", range(1, 3), 2, ACL_FILTER),
+    api(
+        50,
+        "DescribeUserScramCredentialsRequest",
+        range(0, 0),
+        0,
+        DESCRIBE_USER_SCRAM_CREDENTIALS,
+    ),
+    api(
+        51,
+        "AlterUserScramCredentialsRequest",
+        range(0, 0),
+        0,
+        ALTER_USER_SCRAM_CREDENTIALS,
+    ),
     api(30, "CreateAclsRequest", range(1, 3), 2, CREATE_ACLS),
     api(31, "DeleteAclsRequest", range(1, 3), 2, DELETE_ACLS),
     api(
@@ -1126,6 +1158,9 @@ mod tests {
     use kafka_protocol::messages::alter_partition_reassignments_request::{
         ReassignablePartition, ReassignableTopic,
     };
+    use kafka_protocol::messages::alter_user_scram_credentials_request::{
+        ScramCredentialDeletion, ScramCredentialUpsertion,
+    };
     use kafka_protocol::messages::create_acls_request::AclCreation;
     use kafka_protocol::messages::create_partitions_request::{
         CreatePartitionsAssignment, CreatePartitionsTopic,
@@ -1136,6 +1171,7 @@ mod tests {
     use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
     use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::describe_user_scram_credentials_request::UserName as ScramUserName;
     use kafka_protocol::messages::elect_leaders_request::TopicPartitions as ElectTopicPartitions;
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
     use kafka_protocol::messages::incremental_alter_configs_request::{
@@ -1159,6 +1195,9 @@ mod tests {
     use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
     use kafka_protocol::messages::{
         AlterPartitionReassignmentsRequest, ElectLeadersRequest, ListPartitionReassignmentsRequest,
+    };
+    use kafka_protocol::messages::{
+        AlterUserScramCredentialsRequest, DescribeUserScramCredentialsRequest,
     };
     use kafka_protocol::messages::{
         ApiKey, ApiVersionsRequest, BrokerId, CreatePartitionsRequest, CreateTopicsRequest,
@@ -1638,6 +1677,33 @@ mod tests {
         req
     }
 
+    fn describe_user_scram_credentials(rich: bool) -> DescribeUserScramCredentialsRequest {
+        DescribeUserScramCredentialsRequest::default()
+            .with_users(rich.then(|| vec![ScramUserName::default().with_name(s("alice"))]))
+    }
+
+    fn alter_user_scram_credentials(rich: bool) -> AlterUserScramCredentialsRequest {
+        let mut req = AlterUserScramCredentialsRequest::default();
+        if rich {
+            req = req
+                .with_deletions(vec![
+                    ScramCredentialDeletion::default()
+                        .with_name(s("bob"))
+                        .with_mechanism(2),
+                ])
+                .with_upsertions(vec![
+                    ScramCredentialUpsertion::default()
+                        .with_name(s("alice"))
+                        .with_mechanism(1)
+                        .with_iterations(8192)
+                        .with_salt(Blob::from_static(b"0123456789abcdef"))
+                        .with_salted_password(Blob::from_static(&[7; 32])),
+                ])
+                .with_unknown_tagged_field(3, blob());
+        }
+        req
+    }
+
     fn describe_cluster(v: i16, rich: bool) -> DescribeClusterRequest {
         let mut req =
             DescribeClusterRequest::default().with_include_cluster_authorized_operations(rich);
@@ -1939,6 +2005,8 @@ mod tests {
             44 => encode(&incremental_alter_configs(v, rich), v),
             43 => encode(&elect_leaders(v, rich), v),
             29 => encode(&describe_acls(v, rich), v),
+            50 => encode(&describe_user_scram_credentials(rich), v),
+            51 => encode(&alter_user_scram_credentials(rich), v),
             30 => encode(&create_acls(v, rich), v),
             31 => encode(&delete_acls(v, rich), v),
             45 => encode(&alter_partition_reassignments(rich), v),
@@ -1991,6 +2059,8 @@ mod tests {
             44 => decode_as::<IncrementalAlterConfigsRequest>(v, body),
             43 => decode_as::<ElectLeadersRequest>(v, body),
             29 => decode_as::<DescribeAclsRequest>(v, body),
+            50 => decode_as::<DescribeUserScramCredentialsRequest>(v, body),
+            51 => decode_as::<AlterUserScramCredentialsRequest>(v, body),
             30 => decode_as::<CreateAclsRequest>(v, body),
             31 => decode_as::<DeleteAclsRequest>(v, body),
             45 => decode_as::<AlterPartitionReassignmentsRequest>(v, body),
@@ -2032,6 +2102,8 @@ mod tests {
             44 => m::<IncrementalAlterConfigsRequest>(),
             43 => m::<ElectLeadersRequest>(),
             29 => m::<DescribeAclsRequest>(),
+            50 => m::<DescribeUserScramCredentialsRequest>(),
+            51 => m::<AlterUserScramCredentialsRequest>(),
             30 => m::<CreateAclsRequest>(),
             31 => m::<DeleteAclsRequest>(),
             45 => m::<AlterPartitionReassignmentsRequest>(),
@@ -2116,6 +2188,8 @@ mod tests {
             (37, 0, 3),
             (43, 0, 2),
             (29, 1, 3),
+            (50, 0, 0),
+            (51, 0, 0),
             (30, 1, 3),
             (31, 1, 3),
             (45, 0, 0),
@@ -2176,11 +2250,11 @@ mod tests {
             assert_eq!(again.as_ref(), Ok(&s.body), "{what}: re-encoding differs");
             count += 1;
         }
-        // 161 api versions (75 + 61 of the consumer-group APIs + 5 of SASL + 4 of
+        // 163 api versions (75 + 61 of the consumer-group APIs + 5 of SASL + 4 of
         // CreatePartitions + 3 of ElectLeaders + 2 of IncrementalAlterConfigs + 1 each of
-        // Alter/ListPartitionReassignments + 3 each of Describe/Create/DeleteAcls), rich and
-        // sparse.
-        assert_eq!(count, 2 * 161);
+        // Alter/ListPartitionReassignments + 3 each of Describe/Create/DeleteAcls + 1 each of
+        // Describe/AlterUserScramCredentials), rich and sparse.
+        assert_eq!(count, 2 * 163);
     }
 
     #[test]

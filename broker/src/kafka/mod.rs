@@ -17,7 +17,7 @@
 //!    sides ([`keel_proto::ErrorCode`] uses Kafka's numbers), so they pass through unchanged.
 //!    The admin APIs (CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster,
 //!    CreatePartitions, IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments,
-//!    Describe/Create/DeleteAcls) are
+//!    Describe/Create/DeleteAcls, Describe/AlterUserScramCredentials) are
 //!    forwarded to the active controller instead ([`admin`], [`convert::admin`]); the
 //!    controller runs the same checks as for Keel's own gRPC clients.
 //! 5. [`connection`]: one task per connection; it reads one request, answers it, then reads

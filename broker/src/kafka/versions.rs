@@ -74,6 +74,8 @@ pub const SERVED: &[Served] = &[
     // v0 unless asked to refuse a replication factor change.
     api(ApiKey::AlterPartitionReassignments, 0, 0),
     api(ApiKey::ListPartitionReassignments, 0, 0),
+    api(ApiKey::DescribeUserScramCredentials, 0, 0),
+    api(ApiKey::AlterUserScramCredentials, 0, 0),
     api(ApiKey::DescribeCluster, 0, 2),
 ];
 
@@ -130,6 +132,10 @@ mod tests {
                 ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
                 ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS,
                 ApiKey::DescribeAcls => DescribeAclsRequest::VERSIONS,
+                ApiKey::DescribeUserScramCredentials => {
+                    DescribeUserScramCredentialsRequest::VERSIONS
+                }
+                ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::VERSIONS,
                 ApiKey::CreateAcls => CreateAclsRequest::VERSIONS,
                 ApiKey::DeleteAcls => DeleteAclsRequest::VERSIONS,
                 ApiKey::AlterPartitionReassignments => AlterPartitionReassignmentsRequest::VERSIONS,

@@ -283,7 +283,9 @@ controller_reply!(
     keel_proto::controller::ListPartitionReassignmentsReply,
     keel_proto::controller::CreateAclsReply,
     keel_proto::controller::DescribeAclsReply,
-    keel_proto::controller::DeleteAclsReply
+    keel_proto::controller::DeleteAclsReply,
+    keel_proto::controller::DescribeUserScramCredentialsReply,
+    keel_proto::controller::AlterUserScramCredentialsReply
 );
 
 /// Whether hinted controller `id` at `addr` is announced for the first time in this process

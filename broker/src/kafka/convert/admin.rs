@@ -1,8 +1,8 @@
 //! The admin APIs the Kafka listener forwards to the active controller (#21): CreateTopics
 //! (v2-7), DeleteTopics (v1-6), DescribeConfigs (v1-4), DescribeCluster (v0-2),
 //! CreatePartitions (v0-3), IncrementalAlterConfigs (v0-1), ElectLeaders (v0-2),
-//! AlterPartitionReassignments (v0), ListPartitionReassignments (v0) and
-//! Describe/Create/DeleteAcls (v1-3), as pure
+//! AlterPartitionReassignments (v0), ListPartitionReassignments (v0),
+//! Describe/Create/DeleteAcls (v1-3) and Describe/AlterUserScramCredentials (v0), as pure
 //! conversions between `kafka-protocol`'s structs and Keel's controller messages
 //! (`keel.controller`, whose shapes and error numbers are Kafka's). The async layer
 //! ([`crate::kafka::admin`]) only sends what these functions build and hands back what the
@@ -27,6 +27,11 @@ use kafka_protocol::messages::alter_partition_reassignments_response::{
     AlterPartitionReassignmentsResponse as KAlterPartitionReassignmentsResponse,
     ReassignablePartitionResponse as KReassignablePartitionResponse,
     ReassignableTopicResponse as KReassignableTopicResponse,
+};
+use kafka_protocol::messages::alter_user_scram_credentials_request::AlterUserScramCredentialsRequest as KAlterUserScramCredentialsRequest;
+use kafka_protocol::messages::alter_user_scram_credentials_response::{
+    AlterUserScramCredentialsResponse as KAlterUserScramCredentialsResponse,
+    AlterUserScramCredentialsResult as KAlterUserScramCredentialsResult,
 };
 use kafka_protocol::messages::create_acls_request::{
     AclCreation as KAclCreation, CreateAclsRequest as KCreateAclsRequest,
@@ -64,6 +69,11 @@ use kafka_protocol::messages::describe_configs_request::DescribeConfigsRequest a
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult,
     DescribeConfigsSynonym,
+};
+use kafka_protocol::messages::describe_user_scram_credentials_response::{
+    CredentialInfo as KCredentialInfo,
+    DescribeUserScramCredentialsResponse as KDescribeUserScramCredentialsResponse,
+    DescribeUserScramCredentialsResult as KDescribeUserScramCredentialsResult,
 };
 use kafka_protocol::messages::elect_leaders_request::ElectLeadersRequest as KElectLeadersRequest;
 use kafka_protocol::messages::elect_leaders_response::{
@@ -1310,8 +1320,8 @@ pub fn acl_creation(c: &KAclCreation) -> ctl::AclBinding {
     }
 }
 
-/// A Keel enum value back as Kafka's `int8` code (every ACL enum value fits).
-fn acl_code(v: i32) -> i8 {
+/// A Keel enum value back as Kafka's `int8` code (every ACL and SCRAM enum value fits).
+fn enum_code(v: i32) -> i8 {
     i8::try_from(v).unwrap_or(0)
 }
 
@@ -1333,15 +1343,15 @@ pub fn describe_acls_response(
     let mut resources: Vec<KDescribeAclsResource> = Vec::new();
     for acl in r.acls {
         let key = (
-            acl_code(acl.resource_type),
+            enum_code(acl.resource_type),
             acl.resource_name.as_str(),
-            acl_code(acl.pattern_type),
+            enum_code(acl.pattern_type),
         );
         let description = KAclDescription::default()
             .with_principal(str_bytes(acl.principal.clone()))
             .with_host(str_bytes(acl.host.clone()))
-            .with_operation(acl_code(acl.operation))
-            .with_permission_type(acl_code(acl.permission_type));
+            .with_operation(enum_code(acl.operation))
+            .with_permission_type(enum_code(acl.permission_type));
         match resources.last_mut() {
             Some(last)
                 if (
@@ -1418,13 +1428,13 @@ pub fn delete_acls_response(
                                 .iter()
                                 .map(|acl| {
                                     KDeleteAclsMatchingAcl::default()
-                                        .with_resource_type(acl_code(acl.resource_type))
+                                        .with_resource_type(enum_code(acl.resource_type))
                                         .with_resource_name(str_bytes(acl.resource_name.clone()))
-                                        .with_pattern_type(acl_code(acl.pattern_type))
+                                        .with_pattern_type(enum_code(acl.pattern_type))
                                         .with_principal(str_bytes(acl.principal.clone()))
                                         .with_host(str_bytes(acl.host.clone()))
-                                        .with_operation(acl_code(acl.operation))
-                                        .with_permission_type(acl_code(acl.permission_type))
+                                        .with_operation(enum_code(acl.operation))
+                                        .with_permission_type(enum_code(acl.permission_type))
                                 })
                                 .collect(),
                         ),
@@ -1438,6 +1448,114 @@ pub fn delete_acls_response(
         })
         .collect();
     KDeleteAclsResponse::default().with_filter_results(results)
+}
+
+// ---------------------------------------------------------------------------------------------
+// SCRAM credentials (Kafka: Describe/AlterUserScramCredentials v0, KIP-554)
+// ---------------------------------------------------------------------------------------------
+
+/// Kafka's DescribeUserScramCredentials response: per user its mechanisms (Kafka's codes:
+/// SCRAM-SHA-256 1, SCRAM-SHA-512 2) and iterations, or its error (RESOURCE_NOT_FOUND 91 for
+/// a user without a credential, DUPLICATE_RESOURCE 92 for a user named twice); a whole-request
+/// failure as the top-level error.
+pub fn describe_scram_response(
+    reply: Result<ctl::DescribeUserScramCredentialsReply, Failure>,
+) -> KDescribeUserScramCredentialsResponse {
+    match settled(reply) {
+        Err(f) => KDescribeUserScramCredentialsResponse::default()
+            .with_error_code(f.code)
+            .with_error_message(Some(str_bytes(f.message))),
+        Ok(r) => KDescribeUserScramCredentialsResponse::default().with_results(
+            r.results
+                .iter()
+                .map(|u| {
+                    KDescribeUserScramCredentialsResult::default()
+                        .with_user(str_bytes(u.user.clone()))
+                        .with_error_code(code(u.error.as_ref()))
+                        .with_error_message(message(u.error.as_ref()))
+                        .with_credential_infos(
+                            u.credential_infos
+                                .iter()
+                                .map(|c| {
+                                    KCredentialInfo::default()
+                                        .with_mechanism(enum_code(c.mechanism))
+                                        .with_iterations(c.iterations)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        ),
+    }
+}
+
+/// Keel's AlterUserScramCredentials from Kafka's, field for field (the mechanism codes are
+/// the same numbers; the controller checks names, iterations and lengths).
+pub fn alter_scram_request(
+    req: &KAlterUserScramCredentialsRequest,
+) -> ctl::AlterUserScramCredentialsRequest {
+    ctl::AlterUserScramCredentialsRequest {
+        deletions: req
+            .deletions
+            .iter()
+            .map(|d| ctl::ScramCredentialDeletion {
+                name: d.name.to_string(),
+                mechanism: i32::from(d.mechanism),
+            })
+            .collect(),
+        upsertions: req
+            .upsertions
+            .iter()
+            .map(|u| ctl::ScramCredentialUpsertion {
+                name: u.name.to_string(),
+                mechanism: i32::from(u.mechanism),
+                iterations: u.iterations,
+                salt: u.salt.clone(),
+                salted_password: u.salted_password.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// Kafka's AlterUserScramCredentials response: one result per user (in order of first
+/// appearance, as the controller answers; UNSUPPORTED_SASL_MECHANISM 33,
+/// UNACCEPTABLE_CREDENTIAL 93, DUPLICATE_RESOURCE 92, RESOURCE_NOT_FOUND 91 as it decided),
+/// or the whole request's failure for every user named.
+pub fn alter_scram_response(
+    reply: Result<ctl::AlterUserScramCredentialsReply, Failure>,
+    req: &KAlterUserScramCredentialsRequest,
+) -> KAlterUserScramCredentialsResponse {
+    let results = match settled(reply) {
+        Ok(r) => r
+            .results
+            .iter()
+            .map(|u| {
+                KAlterUserScramCredentialsResult::default()
+                    .with_user(str_bytes(u.user.clone()))
+                    .with_error_code(code(u.error.as_ref()))
+                    .with_error_message(message(u.error.as_ref()))
+            })
+            .collect(),
+        Err(f) => {
+            let mut users: Vec<&str> = Vec::new();
+            let named = req.deletions.iter().map(|d| d.name.as_str());
+            for name in named.chain(req.upsertions.iter().map(|u| u.name.as_str())) {
+                if !users.contains(&name) {
+                    users.push(name);
+                }
+            }
+            users
+                .into_iter()
+                .map(|u| {
+                    KAlterUserScramCredentialsResult::default()
+                        .with_user(str_bytes(u))
+                        .with_error_code(f.code)
+                        .with_error_message(Some(str_bytes(f.message.clone())))
+                })
+                .collect()
+        }
+    };
+    KAlterUserScramCredentialsResponse::default().with_results(results)
 }
 
 #[cfg(test)]

@@ -1294,3 +1294,79 @@ fn created_and_deleted_acls_answer_in_request_order() {
         );
     }
 }
+
+#[test]
+fn scram_credentials_map_field_for_field_and_answer_per_user() {
+    use kafka_protocol::messages::alter_user_scram_credentials_request::{
+        ScramCredentialDeletion, ScramCredentialUpsertion,
+    };
+    let req = KAlterUserScramCredentialsRequest::default()
+        .with_deletions(vec![
+            ScramCredentialDeletion::default()
+                .with_name(s("bob"))
+                .with_mechanism(2),
+        ])
+        .with_upsertions(vec![
+            ScramCredentialUpsertion::default()
+                .with_name(s("alice"))
+                .with_mechanism(1)
+                .with_iterations(8192)
+                .with_salt(Bytes::from_static(b"salt"))
+                .with_salted_password(Bytes::from_static(&[9; 32])),
+            ScramCredentialUpsertion::default()
+                .with_name(s("bob"))
+                .with_mechanism(1)
+                .with_iterations(4096),
+        ]);
+    let forward = alter_scram_request(&req);
+    assert_eq!(forward.deletions[0].name, "bob");
+    assert_eq!(
+        forward.deletions[0].mechanism,
+        keel_proto::metadata::ScramMechanism::ScramSha512 as i32
+    );
+    let a = &forward.upsertions[0];
+    assert_eq!(
+        (a.name.as_str(), a.mechanism, a.iterations),
+        ("alice", 1, 8192)
+    );
+    assert_eq!(a.salt.as_ref(), b"salt");
+    assert_eq!(a.salted_password.as_ref(), &[9; 32]);
+    // A whole-request failure answers each user once, in order of first appearance.
+    let failed = alter_scram_response(
+        Err(Failure::new(
+            ErrorCode::ClusterAuthorizationFailed,
+            "no ALTER",
+        )),
+        &req,
+    );
+    let users: Vec<(&str, i16)> = failed
+        .results
+        .iter()
+        .map(|r| (r.user.as_str(), r.error_code))
+        .collect();
+    assert_eq!(users, vec![("bob", 31), ("alice", 31)]);
+    let described = describe_scram_response(Ok(ctl::DescribeUserScramCredentialsReply {
+        results: vec![
+            ctl::DescribeUserScramCredentialsResult {
+                user: "alice".into(),
+                error: None,
+                credential_infos: vec![ctl::ScramCredentialInfo {
+                    mechanism: 1,
+                    iterations: 8192,
+                }],
+            },
+            ctl::DescribeUserScramCredentialsResult {
+                user: "nobody".into(),
+                error: err(ErrorCode::ResourceNotFound, "no credential"),
+                credential_infos: vec![],
+            },
+        ],
+        ..Default::default()
+    }));
+    for v in range(ApiKey::DescribeUserScramCredentials) {
+        let d = round_trip(&described, v);
+        assert_eq!(d.results[0].credential_infos[0].mechanism, 1);
+        assert_eq!(d.results[0].credential_infos[0].iterations, 8192);
+        assert_eq!(d.results[1].error_code, ErrorCode::ResourceNotFound.code());
+    }
+}
