@@ -303,6 +303,8 @@ pub async fn serve(
             offsets_topic_creation: grpc.offsets_topic_creation.clone(),
             authz: config.authz.clone(),
             caller: config.authz.caller(None),
+            log_dir: config.log_dir.clone(),
+            min_insync_replicas: config.min_insync_replicas,
         };
         let sasl = config.kafka_listener.as_ref().is_some_and(|k| k.sasl);
         tokio::spawn(crate::kafka::serve(

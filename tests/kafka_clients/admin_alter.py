@@ -5,7 +5,8 @@ partitions (replication factor 3), then with confluent-kafka grows it to 4 parti
 for a preferred leader election that is not needed (ElectLeaders, KIP-460), sets
 retention.ms=60000 and reads it back, and is refused a shrink to 2; then with kafka-python
 grows it to 6, sets retention.ms=120000 and reverses partition 0's replicas
-(AlterPartitionReassignments, ListPartitionReassignments; KIP-455). Prints one line per step; exits non-zero on any
+(AlterPartitionReassignments, ListPartitionReassignments; KIP-455), and reads every broker's
+log directory (DescribeLogDirs, KIP-113). Prints one line per step; exits non-zero on any
 error or mismatch.
 Usage: admin_alter.py BOOTSTRAP TOPIC
 """
@@ -103,4 +104,17 @@ while kp.list_partition_reassignments():
         sys.exit(f"still moving: {kp.list_partition_reassignments()}")
     time.sleep(0.2)
 print("kafka-python alter_partition_reassignments reversed partition 0")
+
+# kafka-python's describe_log_dirs (KIP-113): every broker reports the topic's partitions it
+# hosts (replication factor 3 on 3 brokers: all 6 on each).
+dirs = kp.describe_log_dirs(topic_partitions=[topic])
+hosted = []
+for broker in dirs:
+    if len(broker["log_dirs"]) != 1 or broker["log_dirs"][0]["error_code"] != 0:
+        sys.exit(f"describe_log_dirs: {dirs}")
+    hosted.append(sum(len(t["partitions"]) for t in broker["log_dirs"][0]["topics"]
+                      if t["name"] == topic))
+if hosted != [6, 6, 6]:
+    sys.exit(f"describe_log_dirs: {hosted} partitions per broker: {dirs}")
+print("kafka-python describe_log_dirs 6 partitions on each broker")
 kp.close()

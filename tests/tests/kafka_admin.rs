@@ -505,6 +505,7 @@ async fn kafka_admin_alters_partitions_leaders_assignments_and_configs() {
             (ApiKey::DescribeAcls, 1, 3),
             (ApiKey::CreateAcls, 1, 3),
             (ApiKey::DeleteAcls, 1, 3),
+            (ApiKey::DescribeLogDirs, 1, 4),
         ],
     )
     .await;
@@ -735,6 +736,38 @@ async fn kafka_admin_alters_partitions_leaders_assignments_and_configs() {
             .any(|p| p.partition_index == 4 && p.replica_nodes == [BrokerId(2), BrokerId(3)])
     })
     .await;
+
+    // DescribeLogDirs (kafka-log-dirs --describe): broker 3's one directory holds kp's
+    // partitions it hosts, with their sizes, and v4 the file system's space.
+    let dirs: DescribeLogDirsResponse = call(
+        k3,
+        ApiKey::DescribeLogDirs,
+        4,
+        &DescribeLogDirsRequest::default().with_topics(None),
+    )
+    .await;
+    assert_eq!(dirs.error_code, 0, "{dirs:?}");
+    assert_eq!(dirs.results.len(), 1, "{dirs:?}");
+    let dir = &dirs.results[0];
+    assert_eq!(dir.error_code, 0, "{dirs:?}");
+    assert!(dir.total_bytes > 0 && dir.usable_bytes >= 0, "{dirs:?}");
+    let hosted: Vec<i32> = dir
+        .topics
+        .iter()
+        .filter(|t| t.name.0.as_str() == "kp")
+        .flat_map(|t| t.partitions.iter().map(|p| p.partition_index))
+        .collect();
+    let kp = metadata(k3, &["kp"]).await;
+    let mut want: Vec<i32> = kp.topics[0]
+        .partitions
+        .iter()
+        .filter(|p| p.replica_nodes.contains(&BrokerId(3)))
+        .map(|p| p.partition_index)
+        .collect();
+    let mut hosted_sorted = hosted.clone();
+    hosted_sorted.sort();
+    want.sort();
+    assert_eq!(hosted_sorted, want, "{dirs:?}");
 
     // The ACL APIs on a cluster without an authorizer: SECURITY_DISABLED (54), as Kafka
     // answers without one.

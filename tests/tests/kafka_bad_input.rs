@@ -355,6 +355,7 @@ async fn kafka_unsupported_versions_get_kafka_errors() {
             (ApiKey::CreateAcls as i16, 1, 3),
             (ApiKey::DeleteAcls as i16, 1, 3),
             (ApiKey::DescribeConfigs as i16, 1, 4),
+            (ApiKey::DescribeLogDirs as i16, 1, 4),
             (ApiKey::SaslAuthenticate as i16, 0, 2),
             (ApiKey::CreatePartitions as i16, 0, 3),
             (ApiKey::DeleteGroups as i16, 0, 2),

@@ -252,6 +252,7 @@ async fn kafka_clients_alter_partitions_leaders_assignments_and_configs() {
             "kafka-python create_partitions 6",
             "kafka-python alter_configs retention.ms=120000",
             "kafka-python alter_partition_reassignments reversed partition 0",
+            "kafka-python describe_log_dirs 6 partitions on each broker",
         ],
         "{out}"
     );

@@ -3,7 +3,7 @@
 //! `ForwardingManager`): CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster,
 //! CreatePartitions, IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments,
 //! ListPartitionReassignments, DescribeAcls, CreateAcls, DeleteAcls,
-//! Describe/AlterUserScramCredentials. This
+//! Describe/AlterUserScramCredentials; DescribeLogDirs, which the broker answers itself. This
 //! file only sends; what is sent and how the answer reads is in [`super::convert::admin`].
 //!
 //! Waiting: each call follows the active controller like the broker's other controller
@@ -44,6 +44,7 @@ use kafka_protocol::messages::{
     DescribeConfigsRequest, DescribeConfigsResponse, IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 };
+use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse};
 use keel_proto::controller as ctl;
 
 /// The bound of an operation with Kafka's `timeout_ms`: positive = that many ms, else none
@@ -472,6 +473,44 @@ pub async fn alter_user_scram_credentials(
     )
     .await;
     conv::alter_scram_response(reply, req)
+}
+
+/// DescribeLogDirs (v1-4, KIP-113; `kafka-log-dirs --describe`), answered by this broker from
+/// its own replicas (not forwarded): its one log directory with each hosted partition's size,
+/// and (v4) the file system's total and usable bytes. DESCRIBE on the cluster (Kafka:
+/// `KafkaApis.handleDescribeLogDirsRequest`; not authorized = CLUSTER_AUTHORIZATION_FAILED,
+/// v3+ at the top level).
+pub fn describe_log_dirs(
+    ctx: &KafkaContext,
+    req: &DescribeLogDirsRequest,
+    version: i16,
+) -> DescribeLogDirsResponse {
+    if let Err(d) = on_cluster(ctx, keel_metadata_log::acl::Operation::Describe) {
+        return conv::describe_log_dirs_refused(denied(d), version);
+    }
+    let image = ctx.images.borrow().clone();
+    let epoch = ctx.status.borrow().broker_epoch;
+    let replicas = match conv::log_dirs_request(req) {
+        None => Default::default(),
+        Some(asked) => {
+            let mut replicas = crate::metadata::describe::describe_replicas_reply(
+                &image,
+                &asked,
+                ctx.broker_id,
+                epoch,
+                ctx.min_insync_replicas,
+            );
+            ctx.replicas.fill_describe_replicas(&mut replicas);
+            replicas
+        }
+    };
+    let space = rustix::fs::statvfs(&ctx.log_dir)
+        .ok()
+        .map(|s| conv::DirSpace {
+            total_bytes: s.f_blocks.saturating_mul(s.f_frsize),
+            usable_bytes: s.f_bavail.saturating_mul(s.f_frsize),
+        });
+    conv::describe_log_dirs_response(&ctx.log_dir.display().to_string(), &replicas, space)
 }
 
 /// DescribeCluster (v0-2), see [`conv::describe_cluster_response`].

@@ -425,6 +425,12 @@ async fn handle(
                 admin::alter_user_scram_credentials(ctx, &req).await,
             )
         }
+        ApiKey::DescribeLogDirs => {
+            let req = decode::<kafka_protocol::messages::DescribeLogDirsRequest>(
+                &mut body, key, version,
+            )?;
+            ResponseKind::DescribeLogDirs(admin::describe_log_dirs(ctx, &req, version))
+        }
         ApiKey::IncrementalAlterConfigs => {
             let req = decode::<IncrementalAlterConfigsRequest>(&mut body, key, version)?;
             ResponseKind::IncrementalAlterConfigs(admin::incremental_alter_configs(ctx, &req).await)

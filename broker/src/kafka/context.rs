@@ -45,6 +45,11 @@ pub struct KafkaContext {
     pub authz: Authz,
     /// The connection's caller (set per connection by [`KafkaContext::for_peer`]).
     pub caller: Caller,
+    /// The broker's log directory (`log_dirs`; DescribeLogDirs reports it and its space).
+    pub log_dir: std::path::PathBuf,
+    /// The broker's `min_insync_replicas` (the replica descriptions DescribeLogDirs reads
+    /// carry it).
+    pub min_insync_replicas: u32,
 }
 
 impl KafkaContext {

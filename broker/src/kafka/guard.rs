@@ -589,6 +589,12 @@ const ALTER_USER_SCRAM_CREDENTIALS: &[Field] = &[
     f("upsertions", Structs(SCRAM_UPSERTION), ALL),
 ];
 
+// DescribeLogDirsRequest.json (KIP-113; v0 is not served, as in Kafka 4): v2 is the first
+// flexible version.
+const DESCRIBABLE_LOG_DIR_TOPIC: &[Field] = &[f("topic", Str, ALL), f("partitions", INT32S, ALL)];
+const DESCRIBE_LOG_DIRS: &[Field] =
+    &[f("topics", Structs(DESCRIBABLE_LOG_DIR_TOPIC), ALL).nullable(ALL)];
+
 // FindCoordinatorRequest.json: v1 adds KeyType, v3 is the first flexible version, v4
 // replaces Key by CoordinatorKeys (KIP-699, batched lookups).
 const FIND_COORDINATOR: &[Field] = &[
@@ -780,6 +786,13 @@ pub static APIS: &[Api] = &[
     ),
     api(43, "ElectLeadersRequest", range(0, 2), 2, ELECT_LEADERS),
     api(29, "DescribeAclsRequest", range(1, 3), 2, ACL_FILTER),
+    api(
+        35,
+        "DescribeLogDirsRequest",
+        range(1, 4),
+        2,
+        DESCRIBE_LOG_DIRS,
+    ),
     api(
         50,
         "DescribeUserScramCredentialsRequest",
@@ -1155,6 +1168,7 @@ impl<'a> Walker<'a> {
 mod tests {
     use super::*;
     use bytes::{Buf, Bytes as Blob};
+    use kafka_protocol::messages::DescribeLogDirsRequest;
     use kafka_protocol::messages::alter_partition_reassignments_request::{
         ReassignablePartition, ReassignableTopic,
     };
@@ -1171,6 +1185,7 @@ mod tests {
     use kafka_protocol::messages::delete_acls_request::DeleteAclsFilter;
     use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
     use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
     use kafka_protocol::messages::describe_user_scram_credentials_request::UserName as ScramUserName;
     use kafka_protocol::messages::elect_leaders_request::TopicPartitions as ElectTopicPartitions;
     use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
@@ -1704,6 +1719,20 @@ mod tests {
         req
     }
 
+    fn describe_log_dirs(v: i16, rich: bool) -> DescribeLogDirsRequest {
+        let mut req = DescribeLogDirsRequest::default().with_topics(rich.then(|| {
+            vec![
+                DescribableLogDirTopic::default()
+                    .with_topic(topic("orders"))
+                    .with_partitions(vec![0, 1]),
+            ]
+        }));
+        if v >= 2 && rich {
+            req = req.with_unknown_tagged_field(2, blob());
+        }
+        req
+    }
+
     fn describe_cluster(v: i16, rich: bool) -> DescribeClusterRequest {
         let mut req =
             DescribeClusterRequest::default().with_include_cluster_authorized_operations(rich);
@@ -2005,6 +2034,7 @@ mod tests {
             44 => encode(&incremental_alter_configs(v, rich), v),
             43 => encode(&elect_leaders(v, rich), v),
             29 => encode(&describe_acls(v, rich), v),
+            35 => encode(&describe_log_dirs(v, rich), v),
             50 => encode(&describe_user_scram_credentials(rich), v),
             51 => encode(&alter_user_scram_credentials(rich), v),
             30 => encode(&create_acls(v, rich), v),
@@ -2059,6 +2089,7 @@ mod tests {
             44 => decode_as::<IncrementalAlterConfigsRequest>(v, body),
             43 => decode_as::<ElectLeadersRequest>(v, body),
             29 => decode_as::<DescribeAclsRequest>(v, body),
+            35 => decode_as::<DescribeLogDirsRequest>(v, body),
             50 => decode_as::<DescribeUserScramCredentialsRequest>(v, body),
             51 => decode_as::<AlterUserScramCredentialsRequest>(v, body),
             30 => decode_as::<CreateAclsRequest>(v, body),
@@ -2102,6 +2133,7 @@ mod tests {
             44 => m::<IncrementalAlterConfigsRequest>(),
             43 => m::<ElectLeadersRequest>(),
             29 => m::<DescribeAclsRequest>(),
+            35 => m::<DescribeLogDirsRequest>(),
             50 => m::<DescribeUserScramCredentialsRequest>(),
             51 => m::<AlterUserScramCredentialsRequest>(),
             30 => m::<CreateAclsRequest>(),
@@ -2188,6 +2220,7 @@ mod tests {
             (37, 0, 3),
             (43, 0, 2),
             (29, 1, 3),
+            (35, 1, 4),
             (50, 0, 0),
             (51, 0, 0),
             (30, 1, 3),
@@ -2250,11 +2283,11 @@ mod tests {
             assert_eq!(again.as_ref(), Ok(&s.body), "{what}: re-encoding differs");
             count += 1;
         }
-        // 163 api versions (75 + 61 of the consumer-group APIs + 5 of SASL + 4 of
+        // 167 api versions (75 + 61 of the consumer-group APIs + 5 of SASL + 4 of
         // CreatePartitions + 3 of ElectLeaders + 2 of IncrementalAlterConfigs + 1 each of
         // Alter/ListPartitionReassignments + 3 each of Describe/Create/DeleteAcls + 1 each of
-        // Describe/AlterUserScramCredentials), rich and sparse.
-        assert_eq!(count, 2 * 163);
+        // Describe/AlterUserScramCredentials + 4 of DescribeLogDirs), rich and sparse.
+        assert_eq!(count, 2 * 167);
     }
 
     #[test]

@@ -65,6 +65,7 @@ pub const SERVED: &[Served] = &[
     api(ApiKey::CreateAcls, 1, 3),
     api(ApiKey::DeleteAcls, 1, 3),
     api(ApiKey::DescribeConfigs, 1, 4),
+    api(ApiKey::DescribeLogDirs, 1, 4),
     api(ApiKey::SaslAuthenticate, 0, 2),
     api(ApiKey::CreatePartitions, 0, 3),
     api(ApiKey::DeleteGroups, 0, 2),
@@ -132,6 +133,7 @@ mod tests {
                 ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
                 ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS,
                 ApiKey::DescribeAcls => DescribeAclsRequest::VERSIONS,
+                ApiKey::DescribeLogDirs => DescribeLogDirsRequest::VERSIONS,
                 ApiKey::DescribeUserScramCredentials => {
                     DescribeUserScramCredentialsRequest::VERSIONS
                 }

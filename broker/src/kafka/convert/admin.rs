@@ -70,6 +70,12 @@ use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResponse, DescribeConfigsResult,
     DescribeConfigsSynonym,
 };
+use kafka_protocol::messages::describe_log_dirs_request::DescribeLogDirsRequest as KDescribeLogDirsRequest;
+use kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition as KDescribeLogDirsPartition,
+    DescribeLogDirsResponse as KDescribeLogDirsResponse,
+    DescribeLogDirsResult as KDescribeLogDirsResult, DescribeLogDirsTopic as KDescribeLogDirsTopic,
+};
 use kafka_protocol::messages::describe_user_scram_credentials_response::{
     CredentialInfo as KCredentialInfo,
     DescribeUserScramCredentialsResponse as KDescribeUserScramCredentialsResponse,
@@ -1556,6 +1562,98 @@ pub fn alter_scram_response(
         }
     };
     KAlterUserScramCredentialsResponse::default().with_results(results)
+}
+
+// ---------------------------------------------------------------------------------------------
+// DescribeLogDirs (Kafka: DescribeLogDirsRequest/Response v1-4, KIP-113, KIP-827)
+// ---------------------------------------------------------------------------------------------
+
+/// The space of a log directory's file system, bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DirSpace {
+    /// Size of the file system.
+    pub total_bytes: u64,
+    /// Bytes an unprivileged writer may still use.
+    pub usable_bytes: u64,
+}
+
+/// The replica descriptions DescribeLogDirs is built from: null topics = every hosted
+/// partition (Keel's empty list); a topic listed with no partitions asks for none, as in
+/// Kafka, so it is left out; `None` when nothing is left to ask (the directory is then listed
+/// without partitions).
+pub fn log_dirs_request(
+    req: &KDescribeLogDirsRequest,
+) -> Option<keel_proto::broker::DescribeReplicasRequest> {
+    use keel_proto::broker::{DescribeReplicasRequest, DescribeReplicasTopic};
+    let Some(topics) = &req.topics else {
+        return Some(DescribeReplicasRequest::default());
+    };
+    let topics: Vec<DescribeReplicasTopic> = topics
+        .iter()
+        .filter(|t| !t.partitions.is_empty())
+        .map(|t| DescribeReplicasTopic {
+            name: t.topic.0.to_string(),
+            partitions: t.partitions.clone(),
+        })
+        .collect();
+    (!topics.is_empty()).then_some(DescribeReplicasRequest {
+        topics,
+        include_image_digest: false,
+    })
+}
+
+/// Kafka's DescribeLogDirs response for this broker's one log directory `dir`: each hosted
+/// partition of `replicas` (those with an error are left out, as Kafka lists only what the
+/// directory holds) grouped by topic in name order, with its size and an offset lag of 0 (Keel has no
+/// future replicas, KIP-113's moves between directories); KAFKA_STORAGE_ERROR (56) for the
+/// directory when any of its partitions reports it. `space` fills v4's total and usable bytes
+/// (-1 when unknown).
+pub fn describe_log_dirs_response(
+    dir: &str,
+    replicas: &keel_proto::broker::DescribeReplicasReply,
+    space: Option<DirSpace>,
+) -> KDescribeLogDirsResponse {
+    let storage_error = replicas
+        .partitions
+        .iter()
+        .any(|p| code(p.error.as_ref()) == ErrorCode::KafkaStorageError.code());
+    let mut by_topic: std::collections::BTreeMap<&str, Vec<KDescribeLogDirsPartition>> =
+        Default::default();
+    for p in replicas.partitions.iter().filter(|p| p.error.is_none()) {
+        by_topic.entry(p.topic.as_str()).or_default().push(
+            KDescribeLogDirsPartition::default()
+                .with_partition_index(p.partition)
+                .with_partition_size(p.size_bytes.max(0))
+                .with_offset_lag(0)
+                .with_is_future_key(false),
+        );
+    }
+    let topics: Vec<KDescribeLogDirsTopic> = by_topic
+        .into_iter()
+        .map(|(name, partitions)| {
+            KDescribeLogDirsTopic::default()
+                .with_name(topic_name(name))
+                .with_partitions(partitions)
+        })
+        .collect();
+    let bytes = |v: Option<u64>| v.map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX));
+    let result = KDescribeLogDirsResult::default()
+        .with_error_code(if storage_error {
+            ErrorCode::KafkaStorageError.code()
+        } else {
+            0
+        })
+        .with_log_dir(str_bytes(dir))
+        .with_topics(if storage_error { Vec::new() } else { topics })
+        .with_total_bytes(bytes(space.map(|s| s.total_bytes)))
+        .with_usable_bytes(bytes(space.map(|s| s.usable_bytes)));
+    KDescribeLogDirsResponse::default().with_results(vec![result])
+}
+
+/// DescribeLogDirs refused as a whole (`failure`): the top-level error from v3, and no
+/// directories (Kafka answers an unauthorized request with an empty result list).
+pub fn describe_log_dirs_refused(failure: Failure, version: i16) -> KDescribeLogDirsResponse {
+    KDescribeLogDirsResponse::default().with_error_code(if version >= 3 { failure.code } else { 0 })
 }
 
 #[cfg(test)]

@@ -1370,3 +1370,87 @@ fn scram_credentials_map_field_for_field_and_answer_per_user() {
         assert_eq!(d.results[1].error_code, ErrorCode::ResourceNotFound.code());
     }
 }
+
+#[test]
+fn log_dirs_list_hosted_partitions_by_topic_with_sizes_and_space() {
+    use keel_proto::broker::{DescribeReplicasReply, ReplicaDescription};
+    let replica = |topic: &str, partition: i32, size: i64, error| ReplicaDescription {
+        topic: topic.into(),
+        partition,
+        size_bytes: size,
+        error,
+        ..Default::default()
+    };
+    let replicas = DescribeReplicasReply {
+        partitions: vec![
+            replica("b", 0, 10, None),
+            replica("a", 1, 2048, None),
+            replica("a", 0, 0, None),
+            replica(
+                "gone",
+                0,
+                -1,
+                err(ErrorCode::UnknownTopicOrPartition, "not here"),
+            ),
+        ],
+        ..Default::default()
+    };
+    let space = Some(DirSpace {
+        total_bytes: 1 << 30,
+        usable_bytes: 1 << 29,
+    });
+    for v in range(ApiKey::DescribeLogDirs) {
+        let resp = round_trip(&describe_log_dirs_response("/d", &replicas, space), v);
+        let dir = &resp.results[0];
+        assert_eq!((dir.error_code, dir.log_dir.as_str()), (0, "/d"));
+        let got: Vec<(&str, i32, i64)> = dir
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(move |p| (t.name.0.as_str(), p.partition_index, p.partition_size))
+            })
+            .collect();
+        assert_eq!(got, vec![("a", 1, 2048), ("a", 0, 0), ("b", 0, 10)], "v{v}");
+        if v >= 4 {
+            assert_eq!((dir.total_bytes, dir.usable_bytes), (1 << 30, 1 << 29));
+        }
+    }
+    let failed = DescribeReplicasReply {
+        partitions: vec![replica(
+            "a",
+            0,
+            -1,
+            err(ErrorCode::KafkaStorageError, "offline"),
+        )],
+        ..Default::default()
+    };
+    let resp = describe_log_dirs_response("/d", &failed, None);
+    assert_eq!(
+        resp.results[0].error_code,
+        ErrorCode::KafkaStorageError.code()
+    );
+    assert_eq!(resp.results[0].total_bytes, -1);
+    // Null topics ask for everything; a topic with no partitions for none.
+    use kafka_protocol::messages::describe_log_dirs_request::DescribableLogDirTopic;
+    assert!(
+        log_dirs_request(&KDescribeLogDirsRequest::default().with_topics(None))
+            .unwrap()
+            .topics
+            .is_empty()
+    );
+    let none = KDescribeLogDirsRequest::default().with_topics(Some(vec![
+        DescribableLogDirTopic::default().with_topic(name("a")),
+    ]));
+    assert_eq!(log_dirs_request(&none), None);
+    let refused = describe_log_dirs_refused(
+        Failure::new(ErrorCode::ClusterAuthorizationFailed, "no DESCRIBE"),
+        4,
+    );
+    assert_eq!(
+        refused.error_code,
+        ErrorCode::ClusterAuthorizationFailed.code()
+    );
+    assert!(refused.results.is_empty());
+}
