@@ -639,6 +639,19 @@ async fn stream_committed(
     }
 }
 
+/// The end of a NOT_CONTROLLER message: which controller to ask, or that none is known yet
+/// (an election, or no quorum): `ask node 2 at 127.0.0.1:9094` / `no active controller is
+/// known (election in progress, or no quorum)`.
+pub fn whom_to_ask(hint: &ControllerLeader) -> String {
+    if hint.leader_id < 0 {
+        "no active controller is known (election in progress, or no quorum)".to_string()
+    } else if hint.leader_address.is_empty() {
+        format!("ask node {}", hint.leader_id)
+    } else {
+        format!("ask node {} at {}", hint.leader_id, hint.leader_address)
+    }
+}
+
 /// `DescribeQuorum`: leader, term, commit index and per-voter replication progress. Only the
 /// leader knows follower progress; other nodes answer NOT_CONTROLLER with a hint.
 pub fn describe_quorum(
@@ -665,8 +678,9 @@ pub fn describe_quorum(
     };
     let Some(replication) = m.replication.as_ref().filter(|_| node.is_active()) else {
         reply.error = Some(ErrorCode::NotController.to_proto(format!(
-            "node {} is not the active controller; ask node {}",
-            node.node_id, hint.leader_id
+            "node {} is not the active controller; {}",
+            node.node_id,
+            crate::reads::whom_to_ask(&hint)
         )));
         return reply;
     };

@@ -512,8 +512,9 @@ impl ControllerGrpc {
         }
         let hint = reads::leader_hint(&self.node);
         Err(ErrorCode::NotController.to_proto(format!(
-            "node {} is not the active controller; ask node {}",
-            self.node.node_id, hint.leader_id
+            "node {} is not the active controller; {}",
+            self.node.node_id,
+            reads::whom_to_ask(&hint)
         )))
     }
 

@@ -560,6 +560,11 @@ impl Admin {
                     uncertain = Some(detail.clone());
                     errors.note(&addr, detail);
                     self.set_active(Some(leader.clone()));
+                    // Named active just now by a probe: asked at once even when it was asked
+                    // earlier in this round (then it was not active yet). Each such step
+                    // waited on a silent controller for a probe interval at least.
+                    tried.remove(&leader);
+                    down.remove(&leader);
                     next = Some(leader);
                 }
                 Step::Unusable(detail) => {

@@ -70,8 +70,9 @@ impl Admin {
     /// Resolves, with `(by, leader)` as [`verdict`] gives them, once `awaited` has answered
     /// nothing to a probe while another controller names a different active controller;
     /// never otherwise. Probes every bootstrap controller and the known active one, the
-    /// awaited one included, over the cached channels (or new ones), in rounds `interval`
-    /// apart (with ±20 % jitter), the first half an `interval` after the call. The caller bounds it
+    /// awaited one included, over the cached channels (or new ones), in rounds starting
+    /// `interval` apart (with ±20 % jitter), the first half an `interval` after the call; each
+    /// answer is judged as it arrives, with the awaited controller's last finished probe. The caller bounds it
     /// (it races the attempt's own timeout).
     pub(super) async fn scout(&self, awaited: &str, interval: Duration) -> (String, String) {
         let mut targets: Vec<String> = vec![awaited.to_string()];
@@ -91,12 +92,19 @@ impl Admin {
         // the attempts).
         let mut opened: Vec<(String, Channel)> = Vec::new();
         let mut round: u32 = 0;
+        // What the awaited controller's last finished probe found (`None` before the first):
+        // a later round decides as soon as another controller names a new active one, without
+        // waiting for the awaited one's probe of that round to time out again (a paused
+        // active controller's successor is named about 1.2 s after the pause; waiting for
+        // each round's own timeout cost a second, seen by the fresh-user trial).
+        let mut awaited_last: Option<Probe> = None;
+        // Rounds start `interval` apart (with jitter), however long the previous one took;
+        // the first after half an interval.
+        let mut next_round = Instant::now() + pace.next(round) / 2;
         loop {
-            // The first round after half an interval: the wait on a paused controller is
-            // then about 1.5 intervals (the round, and its probe timing out).
-            let pause = pace.next(round);
-            tokio::time::sleep(if round == 0 { pause / 2 } else { pause }).await;
+            tokio::time::sleep_until(next_round.into()).await;
             round = round.saturating_add(1);
+            next_round = Instant::now() + pace.next(round);
             let mut probes = JoinSet::new();
             for (i, addr) in targets.iter().enumerate() {
                 let channel = self
@@ -119,7 +127,7 @@ impl Admin {
                     (i, addr, probe, channel)
                 });
             }
-            let mut found: Vec<(usize, String, Probe)> = Vec::with_capacity(targets.len());
+            let mut others: Vec<(usize, String, Probe)> = Vec::with_capacity(targets.len());
             while let Some(done) = probes.join_next().await {
                 let Ok((i, addr, probe, channel)) = done else {
                     continue;
@@ -129,12 +137,22 @@ impl Admin {
                 {
                     opened.push((addr.clone(), c));
                 }
-                found.push((i, addr, probe));
-            }
-            found.sort_by_key(|(i, _, _)| *i);
-            let found: Vec<(String, Probe)> = found.into_iter().map(|(_, a, p)| (a, p)).collect();
-            if let Some(v) = verdict(awaited, &found) {
-                return v;
+                if addr == awaited {
+                    awaited_last = Some(probe);
+                } else {
+                    others.push((i, addr, probe));
+                    others.sort_by_key(|(i, _, _)| *i);
+                }
+                let Some(awaited_probe) = &awaited_last else {
+                    continue;
+                };
+                let known: Vec<(String, Probe)> =
+                    std::iter::once((awaited.to_string(), awaited_probe.clone()))
+                        .chain(others.iter().map(|(_, a, p)| (a.clone(), p.clone())))
+                        .collect();
+                if let Some(v) = verdict(awaited, &known) {
+                    return v;
+                }
             }
         }
     }

@@ -632,3 +632,40 @@ async fn a_slow_controller_that_answers_probes_is_waited_for() {
     assert!(started.elapsed() >= Duration::from_millis(2500));
     assert_eq!(l.calls(), 1);
 }
+
+/// The paused controller is the active one: the others still name it until they elect a
+/// successor (here 1.2 s after the pause, as measured on a real quorum). The attempt is given
+/// up once a probe names the successor, without waiting out another probe timeout of the
+/// paused one (the scout remembers it was silent), and the successor is asked at once.
+#[tokio::test]
+async fn a_paused_active_controller_is_left_once_its_successor_is_named() {
+    let (_held, p) = paused().await;
+    let (f, f_addr) = fake(Role::Follower(Some((1, p.clone()))), None).await;
+    let (n, n_addr) = fake(Role::Follower(Some((1, p.clone()))), None).await;
+    let elect = {
+        let (f, n, n_addr) = (f.clone(), n.clone(), n_addr.clone());
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            n.set(Role::Leader {
+                id: 3,
+                addr: n_addr.clone(),
+                exists: false,
+            });
+            f.set(Role::Follower(Some((3, n_addr))));
+        })
+    };
+    let mut cfg = AdminConfig::new(vec![f_addr, p.clone(), n_addr.clone()]);
+    cfg.api_timeout = Duration::from_secs(30);
+    let admin = Admin::new(cfg).unwrap();
+    let started = Instant::now();
+    let created = admin.create_topic(topic("t")).await.unwrap();
+    let took = started.elapsed();
+    elect.await.unwrap();
+    assert_eq!(created.name, "t");
+    // Named at about 1.5 s (the second probe round); waiting for the paused controller's
+    // probe to time out again would make it 2.5 s at least.
+    assert!(took >= Duration::from_millis(1200), "{took:?}");
+    assert!(took < Duration::from_millis(2400), "{took:?}");
+    assert_eq!(n.calls(), 1);
+    assert_eq!(admin.active_controller(), Some(n_addr));
+}

@@ -29,6 +29,13 @@ pub struct PartitionRow {
     pub leader_recovery_state: String,
     /// Replicas on fenced or unregistered brokers.
     pub offline_replicas: Vec<i32>,
+    /// Replicas a reassignment in progress adds (KIP-455; empty when none moves; left out of
+    /// the JSON then).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub adding_replicas: Vec<i32>,
+    /// Replicas a reassignment in progress removes (likewise).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub removing_replicas: Vec<i32>,
     /// The leader's high watermark, when the leader broker answered DescribeReplicas.
     pub high_watermark: Option<i64>,
     /// The `min.insync.replicas` the leader enforces (topic override, else the cluster
@@ -106,6 +113,8 @@ pub fn describe_topic(image: &MetadataImage, topic: &TopicImage) -> TopicDescrip
                 LeaderRecoveryState::Recovering => "RECOVERING".into(),
             },
             offline_replicas: p.replicas.iter().copied().filter(|b| offline(b)).collect(),
+            adding_replicas: p.adding_replicas.clone(),
+            removing_replicas: p.removing_replicas.clone(),
             high_watermark: None,
             min_insync_replicas: None,
         })
@@ -177,6 +186,14 @@ pub fn describe_text(topics: &[TopicDescription], filtered: bool) -> String {
                 p.partition_epoch,
                 hw
             ));
+            // kafka-topics --describe's columns of a partition being moved (KIP-455).
+            if !p.adding_replicas.is_empty() || !p.removing_replicas.is_empty() {
+                out.push_str(&format!(
+                    "\tAdding Replicas: {}\tRemoving Replicas: {}",
+                    ids(&p.adding_replicas),
+                    ids(&p.removing_replicas)
+                ));
+            }
             if !p.offline_replicas.is_empty() {
                 out.push_str(&format!("\tOffline: {}", ids(&p.offline_replicas)));
             }
@@ -225,6 +242,8 @@ mod tests {
             partition_epoch: 5,
             leader_recovery_state: "RECOVERED".into(),
             offline_replicas: vec![],
+            adding_replicas: vec![],
+            removing_replicas: vec![],
             high_watermark: None,
             min_insync_replicas: None,
         }
@@ -247,12 +266,19 @@ mod tests {
         let mut p1 = row(1, -1, &[2, 3, 1], &[2]);
         p1.offline_replicas = vec![2, 3];
         p1.high_watermark = Some(42);
-        let text = describe_text(&[topic(vec![row(0, 1, &[1, 2, 3], &[1, 2]), p1])], false);
+        let mut p2 = row(2, 4, &[4, 1, 2], &[1, 2, 4]);
+        p2.adding_replicas = vec![4];
+        p2.removing_replicas = vec![2];
+        let text = describe_text(
+            &[topic(vec![row(0, 1, &[1, 2, 3], &[1, 2]), p1, p2])],
+            false,
+        );
         assert_eq!(
             text,
-            "Topic: orders\tTopicId: 00000000-0000-0000-0000-000000000001\tPartitionCount: 2\tReplicationFactor: 3\tConfigs: min.insync.replicas=2\n\
+            "Topic: orders\tTopicId: 00000000-0000-0000-0000-000000000001\tPartitionCount: 3\tReplicationFactor: 3\tConfigs: min.insync.replicas=2\n\
              \tTopic: orders\tPartition: 0\tLeader: 1\tReplicas: 1,2,3\tIsr: 1,2\tLeaderEpoch: 2\tPartitionEpoch: 5\tHW: -\n\
-             \tTopic: orders\tPartition: 1\tLeader: none\tReplicas: 2,3,1\tIsr: 2\tLeaderEpoch: 2\tPartitionEpoch: 5\tHW: 42\tOffline: 2,3\n"
+             \tTopic: orders\tPartition: 1\tLeader: none\tReplicas: 2,3,1\tIsr: 2\tLeaderEpoch: 2\tPartitionEpoch: 5\tHW: 42\tOffline: 2,3\n\
+             \tTopic: orders\tPartition: 2\tLeader: 4\tReplicas: 4,1,2\tIsr: 1,2,4\tLeaderEpoch: 2\tPartitionEpoch: 5\tHW: -\tAdding Replicas: 4\tRemoving Replicas: 2\n"
         );
     }
 
