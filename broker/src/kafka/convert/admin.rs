@@ -138,6 +138,40 @@ fn settled<R: crate::lifecycle::ControllerReply>(reply: Result<R, Failure>) -> R
     })
 }
 
+/// Item `item` of a reply answered per item (a topic, a config resource, an ACL, a filter):
+/// the whole request's failure, the item's result when the reply has it, else
+/// UNKNOWN_SERVER_ERROR saying the reply has no result for this `what`.
+fn per_item<'a, R, T>(
+    reply: &'a Result<R, Failure>,
+    item: impl FnOnce(&'a R) -> Option<&'a T>,
+    what: &str,
+) -> Result<&'a T, Failure> {
+    match reply {
+        Err(f) => Err(f.clone()),
+        Ok(r) => item(r).ok_or_else(|| {
+            Failure::new(
+                ErrorCode::UnknownServerError,
+                format!("the controller's reply has no result for this {what}"),
+            )
+        }),
+    }
+}
+
+/// Kafka's error code and message of an item's outcome ([`per_item`]): its own error (a null
+/// message on success, taken by `error`), or the failure.
+fn item_error<T>(
+    outcome: Result<&T, Failure>,
+    error: impl FnOnce(&T) -> Option<&keel_proto::common::Error>,
+) -> (i16, Option<StrBytes>) {
+    match outcome {
+        Ok(x) => {
+            let e = error(x);
+            (code(e), message(e))
+        }
+        Err(f) => (f.code, Some(str_bytes(f.message))),
+    }
+}
+
 /// The request-level error of a controller reply, if it failed as a whole.
 fn request_error(e: Option<&keel_proto::common::Error>) -> Option<Failure> {
     e.filter(|e| e.code != 0).map(|e| Failure {
@@ -913,22 +947,16 @@ pub fn create_partitions_response(
         .iter()
         .enumerate()
         .map(|(i, t)| {
-            let result = KCreatePartitionsTopicResult::default().with_name(t.name.clone());
-            match &reply {
-                Err(f) => result
-                    .with_error_code(f.code)
-                    .with_error_message(Some(str_bytes(f.message.clone()))),
-                Ok(r) => match r.results.get(i).filter(|x| x.name == t.name.0.as_str()) {
-                    Some(x) => result
-                        .with_error_code(code(x.error.as_ref()))
-                        .with_error_message(message(x.error.as_ref())),
-                    None => result
-                        .with_error_code(ErrorCode::UnknownServerError.code())
-                        .with_error_message(Some(str_bytes(
-                            "the controller's reply has no result for this topic",
-                        ))),
-                },
-            }
+            let outcome = per_item(
+                &reply,
+                |r| r.results.get(i).filter(|x| x.name == t.name.0.as_str()),
+                "topic",
+            );
+            let (error_code, error_message) = item_error(outcome, |x| x.error.as_ref());
+            KCreatePartitionsTopicResult::default()
+                .with_name(t.name.clone())
+                .with_error_code(error_code)
+                .with_error_message(error_message)
         })
         .collect();
     KCreatePartitionsResponse::default().with_results(results)
@@ -1025,28 +1053,17 @@ pub fn alter_configs_response(
         .iter()
         .zip(&plan.slots)
         .map(|(asked, slot)| {
-            let response = KAlterConfigsResourceResponse::default()
-                .with_resource_type(asked.resource_type)
-                .with_resource_name(asked.resource_name.clone());
-            let failed = |f: &Failure| {
-                response
-                    .clone()
-                    .with_error_code(f.code)
-                    .with_error_message(Some(str_bytes(f.message.clone())))
+            let (error_code, error_message) = match slot {
+                Err(f) => (f.code, Some(str_bytes(f.message.clone()))),
+                Ok(i) => item_error(per_item(&reply, |r| r.results.get(*i), "resource"), |x| {
+                    x.error.as_ref()
+                }),
             };
-            match (slot, &reply) {
-                (Err(f), _) | (Ok(_), Err(f)) => failed(f),
-                (Ok(i), Ok(r)) => match r.results.get(*i) {
-                    Some(x) => response
-                        .clone()
-                        .with_error_code(code(x.error.as_ref()))
-                        .with_error_message(message(x.error.as_ref())),
-                    None => failed(&Failure::new(
-                        ErrorCode::UnknownServerError,
-                        "the controller's reply has no result for this resource",
-                    )),
-                },
-            }
+            KAlterConfigsResourceResponse::default()
+                .with_resource_type(asked.resource_type)
+                .with_resource_name(asked.resource_name.clone())
+                .with_error_code(error_code)
+                .with_error_message(error_message)
         })
         .collect();
     KIncrementalAlterConfigsResponse::default().with_responses(responses)
@@ -1390,21 +1407,13 @@ pub fn create_acls_response(
     let reply = settled(reply);
     let results = (0..req.creations.len())
         .map(|i| {
-            let (code_, message_) = match &reply {
-                Err(f) => (f.code, Some(str_bytes(f.message.clone()))),
-                Ok(r) => match r.results.get(i) {
-                    Some(x) => (code(x.error.as_ref()), message(x.error.as_ref())),
-                    None => (
-                        ErrorCode::UnknownServerError.code(),
-                        Some(str_bytes(
-                            "the controller's reply has no result for this ACL",
-                        )),
-                    ),
-                },
-            };
+            let (error_code, error_message) =
+                item_error(per_item(&reply, |r| r.results.get(i), "ACL"), |x| {
+                    x.error.as_ref()
+                });
             KAclCreationResult::default()
-                .with_error_code(code_)
-                .with_error_message(message_)
+                .with_error_code(error_code)
+                .with_error_message(error_message)
         })
         .collect();
     KCreateAclsResponse::default().with_results(results)
@@ -1420,37 +1429,30 @@ pub fn delete_acls_response(
     let reply = settled(reply);
     let results = (0..req.filters.len())
         .map(|i| {
-            let result = KDeleteAclsFilterResult::default();
-            match &reply {
-                Err(f) => result
-                    .with_error_code(f.code)
-                    .with_error_message(Some(str_bytes(f.message.clone()))),
-                Ok(r) => match r.results.get(i) {
-                    Some(x) => result
-                        .with_error_code(code(x.error.as_ref()))
-                        .with_error_message(message(x.error.as_ref()))
-                        .with_matching_acls(
-                            x.matching_acls
-                                .iter()
-                                .map(|acl| {
-                                    KDeleteAclsMatchingAcl::default()
-                                        .with_resource_type(enum_code(acl.resource_type))
-                                        .with_resource_name(str_bytes(acl.resource_name.clone()))
-                                        .with_pattern_type(enum_code(acl.pattern_type))
-                                        .with_principal(str_bytes(acl.principal.clone()))
-                                        .with_host(str_bytes(acl.host.clone()))
-                                        .with_operation(enum_code(acl.operation))
-                                        .with_permission_type(enum_code(acl.permission_type))
-                                })
-                                .collect(),
-                        ),
-                    None => result
-                        .with_error_code(ErrorCode::UnknownServerError.code())
-                        .with_error_message(Some(str_bytes(
-                            "the controller's reply has no result for this filter",
-                        ))),
-                },
-            }
+            let outcome = per_item(&reply, |r| r.results.get(i), "filter");
+            let deleted = outcome
+                .as_ref()
+                .map(|x| {
+                    x.matching_acls
+                        .iter()
+                        .map(|acl| {
+                            KDeleteAclsMatchingAcl::default()
+                                .with_resource_type(enum_code(acl.resource_type))
+                                .with_resource_name(str_bytes(acl.resource_name.clone()))
+                                .with_pattern_type(enum_code(acl.pattern_type))
+                                .with_principal(str_bytes(acl.principal.clone()))
+                                .with_host(str_bytes(acl.host.clone()))
+                                .with_operation(enum_code(acl.operation))
+                                .with_permission_type(enum_code(acl.permission_type))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let (error_code, error_message) = item_error(outcome, |x| x.error.as_ref());
+            KDeleteAclsFilterResult::default()
+                .with_error_code(error_code)
+                .with_error_message(error_message)
+                .with_matching_acls(deleted)
         })
         .collect();
     KDeleteAclsResponse::default().with_filter_results(results)
