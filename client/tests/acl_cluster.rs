@@ -94,6 +94,25 @@ async fn channel(tls: &Path, name: &str, addr: &str) -> tonic::transport::Channe
         .expect("TLS channel")
 }
 
+/// Runs a confluent-kafka `script` (argv: bootstrap, CA, certificate, key) against the SSL
+/// Kafka listener `kafka` with `name`'s certificate; its stdout, after asserting it exited 0.
+fn confluent_ssl(script: &str, kafka: &str, tls: &Path, name: &str) -> String {
+    let o = Command::new(common::kafka_python())
+        .args(["-c", script, kafka])
+        .arg(tls.join("ca.pem"))
+        .arg(tls.join(format!("{name}.pem")))
+        .arg(tls.join(format!("{name}-key.pem")))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "confluent-kafka over SSL as {name}: {out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
 fn code(e: Option<&keel_proto::common::Error>) -> ErrorCode {
     ErrorCode::from_proto(e).unwrap_or(ErrorCode::UnknownServerError)
 }
@@ -409,35 +428,10 @@ fn without_acls_nothing_is_allowed_and_acl_add_opens_exactly_what_it_names() {
     assert!(done && !err.contains("failed"), "{err}");
     // confluent-kafka (librdkafka in its wheel) over SSL as bob: an idempotent producer
     // (KIP-679: WRITE on a topic is enough for InitProducerId).
-    let python = common::kafka_python();
-    let o = Command::new(&python)
-        .args(["-c", CONFLUENT_SSL_PRODUCE, &kafka])
-        .arg(tls.join("ca.pem"))
-        .arg(tls.join("bob.pem"))
-        .arg(tls.join("bob-key.pem"))
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "confluent-kafka over SSL: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    confluent_ssl(CONFLUENT_SSL_PRODUCE, &kafka, &tls, "bob");
     // bob may write to `orders` but not alter it or the cluster: confluent-kafka's admin
     // calls on the Kafka listener are refused with Kafka's codes, and nothing changes.
-    let o = Command::new(&python)
-        .args(["-c", CONFLUENT_SSL_ADMIN, &kafka])
-        .arg(tls.join("ca.pem"))
-        .arg(tls.join("bob.pem"))
-        .arg(tls.join("bob-key.pem"))
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = confluent_ssl(CONFLUENT_SSL_ADMIN, &kafka, &tls, "bob");
     assert_eq!(
         out.lines().collect::<Vec<_>>(),
         [
@@ -449,19 +443,7 @@ fn without_acls_nothing_is_allowed_and_acl_add_opens_exactly_what_it_names() {
     );
     // The super user manages ACLs with confluent-kafka's admin client over the Kafka listener
     // (CreateAcls, DescribeAcls, DeleteAcls).
-    let o = Command::new(&python)
-        .args(["-c", CONFLUENT_SSL_ACLS, &kafka])
-        .arg(tls.join("ca.pem"))
-        .arg(tls.join("keelctl.pem"))
-        .arg(tls.join("keelctl-key.pem"))
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{out}{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = confluent_ssl(CONFLUENT_SSL_ACLS, &kafka, &tls, "keelctl");
     assert_eq!(
         out.lines().collect::<Vec<_>>(),
         [

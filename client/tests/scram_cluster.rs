@@ -62,6 +62,31 @@ fn kcat(
     common::kcat(&all, stdin)
 }
 
+/// Runs a confluent-kafka `script` (argv: bootstrap, CA, user, password, mechanism) against
+/// the SASL_SSL Kafka listener `kafka` as `user`; its stdout, after asserting it exited 0.
+fn confluent_sasl(
+    f: &Fixture,
+    script: &str,
+    kafka: &str,
+    tls: &Path,
+    (user, password, mechanism): (&str, &str, &str),
+) -> String {
+    let o = Command::new(common::kafka_python())
+        .args(["-c", script, kafka])
+        .arg(tls.join("ca.pem"))
+        .args([user, password, mechanism])
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "confluent-kafka over SASL_SSL as {user}: {out}{}\n{}",
+        String::from_utf8_lossy(&o.stderr),
+        f.logs()
+    );
+    out
+}
+
 #[test]
 fn scram_users_produce_and_consume_over_sasl_ssl_with_acls() {
     let f = Fixture::fresh();
@@ -208,20 +233,7 @@ fn scram_users_produce_and_consume_over_sasl_ssl_with_acls() {
         ]),
         &f,
     );
-    let python = common::kafka_python();
-    let o = Command::new(&python)
-        .args(["-c", CONFLUENT_SCRAM_CONSUME, &kafka])
-        .arg(tls.join("ca.pem"))
-        .args([bob.0, bob.1, bob.2])
-        .output()
-        .unwrap();
-    let got = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "confluent-kafka over SASL_SSL: {got}{}\n{}",
-        String::from_utf8_lossy(&o.stderr),
-        f.logs()
-    );
+    let got = confluent_sasl(&f, CONFLUENT_SCRAM_CONSUME, &kafka, &tls, bob);
     assert_eq!(got.lines().collect::<Vec<_>>(), ["a1", "a2", "a3"], "{got}");
     // Bob may read, not write.
     let (done, _, err) = produce(bob, "b0");
@@ -245,19 +257,7 @@ fn scram_users_produce_and_consume_over_sasl_ssl_with_acls() {
             &f,
         );
     }
-    let o = Command::new(&python)
-        .args(["-c", CONFLUENT_SCRAM_ADMIN, &kafka])
-        .arg(tls.join("ca.pem"))
-        .args([alice.0, alice.1, alice.2])
-        .output()
-        .unwrap();
-    let got = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "confluent-kafka admin over SASL_SSL: {got}{}\n{}",
-        String::from_utf8_lossy(&o.stderr),
-        f.logs()
-    );
+    let got = confluent_sasl(&f, CONFLUENT_SCRAM_ADMIN, &kafka, &tls, alice);
     assert_eq!(
         got.lines().collect::<Vec<_>>(),
         ["altered carol", "described carol SCRAM_SHA_256 8192"],

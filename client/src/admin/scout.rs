@@ -72,8 +72,8 @@ impl Admin {
     /// never otherwise. Probes every bootstrap controller and the known active one, the
     /// awaited one included, over the cached channels (or new ones), in rounds starting
     /// `interval` apart (with ±20 % jitter), the first half an `interval` after the call; each
-    /// answer is judged as it arrives, with the awaited controller's last finished probe. The caller bounds it
-    /// (it races the attempt's own timeout).
+    /// answer is judged as it arrives, with the awaited controller's last finished probe. The
+    /// caller bounds it (it races the attempt's own timeout).
     pub(super) async fn scout(&self, awaited: &str, interval: Duration) -> (String, String) {
         let mut targets: Vec<String> = vec![awaited.to_string()];
         for a in self
