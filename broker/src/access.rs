@@ -50,6 +50,17 @@ fn topics<'a>(
         .try_for_each(|t| a.check(img.acls(), c, Action::topic(op, t)))
 }
 
+/// `op` on topic `name` (TOPIC_AUTHORIZATION_FAILED).
+pub fn topic(
+    a: &Authz,
+    c: &Caller,
+    img: &MetadataImage,
+    op: Operation,
+    name: &str,
+) -> Result<(), Denied> {
+    topics(a, c, img, op, [name])
+}
+
 /// The broker's own principal with CLUSTER_ACTION (a follower).
 fn follower(a: &Authz, c: &Caller, img: &MetadataImage, replica_id: i32) -> Result<(), Denied> {
     a.check_node(img.acls(), c, NodeRole::Broker, replica_id as i64)

@@ -306,6 +306,10 @@ pub async fn start_raft(c: &ControllerConfig, dialer: Dialer) -> Result<RaftNode
     })
 }
 
+/// How often a voter that finds no quorum says so ([`spawn_pre_vote`]): a WARN line every 30 s
+/// while its pre-vote rounds fail.
+const NO_QUORUM_REPORT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Runs pre-vote rounds ([`crate::pre_vote`]) for `node_id` until the task is aborted: every `interval`, a node
 /// that is a voter, not the leader, and has heard from no leader for `lease` asks every other
 /// voter of its current membership (concurrently, each bounded by `interval`) and records the
@@ -327,6 +331,9 @@ pub fn spawn_pre_vote(
         // Whether this node was a voter at the last round (changes are logged once).
         let mut was_voter: Option<bool> = None;
         let mut peers = Vec::new();
+        // Since when the pre-vote rounds fail in a row, and when that was last said.
+        let mut lost_since: Option<tokio::time::Instant> = None;
+        let mut last_said: Option<tokio::time::Instant> = None;
         let mut tick = tokio::time::interval(interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -359,6 +366,7 @@ pub fn spawn_pre_vote(
                 continue;
             }
             if leader || gate.since_leader_contact().is_some_and(|d| d < lease) {
+                lost_since = None;
                 continue;
             }
             let others: BTreeMap<u64, ControllerNode> = voters
@@ -393,15 +401,44 @@ pub fn spawn_pre_vote(
                 });
             }
             let mut granted = 0;
+            let mut reached = 0;
             while let Some(done) = asks.join_next().await {
                 if let Ok((p, answer)) = done {
                     peers.push(p);
                     granted += usize::from(answer == Some(true));
+                    reached += usize::from(answer.is_some());
                 }
             }
             let won = crate::pre_vote::won(granted, voters.len());
             if won != gate.elections_enabled() {
                 tracing::debug!(granted, voters = voters.len(), won, "pre-vote round");
+            }
+            // Without a quorum nothing else is logged at INFO or WARN (elections are not
+            // even started): say so every NO_QUORUM_REPORT, as Kafka's controllers keep
+            // logging their failed elections.
+            let now = tokio::time::Instant::now();
+            if won {
+                lost_since = None;
+            } else {
+                let since = *lost_since.get_or_insert(now);
+                if now - since >= NO_QUORUM_REPORT
+                    && last_said.is_none_or(|t| now - t >= NO_QUORUM_REPORT)
+                {
+                    last_said = Some(now);
+                    tracing::warn!(
+                        node_id,
+                        reached,
+                        granted,
+                        voters = voters.len(),
+                        "no active controller for {} s: this controller reaches {reached} of \
+                         the {} other voters and {granted} would vote for it, short of a \
+                         majority of {} voters; are the others running and reachable \
+                         (controller_quorum_voters)?",
+                        (now - since).as_secs(),
+                        voters.len().saturating_sub(1),
+                        voters.len()
+                    );
+                }
             }
             gate.pre_vote_result(won);
         }

@@ -26,6 +26,14 @@ pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_millis
 /// often than brokers heartbeat.
 pub const SESSION_CHECK_INTERVAL_MS: u64 = 100;
 
+/// Streams a client may reset before this server accepted them, per connection, before the
+/// connection is closed (h2's guard against CVE-2023-44487's rapid reset; h2's default is
+/// 20). A paused or starved controller finds, when it resumes, every Raft request its peers
+/// sent meanwhile (heartbeats every 100 ms) already cancelled: with 20 it dropped a healthy
+/// peer's connection (`too_many_resets`) after a pause of about 2 s. 256 covers a pause of
+/// about 25 s and still bounds the work a client can cause this way.
+const MAX_PENDING_ACCEPT_RESETS: usize = 256;
+
 /// Runs a controller until `shutdown` resolves: binds `config.listeners`, then [`serve`].
 /// Errors are start-up failures, or [`StartError::RaftStopped`] when openraft stops on a fatal
 /// error while serving (one line each); a clean shutdown returns `Ok`.
@@ -150,6 +158,7 @@ async fn serve_with(
         let _ = stopping_tx.send(());
     };
     let serve = tonic::transport::Server::builder()
+        .http2_max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESETS))
         .add_service(node::raft_service(&raft_node, config.authz.clone()))
         .add_service(
             ControllerServiceServer::new(grpc)

@@ -390,6 +390,13 @@ impl<S: ControllerState> WriteTask<S> {
                     self.propose_internal(vec![rec]).await;
                 }
                 _ = tick.tick(), if can_take && self.leader => {
+                    // select! picks among ready branches at random: after a long pause the
+                    // check-quorum step-down may be pending here. No session check then (it
+                    // logged "while it stays active, the sessions are extended" in the same
+                    // millisecond as "no longer acting as the active controller").
+                    if !*self.quorum_confirmed.borrow() {
+                        continue;
+                    }
                     let now = self.now_ms();
                     let records = self.state.tick(&self.working, now);
                     if !records.is_empty() {

@@ -93,6 +93,7 @@ pub fn valid_requests() -> Vec<Vec<u8>> {
                         op: 0,
                         value: Some("5".into()),
                     }],
+                    replace_unlisted: false,
                 }],
                 validate_only: false,
             }

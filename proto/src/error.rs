@@ -259,6 +259,9 @@ error_codes! {
     /// AlterPartitionReassignments: a cancellation of a partition that has no reassignment in
     /// progress (KIP-455).
     NoReassignmentInProgress = (85, "NO_REASSIGNMENT_IN_PROGRESS", false);
+    /// OffsetDelete: the group has members subscribed to the partition's topic, whose
+    /// offsets are in use (KIP-496).
+    GroupSubscribedToTopic = (86, "GROUP_SUBSCRIBED_TO_TOPIC", false);
     /// Produce: a record inside an otherwise well-formed batch is invalid.
     InvalidRecord = (87, "INVALID_RECORD", false);
     /// DescribeUserScramCredentials / AlterUserScramCredentials: the user has no credential

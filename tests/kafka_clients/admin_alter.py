@@ -6,19 +6,26 @@ for a preferred leader election that is not needed (ElectLeaders, KIP-460), sets
 retention.ms=60000 and reads it back, and is refused a shrink to 2; then with kafka-python
 grows it to 6, sets retention.ms=120000 and reverses partition 0's replicas
 (AlterPartitionReassignments, ListPartitionReassignments; KIP-455), and reads every broker's
-log directory (DescribeLogDirs, KIP-113). Prints one line per step; exits non-zero on any
-error or mismatch.
+log directory (DescribeLogDirs, KIP-113). Then the legacy AlterConfigs (API 33), which
+replaces a topic's whole config set: confluent-kafka's alter_configs sets segment.bytes and
+thereby resets retention.ms; kafka-python's (forced to the legacy API) sets retention.ms and
+keeps segment.bytes, as it sends the other dynamic keys along. A broker's own resource reports
+authorizer.class.name (empty: no authorizer). Last, OffsetDelete (KIP-496) with kafka-python:
+refused with GROUP_SUBSCRIBED_TO_TOPIC while a confluent-kafka member subscribes to the
+topic, done once it left, GROUP_ID_NOT_FOUND for an unknown group. Prints one line per step;
+exits non-zero on any error or mismatch.
 Usage: admin_alter.py BOOTSTRAP TOPIC
 """
 import sys
 import time
 
-from confluent_kafka import ElectionType, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaException, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    NewPartitions, NewTopic)
 from kafka.admin import ConfigResource as KpConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kafka.admin import NewPartitions as KpNewPartitions
+from kafka.errors import GroupIdNotFoundError
 from kafka.structs import TopicPartition as KpTopicPartition
 
 bootstrap, topic = sys.argv[1], sys.argv[2]
@@ -35,18 +42,27 @@ def wait_partitions(count):
     sys.exit(f"{topic}: {count} partitions not seen: {admin.list_topics(topic).topics}")
 
 
-def retention_ms():
+def topic_config(key):
     resource = ConfigResource("topic", topic)
     configs = admin.describe_configs([resource])[resource].result(timeout=30)
-    return configs["retention.ms"].value
+    return configs[key]
+
+
+def retention_ms():
+    return topic_config("retention.ms").value
+
+
+def wait_config(key, value):
+    """Waits until the topic's `key` reads `value` (a broker answers from its own metadata)."""
+    deadline = time.time() + 30
+    while topic_config(key).value != value:
+        if time.time() > deadline:
+            sys.exit(f"{key} is {topic_config(key).value}, not {value}")
+        time.sleep(0.2)
 
 
 def wait_retention_ms(value):
-    deadline = time.time() + 30
-    while retention_ms() != value:
-        if time.time() > deadline:
-            sys.exit(f"retention.ms is {retention_ms()}, not {value}")
-        time.sleep(0.2)
+    wait_config("retention.ms", value)
 
 
 admin.create_topics([NewTopic(topic, 2, 3)])[topic].result(timeout=30)
@@ -117,4 +133,63 @@ for broker in dirs:
 if hosted != [6, 6, 6]:
     sys.exit(f"describe_log_dirs: {hosted} partitions per broker: {dirs}")
 print("kafka-python describe_log_dirs 6 partitions on each broker")
+# The legacy AlterConfigs (API 33): the listed keys become the topic's whole set, so
+# retention.ms, set above and not listed, goes back to its default.
+resource = ConfigResource("topic", topic, set_config={"segment.bytes": "1048576"})
+for f in admin.alter_configs([resource]).values():
+    f.result(timeout=30)
+wait_config("segment.bytes", "1048576")
+source = topic_config("retention.ms").source
+if source == 1:  # DYNAMIC_TOPIC_CONFIG: still set on the topic
+    sys.exit(f"retention.ms kept after a legacy alter_configs: {topic_config('retention.ms')}")
+print("confluent alter_configs segment.bytes=1048576 retention.ms reset")
+
+# kafka-python on the legacy API sends the other dynamic keys along (segment.bytes stays).
+result = kp.alter_configs([KpConfigResource(ConfigResourceType.TOPIC, topic,
+                                            configs={"retention.ms": "90000"})],
+                          incremental=False)
+if result.get("topic", {}).get(topic) != "OK":
+    sys.exit(f"kafka-python legacy alter_configs: {result}")
+wait_retention_ms("90000")
+if topic_config("segment.bytes").value != "1048576":
+    sys.exit(f"segment.bytes lost: {topic_config('segment.bytes')}")
+print("kafka-python legacy alter_configs retention.ms=90000 segment.bytes=1048576")
+
+# A broker's own config resource: authorizer.class.name, read-only (librdkafka drops
+# SECURITY_DISABLED from describe_acls; clients read this instead).
+broker = ConfigResource("broker", "1")
+configs = admin.describe_configs([broker])[broker].result(timeout=30)
+auth = configs.get("authorizer.class.name")
+if auth is None or not auth.is_read_only:
+    sys.exit(f"authorizer.class.name: {auth}")
+print(f"broker 1 authorizer.class.name={auth.value!r}")
+
+# OffsetDelete (KIP-496) with kafka-python's delete_group_offsets.
+group = f"{topic}-readers"
+member = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
+member.subscribe([topic])
+deadline = time.time() + 60
+while not member.assignment():
+    if time.time() > deadline:
+        sys.exit("the confluent member got no assignment")
+    member.poll(0.2)
+member.commit(offsets=[TopicPartition(topic, p, 0) for p in range(6)], asynchronous=False)
+p0 = KpTopicPartition(topic, 0)
+codes = kp.delete_group_offsets(group, [p0])
+print(f"kafka-python delete_group_offsets while subscribed {codes[p0].__name__}")
+member.close()
+deadline = time.time() + 30
+while True:
+    codes = kp.delete_group_offsets(group, [p0])
+    if codes[p0].__name__ != "GroupSubscribedToTopicError" or time.time() > deadline:
+        break
+    time.sleep(0.2)
+left = sorted(tp.partition for tp in kp.list_group_offsets(group)[group])
+print(f"kafka-python delete_group_offsets after leaving {codes[p0].__name__} left {left}")
+try:
+    kp.delete_group_offsets(f"{topic}-nobody", [p0])
+    sys.exit("delete_group_offsets of an unknown group succeeded")
+except GroupIdNotFoundError:
+    print("kafka-python delete_group_offsets unknown group GroupIdNotFoundError")
 kp.close()

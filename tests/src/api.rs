@@ -221,6 +221,7 @@ pub trait Endpoints {
                                 op: AlterConfigOp::Set as i32,
                                 value: Some(value.into()),
                             }],
+                            replace_unlisted: false,
                         }],
                         validate_only: false,
                     };

@@ -253,6 +253,12 @@ async fn kafka_clients_alter_partitions_leaders_assignments_and_configs() {
             "kafka-python alter_configs retention.ms=120000",
             "kafka-python alter_partition_reassignments reversed partition 0",
             "kafka-python describe_log_dirs 6 partitions on each broker",
+            "confluent alter_configs segment.bytes=1048576 retention.ms reset",
+            "kafka-python legacy alter_configs retention.ms=90000 segment.bytes=1048576",
+            "broker 1 authorizer.class.name=''",
+            "kafka-python delete_group_offsets while subscribed GroupSubscribedToTopicError",
+            "kafka-python delete_group_offsets after leaving NoError left [1, 2, 3, 4, 5]",
+            "kafka-python delete_group_offsets unknown group GroupIdNotFoundError",
         ],
         "{out}"
     );

@@ -1263,6 +1263,82 @@ impl GroupCoordinator {
             .collect())
     }
 
+    /// OffsetDelete (KIP-496, `kafka-consumer-groups --delete-offsets`): removes `group_id`'s
+    /// committed offsets of `partitions` (topic, partition), one error per entry in order.
+    /// The whole request fails with GROUP_ID_NOT_FOUND for an unknown group, NON_EMPTY_GROUP
+    /// for a group with members outside the consumer protocol ([`Group::check_offset_delete`])
+    /// and the coordinator errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, ...). A
+    /// partition of a topic a member subscribes to is GROUP_SUBSCRIBED_TO_TOPIC and kept;
+    /// the others are NONE, and those with a commit are tombstoned in one acks=all batch
+    /// (its failure is each such partition's error). As in Kafka, a partition without a
+    /// commit is NONE too; the caller answers unknown topics before. An empty group left
+    /// without offsets is deleted with them (its tombstone in the same batch), as expiry does.
+    pub async fn delete_group_offsets(
+        &self,
+        group_id: &str,
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<ErrorCode>, ErrorCode> {
+        if group_id.is_empty() {
+            return Err(ErrorCode::InvalidGroupId);
+        }
+        let _writer = self.writer(self.partition_for(group_id)).await;
+        let mut codes = vec![ErrorCode::None; partitions.len()];
+        let (p, epoch, tombstones) = {
+            let mut st = self.lock();
+            let (p, shard) = self.shard_for(&mut st, group_id)?;
+            let g = shard
+                .groups
+                .get(group_id)
+                .ok_or(ErrorCode::GroupIdNotFound)?;
+            g.check_offset_delete()?;
+            let mut t: Vec<(usize, Bytes)> = Vec::new();
+            let mut gone: std::collections::BTreeSet<(&str, i32)> = Default::default();
+            for (i, (topic, part)) in partitions.iter().enumerate() {
+                if g.subscribes_to(topic) {
+                    codes[i] = ErrorCode::GroupSubscribedToTopic;
+                } else if g.offsets.contains_key(&(topic.clone(), *part))
+                    && gone.insert((topic, *part))
+                {
+                    t.push((i, records::offset_key(group_id, topic, *part)));
+                }
+            }
+            let emptied = !t.is_empty()
+                && gone.len() == g.offsets.len()
+                && g.members.is_empty()
+                && g.state == GroupState::Empty;
+            (p, shard.epoch, (t, emptied))
+        };
+        let (tombstones, emptied) = tombstones;
+        if tombstones.is_empty() {
+            return Ok(codes);
+        }
+        let mut batch: Vec<(Bytes, Option<Bytes>)> =
+            tombstones.iter().map(|(_, k)| (k.clone(), None)).collect();
+        if emptied {
+            batch.push((records::group_key(group_id), None));
+        }
+        if let Err(c) = self.append(p, epoch, batch).await {
+            let code = append_error(c, false);
+            for (i, _) in &tombstones {
+                codes[*i] = code;
+            }
+            return Ok(codes);
+        }
+        let mut st = self.lock();
+        if let Some(shard) = st.shards.get_mut(&p).filter(|s| s.epoch == epoch) {
+            if let Some(g) = shard.groups.get_mut(group_id) {
+                for (i, _) in &tombstones {
+                    let (topic, part) = &partitions[*i];
+                    g.offsets.remove(&(topic.clone(), *part));
+                }
+            }
+            if emptied && shard.groups.get(group_id).is_some_and(Group::is_removable) {
+                shard.groups.remove(group_id);
+            }
+        }
+        Ok(codes)
+    }
+
     /// DeleteGroups for one group: only an empty group (NON_EMPTY_GROUP otherwise;
     /// GROUP_ID_NOT_FOUND if unknown); its offsets and metadata are tombstoned in one batch.
     pub async fn delete(&self, group_id: &str) -> ErrorCode {

@@ -1137,6 +1137,30 @@ impl Group {
         ErrorCode::None
     }
 
+    /// Whether OffsetDelete (KIP-496) may touch this group's offsets at all: a group with
+    /// members that does not use the consumer protocol (`protocol_type` other than
+    /// `consumer`: Connect, a custom one) is NON_EMPTY_GROUP, since Keel cannot tell which
+    /// topics it uses (Kafka's `ClassicGroup.validateOffsetDelete`).
+    pub fn check_offset_delete(&self) -> Result<(), ErrorCode> {
+        if !self.members.is_empty() && self.protocol_type.as_deref() != Some("consumer") {
+            return Err(ErrorCode::NonEmptyGroup);
+        }
+        Ok(())
+    }
+
+    /// Whether a member of this group subscribes to `topic`, so that OffsetDelete refuses
+    /// that topic's partitions (GROUP_SUBSCRIBED_TO_TOPIC): false for a group without
+    /// members; true when a member's subscription (any protocol it offered, read as a
+    /// `ConsumerProtocolSubscription`) names the topic or cannot be read (kept on the safe
+    /// side: its offsets may be in use).
+    pub fn subscribes_to(&self, topic: &str) -> bool {
+        self.members.values().any(|m| {
+            m.protocols.iter().any(|(_, meta)| {
+                subscription_topics(meta).is_none_or(|ts| ts.iter().any(|t| t == topic))
+            })
+        })
+    }
+
     /// The committed offsets that expired by `wall_ms` (Kafka's `offsets.retention.minutes`,
     /// KIP-211): a consumer group's offsets only once it has been Empty for the retention
     /// (counted from when it became empty); a group that only commits (no protocol type:
@@ -1176,6 +1200,37 @@ impl Group {
         }
         fx
     }
+}
+
+/// The topics of a consumer-protocol member's metadata (Kafka's
+/// `ConsumerProtocolSubscription`, any version: an int16 version, an int32 count, that many
+/// int16-length names, then fields this does not read; Kafka's
+/// `ConsumerProtocol.deserializeSubscription` likewise reads a newer version's known
+/// prefix). `None` if the bytes are not one. The bytes come from a client: every length is
+/// checked against what is left before anything is allocated (`kafka-protocol`'s decoder
+/// reserves a claimed count up front, and 10 bytes claiming 1.9 billion topics aborted the
+/// process).
+pub fn subscription_topics(meta: &[u8]) -> Option<Vec<String>> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (b.get(..n)?, b.get(n..)?);
+        *b = rest;
+        Some(head)
+    }
+    let mut b = meta;
+    let version = i16::from_be_bytes(take(&mut b, 2)?.try_into().ok()?);
+    let count = i32::from_be_bytes(take(&mut b, 4)?.try_into().ok()?);
+    // Each name takes 2 bytes at least.
+    let count = usize::try_from(count).ok().filter(|n| *n <= b.len() / 2)?;
+    if version < 0 {
+        return None;
+    }
+    let mut topics = Vec::with_capacity(count);
+    for _ in 0..count {
+        let len = i16::from_be_bytes(take(&mut b, 2)?.try_into().ok()?);
+        let name = take(&mut b, usize::try_from(len).ok()?)?;
+        topics.push(String::from_utf8(name.to_vec()).ok()?);
+    }
+    Some(topics)
 }
 
 #[cfg(test)]

@@ -60,7 +60,9 @@ fn deadline(timeout_ms: i32) -> Option<Duration> {
 /// (`min.insync.replicas`, `log.segment.bytes`, `log.retention.ms`, `log.retention.bytes`,
 /// `log.flush.interval.messages`), for DescribeConfigs' STATIC_BROKER_CONFIG source: what
 /// the replica manager applies to a topic without an override. `-1` = no limit (Kafka's
-/// convention), `9223372036854775807` = never flush by count (Kafka's default).
+/// convention), `9223372036854775807` = never flush by count (Kafka's default). Also this
+/// process's read-only broker-only keys (`node.id`, `broker.id`, `process.roles`,
+/// `log.dirs`, `authorizer.class.name`), reported for this broker's own BROKER resource.
 pub fn static_broker_configs(config: &BrokerConfig) -> Vec<StaticBrokerConfig> {
     let entry = |topic_name, broker_name, value: String| StaticBrokerConfig {
         topic_name,
@@ -97,6 +99,22 @@ pub fn static_broker_configs(config: &BrokerConfig) -> Vec<StaticBrokerConfig> {
                 .log_flush_interval_messages
                 .unwrap_or(i64::MAX as u64)
                 .to_string(),
+        ),
+        // Broker-only keys (no topic-level name): facts of this process, read-only.
+        entry("", "node.id", config.node_id.to_string()),
+        entry("", "broker.id", config.node_id.to_string()),
+        entry("", "process.roles", "broker".to_string()),
+        entry("", "log.dirs", config.log_dir.display().to_string()),
+        // Kafka's StandardAuthorizer class when `authorizer = "standard"`, empty (Kafka's
+        // default: no authorizer) otherwise.
+        entry(
+            "",
+            "authorizer.class.name",
+            if config.authz.enabled() {
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer".to_string()
+            } else {
+                String::new()
+            },
         ),
     ]
 }
@@ -271,6 +289,29 @@ pub async fn incremental_alter_configs(
     req: &IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
     let plan = conv::alter_configs_plan(req);
+    let reply = forward_alter_configs(ctx, &plan).await;
+    conv::alter_configs_response(&plan, req, reply)
+}
+
+/// AlterConfigs (v0-2, the legacy API 33 that replaces a resource's whole config set), see
+/// [`conv::legacy_alter_configs_plan`]: ALTER_CONFIGS on each resource, as for
+/// IncrementalAlterConfigs.
+pub async fn legacy_alter_configs(
+    ctx: &KafkaContext,
+    req: &kafka_protocol::messages::AlterConfigsRequest,
+) -> kafka_protocol::messages::AlterConfigsResponse {
+    let plan = conv::legacy_alter_configs_plan(req);
+    let reply = forward_alter_configs(ctx, &plan).await;
+    conv::legacy_alter_configs_response(&plan, req, reply)
+}
+
+/// Authorizes (ALTER_CONFIGS on every forwarded resource, Kafka's
+/// `AuthHelper.authorize(ALTER_CONFIGS)` per resource; a refusal fails the request) and
+/// forwards `plan`'s controller request.
+async fn forward_alter_configs(
+    ctx: &KafkaContext,
+    plan: &conv::AlterConfigsPlan,
+) -> Result<ctl::AlterConfigsReply, conv::Failure> {
     let allowed = ctx.check(|a, c, img| {
         keel_metadata_log::authz::check_config_resources(
             a,
@@ -284,11 +325,10 @@ pub async fn incremental_alter_configs(
         )
     });
     let forward = (!plan.forward.resources.is_empty()).then(|| plan.forward.clone());
-    let reply = forward_checked(ctx, allowed, forward, None, |mut c, r| async move {
+    forward_checked(ctx, allowed, forward, None, |mut c, r| async move {
         c.alter_configs(r).await
     })
-    .await;
-    conv::alter_configs_response(&plan, req, reply)
+    .await
 }
 
 /// ElectLeaders (v0-2, KIP-183/KIP-460; `kafka-leader-election.sh`), see

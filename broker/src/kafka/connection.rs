@@ -353,6 +353,11 @@ async fn handle(
             let req = decode::<DeleteGroupsRequest>(&mut body, key, version)?;
             ResponseKind::DeleteGroups(groups::delete_groups(ctx, &req).await)
         }
+        ApiKey::OffsetDelete => {
+            let req =
+                decode::<kafka_protocol::messages::OffsetDeleteRequest>(&mut body, key, version)?;
+            ResponseKind::OffsetDelete(groups::offset_delete(ctx, &req).await)
+        }
         ApiKey::CreateTopics => {
             let req = decode::<CreateTopicsRequest>(&mut body, key, version)?;
             ResponseKind::CreateTopics(admin::create_topics(ctx, &req, version).await)
@@ -434,6 +439,11 @@ async fn handle(
         ApiKey::IncrementalAlterConfigs => {
             let req = decode::<IncrementalAlterConfigsRequest>(&mut body, key, version)?;
             ResponseKind::IncrementalAlterConfigs(admin::incremental_alter_configs(ctx, &req).await)
+        }
+        ApiKey::AlterConfigs => {
+            let req =
+                decode::<kafka_protocol::messages::AlterConfigsRequest>(&mut body, key, version)?;
+            ResponseKind::AlterConfigs(admin::legacy_alter_configs(ctx, &req).await)
         }
         other => return Err(format!("{other:?} has no handler")),
     };

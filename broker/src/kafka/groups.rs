@@ -1,5 +1,6 @@
 //! The group APIs on the Kafka listener: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
-//! LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups, ListGroups, DeleteGroups. Each
+//! LeaveGroup, OffsetCommit, OffsetFetch, OffsetDelete, DescribeGroups, ListGroups,
+//! DeleteGroups. Each
 //! handler maps the request of its version to a [`GroupCoordinator`] call and the answer
 //! back into the response of the same version, setting only fields that version has (the
 //! `kafka-protocol` encoder refuses others).
@@ -735,6 +736,86 @@ pub fn list_groups(
                 .collect(),
         ),
     }
+}
+
+/// OffsetDelete v0 (KIP-496; `kafka-consumer-groups --delete-offsets`), as Kafka's
+/// `KafkaApis.handleOffsetDeleteRequest`: DELETE on the group (else the top-level
+/// GROUP_AUTHORIZATION_FAILED), then per partition READ on its topic
+/// (TOPIC_AUTHORIZATION_FAILED) and a topic the cluster has (UNKNOWN_TOPIC_OR_PARTITION);
+/// the rest go to [`GroupCoordinator::delete_group_offsets`]. A request-level error (not
+/// authorized, unknown group, members outside the consumer protocol, not the coordinator)
+/// is the top-level error with no topics, as Kafka's `OffsetDeleteRequest.getErrorResponse`
+/// answers.
+pub async fn offset_delete(
+    ctx: &KafkaContext,
+    req: &kafka_protocol::messages::OffsetDeleteRequest,
+) -> kafka_protocol::messages::OffsetDeleteResponse {
+    use kafka_protocol::messages::offset_delete_response::{
+        OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+    };
+    let group = req.group_id.as_str();
+    let asked: Vec<(String, i32)> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (t.name.as_str().to_string(), p.partition_index))
+        })
+        .collect();
+    let mut codes = vec![ErrorCode::None; asked.len()];
+    let top = match ctx.check_group(Operation::Delete, group) {
+        Err(code) => code,
+        Ok(()) => {
+            let image = ctx.images.borrow().clone();
+            for (i, (topic, _)) in asked.iter().enumerate() {
+                if let Err(d) =
+                    ctx.check(|a, c, img| crate::access::topic(a, c, img, Operation::Read, topic))
+                {
+                    codes[i] = d.code;
+                } else if image.topics().get_by_name(topic).is_none() {
+                    codes[i] = ErrorCode::UnknownTopicOrPartition;
+                }
+            }
+            let pending: Vec<usize> = (0..asked.len())
+                .filter(|i| codes[*i] == ErrorCode::None)
+                .collect();
+            let wanted: Vec<(String, i32)> = pending.iter().map(|i| asked[*i].clone()).collect();
+            match coordinator(ctx).delete_group_offsets(group, &wanted).await {
+                Err(code) => code,
+                Ok(answers) => {
+                    for (i, code) in pending.into_iter().zip(answers) {
+                        codes[i] = code;
+                    }
+                    ErrorCode::None
+                }
+            }
+        }
+    };
+    let response = kafka_protocol::messages::OffsetDeleteResponse::default();
+    if top != ErrorCode::None {
+        return response.with_error_code(top.code());
+    }
+    let mut codes = codes.into_iter();
+    response.with_topics(
+        req.topics
+            .iter()
+            .map(|t| {
+                OffsetDeleteResponseTopic::default()
+                    .with_name(t.name.clone())
+                    .with_partitions(
+                        t.partitions
+                            .iter()
+                            .map(|p| {
+                                OffsetDeleteResponsePartition::default()
+                                    .with_partition_index(p.partition_index)
+                                    .with_error_code(codes.next().unwrap_or(ErrorCode::None).code())
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+    )
 }
 
 /// DeleteGroups v0-2.

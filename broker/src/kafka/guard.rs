@@ -515,6 +515,19 @@ const INCREMENTAL_ALTER_CONFIGS: &[Field] = &[
     f("validate_only", Bool, ALL),
 ];
 
+// AlterConfigsRequest.json (the legacy whole-set replace): v2 is the first flexible version.
+const LEGACY_ALTERABLE_CONFIG: &[Field] =
+    &[f("name", Str, ALL), f("value", Str, ALL).nullable(ALL)];
+const LEGACY_ALTER_CONFIGS_RESOURCE: &[Field] = &[
+    f("resource_type", Int8, ALL),
+    f("resource_name", Str, ALL),
+    f("configs", Structs(LEGACY_ALTERABLE_CONFIG), ALL),
+];
+const LEGACY_ALTER_CONFIGS: &[Field] = &[
+    f("resources", Structs(LEGACY_ALTER_CONFIGS_RESOURCE), ALL),
+    f("validate_only", Bool, ALL),
+];
+
 // ElectLeadersRequest.json (KIP-183, KIP-460): v1 adds ElectionType, v2 is the first flexible
 // version.
 const ELECT_TOPIC_PARTITIONS: &[Field] = &[f("topic", Str, ALL), f("partitions", INT32S, ALL)];
@@ -722,6 +735,17 @@ const LIST_GROUPS: &[Field] = &[
 // DeleteGroupsRequest.json.
 const DELETE_GROUPS: &[Field] = &[f("groups_names", STRINGS, ALL)];
 
+// OffsetDeleteRequest.json (KIP-496): v0 only, never flexible.
+const OFFSET_DELETE_PARTITION: &[Field] = &[f("partition_index", Int32, ALL)];
+const OFFSET_DELETE_TOPIC: &[Field] = &[
+    f("name", Str, ALL),
+    f("partitions", Structs(OFFSET_DELETE_PARTITION), ALL),
+];
+const OFFSET_DELETE: &[Field] = &[
+    f("group_id", Str, ALL),
+    f("topics", Structs(OFFSET_DELETE_TOPIC), ALL),
+];
+
 // SaslHandshakeRequest.json (KIP-43; v1 is KIP-152's): never flexible; v0 and v1 have the
 // same fields.
 const SASL_HANDSHAKE: &[Field] = &[f("mechanism", Str, ALL)];
@@ -839,6 +863,14 @@ pub static APIS: &[Api] = &[
     api(15, "DescribeGroupsRequest", range(0, 5), 5, DESCRIBE_GROUPS),
     api(16, "ListGroupsRequest", range(0, 5), 3, LIST_GROUPS),
     api(42, "DeleteGroupsRequest", range(0, 2), 2, DELETE_GROUPS),
+    api(47, "OffsetDeleteRequest", range(0, 0), 1, OFFSET_DELETE),
+    api(
+        33,
+        "AlterConfigsRequest",
+        range(0, 2),
+        2,
+        LEGACY_ALTER_CONFIGS,
+    ),
     api(17, "SaslHandshakeRequest", range(0, 1), 2, SASL_HANDSHAKE),
     api(
         36,
@@ -1209,20 +1241,20 @@ mod tests {
     use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
     use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
     use kafka_protocol::messages::{
+        AlterConfigsRequest, ApiKey, ApiVersionsRequest, BrokerId, CreatePartitionsRequest,
+        CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+        DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest,
+        GroupId, HeartbeatRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest,
+        JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest,
+        MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
+        OffsetForLeaderEpochRequest, ProduceRequest, ProducerId, SaslAuthenticateRequest,
+        SaslHandshakeRequest, SyncGroupRequest, TopicName, TransactionalId,
+    };
+    use kafka_protocol::messages::{
         AlterPartitionReassignmentsRequest, ElectLeadersRequest, ListPartitionReassignmentsRequest,
     };
     use kafka_protocol::messages::{
         AlterUserScramCredentialsRequest, DescribeUserScramCredentialsRequest,
-    };
-    use kafka_protocol::messages::{
-        ApiKey, ApiVersionsRequest, BrokerId, CreatePartitionsRequest, CreateTopicsRequest,
-        DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
-        DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
-        IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
-        ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-        OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, ProducerId,
-        SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest, TopicName,
-        TransactionalId,
     };
     use kafka_protocol::messages::{CreateAclsRequest, DeleteAclsRequest, DescribeAclsRequest};
     use kafka_protocol::protocol::{
@@ -1559,6 +1591,57 @@ mod tests {
             req = req.with_unknown_tagged_field(5, blob());
         }
         req
+    }
+
+    fn legacy_alter_configs(v: i16, rich: bool) -> AlterConfigsRequest {
+        use kafka_protocol::messages::alter_configs_request::{
+            AlterConfigsResource, AlterableConfig,
+        };
+        let topic_resource = AlterConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(s("orders"))
+            .with_configs(vec![
+                AlterableConfig::default()
+                    .with_name(s("retention.ms"))
+                    .with_value(Some(s("60000"))),
+                AlterableConfig::default()
+                    .with_name(s("cleanup.policy"))
+                    .with_value(None),
+            ]);
+        let cluster = AlterConfigsResource::default()
+            .with_resource_type(4)
+            .with_resource_name(s(""));
+        let mut req = AlterConfigsRequest::default()
+            .with_resources(if rich {
+                vec![topic_resource, cluster]
+            } else {
+                vec![]
+            })
+            .with_validate_only(rich);
+        if v >= 2 && rich {
+            req = req.with_unknown_tagged_field(3, blob());
+        }
+        req
+    }
+
+    fn offset_delete(rich: bool) -> OffsetDeleteRequest {
+        use kafka_protocol::messages::offset_delete_request::{
+            OffsetDeleteRequestPartition, OffsetDeleteRequestTopic,
+        };
+        OffsetDeleteRequest::default()
+            .with_group_id(GroupId(s(if rich { "readers" } else { "" })))
+            .with_topics(if rich {
+                vec![
+                    OffsetDeleteRequestTopic::default()
+                        .with_name(topic("orders"))
+                        .with_partitions(vec![
+                            OffsetDeleteRequestPartition::default().with_partition_index(0),
+                            OffsetDeleteRequestPartition::default().with_partition_index(2),
+                        ]),
+                ]
+            } else {
+                vec![]
+            })
     }
 
     fn incremental_alter_configs(v: i16, rich: bool) -> IncrementalAlterConfigsRequest {
@@ -2050,6 +2133,8 @@ mod tests {
             15 => encode(&describe_groups(v, rich), v),
             16 => encode(&list_groups(v, rich), v),
             42 => encode(&delete_groups(v, rich), v),
+            47 => encode(&offset_delete(rich), v),
+            33 => encode(&legacy_alter_configs(v, rich), v),
             17 => encode(&sasl_handshake(rich), v),
             36 => encode(&sasl_authenticate(v, rich), v),
             _ => unreachable!("no sample for api key {key}"),
@@ -2105,6 +2190,8 @@ mod tests {
             15 => decode_as::<DescribeGroupsRequest>(v, body),
             16 => decode_as::<ListGroupsRequest>(v, body),
             42 => decode_as::<DeleteGroupsRequest>(v, body),
+            47 => decode_as::<OffsetDeleteRequest>(v, body),
+            33 => decode_as::<AlterConfigsRequest>(v, body),
             17 => decode_as::<SaslHandshakeRequest>(v, body),
             36 => decode_as::<SaslAuthenticateRequest>(v, body),
             _ => unreachable!("no decoder for api key {key}"),
@@ -2149,6 +2236,8 @@ mod tests {
             15 => m::<DescribeGroupsRequest>(),
             16 => m::<ListGroupsRequest>(),
             42 => m::<DeleteGroupsRequest>(),
+            47 => m::<OffsetDeleteRequest>(),
+            33 => m::<AlterConfigsRequest>(),
             17 => m::<SaslHandshakeRequest>(),
             36 => m::<SaslAuthenticateRequest>(),
             _ => unreachable!("no struct for api key {key}"),
@@ -2237,6 +2326,8 @@ mod tests {
             (15, 0, 5),
             (16, 0, 5),
             (42, 0, 2),
+            (47, 0, 0),
+            (33, 0, 2),
             (17, 0, 1),
             (36, 0, 2),
         ];
@@ -2286,8 +2377,9 @@ mod tests {
         // 167 api versions (75 + 61 of the consumer-group APIs + 5 of SASL + 4 of
         // CreatePartitions + 3 of ElectLeaders + 2 of IncrementalAlterConfigs + 1 each of
         // Alter/ListPartitionReassignments + 3 each of Describe/Create/DeleteAcls + 1 each of
-        // Describe/AlterUserScramCredentials + 4 of DescribeLogDirs), rich and sparse.
-        assert_eq!(count, 2 * 167);
+        // Describe/AlterUserScramCredentials + 4 of DescribeLogDirs + 3 of AlterConfigs + 1 of
+        // OffsetDelete), rich and sparse.
+        assert_eq!(count, 2 * 171);
     }
 
     #[test]

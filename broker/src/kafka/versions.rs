@@ -65,6 +65,8 @@ pub const SERVED: &[Served] = &[
     api(ApiKey::CreateAcls, 1, 3),
     api(ApiKey::DeleteAcls, 1, 3),
     api(ApiKey::DescribeConfigs, 1, 4),
+    // The legacy whole-set replace; KIP-339 deprecates it for IncrementalAlterConfigs.
+    api(ApiKey::AlterConfigs, 0, 2),
     api(ApiKey::DescribeLogDirs, 1, 4),
     api(ApiKey::SaslAuthenticate, 0, 2),
     api(ApiKey::CreatePartitions, 0, 3),
@@ -75,6 +77,8 @@ pub const SERVED: &[Served] = &[
     // v0 unless asked to refuse a replication factor change.
     api(ApiKey::AlterPartitionReassignments, 0, 0),
     api(ApiKey::ListPartitionReassignments, 0, 0),
+    // KIP-496 (`kafka-consumer-groups --delete-offsets`); v0 is the only version.
+    api(ApiKey::OffsetDelete, 0, 0),
     api(ApiKey::DescribeUserScramCredentials, 0, 0),
     api(ApiKey::AlterUserScramCredentials, 0, 0),
     api(ApiKey::DescribeCluster, 0, 2),
@@ -131,6 +135,8 @@ mod tests {
                 ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
                 ApiKey::CreatePartitions => CreatePartitionsRequest::VERSIONS,
                 ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
+                ApiKey::AlterConfigs => AlterConfigsRequest::VERSIONS,
+                ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
                 ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS,
                 ApiKey::DescribeAcls => DescribeAclsRequest::VERSIONS,
                 ApiKey::DescribeLogDirs => DescribeLogDirsRequest::VERSIONS,

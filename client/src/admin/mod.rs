@@ -511,14 +511,40 @@ impl Admin {
             // A paused controller accepts connections and requests and answers nothing: the
             // scout gives the attempt up once another controller names a different active
             // one (scout.rs).
+            let seen = std::sync::Mutex::new(Vec::new());
             let step = tokio::select! {
                 step = work => step,
-                (by, leader) = self.scout(&addr, scout::interval(self.config.request_timeout)) => {
+                (by, leader) = self.scout(
+                    &addr,
+                    scout::interval(self.config.request_timeout),
+                    &seen,
+                ) => {
                     Step::Silent {
                         detail: scout::silent_detail(&addr, asked.elapsed(), &by, &leader),
                         leader,
                     }
                 }
+            };
+            // A timeout while the others answer their probes without naming an active
+            // controller: no quorum, which the error should say (not "cannot reach").
+            let step = match step {
+                Step::Retry {
+                    detail,
+                    maybe_applied,
+                } => match scout::no_leader_note(&seen.lock().unwrap()) {
+                    Some(note) => {
+                        answered = true;
+                        Step::Retry {
+                            detail: format!("{detail}; {note}"),
+                            maybe_applied,
+                        }
+                    }
+                    None => Step::Retry {
+                        detail,
+                        maybe_applied,
+                    },
+                },
+                other => other,
             };
             let step = self.unless_kafka_listener(&addr, step, &mut probed).await;
             match step {
@@ -780,6 +806,7 @@ impl Admin {
                 resource_type: resource_type as i32,
                 resource_name,
                 configs,
+                replace_unlisted: false,
             }],
             validate_only,
         };

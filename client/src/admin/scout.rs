@@ -19,6 +19,7 @@
 //! (`request.timeout.ms`). Kafka itself has no such probe; its `socket.connection.setup.timeout.ms`
 //! (KIP-601) covers connection setup, which a paused process completes.
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use keel_proto::controller::DescribeQuorumRequest;
@@ -73,8 +74,15 @@ impl Admin {
     /// awaited one included, over the cached channels (or new ones), in rounds starting
     /// `interval` apart (with ±20 % jitter), the first half an `interval` after the call; each
     /// answer is judged as it arrives, with the awaited controller's last finished probe. The
-    /// caller bounds it (it races the attempt's own timeout).
-    pub(super) async fn scout(&self, awaited: &str, interval: Duration) -> (String, String) {
+    /// caller bounds it (it races the attempt's own timeout). `seen` holds the other
+    /// controllers' last probe results, in target order, for the caller's error when the
+    /// attempt times out anyway ([`no_leader_note`]).
+    pub(super) async fn scout(
+        &self,
+        awaited: &str,
+        interval: Duration,
+        seen: &Mutex<Vec<(String, Probe)>>,
+    ) -> (String, String) {
         let mut targets: Vec<String> = vec![awaited.to_string()];
         for a in self
             .config
@@ -140,8 +148,13 @@ impl Admin {
                 if addr == awaited {
                     awaited_last = Some(probe);
                 } else {
+                    others.retain(|(_, a, _)| *a != addr);
                     others.push((i, addr, probe));
                     others.sort_by_key(|(i, _, _)| *i);
+                    *seen.lock().unwrap() = others
+                        .iter()
+                        .map(|(_, a, p)| (a.clone(), p.clone()))
+                        .collect();
                 }
                 let Some(awaited_probe) = &awaited_last else {
                     continue;
@@ -191,6 +204,41 @@ async fn probe(
         Ok(Some((probe, channel))) => (probe, Some(channel)),
         _ => (Probe::Silent, None),
     }
+}
+
+/// What the probes of the other controllers (`seen`: address and last probe) add to an
+/// attempt that timed out: when some answered and none named an active controller, the
+/// cluster has no quorum (or is electing), which the timeout alone does not say (the
+/// fresh-user trial of session 41 got "cannot reach any controller" with 2 of 3 paused while
+/// the third answered every probe). `None` when no other controller answered, or one named
+/// an active controller.
+pub(super) fn no_leader_note(seen: &[(String, Probe)]) -> Option<String> {
+    let mut answering = Vec::new();
+    for (addr, probe) in seen {
+        match probe {
+            Probe::Answered { leader: Some(_) } => return None,
+            Probe::Answered { leader: None } => answering.push(addr.as_str()),
+            Probe::Silent => {}
+        }
+    }
+    if answering.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} {} quorum probes but {} no active controller (no quorum: are most controllers \
+         down or paused?)",
+        answering.join(", "),
+        if answering.len() == 1 {
+            "answers"
+        } else {
+            "answer"
+        },
+        if answering.len() == 1 {
+            "knows"
+        } else {
+            "know"
+        },
+    ))
 }
 
 /// The detail of an attempt given up on a silent controller, for errors and the warning.
@@ -248,6 +296,39 @@ mod tests {
             ("b".to_string(), answered(Some("a"))),
         ];
         assert_eq!(verdict("a", &not_yet), None);
+    }
+
+    #[test]
+    fn a_timeout_names_the_controllers_that_answer_without_a_leader() {
+        let seen = vec![
+            ("b".to_string(), answered(None)),
+            ("c".to_string(), Probe::Silent),
+        ];
+        assert_eq!(
+            no_leader_note(&seen).as_deref(),
+            Some(
+                "b answers quorum probes but knows no active controller (no quorum: are most \
+                 controllers down or paused?)"
+            )
+        );
+        let two = vec![
+            ("b".to_string(), answered(None)),
+            ("c".to_string(), answered(None)),
+        ];
+        assert!(
+            no_leader_note(&two)
+                .unwrap()
+                .starts_with("b, c answer quorum probes but know")
+        );
+        // Nobody answered, or somebody names a leader: nothing to add.
+        assert_eq!(no_leader_note(&[("b".to_string(), Probe::Silent)]), None);
+        assert_eq!(
+            no_leader_note(&[
+                ("b".to_string(), answered(None)),
+                ("c".to_string(), answered(Some("a"))),
+            ]),
+            None
+        );
     }
 
     #[test]

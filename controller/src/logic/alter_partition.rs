@@ -114,9 +114,9 @@ pub fn alter_partition(
                     None => Err(refuse(
                         ErrorCode::UnknownTopicOrPartition,
                         format!(
-                            "unknown partition {}-{}",
-                            keel_proto::limits::clip(&ti.name),
-                            p.partition_index
+                            "unknown partition {} of topic {:?}",
+                            p.partition_index,
+                            keel_proto::limits::clip(&ti.name)
                         ),
                     )),
                     Some(_) if !seen.insert((ti.id, p.partition_index)) => Err(refuse(

@@ -312,8 +312,13 @@ pub fn alter_configs(
                 ),
             ))
         } else {
-            resolve_resource(image, r.resource_type, &r.resource_name)
-                .and_then(|res| alter_one(image, &res, &r.configs))
+            resolve_resource(image, r.resource_type, &r.resource_name).and_then(|res| {
+                if r.replace_unlisted {
+                    alter_one(image, &res, &replacing(image, &res, &r.configs)?)
+                } else {
+                    alter_one(image, &res, &r.configs)
+                }
+            })
         };
         let err = match outcome {
             Ok(mut recs) => {
@@ -337,6 +342,47 @@ pub fn alter_configs(
             ..Default::default()
         },
     )
+}
+
+/// `configs` of a `replace_unlisted` resource (Kafka's legacy AlterConfigs) with a DELETE
+/// added for every config set on `res` that `configs` does not name, so that the listed ones
+/// become the resource's whole set. Refuses APPEND and SUBTRACT, which the legacy API does
+/// not have (INVALID_REQUEST).
+fn replacing(
+    image: &MetadataImage,
+    res: &ConfigResource,
+    configs: &[keel_proto::controller::AlterableConfig],
+) -> Result<Vec<keel_proto::controller::AlterableConfig>, (ErrorCode, String)> {
+    if let Some(c) = configs.iter().find(|c| {
+        !matches!(
+            AlterConfigOp::try_from(c.op),
+            Ok(AlterConfigOp::Set | AlterConfigOp::Delete)
+        )
+    }) {
+        return Err((
+            ErrorCode::InvalidRequest,
+            format!(
+                "config {}: a replacing alter takes SET and DELETE only, not op {}",
+                keel_proto::limits::clip(&c.name),
+                c.op
+            ),
+        ));
+    }
+    let listed: BTreeSet<&str> = configs.iter().map(|c| c.name.as_str()).collect();
+    let mut out = configs.to_vec();
+    if let Some(current) = image.configs().get(res) {
+        out.extend(
+            current
+                .keys()
+                .filter(|k| !listed.contains(k.as_str()))
+                .map(|k| keel_proto::controller::AlterableConfig {
+                    name: k.clone(),
+                    op: AlterConfigOp::Delete as i32,
+                    value: None,
+                }),
+        );
+    }
+    Ok(out)
 }
 
 /// The records for one resource of [`alter_configs`], or its error.

@@ -95,7 +95,7 @@ pub fn elect_leaders(
                 partition_id: -1,
                 error: error(
                     ErrorCode::UnknownTopicOrPartition,
-                    format!("unknown topic {name}"),
+                    format!("unknown topic {:?}", keel_proto::limits::clip(&name)),
                 ),
                 leader_id: NO_LEADER,
                 leader_epoch: -1,
@@ -110,7 +110,10 @@ pub fn elect_leaders(
                     partition_id: p,
                     error: error(
                         ErrorCode::UnknownTopicOrPartition,
-                        format!("unknown partition {name}-{p}"),
+                        format!(
+                            "unknown partition {p} of topic {:?}",
+                            keel_proto::limits::clip(&name)
+                        ),
                     ),
                     leader_id: NO_LEADER,
                     leader_epoch: -1,

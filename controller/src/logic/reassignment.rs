@@ -122,13 +122,19 @@ pub fn alter_partition_reassignments(
             let outcome = if !seen.insert((topic.name.as_str(), p)) {
                 Err((
                     ErrorCode::InvalidRequest,
-                    format!("partition {}-{p} appears twice in the request", topic.name),
+                    format!(
+                        "partition {p} of topic {:?} appears twice in the request",
+                        keel_proto::limits::clip(&topic.name)
+                    ),
                 ))
             } else {
                 match t.and_then(|t| t.partitions.get(&p).map(|reg| (t.id, reg))) {
                     None => Err((
                         ErrorCode::UnknownTopicOrPartition,
-                        format!("unknown partition {}-{p}", topic.name),
+                        format!(
+                            "unknown partition {p} of topic {:?}",
+                            keel_proto::limits::clip(&topic.name)
+                        ),
                     )),
                     Some((id, reg)) => change_one(image, reg, target).map(|next| {
                         PartitionChangeBuilder::new(reg, id, p, &|b| is_eligible(image, b))

@@ -341,3 +341,78 @@ fn offsets_expire_only_from_empty_groups_after_the_retention() {
     assert_eq!(simple.expired_offsets(150, 50), vec![("t".to_string(), 0)]);
     assert_eq!(simple.expired_offsets(250, 50).len(), 2);
 }
+
+/// A `ConsumerProtocolSubscription` of `version` naming `topics` (Kafka's encoding: int16
+/// version, int32 count, int16-length names, nullable user data; v1+ owned partitions, v2+
+/// generation id, v3+ rack id).
+fn subscription(version: i16, topics: &[&str]) -> Bytes {
+    let mut b = Vec::new();
+    b.extend_from_slice(&version.to_be_bytes());
+    b.extend_from_slice(&(topics.len() as i32).to_be_bytes());
+    for t in topics {
+        b.extend_from_slice(&(t.len() as i16).to_be_bytes());
+        b.extend_from_slice(t.as_bytes());
+    }
+    b.extend_from_slice(&(-1i32).to_be_bytes()); // user data: null
+    if version >= 1 {
+        b.extend_from_slice(&0i32.to_be_bytes()); // owned partitions: none
+    }
+    if version >= 2 {
+        b.extend_from_slice(&(-1i32).to_be_bytes()); // generation id
+    }
+    if version >= 3 {
+        b.extend_from_slice(&(-1i16).to_be_bytes()); // rack id: null
+    }
+    Bytes::from(b)
+}
+
+#[test]
+fn subscriptions_are_read_at_every_version_and_damage_is_none() {
+    for v in 0..=3 {
+        assert_eq!(
+            subscription_topics(&subscription(v, &["a", "b"])),
+            Some(vec!["a".to_string(), "b".to_string()]),
+            "v{v}"
+        );
+    }
+    // A newer version than kafka-protocol knows is read as the newest it knows (fields a
+    // later version appends are left unread).
+    let mut newer = subscription(3, &["a"]).to_vec();
+    newer[..2].copy_from_slice(&9i16.to_be_bytes());
+    newer.extend_from_slice(&[1, 2, 3]);
+    assert_eq!(subscription_topics(&Bytes::from(newer)).unwrap(), ["a"]);
+    assert_eq!(
+        subscription_topics(&Bytes::from_static(b"meta-range")),
+        None
+    );
+    assert_eq!(subscription_topics(&Bytes::new()), None);
+    assert_eq!(
+        subscription_topics(&Bytes::from_static(&[0xff, 0xff])),
+        None
+    );
+}
+
+#[test]
+fn offset_delete_refuses_subscribed_topics_and_groups_outside_the_consumer_protocol() {
+    let mut g = Group::new("g");
+    assert_eq!(g.check_offset_delete(), Ok(()));
+    assert!(!g.subscribes_to("a"), "no members: nothing is subscribed");
+    let mut req = join_req("", None, &["range"]);
+    req.protocols = vec![("range".into(), subscription(1, &["a"]))];
+    req.require_known_member_id = false;
+    g.join(req.clone(), 1, 0, 0, &cfg());
+    assert_eq!(g.members.len(), 1);
+    assert_eq!(g.check_offset_delete(), Ok(()));
+    assert!(g.subscribes_to("a"));
+    assert!(!g.subscribes_to("b"));
+    // Metadata that is not a subscription: every topic counts as subscribed.
+    let mut other = Group::new("h");
+    g.members.values_mut().for_each(|m| {
+        m.protocols = vec![("range".into(), Bytes::from_static(b"??"))];
+    });
+    assert!(g.subscribes_to("b"));
+    // A group with members of another protocol type (Connect): NON_EMPTY_GROUP.
+    req.protocol_type = "connect".into();
+    other.join(req, 1, 0, 0, &cfg());
+    assert_eq!(other.check_offset_delete(), Err(ErrorCode::NonEmptyGroup));
+}

@@ -1,6 +1,6 @@
 //! The admin APIs the Kafka listener forwards to the active controller (#21): CreateTopics
 //! (v2-7), DeleteTopics (v1-6), DescribeConfigs (v1-4), DescribeCluster (v0-2),
-//! CreatePartitions (v0-3), IncrementalAlterConfigs (v0-1), ElectLeaders (v0-2),
+//! CreatePartitions (v0-3), IncrementalAlterConfigs (v0-1), AlterConfigs (v0-2), ElectLeaders (v0-2),
 //! AlterPartitionReassignments (v0), ListPartitionReassignments (v0),
 //! Describe/Create/DeleteAcls (v1-3) and Describe/AlterUserScramCredentials (v0), as pure
 //! conversions between `kafka-protocol`'s structs and Keel's controller messages
@@ -22,6 +22,11 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::BrokerId;
+use kafka_protocol::messages::alter_configs_request::AlterConfigsRequest as KLegacyAlterConfigsRequest;
+use kafka_protocol::messages::alter_configs_response::{
+    AlterConfigsResourceResponse as KLegacyAlterConfigsResourceResponse,
+    AlterConfigsResponse as KLegacyAlterConfigsResponse,
+};
 use kafka_protocol::messages::alter_partition_reassignments_request::AlterPartitionReassignmentsRequest as KAlterPartitionReassignmentsRequest;
 use kafka_protocol::messages::alter_partition_reassignments_response::{
     AlterPartitionReassignmentsResponse as KAlterPartitionReassignmentsResponse,
@@ -500,10 +505,13 @@ pub const RESOURCE_BROKER: i8 = 4;
 
 /// One value from the broker's own config file that stands in for Kafka's default of a key
 /// (Kafka's `STATIC_BROKER_CONFIG` source): the replica manager applies it to topics without
-/// an override, so DescribeConfigs reports it instead of Kafka's default.
+/// an override, so DescribeConfigs reports it instead of Kafka's default. An entry with an
+/// empty `topic_name` is a fact of this broker process the controllers do not know
+/// (`authorizer.class.name`, `node.id`, ...): it is added, read-only, to this broker's own
+/// BROKER resource ([`broker_only_entries`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StaticBrokerConfig {
-    /// The topic-level key, e.g. `retention.ms`.
+    /// The topic-level key, e.g. `retention.ms`; empty for a broker-only key.
     pub topic_name: &'static str,
     /// The broker-level key, e.g. `log.retention.ms`.
     pub broker_name: &'static str,
@@ -656,6 +664,12 @@ pub fn describe_configs_response(
                 .as_ref()
                 .filter(|keys| !keys.is_empty())
                 .map(|keys| keys.iter().map(|k| k.as_str()).collect());
+            let mut result = result;
+            if !by_topic && overlay {
+                let own =
+                    broker_only_entries(statics, &result.configs, wanted.iter().flatten().copied());
+                result.configs.extend(own);
+            }
             let configs = result
                 .configs
                 .into_iter()
@@ -703,6 +717,14 @@ pub fn overlay_static_configs(
         if !by_topic && !own {
             continue;
         }
+        if own {
+            let extra = broker_only_entries(
+                statics,
+                &result.configs,
+                asked.configuration_keys.iter().map(String::as_str),
+            );
+            result.configs.extend(extra);
+        }
         for c in &mut result.configs {
             let stat = statics.iter().find(|s| {
                 c.name
@@ -732,6 +754,37 @@ pub fn overlay_static_configs(
             }
         }
     }
+}
+
+/// The broker-only entries of `statics` (empty `topic_name`) that `result` lacks, as
+/// read-only STATIC_BROKER_CONFIG entries, filtered by the asked `keys` (empty: every key).
+/// Kafka's broker describes every key of its config file; the controllers describe the
+/// dynamic and cluster-wide keys, and these come from the broker answering. Clients read
+/// `authorizer.class.name` to learn whether ACLs are enforced (librdkafka's `describe_acls`
+/// drops SECURITY_DISABLED).
+pub fn broker_only_entries<'a>(
+    statics: &[StaticBrokerConfig],
+    result: &[ctl::DescribeConfigsEntry],
+    keys: impl Iterator<Item = &'a str> + Clone,
+) -> Vec<ctl::DescribeConfigsEntry> {
+    statics
+        .iter()
+        .filter(|s| s.topic_name.is_empty())
+        .filter(|s| !result.iter().any(|c| c.name == s.broker_name))
+        .filter(|s| {
+            let mut keys = keys.clone().peekable();
+            keys.peek().is_none() || keys.any(|k| k == s.broker_name)
+        })
+        .map(|s| ctl::DescribeConfigsEntry {
+            name: s.broker_name.to_string(),
+            value: Some(s.value.clone()),
+            read_only: true,
+            config_source: i32::from(CONFIG_SOURCE_STATIC_BROKER),
+            is_sensitive: false,
+            synonyms: Vec::new(),
+            documentation: String::new(),
+        })
+        .collect()
 }
 
 /// One described key (see [`describe_configs_response`]).
@@ -992,19 +1045,7 @@ pub fn alter_configs_plan(req: &KIncrementalAlterConfigsRequest) -> AlterConfigs
         .resources
         .iter()
         .map(|r| {
-            let resource_type = match r.resource_type {
-                RESOURCE_TOPIC => keel_proto::metadata::ConfigResourceType::Topic,
-                RESOURCE_BROKER => keel_proto::metadata::ConfigResourceType::Broker,
-                other => {
-                    return Err(Failure::new(
-                        ErrorCode::InvalidRequest,
-                        format!(
-                            "config resource type {other} is not supported (TOPIC 2 and \
-                             BROKER 4 are)"
-                        ),
-                    ));
-                }
-            };
+            let resource_type = alterable_resource_type(r.resource_type)?;
             let configs =
                 r.configs
                     .iter()
@@ -1032,11 +1073,104 @@ pub fn alter_configs_plan(req: &KIncrementalAlterConfigsRequest) -> AlterConfigs
                 resource_type: resource_type as i32,
                 resource_name: r.resource_name.to_string(),
                 configs,
+                replace_unlisted: false,
             });
             Ok(forward.resources.len() - 1)
         })
         .collect();
     AlterConfigsPlan { forward, slots }
+}
+
+/// The config resource types both AlterConfigs APIs take: TOPIC (2) and BROKER (4); any
+/// other is INVALID_REQUEST for that resource.
+fn alterable_resource_type(t: i8) -> Result<keel_proto::metadata::ConfigResourceType, Failure> {
+    match t {
+        RESOURCE_TOPIC => Ok(keel_proto::metadata::ConfigResourceType::Topic),
+        RESOURCE_BROKER => Ok(keel_proto::metadata::ConfigResourceType::Broker),
+        other => Err(Failure::new(
+            ErrorCode::InvalidRequest,
+            format!("config resource type {other} is not supported (TOPIC 2 and BROKER 4 are)"),
+        )),
+    }
+}
+
+/// Each requested resource's outcome under `plan` (in request order): its own refusal, or
+/// the controller's error for it (or the whole reply's failure).
+fn alter_configs_outcomes(
+    plan: &AlterConfigsPlan,
+    reply: Result<ctl::AlterConfigsReply, Failure>,
+) -> Vec<(i16, Option<StrBytes>)> {
+    let reply = settled(reply);
+    plan.slots
+        .iter()
+        .map(|slot| match slot {
+            Err(f) => (f.code, Some(str_bytes(f.message.clone()))),
+            Ok(i) => item_error(per_item(&reply, |r| r.results.get(*i), "resource"), |x| {
+                x.error.as_ref()
+            }),
+        })
+        .collect()
+}
+
+/// Keel's AlterConfigs from Kafka's legacy AlterConfigs (v0-2, API 33; confluent-kafka's
+/// `alter_configs`, `kafka-configs` before KIP-339): the listed configs replace the
+/// resource's whole set of dynamic configs, so the controller deletes every config set on it
+/// and not listed (`replace_unlisted`; Kafka's `ConfigurationControlManager.legacyAlterConfigs`).
+/// A non-null value is a SET, a null value a DELETE (Kafka drops such a key). Resource types
+/// as in [`alter_configs_plan`].
+pub fn legacy_alter_configs_plan(req: &KLegacyAlterConfigsRequest) -> AlterConfigsPlan {
+    let mut forward = ctl::AlterConfigsRequest {
+        resources: Vec::new(),
+        validate_only: req.validate_only,
+    };
+    let slots = req
+        .resources
+        .iter()
+        .map(|r| {
+            let resource_type = alterable_resource_type(r.resource_type)?;
+            forward.resources.push(ctl::AlterConfigsResource {
+                resource_type: resource_type as i32,
+                resource_name: r.resource_name.to_string(),
+                configs: r
+                    .configs
+                    .iter()
+                    .map(|c| ctl::AlterableConfig {
+                        name: c.name.to_string(),
+                        op: if c.value.is_some() {
+                            ctl::AlterConfigOp::Set
+                        } else {
+                            ctl::AlterConfigOp::Delete
+                        } as i32,
+                        value: c.value.as_ref().map(|v| v.to_string()),
+                    })
+                    .collect(),
+                replace_unlisted: true,
+            });
+            Ok(forward.resources.len() - 1)
+        })
+        .collect();
+    AlterConfigsPlan { forward, slots }
+}
+
+/// Kafka's legacy AlterConfigs response, as [`alter_configs_response`].
+pub fn legacy_alter_configs_response(
+    plan: &AlterConfigsPlan,
+    req: &KLegacyAlterConfigsRequest,
+    reply: Result<ctl::AlterConfigsReply, Failure>,
+) -> KLegacyAlterConfigsResponse {
+    let responses = req
+        .resources
+        .iter()
+        .zip(alter_configs_outcomes(plan, reply))
+        .map(|(asked, (error_code, error_message))| {
+            KLegacyAlterConfigsResourceResponse::default()
+                .with_resource_type(asked.resource_type)
+                .with_resource_name(asked.resource_name.clone())
+                .with_error_code(error_code)
+                .with_error_message(error_message)
+        })
+        .collect();
+    KLegacyAlterConfigsResponse::default().with_responses(responses)
 }
 
 /// Kafka's IncrementalAlterConfigs response: one per requested resource in request order,
@@ -1047,18 +1181,11 @@ pub fn alter_configs_response(
     req: &KIncrementalAlterConfigsRequest,
     reply: Result<ctl::AlterConfigsReply, Failure>,
 ) -> KIncrementalAlterConfigsResponse {
-    let reply = settled(reply);
     let responses = req
         .resources
         .iter()
-        .zip(&plan.slots)
-        .map(|(asked, slot)| {
-            let (error_code, error_message) = match slot {
-                Err(f) => (f.code, Some(str_bytes(f.message.clone()))),
-                Ok(i) => item_error(per_item(&reply, |r| r.results.get(*i), "resource"), |x| {
-                    x.error.as_ref()
-                }),
-            };
+        .zip(alter_configs_outcomes(plan, reply))
+        .map(|(asked, (error_code, error_message))| {
             KAlterConfigsResourceResponse::default()
                 .with_resource_type(asked.resource_type)
                 .with_resource_name(asked.resource_name.clone())

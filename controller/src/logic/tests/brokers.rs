@@ -27,6 +27,7 @@ fn set_topic_config(c: &mut Cluster, topic: &str, key: &str, value: &str) {
                     op: AlterConfigOp::Set as i32,
                     value: Some(value.into()),
                 }],
+                replace_unlisted: false,
             }],
             validate_only: false,
         },

@@ -34,6 +34,7 @@ fn alter(
                 resource_type: ty as i32,
                 resource_name: name.into(),
                 configs,
+                replace_unlisted: false,
             }],
             validate_only,
         },
@@ -810,4 +811,76 @@ fn throttle_configs_and_list_operations() {
         topic.iter().all(|e| e.name != rate),
         "broker-only key on a topic"
     );
+}
+
+/// Kafka's legacy AlterConfigs (API 33) through `replace_unlisted`: the listed configs become
+/// the resource's whole set (unlisted ones deleted in the same change), and only SET and
+/// DELETE are taken.
+#[test]
+fn a_replacing_alter_deletes_the_unlisted_configs() {
+    let mut c = setup();
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![
+            set("retention.ms", Some("1000")),
+            set("segment.bytes", Some("1048576")),
+        ],
+        false,
+    );
+    c.commit(r);
+    let topic = ConfigResource::Topic("t".into());
+    let replace = |configs: Vec<AlterableConfig>| AlterConfigsRequest {
+        resources: vec![AlterConfigsResource {
+            resource_type: ConfigResourceType::Topic as i32,
+            resource_name: "t".into(),
+            configs,
+            replace_unlisted: true,
+        }],
+        validate_only: false,
+    };
+    let r = alter_configs(&c.image, &replace(vec![set("retention.ms", Some("2000"))]));
+    assert_eq!(code(&r.response.results[0].error), ErrorCode::None);
+    c.commit(r);
+    assert_eq!(c.image.config(&topic, "retention.ms"), Some("2000"));
+    assert_eq!(
+        c.image.config(&topic, "segment.bytes"),
+        None,
+        "unlisted: deleted"
+    );
+    // An empty list clears the resource.
+    let r = alter_configs(&c.image, &replace(vec![]));
+    c.commit(r);
+    assert_eq!(c.image.configs().get(&topic).map_or(0, |m| m.len()), 0);
+    // APPEND is not a legacy operation: refused, nothing written.
+    let r = alter_configs(
+        &c.image,
+        &replace(vec![AlterableConfig {
+            name: "cleanup.policy".into(),
+            op: AlterConfigOp::Append as i32,
+            value: Some("delete".into()),
+        }]),
+    );
+    assert_eq!(
+        code(&r.response.results[0].error),
+        ErrorCode::InvalidRequest
+    );
+    assert!(r.records.is_empty());
+    // A bad listed value fails the whole resource: the unlisted ones stay.
+    let r = alter(
+        &c,
+        ConfigResourceType::Topic,
+        "t",
+        vec![set("retention.ms", Some("5"))],
+        false,
+    );
+    c.commit(r);
+    let r = alter_configs(
+        &c.image,
+        &replace(vec![set("min.insync.replicas", Some("9"))]),
+    );
+    assert_eq!(code(&r.response.results[0].error), ErrorCode::InvalidConfig);
+    assert!(r.records.is_empty());
+    assert_eq!(c.image.config(&topic, "retention.ms"), Some("5"));
 }

@@ -145,6 +145,7 @@ fn run(seed: u64) -> (u64, usize) {
                                 op: 0,
                                 value: Some(rng.chance(50).to_string()),
                             }],
+                            replace_unlisted: false,
                         }],
                         validate_only: false,
                     },

@@ -457,6 +457,7 @@ fn delete_topics_by_name_and_id() {
                     op: 0,
                     value: Some("1000".into()),
                 }],
+                replace_unlisted: false,
             }],
             validate_only: false,
         },

@@ -274,7 +274,92 @@ fn statics() -> Vec<StaticBrokerConfig> {
             broker_name: "log.segment.bytes",
             value: "1073741824".into(),
         },
+        StaticBrokerConfig {
+            topic_name: "",
+            broker_name: "authorizer.class.name",
+            value: "org.apache.kafka.metadata.authorizer.StandardAuthorizer".into(),
+        },
     ]
+}
+
+#[test]
+fn describe_configs_adds_broker_only_keys_to_this_brokers_resource_only() {
+    let res = |t: i8, n: &str, keys: Option<Vec<&str>>| {
+        DescribeConfigsResource::default()
+            .with_resource_type(t)
+            .with_resource_name(s(n))
+            .with_configuration_keys(keys.map(|k| k.into_iter().map(s).collect()))
+    };
+    let req = KDescribeConfigsRequest::default().with_resources(vec![
+        res(RESOURCE_TOPIC, "t", None),
+        res(RESOURCE_BROKER, "1", None),
+        res(RESOURCE_BROKER, "1", Some(vec!["authorizer.class.name"])),
+        res(RESOURCE_BROKER, "1", Some(vec!["log.retention.ms"])),
+    ]);
+    let plan = describe_configs_plan(&req, 4, 1);
+    let mut reply = describe_configs_reply();
+    reply.results.push(reply.results[1].clone());
+    let out = describe_configs_response(&plan, &req, Ok(reply), 4, 1, &statics());
+    let names = |i: usize| -> Vec<String> {
+        out.results[i]
+            .configs
+            .iter()
+            .map(|c| c.name.to_string())
+            .collect()
+    };
+    assert!(!names(0).contains(&"authorizer.class.name".to_string()));
+    assert_eq!(names(1), ["log.retention.ms", "authorizer.class.name"]);
+    let a = &out.results[1].configs[1];
+    assert!(a.read_only);
+    assert_eq!(a.config_source, CONFIG_SOURCE_STATIC_BROKER);
+    assert_eq!(
+        a.value.as_deref(),
+        Some("org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+    );
+    assert_eq!(names(2), ["authorizer.class.name"]);
+    assert_eq!(names(3), ["log.retention.ms"]);
+    // The gRPC path (BrokerService.DescribeConfigs) adds them the same way, to its own
+    // resource only.
+    let resource = |ty: i32, name: &str, keys: Vec<&str>| ctl::DescribeConfigsResource {
+        resource_type: ty,
+        resource_name: name.into(),
+        configuration_keys: keys.into_iter().map(String::from).collect(),
+    };
+    let req = ctl::DescribeConfigsRequest {
+        resources: vec![
+            resource(2, "t", vec![]),
+            resource(4, "1", vec![]),
+            resource(2, "t", vec![]),
+        ],
+        include_synonyms: false,
+        include_documentation: false,
+    };
+    let mut reply = describe_configs_reply();
+    overlay_static_configs(&req, &mut reply, 1, &statics());
+    let grpc_names = |i: usize| -> Vec<&str> {
+        reply.results[i]
+            .configs
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect()
+    };
+    assert_eq!(grpc_names(1), ["log.retention.ms", "authorizer.class.name"]);
+    assert!(!grpc_names(0).contains(&"authorizer.class.name"));
+    let req = ctl::DescribeConfigsRequest {
+        resources: vec![
+            resource(2, "t", vec![]),
+            resource(4, "1", vec!["log.retention.ms"]),
+            resource(2, "t", vec![]),
+        ],
+        ..req
+    };
+    let mut reply = describe_configs_reply();
+    overlay_static_configs(&req, &mut reply, 1, &statics());
+    assert_eq!(
+        reply.results[1].configs.len(),
+        1,
+        "filtered by the asked keys"
+    );
 }
 
 fn describe_configs_req() -> KDescribeConfigsRequest {
@@ -1453,4 +1538,96 @@ fn log_dirs_list_hosted_partitions_by_topic_with_sizes_and_space() {
         ErrorCode::ClusterAuthorizationFailed.code()
     );
     assert!(refused.results.is_empty());
+}
+
+#[test]
+fn legacy_alter_configs_replaces_the_whole_set_and_answers_in_request_order() {
+    use kafka_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    let resource = |t: i8, n: &str, configs: Vec<(&str, Option<&str>)>| {
+        AlterConfigsResource::default()
+            .with_resource_type(t)
+            .with_resource_name(s(n))
+            .with_configs(
+                configs
+                    .into_iter()
+                    .map(|(k, v)| {
+                        AlterableConfig::default()
+                            .with_name(s(k))
+                            .with_value(v.map(s))
+                    })
+                    .collect(),
+            )
+    };
+    let req = KLegacyAlterConfigsRequest::default()
+        .with_validate_only(true)
+        .with_resources(vec![
+            resource(
+                RESOURCE_TOPIC,
+                "t",
+                vec![("retention.ms", Some("1000")), ("segment.bytes", None)],
+            ),
+            resource(8, "x", vec![]),
+            resource(RESOURCE_BROKER, "", vec![]),
+        ]);
+    let plan = legacy_alter_configs_plan(&req);
+    let f = &plan.forward;
+    assert!(f.validate_only);
+    assert_eq!(f.resources.len(), 2, "BROKER_LOGGER is refused here");
+    let t = &f.resources[0];
+    assert!(t.replace_unlisted && f.resources[1].replace_unlisted);
+    assert_eq!(
+        t.configs
+            .iter()
+            .map(|c| (c.name.as_str(), c.op, c.value.as_deref()))
+            .collect::<Vec<_>>(),
+        [
+            ("retention.ms", ctl::AlterConfigOp::Set as i32, Some("1000")),
+            ("segment.bytes", ctl::AlterConfigOp::Delete as i32, None),
+        ]
+    );
+    assert_eq!(
+        f.resources[1].resource_type,
+        keel_proto::metadata::ConfigResourceType::Broker as i32
+    );
+    let reply = ctl::AlterConfigsReply {
+        results: vec![
+            ctl::AlterConfigsResourceResult {
+                error: err(ErrorCode::InvalidConfig, "bad retention.ms"),
+                resource_type: 2,
+                resource_name: "t".into(),
+            },
+            ctl::AlterConfigsResourceResult::default(),
+        ],
+        ..Default::default()
+    };
+    for v in range(ApiKey::AlterConfigs) {
+        let out = round_trip(
+            &legacy_alter_configs_response(&plan, &req, Ok(reply.clone())),
+            v,
+        );
+        let got: Vec<(i8, &str, i16)> = out
+            .responses
+            .iter()
+            .map(|r| (r.resource_type, r.resource_name.as_str(), r.error_code))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (RESOURCE_TOPIC, "t", ErrorCode::InvalidConfig.code()),
+                (8, "x", ErrorCode::InvalidRequest.code()),
+                (RESOURCE_BROKER, "", 0),
+            ],
+            "v{v}"
+        );
+        assert_eq!(
+            out.responses[0].error_message.as_deref(),
+            Some("bad retention.ms")
+        );
+        // A failure of the whole request reaches every forwarded resource.
+        let out = legacy_alter_configs_response(&plan, &req, Err(timed_out("x")));
+        assert_eq!(
+            out.responses[2].error_code,
+            ErrorCode::RequestTimedOut.code()
+        );
+    }
 }
