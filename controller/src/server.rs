@@ -29,9 +29,10 @@ pub const SESSION_CHECK_INTERVAL_MS: u64 = 100;
 /// Streams a client may reset before this server accepted them, per connection, before the
 /// connection is closed (h2's guard against CVE-2023-44487's rapid reset; h2's default is
 /// 20). A paused or starved controller finds, when it resumes, every Raft request its peers
-/// sent meanwhile (heartbeats every 100 ms) already cancelled: with 20 it dropped a healthy
-/// peer's connection (`too_many_resets`) after a pause of about 2 s. 256 covers a pause of
-/// about 25 s and still bounds the work a client can cause this way.
+/// sent meanwhile (Raft heartbeats, votes, broker heartbeats) already cancelled: with 20 it
+/// dropped a healthy peer's connection (`too_many_resets`) after a pause of about 2 s. 256
+/// covers the pauses of a few seconds that VMs and overloaded hosts see, and still bounds the
+/// work a client can cause this way; a longer one (48 s by hand) still ends in one reconnect.
 const MAX_PENDING_ACCEPT_RESETS: usize = 256;
 
 /// Runs a controller until `shutdown` resolves: binds `config.listeners`, then [`serve`].
