@@ -72,6 +72,8 @@ fn log_bytes(dir: &Path) -> Vec<u8> {
 fn check_whole_log(log: &Log) -> Vec<(i64, i64)> {
     let mut out = Vec::new();
     let mut next = log.log_start_offset();
+    // The first batch may start below a log start that DeleteRecords moved inside it.
+    let mut first = true;
     // Bounded: every read returns at least one batch or we stop.
     while next < log.log_end_offset() {
         let r = log.read(next, 1 << 20, log.log_end_offset()).unwrap();
@@ -82,7 +84,15 @@ fn check_whole_log(log: &Log) -> Vec<(i64, i64)> {
         for b in BatchIter::new(r.records.clone()) {
             let b = b.unwrap();
             b.validate().unwrap();
-            assert_eq!(b.base_offset(), next, "contiguous batches");
+            if first && b.base_offset() < next {
+                assert!(
+                    b.last_offset() >= next,
+                    "the first batch holds the log start"
+                );
+            } else {
+                assert_eq!(b.base_offset(), next, "contiguous batches");
+            }
+            first = false;
             out.push((b.base_offset(), b.last_offset()));
             next = b.last_offset() + 1;
         }
@@ -691,6 +701,108 @@ fn truncate_fully_and_start_at() {
     drop(log);
     let log = open_unclean(dir.path(), small_config());
     assert_eq!((log.log_start_offset(), log.log_end_offset()), (1000, 1001));
+}
+
+/// DeleteRecords' log start (KIP-107): it moves inside a segment (reads below it are out of
+/// range, ListOffsets by timestamp does not answer below it), whole segments below it go,
+/// it survives a reopen (clean or not), never moves back or past the LEO, retention and a
+/// truncation below it keep it, and a full restart at another offset forgets it.
+#[test]
+fn the_log_start_moves_inside_a_segment_and_survives_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_unclean(dir.path(), small_config());
+    // 20 batches of 3 records, timestamps 0.. (each batch's records at ts, ts+1, ts+2).
+    for i in 0..20 {
+        log.append_as_leader(batch(3, 200, i * 10), 1).unwrap();
+    }
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() >= 3, "{bases:?}");
+    assert_eq!(
+        log.increment_log_start_offset(61).unwrap_err().to_string(),
+        LogError::InvalidOffset {
+            offset: 61,
+            reason: "the log start cannot move past the log end"
+        }
+        .to_string()
+    );
+    // Inside the second segment: the first one goes, the second stays.
+    let inside = bases[1] + 2;
+    let (moved, deleted) = log.increment_log_start_offset(inside).unwrap();
+    assert!(moved);
+    assert_eq!(deleted.segment_count(), 1);
+    deleted.delete_files();
+    assert_eq!(log.log_start_offset(), inside);
+    assert_eq!(log.segment_base_offsets()[0], bases[1]);
+    assert!(matches!(
+        log.read(inside - 1, 1000, 60),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    let read = log.read(inside, 100_000, 60).unwrap();
+    assert!(!read.records.is_empty());
+    // A timestamp whose record lies below the start is answered with the first record at
+    // or above the start.
+    assert_eq!(
+        log.offset_for_timestamp(0).unwrap().map(|(o, _)| o),
+        Some(inside)
+    );
+    // Never backwards.
+    assert!(!log.increment_log_start_offset(inside - 1).unwrap().0);
+    assert_eq!(log.log_start_offset(), inside);
+    drop(log);
+    // Reopened after a crash (no clean marker, no recovery point): the start is kept.
+    let mut log = open_unclean(dir.path(), small_config());
+    assert_eq!(log.log_start_offset(), inside);
+    assert_eq!(log.log_end_offset(), 60);
+    check_whole_log(&log);
+    // A truncation below the start empties the log but keeps the start.
+    log.truncate_to(inside - 1).unwrap();
+    assert_eq!(
+        (log.log_start_offset(), log.log_end_offset()),
+        (inside, inside)
+    );
+    for i in 0..5 {
+        log.append_as_leader(batch(3, 200, 1000 + i), 2).unwrap();
+    }
+    // It moves again inside the new segment.
+    log.increment_log_start_offset(inside + 4)
+        .unwrap()
+        .1
+        .delete_files();
+    assert_eq!(log.log_start_offset(), inside + 4);
+    // A full restart elsewhere forgets the stored start, even a higher one.
+    log.truncate_fully_and_start_at(inside + 1).unwrap();
+    drop(log);
+    let log = open_unclean(dir.path(), small_config());
+    assert_eq!(
+        (log.log_start_offset(), log.log_end_offset()),
+        (inside + 1, inside + 1)
+    );
+}
+
+/// A damaged log start checkpoint stops the log from opening, naming the file: ignoring it
+/// would bring deleted records back.
+#[test]
+fn a_damaged_log_start_checkpoint_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_unclean(dir.path(), small_config());
+    log.append_as_leader(batch(3, 10, 0), 1).unwrap();
+    log.increment_log_start_offset(2).unwrap().1.delete_files();
+    drop(log);
+    let path = dir.path().join("log-start-offset-checkpoint");
+    assert_eq!(fs::read_to_string(&path).unwrap(), "0\n1\n2\n");
+    fs::write(&path, "0\n1\nbanana\n").unwrap();
+    let e = Log::open(
+        dir.path(),
+        small_config(),
+        Arc::new(ManualClock::new(0)),
+        LogOpenOptions::default(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("log-start-offset-checkpoint") && e.contains("banana"),
+        "{e}"
+    );
 }
 
 /// Checkpoint files, the clean-shutdown marker (skips the CRC scan), recovery after an

@@ -154,6 +154,7 @@ fn replicate(
     let round = match action {
         FollowerAction::AppendThenAdoptHw {
             leader_high_watermark,
+            ..
         } => {
             for (epoch, v) in &records {
                 follower.cache.assign(*epoch, follower.leo()).unwrap();

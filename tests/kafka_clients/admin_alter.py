@@ -10,16 +10,18 @@ log directory (DescribeLogDirs, KIP-113). Then the legacy AlterConfigs (API 33),
 replaces a topic's whole config set: confluent-kafka's alter_configs sets segment.bytes and
 thereby resets retention.ms; kafka-python's (forced to the legacy API) sets retention.ms and
 keeps segment.bytes, as it sends the other dynamic keys along. A broker's own resource reports
-authorizer.class.name (empty: no authorizer). Last, OffsetDelete (KIP-496) with kafka-python:
+authorizer.class.name (empty: no authorizer). Then OffsetDelete (KIP-496) with kafka-python:
 refused with GROUP_SUBSCRIBED_TO_TOPIC while a confluent-kafka member subscribes to the
-topic, done once it left, GROUP_ID_NOT_FOUND for an unknown group. Prints one line per step;
-exits non-zero on any error or mismatch.
+topic, done once it left, GROUP_ID_NOT_FOUND for an unknown group. Last, DeleteRecords
+(KIP-107): 20 records produced to partition 1, confluent-kafka's delete_records below offset
+5, kafka-python's below 12; a consumer from the beginning then starts at 12. Prints one line
+per step; exits non-zero on any error or mismatch.
 Usage: admin_alter.py BOOTSTRAP TOPIC
 """
 import sys
 import time
 
-from confluent_kafka import Consumer, ElectionType, KafkaException, TopicPartition
+from confluent_kafka import Consumer, ElectionType, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    NewPartitions, NewTopic)
 from kafka.admin import ConfigResource as KpConfigResource
@@ -192,4 +194,26 @@ try:
     sys.exit("delete_group_offsets of an unknown group succeeded")
 except GroupIdNotFoundError:
     print("kafka-python delete_group_offsets unknown group GroupIdNotFoundError")
+# DeleteRecords (KIP-107) on partition 1: 20 records, then the first 5 and the first 12 go.
+producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+for i in range(20):
+    producer.produce(topic, value=f"r{i}".encode(), partition=1)
+if producer.flush(30) != 0:
+    sys.exit("records not delivered")
+deleted = admin.delete_records([TopicPartition(topic, 1, 5)])
+low = list(deleted.values())[0].result(timeout=30).low_watermark
+print(f"confluent delete_records low_watermark={low}")
+result = kp.delete_records({KpTopicPartition(topic, 1): 12})
+print(f"kafka-python delete_records low_watermark={result[KpTopicPartition(topic, 1)]['low_watermark']}")
+reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{topic}-after-delete",
+                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
+reader.assign([TopicPartition(topic, 1, -2)])  # OFFSET_BEGINNING
+deadline = time.time() + 30
+first = None
+while first is None and time.time() < deadline:
+    m = reader.poll(0.5)
+    if m is not None and m.error() is None:
+        first = (m.offset(), m.value().decode())
+reader.close()
+print(f"first record after delete_records {first}")
 kp.close()

@@ -365,7 +365,7 @@ impl InProcessCluster {
     pub fn start_controller(&mut self, id: u64) {
         let node = &self.controllers[&id];
         assert!(node.running.is_none(), "controller {id} is running");
-        let listener = std::net::TcpListener::bind(node.addr).expect("rebind the controller");
+        let listener = rebind(node.addr).expect("rebind the controller");
         self.start_controller_on(id, listener);
     }
 
@@ -373,9 +373,8 @@ impl InProcessCluster {
     pub fn start_broker(&mut self, id: i32) {
         let node = &self.brokers[&id];
         assert!(node.running.is_none(), "broker {id} is running");
-        let grpc = std::net::TcpListener::bind(node.addr).expect("rebind the broker");
-        let kafka = std::net::TcpListener::bind(self.kafka_addr(id))
-            .expect("rebind the broker's Kafka listener");
+        let grpc = rebind(node.addr).expect("rebind the broker");
+        let kafka = rebind(self.kafka_addr(id)).expect("rebind the broker's Kafka listener");
         self.start_broker_on(id, grpc, kafka);
     }
 
@@ -485,5 +484,24 @@ impl Endpoints for InProcessCluster {
             s += &format!(" broker {id} {} {};", n.addr, state(n.running.is_some()));
         }
         s
+    }
+}
+
+/// Binds `addr` again after a kill: [`tokio::runtime::Runtime::shutdown_background`] returns
+/// before the killed node's tasks, its listeners among them, are dropped, so the address may
+/// still be taken for a moment (AddrInUse seen right after a kill of a broker that had served
+/// Kafka connections). Tries every 20 ms for up to 5 s.
+fn rebind(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        match std::net::TcpListener::bind(addr) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::AddrInUse
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
+        }
     }
 }

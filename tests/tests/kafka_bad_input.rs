@@ -350,6 +350,7 @@ async fn kafka_unsupported_versions_get_kafka_errors() {
             (ApiKey::ApiVersions as i16, 0, 4),
             (ApiKey::CreateTopics as i16, 2, 7),
             (ApiKey::DeleteTopics as i16, 1, 6),
+            (ApiKey::DeleteRecords as i16, 0, 2),
             (ApiKey::InitProducerId as i16, 0, 5),
             (ApiKey::OffsetForLeaderEpoch as i16, 2, 4),
             (ApiKey::DescribeAcls as i16, 1, 3),

@@ -259,6 +259,9 @@ async fn kafka_clients_alter_partitions_leaders_assignments_and_configs() {
             "kafka-python delete_group_offsets while subscribed GroupSubscribedToTopicError",
             "kafka-python delete_group_offsets after leaving NoError left [1, 2, 3, 4, 5]",
             "kafka-python delete_group_offsets unknown group GroupIdNotFoundError",
+            "confluent delete_records low_watermark=5",
+            "kafka-python delete_records low_watermark=12",
+            "first record after delete_records (12, 'r12')",
         ],
         "{out}"
     );

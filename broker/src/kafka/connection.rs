@@ -353,6 +353,11 @@ async fn handle(
             let req = decode::<DeleteGroupsRequest>(&mut body, key, version)?;
             ResponseKind::DeleteGroups(groups::delete_groups(ctx, &req).await)
         }
+        ApiKey::DeleteRecords => {
+            let req =
+                decode::<kafka_protocol::messages::DeleteRecordsRequest>(&mut body, key, version)?;
+            ResponseKind::DeleteRecords(super::delete_records::delete_records(ctx, &req).await)
+        }
         ApiKey::OffsetDelete => {
             let req =
                 decode::<kafka_protocol::messages::OffsetDeleteRequest>(&mut body, key, version)?;

@@ -735,6 +735,18 @@ const LIST_GROUPS: &[Field] = &[
 // DeleteGroupsRequest.json.
 const DELETE_GROUPS: &[Field] = &[f("groups_names", STRINGS, ALL)];
 
+// DeleteRecordsRequest.json (KIP-107): v2 is the first flexible version.
+const DELETE_RECORDS_PARTITION: &[Field] =
+    &[f("partition_index", Int32, ALL), f("offset", Int64, ALL)];
+const DELETE_RECORDS_TOPIC: &[Field] = &[
+    f("name", Str, ALL),
+    f("partitions", Structs(DELETE_RECORDS_PARTITION), ALL),
+];
+const DELETE_RECORDS: &[Field] = &[
+    f("topics", Structs(DELETE_RECORDS_TOPIC), ALL),
+    f("timeout_ms", Int32, ALL),
+];
+
 // OffsetDeleteRequest.json (KIP-496): v0 only, never flexible.
 const OFFSET_DELETE_PARTITION: &[Field] = &[f("partition_index", Int32, ALL)];
 const OFFSET_DELETE_TOPIC: &[Field] = &[
@@ -864,6 +876,7 @@ pub static APIS: &[Api] = &[
     api(16, "ListGroupsRequest", range(0, 5), 3, LIST_GROUPS),
     api(42, "DeleteGroupsRequest", range(0, 2), 2, DELETE_GROUPS),
     api(47, "OffsetDeleteRequest", range(0, 0), 1, OFFSET_DELETE),
+    api(21, "DeleteRecordsRequest", range(0, 2), 2, DELETE_RECORDS),
     api(
         33,
         "AlterConfigsRequest",
@@ -1242,13 +1255,14 @@ mod tests {
     use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
     use kafka_protocol::messages::{
         AlterConfigsRequest, ApiKey, ApiVersionsRequest, BrokerId, CreatePartitionsRequest,
-        CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest,
-        DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest,
-        GroupId, HeartbeatRequest, IncrementalAlterConfigsRequest, InitProducerIdRequest,
-        JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest,
-        MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
-        OffsetForLeaderEpochRequest, ProduceRequest, ProducerId, SaslAuthenticateRequest,
-        SaslHandshakeRequest, SyncGroupRequest, TopicName, TransactionalId,
+        CreateTopicsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+        DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest,
+        FindCoordinatorRequest, GroupId, HeartbeatRequest, IncrementalAlterConfigsRequest,
+        InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
+        ListOffsetsRequest, MetadataRequest, OffsetCommitRequest, OffsetDeleteRequest,
+        OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest, ProducerId,
+        SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest, TopicName,
+        TransactionalId,
     };
     use kafka_protocol::messages::{
         AlterPartitionReassignmentsRequest, ElectLeadersRequest, ListPartitionReassignmentsRequest,
@@ -1618,6 +1632,34 @@ mod tests {
                 vec![]
             })
             .with_validate_only(rich);
+        if v >= 2 && rich {
+            req = req.with_unknown_tagged_field(3, blob());
+        }
+        req
+    }
+
+    fn delete_records(v: i16, rich: bool) -> DeleteRecordsRequest {
+        use kafka_protocol::messages::delete_records_request::{
+            DeleteRecordsPartition, DeleteRecordsTopic,
+        };
+        let mut req = DeleteRecordsRequest::default()
+            .with_timeout_ms(if rich { 30_000 } else { 0 })
+            .with_topics(if rich {
+                vec![
+                    DeleteRecordsTopic::default()
+                        .with_name(topic("orders"))
+                        .with_partitions(vec![
+                            DeleteRecordsPartition::default()
+                                .with_partition_index(0)
+                                .with_offset(-1),
+                            DeleteRecordsPartition::default()
+                                .with_partition_index(2)
+                                .with_offset(1_000),
+                        ]),
+                ]
+            } else {
+                vec![]
+            });
         if v >= 2 && rich {
             req = req.with_unknown_tagged_field(3, blob());
         }
@@ -2134,6 +2176,7 @@ mod tests {
             16 => encode(&list_groups(v, rich), v),
             42 => encode(&delete_groups(v, rich), v),
             47 => encode(&offset_delete(rich), v),
+            21 => encode(&delete_records(v, rich), v),
             33 => encode(&legacy_alter_configs(v, rich), v),
             17 => encode(&sasl_handshake(rich), v),
             36 => encode(&sasl_authenticate(v, rich), v),
@@ -2191,6 +2234,7 @@ mod tests {
             16 => decode_as::<ListGroupsRequest>(v, body),
             42 => decode_as::<DeleteGroupsRequest>(v, body),
             47 => decode_as::<OffsetDeleteRequest>(v, body),
+            21 => decode_as::<DeleteRecordsRequest>(v, body),
             33 => decode_as::<AlterConfigsRequest>(v, body),
             17 => decode_as::<SaslHandshakeRequest>(v, body),
             36 => decode_as::<SaslAuthenticateRequest>(v, body),
@@ -2237,6 +2281,7 @@ mod tests {
             16 => m::<ListGroupsRequest>(),
             42 => m::<DeleteGroupsRequest>(),
             47 => m::<OffsetDeleteRequest>(),
+            21 => m::<DeleteRecordsRequest>(),
             33 => m::<AlterConfigsRequest>(),
             17 => m::<SaslHandshakeRequest>(),
             36 => m::<SaslAuthenticateRequest>(),
@@ -2327,6 +2372,7 @@ mod tests {
             (16, 0, 5),
             (42, 0, 2),
             (47, 0, 0),
+            (21, 0, 2),
             (33, 0, 2),
             (17, 0, 1),
             (36, 0, 2),
@@ -2378,8 +2424,8 @@ mod tests {
         // CreatePartitions + 3 of ElectLeaders + 2 of IncrementalAlterConfigs + 1 each of
         // Alter/ListPartitionReassignments + 3 each of Describe/Create/DeleteAcls + 1 each of
         // Describe/AlterUserScramCredentials + 4 of DescribeLogDirs + 3 of AlterConfigs + 1 of
-        // OffsetDelete), rich and sparse.
-        assert_eq!(count, 2 * 171);
+        // OffsetDelete + 3 of DeleteRecords), rich and sparse.
+        assert_eq!(count, 2 * 174);
     }
 
     #[test]

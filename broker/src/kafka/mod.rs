@@ -34,6 +34,7 @@ pub mod admin;
 pub mod connection;
 pub mod context;
 pub mod convert;
+pub mod delete_records;
 pub mod forwarder;
 pub mod frame;
 pub mod groups;

@@ -59,6 +59,8 @@ pub const SERVED: &[Served] = &[
     api(ApiKey::ApiVersions, 0, 4),
     api(ApiKey::CreateTopics, 2, 7),
     api(ApiKey::DeleteTopics, 1, 6),
+    // KIP-107 (`kafka-delete-records`); answered by each partition's leader.
+    api(ApiKey::DeleteRecords, 0, 2),
     api(ApiKey::InitProducerId, 0, 5),
     api(ApiKey::OffsetForLeaderEpoch, 2, 4),
     api(ApiKey::DescribeAcls, 1, 3),
@@ -136,6 +138,7 @@ mod tests {
                 ApiKey::CreatePartitions => CreatePartitionsRequest::VERSIONS,
                 ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
                 ApiKey::AlterConfigs => AlterConfigsRequest::VERSIONS,
+                ApiKey::DeleteRecords => DeleteRecordsRequest::VERSIONS,
                 ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
                 ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS,
                 ApiKey::DescribeAcls => DescribeAclsRequest::VERSIONS,

@@ -17,6 +17,12 @@ use super::error::{LogError, LogResult, io_err};
 /// gaps).
 pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
 
+/// Per-partition log start offset file (Kafka's per-log-dir `log-start-offset-checkpoint`):
+/// written, fsynced, when the log start offset moves inside the first segment (DeleteRecords,
+/// KIP-107, or a follower taking its leader's start); read at open, where the start is the
+/// larger of it and the first segment's base offset.
+pub const LOG_START_OFFSET_CHECKPOINT: &str = "log-start-offset-checkpoint";
+
 /// Version written in the first line of every checkpoint file.
 pub const CHECKPOINT_VERSION: u32 = 0;
 

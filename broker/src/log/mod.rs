@@ -36,8 +36,12 @@
 //!   removed the last batches of the previous one); the last one is the active segment;
 //! - batch offsets increase; gaps between batches (and between the records of a batch) exist
 //!   only in a log that was compacted, here or by the leader it copies;
-//! - `log_start_offset` = first segment's base offset <= `recovery_point` <= `log_end_offset`
-//!   = active segment's next offset;
+//! - first segment's base offset <= `log_start_offset` <= `log_end_offset` = active segment's
+//!   next offset, and first segment's base offset <= `recovery_point` <= `log_end_offset`; the
+//!   log start is above the first base only after DeleteRecords (KIP-107) or a follower took
+//!   its leader's start ([`Log::increment_log_start_offset`], persisted in
+//!   `log-start-offset-checkpoint`), and no whole segment stays below it (but for a failed
+//!   removal, retried by retention);
 //! - every batch in the files passed its CRC check before it was written (append) or after
 //!   it was read back (recovery);
 //! - every epoch cache entry starts at or below the LEO (an entry exactly at the LEO is the

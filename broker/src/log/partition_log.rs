@@ -9,8 +9,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::cache_behind;
-use super::checkpoint::CLEANER_CHECKPOINT;
 use super::checkpoint::fsync_dir;
+use super::checkpoint::{CLEANER_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT};
 use super::config::{Clock, LogConfig};
 use super::epoch_cache::{LEADER_EPOCH_CHECKPOINT, LeaderEpochCache};
 use super::error::{LogError, LogResult, io_err};
@@ -36,9 +36,45 @@ const OFFSET_FILE_SUFFIXES: [&str; 4] =
 fn is_own_atomic_file(name: &str) -> bool {
     name == LEADER_EPOCH_CHECKPOINT
         || name == CLEANER_CHECKPOINT
+        || name == LOG_START_OFFSET_CHECKPOINT
         || [INDEX_SUFFIX, TIME_INDEX_SUFFIX, SNAPSHOT_SUFFIX]
             .iter()
             .any(|suffix| parse_offset_file_name(name, suffix).is_some())
+}
+
+/// The log start stored in `dir`'s [`LOG_START_OFFSET_CHECKPOINT`], if any. A file that does
+/// not hold one offset >= 0 is `MalformedFile`: it is written atomically, so that is damage,
+/// and ignoring it would bring deleted records back.
+fn read_log_start_checkpoint(dir: &Path) -> LogResult<Option<i64>> {
+    let path = dir.join(LOG_START_OFFSET_CHECKPOINT);
+    let Some(lines) = super::checkpoint::read_checkpoint_lines(&path)? else {
+        return Ok(None);
+    };
+    match lines.as_slice() {
+        [one] => match one.trim().parse::<i64>() {
+            Ok(offset) if offset >= 0 => Ok(Some(offset)),
+            _ => Err(LogError::MalformedFile {
+                path,
+                reason: format!(
+                    "line 3: {:?} is not an offset >= 0",
+                    keel_proto::limits::clip(one)
+                ),
+            }),
+        },
+        _ => Err(LogError::MalformedFile {
+            path,
+            reason: format!("{} entries, expected 1", lines.len()),
+        }),
+    }
+}
+
+/// Writes `offset` as `dir`'s log start ([`LOG_START_OFFSET_CHECKPOINT`], Kafka's checkpoint
+/// format: version 0, one entry), atomically and fsynced.
+fn write_log_start_checkpoint(dir: &Path, offset: i64) -> LogResult<()> {
+    super::checkpoint::write_atomically(
+        &dir.join(LOG_START_OFFSET_CHECKPOINT),
+        format!("0\n1\n{offset}\n").as_bytes(),
+    )
 }
 
 /// Checks the timestamps of a client batch as Kafka's `LogValidator` does for CREATE_TIME
@@ -233,9 +269,13 @@ pub struct Log {
     clock: Arc<dyn Clock>,
     /// Keyed by base offset; never empty; contiguous; the last is the active segment.
     segments: BTreeMap<i64, Segment>,
+    /// First readable offset. Invariant: first segment's base <= log_start_offset <= LEO;
+    /// above the base only after [`Log::increment_log_start_offset`] (then persisted in
+    /// [`LOG_START_OFFSET_CHECKPOINT`]), and no whole segment lies below it except after a
+    /// failed removal, which the next [`Log::delete_old_segments`] retries.
     log_start_offset: i64,
     log_end_offset: i64,
-    /// Everything below is fsynced. Invariant: log_start <= recovery_point <= LEO.
+    /// Everything below is fsynced. Invariant: first segment's base <= recovery_point <= LEO.
     recovery_point: i64,
     epoch_cache: LeaderEpochCache,
     producer_state: ProducerStateManager,
@@ -391,12 +431,22 @@ impl Log {
             let seg = Segment::create(dir, 0, now_ms)?;
             segments.insert(0, seg);
         }
-        let log_start_offset = *segments.keys().next().expect("non-empty");
+        let first_base = *segments.keys().next().expect("non-empty");
         let log_end_offset = segments
             .values()
             .next_back()
             .expect("non-empty")
             .next_offset();
+        // A start moved by DeleteRecords (or taken from the leader) inside the first segment;
+        // whole segments below it (a crash before they were renamed) go with the next
+        // retention pass.
+        let stored = read_log_start_checkpoint(dir)?;
+        let log_start_offset = stored.map_or(first_base, |s| s.clamp(first_base, log_end_offset));
+        if stored.is_some_and(|s| s > log_end_offset) {
+            // The log lost its tail in a crash (data above its fsynced part): the start is its
+            // end now, and must not come back above records written from here on.
+            write_log_start_checkpoint(dir, log_start_offset)?;
+        }
         let (epoch_cache, rebuild_epochs) =
             open_epoch_cache(dir, log_start_offset, log_end_offset)?;
         let mut log = Log {
@@ -406,7 +456,7 @@ impl Log {
             segments,
             log_start_offset,
             log_end_offset,
-            recovery_point: opts.recovery_point.clamp(log_start_offset, log_end_offset),
+            recovery_point: opts.recovery_point.clamp(first_base, log_end_offset),
             epoch_cache,
             producer_state: ProducerStateManager::new(dir),
             unflushed_messages: 0,
@@ -423,7 +473,7 @@ impl Log {
         if recovered_any {
             // Recovered bytes were read back and checked; make them durable so the recovery
             // point can move to the LEO.
-            log.recovery_point = log.log_start_offset;
+            log.recovery_point = first_base;
             log.flush()?;
         }
         if rebuild_epochs {
@@ -446,7 +496,8 @@ impl Log {
 
     fn check_invariants(&self) {
         debug_assert!(!self.segments.is_empty());
-        debug_assert_eq!(Some(&self.log_start_offset), self.segments.keys().next());
+        let first_base = self.first_base();
+        debug_assert!(first_base <= self.log_start_offset);
         debug_assert_eq!(
             self.log_end_offset,
             self.segments
@@ -454,7 +505,8 @@ impl Log {
                 .next_back()
                 .map_or(-1, |s| s.next_offset())
         );
-        debug_assert!(self.log_start_offset <= self.recovery_point);
+        debug_assert!(self.log_start_offset <= self.log_end_offset);
+        debug_assert!(first_base <= self.recovery_point);
         debug_assert!(self.recovery_point <= self.log_end_offset);
         // `<=`: the log cleaner may remove the last batches of a segment (offset gaps).
         debug_assert!(
@@ -888,10 +940,50 @@ impl Log {
     /// First offset of the first batch with a max timestamp >= `timestamp_ms`, and the
     /// timestamp of the first record in it at or after `timestamp_ms` (ListOffsets by
     /// timestamp, Kafka `UnifiedLog.fetchOffsetByTimestamp`). The offset is that record's.
+    /// Records below the log start are not answered (Kafka passes the log start to
+    /// `LogSegment.findOffsetByTimestamp`): a match below it is replaced by the first record
+    /// at or above the start with a timestamp >= `timestamp_ms`.
     pub fn offset_for_timestamp(&self, timestamp_ms: i64) -> LogResult<Option<(i64, i64)>> {
         for seg in self.segments.values() {
             if let Some(found) = Self::first_at_or_after(seg, timestamp_ms)? {
+                if found.0 < self.log_start_offset {
+                    return self.first_at_or_after_start(timestamp_ms);
+                }
                 return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The first record at or above the log start with a timestamp >= `timestamp_ms` (its
+    /// offset and timestamp), by the batch headers from the log start on (reads stop at the
+    /// first batch holding one).
+    fn first_at_or_after_start(&self, timestamp_ms: i64) -> LogResult<Option<(i64, i64)>> {
+        let from = self.log_start_offset;
+        let first = self
+            .segments
+            .range(..=from)
+            .next_back()
+            .map_or(self.first_base(), |(b, _)| *b);
+        for seg in self.segments.range(first..).map(|(_, s)| s) {
+            let Some((mut pos, _)) = seg.find_batch(from)? else {
+                continue;
+            };
+            // Each iteration consumes one batch: bounded by the segment size.
+            while pos < seg.size_bytes() {
+                let h = seg.read_header(pos)?;
+                if h.max_timestamp >= timestamp_ms && h.last_offset() >= from {
+                    let batch = RecordBatch::from_bytes(seg.read_bytes(pos, h.size_bytes())?)?;
+                    for r in batch.records() {
+                        let r = r?;
+                        let offset = h.base_offset.saturating_add(r.offset_delta as i64);
+                        let ts = h.first_timestamp.wrapping_add(r.timestamp_delta);
+                        if offset >= from && ts >= timestamp_ms {
+                            return Ok(Some((offset, ts)));
+                        }
+                    }
+                }
+                pos += h.size_bytes() as u64;
             }
         }
         Ok(None)
@@ -1006,6 +1098,9 @@ impl Log {
         }
         let seg = Segment::create(&self.dir, offset, self.clock.now_ms())?;
         self.segments.insert(offset, seg);
+        // The start is the new segment's base now: a stored one must not outlive it (it could
+        // lie above `offset` and would be taken back at the next open).
+        remove_if_exists(&self.dir.join(LOG_START_OFFSET_CHECKPOINT))?;
         fsync_dir(&self.dir)?;
         self.log_start_offset = offset;
         self.log_end_offset = offset;
@@ -1046,9 +1141,13 @@ impl Log {
     /// state is advanced past the ones already renamed (whose `.deleted` files are left to
     /// the next open) and the error is returned.
     pub fn delete_old_segments(&mut self, high_watermark: i64) -> LogResult<DeletedSegments> {
+        // Whole segments below the log start go whatever the policy (Kafka
+        // `deleteLogStartOffsetBreachedSegments`): normally removed when the start moved, left
+        // here only by a failed removal or a crash before it.
+        let breached = self.segments_below_start();
         if !self.config.cleanup_policy.delete {
             // `cleanup.policy=compact` alone: the cleaner, not retention, bounds the log.
-            return Ok(DeletedSegments::default());
+            return self.remove_oldest(&breached);
         }
         let now_ms = self.clock.now_ms();
         // Exact arithmetic: sizes and `retention.bytes` are u64, their difference may be
@@ -1060,6 +1159,13 @@ impl Log {
         let mut doomed = Vec::new();
         let active_base = self.active().base_offset();
         for seg in self.segments.values() {
+            if breached.contains(&seg.base_offset()) {
+                if let Some(x) = excess.as_mut() {
+                    *x -= i128::from(seg.size_bytes());
+                }
+                doomed.push(seg.base_offset());
+                continue;
+            }
             if seg.base_offset() == active_base || seg.next_offset() > high_watermark {
                 break;
             }
@@ -1081,10 +1187,29 @@ impl Log {
             }
             doomed.push(seg.base_offset());
         }
+        self.remove_oldest(&doomed)
+    }
+
+    /// Base offsets of the whole segments below the log start: those whose next segment
+    /// starts at or below it (never the active one). Oldest first.
+    fn segments_below_start(&self) -> Vec<i64> {
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        bases
+            .windows(2)
+            .take_while(|w| w[1] <= self.log_start_offset)
+            .map(|w| w[0])
+            .collect()
+    }
+
+    /// Removes the segments at `doomed` (the oldest ones, in order) as retention does (see
+    /// [`Log::delete_old_segments`]): renamed to `.deleted`, then the log start is at least
+    /// the new first segment's base, the recovery point too, and the epoch cache and
+    /// producer state start at the log start.
+    fn remove_oldest(&mut self, doomed: &[i64]) -> LogResult<DeletedSegments> {
         let mut deleted = DeletedSegments::default();
         let mut failure = None;
         // Oldest first (see the doc comment).
-        for base in &doomed {
+        for base in doomed {
             let seg = self.segments.remove(base).expect("listed");
             let (path, size_bytes) = (seg.path().to_path_buf(), seg.size_bytes());
             match seg.rename_to_deleted() {
@@ -1102,8 +1227,8 @@ impl Log {
             }
         }
         if !deleted.is_empty() {
-            self.log_start_offset = *self.segments.keys().next().expect("active remains");
-            self.recovery_point = self.recovery_point.max(self.log_start_offset);
+            self.log_start_offset = self.log_start_offset.max(self.first_base());
+            self.recovery_point = self.recovery_point.max(self.first_base());
             let advanced = self
                 .epoch_cache
                 .truncate_from_start_without_fsync(self.log_start_offset)
@@ -1129,6 +1254,53 @@ impl Log {
                 Err(e)
             }
         }
+    }
+
+    /// Moves the log start offset up to `offset` (Kafka `UnifiedLog.maybeIncrementLogStartOffset`):
+    /// DeleteRecords on a leader (KIP-107), or a follower taking its leader's start. Records
+    /// below it are no longer read (OFFSET_OUT_OF_RANGE; a batch holding `offset` is still
+    /// returned whole, as Kafka's reads are by batch) nor counted by ListOffsets EARLIEST.
+    /// The new start is made durable first ([`LOG_START_OFFSET_CHECKPOINT`], written
+    /// atomically and fsynced), then the whole segments below it are removed as retention
+    /// removes them (renamed to `.deleted`, the files returned for deletion off the lock),
+    /// and the epoch cache and producer state start there. Returns whether the start moved:
+    /// `offset` at or below it changes nothing. Errors: `offset` above the LEO
+    /// (`InvalidOffset`, nothing changes; the caller bounds it by the high watermark, as
+    /// Kafka refuses a start above it), or I/O (if the checkpoint was written, the start has
+    /// moved and the segments left behind go with the next retention pass).
+    pub fn increment_log_start_offset(
+        &mut self,
+        offset: i64,
+    ) -> LogResult<(bool, DeletedSegments)> {
+        if offset > self.log_end_offset {
+            return Err(LogError::InvalidOffset {
+                offset,
+                reason: "the log start cannot move past the log end",
+            });
+        }
+        if offset <= self.log_start_offset {
+            return Ok((false, DeletedSegments::default()));
+        }
+        write_log_start_checkpoint(&self.dir, offset)?;
+        self.log_start_offset = offset;
+        let doomed = self.segments_below_start();
+        let mut deleted = self.remove_oldest(&doomed)?;
+        if doomed.is_empty() {
+            // `remove_oldest` moves the epoch cache and producer state only when it removed
+            // a segment.
+            let snapshots = self
+                .epoch_cache
+                .truncate_from_start_without_fsync(offset)
+                .and_then(|()| self.producer_state.truncate_head(offset))?;
+            deleted.files.extend(snapshots);
+        }
+        self.check_invariants();
+        Ok((true, deleted))
+    }
+
+    /// Base offset of the first segment.
+    fn first_base(&self) -> i64 {
+        *self.segments.keys().next().expect("never empty")
     }
 
     /// Applies `producer.id.expiration.ms` with the injected clock (Kafka runs this every

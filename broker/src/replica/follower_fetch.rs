@@ -12,7 +12,8 @@
 //! 3. out of range below the leader's log start: restart the log empty at the leader's log
 //!    start; above the leader's LEO: truncate to the leader's LEO;
 //! 4. records: append them, then [`PartitionState::on_follower_appended`] with the leader's
-//!    HW: HW = min(leader HW, own LEO).
+//!    HW: HW = min(leader HW, own LEO); then move the log start up to the leader's, within
+//!    that HW ([`follower_log_start`]).
 
 use keel_proto::ErrorCode;
 
@@ -55,6 +56,10 @@ pub enum FollowerAction {
     AppendThenAdoptHw {
         /// Leader's HW.
         leader_high_watermark: i64,
+        /// Leader's log start offset: the follower's log start moves up to it, within its
+        /// own HW ([`crate::log::Log::increment_log_start_offset`]; Kafka
+        /// `ReplicaFetcherThread.processPartitionData`, KIP-107).
+        leader_log_start_offset: i64,
     },
     /// Truncate the log to `offset` ([`crate::log::Log::truncate_to`]), then
     /// [`PartitionState::on_follower_truncated`], then fetch again. `complete = false` means
@@ -93,11 +98,13 @@ pub fn plan_follower_response(
     local_end_offset_for: impl FnOnce(i32) -> (i32, i64),
 ) -> FollowerAction {
     match *response {
-        FollowerFetchResponse::Records { high_watermark, .. } => {
-            FollowerAction::AppendThenAdoptHw {
-                leader_high_watermark: high_watermark,
-            }
-        }
+        FollowerFetchResponse::Records {
+            high_watermark,
+            leader_log_start_offset,
+        } => FollowerAction::AppendThenAdoptHw {
+            leader_high_watermark: high_watermark,
+            leader_log_start_offset,
+        },
         FollowerFetchResponse::Diverging { epoch, end_offset } => {
             if epoch < 0 || end_offset < 0 {
                 return FollowerAction::Backoff(ErrorCode::None);
@@ -145,6 +152,20 @@ pub fn plan_follower_response(
             _ => FollowerAction::Backoff(code),
         },
     }
+}
+
+/// Where a follower's log start moves after it appended a response and adopted its HW
+/// `follower_hw`: up to the leader's log start, never past its own HW (Kafka refuses a log
+/// start above the HW; after an append the follower's HW is at or above the leader's start,
+/// as the leader served its fetch offset). `None` when it stays (the leader's start is not
+/// above `current`).
+pub fn follower_log_start(
+    current: i64,
+    leader_log_start_offset: i64,
+    follower_hw: i64,
+) -> Option<i64> {
+    let target = leader_log_start_offset.min(follower_hw);
+    (target > current).then_some(target)
 }
 
 impl PartitionState {

@@ -237,6 +237,30 @@ impl PartitionState {
         &self.replicas
     }
 
+    /// The partition's low watermark as its leader knows it (Kafka
+    /// `Partition.lowWatermarkIfLeader`): the smallest log start offset of this replica and
+    /// of each other ISR member, as its last fetch in this leader epoch reported it (-1 until
+    /// then). DeleteRecords (KIP-107) answers once it reached the requested offset. Kafka
+    /// takes every replica on a live broker; the ISR is what Keel's leader knows to be live
+    /// and fetching (a follower outside it takes the leader's start with its next fetch
+    /// anyway). `None` when not the leader.
+    pub fn low_watermark(&self) -> Option<i64> {
+        let l = self.leader_state()?;
+        Some(
+            l.isr
+                .isr()
+                .iter()
+                .filter(|b| **b != self.local_broker_id)
+                .map(|b| {
+                    l.followers
+                        .get(b)
+                        .and_then(|f| f.log_start_offset)
+                        .unwrap_or(-1)
+                })
+                .fold(self.log_start_offset, i64::min),
+        )
+    }
+
     /// Committed ISR (leader only).
     pub fn isr(&self) -> Option<&[i32]> {
         self.leader_state().map(|l| l.isr.isr())
@@ -267,8 +291,8 @@ impl PartitionState {
         effects
     }
 
-    /// The log start offset moved (retention, or a follower's full truncation). The HW is
-    /// kept at least there.
+    /// The log start offset moved (retention, DeleteRecords, the leader's start taken by a
+    /// follower, or a follower's full truncation). The HW is kept at least there.
     pub fn set_log_start_offset(&mut self, log_start_offset: i64) {
         self.log_start_offset = log_start_offset.clamp(self.log_start_offset, self.log_end_offset);
         self.high_watermark = self.high_watermark.max(self.log_start_offset);

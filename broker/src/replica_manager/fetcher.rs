@@ -38,6 +38,7 @@ use super::fetch_session::FollowerSession;
 use super::throttle::{Side, Throttles, Verdict};
 use super::{HostedPartition, PartitionInner, ReplicaManager};
 use crate::log::TopicPartition;
+use crate::replica::follower_fetch::follower_log_start;
 use crate::replica::{FollowerAction, FollowerFetchResponse, Role, plan_follower_response};
 
 /// Largest reply a fetcher accepts, bytes (also sent as `max_bytes`).
@@ -495,13 +496,19 @@ fn process(
     let retry = match action {
         FollowerAction::AppendThenAdoptHw {
             leader_high_watermark,
+            leader_log_start_offset,
         } => {
             if s.throttled {
                 rm.shared
                     .throttles
                     .record(Side::Follower, now, data.records.len());
             }
-            apply.append_then_adopt_hw(data.records, leader_high_watermark)
+            apply
+                .append_then_adopt_hw(data.records, leader_high_watermark)
+                .or_else(|| {
+                    apply.adopt_log_start(leader_log_start_offset);
+                    None
+                })
         }
         FollowerAction::Truncate { offset, complete } => {
             apply.truncate(offset, complete, data.diverging_epoch.as_ref())
@@ -603,6 +610,43 @@ impl Apply<'_> {
             self.rm.shared.data_changed.notify_waiters();
         }
         None
+    }
+
+    /// Moves the log start up to the leader's (DeleteRecords or retention on the leader),
+    /// within this replica's HW ([`follower_log_start`]); the whole segments below it go to
+    /// the replica manager's deleter. A failure is logged and tried again with the next
+    /// answer (the leader keeps sending its start).
+    fn adopt_log_start(&mut self, leader_log_start_offset: i64) {
+        let inner = &mut *self.inner;
+        let Some(target) = follower_log_start(
+            inner.log.log_start_offset(),
+            leader_log_start_offset,
+            inner.state.high_watermark(),
+        ) else {
+            return;
+        };
+        match inner.log.increment_log_start_offset(target) {
+            Ok((moved, deleted)) => {
+                let start = inner.log.log_start_offset();
+                inner.state.set_log_start_offset(start);
+                if moved {
+                    tracing::info!(partition = %self.tp, leader = self.leader, log_start_offset = start, segments = deleted.segment_count(), "log start moved to the leader's");
+                }
+                if !deleted.is_empty() {
+                    self.rm
+                        .shared
+                        .doomed
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .append(deleted);
+                }
+            }
+            Err(e) => {
+                let start = inner.log.log_start_offset();
+                inner.state.set_log_start_offset(start);
+                tracing::warn!(partition = %self.tp, "taking the leader's log start {target} failed: {e}");
+            }
+        }
     }
 
     /// Truncates the log to the divergence point `offset` the leader's answer led to

@@ -26,6 +26,7 @@
 
 pub mod alter_isr;
 pub mod cleaning;
+pub mod delete_records;
 pub mod fetch;
 pub mod fetch_session;
 pub mod fetcher;
