@@ -583,3 +583,38 @@ fn a_registration_of_the_applied_epoch_with_other_replicas_is_applied() {
         Err(TransitionError::Stale { .. })
     ));
 }
+
+/// DeleteRecords' low watermark (Kafka `Partition.lowWatermarkIfLeader`): the smallest log
+/// start of the leader and of each other ISR member as its fetches reported it (-1 before
+/// its first fetch in this leader epoch); a follower outside the ISR does not hold it back.
+#[test]
+fn low_watermark_is_the_smallest_isr_log_start() {
+    let mut p = leader(&[1, 2, 3], &[1, 2], 1, 0, 0);
+    p.on_leader_append(50, 1);
+    assert_eq!(
+        p.low_watermark(),
+        Some(-1),
+        "follower 2 has not fetched yet"
+    );
+    let mut req = fetch_req(&p, 2, 50);
+    req.log_start_offset = Some(0);
+    p.handle_follower_fetch(&req, |e| (e, i64::MAX), &eligible(), 2)
+        .unwrap();
+    assert_eq!(p.low_watermark(), Some(0));
+    p.set_log_start_offset(30);
+    assert_eq!(p.log_start_offset(), 30);
+    assert_eq!(p.low_watermark(), Some(0), "follower 2 is still at 0");
+    req.log_start_offset = Some(30);
+    p.handle_follower_fetch(&req, |e| (e, i64::MAX), &eligible(), 3)
+        .unwrap();
+    assert_eq!(p.low_watermark(), Some(30));
+    // Follower 3 (outside the ISR) at 0 does not count.
+    let mut req3 = fetch_req(&p, 3, 40);
+    req3.log_start_offset = Some(0);
+    p.handle_follower_fetch(&req3, |e| (e, i64::MAX), &eligible(), 4)
+        .unwrap();
+    assert_eq!(p.low_watermark(), Some(30));
+    // Not the leader: none.
+    let f = hosted(2, cfg(1), 0, 0);
+    assert_eq!(f.low_watermark(), None);
+}

@@ -230,6 +230,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_follower_takes_the_leaders_log_start_within_its_hw() {
+        // Up to the leader's start.
+        assert_eq!(follower_log_start(0, 40, 100), Some(40));
+        // Never past its own HW.
+        assert_eq!(follower_log_start(0, 40, 25), Some(25));
+        // Never back, and nothing when already there.
+        assert_eq!(follower_log_start(50, 40, 100), None);
+        assert_eq!(follower_log_start(40, 40, 100), None);
+    }
+
+    #[test]
     fn divergence_truncation_table() {
         // (leader answer, local LEO, local answer for that epoch) -> action
         let t = |offset, complete| FollowerAction::Truncate { offset, complete };
