@@ -30,6 +30,7 @@ pub mod env;
 pub mod fault;
 pub mod http;
 pub mod inprocess;
+pub mod kafka;
 pub mod node;
 pub mod process;
 pub mod python;

@@ -6,19 +6,15 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::delete_records_request::{
     DeleteRecordsPartition, DeleteRecordsTopic,
 };
-use kafka_protocol::messages::{
-    ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, RequestHeader, ResponseHeader, TopicName,
-};
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::messages::{ApiKey, DeleteRecordsRequest, DeleteRecordsResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
 use keel_proto::ErrorCode;
 use keel_tests::data::{assigned_topic, code, values};
+use keel_tests::kafka::call;
 use keel_tests::{Endpoints, InProcessCluster};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const WAIT: Duration = Duration::from_secs(20);
 const TOPIC: &str = "dr";
@@ -46,30 +42,7 @@ async fn delete_records(
                 })
                 .collect(),
         );
-    let (key, version) = (ApiKey::DeleteRecords, 2);
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let mut buf = BytesMut::new();
-    buf.put_i32(0);
-    RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(7)
-        .encode(&mut buf, key.request_header_version(version))
-        .expect("encode the header");
-    req.encode(&mut buf, version).expect("encode the request");
-    let size = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&size.to_be_bytes());
-    stream.write_all(&buf).await.expect("send");
-    let size = tokio::time::timeout(WAIT, stream.read_i32())
-        .await
-        .expect("an answer within the wait")
-        .expect("the connection stays open");
-    let mut body = vec![0; size as usize];
-    stream.read_exact(&mut body).await.expect("read the body");
-    let mut body = Bytes::from(body);
-    ResponseHeader::decode(&mut body, key.response_header_version(version)).expect("header");
-    let resp = DeleteRecordsResponse::decode(&mut body, version).expect("decode");
-    assert_eq!(body.remaining(), 0);
+    let resp: DeleteRecordsResponse = call(addr, ApiKey::DeleteRecords, 2, &req).await;
     resp.topics
         .iter()
         .flat_map(|t| {

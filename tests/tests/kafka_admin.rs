@@ -7,7 +7,6 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::alter_partition_reassignments_request;
 use kafka_protocol::messages::create_acls_request;
 use kafka_protocol::messages::create_partitions_request::{
@@ -24,10 +23,9 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 };
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
+use keel_tests::kafka::call;
 use keel_tests::{Endpoints, InProcessCluster};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 const WAIT: Duration = Duration::from_secs(20);
 
@@ -37,43 +35,6 @@ fn s(v: &str) -> StrBytes {
 
 fn name(v: &str) -> TopicName {
     TopicName(s(v))
-}
-
-/// Sends one request on a fresh connection and returns the decoded response.
-async fn call<Req: Encodable, Resp: Decodable>(
-    addr: SocketAddr,
-    key: ApiKey,
-    version: i16,
-    req: &Req,
-) -> Resp {
-    let mut stream = TcpStream::connect(addr).await.expect("connect");
-    let mut buf = BytesMut::new();
-    buf.put_i32(0);
-    RequestHeader::default()
-        .with_request_api_key(key as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(41)
-        .with_client_id(Some(s("kafka-admin-test")))
-        .encode(&mut buf, key.request_header_version(version))
-        .expect("encode the header");
-    req.encode(&mut buf, version).expect("encode the request");
-    let size = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&size.to_be_bytes());
-    stream.write_all(&buf).await.expect("send");
-    let size = tokio::time::timeout(WAIT, stream.read_i32())
-        .await
-        .unwrap_or_else(|_| panic!("{key:?} v{version}: no response in {WAIT:?}"))
-        .unwrap_or_else(|e| panic!("{key:?} v{version}: connection closed: {e}"));
-    let mut body = vec![0; size as usize];
-    stream.read_exact(&mut body).await.expect("read the body");
-    let mut body = Bytes::from(body);
-    let header = ResponseHeader::decode(&mut body, key.response_header_version(version))
-        .expect("decode the response header");
-    assert_eq!(header.correlation_id, 41);
-    let resp = Resp::decode(&mut body, version)
-        .unwrap_or_else(|e| panic!("{key:?} v{version}: cannot decode: {e}"));
-    assert_eq!(body.remaining(), 0, "{key:?} v{version}: trailing bytes");
-    resp
 }
 
 /// ApiVersions v3 on `addr` advertises each `(key, min, max)` of `ranges`.
