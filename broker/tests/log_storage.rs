@@ -779,6 +779,25 @@ fn the_log_start_moves_inside_a_segment_and_survives_reopening() {
     );
 }
 
+/// A log whose start is inside its only batch reopens after a crash (no producer snapshot):
+/// the producer state is rebuilt from that batch, whole, so a retry of it is still a
+/// duplicate (a debug build panicked here, "batches applied in offset order", found by the
+/// fresh-user trial).
+#[test]
+fn a_log_started_inside_a_batch_reopens_with_its_producer_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = open_unclean(dir.path(), small_config());
+    let batch = idempotent_batch(7, 0, 0, 100);
+    log.append_as_leader(batch.clone(), 1).unwrap();
+    log.increment_log_start_offset(50).unwrap().1.delete_files();
+    drop(log);
+    let mut log = open_unclean(dir.path(), small_config());
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (50, 100));
+    let again = log.append_as_leader(batch, 1).unwrap();
+    assert!(again.duplicate, "{again:?}");
+    assert_eq!((again.first_offset, again.last_offset), (0, 99));
+}
+
 /// A damaged log start checkpoint stops the log from opening, naming the file: ignoring it
 /// would bring deleted records back.
 #[test]

@@ -770,6 +770,11 @@ pub fn spawn_check_quorum(
         // The stall meter's count at the previous check: a step-down right after a stall
         // names it (a pause of this process, not the network, lost the contact).
         let mut stall_seen = meter.stalled_ms();
+        // Since when this leader has had no quorum contact, and when that was last said: the
+        // pre-vote task, which says so for other voters, skips a node openraft still counts
+        // as its leader (seen by the fresh-user trial: 70 s without a line).
+        let mut lost_since: Option<std::time::Instant> = None;
+        let mut last_said: Option<std::time::Instant> = None;
         loop {
             ticker.tick().await;
             let stalled = meter.stalled_ms();
@@ -786,6 +791,7 @@ pub fn spawn_check_quorum(
             };
             if !is_leader {
                 leading_since = None;
+                lost_since = None;
                 tx.send_if_modified(|ok| !std::mem::replace(ok, true));
                 continue;
             }
@@ -825,6 +831,26 @@ pub fn spawn_check_quorum(
                 }
             } else if changed {
                 tracing::info!(node_id, "quorum contact restored");
+            }
+            let now_i = std::time::Instant::now();
+            if confirmed {
+                lost_since = None;
+            } else {
+                let since = *lost_since.get_or_insert(now_i);
+                if now_i - since >= NO_QUORUM_REPORT
+                    && last_said.is_none_or(|t| now_i - t >= NO_QUORUM_REPORT)
+                {
+                    last_said = Some(now_i);
+                    tracing::warn!(
+                        node_id,
+                        voters = voters.len(),
+                        "no active controller for {} s: this controller (the last leader) \
+                         has had no contact with a quorum of the {} voters; are the others \
+                         running and reachable (controller_quorum_voters)?",
+                        (now_i - since).as_secs(),
+                        voters.len()
+                    );
+                }
             }
         }
     });

@@ -157,3 +157,32 @@ async fn delete_records_moves_every_replicas_log_start_and_survives_a_restart() 
         [(0, -1, ErrorCode::PolicyViolation.code())]
     );
 }
+
+/// A replica that comes back after the records were deleted in the middle of a batch: the
+/// leader's log start is inside its first batch, so the replica's empty log restarts at the
+/// batch's base, takes the batch and moves its start up to the leader's (KAFKA-6975). The
+/// fresh-user trial saw such a replica fail every append ("expected base offset 60, got
+/// 10") and never rejoin the ISR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_back_after_a_delete_inside_a_batch_catches_up() {
+    let mut c = InProcessCluster::start(1, 3);
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    c.create_topic(assigned_topic(TOPIC, &[&[1, 2, 3]]), WAIT)
+        .await;
+    c.wait_leader_isr(1, TOPIC, &[1, 2, 3], WAIT).await;
+    c.kill_broker(3);
+    c.wait_leader_isr(1, TOPIC, &[1, 2], WAIT).await;
+    // 10 records (one batch), then 100 in one batch: the start goes inside the second.
+    for (prefix, n) in [("a", 10), ("b", 100)] {
+        let r = c.produce(1, TOPIC, -1, &values(prefix, 0..n)).await;
+        assert_eq!(code(&r), ErrorCode::None);
+    }
+    assert_eq!(
+        delete_records(c.kafka_addr(1), &[(TOPIC, 0, 60)], 10_000).await,
+        [(0, 60, 0)]
+    );
+    c.start_broker(3);
+    c.wait_leader_isr(1, TOPIC, &[1, 2, 3], WAIT).await;
+    let r = c.replica(3, TOPIC, 0).await.expect("hosted");
+    assert_eq!((r.log_start_offset, r.log_end_offset), (60, 110), "{r:?}");
+}

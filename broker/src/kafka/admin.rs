@@ -1,7 +1,8 @@
 //! The admin APIs of the Kafka listener, forwarded to the active controller over Keel's gRPC
 //! controller API (Kafka: a broker forwards CreateTopics/DeleteTopics to the controller,
 //! `ForwardingManager`): CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster,
-//! CreatePartitions, IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments,
+//! CreatePartitions, IncrementalAlterConfigs, AlterConfigs, ElectLeaders,
+//! AlterPartitionReassignments,
 //! ListPartitionReassignments, DescribeAcls, CreateAcls, DeleteAcls,
 //! Describe/AlterUserScramCredentials; DescribeLogDirs, which the broker answers itself. This
 //! file only sends; what is sent and how the answer reads is in [`super::convert::admin`].

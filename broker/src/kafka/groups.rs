@@ -741,7 +741,7 @@ pub fn list_groups(
 /// OffsetDelete v0 (KIP-496; `kafka-consumer-groups --delete-offsets`), as Kafka's
 /// `KafkaApis.handleOffsetDeleteRequest`: DELETE on the group (else the top-level
 /// GROUP_AUTHORIZATION_FAILED), then per partition READ on its topic
-/// (TOPIC_AUTHORIZATION_FAILED) and a topic the cluster has (UNKNOWN_TOPIC_OR_PARTITION);
+/// (TOPIC_AUTHORIZATION_FAILED) and a partition the cluster has (UNKNOWN_TOPIC_OR_PARTITION);
 /// the rest go to [`GroupCoordinator::delete_group_offsets`]. A request-level error (not
 /// authorized, unknown group, members outside the consumer protocol, not the coordinator)
 /// is the top-level error with no topics, as Kafka's `OffsetDeleteRequest.getErrorResponse`
@@ -768,12 +768,16 @@ pub async fn offset_delete(
         Err(code) => code,
         Ok(()) => {
             let image = ctx.images.borrow().clone();
-            for (i, (topic, _)) in asked.iter().enumerate() {
+            for (i, (topic, partition)) in asked.iter().enumerate() {
                 if let Err(d) =
                     ctx.check(|a, c, img| crate::access::topic(a, c, img, Operation::Read, topic))
                 {
                     codes[i] = d.code;
-                } else if image.topics().get_by_name(topic).is_none() {
+                } else if !image
+                    .topics()
+                    .get_by_name(topic)
+                    .is_some_and(|t| t.partitions.contains_key(partition))
+                {
                     codes[i] = ErrorCode::UnknownTopicOrPartition;
                 }
             }

@@ -16,10 +16,12 @@
 //!    manager call as over gRPC, and turns the reply back. Error codes are Kafka's on both
 //!    sides ([`keel_proto::ErrorCode`] uses Kafka's numbers), so they pass through unchanged.
 //!    The admin APIs (CreateTopics, DeleteTopics, DescribeConfigs, DescribeCluster,
-//!    CreatePartitions, IncrementalAlterConfigs, ElectLeaders, Alter/ListPartitionReassignments,
-//!    Describe/Create/DeleteAcls, Describe/AlterUserScramCredentials) are
-//!    forwarded to the active controller instead ([`admin`], [`convert::admin`]); the
-//!    controller runs the same checks as for Keel's own gRPC clients.
+//!    CreatePartitions, IncrementalAlterConfigs, AlterConfigs, ElectLeaders,
+//!    Alter/ListPartitionReassignments, Describe/Create/DeleteAcls,
+//!    Describe/AlterUserScramCredentials) are forwarded to the active controller instead
+//!    ([`admin`], [`convert::admin`]); the controller runs the same checks as for Keel's own
+//!    gRPC clients. The group APIs go to the group coordinator ([`groups`]) and
+//!    DeleteRecords to the replica manager as the partition's leader ([`delete_records`]).
 //! 5. [`connection`]: one task per connection; it reads one request, answers it, then reads
 //!    the next, so responses are in request order (Kafka mutes a channel while a request is
 //!    in flight, `SocketServer`'s `Processor`). A Produce with `acks=0` gets no response.

@@ -484,7 +484,11 @@ impl Log {
                     .last()
                     .is_none_or(|l| l.0 < h.partition_leader_epoch)
                 {
-                    headers.push((h.partition_leader_epoch, h.base_offset));
+                    // Not below the log start (a batch may straddle it).
+                    headers.push((
+                        h.partition_leader_epoch,
+                        h.base_offset.max(log.log_start_offset),
+                    ));
                 }
             })?;
             log.epoch_cache = LeaderEpochCache::rebuilt(dir, headers)?;
@@ -528,9 +532,17 @@ impl Log {
     fn rebuild_producer_state(&mut self) -> LogResult<()> {
         self.producer_state
             .delete_snapshots_above(self.log_end_offset)?;
+        // From the batch holding the log start: DeleteRecords may have put the start inside
+        // one, and the replay applies whole batches in offset order (a restart after a crash
+        // without a snapshot tripped that check, found by the fresh-user trial).
+        let first_batch = self
+            .batch_header_at(self.log_start_offset)?
+            .map_or(self.log_start_offset, |h| {
+                h.base_offset.min(self.log_start_offset)
+            });
         let from = self
             .producer_state
-            .load_snapshot(self.log_start_offset, self.log_end_offset)?;
+            .load_snapshot(first_batch, self.log_end_offset)?;
         let mut state = std::mem::replace(
             &mut self.producer_state,
             ProducerStateManager::new(&self.dir),
@@ -1296,6 +1308,23 @@ impl Log {
         }
         self.check_invariants();
         Ok((true, deleted))
+    }
+
+    /// Where a follower's empty log restarts so that it can take the leader's first batch
+    /// (Kafka `Partition.appendRecordsToFollowerOrFutureReplica`, KAFKA-6975): when the log
+    /// holds nothing (start = end) and the first batch of `records` starts below its end and
+    /// ends at or above it, the batch's base offset. The leader's log start is then inside
+    /// that batch (DeleteRecords), and the follower asked from there after an out-of-range
+    /// answer. The caller restarts the log there
+    /// ([`Log::truncate_fully_and_start_at`]), appends, then moves the start up to the
+    /// leader's again. `None` otherwise (and for bytes that are not a batch).
+    pub fn follower_restart_point(&self, records: &Bytes) -> Option<i64> {
+        if self.log_start_offset != self.log_end_offset {
+            return None;
+        }
+        let first = BatchIter::new(records.clone()).next()?.ok()?;
+        (first.base_offset() < self.log_end_offset && first.last_offset() >= self.log_end_offset)
+            .then_some(first.base_offset())
     }
 
     /// Base offset of the first segment.

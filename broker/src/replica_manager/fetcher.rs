@@ -594,6 +594,16 @@ impl Apply<'_> {
         leader_high_watermark: i64,
     ) -> Option<Retry> {
         let (tp, leader, inner) = (self.tp, self.leader, &mut *self.inner);
+        if let Some(base) = inner.log.follower_restart_point(&records) {
+            // The leader's log start is inside its first batch (DeleteRecords): start this
+            // empty log at the batch's base, as Kafka does (KAFKA-6975); the leader's start
+            // is taken again right after the append ([`Apply::adopt_log_start`]).
+            tracing::info!(partition = %tp, leader, from = inner.log.log_end_offset(), to = base, "the leader's first batch starts below this empty log's start: restarting the log at the batch's base");
+            if let Err(e) = inner.log.truncate_fully_and_start_at(base) {
+                tracing::error!(partition = %tp, leader, "restarting the log at {base} failed: {e}");
+                return Some(Retry::Failed);
+            }
+        }
         if !records.is_empty()
             && let Err(e) = inner.log.append_as_follower(records)
         {

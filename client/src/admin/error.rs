@@ -20,7 +20,7 @@ pub enum AdminError {
     },
     /// No controller could be reached within the retry budget (`api_timeout` or
     /// `max_attempts`); `errors` names the last failure of each controller tried.
-    #[error("cannot reach any controller (gave up after {attempts} attempts in {:.1} s): {errors}", .elapsed.as_secs_f64())]
+    #[error("cannot reach any controller (gave up after {} in {:.1} s): {errors}", attempts_text(*.attempts), .elapsed.as_secs_f64())]
     Unreachable {
         /// Attempts made.
         attempts: u32,
@@ -31,7 +31,7 @@ pub enum AdminError {
     },
     /// Controllers answered, but none was the active controller within the retry budget
     /// (an election that does not finish, the others unreachable).
-    #[error("no active controller answered (gave up after {attempts} attempts in {:.1} s): {errors}", .elapsed.as_secs_f64())]
+    #[error("no active controller answered (gave up after {} in {:.1} s): {errors}", attempts_text(*.attempts), .elapsed.as_secs_f64())]
     NoActiveController {
         /// Attempts made.
         attempts: u32,
@@ -60,6 +60,15 @@ pub enum AdminError {
     /// A bad argument, found before anything was sent.
     #[error("{0}")]
     InvalidArgument(String),
+}
+
+/// "1 attempt", "2 attempts".
+fn attempts_text(attempts: u32) -> String {
+    if attempts == 1 {
+        "1 attempt".to_string()
+    } else {
+        format!("{attempts} attempts")
+    }
 }
 
 fn message_suffix(message: &str) -> String {
