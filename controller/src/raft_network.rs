@@ -513,8 +513,8 @@ impl Link {
                 }
                 if self.reach.record(self.target, false) == Some(ReachChange::Lost) {
                     tracing::warn!(
-                        "controller {} does not answer Raft requests ({cause}); retrying, \
-                         logged again when it answers",
+                        "controller {} does not answer Raft requests ({cause}); retrying while \
+                         this controller needs it (a line follows when it answers one)",
                         self.target
                     );
                 }

@@ -163,6 +163,9 @@ impl ConfigTarget {
 pub struct Admin {
     config: AdminConfig,
     state: Mutex<State>,
+    /// Whether the `--allow-stale` warning was given (once per client: `keelctl broker list`
+    /// reads twice and printed it twice, found by a fresh-user trial).
+    stale_warned: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -313,7 +316,14 @@ impl Admin {
         Ok(Admin {
             config,
             state: Mutex::new(State::default()),
+            stale_warned: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// How reads from a controller out of contact with the quorum are taken: refused
+    /// (`None`), or with `--allow-stale` used, warning once per client (the flag).
+    fn stale_policy(&self) -> Option<&std::sync::atomic::AtomicBool> {
+        self.config.allow_stale.then_some(&self.stale_warned)
     }
 
     /// The active controller's address, once a reply has named it.
@@ -642,12 +652,9 @@ impl Admin {
                 async move {
                     match reply.await {
                         Err(status) => Step::from_status(&addr, &status),
-                        Ok(reply) => classify(
-                            reply.into_inner(),
-                            addr,
-                            need_active,
-                            self.config.allow_stale,
-                        ),
+                        Ok(reply) => {
+                            classify(reply.into_inner(), addr, need_active, self.stale_policy())
+                        }
                     }
                 }
             })
@@ -1354,7 +1361,7 @@ impl Admin {
         let answered = self
             .attempt_each(|addr, mut client| async move {
                 match fetch_image(&mut client, &addr).await {
-                    Ok((image, stale)) => match stale_read(stale, &addr, self.config.allow_stale) {
+                    Ok((image, stale)) => match stale_read(stale, &addr, self.stale_policy()) {
                         Some(step) => step,
                         None => Step::Done(image),
                     },
@@ -1378,7 +1385,7 @@ fn classify<R: ControllerReply>(
     reply: R,
     addr: String,
     need_active: bool,
-    allow_stale: bool,
+    allow_stale: Option<&std::sync::atomic::AtomicBool>,
 ) -> Step<R> {
     let hint = hint_address(&reply);
     if ErrorCode::from_proto(reply.error()) == Ok(ErrorCode::NotController) {
@@ -1424,12 +1431,20 @@ fn classify<R: ControllerReply>(
 /// For a read answered by `addr`: when the controller knows no active controller (`stale`,
 /// from [`out_of_contact`]: cut off from the quorum, restarted and not caught up, or an
 /// election), the step that sends the read on to another controller, unless `allow_stale`
-/// (then a warning, and `None`: the read is used). `None` for a fresh read.
-fn stale_read<T>(stale: bool, addr: &str, allow_stale: bool) -> Option<Step<T>> {
+/// is given (then the read is used, with a warning the first time the flag is still false).
+/// `None` for a fresh read.
+fn stale_read<T>(
+    stale: bool,
+    addr: &str,
+    allow_stale: Option<&std::sync::atomic::AtomicBool>,
+) -> Option<Step<T>> {
     if !stale {
         return None;
     }
-    if allow_stale {
+    if let Some(warned) = allow_stale {
+        if warned.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return None;
+        }
         tracing::warn!(
             "reading from {addr}, which is in contact with no active controller: its state may \
              be out of date (--allow-stale)"
