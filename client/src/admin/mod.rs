@@ -60,10 +60,14 @@ pub struct AdminConfig {
     /// Longest backoff (Kafka: `retry.backoff.max.ms`).
     pub backoff_max: Duration,
     /// Accept a read (DescribeCluster, DescribeConfigs, ReadMetadataLog, the metadata image)
-    /// from a controller in contact with no active controller. Such a controller (cut off,
-    /// or restarted and not yet caught up) may serve state that is out of date, so by default
-    /// its read is refused like a NOT_CONTROLLER and the next controller is asked; with this
-    /// set it is used, with a warning naming it (`tracing::warn`).
+    /// from any controller. By default these reads are served by the active controller (a
+    /// follower's reply naming it sends the read there), so that a read sees every change
+    /// acknowledged before it, also to another process: a follower learns of a commit only
+    /// with the leader's next append, and a follower that was not part of the commit's
+    /// majority may not hold the entry yet. A controller in contact with no active controller
+    /// (cut off, or restarted and not yet caught up) may serve state that is out of date, so
+    /// by default its read is refused like a NOT_CONTROLLER and the next controller is asked;
+    /// with this set it is used, with a warning naming it (`tracing::warn`).
     pub allow_stale: bool,
     /// Opens the channels to the controllers: plaintext (the default) or TLS
     /// (`Dialer::new(Some(context))`).
@@ -834,8 +838,9 @@ impl Admin {
         Ok(())
     }
 
-    /// Effective configs of resources (all keys when `keys` is empty). Fails on the first
-    /// resource the controller refused (e.g. an unknown topic).
+    /// Effective configs of resources (all keys when `keys` is empty), from the active
+    /// controller (any controller with `allow_stale`: see [`AdminConfig::allow_stale`]).
+    /// Fails on the first resource the controller refused (e.g. an unknown topic).
     pub async fn describe_configs(
         &self,
         targets: &[ConfigTarget],
@@ -843,7 +848,7 @@ impl Admin {
     ) -> Result<Vec<DescribeConfigsResult>> {
         let req = describe_configs_request(targets, keys);
         let reply = self
-            .call(false, |mut c| {
+            .call(!self.config.allow_stale, |mut c| {
                 let req = req.clone();
                 async move { c.describe_configs(req).await }
             })
@@ -1357,13 +1362,23 @@ impl Admin {
 
     /// The current metadata image: the newest snapshot plus every committed batch up to the
     /// serving controller's commit index, replayed locally (like a broker's metadata tailer).
+    /// Served by the active controller, so that the image holds every change acknowledged
+    /// before the call (a `keelctl topic create` just before a `topic describe` in another
+    /// process: a follower that was not in the commit's majority answered without the topic,
+    /// seen in CI); any controller with `allow_stale` ([`AdminConfig::allow_stale`]).
     pub async fn metadata_image(&self) -> Result<MetadataImage> {
+        let need_active = !self.config.allow_stale;
         let answered = self
             .attempt_each(|addr, mut client| async move {
-                match fetch_image(&mut client, &addr).await {
+                match fetch_image(&mut client, &addr, need_active).await {
                     Ok((image, stale)) => match stale_read(stale, &addr, self.stale_policy()) {
                         Some(step) => step,
                         None => Step::Done(image),
+                    },
+                    Err(FetchError::NotActive(active)) => Step::NotActive {
+                        detail: format!("{addr}: not the active controller (it names {active})"),
+                        hint: Some(active),
+                        maybe_applied: false,
                     },
                     Err(FetchError::Status(status)) => Step::from_fetch_status(&addr, &status),
                     Err(FetchError::Ended(detail)) => Step::Retry {
@@ -1520,14 +1535,19 @@ enum FetchError {
     Ended(String),
     /// The records do not replay.
     Fatal(AdminError),
+    /// The stream's first item names another controller, at this address, as the active one
+    /// (only when the active controller was asked for).
+    NotActive(String),
 }
 
 /// Reads the whole image from the stream of `addr`; returns it with whether the controller
 /// was out of contact with the quorum when it sent the stream's last item
-/// ([`out_of_contact`]).
+/// ([`out_of_contact`]). With `need_active`, a stream whose first item names another
+/// controller as the active one is dropped: [`FetchError::NotActive`].
 async fn fetch_image(
     client: &mut crate::grpc::ControllerClient,
     addr: &str,
+    need_active: bool,
 ) -> std::result::Result<(MetadataImage, bool), FetchError> {
     let replay_failed =
         |e: keel_metadata_log::ReplayError| FetchError::Fatal(AdminError::Protocol(e.to_string()));
@@ -1559,6 +1579,17 @@ async fn fetch_image(
                 "{addr}: metadata stream ended at offset {applied}"
             )));
         };
+        if target.is_none()
+            && need_active
+            && let Some(active) = item
+                .leader
+                .as_ref()
+                .filter(|l| l.leader_id >= 0 && !l.leader_address.is_empty())
+                .map(|l| &l.leader_address)
+                .filter(|a| **a != *addr)
+        {
+            return Err(FetchError::NotActive(active.clone()));
+        }
         target.get_or_insert(item.commit_index);
         stale = out_of_contact(item.source.as_ref(), item.leader.as_ref());
         match item.item {

@@ -106,9 +106,10 @@ pub struct Cli {
         value_parser = clap::value_parser!(u64).range(1..=86_400_000)
     )]
     pub api_timeout_ms: u64,
-    /// Accept reads from a controller in contact with no active controller (cut off from the
-    /// quorum, or restarted and not caught up): its answer may be out of date, and a warning
-    /// names it. Without it such a controller's read is refused and the others are asked.
+    /// Accept reads from any controller, also one in contact with no active controller (cut
+    /// off from the quorum, or restarted and not caught up): its answer may be out of date,
+    /// and a warning names it. Without it reads are served by the active controller, so they
+    /// see every change acknowledged before them.
     #[arg(
         long,
         global = true,
