@@ -168,8 +168,8 @@ produce() { # phase: produce records(phase) with acks=all, check every one is ac
     out="$(keelctl_stdin --json produce --topic "$TOPIC" --key-separator : --acks all \
         <"$WORK/phase-$1.txt")" || fail "produce phase $1 failed: $out"
     local acked failed
-    acked="$(jq -r .records <<<"$out")"
-    failed="$(jq -r .failed <<<"$out")"
+    acked="$(jq -r .records <<<"$out")" || fail "produce phase $1: not JSON: $out"
+    failed="$(jq -r .failed <<<"$out")" || fail "produce phase $1: not JSON: $out"
     if [ "$acked" != "$RECORDS" ] || [ "$failed" != 0 ]; then
         fail "produce phase $1: $acked of $RECORDS acknowledged, $failed failed: $out"
     fi
@@ -219,7 +219,7 @@ consume_check() {
 
 keelctl topic create "$TOPIC" --partitions 3 --replication-factor 3 \
     --config min.insync.replicas=2 >/dev/null || fail "topic create $TOPIC failed"
-describe
+describe || fail "topic describe $TOPIC failed (its error is above)"
 [ "$(jq -r '.[0].partitions | length' "$WORK/describe.json")" = 3 ] \
     || fail "topic $TOPIC does not have 3 partitions: $(last_describe)"
 ok "created topic $TOPIC (3 partitions, replication factor 3, min.insync.replicas=2)"
@@ -262,7 +262,7 @@ cmp -s "$WORK/kafka-sent.txt" "$WORK/kafka-got.txt" \
 ok "kcat on the host: 3 brokers listed, 1000 zstd records produced (idempotent, acks=all) and read back in order"
 
 # ---------------------------------------------------------------- 3. disconnect the leader
-describe
+describe || fail "topic describe $TOPIC failed (its error is above)"
 X="$(p0 .leader)"
 EPOCH0="$(p0 .leader_epoch)"
 PREFERRED="$(p0 '.replicas[0]')"
@@ -313,7 +313,7 @@ fencing_changes "$X" | tail -n 1 | grep -x true >/dev/null \
     || fail "the metadata log has no BrokerRegistrationChangeRecord fencing broker $X"
 ok "metadata log: broker $X fenced (BrokerRegistrationChangeRecord fenced=true)"
 
-metadata_log_json
+metadata_log_json || fail "metadata log --topic $TOPIC failed (its error is above)"
 # The partition-0 change that moved the leadership: the state after it has the new leader,
 # a higher leader epoch and an ISR without X.
 SHRINK="$(jq -c --argjson x "$X" --argjson e "$EPOCH0" '
@@ -359,7 +359,7 @@ ok "broker $X unfenced and back in every ISR $((SECONDS - T_BACK))s after the re
 
 fencing_changes "$X" | tail -n 1 | grep -x false >/dev/null \
     || fail "the metadata log has no BrokerRegistrationChangeRecord unfencing broker $X after its fencing"
-metadata_log_json
+metadata_log_json || fail "metadata log --topic $TOPIC failed (its error is above)"
 EXPAND="$(jq -c --argjson x "$X" --argjson after "$SHRINK_OFFSET" '
         select(.record_type == "PartitionChangeRecord" and .fields.partition == 0
                and .offset > $after and .partition_state != null
@@ -376,7 +376,7 @@ consume_check "after the reconnect" 1 2
 if [ "$PREFERRED" = "$X" ]; then
     keelctl partition elect --topic "$TOPIC" --partition 0 --preferred >/dev/null \
         || fail "preferred election of partition 0 failed"
-    describe
+    describe || fail "topic describe $TOPIC failed (its error is above)"
     [ "$(p0 .leader)" = "$X" ] || fail "partition 0 is led by $(p0 .leader) after a preferred election, expected $X"
     ok "preferred election: partition 0 led by $X again (leader epoch $(p0 .leader_epoch))"
     consume_check "partition 0 read from broker $X's copy" 1 2
