@@ -87,8 +87,10 @@ struct OffsetRow {
     current_offset: i64,
     /// -1 = unknown.
     log_end_offset: i64,
-    /// -1 = unknown.
-    lag: i64,
+    /// The log end offset minus the committed offset (Kafka `ConsumerGroupCommand.getLag`):
+    /// negative for a commit above the log end (offsets are not checked against it when
+    /// committed, nor after a DeleteRecords or truncation); `null` when either is unknown.
+    lag: Option<i64>,
     consumer_id: String,
     host: String,
     client_id: String,
@@ -220,11 +222,7 @@ async fn describe(admin: &GroupAdmin, addresses: &[String], group: &str, ctx: &C
             .end_offset(&(topic.clone(), partition))
             .await
             .unwrap_or(-1);
-        let lag = if current >= 0 && end >= 0 {
-            (end - current).max(0)
-        } else {
-            -1
-        };
+        let lag = lag(current, end);
         out.push(OffsetRow {
             topic,
             partition,
@@ -288,7 +286,7 @@ async fn describe(admin: &GroupAdmin, addresses: &[String], group: &str, ctx: &C
                 r.partition.to_string(),
                 dash(r.current_offset),
                 dash(r.log_end_offset),
-                dash(r.lag),
+                r.lag.map_or_else(|| "-".to_string(), |l| l.to_string()),
                 r.consumer_id.clone(),
                 r.host.clone(),
                 r.client_id.clone(),
@@ -393,4 +391,26 @@ async fn reset(admin: &GroupAdmin, addresses: &[String], a: ResetArgs, ctx: &Ctx
         outln!("(dry run: nothing committed; add --execute to commit these offsets)");
     }
     Ok(())
+}
+
+/// A partition's lag in `group describe`: `log_end_offset - committed`, negative when the
+/// commit is above the log end, as Kafka's `ConsumerGroupCommand.getLag`; `None` when either
+/// offset is unknown (-1: nothing committed, or the end offset could not be read).
+fn lag(committed: i64, log_end_offset: i64) -> Option<i64> {
+    (committed >= 0 && log_end_offset >= 0).then(|| log_end_offset - committed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lag;
+
+    #[test]
+    fn lag_is_the_end_minus_the_commit_negative_above_the_end_and_unknown_without_either() {
+        assert_eq!(lag(7, 10), Some(3));
+        assert_eq!(lag(10, 10), Some(0));
+        // A commit of 3 on an empty log (the trial's row): Kafka prints -3, not 0.
+        assert_eq!(lag(3, 0), Some(-3));
+        assert_eq!(lag(-1, 10), None, "nothing committed");
+        assert_eq!(lag(5, -1), None, "end offset unknown");
+    }
 }
