@@ -111,6 +111,22 @@ pub fn list_offsets(
     )
 }
 
+/// DeleteRecords: DELETE on every topic (Kafka `KafkaApis.handleDeleteRecordsRequest`).
+pub fn delete_records(
+    a: &Authz,
+    c: &Caller,
+    img: &MetadataImage,
+    r: &DeleteRecordsRequest,
+) -> Result<(), Denied> {
+    topics(
+        a,
+        c,
+        img,
+        Operation::Delete,
+        r.topics.iter().map(|t| t.name.as_str()),
+    )
+}
+
 /// OffsetsForLeaderEpoch: a follower is that broker; a client needs DESCRIBE on every topic.
 pub fn offsets_for_leader_epoch(
     a: &Authz,

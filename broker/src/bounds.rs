@@ -163,6 +163,28 @@ pub fn list_offsets(req: &ListOffsetsRequest) -> Result<(), FieldError> {
     )
 }
 
+/// Longest DeleteRecords wait, ms (`timeout_ms`): the Kafka listener's bound
+/// ([`crate::kafka::delete_records::MAX_WAIT`]), 5 minutes.
+pub const MAX_DELETE_RECORDS_TIMEOUT_MS: i32 = 300_000;
+
+/// Bounds of a DeleteRecords: `timeout_ms` in `0..=`[`MAX_DELETE_RECORDS_TIMEOUT_MS`], at most
+/// [`MAX_TOPICS_PER_REQUEST`] topics (name at most [`MAX_TOPIC_NAME_LEN`]) and
+/// [`MAX_PARTITIONS_PER_REQUEST`] partitions over all of them. The offsets are checked per
+/// partition against its log (OFFSET_OUT_OF_RANGE).
+pub fn delete_records(req: &DeleteRecordsRequest) -> Result<(), FieldError> {
+    check_range(
+        || "timeout_ms".into(),
+        req.timeout_ms,
+        0..=MAX_DELETE_RECORDS_TIMEOUT_MS,
+    )?;
+    named_topics(
+        "name",
+        req.topics
+            .iter()
+            .map(|t| (t.name.as_str(), t.partitions.len())),
+    )
+}
+
 /// Bounds of an OffsetsForLeaderEpoch: `replica_id` >= -2, at most
 /// [`MAX_TOPICS_PER_REQUEST`] topics (name at most [`MAX_TOPIC_NAME_LEN`]) and
 /// [`MAX_PARTITIONS_PER_REQUEST`] partitions over all of them.
@@ -667,6 +689,34 @@ mod tests {
             init_producer_id(&long).unwrap_err().field,
             "transactional_id"
         );
+    }
+
+    #[test]
+    fn delete_records_bounds_its_wait_and_its_names() {
+        let req = |timeout_ms: i32, name: &str| DeleteRecordsRequest {
+            topics: vec![DeleteRecordsTopic {
+                name: name.into(),
+                partitions: vec![DeleteRecordsPartition {
+                    partition_index: 0,
+                    offset: 5,
+                }],
+            }],
+            timeout_ms,
+        };
+        delete_records(&req(0, "t")).unwrap();
+        delete_records(&req(MAX_DELETE_RECORDS_TIMEOUT_MS, "t")).unwrap();
+        for bad in [-1, MAX_DELETE_RECORDS_TIMEOUT_MS + 1, i32::MAX] {
+            let e = delete_records(&req(bad, "t")).unwrap_err();
+            assert_eq!(e.field, "timeout_ms", "{e}");
+        }
+        let e = delete_records(&req(1000, &"d".repeat(1 << 20))).unwrap_err();
+        assert_eq!(e.field, "topics[0].name");
+        assert!(e.to_string().len() < 300, "{e}");
+        let many = DeleteRecordsRequest {
+            topics: vec![DeleteRecordsTopic::default(); MAX_TOPICS_PER_REQUEST + 1],
+            timeout_ms: 0,
+        };
+        assert_eq!(delete_records(&many).unwrap_err().field, "topics");
     }
 
     #[test]

@@ -860,6 +860,7 @@ refused_reply!(
     ProduceReply,
     FetchReply,
     ListOffsetsReply,
+    DeleteRecordsReply,
     OffsetsForLeaderEpochReply,
     MetadataReply,
     DescribeReplicasReply,
@@ -954,6 +955,17 @@ impl BrokerService for BrokerGrpc {
         check_bounds!(request, bounds::list_offsets, ListOffsetsReply);
         Ok(Response::new(
             self.replicas.list_offsets(request.into_inner()),
+        ))
+    }
+
+    async fn delete_records(
+        &self,
+        request: Request<DeleteRecordsRequest>,
+    ) -> Result<Response<DeleteRecordsReply>, Status> {
+        check_access!(self, request, access::delete_records, DeleteRecordsReply);
+        check_bounds!(request, bounds::delete_records, DeleteRecordsReply);
+        Ok(Response::new(
+            self.replicas.answer_delete_records(request.get_ref()).await,
         ))
     }
 

@@ -254,6 +254,16 @@ fn without_acls_nothing_is_allowed_and_acl_add_opens_exactly_what_it_names() {
     );
     let read = ok(&alice(&["consume", "--topic", "orders"], None), &f);
     assert_eq!(read.lines().count(), 2, "{read}");
+    // Producer and consumer ACLs do not let records be deleted: that is DELETE on the topic.
+    refused(
+        &alice(
+            &["topic", "delete-records", "orders", "--offset", "1"],
+            None,
+        ),
+        ErrorCode::TopicAuthorizationFailed,
+    );
+    let read = ok(&alice(&["consume", "--topic", "orders"], None), &f);
+    assert_eq!(read.lines().count(), 2, "nothing deleted: {read}");
     ok(
         &alice(
             &[

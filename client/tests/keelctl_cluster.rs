@@ -328,6 +328,7 @@ fn keelctl_drives_a_local_cluster() {
     ]);
     assert_eq!(err, "keelctl: --isr \"1,x\": \"x\" is not a broker id\n");
 
+    delete_records_moves_the_log_start(&f);
     dynamic_configs_apply_without_a_restart(&f);
 
     // cluster status, then down: every process stops on SIGTERM.
@@ -1102,6 +1103,128 @@ fn up_waits_for_a_killed_process_to_release_its_ports() {
 /// `config alter|describe` on the cluster default, one broker and a topic, and the brokers
 /// applying them without a restart with Kafka's precedence (topic > broker > default > static,
 /// KIP-226): the largest batch a one-replica topic on broker 1 accepts follows each change.
+/// `topic delete-records` (kafka-delete-records): the log start of every replica moves, a
+/// consume from the beginning starts there, and bad offsets are refused naming the cause.
+fn delete_records_moves_the_log_start(f: &Fixture) {
+    f.json(&[
+        "--json",
+        "topic",
+        "create",
+        "trimmed",
+        "--partitions",
+        "1",
+        "--replication-factor",
+        "3",
+    ]);
+    f.json(&["--json", "topic", "create", "untouched"]);
+    let lines: String = (0..10).map(|i| format!("k{i}:v{i}\n")).collect();
+    let out = f.run_with_stdin(
+        &[
+            "produce",
+            "--topic",
+            "trimmed",
+            "--key-separator",
+            ":",
+            "--acks",
+            "all",
+        ],
+        &lines,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let deleted = f.json(&[
+        "--json",
+        "topic",
+        "delete-records",
+        "trimmed",
+        "--partition",
+        "0",
+        "--offset",
+        "4",
+    ]);
+    assert_eq!(
+        deleted,
+        serde_json::json!([{"topic": "trimmed", "partition": 0, "low_watermark": 4, "error": null}])
+    );
+    // (That every replica took the start is tests/tests/delete_records.rs's.)
+    let out = f.run(&[
+        "consume",
+        "--topic",
+        "trimmed",
+        "--partition",
+        "0",
+        "--from-beginning",
+        "--print-offset",
+    ]);
+    let consumed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        consumed.starts_with("Partition:0\tOffset:4\tv4\n"),
+        "{consumed}"
+    );
+    assert_eq!(consumed.lines().count(), 6, "{consumed}");
+
+    // Kafka's offset file; -1 is the high watermark (an empty partition's is 0).
+    let file = f.dir.path().join("offsets.json");
+    std::fs::write(
+        &file,
+        r#"{"partitions": [{"topic": "trimmed", "partition": 0, "offset": -1},
+                           {"topic": "untouched", "partition": 0, "offset": -1}], "version": 1}"#,
+    )
+    .unwrap();
+    let deleted = f.json(&[
+        "--json",
+        "topic",
+        "delete-records",
+        "--offset-json-file",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(
+        deleted,
+        serde_json::json!([
+            {"topic": "trimmed", "partition": 0, "low_watermark": 10, "error": null},
+            {"topic": "untouched", "partition": 0, "low_watermark": 0, "error": null}
+        ])
+    );
+
+    // Above the high watermark: the leader's reason; an unknown partition: named.
+    let err = f.fails(&[
+        "topic",
+        "delete-records",
+        "trimmed",
+        "--partition",
+        "0",
+        "--offset",
+        "11",
+    ]);
+    assert!(
+        err.contains("trimmed-0: OFFSET_OUT_OF_RANGE (1)")
+            && err.contains("1 of 1 partitions failed"),
+        "{err}"
+    );
+    let err = f.fails(&[
+        "topic",
+        "delete-records",
+        "trimmed",
+        "--partition",
+        "7",
+        "--offset",
+        "1",
+    ]);
+    assert_eq!(
+        err,
+        "keelctl: topic \"trimmed\" has no partition 7 (it has 1)\n"
+    );
+}
+
 fn dynamic_configs_apply_without_a_restart(f: &Fixture) {
     f.json(&[
         "--json",

@@ -20,6 +20,10 @@
 use std::time::{Duration, Instant};
 
 use keel_proto::ErrorCode;
+use keel_proto::broker::{
+    DeleteRecordsPartitionResult, DeleteRecordsReply, DeleteRecordsRequest,
+    DeleteRecordsTopicResult,
+};
 use keel_proto::limits::clip;
 
 use super::ReplicaManager;
@@ -54,6 +58,44 @@ impl DeleteRecordsOutcome {
 }
 
 impl ReplicaManager {
+    /// BrokerService.DeleteRecords: [`ReplicaManager::delete_records`] for every partition
+    /// of `req` (bounds and authorization checked by the caller: `timeout_ms` is
+    /// `0..=300000`), answered per partition in request order.
+    pub async fn answer_delete_records(&self, req: &DeleteRecordsRequest) -> DeleteRecordsReply {
+        let asked: Vec<(String, i32, i64)> = req
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| (t.name.clone(), p.partition_index, p.offset))
+            })
+            .collect();
+        let timeout = Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));
+        let mut outcomes = self.delete_records(&asked, timeout).await.into_iter();
+        let topics = req
+            .topics
+            .iter()
+            .map(|t| DeleteRecordsTopicResult {
+                name: t.name.clone(),
+                partitions: t
+                    .partitions
+                    .iter()
+                    .zip(outcomes.by_ref())
+                    .map(|(p, o)| DeleteRecordsPartitionResult {
+                        partition_index: p.partition_index,
+                        low_watermark: o.low_watermark,
+                        error: (o.error != ErrorCode::None).then(|| o.error.to_proto(o.message)),
+                    })
+                    .collect(),
+            })
+            .collect();
+        DeleteRecordsReply {
+            error: None,
+            topics,
+        }
+    }
+
     /// Deletes, on this leader, the records below each `(topic, partition, offset)` of
     /// `asked`, then waits up to `timeout` for the ISR to follow (see the module doc for the
     /// checks and codes). One outcome per entry, in order. Every log start moves first (no

@@ -22,6 +22,7 @@ mod acl;
 mod cluster;
 mod config;
 mod data;
+mod delete_records;
 mod group;
 mod log;
 mod metadata;

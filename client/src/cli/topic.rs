@@ -1,4 +1,4 @@
-//! `keelctl topic create|list|describe|delete|alter|alter-config`.
+//! `keelctl topic create|list|describe|delete|alter|alter-config|delete-records`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -38,6 +38,10 @@ pub enum TopicCommand {
     Alter(AlterArgs),
     /// Set or delete topic config overrides, then print the topic's effective configs.
     AlterConfig(AlterConfigArgs),
+    /// Delete the records below an offset (like `kafka-delete-records`, KIP-107): each
+    /// partition's leader moves its log start there and answers once the in-sync replicas
+    /// followed; prints each partition's low watermark (its new log start).
+    DeleteRecords(super::delete_records::DeleteRecordsArgs),
 }
 
 /// Arguments of `topic alter`.
@@ -154,6 +158,7 @@ pub(super) async fn run(c: TopicCommand, ctx: &Ctx) -> CliResult {
         TopicCommand::Create(a) => create(a, ctx, &admin).await,
         TopicCommand::List => list(ctx, &admin).await,
         TopicCommand::Describe(a) => describe(a, ctx, &admin).await,
+        TopicCommand::DeleteRecords(a) => super::delete_records::run(a, ctx).await,
         TopicCommand::Delete { name } => {
             if name == INTERNAL_OFFSETS_TOPIC {
                 // Kafka's TopicCommand refuses the same: the group coordinator's topic holds

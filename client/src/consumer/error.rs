@@ -61,6 +61,20 @@ pub enum ConsumeError {
         /// The Kafka error code.
         code: ErrorCode,
     },
+    /// A broker refused the request for this partition with a code no retry can fix, and
+    /// said why (e.g. DeleteRecords: OFFSET_OUT_OF_RANGE above the high watermark).
+    #[error("{topic}-{partition}: {code} ({}){}", .code.code(),
+        if .message.is_empty() { String::new() } else { format!(": {}", .message) })]
+    Refused {
+        /// Topic.
+        topic: String,
+        /// Partition.
+        partition: i32,
+        /// The Kafka error code.
+        code: ErrorCode,
+        /// The broker's message (may be empty).
+        message: String,
+    },
     /// Metadata could not be loaded.
     #[error(transparent)]
     Metadata(#[from] MetadataError),
@@ -116,7 +130,9 @@ impl ConsumeError {
     pub fn code(&self) -> Option<ErrorCode> {
         match self {
             ConsumeError::OffsetOutOfRange { .. } => Some(ErrorCode::OffsetOutOfRange),
-            ConsumeError::Kafka { code, .. } | ConsumeError::Group { code, .. } => Some(*code),
+            ConsumeError::Kafka { code, .. }
+            | ConsumeError::Group { code, .. }
+            | ConsumeError::Refused { code, .. } => Some(*code),
             ConsumeError::Metadata(MetadataError::Topic { code, .. }) => Some(*code),
             _ => None,
         }

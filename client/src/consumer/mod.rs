@@ -64,9 +64,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use keel_proto::ErrorCode;
 use keel_proto::broker::{
-    EpochEndOffsetResult, FetchPartition, FetchReply, FetchRequest, FetchTopic,
-    ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic, OffsetForLeaderPartition,
-    OffsetForLeaderTopic, OffsetsForLeaderEpochRequest,
+    DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic, EpochEndOffsetResult,
+    FetchPartition, FetchReply, FetchRequest, FetchTopic, ListOffsetsPartition, ListOffsetsRequest,
+    ListOffsetsTopic, OffsetForLeaderPartition, OffsetForLeaderTopic, OffsetsForLeaderEpochRequest,
 };
 use keel_record::BatchIter;
 use keel_record::TIMESTAMP_TYPE_BIT;
@@ -546,6 +546,108 @@ impl Consumer {
     /// The log start offset of `tp` now (ListOffsets EARLIEST, inclusive).
     pub async fn beginning_offset(&self, tp: &TopicPartition) -> Result<i64, ConsumeError> {
         Ok(self.list_offset(tp, -2).await?.position.unwrap_or(0))
+    }
+
+    /// Deletes the records of `tp` below `offset` (-1: the high watermark) on its leader and
+    /// waits up to `timeout_ms` (0..=300000) for the in-sync replicas (BrokerService
+    /// DeleteRecords; Kafka `Admin.deleteRecords`, KIP-107); returns the partition's low
+    /// watermark (its new log start). Sent again after a leader change (metadata refreshed),
+    /// within `default_api_timeout_ms`; deleting is idempotent. The call's deadline is the
+    /// consumer's `request_timeout_ms`: give it `timeout_ms` plus a few seconds.
+    ///
+    /// Errors: [`ConsumeError::Refused`] with the broker's reason for OFFSET_OUT_OF_RANGE
+    /// (negative, or above the high watermark), POLICY_VIOLATION (a compact-only topic),
+    /// REQUEST_TIMED_OUT (the leader's start moved, a follower had not followed within
+    /// `timeout_ms`) and authorization failures; [`ConsumeError::Unreachable`] when no leader
+    /// answered in time.
+    pub async fn delete_records(
+        &self,
+        tp: &TopicPartition,
+        offset: i64,
+        timeout_ms: i32,
+    ) -> Result<i64, ConsumeError> {
+        let budget =
+            Duration::from_millis(self.config.default_api_timeout_ms.min(MAX_API_TIMEOUT_MS));
+        let deadline = tokio::time::Instant::now() + budget;
+        let mut last = String::new();
+        for attempt in 0u32.. {
+            match self.try_delete_records(tp, offset, timeout_ms).await {
+                Ok(low) => return Ok(low),
+                Err(Lookup::Fatal(e)) => return Err(e),
+                Err(Lookup::Retry(msg)) => last = msg,
+            }
+            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let Some(pause) = pause_within(self.backoff(attempt), remaining) else {
+                break;
+            };
+            tokio::time::sleep(pause).await;
+        }
+        Err(ConsumeError::Unreachable(format!(
+            "{}-{}: DeleteRecords failed within {} ms: {last}",
+            tp.0,
+            tp.1,
+            budget.as_millis()
+        )))
+    }
+
+    async fn try_delete_records(
+        &self,
+        tp: &TopicPartition,
+        offset: i64,
+        timeout_ms: i32,
+    ) -> Result<i64, Lookup> {
+        let (addr, mut client, _) = self.leader(tp).await?;
+        let reply = client
+            .delete_records(DeleteRecordsRequest {
+                topics: vec![DeleteRecordsTopic {
+                    name: tp.0.clone(),
+                    partitions: vec![DeleteRecordsPartition {
+                        partition_index: tp.1,
+                        offset,
+                    }],
+                }],
+                timeout_ms,
+            })
+            .await
+            .map_err(|s| self.transport(tp, &addr, &s))?
+            .into_inner();
+        let refused = |error: &keel_proto::common::Error| {
+            Lookup::Fatal(ConsumeError::Refused {
+                topic: tp.0.clone(),
+                partition: tp.1,
+                code: ErrorCode::from_proto(Some(error)).unwrap_or(ErrorCode::UnknownServerError),
+                message: error.message.clone(),
+            })
+        };
+        if let Some(e) = reply.error.as_ref() {
+            return Err(refused(e));
+        }
+        let p = reply
+            .topics
+            .iter()
+            .filter(|t| t.name == tp.0)
+            .flat_map(|t| &t.partitions)
+            .find(|p| p.partition_index == tp.1)
+            .ok_or_else(|| {
+                Lookup::Fatal(ConsumeError::Protocol(format!(
+                    "DeleteRecords: no answer for {}-{}",
+                    tp.0, tp.1
+                )))
+            })?;
+        match ErrorCode::from_proto(p.error.as_ref()) {
+            Ok(ErrorCode::None) => Ok(p.low_watermark),
+            // Retriable in Kafka, but the wait already took `timeout_ms`: say so.
+            Ok(ErrorCode::RequestTimedOut | ErrorCode::OffsetOutOfRange) => {
+                Err(refused(p.error.as_ref().expect("an error code")))
+            }
+            Ok(_) => match self.check(tp, p.error.as_ref()) {
+                Err(Lookup::Fatal(ConsumeError::Kafka { .. })) => {
+                    Err(refused(p.error.as_ref().expect("an error code")))
+                }
+                other => other.map(|()| p.low_watermark),
+            },
+            Err(e) => Err(Lookup::Fatal(ConsumeError::Protocol(e.to_string()))),
+        }
     }
 
     /// ListOffsets for `tp` at `timestamp` (-2 earliest, -1 latest, >= 0 a time) on the
