@@ -1005,6 +1005,127 @@ fn follower_append_replicates_leader_bytes_and_epochs() {
     );
 }
 
+/// `compression.type` and `message.timestamp.type` (Kafka `LogValidator`): the leader stores
+/// a batch sent with another codec recompressed to the topic's (same records, offsets,
+/// producer fields; a duplicate is still found), stamps LogAppendTime batches with its clock
+/// and clears a LogAppendTime bit a producer set on a CreateTime topic; a recompressed batch
+/// that outgrows `max.message.bytes` is MESSAGE_TOO_LARGE; followers keep the leader's bytes.
+#[test]
+fn leaders_store_batches_in_the_topics_codec_and_timestamp_type() {
+    use keel_record::TIMESTAMP_TYPE_BIT;
+    use keel_record::compression::CompressionType;
+    let stored = |log: &Log, offset: i64| {
+        let r = log.read(offset, 1 << 20, log.log_end_offset()).unwrap();
+        BatchIter::new(r.records).next().unwrap().unwrap()
+    };
+    let idempotent = |codec: CompressionType, seq: i32| {
+        let mut b = RecordBatchBuilder::new(0)
+            .producer(42, 0, seq)
+            .compression(codec);
+        for i in 0..20 {
+            b.append(5_000 + i, Some(b"key"), Some(&[b'v'; 300]), &[]);
+        }
+        b.build().into_bytes()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let zstd = LogConfig {
+        compression: Some(CompressionType::Zstd),
+        ..small_config()
+    };
+    let mut log = open(dir.path(), zstd.clone(), &clock, LogOpenOptions::default());
+    for (i, sent) in [
+        CompressionType::None,
+        CompressionType::Gzip,
+        CompressionType::Zstd,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let input = idempotent(sent, 20 * i as i32);
+        let info = log.append_as_leader(input.clone(), 3).unwrap();
+        assert_eq!(info.log_append_time_ms, -1, "CreateTime");
+        let b = stored(&log, info.first_offset);
+        assert_eq!(
+            b.compression().unwrap(),
+            CompressionType::Zstd,
+            "sent {sent:?}"
+        );
+        assert!(b.is_crc_valid());
+        let h = b.header();
+        assert_eq!(
+            (h.producer_id, h.base_sequence, h.record_count),
+            (42, 20 * i as i32, 20)
+        );
+        assert_eq!(h.max_timestamp, 5_019);
+        let original = keel_record::RecordBatch::from_bytes(input.clone()).unwrap();
+        let want: Vec<_> = original.records().map(|r| r.unwrap()).collect();
+        let got: Vec<_> = b.records().map(|r| r.unwrap()).collect();
+        assert_eq!(got, want, "the records survive recompression");
+        // A retry of the batch as sent is still the same batch (the sequence range decides).
+        assert!(log.append_as_leader(input, 3).unwrap().duplicate);
+    }
+    assert!(
+        stored(&log, 0).size_bytes() < 2_000,
+        "zstd shrank 6 KB of repeats"
+    );
+
+    // Recompressed to a codec that does not shrink it past the limit: MESSAGE_TOO_LARGE.
+    let plain = LogConfig {
+        compression: Some(CompressionType::None),
+        max_message_bytes: 1_000,
+        ..small_config()
+    };
+    let tight = tempfile::tempdir().unwrap();
+    let mut log = open(tight.path(), plain, &clock, LogOpenOptions::default());
+    let leo = log.log_end_offset();
+    let err = log
+        .append_as_leader(idempotent(CompressionType::Zstd, 0), 1)
+        .unwrap_err();
+    assert!(matches!(err, LogError::MessageTooLarge { .. }), "{err:?}");
+    assert_eq!(log.log_end_offset(), leo, "nothing written");
+
+    // LogAppendTime: the leader's clock is the max timestamp and the answer's append time.
+    let stamped = LogConfig {
+        log_append_time: true,
+        ..small_config()
+    };
+    let a = tempfile::tempdir().unwrap();
+    let mut leader = open(a.path(), stamped, &clock, LogOpenOptions::default());
+    let info = leader.append_as_leader(batch(3, 10, 77), 1).unwrap();
+    assert_eq!(info.log_append_time_ms, 1_700_000_000_000);
+    let h = *stored(&leader, 0).header();
+    assert_ne!(h.attributes & TIMESTAMP_TYPE_BIT, 0);
+    assert_eq!(h.max_timestamp, 1_700_000_000_000);
+    assert_eq!(
+        leader
+            .offset_for_timestamp(1_700_000_000_000)
+            .unwrap()
+            .map(|(o, _)| o),
+        Some(0),
+        "timestamp lookups use the append time"
+    );
+    let b = tempfile::tempdir().unwrap();
+    let mut follower = open_unclean(b.path(), small_config());
+    let r = leader.read(0, 1 << 20, leader.log_end_offset()).unwrap();
+    follower.append_as_follower(r.records).unwrap();
+    assert_eq!(log_bytes(a.path()), log_bytes(b.path()));
+
+    // CreateTime: a LogAppendTime bit set by the producer is cleared, the records' time kept.
+    let c = tempfile::tempdir().unwrap();
+    let mut log = open(c.path(), small_config(), &clock, LogOpenOptions::default());
+    let sent = keel_record::RecordBatch::from_bytes(batch(2, 10, 500))
+        .unwrap()
+        .with_timestamp_type(true, 9_999);
+    let info = log.append_as_leader(sent.into_bytes(), 1).unwrap();
+    assert_eq!(info.log_append_time_ms, -1);
+    let h = *stored(&log, 0).header();
+    assert_eq!(
+        (h.attributes & TIMESTAMP_TYPE_BIT, h.max_timestamp),
+        (0, 501)
+    );
+}
+
 /// A garbage or stale index file is detected on a clean open and rebuilt from the segment.
 #[test]
 fn corrupt_index_is_rebuilt() {

@@ -242,7 +242,7 @@ pub fn record_lines(b: &RecordBatch) -> Vec<String> {
                     "| offset: {offset} {}: {} keySize: {} valueSize: {} sequence: {seq} \
                      headerKeys: [{}] key: {} payload: {}",
                     timestamp_type(h.attributes),
-                    h.first_timestamp + r.timestamp_delta,
+                    h.record_timestamp(r.timestamp_delta),
                     r.key.as_ref().map_or(-1, |k| k.len() as i64),
                     r.value.as_ref().map_or(-1, |v| v.len() as i64),
                     r.headers
@@ -291,7 +291,7 @@ pub fn batch_json(position: u64, b: &RecordBatch, deep: bool) -> serde_json::Val
             .map(|r| match r {
                 Ok(r) => serde_json::json!({
                     "offset": h.base_offset + i64::from(r.offset_delta),
-                    "timestamp": h.first_timestamp + r.timestamp_delta,
+                    "timestamp": h.record_timestamp(r.timestamp_delta),
                     "key": lossy(r.key.as_ref()),
                     "value": lossy(r.value.as_ref()),
                     "headers": r.headers.iter().map(|x| String::from_utf8_lossy(&x.key).into_owned()).collect::<Vec<_>>(),

@@ -936,7 +936,7 @@ fn a_failed_first_up_records_nothing() {
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("invalid value for num_partitions: 0 is not in 1..=9984"),
+        err.contains("invalid value for num_partitions: 0 is not in 1..=9982"),
         "{err}"
     );
     assert!(!f.dir.path().join("keel-data/cluster.toml").exists());

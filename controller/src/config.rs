@@ -432,10 +432,10 @@ mod tests {
             }
         );
         for (line, key) in [
-            ("num_partitions = 0", "num_partitions: 0 is not in 1..=9984"),
+            ("num_partitions = 0", "num_partitions: 0 is not in 1..=9982"),
             (
                 "num_partitions = -1",
-                "num_partitions: -1 is not in 1..=9984",
+                "num_partitions: -1 is not in 1..=9982",
             ),
             ("num_partitions = 9991", "num_partitions: 9991 is not in"),
             (

@@ -37,7 +37,18 @@ pub enum ConfigKind {
     /// or comma-separated `partition:broker` pairs of non-negative integers
     /// ([`ThrottledReplicas::parse`]).
     ThrottledReplicas,
+    /// One of a fixed set of strings, compared exactly (Kafka: `ConfigDef.Type.STRING` with
+    /// `ValidString.in`), e.g. `compression.type`.
+    Choice(&'static [&'static str]),
 }
+
+/// The values of `compression.type` (Kafka `BrokerCompressionType`): `producer` keeps each
+/// batch's codec, the others make the leader store every batch with that codec.
+pub const COMPRESSION_TYPES: &[&str] =
+    &["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"];
+
+/// The values of `message.timestamp.type` (Kafka `TimestampType`).
+pub const TIMESTAMP_TYPES: &[&str] = &["CreateTime", "LogAppendTime"];
 
 /// Which resources a key applies to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,6 +146,25 @@ pub const CONFIG_DEFS: &[ConfigDef] = &[
         kind: ConfigKind::CleanupPolicy,
         doc: "Retention policy for old segments: `delete` (time/size retention), `compact` \
               (keep the latest record per key), or both.",
+    },
+    ConfigDef {
+        name: "compression.type",
+        broker_name: "compression.type",
+        scope: ConfigScope::TopicAndBroker,
+        default: "producer",
+        kind: ConfigKind::Choice(COMPRESSION_TYPES),
+        doc: "The codec the leader stores batches with: `producer` keeps the producer's, \
+              `uncompressed`, `gzip`, `snappy`, `lz4` or `zstd` recompresses batches sent with \
+              another.",
+    },
+    ConfigDef {
+        name: "message.timestamp.type",
+        broker_name: "log.message.timestamp.type",
+        scope: ConfigScope::TopicAndBroker,
+        default: "CreateTime",
+        kind: ConfigKind::Choice(TIMESTAMP_TYPES),
+        doc: "`CreateTime` keeps the producer's record timestamps; `LogAppendTime` stamps \
+              every batch with the leader's clock when it is appended.",
     },
     ConfigDef {
         name: "min.cleanable.dirty.ratio",
@@ -317,6 +347,13 @@ pub fn validate_value(def: &ConfigDef, value: &str) -> Result<(), String> {
             }
         }
         ConfigKind::ThrottledReplicas => ThrottledReplicas::parse(v).map(|_| ()),
+        ConfigKind::Choice(values) => {
+            if values.contains(&v) {
+                Ok(())
+            } else {
+                Err(format!("value must be one of {}", values.join(", ")))
+            }
+        }
     }
 }
 

@@ -29,7 +29,7 @@ pub const MAX_SNAPSHOT_RECORD_BYTES: u32 = MAX_ENTRY_BYTES as u32;
 pub const MAX_PROPOSED_RECORD_BYTES: usize = 1 << 20;
 
 /// Largest encoded size of the records of one operation, and of one Raft entry, that the
-/// active controller proposes, bytes (8 MiB). A 9,984-partition topic is about 1 MB.
+/// active controller proposes, bytes (8 MiB). A 9,982-partition topic is about 1 MB.
 pub const MAX_PROPOSED_ENTRY_BYTES: usize = 8 << 20;
 
 /// Bytes `record` takes in an entry: its protobuf encoding and the field header of the

@@ -61,7 +61,7 @@ pub const MAX_ECHO_CHARS: usize = 64;
 /// Bytes of one error message, at most (longer messages are cut at a character boundary).
 pub const MAX_ERROR_MESSAGE_BYTES: usize = 1_024;
 /// Largest ControllerService request the controller decodes, bytes. The largest legitimate
-/// one, a CreateTopics of 9,984 explicitly assigned partitions, is far smaller.
+/// one, a CreateTopics of 9,982 explicitly assigned partitions, is far smaller.
 pub const MAX_CONTROLLER_REQUEST_BYTES: usize = 8 << 20;
 
 /// Largest gRPC message a broker decodes or sends, and the largest Keel's broker clients

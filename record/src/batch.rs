@@ -198,20 +198,50 @@ impl RecordBatch {
     /// timestamp. An empty `records` gives a header-only batch with no codec (Kafka
     /// `DefaultRecordBatch.writeEmptyHeader`), which keeps a producer's last sequence.
     pub fn rebuilt_with(&self, records: &[Record], delete_horizon_ms: Option<i64>) -> RecordBatch {
+        let codec = CompressionType::from_attributes(self.header.attributes)
+            .unwrap_or(CompressionType::None);
+        self.rebuild(records, delete_horizon_ms, codec)
+    }
+
+    /// A copy of this batch with its records stored with `codec` (Kafka `LogValidator`
+    /// recompressing to the topic's `compression.type`): the records are decoded (bounded by
+    /// [`MAX_DECOMPRESSED_BYTES`]) and written again as they were (same offset and timestamp
+    /// deltas, keys, values, headers), then compressed with `codec`; the header keeps every
+    /// field but the codec bits, the length and the CRC (base offset, producer id, epoch and
+    /// base sequence, record count, timestamps). The same batch when it already has `codec`.
+    ///
+    /// Errors: the records do not decode ([`CorruptBatch`]).
+    pub fn recompressed(&self, codec: CompressionType) -> Result<RecordBatch, CorruptBatch> {
+        if self.compression()? == codec {
+            return Ok(self.clone());
+        }
+        let records = self.records().collect::<Result<Vec<_>, _>>()?;
+        Ok(self.rebuild(&records, None, codec))
+    }
+
+    fn rebuild(
+        &self,
+        records: &[Record],
+        delete_horizon_ms: Option<i64>,
+        codec: CompressionType,
+    ) -> RecordBatch {
         use crate::varint::{nullable_size, put_nullable, put_varlong, varlong_size};
         use bytes::BufMut;
         let h = self.header;
         let old_base = h.first_timestamp;
         let new_base = delete_horizon_ms.unwrap_or(old_base);
         let mut body = BytesMut::new();
-        let mut max_timestamp = if records.is_empty() {
+        // A LogAppendTime batch's max timestamp is the append time, every record's timestamp.
+        let mut max_timestamp = if records.is_empty() || h.is_log_append_time() {
             h.max_timestamp
         } else {
             NO_TIMESTAMP
         };
         for r in records {
             let ts = old_base.wrapping_add(r.timestamp_delta);
-            max_timestamp = max_timestamp.max(ts);
+            if !h.is_log_append_time() {
+                max_timestamp = max_timestamp.max(ts);
+            }
             let ts_delta = ts.wrapping_sub(new_base);
             let key = r.key.as_deref();
             let value = r.value.as_deref();
@@ -233,11 +263,10 @@ impl RecordBatch {
                 put_nullable(&mut body, hd.value.as_deref());
             }
         }
-        let mut attributes = h.attributes;
+        let mut attributes = (h.attributes & !COMPRESSION_CODEC_MASK) | codec.id();
         if delete_horizon_ms.is_some() {
             attributes |= DELETE_HORIZON_BIT;
         }
-        let codec = CompressionType::from_attributes(attributes).unwrap_or(CompressionType::None);
         let section: Vec<u8> = if records.is_empty() {
             attributes &= !COMPRESSION_CODEC_MASK;
             Vec::new()
@@ -321,11 +350,28 @@ impl RecordBatch {
     /// producer's header disagrees with its records (Kafka `LogValidator` sets the batch's max
     /// timestamp from the records, `DefaultRecordBatch.setMaxTimestamp`).
     pub fn with_max_timestamp(&self, max_timestamp: i64) -> RecordBatch {
+        let log_append_time = self.header.attributes & TIMESTAMP_TYPE_BIT != 0;
+        self.with_timestamp_type(log_append_time, max_timestamp)
+    }
+
+    /// A copy with the timestamp type bit set to LogAppendTime (`log_append_time`) or
+    /// CreateTime, the header's max timestamp set to `max_timestamp` (ms) and the CRC
+    /// recomputed (Kafka `DefaultRecordBatch.setMaxTimestamp(TimestampType, long)`, which the
+    /// leader calls with its clock for a `message.timestamp.type=LogAppendTime` topic: readers
+    /// then take the max timestamp as every record's timestamp).
+    pub fn with_timestamp_type(&self, log_append_time: bool, max_timestamp: i64) -> RecordBatch {
+        let attributes = if log_append_time {
+            self.header.attributes | TIMESTAMP_TYPE_BIT
+        } else {
+            self.header.attributes & !TIMESTAMP_TYPE_BIT
+        };
         let mut buf = BytesMut::from(&self.data[..]);
+        buf[ATTRIBUTES_POS..ATTRIBUTES_POS + 2].copy_from_slice(&attributes.to_be_bytes());
         buf[MAX_TIMESTAMP_POS..MAX_TIMESTAMP_POS + 8].copy_from_slice(&max_timestamp.to_be_bytes());
         let crc = crc32c::crc32c(&buf[ATTRIBUTES_POS..]);
         buf[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
         let mut header = self.header;
+        header.attributes = attributes;
         header.max_timestamp = max_timestamp;
         header.crc = crc;
         RecordBatch {

@@ -134,6 +134,23 @@ impl BatchHeader {
         (self.attributes & DELETE_HORIZON_BIT != 0).then_some(self.first_timestamp)
     }
 
+    /// Whether the batch's timestamp type is LogAppendTime ([`TIMESTAMP_TYPE_BIT`]): its max
+    /// timestamp, the leader's clock at the append, is then every record's timestamp.
+    pub fn is_log_append_time(&self) -> bool {
+        self.attributes & TIMESTAMP_TYPE_BIT != 0
+    }
+
+    /// The timestamp of a record of this batch with `timestamp_delta` (ms): the batch's max
+    /// timestamp for LogAppendTime, else the base timestamp plus the delta, wrapping (Kafka
+    /// `DefaultRecordBatch`, which hands records `logAppendTime` when the type says so).
+    pub fn record_timestamp(&self, timestamp_delta: i64) -> i64 {
+        if self.is_log_append_time() {
+            self.max_timestamp
+        } else {
+            self.first_timestamp.wrapping_add(timestamp_delta)
+        }
+    }
+
     /// Compression codec bits (0 none, 1 gzip, 2 snappy, 3 lz4, 4 zstd; 5-7 undefined): see
     /// [`crate::CompressionType::from_attributes`].
     pub fn compression_codec(&self) -> i16 {

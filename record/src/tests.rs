@@ -206,6 +206,51 @@ fn header_layout_matches_kafka_v2() {
 }
 
 proptest! {
+    /// Recompression to a topic's `compression.type` ([`RecordBatch::recompressed`]) keeps
+    /// every header field but the codec bits, length and CRC, and every record, from and to
+    /// every codec; the result passes the producer-side [`RecordBatch::validate`]. A
+    /// LogAppendTime batch keeps its append time.
+    #[test]
+    fn recompressed_batches_keep_every_field_and_record(
+        pid in -1i64..1000,
+        recs in proptest::collection::vec(arb_record(), 1..12),
+        from in 0usize..CompressionType::ALL.len(),
+        to in 0usize..CompressionType::ALL.len(),
+        append_time in any::<bool>(),
+    ) {
+        let (from, to) = (CompressionType::ALL[from], CompressionType::ALL[to]);
+        let mut b = RecordBatchBuilder::new(1_000).partition_leader_epoch(7).compression(from);
+        if pid >= 0 {
+            b = b.producer(pid, 3, 17);
+        }
+        for (ts, k, v, hs) in &recs {
+            let hs: Vec<(&[u8], Option<&[u8]>)> = hs
+                .iter()
+                .map(|(k, v)| (k.as_slice(), v.as_deref()))
+                .collect();
+            b.append(*ts, k.as_deref(), v.as_deref(), &hs);
+        }
+        let mut batch = b.build();
+        if append_time {
+            batch = batch.with_timestamp_type(true, 2_000_000_000_000);
+        }
+        let out = batch.recompressed(to).unwrap();
+        let again = RecordBatch::from_bytes(out.as_bytes().clone()).unwrap();
+        prop_assert_eq!(again.header(), out.header());
+        again.validate().unwrap();
+        prop_assert_eq!(again.compression().unwrap(), to);
+        let (h, o) = (batch.header(), out.header());
+        prop_assert_eq!(o.attributes & !COMPRESSION_CODEC_MASK, h.attributes & !COMPRESSION_CODEC_MASK);
+        prop_assert_eq!((o.base_offset, o.last_offset_delta, o.partition_leader_epoch), (h.base_offset, h.last_offset_delta, h.partition_leader_epoch));
+        prop_assert_eq!((o.producer_id, o.producer_epoch, o.base_sequence), (h.producer_id, h.producer_epoch, h.base_sequence));
+        prop_assert_eq!((o.first_timestamp, o.max_timestamp, o.record_count), (h.first_timestamp, h.max_timestamp, h.record_count));
+        let want: Vec<Record> = batch.records().map(|r| r.unwrap()).collect();
+        let got: Vec<Record> = again.records().map(|r| r.unwrap()).collect();
+        prop_assert_eq!(got, want);
+    }
+}
+
+proptest! {
     /// The log cleaner's rewrite ([`RecordBatch::rebuilt_with`]) keeps the base offset, last
     /// offset delta, producer fields and every kept record's key, value, headers, offset and
     /// timestamp, with or without a delete horizon and for every codec; the result passes

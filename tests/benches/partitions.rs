@@ -4,7 +4,7 @@
 //! Prints two tables and the target checks.
 //!
 //! Steps, each timed:
-//! - `create`: CreateTopics of topics of at most 9,984 partitions (the most one creation may
+//! - `create`: CreateTopics of topics of at most 9,982 partitions (the most one creation may
 //!   hold) until the total is reached, then until every broker hosts every partition and
 //!   every leader has its full ISR (the brokers' `keel_broker_partition_count`,
 //!   `keel_broker_leader_count` and `keel_broker_under_replicated_partitions` gauges);
@@ -54,7 +54,7 @@ use keel_tests::http::{bucket_delta, histogram_buckets, http_get, quantile_bound
 use keel_tests::process::{Cluster, Options};
 
 /// The most partitions one CreateTopics may create (its records fit one metadata batch).
-const MAX_PER_TOPIC: u32 = 9_984;
+const MAX_PER_TOPIC: u32 = 9_982;
 const BROKERS: i32 = 3;
 const SESSION_TIMEOUT_MS: u64 = 9_000;
 /// Bound of each wait: a step that takes longer fails the bench.

@@ -255,7 +255,7 @@ fn bad_config_fails_at_start_with_one_line_naming_the_key() {
         (
             "--num-partitions",
             "0",
-            "num_partitions: 0 is not in 1..=9984",
+            "num_partitions: 0 is not in 1..=9982",
         ),
         (
             "--default-replication-factor",

@@ -4,7 +4,8 @@
 //! SIGKILL mid-stream, then a consumer by assignment (assign + seek + offsets_for_times); and
 //! kafka-python with its default settings, producing and consuming by assignment (also with
 //! gzip, lz4 and zstd batches), and its `KafkaAdminClient` creating, describing and deleting a
-//! topic; both admin clients adding partitions and changing a topic config.
+//! topic; both admin clients adding partitions and changing a topic config; a topic's
+//! `compression.type` and `message.timestamp.type` as both clients see them.
 //!
 //! The interpreter is the venv `scripts/kafka-clients-venv` creates (`scripts/test` runs it),
 //! or `$KEEL_KAFKA_PYTHON`; without it the tests fail and say how to make it.
@@ -195,6 +196,84 @@ async fn kafka_python_compressed_batches_round_trip() {
         let mut lines = out.lines();
         assert_eq!(lines.next(), Some("produced 500"), "{codec}: {out}");
         assert_eq!(lines.next(), Some("consumed 500"), "{codec}: {out}");
+    }
+}
+
+/// A topic created by confluent-kafka with `compression.type=zstd` and
+/// `message.timestamp.type=LogAppendTime`: uncompressed batches with an old CreateTime are
+/// read back by both clients with the broker's append time, and every replica stores them as
+/// zstd batches of the LogAppendTime type (Kafka `LogValidator`); a codec Kafka does not know
+/// is refused INVALID_CONFIG.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kafka_clients_get_the_topics_codec_and_log_append_time() {
+    use keel_record::{BatchIter, TIMESTAMP_TYPE_BIT, compression::CompressionType};
+    let c = Cluster::start(3, 3);
+    c.wait_unfenced(&[1, 2, 3], WAIT).await;
+    let out = run_script(
+        &[
+            script("topic_format.py").to_str().unwrap(),
+            &c.kafka_bootstrap(),
+            "formatted",
+        ],
+        Duration::from_secs(180),
+    );
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "created",
+            "brotli refused INVALID_CONFIG",
+            "produced 200",
+            "confluent-kafka: log append time on every record",
+            "kafka-python: log append time on every record",
+        ],
+        "{out}"
+    );
+    // Every replica's segment files: zstd batches stamped LogAppendTime, 200 records in all
+    // (a follower may still be copying the last batches).
+    let stored = |id: i32| -> Vec<(i16, i32)> {
+        let dir = c.broker_data_dir(id).join("formatted-0");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .collect();
+        files.sort();
+        files
+            .iter()
+            .flat_map(|f| {
+                BatchIter::new(std::fs::read(f).unwrap().into())
+                    .map_while(Result::ok)
+                    .map(|b| (b.header().attributes, b.header().record_count))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    for id in [1, 2, 3] {
+        let deadline = Instant::now() + WAIT;
+        let batches = loop {
+            let b = stored(id);
+            if b.iter().map(|(_, n)| n).sum::<i32>() == 200 || Instant::now() > deadline {
+                break b;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert_eq!(
+            batches.iter().map(|(_, n)| n).sum::<i32>(),
+            200,
+            "broker {id}: {batches:?}"
+        );
+        for (attributes, _) in &batches {
+            assert_eq!(
+                CompressionType::from_attributes(*attributes),
+                Ok(CompressionType::Zstd),
+                "broker {id}: {batches:?}"
+            );
+            assert_ne!(
+                attributes & TIMESTAMP_TYPE_BIT,
+                0,
+                "broker {id}: {batches:?}"
+            );
+        }
     }
 }
 

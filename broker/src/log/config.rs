@@ -169,6 +169,14 @@ pub struct LogConfig {
     /// `delete.retention.ms`: how long a tombstone stays after the cleaner first kept it
     /// (its batch's delete horizon, KIP-534). Kafka default 1 day.
     pub delete_retention_ms: i64,
+    /// `compression.type`: the codec the leader stores client batches with (a batch sent
+    /// with another is recompressed, Kafka `LogValidator`); `None` = `producer` (Kafka's
+    /// default: kept as sent). Followers store the leader's bytes as they are.
+    pub compression: Option<keel_record::compression::CompressionType>,
+    /// `message.timestamp.type=LogAppendTime`: the leader stamps each client batch with its
+    /// clock (the batch's max timestamp, which readers take as every record's timestamp);
+    /// `false` = `CreateTime` (Kafka's default: the producer's timestamps).
+    pub log_append_time: bool,
 }
 
 impl LogConfig {
@@ -263,6 +271,8 @@ impl Default for LogConfig {
             min_compaction_lag_ms: 0,
             max_compaction_lag_ms: i64::MAX,
             delete_retention_ms: 24 * 3600 * 1000,
+            compression: None,
+            log_append_time: false,
         }
     }
 }

@@ -25,7 +25,7 @@ use super::segment::{
 };
 use keel_record::{
     BatchHeader, BatchIter, CONTROL_BIT, MAX_LOG_END_OFFSET, NO_TIMESTAMP, RecordBatch,
-    TRANSACTIONAL_BIT, stamped_prefix,
+    TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT, stamped_prefix,
 };
 
 /// Suffixes of the files named `{offset:020}{suffix}` that a partition directory holds.
@@ -130,6 +130,10 @@ pub struct AppendInfo {
     /// The batch was a retry of one already in the log: nothing was written and the
     /// offsets are the original ones (idempotent producer).
     pub duplicate: bool,
+    /// The leader's clock stamped on the batch, ms, for a `message.timestamp.type =
+    /// LogAppendTime` topic (the produce response's `log_append_time_ms`); -1 otherwise and
+    /// for a duplicate.
+    pub log_append_time_ms: i64,
 }
 
 /// Result of a read.
@@ -584,7 +588,11 @@ impl Log {
     /// without a key (INVALID_RECORD, Kafka `LogValidator.validateKey`); a producer id
     /// without epoch or sequence (INVALID_RECORD); the idempotence rules of [`crate::log::check_append`] (a duplicate returns the original
     /// offsets with `duplicate: true` and writes nothing; INVALID_PRODUCER_EPOCH;
-    /// OUT_OF_ORDER_SEQUENCE_NUMBER); the new LEO must not pass
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER). Then the topic's `compression.type` and
+    /// `message.timestamp.type` (Kafka `LogValidator`): a batch sent with another codec than a
+    /// configured one is recompressed (and must still fit `max.message.bytes`:
+    /// MESSAGE_TOO_LARGE), and the batch's timestamp type is the topic's, with the leader's
+    /// clock as its max timestamp for LogAppendTime. The new LEO must not pass
     /// [`keel_record::MAX_LOG_END_OFFSET`] (`InvalidOffset`). Then assigns base offset
     /// = LEO and partition leader epoch = `leader_epoch` (both outside the CRC) and writes;
     /// with `flush.messages = 1` the batch is fdatasynced before this returns. On any error
@@ -606,7 +614,7 @@ impl Log {
         } else {
             batch.with_max_timestamp(max_timestamp)
         };
-        let mut header = *batch.header();
+        let header = *batch.header();
         if header.attributes & (TRANSACTIONAL_BIT | CONTROL_BIT) != 0 {
             // Kafka `LogValidator`: clients may not write control batches, and transactional
             // ones need a transaction coordinator, which Keel does not have.
@@ -642,8 +650,11 @@ impl Log {
                 first_offset,
                 last_offset,
                 duplicate: true,
+                log_append_time_ms: NO_TIMESTAMP,
             });
         }
+        let (batch, log_append_time_ms) = self.to_topic_format(batch, max_timestamp)?;
+        let mut header = *batch.header();
         header.base_offset = self.log_end_offset;
         header.partition_leader_epoch = leader_epoch;
         // LEO <= MAX_LOG_END_OFFSET and the delta is an i32: no overflow here.
@@ -659,7 +670,47 @@ impl Log {
             first_offset: header.base_offset,
             last_offset: header.last_offset(),
             duplicate: false,
+            log_append_time_ms,
         })
+    }
+
+    /// A checked client batch in the topic's format (Kafka `LogValidator`): recompressed to
+    /// `compression.type` unless that is `producer` or the batch's codec already (then
+    /// MESSAGE_TOO_LARGE when it outgrew `max.message.bytes`), and with the topic's timestamp
+    /// type: for LogAppendTime the leader's clock becomes the max timestamp (returned, for the
+    /// produce response); for CreateTime a LogAppendTime bit the producer set is cleared
+    /// (`max_timestamp` is the records' largest). Returns the batch and the append time (-1
+    /// for CreateTime).
+    fn to_topic_format(
+        &self,
+        batch: RecordBatch,
+        max_timestamp: i64,
+    ) -> LogResult<(RecordBatch, i64)> {
+        let batch = match self.config.compression {
+            Some(codec) if batch.compression()? != codec => {
+                let b = batch.recompressed(codec)?;
+                if b.size_bytes() > self.config.max_message_bytes {
+                    return Err(LogError::MessageTooLarge {
+                        size_bytes: b.size_bytes(),
+                        max_bytes: self.config.max_message_bytes,
+                    });
+                }
+                b
+            }
+            _ => batch,
+        };
+        let log_append_time = batch.header().attributes & TIMESTAMP_TYPE_BIT != 0;
+        if self.config.log_append_time {
+            let now = self.clock.now_ms().max(0);
+            Ok((batch.with_timestamp_type(true, now), now))
+        } else if log_append_time {
+            Ok((
+                batch.with_timestamp_type(false, max_timestamp),
+                NO_TIMESTAMP,
+            ))
+        } else {
+            Ok((batch, NO_TIMESTAMP))
+        }
     }
 
     /// Appends batches fetched from the leader, keeping their offsets and epochs (Kafka
@@ -715,6 +766,7 @@ impl Log {
             first_offset: first.base_offset(),
             last_offset: last.last_offset(),
             duplicate: false,
+            log_append_time_ms: NO_TIMESTAMP,
         };
         let start_leo = self.log_end_offset;
         for b in &batches {
@@ -989,7 +1041,7 @@ impl Log {
                     for r in batch.records() {
                         let r = r?;
                         let offset = h.base_offset.saturating_add(r.offset_delta as i64);
-                        let ts = h.first_timestamp.wrapping_add(r.timestamp_delta);
+                        let ts = h.record_timestamp(r.timestamp_delta);
                         if offset >= from && ts >= timestamp_ms {
                             return Ok(Some((offset, ts)));
                         }
@@ -1028,7 +1080,7 @@ impl Log {
         let batch = RecordBatch::from_bytes(seg.read_bytes(pos, h.size_bytes())?)?;
         for r in batch.records() {
             let r = r?;
-            let ts = h.first_timestamp.wrapping_add(r.timestamp_delta);
+            let ts = h.record_timestamp(r.timestamp_delta);
             if ts >= timestamp_ms {
                 let offset = h.base_offset.saturating_add(r.offset_delta as i64);
                 return Ok(Some((offset, ts)));

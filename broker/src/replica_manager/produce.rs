@@ -261,7 +261,7 @@ impl ReplicaManager {
             index,
             error: None,
             base_offset: info.first_offset,
-            log_append_time_ms: -1,
+            log_append_time_ms: info.log_append_time_ms,
             log_start_offset: inner.log.log_start_offset(),
             current_leader: None,
         };

@@ -1,9 +1,12 @@
 //! Topic configs (from the metadata image) -> a partition's [`LogConfig`]: the broker defaults
 //! overridden by the topic's `segment.bytes`, `retention.ms`, `retention.bytes`,
 //! `max.message.bytes`, `cleanup.policy`, `min.cleanable.dirty.ratio`,
-//! `min.compaction.lag.ms`, `max.compaction.lag.ms` and `delete.retention.ms`. The
+//! `min.compaction.lag.ms`, `max.compaction.lag.ms`, `delete.retention.ms`,
+//! `compression.type` and `message.timestamp.type`. The
 //! controller validated the values with the same rules (`keel_controller::logic::configs`);
 //! an unparsable one keeps the default and is logged.
+
+use keel_record::compression::CompressionType;
 
 use crate::log::{CleanupPolicy, LogConfig};
 
@@ -72,6 +75,29 @@ pub fn log_config<'a>(
     if let Some(n) = long("delete.retention.ms") {
         c.delete_retention_ms = n;
     }
+    if let Some(v) = get("compression.type") {
+        match compression_type(v.trim()) {
+            Some(codec) => c.compression = codec,
+            None => tracing::warn!(
+                topic,
+                key = "compression.type",
+                value = v,
+                "ignoring an unparsable topic config"
+            ),
+        }
+    }
+    if let Some(v) = get("message.timestamp.type") {
+        match v.trim() {
+            "CreateTime" => c.log_append_time = false,
+            "LogAppendTime" => c.log_append_time = true,
+            _ => tracing::warn!(
+                topic,
+                key = "message.timestamp.type",
+                value = v,
+                "ignoring an unparsable topic config"
+            ),
+        }
+    }
     match c.validate() {
         Ok(()) => c,
         Err(e) => {
@@ -86,6 +112,20 @@ pub fn log_config<'a>(
             }
         }
     }
+}
+
+/// A `compression.type` value (Kafka `BrokerCompressionType`): `Some(None)` for `producer`
+/// (keep each batch's codec), `Some(Some(codec))` for a codec, `None` for anything else.
+pub fn compression_type(value: &str) -> Option<Option<CompressionType>> {
+    Some(match value {
+        "producer" => None,
+        "uncompressed" => Some(CompressionType::None),
+        "gzip" => Some(CompressionType::Gzip),
+        "snappy" => Some(CompressionType::Snappy),
+        "lz4" => Some(CompressionType::Lz4),
+        "zstd" => Some(CompressionType::Zstd),
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
@@ -116,6 +156,36 @@ mod tests {
         assert_eq!(c.retention_ms, None);
         // Nothing set: the defaults.
         assert_eq!(log_config(&defaults, "t", |_| None), defaults);
+    }
+
+    #[test]
+    fn compression_and_timestamp_type_reach_the_log() {
+        let defaults = LogConfig::default();
+        assert_eq!(
+            (defaults.compression, defaults.log_append_time),
+            (None, false)
+        );
+        for (value, want) in [
+            ("producer", None),
+            ("uncompressed", Some(CompressionType::None)),
+            ("gzip", Some(CompressionType::Gzip)),
+            ("snappy", Some(CompressionType::Snappy)),
+            ("lz4", Some(CompressionType::Lz4)),
+            ("zstd", Some(CompressionType::Zstd)),
+        ] {
+            let topic = map(&[("compression.type", value)]);
+            let c = log_config(&defaults, "t", |k| topic.get(k).copied());
+            assert_eq!(c.compression, want, "{value}");
+        }
+        let topic = map(&[("message.timestamp.type", "LogAppendTime")]);
+        assert!(log_config(&defaults, "t", |k| topic.get(k).copied()).log_append_time);
+        // Kafka's names are exact: anything else keeps the default.
+        let topic = map(&[
+            ("compression.type", "ZSTD"),
+            ("message.timestamp.type", "logappendtime"),
+        ]);
+        let c = log_config(&defaults, "t", |k| topic.get(k).copied());
+        assert_eq!((c.compression, c.log_append_time), (None, false));
     }
 
     #[test]

@@ -69,7 +69,6 @@ use keel_proto::broker::{
     ListOffsetsTopic, OffsetForLeaderPartition, OffsetForLeaderTopic, OffsetsForLeaderEpochRequest,
 };
 use keel_record::BatchIter;
-use keel_record::TIMESTAMP_TYPE_BIT;
 use tokio::task::JoinSet;
 
 pub use assignor::Assignor;
@@ -1199,7 +1198,6 @@ pub fn decode(tp: &TopicPartition, data: &Bytes, position: i64) -> Result<Decode
                 .map_err(|e| corrupt(e.to_string()))?;
             continue;
         }
-        let log_append_time = h.attributes & TIMESTAMP_TYPE_BIT != 0;
         // CRC and records checked, a compressed batch decompressed once (bounded by
         // keel_record::MAX_DECOMPRESSED_BYTES). The records of a compacted topic's batch may
         // have offset gaps and a batch may have none (the log cleaner keeps a producer's last
@@ -1218,11 +1216,7 @@ pub fn decode(tp: &TopicPartition, data: &Bytes, position: i64) -> Result<Decode
                 topic: tp.0.clone(),
                 partition: tp.1,
                 offset,
-                timestamp_ms: if log_append_time {
-                    h.max_timestamp
-                } else {
-                    h.first_timestamp.wrapping_add(r.timestamp_delta)
-                },
+                timestamp_ms: h.record_timestamp(r.timestamp_delta),
                 leader_epoch: h.partition_leader_epoch,
                 key: r.key,
                 value: r.value,

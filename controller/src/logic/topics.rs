@@ -38,9 +38,10 @@ pub use keel_proto::limits::{MAX_TOPIC_NAME_LEN, validate_topic_name};
 /// Most partitions one CreateTopics topic may ask for: the topic's records (its TopicRecord, a
 /// ConfigRecord per topic config, a PartitionRecord per partition) must fit in one user
 /// operation of [`MAX_RECORDS_PER_OPERATION`](super::result::MAX_RECORDS_PER_OPERATION)
-/// records (Kafka: `QuorumController.MAX_RECORDS_PER_USER_OP`, 10,000, KIP-868): 9,984 with
-/// the 15 topic configs Keel knows (9,990 before the 4 compaction configs, 9,986 before the
-/// 2 throttled-replicas lists).
+/// records (Kafka: `QuorumController.MAX_RECORDS_PER_USER_OP`, 10,000, KIP-868): 9,982 with
+/// the 17 topic configs Keel knows (9,990 before the 4 compaction configs, 9,986 before the
+/// 2 throttled-replicas lists, 9,984 before `compression.type` and
+/// `message.timestamp.type`).
 /// It was 10,000, which no create could reach (POLICY_VIOLATION for 10,001 records).
 pub const MAX_PARTITIONS_PER_TOPIC: i32 =
     (super::result::MAX_RECORDS_PER_OPERATION - 1 - super::configs::TOPIC_CONFIG_COUNT) as i32;

@@ -213,7 +213,7 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         name: "num_partitions",
         kafka: "num.partitions",
-        kind: int(IntType::I32, 1, 9984, "partitions"),
+        kind: int(IntType::I32, 1, 9982, "partitions"),
         default: DefaultValue::Int(1),
         doc: "partitions of a topic created without a count (`keelctl topic create` without \
               `--partitions`, or -1; a topic's records must fit in one 10,000-record \

@@ -520,7 +520,7 @@ pub struct StaticBrokerConfig {
 }
 
 /// Kafka's `ConfigDef.Type` id of a key Keel knows (DescribeConfigs v3+ `config_type`):
-/// BOOLEAN 1, INT 3, LONG 5, DOUBLE 6, LIST 7; 0 (UNKNOWN) for anything else.
+/// BOOLEAN 1, STRING 2, INT 3, LONG 5, DOUBLE 6, LIST 7; 0 (UNKNOWN) for anything else.
 pub fn config_type(name: &str) -> i8 {
     use keel_metadata_log::configs::{ConfigKind, broker_config_def, topic_config_def};
     match topic_config_def(name)
@@ -528,6 +528,7 @@ pub fn config_type(name: &str) -> i8 {
         .map(|d| d.kind)
     {
         Some(ConfigKind::Bool) => 1,
+        Some(ConfigKind::Choice(_)) => 2,
         Some(ConfigKind::Int { .. }) => 3,
         Some(ConfigKind::Long { .. }) => 5,
         Some(ConfigKind::Double { .. }) => 6,
