@@ -388,6 +388,25 @@ async fn fake(role: Role, first_delay: Option<Duration>) -> (Fake, String) {
     (f, addr)
 }
 
+/// The active controller `id`, naming itself at its own address in its replies.
+async fn active(id: i32) -> (Fake, String) {
+    let (l, addr) = fake(
+        Role::Leader {
+            id,
+            addr: String::new(),
+            exists: false,
+        },
+        None,
+    )
+    .await;
+    l.set(Role::Leader {
+        id,
+        addr: addr.clone(),
+        exists: false,
+    });
+    (l, addr)
+}
+
 /// An address nothing listens on (connection refused), like a controller killed with -9.
 async fn dead() -> String {
     let (l, addr) = listener().await;
@@ -585,20 +604,7 @@ async fn a_metadata_stream_cut_by_a_purge_is_read_again() {
 /// `topic create` missed the topic in CI), and from the follower itself with `allow_stale`.
 #[tokio::test]
 async fn the_metadata_image_is_read_from_the_active_controller() {
-    let (l, l_addr) = fake(
-        Role::Leader {
-            id: 3,
-            addr: String::new(),
-            exists: false,
-        },
-        None,
-    )
-    .await;
-    l.set(Role::Leader {
-        id: 3,
-        addr: l_addr.clone(),
-        exists: false,
-    });
+    let (l, l_addr) = active(3).await;
     let (f, f_addr) = fake(Role::Follower(Some((3, l_addr.clone()))), None).await;
     let fetches = |f: &Fake| f.0.lock().unwrap().fetches;
 
@@ -631,20 +637,7 @@ async fn paused() -> (tokio::net::TcpListener, String) {
 #[tokio::test]
 async fn a_paused_controller_is_left_for_the_active_one_the_others_name() {
     let (_held, p) = paused().await;
-    let (l, l_addr) = fake(
-        Role::Leader {
-            id: 3,
-            addr: String::new(),
-            exists: false,
-        },
-        None,
-    )
-    .await;
-    l.set(Role::Leader {
-        id: 3,
-        addr: l_addr.clone(),
-        exists: false,
-    });
+    let (l, l_addr) = active(3).await;
     let (_, f_addr) = fake(Role::Follower(Some((3, l_addr.clone()))), None).await;
     let mut cfg = AdminConfig::new(vec![p.clone(), f_addr, l_addr.clone()]);
     cfg.api_timeout = Duration::from_secs(30);

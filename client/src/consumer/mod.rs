@@ -565,24 +565,43 @@ impl Consumer {
         offset: i64,
         timeout_ms: i32,
     ) -> Result<i64, ConsumeError> {
+        self.retried(tp, "DeleteRecords", || {
+            self.try_delete_records(tp, offset, timeout_ms)
+        })
+        .await
+    }
+
+    /// Runs `attempt` on `tp`'s leader until it succeeds or fails for good, again after each
+    /// retriable failure (metadata refreshed by the attempt) with backoff, for up to
+    /// `default_api_timeout_ms`; then [`ConsumeError::Unreachable`] naming `what` and the last
+    /// failure.
+    async fn retried<T, Fut>(
+        &self,
+        tp: &TopicPartition,
+        what: &str,
+        mut attempt: impl FnMut() -> Fut,
+    ) -> Result<T, ConsumeError>
+    where
+        Fut: std::future::Future<Output = Result<T, Lookup>>,
+    {
         let budget =
             Duration::from_millis(self.config.default_api_timeout_ms.min(MAX_API_TIMEOUT_MS));
         let deadline = tokio::time::Instant::now() + budget;
         let mut last = String::new();
-        for attempt in 0u32.. {
-            match self.try_delete_records(tp, offset, timeout_ms).await {
-                Ok(low) => return Ok(low),
+        for n in 0u32.. {
+            match attempt().await {
+                Ok(v) => return Ok(v),
                 Err(Lookup::Fatal(e)) => return Err(e),
                 Err(Lookup::Retry(msg)) => last = msg,
             }
             let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let Some(pause) = pause_within(self.backoff(attempt), remaining) else {
+            let Some(pause) = pause_within(self.backoff(n), remaining) else {
                 break;
             };
             tokio::time::sleep(pause).await;
         }
         Err(ConsumeError::Unreachable(format!(
-            "{}-{}: DeleteRecords failed within {} ms: {last}",
+            "{}-{}: {what} failed within {} ms: {last}",
             tp.0,
             tp.1,
             budget.as_millis()
@@ -657,28 +676,8 @@ impl Consumer {
         tp: &TopicPartition,
         timestamp: i64,
     ) -> Result<PartitionState, ConsumeError> {
-        let budget =
-            Duration::from_millis(self.config.default_api_timeout_ms.min(MAX_API_TIMEOUT_MS));
-        let deadline = tokio::time::Instant::now() + budget;
-        let mut last = String::new();
-        for attempt in 0u32.. {
-            match self.try_list_offset(tp, timestamp).await {
-                Ok(s) => return Ok(s),
-                Err(Lookup::Fatal(e)) => return Err(e),
-                Err(Lookup::Retry(msg)) => last = msg,
-            }
-            let remaining = deadline.saturating_duration_since(tokio::time::Instant::now());
-            let Some(pause) = pause_within(self.backoff(attempt), remaining) else {
-                break;
-            };
-            tokio::time::sleep(pause).await;
-        }
-        Err(ConsumeError::Unreachable(format!(
-            "{}-{}: offset lookup failed within {} ms: {last}",
-            tp.0,
-            tp.1,
-            budget.as_millis()
-        )))
+        self.retried(tp, "offset lookup", || self.try_list_offset(tp, timestamp))
+            .await
     }
 
     async fn try_list_offset(
