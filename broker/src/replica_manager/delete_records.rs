@@ -220,8 +220,9 @@ impl ReplicaManager {
             return Err(DeleteRecordsOutcome::failed(
                 ErrorCode::OffsetOutOfRange,
                 format!(
-                    "cannot delete the records of {}-{partition} below offset {offset}: it \
-                     must be -1 (the high watermark) or in [0, {hw}], the high watermark",
+                    "cannot delete the records of {}-{partition} below offset {offset}: give \
+                     an offset in [0, {hw}] (its high watermark is {hw}), or -1 for the high \
+                     watermark",
                     clip(topic)
                 ),
             ));

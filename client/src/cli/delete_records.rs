@@ -39,14 +39,24 @@ pub struct DeleteRecordsArgs {
     )]
     pub offset: Option<i64>,
     /// Only these partitions (repeatable); default every partition of the topic.
-    #[arg(long = "partition", value_parser = clap::value_parser!(i32).range(0..))]
+    #[arg(
+        long = "partition",
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i32).range(0..)
+    )]
     pub partitions: Vec<i32>,
     /// Kafka's JSON file instead of the flags:
     /// `{"partitions": [{"topic": "t", "partition": 0, "offset": 5}], "version": 1}`.
     #[arg(long, conflicts_with_all = ["topic", "offset", "partitions"])]
     pub offset_json_file: Option<PathBuf>,
-    /// How long each leader waits for its in-sync replicas to take the new start, ms.
-    #[arg(long, default_value_t = 30_000, value_parser = clap::value_parser!(i32).range(0..=300_000))]
+    /// How long each leader waits for its in-sync replicas to take the new start, ms. The
+    /// command may take this long plus 5 s whatever `--api-timeout-ms` says.
+    #[arg(
+        long,
+        default_value_t = 30_000,
+        allow_negative_numbers = true,
+        value_parser = clap::value_parser!(i32).range(0..=300_000)
+    )]
     pub timeout_ms: i32,
 }
 
@@ -132,7 +142,7 @@ pub(super) async fn run(a: DeleteRecordsArgs, ctx: &Ctx) -> CliResult {
     cfg.request_timeout_ms = request_ms;
     cfg.default_api_timeout_ms = (ctx.api_timeout.as_millis() as u64).max(request_ms);
     let consumer = Arc::new(Consumer::new(cfg)?);
-    let asked = match (&a.offset_json_file, &a.topic, a.offset) {
+    let asked: Vec<(String, i32, i64)> = match (&a.offset_json_file, &a.topic, a.offset) {
         (Some(path), _, _) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?;
@@ -140,23 +150,14 @@ pub(super) async fn run(a: DeleteRecordsArgs, ctx: &Ctx) -> CliResult {
                 .map_err(|e| CliError::usage(format!("{}: {e}", path.display())))?
         }
         (None, Some(topic), Some(offset)) => {
-            let all = consumer.partitions_of(topic).await?;
             let partitions: Vec<i32> = if a.partitions.is_empty() {
-                all.iter().map(|(_, p)| *p).collect()
+                consumer
+                    .partitions_of(topic)
+                    .await?
+                    .into_iter()
+                    .map(|(_, p)| p)
+                    .collect()
             } else {
-                let unknown: Vec<String> = a
-                    .partitions
-                    .iter()
-                    .filter(|p| !all.iter().any(|(_, q)| q == *p))
-                    .map(|p| p.to_string())
-                    .collect();
-                if !unknown.is_empty() {
-                    return Err(CliError::new(format!(
-                        "topic {topic:?} has no partition {} (it has {})",
-                        unknown.join(", "),
-                        all.len()
-                    )));
-                }
                 a.partitions
                     .iter()
                     .copied()
@@ -175,6 +176,26 @@ pub(super) async fn run(a: DeleteRecordsArgs, ctx: &Ctx) -> CliResult {
             ));
         }
     };
+    // Every topic and partition named exists, checked before anything is deleted (the
+    // consumer would retry an unknown topic for its whole API timeout, as Kafka's clients do
+    // while a topic is being created).
+    let topics: BTreeSet<&str> = asked.iter().map(|(t, _, _)| t.as_str()).collect();
+    for topic in topics {
+        let count = consumer.partitions_of(topic).await?.len();
+        let unknown: Vec<String> = asked
+            .iter()
+            .filter(|(t, p, _)| t == topic && *p as usize >= count)
+            .map(|(_, p, _)| p.to_string())
+            .collect();
+        if !unknown.is_empty() {
+            let code = keel_proto::ErrorCode::UnknownTopicOrPartition;
+            return Err(CliError::new(format!(
+                "topic {topic:?}: {code} ({}): no partition {} (it has {count})",
+                code.code(),
+                unknown.join(", "),
+            )));
+        }
+    }
     if !ctx.json {
         outln!("Executing records delete operation");
     }
@@ -209,7 +230,13 @@ pub(super) async fn run(a: DeleteRecordsArgs, ctx: &Ctx) -> CliResult {
                     topic,
                     partition,
                     low_watermark: None,
-                    error: Some(e.to_string()),
+                    // The row names the partition already.
+                    error: Some(match e {
+                        crate::consumer::ConsumeError::Refused { code, message, .. } => {
+                            format!("{code} ({}): {message}", code.code())
+                        }
+                        other => other.to_string(),
+                    }),
                 },
             });
         }

@@ -196,6 +196,9 @@ pub struct ConsumerRecord {
     /// Timestamp, ms since the Unix epoch (create time, or log append time when the topic
     /// uses it).
     pub timestamp_ms: i64,
+    /// `timestamp_ms` is the leader's append time (`message.timestamp.type=LogAppendTime`),
+    /// not the producer's create time.
+    pub log_append_time: bool,
     /// Leader epoch of the batch holding the record.
     pub leader_epoch: i32,
     /// Key, `None` = null.
@@ -1216,6 +1219,7 @@ pub fn decode(tp: &TopicPartition, data: &Bytes, position: i64) -> Result<Decode
                 partition: tp.1,
                 offset,
                 timestamp_ms: h.record_timestamp(r.timestamp_delta),
+                log_append_time: h.is_log_append_time(),
                 leader_epoch: h.partition_leader_epoch,
                 key: r.key,
                 value: r.value,

@@ -75,7 +75,7 @@ pub fn bytes_text(n: u64) -> String {
 pub struct RecordFields {
     /// `Partition:P<TAB>Offset:O`.
     pub offset: bool,
-    /// `CreateTime:<RFC 3339>`.
+    /// `CreateTime:<RFC 3339>`, or `LogAppendTime:<RFC 3339>` (Kafka's console consumer).
     pub timestamp: bool,
     /// The key (`null` when absent).
     pub key: bool,
@@ -97,7 +97,12 @@ pub fn record_text(r: &ConsumerRecord, f: RecordFields) -> Vec<u8> {
         out.extend_from_slice(bytes);
     };
     if f.timestamp {
-        field(format!("CreateTime:{}", timestamp_ms(r.timestamp_ms)).as_bytes());
+        let kind = if r.log_append_time {
+            "LogAppendTime"
+        } else {
+            "CreateTime"
+        };
+        field(format!("{kind}:{}", timestamp_ms(r.timestamp_ms)).as_bytes());
     }
     if f.offset {
         field(format!("Partition:{}\tOffset:{}", r.partition, r.offset).as_bytes());
@@ -117,6 +122,7 @@ pub fn record_json(r: &ConsumerRecord) -> serde_json::Value {
         "partition": r.partition,
         "offset": r.offset,
         "timestamp_ms": r.timestamp_ms,
+        "timestamp_type": if r.log_append_time { "LogAppendTime" } else { "CreateTime" },
         "leader_epoch": r.leader_epoch,
         "key": lossy(r.key.as_deref()),
         "value": lossy(r.value.as_deref()),
@@ -156,6 +162,7 @@ mod tests {
             partition: 2,
             offset: 17,
             timestamp_ms: 1_700_000_000_123,
+            log_append_time: false,
             leader_epoch: 3,
             key: Some(Bytes::from_static(b"k1")),
             value: Some(Bytes::from_static(b"hello")),
@@ -184,9 +191,21 @@ mod tests {
         // Raw bytes, not U+FFFD replacements.
         r.value = Some(Bytes::from_static(b"c\xff\xfe"));
         assert_eq!(record_text(&r, RecordFields::default()), b"c\xff\xfe");
+        let stamped = ConsumerRecord {
+            log_append_time: true,
+            ..rec()
+        };
+        let ts = RecordFields {
+            timestamp: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            record_text(&stamped, ts),
+            b"LogAppendTime:2023-11-14T22:13:20.123Z\thello"
+        );
         assert_eq!(
             record_json(&rec()).to_string(),
-            r#"{"key":"k1","leader_epoch":3,"offset":17,"partition":2,"timestamp_ms":1700000000123,"topic":"t","value":"hello"}"#
+            r#"{"key":"k1","leader_epoch":3,"offset":17,"partition":2,"timestamp_ms":1700000000123,"timestamp_type":"CreateTime","topic":"t","value":"hello"}"#
         );
     }
 
