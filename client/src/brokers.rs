@@ -479,9 +479,11 @@ impl Brokers {
             let cached = cached.as_ref().and_then(|c| c.partitions.get(i).copied());
             let chosen = match choose(fresh, cached, s.epochs.known(topic, p)) {
                 Choice::Fresh(l) | Choice::Cached(l) => l,
-                Choice::Stale { known, .. } => PartitionLeader {
+                // No leader, at the epoch the answers gave: below the known one, which
+                // `leader_epochs::no_leader` tells from an offline partition.
+                Choice::Stale { answered, .. } => PartitionLeader {
                     leader_id: -1,
-                    leader_epoch: known,
+                    leader_epoch: answered,
                 },
             };
             if chosen.leader_id >= 0 {
@@ -582,9 +584,15 @@ mod tests {
         assert!(b.state.lock().unwrap().topics["t"].stale);
         assert_eq!(
             take(&b, &[("b1", resumed.clone()), ("b2", caught_up.clone())]),
-            vec![(-1, 6), (1, 2)]
+            vec![(-1, 5), (1, 2)]
         );
         assert!(b.state.lock().unwrap().topics["t"].stale, "asks again");
+        let p0 = b.state.lock().unwrap().topics["t"].meta.partitions[0];
+        assert_eq!(
+            crate::leader_epochs::no_leader("t", 0, p0, b.known_epoch("t", 0)),
+            "no leader for t-0: no broker has caught up with leader epoch 6 yet \
+             (the newest metadata is at epoch 5)"
+        );
         assert_eq!(
             take(&b, &[("b3", reply(200, 1, &[(3, 6), (1, 2)]))]),
             vec![(3, 6), (1, 2)]

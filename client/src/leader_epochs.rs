@@ -149,6 +149,34 @@ pub fn choose(
     }
 }
 
+/// Why `topic`-`partition` has no leader to send to, for an error message. `p` is the
+/// partition as the metadata cache holds it (leader -1, or a leader whose address no answer
+/// gave) and `known` the highest leader epoch seen. With no leader: below `known`, every
+/// answer was older than an epoch seen elsewhere ([`Choice::Stale`]: the brokers have not
+/// caught up); at or above it, the partition is offline (Kafka's Metadata answers
+/// LEADER_NOT_AVAILABLE: no replica in its ISR is on a live broker, and unclean election is
+/// off); epoch -1, no broker's metadata has the partition yet (it was just added).
+pub fn no_leader(topic: &str, partition: i32, p: PartitionLeader, known: Option<i32>) -> String {
+    let why = match known {
+        _ if p.leader_id >= 0 => format!(
+            "broker {} leads it (leader epoch {}) but no metadata answer gave its address",
+            p.leader_id, p.leader_epoch
+        ),
+        Some(k) if k > p.leader_epoch => format!(
+            "no broker has caught up with leader epoch {k} yet (the newest metadata is at \
+             epoch {})",
+            p.leader_epoch
+        ),
+        _ if p.leader_epoch < 0 => "no broker's metadata has this partition yet".to_string(),
+        _ => format!(
+            "the partition is offline at leader epoch {} (LEADER_NOT_AVAILABLE: no replica in \
+             its ISR is on a live broker)",
+            p.leader_epoch
+        ),
+    };
+    format!("no leader for {topic}-{partition}: {why}")
+}
+
 /// Merges the partition lists of several brokers' answers for one topic: per partition id
 /// the entry with the highest leader epoch (the first answer on a tie). A partition some
 /// answers lack (a broker that has not seen it created yet) comes from those that have it;
@@ -243,6 +271,26 @@ mod tests {
             leader_id,
             leader_epoch,
         }
+    }
+
+    /// The trial's case: a partition whose only replica is down read "no broker has caught up
+    /// with leader epoch 0 yet" (epoch 0 seen while reading, metadata at epoch 1, leaderless).
+    #[test]
+    fn no_leader_tells_offline_from_stale_metadata() {
+        let offline = no_leader("t", 0, pl(-1, 1), Some(0));
+        assert_eq!(
+            offline,
+            "no leader for t-0: the partition is offline at leader epoch 1 \
+             (LEADER_NOT_AVAILABLE: no replica in its ISR is on a live broker)"
+        );
+        assert_eq!(no_leader("t", 0, pl(-1, 1), None), offline);
+        assert_eq!(no_leader("t", 0, pl(-1, 1), Some(1)), offline);
+        assert!(no_leader("t", 0, pl(-1, 1), Some(2)).contains("caught up with leader epoch 2"));
+        assert!(
+            no_leader("t", 3, pl(-1, -1), None)
+                .ends_with("no broker's metadata has this partition yet")
+        );
+        assert!(no_leader("t", 0, pl(4, 2), Some(2)).contains("broker 4 leads it"));
     }
 
     #[test]

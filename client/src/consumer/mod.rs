@@ -75,7 +75,7 @@ pub use assignor::Assignor;
 pub use error::ConsumeError;
 
 use crate::brokers::Brokers;
-use crate::leader_epochs::{Failure, Reaction, react};
+use crate::leader_epochs::{Failure, Reaction, no_leader, react};
 pub use crate::producer::TopicPartition;
 use crate::rpc_error::{Api, status_line};
 
@@ -755,16 +755,8 @@ impl Consumer {
             Some((addr, c)) => Ok((addr, c, p.leader_epoch)),
             None => {
                 self.brokers.invalidate(&tp.0);
-                let known = match self.brokers.known_epoch(&tp.0, tp.1) {
-                    Some(e) if p.leader_id < 0 && e >= 0 => {
-                        format!(" (no broker has caught up with leader epoch {e} yet)")
-                    }
-                    _ => String::new(),
-                };
-                Err(Lookup::Retry(format!(
-                    "no leader for {}-{}{known}",
-                    tp.0, tp.1
-                )))
+                let known = self.brokers.known_epoch(&tp.0, tp.1);
+                Err(Lookup::Retry(no_leader(&tp.0, tp.1, p, known)))
             }
         }
     }

@@ -70,7 +70,7 @@ use partitioner::{StickyPartitioner, key_partition};
 use pipeline::{Pipelines, Position};
 
 use crate::brokers::{Brokers, MetadataError, PartitionLeader, now_ms};
-use crate::leader_epochs::{Failure, Reaction, react};
+use crate::leader_epochs::{Failure, Reaction, no_leader, react};
 use crate::rpc_error::{Api, status_line};
 
 /// Acknowledgement level (Kafka `acks`).
@@ -877,9 +877,10 @@ async fn attempt(inner: &Inner, tp: &TopicPartition, records: Bytes) -> Attempt 
         .flatten()
     else {
         inner.brokers.invalidate(topic);
+        let known = inner.brokers.known_epoch(topic, partition);
         return Attempt::Retry(
             Some(ErrorCode::LeaderNotAvailable),
-            format!("no leader for {topic}-{partition}"),
+            no_leader(topic, partition, leader, known),
         );
     };
     let request = ProduceRequest {
