@@ -77,6 +77,12 @@ pub struct BrokerConfig {
     /// Default `retention.bytes` per partition, bytes; `None` = unbounded (Kafka:
     /// `log.retention.bytes`, -1).
     pub log_retention_bytes: Option<u64>,
+    /// Default `compression.type` (Kafka: `compression.type`, `producer`): `None` keeps each
+    /// batch's codec, a codec makes leaders recompress batches sent with another.
+    pub compression_type: Option<keel_record::compression::CompressionType>,
+    /// Default `message.timestamp.type` is `LogAppendTime` (Kafka:
+    /// `log.message.timestamp.type`, `CreateTime`).
+    pub log_append_time: bool,
     /// fdatasync after this many records; `None` = never force, rely on replication and the
     /// page cache (Kafka: `log.flush.interval.messages`, Long.MAX_VALUE). 1 = every append.
     pub log_flush_interval_messages: Option<u64>,
@@ -300,6 +306,12 @@ impl BrokerConfig {
             // -1 = forever / unbounded.
             log_retention_ms: Some(s.require::<i64>("log_retention_ms")).filter(|v| *v >= 0),
             log_retention_bytes: u64::try_from(s.require::<i64>("log_retention_bytes")).ok(),
+            // The settings layer checked the value against the same choices.
+            compression_type: crate::replica_manager::topic_config::compression_type(
+                &s.require::<String>("compression_type"),
+            )
+            .flatten(),
+            log_append_time: s.require::<String>("log_message_timestamp_type") == "LogAppendTime",
             log_flush_interval_messages: s.get("log_flush_interval_messages"),
             log_flush_interval_ms: s.get("log_flush_interval_ms"),
             // 0 = keep every written page.
@@ -386,6 +398,8 @@ impl BrokerConfig {
                 .log_flush_interval_ms
                 .map(|ms| ms.min(i64::MAX as u64) as i64),
             drop_cache_behind_bytes: self.log_drop_cache_behind_bytes,
+            compression: self.compression_type,
+            log_append_time: self.log_append_time,
             ..crate::log::LogConfig::default()
         }
     }
@@ -603,6 +617,53 @@ mod tests {
                 && e.contains("1 MiB"),
             "{e}"
         );
+    }
+
+    /// Kafka's static `compression.type` and `log.message.timestamp.type`: the log default
+    /// every topic without an override (topic or dynamic) gets, and DescribeConfigs' static
+    /// value.
+    #[test]
+    fn compression_and_timestamp_type_defaults() {
+        use keel_record::compression::CompressionType;
+        let base = format!("{BASE}listeners = \"127.0.0.1:9092\"\n");
+        let c = raw(&base).resolve().unwrap();
+        assert_eq!(
+            (c.log_config().compression, c.log_config().log_append_time),
+            (None, false)
+        );
+        let c = raw(&format!(
+            "{base}compression_type = \"zstd\"\nlog_message_timestamp_type = \"LogAppendTime\"\n"
+        ))
+        .resolve()
+        .unwrap();
+        assert_eq!(c.log_config().compression, Some(CompressionType::Zstd));
+        assert!(c.log_config().log_append_time);
+        let statics = crate::kafka::admin::static_broker_configs(&c);
+        let value = |name: &str| {
+            statics
+                .iter()
+                .find(|e| e.broker_name == name)
+                .map(|e| e.value.clone())
+        };
+        assert_eq!(value("compression.type").as_deref(), Some("zstd"));
+        assert_eq!(
+            value("log.message.timestamp.type").as_deref(),
+            Some("LogAppendTime")
+        );
+        for (extra, key) in [
+            ("compression_type = \"ZSTD\"", "compression_type"),
+            (
+                "log_message_timestamp_type = \"createtime\"",
+                "log_message_timestamp_type",
+            ),
+        ] {
+            let e = raw(&format!("{base}{extra}\n")).resolve().unwrap_err();
+            assert!(
+                e.to_string()
+                    .starts_with(&format!("invalid value for {key}: ")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -17,7 +17,8 @@ use keel_proto::broker::broker_service_server::{BrokerService, BrokerServiceServ
 use keel_proto::broker::*;
 use keel_proto::controller::{DescribeClusterReply, DescribeClusterRequest};
 use keel_proto::limits::{
-    BROKER_CONNECTION_WINDOW_BYTES, BROKER_STREAM_WINDOW_BYTES, MAX_BROKER_MESSAGE_BYTES,
+    BROKER_CONNECTION_WINDOW_BYTES, BROKER_MAX_FRAME_BYTES, BROKER_STREAM_WINDOW_BYTES,
+    MAX_BROKER_MESSAGE_BYTES,
 };
 use keel_proto::metadata::BrokerEndpoint;
 use keel_runtime::tls::Dialer;
@@ -577,6 +578,7 @@ async fn serve_grpc(
     tonic::transport::Server::builder()
         .initial_stream_window_size(BROKER_STREAM_WINDOW_BYTES)
         .initial_connection_window_size(BROKER_CONNECTION_WINDOW_BYTES)
+        .max_frame_size(BROKER_MAX_FRAME_BYTES)
         .add_service(
             BrokerServiceServer::new(grpc)
                 .max_decoding_message_size(MAX_BROKER_MESSAGE_BYTES)

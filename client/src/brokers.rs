@@ -162,11 +162,10 @@ impl Brokers {
         let channel = match cached {
             Some(c) => c,
             None => {
-                let endpoint = Dialer::endpoint(addr)
+                let endpoint = Dialer::broker_endpoint(addr)
                     .map_err(|e| format!("{addr}: bad address: {e}"))?
                     .connect_timeout(self.request_timeout.min(Duration::from_secs(2)))
-                    .timeout(self.request_timeout)
-                    .tcp_nodelay(true);
+                    .timeout(self.request_timeout);
                 let c = self.dialer.connect_lazy(&endpoint);
                 self.state
                     .lock()

@@ -700,6 +700,24 @@ impl Dialer {
         })
     }
 
+    /// [`Self::endpoint`] with the HTTP/2 settings of BrokerService connections: TCP_NODELAY
+    /// (small replies otherwise wait for delayed ACKs), the flow-control windows
+    /// [`keel_proto::limits::BROKER_STREAM_WINDOW_BYTES`] and
+    /// [`keel_proto::limits::BROKER_CONNECTION_WINDOW_BYTES`], and frames up to
+    /// [`keel_proto::limits::BROKER_MAX_FRAME_BYTES`] (the broker's server takes the same).
+    ///
+    /// Errors: `addr` is not a valid `host:port` authority.
+    pub fn broker_endpoint(addr: &str) -> Result<Endpoint, BadAddress> {
+        use keel_proto::limits::{
+            BROKER_CONNECTION_WINDOW_BYTES, BROKER_MAX_FRAME_BYTES, BROKER_STREAM_WINDOW_BYTES,
+        };
+        Ok(Self::endpoint(addr)?
+            .tcp_nodelay(true)
+            .initial_stream_window_size(BROKER_STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(BROKER_CONNECTION_WINDOW_BYTES)
+            .max_frame_size(BROKER_MAX_FRAME_BYTES))
+    }
+
     /// A channel that connects on first use (and reconnects after a failure), through TLS
     /// when this dialer has a context. The endpoint's connect timeout bounds the TCP connect
     /// and the handshake together.

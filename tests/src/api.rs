@@ -30,18 +30,14 @@ use crate::wait::wait_for;
 /// Timeout of one request the helpers send, where a slow answer means "try another node".
 const REQUEST_TIMEOUT: Duration = Duration::from_millis(1500);
 
-/// A lazily connecting channel to `addr` (`host:port`) with the broker's HTTP/2 windows.
+/// A lazily connecting channel to `addr` (`host:port`) with the broker's HTTP/2 settings.
 pub fn channel(addr: &str) -> Channel {
     dial(&keel_runtime::tls::Dialer::default(), addr)
 }
 
 /// [`channel`] through `dialer` (TLS when it has a context).
 pub fn dial(dialer: &keel_runtime::tls::Dialer, addr: &str) -> Channel {
-    let endpoint = keel_runtime::tls::Dialer::endpoint(addr)
-        .expect("a host:port address")
-        .tcp_nodelay(true)
-        .initial_stream_window_size(keel_proto::limits::BROKER_STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(keel_proto::limits::BROKER_CONNECTION_WINDOW_BYTES);
+    let endpoint = keel_runtime::tls::Dialer::broker_endpoint(addr).expect("a host:port address");
     dialer.connect_lazy(&endpoint)
 }
 

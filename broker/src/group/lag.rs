@@ -157,11 +157,10 @@ impl LagSampler {
         {
             return Some(c.clone());
         }
-        let endpoint = keel_runtime::tls::Dialer::endpoint(&addr)
+        let endpoint = keel_runtime::tls::Dialer::broker_endpoint(&addr)
             .ok()?
             .connect_timeout(LAG_REQUEST_TIMEOUT)
-            .timeout(LAG_REQUEST_TIMEOUT)
-            .tcp_nodelay(true);
+            .timeout(LAG_REQUEST_TIMEOUT);
         let channel = dialer.connect_lazy(&endpoint);
         let c = BrokerServiceClient::new(channel);
         self.clients.insert(id, (addr, c.clone()));

@@ -59,7 +59,8 @@ fn deadline(timeout_ms: i32) -> Option<Duration> {
 
 /// The broker's own values of the keys Kafka clients read from a broker or topic
 /// (`min.insync.replicas`, `log.segment.bytes`, `log.retention.ms`, `log.retention.bytes`,
-/// `log.flush.interval.messages`), for DescribeConfigs' STATIC_BROKER_CONFIG source: what
+/// `log.flush.interval.messages`, `compression.type`, `log.message.timestamp.type`), for
+/// DescribeConfigs' STATIC_BROKER_CONFIG source: what
 /// the replica manager applies to a topic without an override. `-1` = no limit (Kafka's
 /// convention), `9223372036854775807` = never flush by count (Kafka's default). Also this
 /// process's read-only broker-only keys (`node.id`, `broker.id`, `process.roles`,
@@ -92,6 +93,22 @@ pub fn static_broker_configs(config: &BrokerConfig) -> Vec<StaticBrokerConfig> {
             config
                 .log_retention_bytes
                 .map_or_else(|| "-1".to_string(), |b| b.to_string()),
+        ),
+        entry(
+            "compression.type",
+            "compression.type",
+            crate::replica_manager::topic_config::compression_type_name(config.compression_type)
+                .to_string(),
+        ),
+        entry(
+            "message.timestamp.type",
+            "log.message.timestamp.type",
+            if config.log_append_time {
+                "LogAppendTime"
+            } else {
+                "CreateTime"
+            }
+            .to_string(),
         ),
         entry(
             "flush.messages",

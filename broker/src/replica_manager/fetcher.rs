@@ -220,15 +220,9 @@ async fn run(
             continue;
         };
         if client.as_ref().is_none_or(|(a, _)| *a != addr) {
-            match keel_runtime::tls::Dialer::endpoint(&addr) {
+            match keel_runtime::tls::Dialer::broker_endpoint(&addr) {
                 Ok(ep) => {
-                    let ep = ep
-                        .connect_timeout(Duration::from_secs(2))
-                        .tcp_nodelay(true)
-                        .initial_stream_window_size(keel_proto::limits::BROKER_STREAM_WINDOW_BYTES)
-                        .initial_connection_window_size(
-                            keel_proto::limits::BROKER_CONNECTION_WINDOW_BYTES,
-                        );
+                    let ep = ep.connect_timeout(Duration::from_secs(2));
                     let ch = rm.dialer().connect_lazy(&ep);
                     let c = BrokerServiceClient::new(ch)
                         .max_decoding_message_size(FETCH_MAX_BYTES + (1 << 20));

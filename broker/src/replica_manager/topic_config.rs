@@ -128,6 +128,18 @@ pub fn compression_type(value: &str) -> Option<Option<CompressionType>> {
     })
 }
 
+/// The `compression.type` value naming `codec` (the inverse of [`compression_type`]).
+pub fn compression_type_name(codec: Option<CompressionType>) -> &'static str {
+    match codec {
+        None => "producer",
+        Some(CompressionType::None) => "uncompressed",
+        Some(CompressionType::Gzip) => "gzip",
+        Some(CompressionType::Snappy) => "snappy",
+        Some(CompressionType::Lz4) => "lz4",
+        Some(CompressionType::Zstd) => "zstd",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,6 +188,7 @@ mod tests {
             let topic = map(&[("compression.type", value)]);
             let c = log_config(&defaults, "t", |k| topic.get(k).copied());
             assert_eq!(c.compression, want, "{value}");
+            assert_eq!(compression_type_name(want), value);
         }
         let topic = map(&[("message.timestamp.type", "LogAppendTime")]);
         assert!(log_config(&defaults, "t", |k| topic.get(k).copied()).log_append_time);

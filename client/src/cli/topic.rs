@@ -412,7 +412,7 @@ pub(super) async fn ask_replicas(
                 let addr = addr.clone();
                 async move {
                     let fut = async {
-                        let ep = keel_runtime::tls::Dialer::endpoint(&addr)
+                        let ep = keel_runtime::tls::Dialer::broker_endpoint(&addr)
                             .ok()?
                             .connect_timeout(timeout);
                         let ch = dialer.connect(&ep).await.ok()?;

@@ -635,11 +635,10 @@ async fn find_coordinator(s: &GroupSettings, brokers: &Brokers) -> Result<Coordi
         let join_deadline = s.request_timeout.max(
             Duration::from_millis(s.rebalance_timeout_ms.max(0) as u64) + Duration::from_secs(5),
         );
-        let endpoint = keel_runtime::tls::Dialer::endpoint(&target)
+        let endpoint = keel_runtime::tls::Dialer::broker_endpoint(&target)
             .map_err(|e| Found::Retry(format!("coordinator {target}: bad address: {e}")))?
             .connect_timeout(s.request_timeout.min(Duration::from_secs(2)))
-            .timeout(join_deadline)
-            .tcp_nodelay(true);
+            .timeout(join_deadline);
         let channel = brokers.dialer().connect_lazy(&endpoint);
         return Ok(Coordinator {
             id: reply.node_id,

@@ -384,6 +384,26 @@ pub const SETTINGS: &[Setting] = &[
         used_by: UsedBy::Broker,
     },
     Setting {
+        name: "compression_type",
+        kafka: "compression.type",
+        kind: Kind::Choice(&["producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"]),
+        default: DefaultValue::Text("producer"),
+        doc: "the codec leaders store batches with: `producer` keeps each batch's codec, any \
+              other recompresses a batch sent with another (Kafka's `LogValidator`); the \
+              dynamic cluster default and topic `compression.type` override it",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
+        name: "log_message_timestamp_type",
+        kafka: "log.message.timestamp.type",
+        kind: Kind::Choice(&["CreateTime", "LogAppendTime"]),
+        default: DefaultValue::Text("CreateTime"),
+        doc: "`CreateTime` keeps the producers' record timestamps, `LogAppendTime` stamps each \
+              batch with the leader's clock; the dynamic cluster default and topic \
+              `message.timestamp.type` override it",
+        used_by: UsedBy::Broker,
+    },
+    Setting {
         name: "log_flush_interval_messages",
         kafka: "log.flush.interval.messages",
         kind: int(IntType::U64, 1, u64::MAX as i128, "records"),
