@@ -104,5 +104,31 @@ async fn bad_produce_and_fetch_input_gets_exact_codes_and_appends_nothing() {
     let (recs, _, _) = c.consume(1, "bad", 0, 0).await;
     let got: Vec<String> = recs.into_iter().map(|(_, v)| v).collect();
     assert_eq!(got, [values("ok", 0..2), values("after", 0..2)].concat());
+
+    // A batch near MAX_BATCH_BYTES reaches the followers: a fetch reply holds its first batch
+    // whole, beyond the fetcher's 16 MiB max_bytes. Followers refused replies over 17 MiB
+    // ("decoded message length too large") and stopped replicating every partition of that
+    // leader (found by the fresh-user trial with a 30 MiB record).
+    let near_limit = vec!["y".repeat(40 << 20)];
+    let acked = c
+        .produce_raw(1, "bad", 0, -1, 20_000, batch(&near_limit), None)
+        .await
+        .unwrap();
+    assert_eq!(code(&acked), ErrorCode::None, "acks=all of a 40 MiB batch");
+    let end = c.replica(1, "bad", 0).await.unwrap().log_end_offset;
+    for follower in [2, 3] {
+        // acks=all may have been answered by a shrunk ISR (the harness's short lag time).
+        c.wait_for(
+            &format!("broker {follower} has the 40 MiB batch"),
+            WAIT,
+            || async {
+                let leo = c.replica(follower, "bad", 0).await?.log_end_offset;
+                (leo == end).then_some(())
+            },
+        )
+        .await;
+    }
+    let after_big = c.produce(1, "bad", -1, &values("later", 0..2)).await;
+    assert_eq!(code(&after_big), ErrorCode::None);
     eprintln!("done after {:?}", started.elapsed());
 }

@@ -41,7 +41,9 @@ use crate::log::TopicPartition;
 use crate::replica::follower_fetch::follower_log_start;
 use crate::replica::{FollowerAction, FollowerFetchResponse, Role, plan_follower_response};
 
-/// Largest reply a fetcher accepts, bytes (also sent as `max_bytes`).
+/// `max_bytes` of a fetcher's requests, bytes. A reply may exceed it by a first batch up to
+/// [`keel_proto::limits::MAX_BATCH_BYTES`] (KIP-74); the fetcher accepts replies up to
+/// [`keel_proto::limits::MAX_BROKER_MESSAGE_BYTES`].
 pub const FETCH_MAX_BYTES: usize = 16 << 20;
 /// Per-partition bound sent in fetches, bytes.
 pub const PARTITION_MAX_BYTES: usize = 4 << 20;
@@ -225,7 +227,11 @@ async fn run(
                     let ep = ep.connect_timeout(Duration::from_secs(2));
                     let ch = rm.dialer().connect_lazy(&ep);
                     let c = BrokerServiceClient::new(ch)
-                        .max_decoding_message_size(FETCH_MAX_BYTES + (1 << 20));
+                        // A reply holds its first batch whole, up to MAX_BATCH_BYTES (48
+                        // MiB), beyond the FETCH_MAX_BYTES asked for: the leader encodes up
+                        // to this limit, and a smaller one here stopped replication from
+                        // that leader at the first batch over it.
+                        .max_decoding_message_size(keel_proto::limits::MAX_BROKER_MESSAGE_BYTES);
                     client = Some((addr.clone(), c));
                 }
                 Err(e) => {
