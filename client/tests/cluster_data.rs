@@ -303,6 +303,45 @@ fn keelctl_produce_consume_verify_round_trip() {
             (Some(&b"plain"[..]), Some(&b"text"[..])),
         ]
     );
+
+    // A poll returns the first leader's records without waiting out the long polls of idle
+    // leaders (one fetch in flight per leader, as Kafka's Fetcher): three partitions on
+    // three brokers, one record in one of them. Polls waited for every leader, so each took
+    // the whole max wait (found by the fresh-user trial: 11.7 s to read 100 records from
+    // three partitions that each read in 0.05 s).
+    f.json(&[
+        "--json",
+        "topic",
+        "create",
+        "spread",
+        "--partitions",
+        "3",
+        "--replication-factor",
+        "1",
+    ]);
+    let out = f.run_with_stdin(&["produce", "--topic", "spread"], "only\n");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (records, took) = runtime.block_on(async {
+        let mut consumer = Consumer::new(ConsumerConfig::new(f.brokers())).unwrap();
+        let tps = consumer.partitions_of("spread").await.unwrap();
+        consumer.assign(tps.clone());
+        for tp in &tps {
+            consumer.seek(tp, SeekTo::Earliest).await.unwrap();
+        }
+        let started = Instant::now();
+        let records = consumer.poll(Duration::from_secs(20)).await.unwrap();
+        (records, started.elapsed())
+    });
+    let values: Vec<_> = records.iter().map(|r| r.value.as_deref()).collect();
+    assert_eq!(values, [Some(&b"only"[..])]);
+    assert!(
+        took < Duration::from_secs(10),
+        "the poll waited {took:?} for idle leaders' long polls of 20 s"
+    );
 }
 
 /// Sends `count` values `{prefix}-{i}` one after another in the background of the returned

@@ -229,7 +229,23 @@ pub struct Consumer {
     failed_polls: u32,
     /// The group membership after [`Consumer::subscribe`].
     group: Option<group::Membership>,
+    /// Fetches sent and not answered yet, at most one per leader (Kafka's `Fetcher` keeps one
+    /// in flight per node). A poll returns once one of them answers; the others stay in
+    /// flight for the next poll, so a long poll on an idle leader never holds back records
+    /// from another. Dropping the consumer aborts them.
+    in_flight: JoinSet<FetchOutcome>,
+    /// The leader address of each fetch in `in_flight`, by task id (removed, without an
+    /// await in between, when its answer or failure is taken).
+    fetching: HashMap<tokio::task::Id, String>,
 }
+
+/// A fetch's answer: the leader address, the partitions with the position and leader epoch
+/// fetched at, and the reply.
+type FetchOutcome = (
+    String,
+    Vec<Target>,
+    Result<tonic::Response<FetchReply>, tonic::Status>,
+);
 
 /// The outcome of asking the new leader where an epoch ends (KIP-320), pure.
 ///
@@ -272,6 +288,8 @@ impl Consumer {
             partitions: BTreeMap::new(),
             failed_polls: 0,
             group: None,
+            in_flight: JoinSet::new(),
+            fetching: HashMap::new(),
         })
     }
 
@@ -871,8 +889,12 @@ impl Consumer {
         Ok(Some((epoch, r)))
     }
 
-    /// Fetches from the leaders of every assigned partition, waiting up to `max_wait` for
-    /// data, and returns the records read (possibly none), in offset order per partition.
+    /// Fetches from the leaders of every assigned partition, each leader's fetch waiting up
+    /// to `max_wait` for data, and returns the records of the first answer and of any other
+    /// already in (possibly none), in offset order per partition. A fetch not answered yet
+    /// stays in flight for the next poll (one per leader, as Kafka's `Fetcher`), so an idle
+    /// leader's long poll never holds back another leader's records; its records count only
+    /// for partitions still assigned at the position it was sent from.
     /// Retriable errors (leader moved, broker down, position validation not possible yet)
     /// refresh the metadata and yield no records for that partition in this poll; call
     /// `poll` again. A group member first joins or rejoins when due and auto-commits (see the
@@ -904,19 +926,57 @@ impl Consumer {
         }
         let (by_leader, mut retry) = self.fetch_targets(&tps).await?;
         let max_wait_ms = max_wait.as_millis().min(i32::MAX as u128) as i32;
-        let mut tasks = JoinSet::new();
         for (addr, (mut client, parts)) in by_leader {
+            if self.fetching.values().any(|a| *a == addr) {
+                continue; // its partitions come with the fetch in flight
+            }
             let request = self.fetch_request(&parts, max_wait_ms);
-            tasks.spawn(async move {
-                let r = client.fetch(request).await;
-                (addr, parts, r)
+            let task = self.in_flight.spawn({
+                let addr = addr.clone();
+                async move {
+                    let r = client.fetch(request).await;
+                    (addr, parts, r)
+                }
             });
+            self.fetching.insert(task.id(), addr);
+        }
+        // The first answer, then every other one already in.
+        let mut answers = Vec::new();
+        if let Some(first) = self.in_flight.join_next_with_id().await {
+            answers.push(first);
+            while let Some(more) = self.in_flight.try_join_next_with_id() {
+                answers.push(more);
+            }
+        }
+        let mut done = Vec::with_capacity(answers.len());
+        let mut failed = None;
+        for joined in answers {
+            match joined {
+                Ok((id, outcome)) => {
+                    self.fetching.remove(&id);
+                    done.push(outcome);
+                }
+                Err(e) => {
+                    self.fetching.remove(&e.id());
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failed {
+            return Err(ConsumeError::Protocol(format!("fetch task: {e}")));
         }
         let mut out = Vec::new();
         let mut advances = Vec::new();
-        while let Some(joined) = tasks.join_next().await {
-            let (addr, parts, reply) =
-                joined.map_err(|e| ConsumeError::Protocol(format!("fetch task: {e}")))?;
+        for (addr, parts, reply) in done {
+            // Sent in an earlier poll: only partitions still assigned and still at the
+            // position fetched from (no seek, reset or rebalance since) take its records.
+            let parts: Vec<Target> = parts
+                .into_iter()
+                .filter(|(tp, position, _)| self.position(tp) == Some(*position))
+                .collect();
+            if parts.is_empty() {
+                continue;
+            }
             match reply {
                 Err(_status) => {
                     self.brokers.forget(&addr);
