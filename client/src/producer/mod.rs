@@ -357,7 +357,8 @@ impl Producer {
             ))
         })?
         .map_err(|_| ProduceError::Closed)?;
-        let partitions = self.partition_count(topic, block_deadline).await?;
+        let meta = self.topic_metadata(topic, block_deadline).await?;
+        let partitions = meta.partitions.len();
         let (tx, rx) = oneshot::channel();
         let mut s = self.inner.state.lock().unwrap();
         if s.closed {
@@ -370,7 +371,9 @@ impl Producer {
                 s.sticky
                     .entry(topic.to_string())
                     .or_insert_with(|| StickyPartitioner::new(start))
-                    .next(partitions, size, cfg.batch_size_bytes)
+                    .next(partitions, size, cfg.batch_size_bytes, |p| {
+                        meta.partitions[p].leader_id >= 0
+                    })
             }
         };
         s.acc.append(
@@ -441,14 +444,18 @@ impl Producer {
         (now_ms() as usize) ^ (Arc::as_ptr(&self.inner) as usize >> 4)
     }
 
-    /// The partition count of `topic`, retrying while the brokers do not know it yet (a
-    /// topic just created) or cannot be reached, until `deadline`.
-    async fn partition_count(&self, topic: &str, deadline: Instant) -> Result<usize, ProduceError> {
+    /// The partitions of `topic` and their leaders, retrying while the brokers do not know it
+    /// yet (a topic just created) or cannot be reached, until `deadline`.
+    async fn topic_metadata(
+        &self,
+        topic: &str,
+        deadline: Instant,
+    ) -> Result<crate::brokers::TopicMetadata, ProduceError> {
         let backoff = retry_backoff(&self.inner.config);
         let mut attempt = 0u32;
         loop {
             let err = match self.inner.brokers.topic(topic).await {
-                Ok(t) if !t.partitions.is_empty() => return Ok(t.partitions.len()),
+                Ok(t) if !t.partitions.is_empty() => return Ok(t),
                 Ok(_) => MetadataError::Topic {
                     topic: topic.to_string(),
                     code: ErrorCode::UnknownTopicOrPartition,
@@ -790,11 +797,11 @@ async fn send_batch(
             // delivery timeout.
             warned = Some(c);
             tracing::warn!(
-                "{}-{}: {c}{}; retrying until the delivery timeout ({} s after send)",
+                "{}-{}: {c}{}; retrying until the delivery timeout ({} ms after send)",
                 tp.0,
                 tp.1,
                 retry_hint(c),
-                cfg.delivery_timeout_ms / 1000
+                cfg.delivery_timeout_ms
             );
         }
         let remaining = deadline.saturating_duration_since(Instant::now());

@@ -5,7 +5,9 @@
 //!   as with Kafka's Java client.
 //! - Without a key: "sticky": keep one partition until about `batch_size` bytes went to it,
 //!   then move to the next one round robin. Batches fill up instead of one record going to
-//!   each partition.
+//!   each partition. Only partitions with a leader are chosen while any has one (Kafka's
+//!   `BuiltInPartitioner` picks among `Cluster.availablePartitionsForTopic`, KIP-794), so
+//!   records without a key do not wait for, and time out on, an offline partition.
 
 /// Partition of `key` among `partitions` (> 0), as Kafka's `BuiltInPartitioner`.
 pub fn key_partition(key: &[u8], partitions: usize) -> i32 {
@@ -33,15 +35,37 @@ impl StickyPartitioner {
         }
     }
 
-    /// The partition for a record of `record_bytes` among `partitions` (> 0); switches to the
-    /// next partition once `batch_size_bytes` went to the current one.
-    pub fn next(&mut self, partitions: usize, record_bytes: usize, batch_size_bytes: usize) -> i32 {
+    /// The partition for a record of `record_bytes` among `partitions` (> 0), of which
+    /// `available` says which have a leader: switches to the next partition once
+    /// `batch_size_bytes` went to the current one, or at once when the current one has no
+    /// leader and another has. With no partition available, all are taken in turn. O(partitions)
+    /// when it switches.
+    pub fn next(
+        &mut self,
+        partitions: usize,
+        record_bytes: usize,
+        batch_size_bytes: usize,
+        available: impl Fn(usize) -> bool,
+    ) -> i32 {
         assert!(partitions > 0, "a topic has at least one partition");
-        if self.bytes_in_current >= batch_size_bytes.max(1) {
-            self.current += 1;
-            self.bytes_in_current = 0;
-        }
         self.current %= partitions;
+        let full = self.bytes_in_current >= batch_size_bytes.max(1);
+        if full || !available(self.current) {
+            let from = self.current + usize::from(full);
+            let candidates = || (0..partitions).map(|i| (from + i) % partitions);
+            let next = candidates()
+                .find(|p| available(*p))
+                .or(full.then(|| from % partitions));
+            if let Some(next) = next {
+                if next != self.current {
+                    self.bytes_in_current = 0;
+                }
+                self.current = next;
+            }
+            if full {
+                self.bytes_in_current = 0;
+            }
+        }
         self.bytes_in_current += record_bytes;
         self.current as i32
     }
@@ -80,11 +104,30 @@ mod tests {
     #[test]
     fn sticky_switches_after_a_batch_worth_of_bytes() {
         let mut p = StickyPartitioner::new(1);
-        let got: Vec<i32> = (0..7).map(|_| p.next(3, 40, 100)).collect();
+        let got: Vec<i32> = (0..7).map(|_| p.next(3, 40, 100, |_| true)).collect();
         // 40 + 40 + 40 >= 100 after three records: then the next partition.
         assert_eq!(got, vec![1, 1, 1, 2, 2, 2, 0]);
         // A partition count that shrank below the current index wraps.
         let mut p = StickyPartitioner::new(5);
-        assert_eq!(p.next(2, 1, 100), 1);
+        assert_eq!(p.next(2, 1, 100, |_| true), 1);
+    }
+
+    /// KIP-794: partitions without a leader are skipped while another has one (the trial's
+    /// case: a third of unkeyed records went to an offline partition and timed out).
+    #[test]
+    fn sticky_skips_partitions_without_a_leader() {
+        let offline_1 = |p: usize| p != 1;
+        let mut p = StickyPartitioner::new(1);
+        let got: Vec<i32> = (0..7).map(|_| p.next(3, 40, 100, offline_1)).collect();
+        assert_eq!(got, vec![2, 2, 2, 0, 0, 0, 2]);
+        // The partition in use loses its leader: the next record moves on.
+        let mut p = StickyPartitioner::new(0);
+        assert_eq!(p.next(3, 40, 100, |_| true), 0);
+        assert_eq!(p.next(3, 40, 100, |p| p != 0), 1);
+        assert_eq!(p.next(3, 40, 100, |p| p != 0), 1);
+        // None has a leader: round robin over all, as before.
+        let mut p = StickyPartitioner::new(0);
+        let got: Vec<i32> = (0..7).map(|_| p.next(3, 40, 100, |_| false)).collect();
+        assert_eq!(got, vec![0, 0, 0, 1, 1, 1, 2]);
     }
 }
