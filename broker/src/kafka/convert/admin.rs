@@ -736,9 +736,13 @@ pub fn overlay_static_configs(
                     }
             });
             let Some(s) = stat else { continue };
-            if c.config_source != i32::from(CONFIG_SOURCE_DEFAULT)
-                || c.value.as_ref() == Some(&s.value)
-            {
+            if c.config_source != i32::from(CONFIG_SOURCE_DEFAULT) {
+                if req.include_synonyms {
+                    add_static_synonym(&mut c.synonyms, s);
+                }
+                continue;
+            }
+            if c.value.as_ref() == Some(&s.value) {
                 continue;
             }
             let default = c.value.replace(s.value.clone());
@@ -755,6 +759,30 @@ pub fn overlay_static_configs(
             }
         }
     }
+}
+
+/// With a dynamic or topic value in effect, the broker file's value `s` among the
+/// lower-precedence `synonyms`, before the DEFAULT_CONFIG one (Kafka's `ConfigHelper` lists
+/// every source in precedence order: topic, dynamic broker, dynamic default, static, default),
+/// when it differs from that default (Keel cannot tell a file that repeats the default from
+/// one that leaves the key out) and is not listed yet.
+fn add_static_synonym(synonyms: &mut Vec<ctl::DescribeConfigsSynonym>, s: &StaticBrokerConfig) {
+    let static_source = i32::from(CONFIG_SOURCE_STATIC_BROKER);
+    let at = synonyms
+        .iter()
+        .position(|y| y.source == i32::from(CONFIG_SOURCE_DEFAULT));
+    let default = at.and_then(|i| synonyms[i].value.as_ref());
+    if default == Some(&s.value) || synonyms.iter().any(|y| y.source == static_source) {
+        return;
+    }
+    synonyms.insert(
+        at.unwrap_or(synonyms.len()),
+        ctl::DescribeConfigsSynonym {
+            name: s.broker_name.to_string(),
+            value: Some(s.value.clone()),
+            source: static_source,
+        },
+    );
 }
 
 /// The broker-only entries of `statics` (empty `topic_name`) that `result` lacks, as
@@ -804,11 +832,16 @@ fn config_entry(
             .with_value(value.cloned().map(str_bytes))
             .with_source(source)
     };
+    let mut lower = c.synonyms.clone();
     let effective_name = match stat {
         Some(s) if source == CONFIG_SOURCE_DEFAULT && value.as_ref() != Some(&s.value) => {
             value = Some(s.value.clone());
             source = CONFIG_SOURCE_STATIC_BROKER;
             s.broker_name.to_string()
+        }
+        Some(s) if source != CONFIG_SOURCE_DEFAULT => {
+            add_static_synonym(&mut lower, s);
+            c.name.clone()
         }
         _ => c.name.clone(),
     };
@@ -822,7 +855,7 @@ fn config_entry(
                 CONFIG_SOURCE_DEFAULT,
             ));
         }
-        synonyms.extend(c.synonyms.iter().map(|s| {
+        synonyms.extend(lower.iter().map(|s| {
             synonym(
                 &s.name,
                 s.value.as_ref(),

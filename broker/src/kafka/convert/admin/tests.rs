@@ -817,6 +817,60 @@ fn grpc_describe_configs_puts_in_the_broker_file_values_for_topics_and_itself_on
     let mut reply = describe_configs_reply();
     overlay_static_configs(&req, &mut reply, 1, &statics);
     assert_eq!(reply.results[0].configs[0].synonyms.len(), 1);
+
+    // A topic value in effect over a file value: the file's value is a STATIC_BROKER_CONFIG
+    // synonym between it and the default, on both paths (found by the fresh-user trial:
+    // kafka-python showed only the dynamic and default synonyms).
+    let statics = vec![StaticBrokerConfig {
+        topic_name: "segment.bytes",
+        broker_name: "log.segment.bytes",
+        value: "2000".into(),
+    }];
+    req.include_synonyms = true;
+    let mut reply = describe_configs_reply();
+    overlay_static_configs(&req, &mut reply, 1, &statics);
+    let seg = &reply.results[0].configs[1];
+    assert_eq!(seg.value.as_deref(), Some("1000"));
+    let listed: Vec<(&str, Option<&str>, i32)> = seg
+        .synonyms
+        .iter()
+        .map(|y| (y.name.as_str(), y.value.as_deref(), y.source))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (
+                "log.segment.bytes",
+                Some("2000"),
+                ctl::ConfigSource::StaticBrokerConfig as i32
+            ),
+            (
+                "log.segment.bytes",
+                Some("7"),
+                ctl::ConfigSource::DefaultConfig as i32
+            ),
+        ]
+    );
+    let kreq = KDescribeConfigsRequest::default()
+        .with_include_synonyms(true)
+        .with_resources(vec![
+            DescribeConfigsResource::default()
+                .with_resource_type(RESOURCE_TOPIC)
+                .with_resource_name(s("t")),
+        ]);
+    let plan = describe_configs_plan(&kreq, 4, 1);
+    let out = describe_configs_response(&plan, &kreq, Ok(describe_configs_reply()), 4, 1, &statics);
+    let seg = &out.results[0].configs[1];
+    let sources: Vec<i8> = seg.synonyms.iter().map(|y| y.source).collect();
+    assert_eq!(
+        sources,
+        [
+            ctl::ConfigSource::TopicConfig as i8,
+            CONFIG_SOURCE_STATIC_BROKER,
+            CONFIG_SOURCE_DEFAULT
+        ]
+    );
+    assert_eq!(seg.synonyms[1].value.as_deref(), Some("2000"));
 }
 
 fn create_partitions_req() -> KCreatePartitionsRequest {
