@@ -75,7 +75,8 @@ pub fn bytes_text(n: u64) -> String {
 pub struct RecordFields {
     /// `Partition:P<TAB>Offset:O`.
     pub offset: bool,
-    /// `CreateTime:<RFC 3339>`, or `LogAppendTime:<RFC 3339>` (Kafka's console consumer).
+    /// `CreateTime:<RFC 3339>`, or `LogAppendTime:<RFC 3339>` (the labels of Kafka's console
+    /// consumer, which prints ms since the epoch after them).
     pub timestamp: bool,
     /// The key (`null` when absent).
     pub key: bool,
