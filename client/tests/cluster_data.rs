@@ -342,6 +342,53 @@ fn keelctl_produce_consume_verify_round_trip() {
         took < Duration::from_secs(10),
         "the poll waited {took:?} for idle leaders' long polls of 20 s"
     );
+
+    // An offline partition does not stop the others (Kafka's console consumer reads what it
+    // can): keyed records in every partition, partition 0's only replica killed, then
+    // `keelctl consume` reads the other two and warns about it (it exited 1 after the API
+    // timeout with nothing printed, found by the fresh-user trial).
+    let input: String = (0..30).map(|i| format!("k{i}:v{i}\n")).collect();
+    let out = f.run_with_stdin(
+        &["produce", "--topic", "spread", "--key-separator", ":"],
+        &input,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p0 = f.wait_partition("spread", "a leader", |p| p["leader"].as_i64() >= Some(0));
+    f.kill9_broker(p0["leader"].as_i64().unwrap() as i32);
+    f.wait_partition("spread", "offline", |p| p["leader"].as_i64() == Some(-1));
+    let out = f.run(&[
+        "consume",
+        "--topic",
+        "spread",
+        "--api-timeout-ms",
+        "3000",
+        "--request-timeout-ms",
+        "1000",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("spread-0") && stderr.contains("offline"),
+        "{stderr}"
+    );
+    let mut read: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(String::from)
+        .collect();
+    read.sort();
+    let mut want: Vec<String> = (0..30)
+        .filter(|i| key_partition(format!("k{i}").as_bytes(), 3) != 0)
+        .map(|i| format!("v{i}"))
+        .collect();
+    if records[0].partition != 0 {
+        want.push("only".into());
+    }
+    want.sort();
+    assert_eq!(read, want);
 }
 
 /// Sends `count` values `{prefix}-{i}` one after another in the background of the returned

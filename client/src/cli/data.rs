@@ -11,7 +11,9 @@ use keel_record::CompressionType;
 
 use super::{CliError, CliResult, Ctx};
 use crate::brokers::Brokers;
-use crate::consumer::{Consumer, ConsumerRecord, SeekTo, TopicPartition};
+use crate::consumer::{
+    ConsumeError, Consumer, ConsumerRecord, OffsetReset, SeekTo, TopicPartition,
+};
 use crate::format::data::{
     ProduceSummary, RecordFields, produce_summary_text, record_json, record_text, verify_text,
 };
@@ -383,10 +385,12 @@ async fn consumer_for(
     topic: &str,
     partition: Option<i32>,
     brokers: Option<Arc<Brokers>>,
+    reset: Option<OffsetReset>,
 ) -> Result<(Consumer, Vec<TopicPartition>), CliError> {
     let mut cfg = ctx.consumer_config(ctx.broker_addresses().await);
     cfg.request_timeout_ms = ctx.request_timeout.as_millis() as u64;
     cfg.default_api_timeout_ms = ctx.api_timeout.as_millis() as u64;
+    cfg.auto_offset_reset = reset;
     let mut consumer = match brokers {
         Some(b) => Consumer::with_brokers(cfg, b)?,
         None => Consumer::new(cfg)?,
@@ -414,7 +418,6 @@ pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
     if let Some(group) = a.group.clone() {
         return consume_group(a, &group, ctx).await;
     }
-    let (mut consumer, tps) = consumer_for(ctx, &a.topic, a.partition, None).await?;
     let start = match (a.offset, a.latest, a.from_beginning, a.follow) {
         (Some(o), _, _, _) => SeekTo::Offset(o),
         (None, true, _, _) => SeekTo::Latest,
@@ -427,8 +430,44 @@ pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
             }
         }
     };
+    // Like kafka-console-consumer (auto.offset.reset latest, or earliest with
+    // --from-beginning): a partition whose position is lost later starts over there.
+    let reset = match start {
+        SeekTo::Earliest => Some(OffsetReset::Earliest),
+        SeekTo::Latest => Some(OffsetReset::Latest),
+        _ => None,
+    };
+    let (mut consumer, mut tps) = consumer_for(ctx, &a.topic, a.partition, None, reset).await?;
+    // A partition whose leader does not answer (offline) does not stop the others, as with
+    // Kafka's console consumer: without --follow it is left out (its end is unknown), with
+    // --follow it is read once its leader answers (the consumer resets it then).
+    let mut unreachable = Vec::new();
     for tp in &tps {
-        consumer.seek(tp, start).await?;
+        match consumer.seek(tp, start).await {
+            Ok(_) => {}
+            Err(ConsumeError::Unreachable(why)) if tps.len() > 1 => {
+                unreachable.push((tp.clone(), why));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if unreachable.len() == tps.len()
+        && let Some((_, why)) = unreachable.first()
+    {
+        return Err(ConsumeError::Unreachable(why.clone()).into());
+    }
+    let waits = a.follow && reset.is_some();
+    for (_, why) in &unreachable {
+        let what = if waits {
+            "reading it once its leader answers"
+        } else {
+            "reading the other partitions without it"
+        };
+        eprintln!("keelctl: warning: {why}; {what}");
+    }
+    if !waits && !unreachable.is_empty() {
+        tps.retain(|tp| !unreachable.iter().any(|(u, _)| u == tp));
+        consumer.assign(tps.clone());
     }
     // Without --follow: stop at the HW of each partition as it is now.
     let mut ends: BTreeMap<TopicPartition, i64> = BTreeMap::new();
@@ -637,7 +676,8 @@ pub(super) async fn verify(a: VerifyArgs, ctx: &Ctx) -> CliResult {
     // brokers' metadata a moment after the controllers'.
     let budget = Duration::from_millis(ProducerConfig::new(Vec::new()).max_block_ms);
     wait_for_topic(&brokers, &a.topic, budget).await?;
-    let (mut consumer, tps) = consumer_for(ctx, &a.topic, None, Some(brokers.clone())).await?;
+    let (mut consumer, tps) =
+        consumer_for(ctx, &a.topic, None, Some(brokers.clone()), None).await?;
     let mut starts = BTreeMap::new();
     for tp in &tps {
         starts.insert(tp.clone(), consumer.end_offset(tp).await?);

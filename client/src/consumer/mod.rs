@@ -915,16 +915,31 @@ impl Consumer {
             tokio::time::sleep(max_wait).await;
             return Ok(Vec::new());
         }
-        // Positions first: reset policy or error.
-        for tp in &tps {
-            if self.position(tp).is_none() && !self.reset_position(tp).await? {
-                return Err(ConsumeError::NoPosition {
-                    topic: tp.0.clone(),
-                    partition: tp.1,
-                });
+        // Positions first: reset policy or error. A reset whose leader cannot answer now (an
+        // offline partition) stays pending and the others are fetched (Kafka's consumer
+        // resets in the background, per partition).
+        let mut pending = false;
+        let mut ready = Vec::with_capacity(tps.len());
+        for tp in tps {
+            if self.position(&tp).is_none() {
+                match self.reset_position(&tp).await? {
+                    Reset::Done => {}
+                    Reset::Pending => {
+                        pending = true;
+                        continue;
+                    }
+                    Reset::NoPolicy => {
+                        return Err(ConsumeError::NoPosition {
+                            topic: tp.0.clone(),
+                            partition: tp.1,
+                        });
+                    }
+                }
             }
+            ready.push(tp);
         }
-        let (by_leader, mut retry) = self.fetch_targets(&tps).await?;
+        let (by_leader, retry) = self.fetch_targets(&ready).await?;
+        let mut retry = retry || pending;
         let max_wait_ms = max_wait.as_millis().min(i32::MAX as u128) as i32;
         for (addr, (mut client, parts)) in by_leader {
             if self.fetching.values().any(|a| *a == addr) {
@@ -1012,18 +1027,26 @@ impl Consumer {
         Ok(out)
     }
 
-    /// Moves `tp` to where `auto_offset_reset` says (ListOffsets on the leader); `Ok(false)`
-    /// when no reset policy is configured and the position stays as it is.
-    async fn reset_position(&mut self, tp: &TopicPartition) -> Result<bool, ConsumeError> {
-        let to = match self.config.auto_offset_reset {
-            Some(OffsetReset::Earliest) => SeekTo::Earliest,
-            Some(OffsetReset::Latest) => SeekTo::Latest,
+    /// Moves `tp` to where `auto_offset_reset` says, with one ListOffsets to its leader
+    /// ([`Reset`]): a retriable failure leaves the reset to a later poll instead of
+    /// retrying for the API timeout while the other partitions wait. Errors: non-retriable
+    /// ListOffsets answers.
+    async fn reset_position(&mut self, tp: &TopicPartition) -> Result<Reset, ConsumeError> {
+        let timestamp = match self.config.auto_offset_reset {
+            Some(OffsetReset::Earliest) => -2,
+            Some(OffsetReset::Latest) => -1,
             // A group member resets like Kafka's consumer by default (latest).
-            None if self.group.is_some() => SeekTo::Latest,
-            None => return Ok(false),
+            None if self.group.is_some() => -1,
+            None => return Ok(Reset::NoPolicy),
         };
-        self.seek(tp, to).await?;
-        Ok(true)
+        match self.try_list_offset(tp, timestamp).await {
+            Ok(state) => {
+                self.partitions.insert(tp.clone(), state);
+                Ok(Reset::Done)
+            }
+            Err(Lookup::Retry(_)) => Ok(Reset::Pending),
+            Err(Lookup::Fatal(e)) => Err(e),
+        }
     }
 
     /// The partitions of `tps` to fetch now, grouped by leader address (client and targets),
@@ -1157,16 +1180,20 @@ impl Consumer {
             };
             match ErrorCode::from_proto(p.error.as_ref()) {
                 Ok(ErrorCode::None) => {}
-                Ok(ErrorCode::OffsetOutOfRange) => {
-                    if self.reset_position(tp).await? {
+                Ok(ErrorCode::OffsetOutOfRange) => match self.reset_position(tp).await? {
+                    Reset::Done => continue,
+                    Reset::Pending => {
+                        retry = true;
                         continue;
                     }
-                    return Err(ConsumeError::OffsetOutOfRange {
-                        topic: tp.0.clone(),
-                        partition: tp.1,
-                        offset: *position,
-                    });
-                }
+                    Reset::NoPolicy => {
+                        return Err(ConsumeError::OffsetOutOfRange {
+                            topic: tp.0.clone(),
+                            partition: tp.1,
+                            offset: *position,
+                        });
+                    }
+                },
                 Ok(code) if react(Failure::Kafka(code)) != Reaction::Fatal => {
                     if react(Failure::Kafka(code)) == Reaction::RefreshAndRetry {
                         self.brokers.invalidate(&tp.0);
@@ -1211,6 +1238,16 @@ type Target = (TopicPartition, i64, i32);
 /// A position move a fetch earned: (partition, position fetched from, leader epoch fetched
 /// under, next position if records were read, leader epoch of the last record read).
 type Advance = (TopicPartition, i64, i32, Option<i64>, Option<i32>);
+
+/// What [`Consumer::reset_position`] did.
+enum Reset {
+    /// The position is set.
+    Done,
+    /// The leader could not answer now (retriable): a later poll tries again.
+    Pending,
+    /// No reset policy: the caller must seek.
+    NoPolicy,
+}
 
 /// A failed lookup step.
 enum Lookup {
