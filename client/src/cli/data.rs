@@ -441,8 +441,13 @@ pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
     // A partition whose leader does not answer (offline) does not stop the others, as with
     // Kafka's console consumer: without --follow it is left out (its end is unknown), with
     // --follow it is read once its leader answers (the consumer resets it then).
+    // With --follow from the beginning or the end, the consumer resets every partition itself
+    // in its polls, each as soon as its leader answers (seeking one after another here made
+    // the partitions after an offline one start at their end after its lookup's timeout,
+    // skipping what was produced meanwhile).
+    let waits = a.follow && reset.is_some();
     let mut unreachable = Vec::new();
-    for tp in &tps {
+    for tp in tps.iter().filter(|_| !waits) {
         match consumer.seek(tp, start).await {
             Ok(_) => {}
             Err(ConsumeError::Unreachable(why)) if tps.len() > 1 => {
@@ -456,16 +461,10 @@ pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
     {
         return Err(ConsumeError::Unreachable(why.clone()).into());
     }
-    let waits = a.follow && reset.is_some();
     for (_, why) in &unreachable {
-        let what = if waits {
-            "reading it once its leader answers"
-        } else {
-            "reading the other partitions without it"
-        };
-        eprintln!("keelctl: warning: {why}; {what}");
+        eprintln!("keelctl: warning: {why}; reading the other partitions without it");
     }
-    if !waits && !unreachable.is_empty() {
+    if !unreachable.is_empty() {
         tps.retain(|tp| !unreachable.iter().any(|(u, _)| u == tp));
         consumer.assign(tps.clone());
     }

@@ -237,6 +237,10 @@ pub struct Consumer {
     /// The leader address of each fetch in `in_flight`, by task id (removed, without an
     /// await in between, when its answer or failure is taken).
     fetching: HashMap<tokio::task::Id, String>,
+    /// Partitions whose position reset could not be made (their leader did not answer): the
+    /// failed attempts and when the next may be made (Kafka retries a reset after
+    /// `retry.backoff.ms`, exponential to `retry.backoff.max.ms`). Cleared by a reset.
+    resets: HashMap<TopicPartition, (u32, tokio::time::Instant)>,
 }
 
 /// A fetch's answer: the leader address, the partitions with the position and leader epoch
@@ -290,6 +294,7 @@ impl Consumer {
             group: None,
             in_flight: JoinSet::new(),
             fetching: HashMap::new(),
+            resets: HashMap::new(),
         })
     }
 
@@ -922,9 +927,19 @@ impl Consumer {
         let mut ready = Vec::with_capacity(tps.len());
         for tp in tps {
             if self.position(&tp).is_none() {
+                let now = tokio::time::Instant::now();
+                if self.resets.get(&tp).is_some_and(|(_, at)| now < *at) {
+                    pending = true;
+                    continue;
+                }
                 match self.reset_position(&tp).await? {
-                    Reset::Done => {}
+                    Reset::Done => {
+                        self.resets.remove(&tp);
+                    }
                     Reset::Pending => {
+                        let failed = self.resets.get(&tp).map_or(0, |r| r.0);
+                        let at = tokio::time::Instant::now() + self.backoff(failed);
+                        self.resets.insert(tp, (failed.saturating_add(1), at));
                         pending = true;
                         continue;
                     }
@@ -938,8 +953,9 @@ impl Consumer {
             }
             ready.push(tp);
         }
-        let (by_leader, retry) = self.fetch_targets(&ready).await?;
-        let mut retry = retry || pending;
+        // A pending reset is retried on its own schedule: it does not make the poll pause
+        // (which would hold back the other partitions' records).
+        let (by_leader, mut retry) = self.fetch_targets(&ready).await?;
         let max_wait_ms = max_wait.as_millis().min(i32::MAX as u128) as i32;
         for (addr, (mut client, parts)) in by_leader {
             if self.fetching.values().any(|a| *a == addr) {
@@ -954,6 +970,14 @@ impl Consumer {
                 }
             });
             self.fetching.insert(task.id(), addr);
+        }
+        if pending && self.in_flight.is_empty() {
+            // Nothing to wait on: wait for the first reset due (at most `max_wait`).
+            let due = self.resets.values().map(|r| r.1).min();
+            let pause = due.map_or(max_wait, |at| {
+                at.saturating_duration_since(tokio::time::Instant::now())
+            });
+            tokio::time::sleep(pause.min(max_wait)).await;
         }
         // The first answer, then every other one already in.
         let mut answers = Vec::new();
