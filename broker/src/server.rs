@@ -1038,8 +1038,10 @@ impl BrokerService for BrokerGrpc {
             }
         }
         // The controller checks the request's bounds and answers its errors; this broker
-        // only puts its own file values in.
-        let req = request.into_inner();
+        // only puts its own file values in, and has the controller add its per-broker
+        // dynamic values to the topics' (it answers as the broker the client asked).
+        let mut req = request.into_inner();
+        req.answering_broker = Some(self.broker_id);
         let reply = self
             .controller
             .call(req.clone(), None, |mut c, r| async move {

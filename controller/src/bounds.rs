@@ -339,8 +339,11 @@ pub fn alter_configs(req: &AlterConfigsRequest) -> Result<(), FieldError> {
 
 /// Bounds of a DescribeConfigs: at most [`MAX_CONFIG_RESOURCES`] resources (names at most
 /// [`MAX_TOPIC_NAME_LEN`]), each naming at most [`MAX_CONFIGS_PER_RESOURCE`] keys of at most
-/// [`MAX_CONFIG_NAME_LEN`].
+/// [`MAX_CONFIG_NAME_LEN`]; `answering_broker`, when set, at least 0.
 pub fn describe_configs(req: &DescribeConfigsRequest) -> Result<(), FieldError> {
+    if let Some(id) = req.answering_broker {
+        check_range(|| "answering_broker".into(), id, 0..=i32::MAX)?;
+    }
     check_count(
         || "resources".into(),
         req.resources.len(),

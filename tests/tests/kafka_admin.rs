@@ -844,4 +844,33 @@ async fn kafka_admin_alters_partitions_leaders_assignments_and_configs() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+
+    // A per-broker value (log.retention.ms on broker 2) is what broker 2 answers for the
+    // topic, as DYNAMIC_BROKER_CONFIG (2): Kafka builds a topic's DescribeConfigs from the
+    // answering broker's config. Broker 1 still answers the cluster-wide default (3).
+    let r: IncrementalAlterConfigsResponse = call(
+        k2,
+        ApiKey::IncrementalAlterConfigs,
+        1,
+        &IncrementalAlterConfigsRequest::default().with_resources(vec![resource(
+            4,
+            "2",
+            vec![config("log.retention.ms", 0, Some("3600000"))],
+        )]),
+    )
+    .await;
+    assert_eq!(r.responses[0].error_code, 0, "{r:?}");
+    let start = Instant::now();
+    while retention_ms(k2, "kp").await != (Some("3600000".into()), 2) {
+        assert!(
+            start.elapsed() < WAIT,
+            "broker 2's own log.retention.ms not in its answer for the topic"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        retention_ms(k1, "kp").await,
+        (Some("7200000".into()), 3),
+        "broker 1 answers without broker 2's value"
+    );
 }

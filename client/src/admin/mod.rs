@@ -111,6 +111,7 @@ pub fn describe_configs_request(
             .collect(),
         include_synonyms: false,
         include_documentation: false,
+        answering_broker: None,
     }
 }
 

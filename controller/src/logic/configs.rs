@@ -564,7 +564,8 @@ fn check_compaction_lags(min: &str, max: &str) -> Result<(), (ErrorCode, String)
 /// DescribeConfigs (Kafka v4), a read: the value of each requested key (all known keys when
 /// `configuration_keys` is empty; unknown keys are left out, as Kafka does) with its source:
 /// TOPIC_CONFIG / DYNAMIC_BROKER_CONFIG / DYNAMIC_DEFAULT_BROKER_CONFIG / DEFAULT_CONFIG
-/// (Kafka's defaults). `synonyms` (with `include_synonyms`) lists the lower-precedence values,
+/// (Kafka's defaults); a topic's key gets DYNAMIC_BROKER_CONFIG from the per-broker value of
+/// its broker synonym on `answering_broker`, if set (the broker a client asked). `synonyms` (with `include_synonyms`) lists the lower-precedence values,
 /// highest first. Per-resource errors: unknown topic -> UNKNOWN_TOPIC_OR_PARTITION; unknown
 /// type, bad or unregistered broker id -> INVALID_REQUEST. `metadata_offset` is the image's offset.
 pub fn describe_configs(
@@ -618,6 +619,16 @@ fn describe_entry(
             let v = image.config(&ConfigResource::Topic(t.clone()), def.name);
             if let Some(v) = v {
                 sources.push((def.name.into(), Some(v.into()), ConfigSource::TopicConfig));
+            }
+            let on_broker = req.answering_broker.zip(def.broker_synonym());
+            if let Some(v) =
+                on_broker.and_then(|(id, b)| image.config(&ConfigResource::Broker(id), b))
+            {
+                sources.push((
+                    def.broker_name.into(),
+                    Some(v.into()),
+                    ConfigSource::DynamicBrokerConfig,
+                ));
             }
             def.name
         }

@@ -564,6 +564,7 @@ pub fn describe_configs_plan(
         resources: Vec::new(),
         include_synonyms: req.include_synonyms,
         include_documentation: version >= 3 && req.include_documentation,
+        answering_broker: Some(self_id),
     };
     let slots = req
         .resources
@@ -684,7 +685,7 @@ pub fn describe_configs_response(
                                 s.broker_name
                             }
                     });
-                    config_entry(c, overlay.then_some(stat).flatten(), req, version)
+                    config_entry(c, overlay.then_some(stat).flatten(), by_topic, req, version)
                 })
                 .collect();
             out.with_error_code(0)
@@ -816,10 +817,14 @@ pub fn broker_only_entries<'a>(
         .collect()
 }
 
-/// One described key (see [`describe_configs_response`]).
+/// One described key (see [`describe_configs_response`]). The first synonym is the
+/// effective value; a topic key's value that does not come from the topic is named with the
+/// broker key it comes from (`log.retention.ms` for `retention.ms`: Kafka's
+/// `ConfigHelper.createTopicConfigEntry` lists the broker synonyms by their broker names).
 fn config_entry(
     c: ctl::DescribeConfigsEntry,
     stat: Option<&StaticBrokerConfig>,
+    by_topic: bool,
     req: &KDescribeConfigsRequest,
     version: i16,
 ) -> DescribeConfigsResourceResult {
@@ -839,11 +844,16 @@ fn config_entry(
             source = CONFIG_SOURCE_STATIC_BROKER;
             s.broker_name.to_string()
         }
-        Some(s) if source != CONFIG_SOURCE_DEFAULT => {
-            add_static_synonym(&mut lower, s);
-            c.name.clone()
+        stat => {
+            if let Some(s) = stat.filter(|_| source != CONFIG_SOURCE_DEFAULT) {
+                add_static_synonym(&mut lower, s);
+            }
+            let broker_key = (by_topic && source != CONFIG_SOURCE_TOPIC)
+                .then(|| keel_metadata_log::configs::topic_config_def(&c.name))
+                .flatten()
+                .and_then(|d| d.broker_synonym());
+            broker_key.map_or_else(|| c.name.clone(), str::to_string)
         }
-        _ => c.name.clone(),
     };
     if req.include_synonyms {
         synonyms.push(synonym(&effective_name, value.as_ref(), source));

@@ -439,6 +439,7 @@ fn alter_then_describe_with_sources() {
             ],
             include_synonyms: true,
             include_documentation: true,
+            answering_broker: None,
         },
     );
     assert_eq!(d.metadata_offset, c.offset as i64);
@@ -488,6 +489,59 @@ fn alter_then_describe_with_sources() {
         code(&d.results[2].error),
         ErrorCode::UnknownTopicOrPartition
     );
+    // Asked through broker 2, the topic's keys take broker 2's per-broker values (Kafka: the
+    // answering broker's config), named with the broker key; other brokers' do not count.
+    for (answering, want) in [
+        (
+            Some(2),
+            (Some("1048576"), ConfigSource::DynamicBrokerConfig),
+        ),
+        (Some(1), (Some("1073741824"), ConfigSource::DefaultConfig)),
+    ] {
+        let d = describe_configs(
+            &c.image,
+            &DescribeConfigsRequest {
+                resources: vec![DescribeConfigsResource {
+                    resource_type: ConfigResourceType::Topic as i32,
+                    resource_name: "t".into(),
+                    configuration_keys: vec!["segment.bytes".into(), "retention.ms".into()],
+                }],
+                include_synonyms: true,
+                include_documentation: false,
+                answering_broker: answering,
+            },
+        );
+        let configs = &d.results[0].configs;
+        let seg = configs.iter().find(|e| e.name == "segment.bytes").unwrap();
+        assert_eq!(
+            (seg.value.as_deref(), seg.config_source),
+            (want.0, want.1 as i32),
+            "{answering:?}"
+        );
+        let syn: Vec<(&str, Option<&str>, i32)> = seg
+            .synonyms
+            .iter()
+            .map(|s| (s.name.as_str(), s.value.as_deref(), s.source))
+            .collect();
+        let default = (
+            "log.segment.bytes",
+            Some("1073741824"),
+            ConfigSource::DefaultConfig as i32,
+        );
+        assert_eq!(
+            syn,
+            if answering == Some(2) {
+                vec![default]
+            } else {
+                vec![]
+            }
+        );
+        let ret = configs.iter().find(|e| e.name == "retention.ms").unwrap();
+        assert_eq!(
+            ret.config_source,
+            ConfigSource::DynamicDefaultBrokerConfig as i32
+        );
+    }
 
     // DELETE removes the override; the cluster default shows through.
     let r = alter(
@@ -671,6 +725,7 @@ fn broker_configs_need_a_registered_broker() {
             ],
             include_synonyms: false,
             include_documentation: false,
+            answering_broker: None,
         },
     );
     assert_eq!(code(&d.results[0].error), ErrorCode::InvalidRequest);

@@ -333,6 +333,7 @@ fn describe_configs_adds_broker_only_keys_to_this_brokers_resource_only() {
         ],
         include_synonyms: false,
         include_documentation: false,
+        answering_broker: Some(1),
     };
     let mut reply = describe_configs_reply();
     overlay_static_configs(&req, &mut reply, 1, &statics());
@@ -439,6 +440,11 @@ fn describe_configs_plan_forwards_topics_and_own_broker_only() {
     let plan = describe_configs_plan(&describe_configs_req(), 4, 1);
     let f = &plan.forward;
     assert!(f.include_synonyms && f.include_documentation);
+    assert_eq!(
+        f.answering_broker,
+        Some(1),
+        "topics as this broker applies them"
+    );
     assert_eq!(f.resources.len(), 3);
     assert_eq!(f.resources[0].resource_type, 2);
     assert!(
@@ -495,6 +501,9 @@ fn describe_configs_response_errors_filters_and_static_values() {
     assert_eq!(segment.config_source, CONFIG_SOURCE_TOPIC);
     assert_eq!(segment.synonyms[0].name.as_str(), "segment.bytes");
     assert_eq!(t.configs[2].config_type, 7, "cleanup.policy is a LIST");
+    // A topic key's default is named with the broker key it comes from (Kafka's
+    // `ConfigHelper`), a topic override with the topic key.
+    assert_eq!(t.configs[2].synonyms[0].name.as_str(), "log.cleanup.policy");
     // This broker: filtered to the asked key, static value applied.
     assert_eq!(r[1].configs.len(), 1);
     assert_eq!(r[1].configs[0].value.as_deref(), Some("-1"));
@@ -772,6 +781,7 @@ fn grpc_describe_configs_puts_in_the_broker_file_values_for_topics_and_itself_on
         resources: vec![resource(2, "t"), resource(4, "1"), resource(2, "t")],
         include_synonyms: true,
         include_documentation: false,
+        answering_broker: Some(1),
     };
     let mut reply = describe_configs_reply();
     reply.results[2].error = Some(ErrorCode::UnknownTopicOrPartition.to_proto("gone"));
