@@ -181,9 +181,11 @@ fn keelctl_produce_consume_verify_round_trip() {
     // An offset past the end is a typed one-line error, not an empty success.
     let err = f.fails(&["consume", "--topic", "events", "--offset", "100000"]);
     assert!(
-        err.starts_with(
-            "keelctl: events-0: offset 100000 is out of range (OFFSET_OUT_OF_RANGE (1))"
-        ),
+        err.starts_with(&format!(
+            "keelctl: events-0: offset 100000 is out of range (OFFSET_OUT_OF_RANGE (1)): valid \
+             offsets are 0 (the log start offset) to {} (the high watermark",
+            per_partition.get(&0).map_or(0, Vec::len)
+        )),
         "{err}"
     );
     // So is a negative one (not clap's "unexpected argument").

@@ -591,6 +591,11 @@ async fn keelctl_group_lists_describes_resets_and_deletes_groups() {
     assert!(ok, "delete: {err}");
     let (ok, out, _) = keelctl(&c, &["--json", "group", "list"]);
     assert!(ok && !out.contains(group), "{out}");
+    let (ok, out, err) = keelctl(&c, &["group", "describe", group]);
+    assert!(
+        !ok && out.is_empty() && err.contains(&format!("consumer group '{group}' does not exist")),
+        "describe of a deleted group: {out} / {err}"
+    );
 }
 
 /// A member of a group through Keel's own client (`Consumer::subscribe` over gRPC), polling

@@ -483,13 +483,14 @@ pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
                 Some(e) => *e,
                 None => consumer.end_offset(tp).await?,
             };
-            if offset < consumer.beginning_offset(tp).await? || offset > end {
-                return Err(crate::consumer::ConsumeError::OffsetOutOfRange {
-                    topic: tp.0.clone(),
-                    partition: tp.1,
-                    offset,
-                }
-                .into());
+            let start = consumer.beginning_offset(tp).await?;
+            if offset < start || offset > end {
+                return Err(CliError::new(format!(
+                    "{}-{}: offset {offset} is out of range (OFFSET_OUT_OF_RANGE (1)): valid \
+                     offsets are {start} (the log start offset) to {end} (the high watermark, \
+                     where the next record goes)",
+                    tp.0, tp.1
+                )));
             }
         }
     }

@@ -192,6 +192,13 @@ fn consumer(addresses: &[String], ctx: &Ctx) -> Result<Consumer, CliError> {
 async fn describe(admin: &GroupAdmin, addresses: &[String], group: &str, ctx: &Ctx) -> CliResult {
     let (d, coordinator) = admin.describe(group).await.map_err(group_error)?;
     let committed = admin.offsets(group).await.map_err(group_error)?;
+    if d.state == "Dead" && committed.is_empty() {
+        // Kafka 4's kafka-consumer-groups fails the same way (DescribeGroups v6 answers
+        // GROUP_ID_NOT_FOUND for an unknown group, KIP-1043) instead of describing a Dead one.
+        return Err(CliError::new(format!(
+            "consumer group '{group}' does not exist"
+        )));
+    }
     // (topic, partition) -> (committed, member id, host, client id)
     let mut rows: BTreeMap<(String, i32), (i64, String, String, String)> = BTreeMap::new();
     for o in committed {
@@ -256,10 +263,6 @@ async fn describe(admin: &GroupAdmin, addresses: &[String], group: &str, ctx: &C
             format!(", assignor {}", desc.protocol)
         }
     );
-    if desc.state == "Dead" {
-        outln!("Consumer group '{group}' does not exist.");
-        return Ok(());
-    }
     let dash = |n: i64| {
         if n < 0 {
             "-".to_string()

@@ -31,7 +31,10 @@ pub struct ProduceSummary {
 pub fn produce_summary_text(s: &ProduceSummary) -> String {
     let secs = s.elapsed_ms as f64 / 1000.0;
     let rate = if s.elapsed_ms > 0 {
-        format!(" ({:.0} records/s)", s.records as f64 / secs)
+        let per_sec = s.records as f64 / secs;
+        // Whole records/s, or one decimal below 10 (a few records over seconds are not 0/s).
+        let digits = usize::from(per_sec < 10.0);
+        format!(" ({per_sec:.digits$} records/s)")
     } else {
         String::new()
     };
@@ -224,6 +227,17 @@ mod tests {
         assert_eq!(
             produce_summary_text(&s),
             "produced 1000 records (12.3 KiB) to orders partitions 0,1,2 in 0.50 s (2000 records/s)\n"
+        );
+        let slow = ProduceSummary {
+            records: 1,
+            partitions: vec![0],
+            elapsed_ms: 2_500,
+            ..s.clone()
+        };
+        assert!(
+            produce_summary_text(&slow).ends_with("in 2.50 s (0.4 records/s)\n"),
+            "{}",
+            produce_summary_text(&slow)
         );
         let f = ProduceSummary {
             failed: 2,
