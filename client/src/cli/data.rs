@@ -445,10 +445,17 @@ pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
     // in its polls, each as soon as its leader answers (seeking one after another here made
     // the partitions after an offline one start at their end after its lookup's timeout,
     // skipping what was produced meanwhile).
+    // The seeks are looked up concurrently: each offline partition would otherwise cost
+    // the API timeout before the next one is tried.
     let waits = a.follow && reset.is_some();
+    let seeks = if waits {
+        Vec::new()
+    } else {
+        consumer.seek_all(&tps, start).await
+    };
     let mut unreachable = Vec::new();
-    for tp in tps.iter().filter(|_| !waits) {
-        match consumer.seek(tp, start).await {
+    for (tp, seek) in tps.iter().zip(seeks) {
+        match seek {
             Ok(_) => {}
             Err(ConsumeError::Unreachable(why)) if tps.len() > 1 => {
                 unreachable.push((tp.clone(), why));
@@ -471,8 +478,8 @@ pub(super) async fn consume(a: ConsumeArgs, ctx: &Ctx) -> CliResult {
     // Without --follow: stop at the HW of each partition as it is now.
     let mut ends: BTreeMap<TopicPartition, i64> = BTreeMap::new();
     if !a.follow {
-        for tp in &tps {
-            ends.insert(tp.clone(), consumer.end_offset(tp).await?);
+        for (tp, end) in tps.iter().zip(consumer.end_offsets(&tps).await) {
+            ends.insert(tp.clone(), end?);
         }
     }
     // An --offset outside [log start, HW] is an error (OFFSET_OUT_OF_RANGE), also when the

@@ -62,6 +62,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::{StreamExt, stream};
 use keel_proto::ErrorCode;
 use keel_proto::broker::{
     DeleteRecordsPartition, DeleteRecordsRequest, DeleteRecordsTopic, EpochEndOffsetResult,
@@ -158,6 +159,10 @@ pub const MAX_API_TIMEOUT_MS: u64 = 24 * 3600 * 1000;
 
 /// Largest effective `retry_backoff_ms` / `retry_backoff_max_ms`: one hour.
 pub const MAX_RETRY_BACKOFF_MS: u64 = 3600 * 1000;
+
+/// Offset lookups (ListOffsets, one partition each) [`Consumer::seek_all`] and
+/// [`Consumer::end_offsets`] keep in flight at once.
+pub const MAX_CONCURRENT_LOOKUPS: usize = 32;
 
 impl ConsumerConfig {
     /// Defaults for `bootstrap_brokers`.
@@ -534,13 +539,52 @@ impl Consumer {
     /// Moves the position of `tp` (EARLIEST, LATEST and timestamps are looked up now with
     /// ListOffsets on the leader).
     pub async fn seek(&mut self, tp: &TopicPartition, to: SeekTo) -> Result<i64, ConsumeError> {
+        let state = self.seek_state(tp, to).await?;
+        let position = state.position.unwrap_or(-1);
+        self.partitions.insert(tp.clone(), state);
+        Ok(position)
+    }
+
+    /// [`Self::seek`] of every partition of `tps`, the lookups made concurrently (at most
+    /// [`MAX_CONCURRENT_LOOKUPS`] at once): a partition whose leader does not answer costs
+    /// `default_api_timeout_ms` once, not once for every partition after it (Kafka's
+    /// consumer looks offsets up for all partitions of a leader at once). One result per
+    /// partition of `tps`, in order; a failed one leaves that position as it was.
+    pub async fn seek_all(
+        &mut self,
+        tps: &[TopicPartition],
+        to: SeekTo,
+    ) -> Vec<Result<i64, ConsumeError>> {
+        let states: Vec<_> = stream::iter(tps)
+            .map(|tp| self.seek_state(tp, to))
+            .buffered(MAX_CONCURRENT_LOOKUPS)
+            .collect()
+            .await;
+        tps.iter()
+            .zip(states)
+            .map(|(tp, state)| {
+                let state = state?;
+                let position = state.position.unwrap_or(-1);
+                self.partitions.insert(tp.clone(), state);
+                Ok(position)
+            })
+            .collect()
+    }
+
+    /// The state a seek of `tp` to `to` sets (looked up on the leader, without changing
+    /// anything). [`ConsumeError::NotAssigned`] for a partition not assigned.
+    async fn seek_state(
+        &self,
+        tp: &TopicPartition,
+        to: SeekTo,
+    ) -> Result<PartitionState, ConsumeError> {
         if !self.partitions.contains_key(tp) {
             return Err(ConsumeError::NotAssigned {
                 topic: tp.0.clone(),
                 partition: tp.1,
             });
         }
-        let state = match to {
+        Ok(match to {
             SeekTo::Offset(o) => PartitionState {
                 position: Some(o),
                 last_epoch: None,
@@ -556,16 +600,23 @@ impl Consumer {
                     self.list_offset(tp, -1).await?
                 }
             }
-        };
-        let position = state.position.unwrap_or(-1);
-        self.partitions.insert(tp.clone(), state);
-        Ok(position)
+        })
     }
 
     /// The high watermark of `tp` now (ListOffsets LATEST: the offset after the last
     /// committed record, exclusive), without moving the position.
     pub async fn end_offset(&self, tp: &TopicPartition) -> Result<i64, ConsumeError> {
         Ok(self.list_offset(tp, -1).await?.position.unwrap_or(0))
+    }
+
+    /// [`Self::end_offset`] of every partition of `tps`, looked up concurrently as in
+    /// [`Self::seek_all`] (Kafka: `Consumer.endOffsets`); one result per partition, in order.
+    pub async fn end_offsets(&self, tps: &[TopicPartition]) -> Vec<Result<i64, ConsumeError>> {
+        stream::iter(tps)
+            .map(|tp| self.end_offset(tp))
+            .buffered(MAX_CONCURRENT_LOOKUPS)
+            .collect()
+            .await
     }
 
     /// The log start offset of `tp` now (ListOffsets EARLIEST, inclusive).
