@@ -564,27 +564,6 @@ fn producer_stream_survives_kill9_of_a_partition_leader() {
     });
 }
 
-/// Polls `describe` of `topic` partition 0 until `pred` holds (deadline 60 s).
-fn wait_partition(f: &Fixture, topic: &str, what: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = f.run(&["--json", "topic", "describe", topic]);
-        if out.status.success() {
-            let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-            let p = v[0]["partitions"][0].clone();
-            if pred(&p) {
-                return p;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{topic}-0: {what} not reached: {p}\n{}",
-                f.logs()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 /// KIP-320 on real processes: a consumer that read records which an unclean election then
 /// threw away gets `LogTruncation` from its next poll instead of silently reading on.
 #[test]
@@ -601,7 +580,7 @@ fn consumer_reports_log_truncation_after_an_unclean_election() {
         "--replication-factor",
         "2",
     ]);
-    let p = wait_partition(&f, "trunc", "a leader", |p| p["leader"].as_i64() >= Some(1));
+    let p = f.wait_partition("trunc", "a leader", |p| p["leader"].as_i64() >= Some(1));
     let leader = p["leader"].as_i64().unwrap() as i32;
     let follower = p["replicas"]
         .as_array()
@@ -614,7 +593,7 @@ fn consumer_reports_log_truncation_after_an_unclean_election() {
     // The follower dies first: the ISR shrinks to the leader alone, and 10 records are
     // committed (HW 10) that only the leader holds.
     f.kill9_broker(follower);
-    wait_partition(&f, "trunc", "ISR = [leader]", |p| {
+    f.wait_partition("trunc", "ISR = [leader]", |p| {
         p["isr"] == serde_json::json!([leader])
     });
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -637,7 +616,7 @@ fn consumer_reports_log_truncation_after_an_unclean_election() {
 
     // The leader dies, the empty follower comes back alone and is elected uncleanly.
     f.kill9_broker(leader);
-    wait_partition(&f, "trunc", "offline", |p| p["leader"] == -1);
+    f.wait_partition("trunc", "offline", |p| p["leader"] == -1);
     let layout =
         keel_client::local_cluster::Layout::new(f.dir.path().join("keel-data"), f.base).unwrap();
     let spec = layout
@@ -650,7 +629,7 @@ fn consumer_reports_log_truncation_after_an_unclean_election() {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let out = f.run(&["partition", "elect", "--topic", "trunc", "--unclean"]);
-        let p = wait_partition(&f, "trunc", "described", |_| true);
+        let p = f.wait_partition("trunc", "described", |_| true);
         if p["leader"] == follower {
             break;
         }
