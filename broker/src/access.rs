@@ -15,7 +15,7 @@
 //! | FindCoordinator, DescribeGroups | DESCRIBE on the group(s) |
 //! | JoinGroup, SyncGroup, Heartbeat, LeaveGroup | READ on the group |
 //! | OffsetCommit | READ on the group and on every topic |
-//! | OffsetFetch | DESCRIBE on the group and on every topic named |
+//! | OffsetFetch | DESCRIBE on the group and on every topic named; offsets of topics without DESCRIBE are left out when all are asked for |
 //! | DeleteGroups | DELETE on every group |
 //! | ListGroups | none: groups without DESCRIBE are left out |
 //!
@@ -256,6 +256,20 @@ pub fn offset_fetch(
         Operation::Describe,
         r.topics.iter().map(|t| t.name.as_str()),
     )
+}
+
+/// OffsetFetch's reply: leaves out the offsets of topics the caller may not DESCRIBE (Kafka's
+/// `KafkaApis.handleOffsetFetchRequest` filters an all-topics fetch the same way; the
+/// topics a request names were checked by [`offset_fetch`]).
+pub fn filter_offsets(a: &Authz, c: &Caller, img: &MetadataImage, reply: &mut OffsetFetchReply) {
+    if a.enabled() {
+        let mut visible: std::collections::HashMap<String, bool> = Default::default();
+        reply.offsets.retain(|o| {
+            *visible
+                .entry(o.topic.clone())
+                .or_insert_with(|| topic(a, c, img, Operation::Describe, &o.topic).is_ok())
+        });
+    }
 }
 
 /// ListGroups: leaves out the groups the caller may not DESCRIBE.

@@ -634,10 +634,18 @@ async fn learn_cluster_id(
                 r = ask => r,
             };
             let why = match answer {
-                Ok(Ok(reply)) => match reported_cluster_id(reply.get_ref()) {
-                    Some(id) => return Some(id.to_string()),
-                    None => "no cluster id yet".to_string(),
-                },
+                Ok(Ok(reply)) => {
+                    match (reported_cluster_id(reply.get_ref()), &reply.get_ref().error) {
+                        (Some(id), _) => return Some(id.to_string()),
+                        // A refusal (e.g. CLUSTER_AUTHORIZATION_FAILED) says what to fix.
+                        (None, Some(e)) if e.code != 0 => {
+                            let code = keel_proto::ErrorCode::from_proto(Some(e))
+                                .map_or_else(|_| format!("error {}", e.code), |c| c.to_string());
+                            format!("{code}: {}", e.message)
+                        }
+                        (None, _) => "no cluster id yet".to_string(),
+                    }
+                }
                 Ok(Err(status)) => format!(
                     "{}: {}",
                     status.code(),
@@ -1185,10 +1193,11 @@ impl BrokerService for BrokerGrpc {
     ) -> Result<Response<OffsetFetchReply>, Status> {
         check_access!(self, request, access::offset_fetch, OffsetFetchReply);
         check_bounds!(request, bounds::offset_fetch, OffsetFetchReply);
-        Ok(Response::new(crate::group::admin::offset_fetch(
-            &self.groups,
-            request.get_ref(),
-        )))
+        let mut reply = crate::group::admin::offset_fetch(&self.groups, request.get_ref());
+        let caller = self.authz.caller_of(&request);
+        let image = self.images.borrow().clone();
+        access::filter_offsets(&self.authz, &caller, &image, &mut reply);
+        Ok(Response::new(reply))
     }
 
     async fn offset_commit(

@@ -23,6 +23,14 @@ pub fn cluster(a: &Authz, c: &Caller, img: &MetadataImage, op: Operation) -> Res
     a.check(img.acls(), c, Action::cluster(op))
 }
 
+/// DescribeCluster: DESCRIBE on the cluster, or CLUSTER_ACTION (a node: a broker asks it for
+/// the cluster id before it registers, and Kafka's nodes need CLUSTER_ACTION only). A refusal
+/// names DESCRIBE.
+pub fn describe_cluster(a: &Authz, c: &Caller, img: &MetadataImage) -> Result<(), Denied> {
+    cluster(a, c, img, Operation::Describe)
+        .or_else(|d| cluster(a, c, img, Operation::ClusterAction).map_err(|_| d))
+}
+
 /// CreateTopics: CREATE on the cluster, or on every topic named.
 pub fn create_topics(
     a: &Authz,

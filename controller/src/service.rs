@@ -975,7 +975,8 @@ impl ControllerService for ControllerGrpc {
         &self,
         request: Request<DescribeClusterRequest>,
     ) -> Result<Response<DescribeClusterReply>, Status> {
-        if let Err(d) = self.authorize_cluster(&request, Operation::Describe) {
+        let caller = self.authz.caller_of(&request);
+        if let Err(d) = self.authorize(&caller, access::describe_cluster) {
             return Ok(Response::new(DescribeClusterReply {
                 error: Some(d.to_proto()),
                 leader: self.hint(),

@@ -13,6 +13,7 @@
 //! MiB, Kafka's `offsets.topic.segment.bytes`); until it exists and its partition has a leader the answer
 //! is COORDINATOR_NOT_AVAILABLE (retriable).
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -503,9 +504,9 @@ pub async fn offset_commit(
     )
 }
 
-/// One committed offset for OffsetFetch: (partition, offset, leader epoch, metadata); -1,
-/// -1, "" when the partition has none.
-type FetchedPartition = (i32, i64, i32, String);
+/// One committed offset for OffsetFetch: (partition, offset, leader epoch, metadata, error);
+/// -1, -1, "" when the partition has none or the error is not NONE.
+type FetchedPartition = (i32, i64, i32, String, ErrorCode);
 
 /// One group's committed offsets by topic, or the group-level error.
 type FetchedGroup = Result<Vec<(String, Vec<FetchedPartition>)>, ErrorCode>;
@@ -520,13 +521,31 @@ fn fetch_group(
             .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
             .collect::<Vec<_>>()
     });
+    let named = wanted.is_some();
     ctx.check_group(Operation::Describe, group)?;
     let found = coordinator(ctx).fetch_offsets(group, wanted)?;
+    // Kafka (`KafkaApis.handleOffsetFetchRequest`): a topic the caller may not DESCRIBE is
+    // TOPIC_AUTHORIZATION_FAILED in each partition named, and left out when every
+    // committed offset was asked for (clients may not see offsets of topics they may not
+    // describe, nor learn their names).
+    let mut visible: HashMap<String, bool> = HashMap::new();
     let mut out: Vec<(String, Vec<FetchedPartition>)> = Vec::new();
     for (t, p, c) in found {
+        let allowed = *visible.entry(t.clone()).or_insert_with(|| {
+            ctx.check(|a, c, img| crate::access::topic(a, c, img, Operation::Describe, &t))
+                .is_ok()
+        });
         let row = match c {
-            Some(c) => (p, c.offset, c.leader_epoch, c.metadata),
-            None => (p, -1, -1, String::new()),
+            _ if !allowed && !named => continue,
+            _ if !allowed => (
+                p,
+                -1,
+                -1,
+                String::new(),
+                ErrorCode::TopicAuthorizationFailed,
+            ),
+            Some(c) => (p, c.offset, c.leader_epoch, c.metadata, ErrorCode::None),
+            None => (p, -1, -1, String::new(), ErrorCode::None),
         };
         match out.last_mut() {
             Some((name, rows)) if *name == t => rows.push(row),
@@ -562,12 +581,13 @@ pub fn offset_fetch(
                                     .with_name(TopicName(s(t)))
                                     .with_partitions(
                                         ps.into_iter()
-                                            .map(|(p, o, e, m)| {
+                                            .map(|(p, o, e, m, code)| {
                                                 OffsetFetchResponsePartitions::default()
                                                     .with_partition_index(p)
                                                     .with_committed_offset(o)
                                                     .with_committed_leader_epoch(e)
                                                     .with_metadata(Some(s(m)))
+                                                    .with_error_code(code.code())
                                             })
                                             .collect(),
                                     )
@@ -625,11 +645,12 @@ pub fn offset_fetch(
                         .with_name(TopicName(s(t)))
                         .with_partitions(
                             ps.into_iter()
-                                .map(|(p, o, e, m)| {
+                                .map(|(p, o, e, m, code)| {
                                     let r = OffsetFetchResponsePartition::default()
                                         .with_partition_index(p)
                                         .with_committed_offset(o)
-                                        .with_metadata(Some(s(m)));
+                                        .with_metadata(Some(s(m)))
+                                        .with_error_code(code.code());
                                     if version >= 5 {
                                         r.with_committed_leader_epoch(e)
                                     } else {
