@@ -84,7 +84,7 @@ pub fn broker_rows(reply: &DescribeClusterReply) -> Vec<BrokerRow> {
                     .endpoints
                     .iter()
                     .skip(1)
-                    .find(|e| e.name == "PLAINTEXT")
+                    .find(|e| keel_runtime::settings::listeners::KAFKA.contains(&e.name.as_str()))
                     .map(|e| format!("{}:{}", e.host, e.port)),
                 rack: b.rack.clone(),
                 epoch: b.broker_epoch,
@@ -481,6 +481,32 @@ mod tests {
             ["3", "pbvuBlaTTwKRxS5NLJwRFQ", "127.0.0.1:9093"],
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_kafka_column_shows_any_kafka_listener() {
+        let endpoint = |name: &str, port| BrokerEndpoint {
+            name: name.into(),
+            host: "127.0.0.1".into(),
+            port,
+            security_protocol: String::new(),
+        };
+        for name in ["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] {
+            let reply = DescribeClusterReply {
+                brokers: vec![DescribedBroker {
+                    broker_id: 1,
+                    endpoints: vec![endpoint("GRPC", 9101), endpoint(name, 9201)],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            let rows = broker_rows(&reply);
+            assert_eq!(
+                rows[0].kafka_endpoint.as_deref(),
+                Some("127.0.0.1:9201"),
+                "{name}"
+            );
+        }
     }
 
     #[test]
