@@ -1031,8 +1031,8 @@ impl BrokerService for BrokerGrpc {
         &self,
         request: Request<keel_proto::controller::DescribeConfigsRequest>,
     ) -> Result<Response<keel_proto::controller::DescribeConfigsReply>, Status> {
+        let caller = self.authz.caller_of(&request);
         if self.authz.enabled() {
-            let caller = self.authz.caller_of(&request);
             let image = self.images.borrow().clone();
             if let Err(d) =
                 access::describe_configs(&self.authz, &caller, &image, request.get_ref())
@@ -1052,7 +1052,7 @@ impl BrokerService for BrokerGrpc {
         req.answering_broker = Some(self.broker_id);
         let reply = self
             .controller
-            .call(req.clone(), None, |mut c, r| async move {
+            .call(Some(&caller), req.clone(), None, |mut c, r| async move {
                 c.describe_configs(r).await
             })
             .await;

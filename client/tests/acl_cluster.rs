@@ -759,17 +759,39 @@ fn a_broker_certificate_cannot_act_as_another_broker() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let describe = || {
+    // `for_client`: sent as a broker forwarding that client's request (Kafka's envelope).
+    let describe_for = |for_client: Option<&str>| {
         rt.block_on(async {
             use keel_proto::controller::controller_service_client::ControllerServiceClient;
             let mut c =
                 ControllerServiceClient::new(channel(&tls, "broker-9", &controllers[0]).await);
-            c.describe_cluster(keel_proto::controller::DescribeClusterRequest::default())
-                .await
-                .unwrap()
-                .into_inner()
+            let mut request =
+                tonic::Request::new(keel_proto::controller::DescribeClusterRequest::default());
+            if let Some(p) = for_client {
+                request.metadata_mut().insert_bin(
+                    keel_metadata_log::authz::FORWARDED_PRINCIPAL,
+                    tonic::metadata::MetadataValue::from_bytes(p.as_bytes()),
+                );
+            }
+            c.describe_cluster(request).await.unwrap().into_inner()
         })
     };
+    let describe = || describe_for(None);
+    // Without ClusterAction it cannot forward for anyone, the super user included.
+    let r = describe_for(Some("User:keelctl"));
+    assert_eq!(
+        code(r.error.as_ref()),
+        ErrorCode::ClusterAuthorizationFailed,
+        "{r:?}"
+    );
+    assert!(
+        r.error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("a forwarded request needs ClusterAction"),
+        "{r:?}"
+    );
     let r = describe();
     assert_eq!(
         code(r.error.as_ref()),
@@ -815,4 +837,23 @@ fn a_broker_certificate_cannot_act_as_another_broker() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Now it may forward: the controllers judge the client it names, not the broker (a
+    // super user's request passes whichever broker it went through; found by the session-45
+    // trial, where a request through a broker that was no super user was refused naming it).
+    let r = describe_for(Some("User:keelctl"));
+    assert_eq!(code(r.error.as_ref()), ErrorCode::None, "{r:?}");
+    let r = describe_for(Some("User:nobody"));
+    assert_eq!(
+        code(r.error.as_ref()),
+        ErrorCode::ClusterAuthorizationFailed,
+        "{r:?}"
+    );
+    assert!(
+        r.error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("User:nobody may not DESCRIBE"),
+        "{r:?}"
+    );
 }

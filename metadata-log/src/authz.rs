@@ -21,6 +21,17 @@ use crate::acl::{self, AclsImage, Action, AuthorizerConfig, Operation, ResourceT
 /// The gRPC metadata key of a session token (`Bearer <token>`).
 pub const AUTHORIZATION: &str = "authorization";
 
+/// The gRPC metadata key (binary) of the principal a broker forwards a client's request for
+/// (Kafka's EnvelopeRequest principal, KIP-590): the client's `User:<name>`, UTF-8.
+pub const FORWARDED_PRINCIPAL: &str = "keel-forwarded-principal-bin";
+
+/// The gRPC metadata key (binary) of the forwarded client's IP address (Kafka's
+/// EnvelopeRequest ClientHostAddress), UTF-8; may be absent.
+pub const FORWARDED_HOST: &str = "keel-forwarded-host-bin";
+
+/// Longest forwarded principal or host accepted, bytes (an ACL's principal is at most 1,024).
+const MAX_FORWARDED_BYTES: usize = 1024;
+
 /// `User:<name>` of a `Bearer` session token, or why it is refused.
 fn token_principal(inner: &Inner, value: &str) -> Result<String, String> {
     let token = value
@@ -35,6 +46,14 @@ fn token_principal(inner: &Inner, value: &str) -> Result<String, String> {
     crate::scram::verify_token(token, |u, m| image.scram_credential(u, m), now)
         .map(|user| format!("User:{user}"))
         .map_err(|e| e.to_string())
+}
+
+/// A forwarded principal or host: UTF-8 of at most [`MAX_FORWARDED_BYTES`] without control
+/// characters.
+fn forwarded_text(bytes: Option<&[u8]>) -> Option<String> {
+    let text = std::str::from_utf8(bytes?).ok()?;
+    (text.len() <= MAX_FORWARDED_BYTES && !text.chars().any(char::is_control))
+        .then(|| text.to_string())
 }
 
 /// Who sent a request.
@@ -182,12 +201,51 @@ impl Authz {
 
     /// The caller of a gRPC request: with the metadata `authorization: Bearer <token>` (a
     /// session token of `ScramAuthenticate`, #23) `User:<its user>`, or why the token is
-    /// refused; else the principal of the client certificate.
+    /// refused; with [`FORWARDED_PRINCIPAL`] (a broker forwarding a client's admin request to
+    /// the controllers) that client, if the sender holds CLUSTER_ACTION on the cluster (Kafka:
+    /// an EnvelopeRequest needs CLUSTER_ACTION, and the request inside is authorized as the
+    /// client, KIP-590), else why the sender may not forward; else the principal of the
+    /// client certificate.
     pub fn caller_of<T>(&self, request: &tonic::Request<T>) -> Caller {
         let mut caller = self.caller(keel_runtime::tls::peer_info(request));
-        if let Some(v) = request.metadata().get(AUTHORIZATION)
-            && let Some(inner) = &self.inner
-        {
+        let Some(inner) = &self.inner else {
+            return caller;
+        };
+        if let Some(v) = request.metadata().get_bin(FORWARDED_PRINCIPAL) {
+            let host = request.metadata().get_bin(FORWARDED_HOST);
+            let claimed = forwarded_text(v.to_bytes().ok().as_deref())
+                .filter(|p| p.starts_with("User:"))
+                .ok_or_else(|| "the forwarded principal is not `User:<name>`".to_string());
+            let host = match host {
+                None => Ok(String::new()),
+                Some(h) => forwarded_text(h.to_bytes().ok().as_deref())
+                    .ok_or_else(|| "the forwarded client host is not text".to_string()),
+            };
+            let sender = match inner.images.get() {
+                None => Err("this node cannot check forwarded requests yet".to_string()),
+                Some(images) => {
+                    let image = images.borrow().clone();
+                    self.check(
+                        image.acls(),
+                        &caller,
+                        Action::cluster(Operation::ClusterAction),
+                    )
+                    .map_err(|d| format!("a forwarded request needs ClusterAction: {}", d.message))
+                }
+            };
+            return match (sender, claimed, host) {
+                (Ok(()), Ok(principal), Ok(host)) => Caller {
+                    principal: Ok(principal),
+                    host,
+                    token_refused: false,
+                },
+                (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => Caller {
+                    principal: Err(why),
+                    ..caller
+                },
+            };
+        }
+        if let Some(v) = request.metadata().get(AUTHORIZATION) {
             caller.principal = token_principal(inner, v.to_str().unwrap_or(""));
             caller.token_refused = caller.principal.is_err();
         }
@@ -476,6 +534,58 @@ mod tests {
             a.check(&acls, &revoked, topic).unwrap_err().code,
             ErrorCode::SaslAuthenticationFailed
         );
+    }
+
+    #[test]
+    fn a_forwarded_request_is_the_clients_if_the_sender_may_forward() {
+        let authz = |super_users: &[&str]| {
+            let cfg = AuthorizerConfig {
+                super_users: super_users.iter().map(|s| s.to_string()).collect(),
+                allow_everyone_if_no_acl_found: false,
+            };
+            let a = Authz::standard(cfg, PrincipalMapper::default(), "User:{role}-{id}").unwrap();
+            let (_tx, rx) = tokio::sync::watch::channel(crate::MetadataImage::default());
+            a.attach_images(rx);
+            a
+        };
+        let request = |principal: &[u8], host: Option<&[u8]>| {
+            let mut r = tonic::Request::new(());
+            let m = r.metadata_mut();
+            m.insert_bin(
+                FORWARDED_PRINCIPAL,
+                tonic::metadata::MetadataValue::from_bytes(principal),
+            );
+            if let Some(h) = host {
+                m.insert_bin(
+                    FORWARDED_HOST,
+                    tonic::metadata::MetadataValue::from_bytes(h),
+                );
+            }
+            r
+        };
+        // Without TLS the sender is User:ANONYMOUS: a super user here, so it holds ClusterAction.
+        let node = authz(&["User:ANONYMOUS"]);
+        let c = node.caller_of(&request("User:älice".as_bytes(), Some(b"10.0.0.7")));
+        assert_eq!(c.principal, Ok("User:älice".to_string()));
+        assert_eq!(c.host, "10.0.0.7");
+        for bad in [&b"alice"[..], b"User:a\nb", b"\xff"] {
+            let c = node.caller_of(&request(bad, None));
+            assert!(c.principal.is_err(), "{bad:?}: {c:?}");
+        }
+        // A sender without ClusterAction cannot speak for anyone.
+        let c = authz(&["User:admin"]).caller_of(&request(b"User:admin", None));
+        let why = c.principal.unwrap_err();
+        assert!(
+            why.contains("a forwarded request needs ClusterAction"),
+            "{why}"
+        );
+        assert!(
+            why.contains("User:ANONYMOUS may not CLUSTER_ACTION"),
+            "{why}"
+        );
+        // Without an authorizer the metadata means nothing.
+        let c = Authz::disabled().caller_of(&request(b"User:admin", None));
+        assert_eq!(c.principal, Ok("User:ANONYMOUS".to_string()));
     }
 
     #[test]

@@ -46,6 +46,7 @@ use kafka_protocol::messages::{
     IncrementalAlterConfigsResponse,
 };
 use kafka_protocol::messages::{DescribeLogDirsRequest, DescribeLogDirsResponse};
+use keel_metadata_log::authz::Caller;
 use keel_proto::controller as ctl;
 
 /// The bound of an operation with Kafka's `timeout_ms`: positive = that many ms, else none
@@ -143,7 +144,7 @@ pub async fn create_topics(
     req: &CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
-    // The controller sees this broker, not the client: the client is authorized here.
+    // The client is authorized here and, forwarded with its principal, by the controller.
     let forward = conv::create_topics_request(req);
     if let Err(d) = ctx.check(|a, c, img| {
         keel_metadata_log::authz::check_create_topics(
@@ -155,7 +156,7 @@ pub async fn create_topics(
     }) {
         return conv::create_topics_response(Err(denied(d)), req, version);
     }
-    forward_create_topics(&ctx.controller, req, version).await
+    forward_create_topics(&ctx.controller, Some(&ctx.caller), req, version).await
 }
 
 /// A refusal as the forwarder's failure, which the conversions answer per topic.
@@ -176,13 +177,13 @@ async fn forward_checked<Q, R, F, Fut>(
 where
     Q: prost::Message + Clone,
     R: crate::lifecycle::ControllerReply + Default,
-    F: Fn(ControllerServiceClient<Channel>, Q) -> Fut,
+    F: Fn(ControllerServiceClient<Channel>, tonic::Request<Q>) -> Fut,
     Fut: Future<Output = Result<tonic::Response<R>, tonic::Status>>,
 {
     allowed.map_err(denied)?;
     match forward {
         None => Ok(R::default()),
-        Some(q) => ctx.controller.call(q, bound, send).await,
+        Some(q) => ctx.controller.call(Some(&ctx.caller), q, bound, send).await,
     }
 }
 
@@ -194,17 +195,22 @@ fn on_cluster(
     ctx.check(|a, c, img| a.check(img.acls(), c, keel_metadata_log::acl::Action::cluster(op)))
 }
 
-/// CreateTopics sent through `controller` (also how `__consumer_offsets` is created).
+/// CreateTopics sent through `controller` on behalf of `client` (`None`: this broker's own,
+/// how `__consumer_offsets` is created).
 pub async fn forward_create_topics(
     controller: &ControllerForwarder,
+    client: Option<&Caller>,
     req: &CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
     let forward = conv::create_topics_request(req);
     let reply = controller
-        .call(forward, deadline(req.timeout_ms), |mut c, r| async move {
-            c.create_topics(r).await
-        })
+        .call(
+            client,
+            forward,
+            deadline(req.timeout_ms),
+            |mut c, r| async move { c.create_topics(r).await },
+        )
         .await;
     conv::create_topics_response(reply, req, version)
 }
@@ -581,7 +587,7 @@ pub async fn describe_cluster(
         Err(f) => Err(f),
         Ok(forward) => {
             ctx.controller
-                .call(forward, None, |mut c, r| async move {
+                .call(Some(&ctx.caller), forward, None, |mut c, r| async move {
                     c.describe_cluster(r).await
                 })
                 .await

@@ -240,7 +240,7 @@ pub async fn create_offsets_topic(
                     config("segment.bytes", cfg.offsets_topic_segment_bytes.to_string()),
                 ]),
         ]);
-    let reply = admin::forward_create_topics(controller, &req, 7).await;
+    let reply = admin::forward_create_topics(controller, None, &req, 7).await;
     for t in reply.topics {
         match t.error_code {
             0 => tracing::info!(
