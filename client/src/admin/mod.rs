@@ -468,8 +468,13 @@ impl Admin {
                 if failed_rounds == 0 {
                     // Say so after the first round instead of going quiet for the whole
                     // budget (keelctl prints it on stderr).
+                    // With an attempt budget (keelctl cluster status has one), it may end first.
+                    let attempts_left = match self.config.max_attempts {
+                        u32::MAX => String::new(),
+                        max => format!(" and {} more attempts", max.saturating_sub(attempts)),
+                    };
                     tracing::warn!(
-                        "{}: {}; retrying for up to {:.1} s (api timeout)",
+                        "{}: {}; retrying for up to {:.1} s (api timeout){attempts_left}",
                         if answered {
                             "no active controller yet"
                         } else {

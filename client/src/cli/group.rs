@@ -108,8 +108,10 @@ struct Description {
     partitions: Vec<OffsetRow>,
 }
 
-fn group_error(e: GroupError) -> CliError {
-    CliError::new(e.to_string())
+/// `e` after what keelctl was doing (`delete group g: GROUP_ID_NOT_FOUND (69): ...`), the
+/// form of keelctl's other errors.
+fn group_error(what: impl std::fmt::Display) -> impl FnOnce(GroupError) -> CliError {
+    move |e| CliError::new(format!("{what}: {e}"))
 }
 
 /// Runs a `group` command.
@@ -133,7 +135,10 @@ pub async fn run(command: GroupCommand, ctx: &Ctx) -> CliResult {
                     STATES.join(", ")
                 )));
             }
-            let (groups, missing) = admin.list(&state).await.map_err(group_error)?;
+            let (groups, missing) = admin
+                .list(&state)
+                .await
+                .map_err(group_error("list groups"))?;
             for m in &missing {
                 eprintln!("keelctl: warning: groups of a broker are missing: {m}");
             }
@@ -170,7 +175,7 @@ pub async fn run(command: GroupCommand, ctx: &Ctx) -> CliResult {
                 } => CliError::new(format!(
                     "group {group} has members: stop its consumers first ({e})"
                 )),
-                _ => group_error(e),
+                _ => group_error(format!("delete group {group}"))(e),
             })?;
             if ctx.json {
                 ctx.print_json(&serde_json::json!({ "deleted": group }))
@@ -190,13 +195,16 @@ fn consumer(addresses: &[String], ctx: &Ctx) -> Result<Consumer, CliError> {
 }
 
 async fn describe(admin: &GroupAdmin, addresses: &[String], group: &str, ctx: &Ctx) -> CliResult {
-    let (d, coordinator) = admin.describe(group).await.map_err(group_error)?;
-    let committed = admin.offsets(group).await.map_err(group_error)?;
+    let what = format!("describe group {group}");
+    let (d, coordinator) = admin.describe(group).await.map_err(group_error(&what))?;
+    let committed = admin.offsets(group).await.map_err(group_error(&what))?;
     if d.state == "Dead" && committed.is_empty() {
         // Kafka 4's kafka-consumer-groups fails the same way (DescribeGroups v6 answers
         // GROUP_ID_NOT_FOUND for an unknown group, KIP-1043) instead of describing a Dead one.
         return Err(CliError::new(format!(
-            "consumer group '{group}' does not exist"
+            "{what}: {} ({}): consumer group '{group}' does not exist",
+            ErrorCode::GroupIdNotFound,
+            ErrorCode::GroupIdNotFound.code()
         )));
     }
     // (topic, partition) -> (committed, member id, host, client id)
@@ -318,7 +326,10 @@ async fn reset(admin: &GroupAdmin, addresses: &[String], a: ResetArgs, ctx: &Ctx
             "one of --to-earliest, --to-latest, --to-offset, --to-datetime is required",
         ));
     };
-    let (d, _) = admin.describe(&a.group).await.map_err(group_error)?;
+    let (d, _) = admin
+        .describe(&a.group)
+        .await
+        .map_err(group_error(format!("describe group {}", a.group)))?;
     if !d.members.is_empty() {
         return Err(CliError::new(format!(
             "Assignments can only be reset if the group '{}' is inactive, but the current \
@@ -368,7 +379,7 @@ async fn reset(admin: &GroupAdmin, addresses: &[String], a: ResetArgs, ctx: &Ctx
                 "group {} became active: stop its consumers and retry ({e})",
                 a.group
             )),
-            _ => group_error(e),
+            _ => group_error(format!("reset the offsets of group {}", a.group))(e),
         })?;
     }
     if ctx.json {
