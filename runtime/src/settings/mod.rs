@@ -497,9 +497,8 @@ impl Schema {
     }
 
     /// The clap command: `--config FILE` (`KEEL_CONFIG`) and, per setting, its flag and
-    /// variable. Flags and variables parse as the setting's type (a non-number, or a word
-    /// not among a [`Kind::Choice`]'s, is clap's error naming the flag); ranges are checked
-    /// later, by [`Schema::resolve`], as for the file.
+    /// variable. Flags and variables parse as the setting's type (a non-number is clap's
+    /// error); ranges are checked later, by [`Schema::resolve`], as for the file.
     pub fn command(&self) -> Command {
         let config = Arg::new("config")
             .long("config")
@@ -539,11 +538,6 @@ impl Schema {
                         .allow_negative_numbers(true),
                 },
                 Kind::Bool => arg.value_parser(value_parser!(bool)),
-                // A word outside the choices is clap's error, naming the flag or variable
-                // given and listing the choices (`--help` lists them too).
-                Kind::Choice(words) => {
-                    arg.value_parser(clap::builder::PossibleValuesParser::new(words))
-                }
                 _ => arg.value_parser(value_parser!(String)),
             }
         });
